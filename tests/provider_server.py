@@ -1,0 +1,236 @@
+"""Minimal OpenAI Responses-API compatible HTTP test server (stdlib only)."""
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500"}
+NOT_JSON_TEXT = "Sure! Here is my summary: it is fine."
+
+
+def input_text(value):
+    """Flatten a Responses-API `input` (string or message list) into plain text."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    parts = []
+    for item in value if isinstance(value, list) else [value]:
+        content = item.get("content") if isinstance(item, dict) else item
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+        else:
+            parts.append(json.dumps(item))
+    return "\n".join(parts)
+
+
+def ok_text(text):
+    """Build the deterministic JSON answer text for an "ok" request."""
+    lines = text.split("\n")
+    item_id = next((ln[len("Item: "):].strip() for ln in lines if ln.startswith("Item: ")), None)
+    if item_id is None or "<<<SOURCE" not in lines:
+        return '{"note": "no item"}'
+    start = lines.index("<<<SOURCE") + 1
+    end = lines.index("SOURCE>>>", start) if "SOURCE>>>" in lines[start:] else len(lines)
+    first = "\n".join(lines[start:end]).split("\n")[0][:160]
+    citation = {"quote": first, "claim": "The source states this in its first line."}
+    return json.dumps({"itemId": item_id, "summary": first, "citations": [citation]})
+
+
+def choose_behaviour(path, text, seq):
+    """Pick the behaviour for this request from the behaviour file (default "ok")."""
+    if not path:
+        return "ok"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            spec = json.load(fh)
+    except (OSError, ValueError):
+        return "ok"
+    if isinstance(spec, str):
+        return spec
+    default = spec.get("default", "ok")
+    for needle, behaviour in (spec.get("by_input_contains") or {}).items():
+        if needle in text:
+            return behaviour
+    sequence = spec.get("sequence") or []
+    if sequence:
+        return sequence[seq - 1] if seq - 1 < len(sequence) else default
+    return default
+
+
+def response_object(rid, body, text, out):
+    """Build a completed Response object the openai SDK can parse."""
+    usage_in, usage_out = len(text) // 4, len(out) // 4
+    message = {"type": "message", "id": "msg_" + rid, "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": out, "annotations": []}]}
+    return {
+        "id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
+        "model": body.get("model"), "output": [message], "parallel_tool_calls": False,
+        "tool_choice": "auto", "tools": [],
+        "usage": {"input_tokens": usage_in, "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens": usage_out, "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": usage_in + usage_out},
+        "error": None, "incomplete_details": None, "instructions": body.get("instructions"),
+        "metadata": {}, "temperature": 1.0, "top_p": 1.0, "text": {"format": {"type": "text"}},
+        "store": body.get("store"), "max_output_tokens": body.get("max_output_tokens"),
+    }
+
+
+class ProviderServer(ThreadingHTTPServer):
+    """Threaded HTTP server carrying the log path, behaviour path and shared lock."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, addr, log_path, behaviour_path=None):
+        super().__init__(addr, Handler)
+        self.log_path = log_path
+        self.behaviour_path = behaviour_path
+        self.log_lock = threading.Lock()
+        self.stopping = threading.Event()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Handles every request: log first, then answer according to the behaviour."""
+
+    def log_message(self, format, *args):
+        """Silence default per-request stderr logging."""
+
+    def do_GET(self):
+        """Any GET is unknown: log and 404."""
+        self.handle_any()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+
+    def handle_any(self):
+        """Parse, log and dispatch one request."""
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = raw
+        fields = body if isinstance(body, dict) else {}
+        text = input_text(fields.get("input"))
+        client_id = self.headers.get("X-Client-Request-Id")
+        known = self.command == "POST" and self.path.split("?")[0] == "/v1/responses"
+        srv = self.server
+        with srv.log_lock:
+            seq = self.count_log_lines() + 1
+            behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
+            answers = known and (behaviour in ("ok", "not-json") or behaviour.startswith("slow:"))
+            rid = out = None
+            if answers:
+                digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
+                rid = f"resp_{digest}_{seq}"
+                out = NOT_JSON_TEXT if behaviour == "not-json" else ok_text(text)
+            self.write_log({
+                "seq": seq, "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": body, "model": fields.get("model"), "instructions": fields.get("instructions"),
+                "input": fields.get("input"), "store": fields.get("store"),
+                "max_output_tokens": fields.get("max_output_tokens"), "tools": fields.get("tools"),
+                "client_request_id": client_id, "behaviour": behaviour, "response_id": rid,
+                "output_text": out, "time": time.time(),
+            })
+        self.dispatch(behaviour, seq, rid, fields, text, out)
+
+    def count_log_lines(self):
+        """Number of lines already in the log (so restarts continue the sequence)."""
+        try:
+            with open(self.server.log_path, "rb") as fh:
+                return sum(1 for line in fh if line.strip())
+        except FileNotFoundError:
+            return 0
+
+    def write_log(self, record):
+        """Append one JSON line to the log and fsync it (caller holds the lock)."""
+        with open(self.server.log_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def dispatch(self, behaviour, seq, rid, fields, text, out):
+        """Answer (or refuse to answer) according to the behaviour."""
+        if behaviour == "not-found":
+            return self.send_error_json(404, seq, f"test server: no route {self.command} {self.path}")
+        if behaviour == "drop":
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.connection.close()
+            return None
+        if behaviour == "hang":
+            self.server.stopping.wait(120)
+            self.close_connection = True
+            return None
+        if behaviour.startswith("slow:"):
+            time.sleep(float(behaviour.split(":", 1)[1]))
+        if behaviour in ERROR_CODES:
+            return self.send_error_json(int(behaviour), seq, f"test server error {behaviour}")
+        if behaviour == "echo-key-400":
+            auth = self.headers.get("Authorization", "")
+            return self.send_error_json(400, seq, f"test server error 400: bad key {auth}")
+        if out is None:
+            return self.send_error_json(500, seq, f"test server: unknown behaviour {behaviour!r}")
+        return self.send_json(200, seq, response_object(rid, fields, text, out))
+
+    def send_json(self, status, seq, payload):
+        """Send a JSON payload with content-type and x-request-id headers."""
+        data = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-request-id", f"req_{seq}")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_error_json(self, status, seq, message):
+        """Send an OpenAI-style error body."""
+        error = {"message": message, "type": "test_error", "param": None, "code": str(status)}
+        self.send_json(status, seq, {"error": error})
+
+
+def start_server(log_path, behaviour_path=None, port=0):
+    """Start the server in a daemon thread; return (base_url, server)."""
+    server = ProviderServer(("127.0.0.1", port), log_path, behaviour_path)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/v1", server
+
+
+def stop_server(server):
+    """Stop a server started with start_server, releasing hung handlers."""
+    server.stopping.set()
+    server.shutdown()
+    server.server_close()
+
+
+def main(argv=None):
+    """Command-line entry point: print READY line and serve until killed."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--behaviour-file", default=None)
+    args = parser.parse_args(argv)
+    server = ProviderServer(("127.0.0.1", args.port), args.log, args.behaviour_file)
+    print(f"READY http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
