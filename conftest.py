@@ -1,0 +1,243 @@
+"""Shared helpers for the user-journey tests: a job workspace, the CLI as a subprocess, the loopback provider.
+
+Every test gets its own temporary directory; nothing here touches the repository's files.
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+PROGRAM = os.path.join(REPO, "durable_job.py")
+TESTS = os.path.join(REPO, "tests")
+sys.path.insert(0, TESTS)
+sys.path.insert(0, REPO)
+
+ALPHA = ("STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
+         "The report is synthetic test input and describes no real event.\n")
+BETA = ("STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
+        "The report is synthetic test input and describes no real event.\n")
+GAMMA = ("STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\n"
+         "The report is synthetic test input and describes no real event.\n")
+FAKE_KEY = "sk-test-" + "k3y" * 6  # a made-up key: never a real secret
+
+
+def sha256(data) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+class Workspace:
+    """A temporary folder with sources, a manifest and a state directory, as a user would lay them out."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        self.src = os.path.join(self.root, "src")
+        self.state = os.path.join(self.root, "state")
+        self.manifest = os.path.join(self.src, "manifest.json")
+        os.makedirs(self.src, exist_ok=True)
+        self.env = {}
+
+    def write_source(self, name: str, text) -> str:
+        path = os.path.join(self.src, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
+        return path
+
+    def manifest_dict(self, sources=None, **overrides) -> dict:
+        """A valid manifest over {id: text} sources (written as <id>.txt), with overrides applied."""
+        sources = sources if sources is not None else {"alpha": ALPHA, "beta": BETA}
+        items = []
+        for item_id, text in sources.items():
+            self.write_source(f"{item_id}.txt", text)
+            data = text.encode("utf-8") if isinstance(text, str) else text
+            items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": sha256(data)})
+        manifest = {"schemaVersion": 1, "jobId": "journey", "approved": True, "approvedBy": "owner@example.test",
+                    "mode": "fake", "model": "fake-structural-1", "providerTransferApproved": False,
+                    "maxModelCalls": 6, "maxAttemptsPerItem": 2, "items": items}
+        manifest.update(overrides)
+        if manifest["mode"] == "openai" and "providerTransferApproved" not in overrides:
+            manifest["providerTransferApproved"] = True
+        return manifest
+
+    def write_manifest(self, manifest=None, sources=None, raw: bytes | None = None, **overrides) -> str:
+        if raw is None:
+            manifest = manifest if manifest is not None else self.manifest_dict(sources, **overrides)
+            raw = (json.dumps(manifest, indent=2) + "\n").encode()
+        with open(self.manifest, "wb") as fh:
+            fh.write(raw)
+        return self.manifest
+
+    def run(self, *args, env=None, timeout=120, state=True, program=None) -> "Result":
+        """Run one CLI command in a subprocess, as a person at a terminal (stdout piped, so JSON)."""
+        argv = [sys.executable, program or PROGRAM, *args]
+        if state and "--state-dir" not in args and args and args[0] != "seal":
+            argv += ["--state-dir", self.state]
+        full_env = clean_env()
+        full_env.update(self.env)
+        full_env.update(env or {})
+        proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=self.root)
+        return Result(proc)
+
+    def popen(self, *args, env=None, program=None) -> subprocess.Popen:
+        argv = [sys.executable, program or PROGRAM, *args, "--state-dir", self.state]
+        full_env = clean_env()
+        full_env.update(self.env)
+        full_env.update(env or {})
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=self.root)
+
+    def start(self, **kw) -> "Result":
+        return self.run("start", "--manifest", self.manifest, **kw)
+
+    def db_rows(self, sql="SELECT operation_key, item_id, status, attempt FROM calls ORDER BY rowid") -> list:
+        import sqlite3
+
+        conn = sqlite3.connect(os.path.join(self.state, "effects.sqlite"))
+        try:
+            return conn.execute(sql).fetchall()
+        finally:
+            conn.close()
+
+    def state_bytes(self) -> dict:
+        """Every file of the state directory, name → bytes (to prove nothing changed)."""
+        out = {}
+        if os.path.isdir(self.state):
+            for name in sorted(os.listdir(self.state)):
+                path = os.path.join(self.state, name)
+                if os.path.isfile(path) and not name.endswith(("-shm", "-wal")) and name != "run.lock":
+                    with open(path, "rb") as fh:
+                        out[name] = fh.read()
+        return out
+
+    def job(self) -> dict:
+        with open(os.path.join(self.state, "job.json")) as fh:
+            return json.load(fh)
+
+
+class Result:
+    """A finished command: exit code, parsed JSON (when it printed JSON), stderr."""
+
+    def __init__(self, proc):
+        self.code = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+        try:
+            self.json = json.loads(proc.stdout) if proc.stdout.strip() else None
+        except ValueError:
+            self.json = None
+
+    def ok(self) -> dict:
+        assert self.code == 0, f"exit {self.code}\nstdout: {self.stdout}\nstderr: {self.stderr}"
+        assert self.json is not None
+        return self.json
+
+    def held(self, *phrases) -> str:
+        """Assert a one-line HOLD refusal with exit 2 and no traceback; return the line."""
+        assert self.code == 2, f"exit {self.code}\nstdout: {self.stdout}\nstderr: {self.stderr}"
+        lines = self.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("HOLD: "), self.stderr
+        assert "Traceback" not in self.stderr + self.stdout
+        for phrase in phrases:
+            assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
+        return lines[0]
+
+
+def clean_env() -> dict:
+    """The machine's environment without any provider or crash settings leaking in."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@pytest.fixture
+def ws(tmp_path) -> Workspace:
+    """A workspace with the two demo sources and a valid fake-mode manifest."""
+    w = Workspace(tmp_path)
+    w.write_manifest()
+    return w
+
+
+class Provider:
+    """The loopback Responses-API server (tests/provider_server.py) and its own request log."""
+
+    def __init__(self, root):
+        import provider_server
+
+        self.module = provider_server
+        self.log = os.path.join(str(root), "provider.log")
+        self.behaviour_file = os.path.join(str(root), "behaviour.json")
+        self.behave("ok")
+        self.base_url, self.server = provider_server.start_server(self.log, self.behaviour_file)
+
+    def behave(self, default="ok", sequence=None, by_input=None) -> None:
+        with open(self.behaviour_file, "w") as fh:
+            json.dump({"default": default, "sequence": sequence or [], "by_input_contains": by_input or {}}, fh)
+
+    def requests(self) -> list:
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def env(self, **extra) -> dict:
+        env = {"OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": self.base_url}
+        env.update(extra)
+        return env
+
+    def stop(self):
+        self.module.stop_server(self.server)
+
+
+@pytest.fixture
+def provider(tmp_path):
+    p = Provider(tmp_path)
+    yield p
+    p.stop()
+
+
+def openai_workspace(ws: Workspace, provider: Provider, sources=None, **overrides) -> Workspace:
+    """Turn a workspace into an openai-mode job pointed at the loopback provider."""
+    ws.write_manifest(sources=sources, mode="openai", model="gpt-test", **overrides)
+    ws.env.update(provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
+    return ws
+
+
+def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def wait_for(predicate, timeout=20.0, interval=0.01):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def copy_program(root, transform=None) -> str:
+    """A copy of durable_job.py (optionally edited) to run as a changed program."""
+    path = os.path.join(str(root), "durable_job.py")
+    with open(PROGRAM, encoding="utf-8") as fh:
+        text = fh.read()
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(transform(text) if transform else text)
+    return path
+
+
+__all__ = ["ALPHA", "BETA", "GAMMA", "FAKE_KEY", "Workspace", "Result", "Provider", "openai_workspace",
+           "kill_group", "wait_for", "copy_program", "sha256", "shutil"]
