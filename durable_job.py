@@ -1381,7 +1381,10 @@ def cmd_resume(args, existing: bool | None = None) -> dict:
     with RunLock(args.state_dir, "resume"):
         ctx = open_run(args.state_dir)
         refuse_if_cancelled(ctx)
-        return run_output(ctx, run_graph(ctx), existing=existing)
+        state = run_graph(ctx)
+        if state.values.get("final") and not os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)):
+            write_receipt(ctx, state.values["final"], "decided")  # a crash after the decision, before its receipt
+        return run_output(ctx, state, existing=existing)
 
 
 def cmd_status(args) -> dict:
@@ -1515,8 +1518,8 @@ def cmd_decide(args) -> dict:
         value = {"decision": args.decision, "reviewer": args.reviewer, "reason": args.reason, "decidedAtUtc": now_utc(),
                  "boundResultsSha256": args.results_sha256 or None, "draftVersion": draft}
         final_state = run_graph(ctx, resume_value=value)
-        write_receipt(ctx, final_state.values["final"], "decided")
         crash_point("after-decide", ctx.job)
+        write_receipt(ctx, final_state.values["final"], "decided")
         return run_output(ctx, final_state)
 
 
