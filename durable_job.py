@@ -827,11 +827,29 @@ def prepare_openai():
     """Import the SDK and the modules its first request loads, before any pending row."""
     try:
         import openai
-        import openai.resources.responses  # noqa: F401  (loaded lazily on first use otherwise)
-        import openai.types.responses  # noqa: F401
     except ImportError as exc:
         raise JobError(f"The openai SDK cannot be imported ({exc}); install it with `pip install -r requirements.txt`") from None
+    import importlib
+
+    for name in OPENAI_WARM_MODULES:  # what the SDK would otherwise load during the first request
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # another SDK layout: only the uncertain window grows
+    try:  # build the Response model's schema now, not between the answer and its journal row
+        from openai.types.responses import Response
+
+        Response.model_rebuild(force=True)
+    except Exception:
+        pass
     return openai
+
+
+OPENAI_WARM_MODULES = (
+    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
+    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
+    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
+)
 
 
 def openai_call(job, item, source, prompt, *, operation_key=None):
