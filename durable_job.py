@@ -825,6 +825,8 @@ def require_api_key() -> None:
 
 def prepare_openai():
     """Import the SDK and the modules its first request loads, before any pending row."""
+    if "openai" in _WARMED:
+        return _WARMED["openai"]
     try:
         import openai
     except ImportError as exc:
@@ -842,7 +844,11 @@ def prepare_openai():
         Response.model_rebuild(force=True)
     except Exception:
         pass
+    _WARMED["openai"] = openai
     return openai
+
+
+_WARMED: dict = {}
 
 
 OPENAI_WARM_MODULES = (
