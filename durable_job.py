@@ -355,26 +355,48 @@ def check_source_bytes(item: dict, data: bytes) -> str:
         raise SourceError(f"Source {name} is not strict UTF-8 (byte {exc.start}); re-save it as UTF-8 and seal it again") from None
 
 
-def load_sources(manifest: dict, manifest_path: str) -> dict:
+def load_sources(manifest: dict, manifest_path: str, *, mcp: bool = True) -> dict:
     """Read and check every source once; return {item id: text} decoded from the sealed bytes."""
     base = os.path.dirname(os.path.abspath(manifest_path))
     texts = {}
     for item in manifest["items"]:
+        if "mcp" in item and not mcp:
+            continue
         data = read_mcp_source(item) if "mcp" in item else read_file_source(base, item)
         texts[item["id"]] = check_source_bytes(item, data)
     return texts
 
 
 def dependency_versions() -> dict:
-    """Installed versions of the libraries whose behaviour the recovery story relies on."""
-    from importlib import metadata
+    """Installed versions of the libraries whose behaviour the recovery story relies on.
+
+    Read from the `<name>-<version>.dist-info` folder names on sys.path (what pip
+    writes), which costs a few directory listings instead of importing
+    importlib.metadata; anything unusual falls back to importlib.metadata.
+    """
+    wanted = {name.replace("-", "_").lower(): name for name in DEPENDENCIES}
     versions = {}
-    for name in DEPENDENCIES:
+    for entry in sys.path:
         try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for folder in names:
+            if folder.endswith(".dist-info"):
+                dist, _, version = folder[: -len(".dist-info")].partition("-")
+                name = wanted.get(dist.replace("-", "_").replace(".", "_").lower())
+                if name and name not in versions:
+                    versions[name] = version
+    if len(versions) < len(DEPENDENCIES):
+        from importlib import metadata
+
+        for name in DEPENDENCIES:
+            if name not in versions:
+                try:
+                    versions[name] = metadata.version(name)
+                except metadata.PackageNotFoundError:
+                    versions[name] = None
+    return {name: versions[name] for name in DEPENDENCIES}
 
 
 def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
@@ -392,7 +414,7 @@ def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
     }
 
 
-def check_seals(job: dict, *, sources: bool = True):
+def check_seals(job: dict, *, mcp: bool = True):
     """Re-check, in the contract's order, everything job.json seals; return (manifest, texts)."""
     if job.get("version") != VERSION:
         raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or start a new job in a new --state-dir")
@@ -403,7 +425,7 @@ def check_seals(job: dict, *, sources: bool = True):
     manifest, raw = read_manifest(path)
     if sha256_hex(raw) != job["manifestSha256"]:
         raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest or start a new job in a new --state-dir")
-    return manifest, (load_sources(manifest, path) if sources else None)
+    return manifest, load_sources(manifest, path, mcp=mcp)
 
 
 def check_dependency_seal(job: dict) -> None:
@@ -875,47 +897,84 @@ def openai_call(job, item, source, prompt, *, operation_key=None):
 ###############################################################################
 
 
-def read_mcp_source(item: dict) -> bytes:
-    """Read one text resource from a read-only MCP server over stdio; only resources/read is sent."""
+def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
+    """Read one text resource from a read-only MCP server over stdio; only resources/read is sent.
+
+    The server runs with the manifest's folder as its working directory (so relative argv means the
+    same thing at start and at every later command), the SDK's minimal default environment, and its
+    stderr sent to the null device; the whole launch-initialise-read is bounded by the timeout.
+    """
     spec = item["mcp"]
     name = item["id"]
     try:
-        import asyncio
+        import logging
+
+        import anyio
         from mcp import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
     except ImportError:
-        raise SourceError(f"Source {name} is an MCP resource but the mcp package is not installed; run `pip install -r requirements-mcp.txt`") from None
-    timeout = float(spec.get("timeoutSeconds", os.environ.get("DURABLE_JOB_MCP_TIMEOUT") or DEFAULT_MCP_TIMEOUT))
+        raise SourceError(f"Source {name} is an MCP resource but the mcp package is not installed; install it with `pip install -r requirements-mcp.txt` (mcp==2.3.0)") from None
+    timeout = mcp_timeout(spec)
+    command, uri = spec["command"], spec["uri"]
+    server = f"MCP server {command[0]!r}"
+    for noisy in ("mcp", "asyncio"):  # the SDK logs server trouble on stderr; the one HOLD line says it instead
+        logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
 
     async def read():
-        params = StdioServerParameters(command=spec["command"][0], args=list(spec["command"][1:]))
+        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=base_dir)
         with open(os.devnull, "w") as devnull:
             async with stdio_client(params, errlog=devnull) as (reader, writer):
                 async with ClientSession(reader, writer) as session:
                     await session.initialize()
-                    return await session.read_resource(spec["uri"])
+                    return await session.read_resource(uri)
 
     async def bounded():
-        return await asyncio.wait_for(read(), timeout)
+        # anyio's own deadline, not asyncio.wait_for: the SDK's shielded shutdown then still stops the server
+        with anyio.fail_after(timeout):
+            return await read()
 
     try:
-        result = asyncio.run(bounded())
-    except (asyncio.TimeoutError, TimeoutError):
-        raise SourceError(f"Source {name}: MCP server {spec['command'][0]!r} did not answer {spec['uri']} within {timeout:g} s; check the server or raise mcp.timeoutSeconds") from None
-    except (FileNotFoundError, PermissionError) as exc:
-        raise SourceError(f"Source {name}: MCP server {spec['command'][0]!r} could not be launched ({exc.strerror or exc}); fix mcp.command") from None
-    except BaseException as exc:  # the SDK wraps failures in exception groups
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        raise SourceError(f"Source {name}: MCP resource {spec['uri']} could not be read ({clip(mcp_error_text(exc), 160)}); check the uri and the server") from None
-    return mcp_text_bytes(name, spec["uri"], result)
+        result = anyio.run(bounded)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the SDK wraps failures in exception groups: judge the innermost one
+        leaf = mcp_leaf_error(exc)
+        code, message = getattr(leaf, "code", None), str(getattr(leaf, "message", "") or leaf)
+        if isinstance(leaf, TimeoutError):
+            raise SourceError(f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)") from None
+        if isinstance(leaf, OSError):
+            raise SourceError(f"Source {name}: {server} could not be launched ({leaf.strerror or leaf}); fix mcp.command (an argv list, run without a shell)") from None
+        if code == -32000:  # CONNECTION_CLOSED
+            raise SourceError(f"Source {name}: {server} closed the connection before answering {uri} (it exited or is not an MCP stdio server); fix mcp.command or the server") from None
+        if code == -32002 or (code == -32602 and any(w in message.lower() for w in ("not found", "unknown resource", "no resource"))):
+            raise SourceError(f"Source {name}: MCP resource {uri} does not exist on {server} ({clip(message, 120)}); check mcp.uri") from None
+        if isinstance(code, int):
+            raise SourceError(f"Source {name}: {server} refused to read {uri} (error {code}: {clip(message, 120)}); check the uri and the server") from None
+        raise SourceError(f"Source {name}: MCP resource {uri} could not be read ({clip(f'{type(leaf).__name__}: {leaf}', 160)}); check the uri and the server") from None
+    return mcp_text_bytes(name, uri, result)
 
 
-def mcp_error_text(exc: BaseException) -> str:
-    """The innermost message of an exception group, or the exception's own."""
+def mcp_timeout(spec: dict) -> float:
+    """Seconds for one MCP read: mcp.timeoutSeconds, else DURABLE_JOB_MCP_TIMEOUT, else DEFAULT_MCP_TIMEOUT."""
+    if "timeoutSeconds" in spec:
+        return float(spec["timeoutSeconds"])
+    raw = os.environ.get("DURABLE_JOB_MCP_TIMEOUT")
+    if not raw:
+        return DEFAULT_MCP_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 120:
+        raise SourceError(f"DURABLE_JOB_MCP_TIMEOUT={clip(raw, 20)!r} is not a number of seconds from 0 to 120")
+    return value
+
+
+def mcp_leaf_error(exc: BaseException) -> BaseException:
+    """The first innermost exception of a (nested) exception group, or the exception itself."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}"
+    return exc
 
 
 def mcp_text_bytes(name: str, uri: str, result) -> bytes:
@@ -1302,10 +1361,10 @@ class Snapshot:
         return "running" if self.values else "not-started"
 
 
-def seal_report(state_dir: str, job: dict) -> str | None:
-    """For read-only commands: which seal is broken, or None when all hold."""
+def seal_report(state_dir: str, job: dict, *, mcp: bool = True) -> str | None:
+    """For read-only commands: which seal is broken, or None when all hold (MCP sources only when asked)."""
     try:
-        check_seals(job)
+        check_seals(job, mcp=mcp)
     except JobError as exc:
         return str(exc)
     return None
@@ -1421,7 +1480,7 @@ def cmd_status(args) -> dict:
             "phase": snap.phase(),
             "next": next_step(snap),
         }
-        broken = seal_report(args.state_dir, snap.job) if args.check_seals else None
+        broken = seal_report(args.state_dir, snap.job, mcp=False)
         if broken:
             out["sealBroken"] = broken
         return out
@@ -1992,8 +2051,6 @@ def build_parser() -> argparse.ArgumentParser:
 def add_command_flags(name: str, p) -> None:
     if name == "start":
         p.add_argument("--manifest", required=True, help="the approved manifest JSON file")
-    if name == "status":
-        p.add_argument("--check-seals", action="store_true", help="also re-check the seals (slower: reads every source)")
     if name == "inspect":
         p.add_argument("--html", metavar="FILE", help="also write a self-contained review page to FILE")
     if name == "reconcile":
