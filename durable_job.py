@@ -348,7 +348,8 @@ def check_source_bytes(item: dict, data: bytes) -> str:
         raise source_failure(name, f"{len(data)} bytes, over {SOURCE_MAX_BYTES}; approve a shorter source")
     actual = sha256_hex(data)
     if actual != item["sha256"]:
-        raise source_failure(name, f"sha256 is {actual}, the manifest seals {item['sha256']}; restore the approved bytes or seal a new manifest")
+        what = f"MCP resource {item['mcp']['uri']}" if "mcp" in item else "the source"
+        raise source_failure(name, f"{what} changed since sealing: sha256 is {actual}, the manifest seals {item['sha256']}; restore the approved bytes or seal a new manifest")
     try:
         return data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
@@ -362,7 +363,7 @@ def load_sources(manifest: dict, manifest_path: str, *, mcp: bool = True) -> dic
     for item in manifest["items"]:
         if "mcp" in item and not mcp:
             continue
-        data = read_mcp_source(item) if "mcp" in item else read_file_source(base, item)
+        data = read_mcp_source(item, base) if "mcp" in item else read_file_source(base, item)
         texts[item["id"]] = check_source_bytes(item, data)
     return texts
 
@@ -661,17 +662,21 @@ def ledger(path: str) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or start a new job in a new --state-dir") from None
-    conn.row_factory = sqlite3.Row
     return conn
+
+
+def query(db: sqlite3.Connection, sql: str, params=()):
+    """Run a SELECT whose rows are read by column name; the connection itself keeps plain tuples."""
+    cursor = db.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor.execute(sql, params)
 
 
 def read_ledger(path: str) -> sqlite3.Connection | None:
     """Open the journal read-only for status and inspect; None when it does not exist yet."""
     if not os.path.exists(path):
         return None
-    conn = connect_sqlite(path, readonly=True)
-    conn.row_factory = sqlite3.Row
-    return conn
+    return connect_sqlite(path, readonly=True)
 
 
 def table_exists(db: sqlite3.Connection, name: str) -> bool:
@@ -708,7 +713,7 @@ def base_key(job: dict, item: dict, prompt: str) -> str:
 
 
 def latest_attempt(db, base: str):
-    return db.execute("SELECT * FROM calls WHERE base_key = ? ORDER BY attempt DESC LIMIT 1", (base,)).fetchone()
+    return query(db, "SELECT * FROM calls WHERE base_key = ? ORDER BY attempt DESC LIMIT 1", (base,)).fetchone()
 
 
 def uncertain_message(item_id: str, key: str) -> str:
@@ -1309,7 +1314,7 @@ def draft_history(db) -> list:
     return [
         {"version": r["version"], "itemId": r["item_id"], "resultsSha256": r["results_sha256"], "reviewer": r["reviewer"],
          "reason": r["reason"], "change": json.loads(r["change_json"]), "createdUtc": r["created_utc"]}
-        for r in db.execute("SELECT * FROM drafts ORDER BY version")
+        for r in query(db, "SELECT * FROM drafts ORDER BY version")
     ]
 
 
@@ -1323,7 +1328,7 @@ def outcome(db, kind: str):
 def call_rows(db) -> list:
     if db is None:
         return []
-    return list(db.execute("SELECT * FROM calls ORDER BY created_utc, rowid"))
+    return list(query(db, "SELECT * FROM calls ORDER BY created_utc, rowid"))
 
 
 class Snapshot:
@@ -1535,7 +1540,7 @@ def cmd_reconcile(args) -> dict:
         need_text(args.reviewer, "--reviewer")
         need_text(args.reason, "--reason")
         db = ledger(job_path(args.state_dir, EFFECTS_FILE))
-        row = db.execute("SELECT * FROM calls WHERE operation_key=?", (args.operation_key,)).fetchone()
+        row = query(db, "SELECT * FROM calls WHERE operation_key=?", (args.operation_key,)).fetchone()
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {args.operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
@@ -1778,7 +1783,7 @@ def seal_mcp_item(args, n: int) -> dict:
         raise ManifestError("--mcp-command must be a JSON list of strings or a plain command") from None
     item = {"id": args.mcp_id or f"mcp{n}", "mcp": {"command": command, "uri": args.mcp_uri}, "sha256": "0" * 64}
     check_item(item, n)
-    data = read_mcp_source(item)
+    data = read_mcp_source(item, os.path.dirname(os.path.abspath(args.out)))
     item["sha256"] = sha256_hex(data)
     check_source_bytes(item, data)
     return item

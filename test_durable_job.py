@@ -268,7 +268,7 @@ def test_get_or_call_calls_once_and_reuses(tmp_path, monkeypatch):
     assert dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p") == "out"
     assert dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p") == "out"
     assert len(calls) == 1
-    row = db.execute("SELECT * FROM calls").fetchone()
+    row = dj.query(db, "SELECT * FROM calls").fetchone()
     assert row["status"] == "completed" and row["response_id"] == "resp" and json.loads(row["usage_json"]) == {"total_tokens": 3}
     digest = dj.sha256_hex(dj.canonical({"system": dj.SYSTEM, "prompt": "p", "model": "m", "version": dj.VERSION}))
     base = dj.sha256_hex(dj.canonical({"job": "j", "item": "alpha", "source": ITEM["sha256"], "input": digest}))
@@ -286,9 +286,9 @@ def test_provider_error_keeps_the_row_pending_with_its_request_id(tmp_path, monk
     db = dj.ledger(str(tmp_path / "effects.sqlite"))
     with pytest.raises(dj.ProviderError, match="stays pending"):
         dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
-    row = db.execute("SELECT status, request_id, operation_key FROM calls").fetchone()
-    assert tuple(row)[:2] == ("pending", "req_lost_42")
-    with pytest.raises(dj.UncertainCall, match=f"UNCERTAIN_CALL alpha {row['operation_key']}"):
+    assert db.execute("SELECT status, request_id FROM calls").fetchall() == [("pending", "req_lost_42")]
+    key = db.execute("SELECT operation_key FROM calls").fetchone()[0]
+    with pytest.raises(dj.UncertainCall, match=f"UNCERTAIN_CALL alpha {key}"):
         dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
 
 
