@@ -114,6 +114,10 @@ class BudgetError(JobError):
     """The job's call or attempt bounds forbid another model call."""
 
 
+class UsageError(JobError):
+    """The command line itself is wrong."""
+
+
 class DecisionError(JobError):
     """A decision, revision or cancel cannot be recorded now."""
 
@@ -2036,7 +2040,7 @@ class HoldParser(argparse.ArgumentParser):
     """argparse that refuses bad flags with the project's one-line HOLD instead of exit 2 + usage."""
 
     def error(self, message):
-        raise JobError(f"{message}; see `python durable_job.py {self.prog.split()[-1] if ' ' in self.prog else ''} --help`".replace("  ", " "))
+        raise UsageError(f"{message}; see `python durable_job.py {self.prog.split()[-1] if ' ' in self.prog else ''} --help`".replace("  ", " "))
 
 
 def build_parser() -> argparse.ArgumentParser:

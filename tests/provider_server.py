@@ -126,7 +126,9 @@ class Handler(BaseHTTPRequestHandler):
         with srv.log_lock:
             seq = self.count_log_lines() + 1
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
-            answers = known and (behaviour in ("ok", "not-json") or behaviour.startswith("slow:"))
+            # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
+            # provider may: the log then holds what a person reconciles with.
+            answers = known and (behaviour in ("ok", "not-json", "drop", "hang") or behaviour.startswith("slow:"))
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
