@@ -195,15 +195,20 @@ def _reject_constant(name):
 
 
 def strict_json(data: bytes | str):
-    """Parse JSON refusing duplicate keys, NaN and Infinity; raise ValueError on anything odd."""
+    """Parse JSON refusing duplicate keys, NaN, Infinity and lone surrogates; raise ValueError on anything odd."""
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        return json.loads(data, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+        value = json.loads(data, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+        # "\ud800" is valid JSON but not text: it could never be stored, hashed or printed as UTF-8
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
     except RecursionError:
         raise ValueError("nested too deeply") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 at byte {exc.start}") from None
+    except UnicodeEncodeError:
+        raise ValueError("holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
 
 
 def _is_int(value, low: int, high: int) -> bool:
@@ -333,12 +338,15 @@ def read_file_source(base_dir: str, item: dict) -> bytes:
     if os.path.commonpath([root, resolved]) != root or resolved == root:
         raise SourceError(f"Source {name} path {item['path']!r} resolves outside the manifest's folder; copy the file beside the manifest")
     try:
+        if not stat.S_ISREG(os.stat(resolved).st_mode):  # never open a FIFO or a device at all
+            raise SourceError(f"Source {name} {item['path']!r} is not a regular file; point the item at the approved file")
         fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
         raise SourceError(f"Source {name} {item['path']!r} cannot be opened ({exc.strerror}); restore the approved file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # checked before fdopen, which refuses a directory with a bare OSError
+        os.close(fd)
+        raise SourceError(f"Source {name} {item['path']!r} is not a regular file; point the item at the approved file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise SourceError(f"Source {name} {item['path']!r} is not a regular file; point the item at the approved file")
         data = fh.read(SOURCE_MAX_BYTES + 1)
     if len(data) > SOURCE_MAX_BYTES:
         raise source_failure(name, f"{item['path']} is over {SOURCE_MAX_BYTES} bytes; approve a shorter source")
@@ -355,9 +363,12 @@ def check_source_bytes(item: dict, data: bytes) -> str:
         what = f"MCP resource {item['mcp']['uri']}" if "mcp" in item else "the source"
         raise source_failure(name, f"{what} changed since sealing: sha256 is {actual}, the manifest seals {item['sha256']}; restore the approved bytes or seal a new manifest")
     try:
-        return data.decode("utf-8", errors="strict")
+        text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
         raise SourceError(f"Source {name} is not strict UTF-8 (byte {exc.start}); re-save it as UTF-8 and seal it again") from None
+    if "\x00" in text:
+        raise SourceError(f"Source {name} holds a NUL byte (byte {data.index(0)}): a text source has none, is it a binary file? Approve the text itself and seal it again")
+    return text
 
 
 def load_sources(manifest: dict, manifest_path: str, *, mcp: bool = True) -> dict:
@@ -411,6 +422,8 @@ def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
         "manifestSha256": sha256_hex(raw),
         "mode": manifest["mode"],
         "model": manifest["model"],
+        "approvedBy": manifest["approvedBy"],
+        "sources": {i["id"]: i["sha256"] for i in manifest["items"]},
         "threadId": str(uuid.uuid4()),
         "version": VERSION,
         "codeSha256": code_sha256(),
@@ -476,11 +489,14 @@ class RunLock:
     """An exclusive, non-blocking OS lock on run.lock, held by every writing command."""
 
     def __init__(self, state_dir: str, command: str):
+        self.state_dir = state_dir
         self.path = job_path(state_dir, LOCK_FILE)
         self.command = command
         self.fd = None
 
     def __enter__(self):
+        if os.path.isdir(self.state_dir):
+            check_state_dir_safe(self.state_dir)  # every writing command: private, and ours
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
@@ -522,15 +538,32 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def write_temp(path: str, tmp: str, data: bytes, flags: int) -> None:
+    """Write all of data to tmp and fsync it; on failure remove tmp and name path (a full disk, say)."""
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except OSError as exc:
+        raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (permissions, free space), then run the command again") from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write only part of the data on a nearly full disk
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (free disk space, say), then run the command again") from None
+
+
 def write_exclusive(path: str, data: bytes) -> None:
     """Create path with data durably and atomically; fail if it exists (never rewrite)."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_temp(path, tmp, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         os.link(tmp, path)
     finally:
@@ -541,12 +574,7 @@ def write_exclusive(path: str, data: bytes) -> None:
 def write_atomic(path: str, data: bytes) -> None:
     """Replace path with data durably and atomically (for receipt.json)."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_temp(path, tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path) or ".")
 
@@ -634,9 +662,21 @@ def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        if not readonly:  # fail now, naming the file, if another process holds its write lock
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
         return conn
     except sqlite3.DatabaseError as exc:
-        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or move it aside and start a new job in a new --state-dir") from None
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            advice = "another process holds it (an open sqlite3 shell or a stuck command?); it is left untouched: close that process, then run the command again"
+        elif "readonly" in text or "read-only" in text or "unable to open" in text:
+            advice = "it is left untouched: the state directory and its files must be readable and writable by you (a read-only directory cannot hold a running job)"
+        elif "full" in text:
+            advice = "it is left untouched: free disk space, then run the command again"
+        else:
+            advice = "it is left untouched: restore it from a backup, or move it aside and start a new job in a new --state-dir"
+        raise StateError(f"{path} cannot be used ({text}); {advice}") from None
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -685,6 +725,55 @@ def read_ledger(path: str) -> sqlite3.Connection | None:
 
 def table_exists(db: sqlite3.Connection, name: str) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+def sqlite_damage(path: str) -> str | None:
+    """Why an existing SQLite file is visibly damaged (not SQLite, cut short), or None. Reads 100 bytes only."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(100)
+        wal = os.path.getsize(path + "-wal") if os.path.exists(path + "-wal") else 0
+    except OSError:
+        return None  # sqlite names what is wrong when it opens the file
+    if size == 0:
+        return None
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        return "it is not an SQLite database"
+    if wal:
+        return None  # a checkpoint cut short by a crash is repaired from the -wal file: leave it to sqlite
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(head[28:32], "big")
+    header_valid = head[24:28] == head[92:96]
+    if page < 512 or page & (page - 1) or size % page or (header_valid and pages * page > size):
+        return f"it is cut short: {size} bytes, but its header says {pages} pages of {page} bytes"
+    return None
+
+
+def check_state_files(state_dir: str) -> None:
+    """Before a writing command opens them: refuse a damaged, truncated or lost journal or checkpoint file."""
+    effects, checkpoints = job_path(state_dir, EFFECTS_FILE), job_path(state_dir, CHECKPOINTS_FILE)
+    for path in (effects, checkpoints):
+        problem = sqlite_damage(path)
+        if problem:
+            raise StateError(f"{path} is damaged ({problem}); it is left untouched: restore it from a backup, or start a new job in a new --state-dir")
+
+    def size(p):
+        return os.path.getsize(p) if os.path.exists(p) else 0
+
+    if size(checkpoints) and not size(effects):
+        raise StateError(f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or start a new job in a new --state-dir")
+    if size(effects) and not size(checkpoints):
+        conn = connect_sqlite(effects, readonly=True)
+        try:
+            calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0] if table_exists(conn, "calls") else 0
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{effects} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
+        finally:
+            conn.close()
+        if calls:
+            raise StateError(f"{checkpoints} is missing or empty but {effects} journals {calls} call(s): the job's progress (and any decision) is lost. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or start a new job in a new --state-dir")
 
 
 class transaction:
@@ -808,7 +897,7 @@ def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError
     message = clip(redact(exc), 200)
     if status == "rejected":
         return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `resume` takes the next attempt within maxAttemptsPerItem")
-    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action complete|abandon --reviewer R --reason X`")
+    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action complete|abandon --reviewer R --reason X`")
 
 
 ###############################################################################
@@ -926,6 +1015,8 @@ def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
     timeout = mcp_timeout(spec)
     command, uri = spec["command"], spec["uri"]
     server = f"MCP server {command[0]!r}"
+    if base_dir is not None and not os.path.isdir(base_dir):
+        raise SourceError(f"Source {name}: the manifest's folder {base_dir} does not exist, and the MCP server runs there; create it first")
     for noisy in ("mcp", "asyncio"):  # the SDK logs server trouble on stderr; the one HOLD line says it instead
         logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
 
@@ -948,6 +1039,8 @@ def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
         raise
     except BaseException as exc:  # the SDK wraps failures in exception groups: judge the innermost one
         leaf = mcp_leaf_error(exc)
+        if isinstance(leaf, (KeyboardInterrupt, SystemExit)):
+            raise leaf from None
         code, message = getattr(leaf, "code", None), str(getattr(leaf, "message", "") or leaf)
         if isinstance(leaf, TimeoutError):
             raise SourceError(f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)") from None
@@ -980,10 +1073,17 @@ def mcp_timeout(spec: dict) -> float:
 
 
 def mcp_leaf_error(exc: BaseException) -> BaseException:
-    """The first innermost exception of a (nested) exception group, or the exception itself."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
+    """The first innermost exception of a (nested) exception group that is not a mere cancellation."""
+    import asyncio
+
+    leaves, stack = [], [exc]
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, BaseExceptionGroup) and e.exceptions:
+            stack[:0] = list(e.exceptions)
+        else:
+            leaves.append(e)
+    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
 
 
 def mcp_text_bytes(name: str, uri: str, result) -> bytes:
@@ -1114,6 +1214,7 @@ class Context:
         self.sources = sources
         self.items = manifest["items"]
         self.concurrency = manifest.get("maxConcurrentCalls", 1)
+        check_state_files(state_dir)
         self.db = ledger(job_path(state_dir, EFFECTS_FILE))
         self.progress = sys.stderr.isatty()
 
@@ -1216,6 +1317,8 @@ def prefetch(ctx: Context, items: list) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     path = job_path(ctx.state_dir, EFFECTS_FILE)
+    if ctx.job.get("mode") == "openai":
+        prepare_openai()  # warm the SDK once here: concurrent workers would each repeat it, serialised on the GIL
 
     def one(item):
         db = ledger(path)
@@ -1253,7 +1356,12 @@ def run_graph(ctx: Context, resume_value=None) -> dict:
     except JobError:
         raise
     except sqlite3.DatabaseError as exc:
-        raise StateError(f"A state file in {ctx.state_dir} failed during the run ({exc}); nothing is retried: run `status`, then `resume` once the cause is fixed") from None
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
+        failed = job_path(ctx.state_dir, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
+        raise StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `status`, then `resume` once the cause is fixed") from None
     return app.get_state(config)
 
 
@@ -1294,12 +1402,87 @@ def read_checkpoint(state_dir: str, job: dict) -> dict:
 
 def decode_checkpoint(kind: str, blob: bytes) -> dict:
     if kind == "msgpack":
+        try:  # the stdlib reader below spares status/inspect importing ormsgpack (and dataclasses, inspect, ...)
+            return unpack_msgpack(blob)
+        except Exception:
+            pass  # anything it does not know: ormsgpack decides, exactly as before
         import ormsgpack
 
         return ormsgpack.unpackb(blob, ext_hook=lambda code, data: None)
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     return JsonPlusSerializer().loads_typed((kind, blob))
+
+
+def unpack_msgpack(blob: bytes):
+    """Decode msgpack like ormsgpack.unpackb with ext_hook returning None: str map keys only, ext → None."""
+    import struct
+
+    data = memoryview(blob)
+    pos = 0
+
+    def take(n):
+        nonlocal pos
+        if pos + n > len(data):
+            raise ValueError("truncated msgpack")
+        pos += n
+        return data[pos - n:pos]
+
+    def value():
+        b = take(1)[0]
+        if b <= 0x7f or b >= 0xe0:
+            return b if b <= 0x7f else b - 0x100
+        if b <= 0x8f:
+            return mapping(b & 0x0f)
+        if b <= 0x9f:
+            return [value() for _ in range(b & 0x0f)]
+        if b <= 0xbf:
+            return str(take(b & 0x1f), "utf-8")
+        if b in _MSGPACK_CONSTANTS:
+            return _MSGPACK_CONSTANTS[b]
+        if b in _MSGPACK_NUMBERS:
+            fmt, size = _MSGPACK_NUMBERS[b]
+            return struct.unpack(fmt, take(size))[0]
+        if b in _MSGPACK_FIXEXT:
+            take(1 + _MSGPACK_FIXEXT[b])
+            return None
+        if b not in _MSGPACK_SIZED:
+            raise ValueError(f"msgpack byte 0x{b:02x}")
+        kind, width = _MSGPACK_SIZED[b]
+        n = int.from_bytes(take(width), "big")
+        if kind == "str":
+            return str(take(n), "utf-8")
+        if kind == "bin":
+            return bytes(take(n))
+        if kind == "array":
+            return [value() for _ in range(n)]
+        if kind == "map":
+            return mapping(n)
+        take(1 + n)  # ext: its type byte and payload decode to None
+        return None
+
+    def mapping(n):
+        out = {}
+        for _ in range(n):
+            key = value()
+            if type(key) is not str:
+                raise ValueError("msgpack map key is not a string")
+            out[key] = value()
+        return out
+
+    result = value()
+    if pos != len(data):
+        raise ValueError("bytes after the msgpack value")
+    return result
+
+
+_MSGPACK_CONSTANTS = {0xc0: None, 0xc2: False, 0xc3: True}
+_MSGPACK_NUMBERS = {0xca: (">f", 4), 0xcb: (">d", 8), 0xcc: (">B", 1), 0xcd: (">H", 2), 0xce: (">I", 4), 0xcf: (">Q", 8),
+                    0xd0: (">b", 1), 0xd1: (">h", 2), 0xd2: (">i", 4), 0xd3: (">q", 8)}
+_MSGPACK_FIXEXT = {0xd4: 1, 0xd5: 2, 0xd6: 4, 0xd7: 8, 0xd8: 16}
+_MSGPACK_SIZED = {0xc4: ("bin", 1), 0xc5: ("bin", 2), 0xc6: ("bin", 4), 0xc7: ("ext", 1), 0xc8: ("ext", 2), 0xc9: ("ext", 4),
+                  0xd9: ("str", 1), 0xda: ("str", 2), 0xdb: ("str", 4), 0xdc: ("array", 2), 0xdd: ("array", 4),
+                  0xde: ("map", 2), 0xdf: ("map", 4)}
 
 
 def current_draft(db, model_results: list) -> tuple[int, list]:
@@ -1316,7 +1499,8 @@ def draft_history(db) -> list:
     if db is None or not table_exists(db, "drafts"):
         return []
     return [
-        {"version": r["version"], "itemId": r["item_id"], "resultsSha256": r["results_sha256"], "reviewer": r["reviewer"],
+        {"version": r["version"], "itemId": r["item_id"], "resultsSha256": r["results_sha256"],
+         "previousResultsSha256": json.loads(r["change_json"]).get("previousResultsSha256"), "reviewer": r["reviewer"],
          "reason": r["reason"], "change": json.loads(r["change_json"]), "createdUtc": r["created_utc"]}
         for r in query(db, "SELECT * FROM drafts ORDER BY version")
     ]
@@ -1330,7 +1514,7 @@ def outcome(db, kind: str):
 
 
 def call_rows(db) -> list:
-    if db is None:
+    if db is None or not table_exists(db, "calls"):
         return []
     return list(query(db, "SELECT * FROM calls ORDER BY created_utc, rowid"))
 
@@ -1405,6 +1589,14 @@ def with_decide_command(state_dir: str, bundle: dict) -> dict:
     return {**bundle, "decideCommand": decide_command(state_dir, bundle["resultsSha256"])}
 
 
+def reconcile_command(state_dir: str, key: str) -> str:
+    """The ready-to-paste reconcile command for one pending call (fill in the action, R and X)."""
+    import shlex
+
+    return (f"python durable_job.py reconcile --state-dir {shlex.quote(os.path.abspath(state_dir))} "
+            f"--operation-key {key} --action complete|abandon --reviewer R --reason X")
+
+
 def decide_command(state_dir: str, digest: str) -> str:
     import shlex
 
@@ -1431,15 +1623,15 @@ def refuse_if_cancelled(ctx: Context) -> None:
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
     manifest, raw = read_manifest(args.manifest)
+    state_dir = args.state_dir
+    if os.path.exists(job_path(state_dir, JOB_FILE)):
+        # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
+        check_same_job(state_dir, manifest, raw)
+        return cmd_resume(args, existing=True)
     sources = load_sources(manifest, args.manifest)
     if manifest["mode"] == "openai":
         require_api_key()
         openai_timeout()
-    state_dir = args.state_dir
-    existing = os.path.exists(job_path(state_dir, JOB_FILE))
-    if existing:
-        check_same_job(state_dir, manifest, raw)
-        return cmd_resume(args, existing=True)
     check_empty_state_dir(state_dir)
     ensure_state_dir(state_dir)
     with RunLock(state_dir, "start"):
@@ -1453,9 +1645,21 @@ def cmd_start(args) -> dict:
 
 
 def check_same_job(state_dir: str, manifest: dict, raw: bytes) -> None:
+    """Refuse a manifest that is not the sealed one, naming what differs: job id, owner, source data."""
     job = load_job(state_dir)
-    if job["jobId"] != manifest["jobId"] or job["manifestSha256"] != sha256_hex(raw):
-        raise StateError(f"Existing job {job['jobId']!r} in {state_dir} was sealed from another manifest (sha256 {job['manifestSha256'][:16]}…); this directory belongs to that request: use a new --state-dir")
+    if job["jobId"] == manifest["jobId"] and job["manifestSha256"] == sha256_hex(raw):
+        return
+    differs = []
+    if job["jobId"] != manifest["jobId"]:
+        differs.append(f"job id ({manifest['jobId']!r})")
+    if "approvedBy" in job and job["approvedBy"] != manifest["approvedBy"]:
+        differs.append("owner (approvedBy)")
+    if "sources" in job and job["sources"] != {i["id"]: i["sha256"] for i in manifest["items"]}:
+        differs.append("source data (items or their sha256)")
+    if not differs:
+        differs.append(f"manifest bytes (sha256 {sha256_hex(raw)[:16]}…)")
+    raise StateError(f"Existing job {job['jobId']!r} in {state_dir} (manifest sha256 {job['manifestSha256'][:16]}…) belongs to another request: "
+                     f"this manifest differs in {', '.join(differs)}. Nothing was run; use a new --state-dir for this request")
 
 
 def check_empty_state_dir(state_dir: str) -> None:
@@ -1464,6 +1668,8 @@ def check_empty_state_dir(state_dir: str) -> None:
     if not os.path.isdir(state_dir):
         raise StateError(f"State directory {state_dir} is not a directory; pass a new directory path")
     extra = [n for n in os.listdir(state_dir) if n != LOCK_FILE and not n.endswith(".tmp")]
+    if JOB_FILE in extra:  # a concurrent start sealed its job after this one looked for job.json
+        raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `resume --state-dir {state_dir}`")
     if extra:
         raise StateError(f"State directory {state_dir} holds no job.json but is not empty ({extra[0]}, …); choose a new or empty --state-dir")
 
@@ -1500,10 +1706,13 @@ def cmd_status(args) -> dict:
 def next_step(snap: Snapshot) -> str:
     pending = [r for r in snap.calls if r["status"] == "pending"]
     if snap.cancel:
+        if pending:  # nothing more runs, but the call's outcome still matters for accounting
+            return (f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
+                    f"{reconcile_command(snap.state_dir, pending[0]['operation_key'])}")
         return "cancelled: nothing more runs"
     if pending and not snap.final:
         key = pending[0]["operation_key"]
-        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then reconcile --operation-key {key} --action complete|abandon --reviewer R --reason X; then resume"
+        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(snap.state_dir, key)}; then resume"
     if snap.final:
         return f"decided: {snap.final.get('decision')}"
     if snap.waiting:
@@ -1523,7 +1732,7 @@ def cmd_inspect(args) -> dict:
         out["drafts"] = draft_history(snap.db)
         if snap.cancel:
             out["cancelled"] = snap.cancel
-        if snap.waiting:
+        if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(args.state_dir, out["resultsSha256"])
         broken = seal_report(args.state_dir, snap.job)
         if broken:
@@ -1543,6 +1752,7 @@ def cmd_reconcile(args) -> dict:
         check_seals(job)
         need_text(args.reviewer, "--reviewer")
         need_text(args.reason, "--reason")
+        check_state_files(args.state_dir)
         db = ledger(job_path(args.state_dir, EFFECTS_FILE))
         row = query(db, "SELECT * FROM calls WHERE operation_key=?", (args.operation_key,)).fetchone()
         if row is None or row["status"] != "pending":
@@ -1608,7 +1818,7 @@ def cmd_decide(args) -> dict:
         if args.decision == "accept" and failed:
             raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
         value = {"decision": args.decision, "reviewer": args.reviewer, "reason": args.reason, "decidedAtUtc": now_utc(),
-                 "boundResultsSha256": args.results_sha256 or None, "draftVersion": draft}
+                 "bound": bool(args.results_sha256), "boundResultsSha256": args.results_sha256 or None, "draftVersion": draft}
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
         write_receipt(ctx, final_state.values["final"], "decided")
@@ -1647,8 +1857,15 @@ def waiting_state(ctx: Context, command: str):
 def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
     """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
     draft, results = current_draft(ctx.db, (read_checkpoint(ctx.state_dir, ctx.job)["values"].get("results") or []))
+    who = final or (extra or {}).get("cancel") or {}
     receipt = {
         "outcome": kind,
+        # who decided what, why and when, at the top level for `jq` (null decision for a cancel)
+        "decision": (final or {}).get("decision"),
+        "reviewer": who.get("reviewer"),
+        "reason": who.get("reason"),
+        "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
+        "bound": bool((final or {}).get("bound")),
         "jobId": ctx.job["jobId"],
         "threadId": ctx.job["threadId"],
         "manifestPath": ctx.job["manifestPath"],
@@ -1684,15 +1901,24 @@ def cmd_revise(args) -> dict:
         checked = check_proposal(json.dumps(proposal), item, ctx.sources[item["id"]])
         if checked["status"] != "validated":
             raise DecisionError(f"Revision of {args.item} is invalid: {checked['reason']}; fix the files and run revise again")
+        if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):
+            raise DecisionError(f"Revision of {args.item} changes nothing: its summary and citations are already exactly these (draft {draft}); edit the files, or decide on draft {draft}")
+        stamp = now_utc()
+        # the edited result says who changed it, in which version and why: every version hashes differently,
+        # so a decision bound to an older version is refused even when an edit restores earlier words
+        checked["revision"] = {"draftVersion": draft + 1, "reviewer": args.reviewer, "reason": args.reason, "revisedAtUtc": stamp}
         new_results = results[:position] + [checked] + results[position + 1:]
         digest = results_sha256(new_results)
+        previous = results_sha256(results)
         change = {"before": {k: old.get(k) for k in ("status", "summary", "citations", "reason") if k in old},
-                  "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]}}
+                  "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]},
+                  "previousResultsSha256": previous}
         with transaction(ctx.db):
             ctx.db.execute("INSERT INTO drafts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           (draft + 1, args.item, json.dumps(new_results), digest, args.reviewer, args.reason, json.dumps(change), now_utc()))
+                           (draft + 1, args.item, json.dumps(new_results), digest, args.reviewer, args.reason, json.dumps(change), stamp))
         return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": args.item, "resultsSha256": digest,
-                "previousResultsSha256": results_sha256(results), "decideCommand": decide_command(args.state_dir, digest)}
+                "previousResultsSha256": previous, "reviewer": args.reviewer, "reason": args.reason,
+                "result": checked, "decideCommand": decide_command(args.state_dir, digest)}
 
 
 def revised_proposal(args, old: dict) -> dict:
@@ -1726,6 +1952,7 @@ def cmd_cancel(args) -> dict:
         job = load_job(args.state_dir)
         need_text(args.reviewer, "--reviewer")
         need_text(args.reason, "--reason")
+        check_state_files(args.state_dir)
         db = ledger(job_path(args.state_dir, EFFECTS_FILE))
         values = read_checkpoint(args.state_dir, job)["values"]
         if values.get("final"):
@@ -1749,6 +1976,14 @@ def cmd_seal(args) -> dict:
     if os.path.exists(out) and not args.force:
         raise ManifestError(f"{args.out} exists; pass --force to overwrite it")
     items = [seal_file_item(base, path, n) for n, path in enumerate(args.files, 1)]
+    paths = [i["path"] for i in items]
+    for path in paths:
+        if paths.count(path) > 1:
+            raise ManifestError(f"Source {path} is named twice; name each source file once")
+    for item in items:  # two files with the same name in different folders: use their relative paths as ids
+        if sum(i["id"] == item["id"] for i in items) > 1:
+            for twin in [i for i in items if i["id"] == item["id"]]:
+                twin["id"] = os.path.splitext(twin["path"])[0][-80:]
     if args.mcp_uri:
         items.append(seal_mcp_item(args, len(items) + 1))
     manifest = {
@@ -1761,11 +1996,16 @@ def cmd_seal(args) -> dict:
         manifest["maxConcurrentCalls"] = args.max_concurrent_calls
     check_manifest(manifest)
     raw = (json.dumps(manifest, indent=2) + "\n").encode()
-    tmp_dir_check = os.path.isdir(base) or os.makedirs(base, exist_ok=True)
-    del tmp_dir_check
-    write_atomic(out, raw)
+    os.makedirs(base, exist_ok=True)
+    if args.force:
+        write_atomic(out, raw)
+    else:
+        try:
+            write_exclusive(out, raw)  # never overwrites, even if the file appeared since the check above
+        except FileExistsError:
+            raise ManifestError(f"{args.out} exists; pass --force to overwrite it") from None
     os.chmod(out, 0o644)
-    return {"manifest": out, "manifestSha256": sha256_hex(raw), "items": items}
+    return {"jobId": args.job_id, "manifest": out, "manifestSha256": sha256_hex(raw), "items": items}
 
 
 def seal_file_item(base: str, path: str, n: int) -> dict:
@@ -1795,6 +2035,8 @@ def seal_mcp_item(args, n: int) -> dict:
 
 def cmd_verify(args) -> dict:
     """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
+    if os.path.exists(job_path(args.state_dir, JOB_FILE)):
+        check_state_files(args.state_dir)  # a damaged or lost database is named before anything reads it
     snap = Snapshot(args.state_dir)
     try:
         checks = verify_checks(snap)
@@ -1817,12 +2059,27 @@ def verify_checks(snap: Snapshot) -> list:
             checks.append({"name": name, "ok": True, "detail": detail or "ok"})
         except JobError as exc:
             checks.append({"name": name, "ok": False, "detail": str(exc)})
+        except Exception as exc:  # damaged saved state must fail the check, never crash verify
+            checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
 
-    check("seals", lambda: check_seals(snap.job) and "version, program, dependencies, manifest and sources match")
+    sealed = {}
+
+    def seals():
+        sealed["manifest"], sealed["texts"] = check_seals(snap.job)
+        return "version, program, dependencies, manifest and sources match"
+
+    check("files", lambda: state_files_invariants(snap.state_dir))
+    check("seals", seals)
     check("journal", lambda: journal_invariants(snap.calls))
-    check("results", lambda: results_invariants(snap))
+    check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("receipt", lambda: receipt_invariants(snap))
     return checks
+
+
+def state_files_invariants(state_dir: str) -> str:
+    check_state_dir_safe(state_dir)
+    check_state_files(state_dir)
+    return "state directory private; journal and checkpoint files whole"
 
 
 def journal_invariants(calls) -> str:
@@ -1844,17 +2101,24 @@ def journal_invariants(calls) -> str:
     return f"{len(calls)} calls, {len(by_base)} operations"
 
 
-def results_invariants(snap: Snapshot) -> str:
+def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
+    """Every saved result is what its journaled output gives when checked again (sources permitting)."""
     results = snap.model_results
     if snap.final:
         draft, current = current_draft(snap.db, results)
         if snap.final.get("resultsSha256") != results_sha256(current):
             raise SealError("the final decision's resultsSha256 does not match the saved results")
+    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
     for r in results:
-        if r.get("status") == "validated":
-            text = json.loads(next(c["output_text"] for c in snap.calls if c["item_id"] == r["itemId"] and c["status"] == "completed"))
-            if sha256_hex(canonical(text)) != r.get("proposalSha256"):
-                raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
+        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"]
+        if not done:
+            raise SealError(f"item {r.get('itemId')} has a saved result but no completed call in the journal")
+        output = done[-1]["output_text"]
+        if texts is not None and r.get("itemId") in items:
+            if check_proposal(output, items[r["itemId"]], texts[r["itemId"]]) != r:
+                raise SealError(f"item {r['itemId']}'s saved result differs from its journaled output checked again against the source")
+        elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output))) != r.get("proposalSha256"):
+            raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
     return f"{len(results)} results, resultsSha256 {results_sha256(snap.results)}"
 
 
@@ -1867,10 +2131,25 @@ def receipt_invariants(snap: Snapshot) -> str:
         return "no terminal outcome yet"
     with open(path, "rb") as fh:
         receipt = strict_json(fh.read())
+    if not isinstance(receipt, dict):
+        raise SealError("receipt.json is not a JSON object")
     if receipt.get("jobId") != snap.job["jobId"] or receipt.get("codeSha256") != snap.job["codeSha256"]:
         raise SealError("receipt.json does not belong to this job")
     if snap.final and receipt.get("final") != snap.final:
         raise SealError("receipt.json's decision differs from the checkpoint's")
+    draft, results = current_draft(snap.db, snap.model_results)
+    expected = {
+        "outcome": "decided" if snap.final else "cancelled" if snap.cancel else None,
+        "threadId": snap.job["threadId"], "manifestPath": snap.job["manifestPath"],
+        "manifestSha256": snap.job["manifestSha256"], "version": snap.job["version"],
+        "dependencies": snap.job.get("dependencies"), "resultsSha256": results_sha256(results),
+        "draftVersion": draft, "statuses": {r["itemId"]: r["status"] for r in results}, "final": snap.final,
+    }
+    if snap.cancel:
+        expected["cancel"] = snap.cancel
+    for key, value in expected.items():
+        if receipt.get(key) != value:
+            raise SealError(f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}")
     return f"receipt for outcome {receipt.get('outcome')}"
 
 
@@ -1879,46 +2158,103 @@ def receipt_invariants(snap: Snapshot) -> str:
 ###############################################################################
 
 
-def text_summary(command: str, out: dict) -> str:
-    """A readable summary for a terminal; piped output stays JSON."""
+def text_summary(command: str, out: dict, state_dir: str | None = None) -> str:
+    """A readable summary for a terminal (piped output stays JSON): what happened, then the next step."""
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}"]
+    add = lines.append
+    if out.get("existing") is True:
+        add("  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would")
+    if "phase" in out:
+        add(f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else ""))
     for r in out.get("results") or []:
         extra = f" — {r.get('reason')}" if r.get("reason") else ""
-        lines.append(f"  {r['itemId']:<12} {r['status']}{extra}")
+        revised = f" (revised in draft {r['revision']['draftVersion']} by {r['revision']['reviewer']})" if r.get("revision") else ""
+        add(f"  {r['itemId']:<12} {r['status']}{revised}{extra}")
+        if r.get("summary") and command == "inspect":
+            add(f"    summary: {clip(r['summary'], 200)}")
     for call in out.get("calls") or []:
-        lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
-        if call[2] == "pending":
-            lines.append(f"    reconcile: python durable_job.py reconcile --state-dir D --operation-key {call[0]} --action complete|abandon --reviewer R --reason X")
-    if out.get("final"):
-        f = out["final"]
-        lines.append(f"  decision: {f.get('decision')} by {f.get('reviewer')} at {f.get('decidedAtUtc')}")
+        add(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
+        if call[2] == "pending" and state_dir:
+            add(f"    reconcile: {reconcile_command(state_dir, call[0])}")
+    for d in out.get("drafts") or []:
+        add(f"  history: v{d['version']} {d['itemId']} by {d['reviewer']}: {d['reason']} ({d['createdUtc']})")
+    if command == "revise" and "draftVersion" in out:
+        add(f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}")
+        add(f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)")
+    final = out.get("final")
+    if final:
+        add(f"  decision: {final.get('decision')} by {final.get('reviewer')} at {final.get('decidedAtUtc')}: {final.get('reason')}")
+        if final.get("bound"):
+            add(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
+        else:
+            add(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
+        if state_dir and command == "decide":
+            add(f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}")
+    record = out.get("cancelled")
+    if record:
+        add(f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}")
+        if command == "cancel":
+            add("  nothing more runs: resume, revise and decide are refused")
+            if state_dir:
+                add(f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}")
+            for key in record.get("pendingCalls") or []:
+                add(f"  pending call {key} stays visible; for accounting, check the provider's usage, then:")
+                add(f"    {reconcile_command(state_dir or 'DIR', key)}")
+    if command == "reconcile" and out.get("reconciliation"):
+        rec = out["reconciliation"]
+        add(f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}")
+    if command == "seal":
+        add(f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})")
+        for item in out.get("items") or []:
+            add(f"  {item['id']:<12} {item.get('path') or item.get('mcp', {}).get('uri')}  sha256 {item['sha256']}")
+        add(f"  next: python durable_job.py start --manifest {out.get('manifest')} --state-dir DIR")
+    for check in out.get("checks") or []:
+        add(f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}")
     for bundle in out.get("interrupt") or []:
-        lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
-        lines.append(f"  next: {bundle['decideCommand']}")
-    for key in ("phase", "next", "decideCommand", "sealBroken", "html", "draftVersion", "status", "operationKey"):
-        if key in out and not (key == "decideCommand" and out.get("interrupt")):
-            lines.append(f"  {key}: {out[key]}")
+        add(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
+        add(f"  next: {bundle['decideCommand']}")
+    if out.get("decideCommand") and not out.get("interrupt"):
+        add(f"  next: {out['decideCommand']}")
+    for key in ("next", "sealBroken", "html"):
+        if key in out:
+            add(f"  {key}: {out[key]}")
     return "\n".join(lines)
 
 
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
-    """One self-contained review page (no network, no external assets); every string escaped."""
+    """One self-contained review page (no network, no external assets, no script); every string escaped."""
     e = html.escape
-    items = {i["id"]: i for i in (read_manifest_quiet(snap.job) or {}).get("items", [])}
+    manifest = read_manifest_quiet(snap.job) or {}
+    items = {i["id"]: i for i in manifest.get("items", [])}
     sources = read_sources_quiet(snap.job)
+    job = snap.job
+    phase = snap.phase()
+    cls = {"decided": "ok", "awaiting-review": "wait", "cancelled": "bad", "uncertain-call": "bad"}.get(phase, "wait")
+    owner = job.get("approvedBy") or manifest.get("approvedBy") or "?"
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        f"<title>durable_job review: {e(snap.job['jobId'])}</title><style>{PAGE_CSS}</style></head><body>",
-        f"<header><h1>{e(snap.job['jobId'])}</h1><p class='phase'>{e(snap.phase())}</p>",
-        f"<p>draft {out['draftVersion']} · resultsSha256 <code>{e(out['resultsSha256'])}</code></p>",
+        "<meta name='referrer' content='no-referrer'>",
+        f"<title>durable_job review: {e(job['jobId'])}</title><style>{PAGE_CSS}</style></head><body>",
+        f"<header><h1>{e(job['jobId'])}</h1>",
+        f"<p><span class='pill {cls}'>{e(phase)}</span> draft {int(out['draftVersion'])} · "
+        f"{len([r for r in snap.results if r.get('status') == 'validated'])}/{len(items) or len(snap.results)} validated · "
+        f"<a href='#decide'>next step</a></p>",
+        f"<p class='meta'>mode {e(str(job.get('mode')))} · model {e(str(job.get('model')))} · approved by {e(str(owner))}</p>",
+        f"<details><summary>seals</summary><dl class='meta'><dt>resultsSha256</dt><dd><code>{e(out['resultsSha256'])}</code></dd>"
+        f"<dt>manifest</dt><dd><code>{e(job['manifestPath'])}</code><br><code>{e(job['manifestSha256'])}</code></dd>"
+        f"<dt>program</dt><dd><code>{e(job['codeSha256'])}</code> ({e(job['version'])})</dd>"
+        f"<dt>created</dt><dd>{e(job['createdAtUtc'])}</dd></dl></details>",
     ]
     if out.get("sealBroken"):
         parts.append(f"<p class='bad'>Seal broken: {e(out['sealBroken'])}</p>")
     parts.append("</header><main>")
-    for n, r in enumerate(snap.results):
-        parts.append(item_section(n, r, sources.get(r["itemId"]), items.get(r["itemId"], {})))
+    results = {r["itemId"]: r for r in snap.results}
+    order = list(items) + [i for i in results if i not in items]
+    for n, item_id in enumerate(order):
+        parts.append(item_section(n, results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
+                                  sources.get(item_id), items.get(item_id, {})))
     parts.append(journal_section(snap))
     parts.append(history_section(out.get("drafts") or []))
     parts.append(decision_section(snap, out))
@@ -1927,12 +2263,17 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
 
 
 PAGE_CSS = (
-    "body{font:16px/1.5 system-ui,sans-serif;margin:0;padding:1rem;max-width:60rem;margin:auto;color:#111;background:#fff}"
-    "section{border:1px solid #ccc;border-radius:8px;padding:.75rem;margin:1rem 0;overflow-wrap:anywhere}"
-    "pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;border-radius:6px}"
+    "*{box-sizing:border-box}"
+    "body{font:16px/1.45 system-ui,sans-serif;margin:0 auto;padding:.75rem;max-width:60rem;color:#111;background:#fff;overflow-wrap:anywhere}"
+    "h1{font-size:1.5rem;margin:.25rem 0}h2{font-size:1.15rem;margin:.25rem 0 .5rem}"
+    "header p{margin:.3rem 0}.meta{color:#444;font-size:.9rem}dl{margin:.25rem 0}dt{font-weight:bold}dd{margin:0 0 .4rem 0}"
+    "section{border:1px solid #ccc;border-radius:8px;padding:.75rem;margin:.75rem 0}"
+    "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.5rem;border-radius:6px;margin:.5rem 0}"
     "mark{background:#ffe066}mark a{color:inherit}.bad{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}"
-    "table{border-collapse:collapse;width:100%;font-size:.85rem}td,th{border:1px solid #ddd;padding:.25rem;text-align:left;vertical-align:top}"
-    "code{overflow-wrap:anywhere}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block}"
+    ".pill{border-radius:1rem;padding:0 .5rem;border:1px solid currentColor}.wait{color:#8a5a00;font-weight:bold}"
+    ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
+    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all}"
+    "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
 )
 
 
@@ -1960,17 +2301,24 @@ def read_sources_quiet(job: dict) -> dict:
 
 
 def highlight(source: str, citations: list, n: int) -> str:
-    """The source with each cited quote marked and linked to its claim (first occurrence)."""
-    spans = []
+    """The source with each cited quote marked and linked to its claim (first non-overlapping occurrence)."""
+    spans, anchors = [], []
     for c, cite in enumerate(citations):
-        at = source.find(cite["quote"])
-        if at >= 0 and not any(s < at + len(cite["quote"]) and at < e for s, e, _ in spans):
-            spans.append((at, at + len(cite["quote"]), c))
+        quote = cite.get("quote") or ""
+        at = source.find(quote) if quote else -1
+        while at >= 0 and any(s < at + len(quote) and at < e for s, e, _ in spans):
+            at = source.find(quote, at + 1)
+        if at >= 0:
+            spans.append((at, at + len(quote), c))
+        elif quote and quote in source:  # overlaps an earlier quote everywhere: anchor it where it starts
+            anchors.append((source.find(quote), c))
     out, pos = [], 0
     for start, end, c in sorted(spans):
         out.append(html.escape(source[pos:start]))
+        out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if pos <= at <= start)
         out.append(f"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{html.escape(source[start:end])}</a></mark>")
         pos = end
+    out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if at >= pos and not any(s <= at < e for s, e, _ in spans))
     out.append(html.escape(source[pos:]))
     return "".join(out)
 
@@ -1978,51 +2326,107 @@ def highlight(source: str, citations: list, n: int) -> str:
 def item_section(n: int, r: dict, source: str | None, item: dict) -> str:
     e = html.escape
     cls = "ok" if r["status"] == "validated" else "bad"
-    parts = [f"<section><h2>{e(r['itemId'])} <span class='{cls}'>{e(r['status'])}</span></h2>",
-             f"<p>source <code>{e(str(item.get('path') or item.get('mcp', {}).get('uri', '')))}</code> sha256 <code>{e(r['sourceSha256'])}</code></p>"]
+    where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
+    parts = [f"<section id='item{n}'><h2>{e(r['itemId'])} <span class='{cls}'>{e(r['status'])}</span></h2>",
+             f"<p class='meta'>source <code>{e(str(where))}</code> · sha256 <code>{e(r['sourceSha256'])}</code></p>"]
+    if r.get("revision"):
+        rev = r["revision"]
+        parts.append(f"<p class='wait'>Edited by {e(str(rev.get('reviewer')))} in draft {int(rev.get('draftVersion') or 0)}: {e(str(rev.get('reason')))}</p>")
     if r["status"] == "validated":
         parts.append(f"<p><b>Summary:</b> {e(r['summary'])}</p><ol>")
         for c, cite in enumerate(r["citations"]):
             parts.append(f"<li id='c{n}-{c}'><a href='#q{n}-{c}'>“{e(cite['quote'])}”</a> — {e(cite['claim'])}</li>")
         parts.append("</ol>")
-    else:
+    elif r["status"] == "failed":
         parts.append(f"<p class='bad'>Failed: {e(r.get('reason', ''))}</p>")
-    if source is not None:
-        parts.append(f"<pre>{highlight(source, r.get('citations') or [], n)}</pre>")
     else:
-        parts.append("<p class='bad'>Source not shown: it cannot be read or no longer matches its seal.</p>")
+        parts.append("<p class='note'>No result yet: see the journal and the next step below.</p>")
+    if source is not None:
+        cites = r.get("citations") if r["status"] == "validated" else []
+        parts.append(f"<pre>{highlight(source, cites or [], n)}</pre>")
+    else:
+        parts.append("<p class='bad'>Source not shown: it cannot be read here (an MCP source, or it no longer matches its seal).</p>")
     parts.append("</section>")
     return "".join(parts)
 
 
+def usage_text(usage_json) -> str:
+    if not usage_json:
+        return ""
+    try:
+        usage = json.loads(usage_json)
+    except ValueError:
+        return str(usage_json)
+    if not isinstance(usage, dict):
+        return str(usage_json)
+    names = (("input_tokens", "input"), ("output_tokens", "output"), ("total_tokens", "total"))
+    shown = [f"{usage[k]} {label}" for k, label in names if isinstance(usage.get(k), int)]
+    return "tokens: " + " · ".join(shown) if shown else json.dumps(usage, sort_keys=True)
+
+
 def journal_section(snap: Snapshot) -> str:
     e = html.escape
-    rows = "".join(
-        f"<tr><td><code>{e(r['operation_key'][:16])}…:{r['attempt']}</code></td><td>{e(r['item_id'])}</td><td>{e(r['status'])}</td>"
-        f"<td>{e(str(r['response_id'] or ''))}</td><td>{e(str(r['request_id'] or ''))}</td><td>{e(str(r['usage_json'] or ''))}</td></tr>"
-        for r in snap.calls)
-    return ("<section><h2>Journal</h2><table><tr><th>operation</th><th>item</th><th>status</th><th>response</th><th>request</th><th>usage</th></tr>"
-            f"{rows}</table></section>")
+    if not snap.calls:
+        return "<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>"
+    rows = []
+    for r in snap.calls:
+        cls = {"completed": "ok", "pending": "bad", "rejected": "bad"}.get(r["status"], "wait")
+        row = [f"<div class='call'><b>{e(r['item_id'])}</b> attempt {int(r['attempt'])} <span class='{cls}'>{e(r['status'])}</span>",
+               f"<br><code>{e(r['operation_key'])}</code>"]
+        if r["response_id"] or r["request_id"]:
+            row.append(f"<br>response <code>{e(str(r['response_id'] or '–'))}</code> · request <code>{e(str(r['request_id'] or '–'))}</code>")
+        if r["usage_json"]:
+            row.append(f"<br>{e(usage_text(r['usage_json']))}")
+        row.append(f"<br><span class='note'>{e(r['created_utc'])} → {e(r['updated_utc'])}</span>")
+        if r["reconciliation_json"]:
+            try:
+                rec = json.loads(r["reconciliation_json"])
+                row.append(f"<br><span class='note'>reconciled: {e(str(rec.get('action')))} by {e(str(rec.get('reviewer')))}: {e(str(rec.get('reason')))}</span>"
+                           if "reviewer" in rec else f"<br><span class='note'>{e(clip(r['reconciliation_json'], 300))}</span>")
+            except ValueError:
+                pass
+        if r["status"] == "pending":
+            row.append("<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
+                       f"<code class='cmd'>{e(reconcile_command(snap.state_dir, r['operation_key']))}</code>")
+        row.append("</div>")
+        rows.append("".join(row))
+    return f"<section id='journal'><h2>Journal</h2>{''.join(rows)}</section>"
 
 
 def history_section(drafts: list) -> str:
     e = html.escape
     if not drafts:
-        return "<section><h2>Drafts</h2><p>Draft 1: the model's results, unrevised.</p></section>"
-    rows = "".join(f"<li>v{d['version']}: {e(d['itemId'])} by {e(d['reviewer'])} — {e(d['reason'])} ({e(d['createdUtc'])})</li>" for d in drafts)
-    return f"<section><h2>Drafts</h2><ol>{rows}</ol></section>"
+        return "<section id='drafts'><h2>Drafts</h2><p>Draft 1: the model's results, unrevised.</p></section>"
+    rows = []
+    for d in drafts:
+        before, after = d["change"].get("before", {}), d["change"].get("after", {})
+        rows.append(
+            f"<li><b>v{int(d['version'])}</b>: {e(d['itemId'])} by {e(d['reviewer'])} — {e(d['reason'])} <span class='note'>({e(d['createdUtc'])})</span>"
+            f"<br>before ({e(str(before.get('status')))}): {e(str(before.get('summary') or before.get('reason') or ''))}"
+            f"<br>after: {e(str(after.get('summary')))} <span class='note'>({len(after.get('citations') or [])} citation(s))</span>"
+            f"<br><span class='note'>resultsSha256 <code>{e(d['resultsSha256'])}</code></span></li>")
+    return ("<section id='drafts'><h2>Drafts</h2><p class='note'>v1 is the model's results; every later version is a person's edit, "
+            f"validated like model output.</p><ol>{''.join(rows)}</ol></section>")
 
 
 def decision_section(snap: Snapshot, out: dict) -> str:
     e = html.escape
     if snap.final:
         f = snap.final
-        return f"<section><h2>Decision</h2><p>{e(str(f.get('decision')))} by {e(str(f.get('reviewer')))}: {e(str(f.get('reason')))} ({e(str(f.get('decidedAtUtc')))})</p></section>"
+        bound = (f"bound to resultsSha256 <code>{e(str(f.get('boundResultsSha256')))}</code>" if f.get("bound") or f.get("boundResultsSha256")
+                 else "not bound to a results hash")
+        return (f"<section id='decide'><h2>Decision</h2><p><b>{e(str(f.get('decision')))}</b> by {e(str(f.get('reviewer')))}: {e(str(f.get('reason')))}"
+                f" <span class='note'>({e(str(f.get('decidedAtUtc')))}, draft {e(str(f.get('draftVersion', 1)))}, {bound})</span></p></section>")
     if snap.cancel:
-        return f"<section><h2>Cancelled</h2><p>by {e(snap.cancel['reviewer'])}: {e(snap.cancel['reason'])}</p></section>"
+        pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
+        extra = "".join(f"<p>Pending call kept for accounting:</p><code class='cmd'>{e(reconcile_command(snap.state_dir, k))}</code>" for k in pending)
+        return (f"<section id='decide'><h2>Cancelled</h2><p>by {e(snap.cancel['reviewer'])}: {e(snap.cancel['reason'])} "
+                f"<span class='note'>({e(snap.cancel.get('cancelledAtUtc', ''))})</span></p><p>Nothing more runs.</p>{extra}</section>")
     if out.get("decideCommand"):
-        return f"<section><h2>Decide</h2><code class='cmd'>{e(out['decideCommand'])}</code></section>"
-    return "<section><h2>Decide</h2><p>The job is not waiting for review yet.</p></section>"
+        return ("<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
+                f"<code class='cmd'>{e(out['decideCommand'])}</code>"
+                "<p class='note'>Choose one of accept, reject or hold, and put your name and your reason in place of YOU and WHY.</p></section>")
+    return f"<section id='decide'><h2>Next step</h2><p>The job is not waiting for review yet.</p><p><code class='cmd'>{e(next_step(snap))}</code></p></section>"
 
 
 ###############################################################################
@@ -2097,9 +2501,9 @@ def add_seal_flags(p) -> None:
     p.add_argument("files", nargs="*", help="source files (paths relative to the manifest are recorded)")
 
 
-def emit(command: str, out: dict, fmt: str | None) -> None:
+def emit(command: str, out: dict, fmt: str | None, state_dir: str | None = None) -> None:
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
-    text = text_summary(command, out) if fmt == "text" else json.dumps(out, indent=2, ensure_ascii=False)
+    text = text_summary(command, out, state_dir) if fmt == "text" else json.dumps(out, indent=2, ensure_ascii=False)
     sys.stdout.write(redact(text) + "\n")
     sys.stdout.flush()
 
@@ -2109,7 +2513,7 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         out = COMMANDS[args.command](args)
-        emit(args.command, out, getattr(args, "fmt", None))
+        emit(args.command, out, getattr(args, "fmt", None), getattr(args, "state_dir", None))
         return 0
     except JobError as exc:
         message = " ".join(redact(exc).split())

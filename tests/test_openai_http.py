@@ -1,0 +1,472 @@
+"""The real provider path: the openai SDK over HTTP, proven against the loopback server.
+
+The journeys run the CLI as a subprocess with the real openai SDK pointed at
+tests/provider_server.py; the server's own request log is the witness of what
+was sent. A few in-process tests drive call_model and get_or_call over the same
+real HTTP. Only the last test patches anything (the SDK's constructor), to pin
+the exact arguments of the one request shape.
+
+Each CLI run that executes the graph costs about 3 s of start-up, so the
+journeys that only read a finished job share one module-scoped run.
+"""
+import json
+import os
+import sqlite3
+import time
+from unittest import mock
+
+import pytest
+
+import durable_job
+from conftest import ALPHA, BETA, FAKE_KEY, Provider, Workspace, openai_workspace, sha256
+
+JOB = {"jobId": "in-process", "model": "gpt-test", "mode": "openai"}
+ALPHA_ITEM = {"id": "alpha", "sha256": sha256(ALPHA)}
+BOUNDS = {"maxAttemptsPerItem": 2, "maxModelCalls": 6}
+REFUSALS = ["400", "401", "403", "404", "422", "429"]
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def named(db: sqlite3.Connection, sql: str, params=()) -> list:
+    """Rows of a query as dicts (the connection itself is left as it is)."""
+    cursor = db.cursor()
+    cursor.row_factory = sqlite3.Row
+    return [dict(r) for r in cursor.execute(sql, params)]
+
+
+def calls(db: sqlite3.Connection) -> list:
+    """The journal's `calls` rows as dicts, in creation order."""
+    return named(db, "SELECT * FROM calls ORDER BY created_utc, rowid")
+
+
+def journal(ws: Workspace) -> list:
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
+    try:
+        return calls(conn)
+    finally:
+        conn.close()
+
+
+def events(ws: Workspace, key: str) -> list:
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
+    try:
+        return [(e, json.loads(d) if d else None)
+                for e, d in conn.execute("SELECT event, detail_json FROM call_events WHERE operation_key=? ORDER BY id", (key,))]
+    finally:
+        conn.close()
+
+
+def assert_no_key(ws: Workspace, *outputs: str) -> None:
+    """Neither the key nor a fragment of it is in any byte of the state directory or in any output."""
+    fragment = FAKE_KEY[len("sk-test-"):][:9]
+    for dirpath, _, files in os.walk(ws.state):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as fh:
+                data = fh.read()
+            assert FAKE_KEY.encode() not in data and fragment.encode() not in data, f"key bytes in {name}"
+    for text in outputs:
+        assert FAKE_KEY not in text and fragment not in text, text
+
+
+def response_file(ws: Workspace, logged: dict) -> str:
+    """What a person writes from the provider's log line for a lost answer."""
+    path = os.path.join(ws.root, "recovered-response.json")
+    with open(path, "w") as fh:
+        json.dump({"outputText": logged["output_text"], "responseId": logged["response_id"],
+                   "requestId": f"req_{logged['seq']}"}, fh)
+    return path
+
+
+@pytest.fixture
+def openai_env(monkeypatch, provider):
+    """This process's environment pointed at the loopback provider (for in-process calls)."""
+    for name in list(os.environ):
+        if name.startswith(("OPENAI_", "DURABLE_JOB_")):
+            monkeypatch.delenv(name)
+    for name, value in provider.env(DURABLE_JOB_OPENAI_TIMEOUT="2").items():
+        monkeypatch.setenv(name, value)
+    return provider
+
+
+class Reviewed:
+    """One successful openai-mode job, shared by the read-only checks below."""
+
+    def __init__(self, root):
+        self.provider = Provider(root)
+        self.ws = openai_workspace(Workspace(root), self.provider)
+        self.start = self.ws.start()
+        self.status = self.ws.run("status")
+        self.inspect = self.ws.run("inspect")
+
+
+@pytest.fixture(scope="module")
+def reviewed(tmp_path_factory):
+    job = Reviewed(tmp_path_factory.mktemp("reviewed"))
+    yield job
+    job.provider.stop()
+
+
+# ---------------------------------------------------------------------------
+# the happy path over HTTP
+
+
+def test_openai_job_over_http_reaches_review_with_one_request_per_item(reviewed):
+    """A two-item openai job reaches review; the server saw exactly one plain request per item."""
+    out = reviewed.start.ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"]
+    assert out["interrupt"] and out["interrupt"][0]["statuses"] == {"alpha": "validated", "beta": "validated"}
+
+    requests = reviewed.provider.requests()
+    assert len(requests) == 2
+    results = reviewed.inspect.ok()["results"]
+    items = [{"id": "alpha", "sha256": sha256(ALPHA)}, {"id": "beta", "sha256": sha256(BETA)}]
+    for n, (req, item, source) in enumerate(zip(requests, items, (ALPHA, BETA))):
+        assert req["path"] == "/v1/responses"
+        assert req["model"] == "gpt-test"
+        assert req["store"] is False
+        assert req["max_output_tokens"] == 500
+        assert req["tools"] is None and "tools" not in req["body"]
+        assert req["instructions"] == durable_job.SYSTEM
+        assert source in req["input"]
+        assert req["input"] == durable_job.model_input(item, source, results[:n])
+
+
+def test_journal_rows_carry_the_servers_response_id_request_id_and_usage(reviewed):
+    """Each completed row holds exactly what the server answered: response id, x-request-id, usage, text."""
+    rows = journal(reviewed.ws)
+    requests = reviewed.provider.requests()
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    for row, req in zip(rows, requests):
+        assert row["response_id"] == req["response_id"] and row["response_id"].startswith("resp_")
+        assert row["request_id"] == f"req_{req['seq']}"
+        assert row["output_text"] == req["output_text"]
+        usage = json.loads(row["usage_json"])
+        assert usage["input_tokens"] == len(req["input"]) // 4
+        assert usage["output_tokens"] == len(req["output_text"]) // 4
+        assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    calls = reviewed.status.ok()["calls"]
+    assert [c[3:] for c in calls] == [[r["response_id"], r["request_id"]] for r in rows]
+
+
+def test_operation_key_travels_as_x_client_request_id(reviewed):
+    """A person can match the journal to provider-side logs: the header is the operation key."""
+    keys = [c[0] for c in reviewed.status.ok()["calls"]]
+    assert [r["headers"]["x-client-request-id"] for r in reviewed.provider.requests()] == keys
+    assert all(k.endswith(":1") for k in keys)
+
+
+def test_api_key_is_never_stored_or_printed_on_success(reviewed):
+    """The key reached the server (Authorization) but no byte of the state or any output holds it."""
+    assert all(r["headers"]["authorization"] == f"Bearer {FAKE_KEY}" for r in reviewed.provider.requests())
+    assert_no_key(reviewed.ws, reviewed.start.stdout, reviewed.start.stderr, reviewed.status.stdout,
+                  reviewed.inspect.stdout)
+
+
+# ---------------------------------------------------------------------------
+# unknown outcomes stay pending and are never sent again
+
+
+def test_server_error_leaves_the_call_pending_and_resume_says_uncertain(ws, provider):
+    """A 500 is an unknown outcome: the row stays pending with its request id, and resume sends nothing."""
+    openai_workspace(ws, provider)
+    provider.behave("500")
+    first = ws.start()
+    [row] = journal(ws)
+    first.held("ProviderError", "alpha", row["operation_key"], "pending")
+    assert row["status"] == "pending" and row["request_id"] == "req_1"
+    assert len(provider.requests()) == 1  # SDK retries are off: one 500, one request
+
+    provider.behave("ok")
+    ws.run("resume").held("UncertainCall", f"UNCERTAIN_CALL alpha {row['operation_key']}")
+    status = ws.run("status").ok()
+    assert status["calls"] == [[row["operation_key"], "alpha", "pending", None, "req_1"]]
+    assert status["next"].startswith(f"UNCERTAIN_CALL alpha {row['operation_key']}")
+    assert len(provider.requests()) == 1
+    assert_no_key(ws, first.stderr)
+
+
+def test_timed_out_call_is_reconciled_from_the_provider_log_and_never_resent(ws, provider):
+    """A request that times out (DURABLE_JOB_OPENAI_TIMEOUT=1) stays pending; the person completes it
+    from the answer the provider logged but never delivered, and the job finishes with no second
+    request for that item. (A dropped connection takes the same path: see the in-process test below.)"""
+    openai_workspace(ws, provider)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
+    provider.behave(sequence=["hang"])
+    began = time.monotonic()
+    first = ws.start()
+    elapsed = time.monotonic() - began
+    [row] = journal(ws)
+    key = row["operation_key"]
+    first.held("ProviderError", key)
+    assert row["status"] == "pending" and row["request_id"] is None  # no answer, so no request id
+    [logged] = provider.requests()
+    assert logged["client_request_id"] == key and logged["behaviour"] == "hang"
+    assert "Timeout" in first.stderr
+    assert elapsed < 25, f"the 1 s timeout did not apply ({elapsed:.1f} s; the default is 30 s)"
+    status = ws.run("status").ok()
+    assert status["calls"] == [[key, "alpha", "pending", None, None]]
+    assert status["next"].startswith(f"UNCERTAIN_CALL alpha {key}")
+    # (resume's UNCERTAIN_CALL refusal is shown for a 500 above, and for drop and hang in process below)
+
+    answer = response_file(ws, logged)
+    rec = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops@example.test",
+                 "--reason", "provider log shows the answer", "--response-file", answer).ok()
+    assert rec["status"] == "completed" and rec["itemId"] == "alpha"
+
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
+    requests = provider.requests()
+    assert len(requests) == 2 and requests[1]["client_request_id"] != key  # only beta was sent
+    alpha = journal(ws)[0]
+    assert (alpha["status"], alpha["output_text"], alpha["response_id"], alpha["request_id"]) == (
+        "completed", logged["output_text"], logged["response_id"], "req_1")
+    with open(answer, "rb") as fh:
+        assert json.loads(alpha["reconciliation_json"])["responseFileSha256"] == sha256(fh.read())
+
+
+@pytest.mark.parametrize("behaviour", ["500", "drop", "hang"])
+def test_get_or_call_keeps_any_other_failure_pending(openai_env, monkeypatch, tmp_path, behaviour):
+    """In process, through the journal: a 500, a dropped connection and a timeout all stay pending
+    (with the request id only when one came back); the next call refuses with UNCERTAIN_CALL."""
+    provider = openai_env
+    provider.behave(behaviour)
+    monkeypatch.setenv("DURABLE_JOB_OPENAI_TIMEOUT", "1")
+    db = durable_job.ledger(str(tmp_path / "effects.sqlite"))
+    prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
+    with pytest.raises(durable_job.ProviderError, match="stays pending"):
+        durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
+    [row] = calls(db)
+    assert row["status"] == "pending"
+    assert row["request_id"] == ("req_1" if behaviour == "500" else None)
+    provider.behave("ok")
+    with pytest.raises(durable_job.UncertainCall, match=f"UNCERTAIN_CALL alpha {row['operation_key']}"):
+        durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
+    assert len(provider.requests()) == 1
+    db.close()
+
+
+# ---------------------------------------------------------------------------
+# definite refusals are rejected attempts
+
+
+class Refused:
+    """An openai job whose first call is refused with a 400 that echoes the API key; then resumed."""
+
+    def __init__(self, root):
+        self.provider = Provider(root)
+        ws = self.ws = openai_workspace(Workspace(root), self.provider)
+        self.provider.behave(sequence=["echo-key-400"])
+        self.start = ws.start()
+        self.rows_after_start = journal(ws)
+        self.status = ws.run("status")
+        self.status_text = ws.run("status", "--text")
+        self.inspect = ws.run("inspect")
+        self.page = os.path.join(str(root), "review.html")
+        self.inspect_html = ws.run("inspect", "--html", self.page)
+        self.resume = ws.run("resume")
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    job = Refused(tmp_path_factory.mktemp("refused"))
+    yield job
+    job.provider.stop()
+
+
+def test_definite_refusal_is_recorded_as_rejected_with_status_and_message(refused):
+    """The provider answered 400, so nothing was produced: the row is `rejected`, not pending, with
+    the HTTP status and message in reconciliation_json and in call_events."""
+    line = refused.start.held("ProviderError", "HTTP 400", "rejected")
+    [row] = refused.rows_after_start
+    assert row["operation_key"] in line
+    assert row["status"] == "rejected" and row["request_id"] == "req_1" and row["output_text"] is None
+    rejected = json.loads(row["reconciliation_json"])["rejected"]
+    assert rejected["httpStatus"] == 400 and "test server error 400: bad key" in rejected["message"]
+    recorded = events(refused.ws, row["operation_key"])
+    assert [e for e, _ in recorded] == ["dispatch", "rejected"] and recorded[1][1]["httpStatus"] == 400
+    assert refused.provider.requests()[0]["client_request_id"] == row["operation_key"]
+
+
+def test_resume_after_a_refusal_takes_the_next_attempt_without_reconcile(refused):
+    """The refusal counts as an attempt; status says resume (no reconcile) and resume finishes the job."""
+    status = refused.status.ok()
+    assert status["calls"][0][2] == "rejected"
+    assert "rejected" in status["next"] and "resume" in status["next"] and "reconcile" not in status["next"]
+
+    out = refused.resume.ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
+    rows = journal(refused.ws)
+    assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [
+        ("alpha", 1, "rejected"), ("alpha", 2, "completed"), ("beta", 1, "completed")]
+    assert [r["client_request_id"] for r in refused.provider.requests()] == [r["operation_key"] for r in rows]
+
+
+def test_api_key_echoed_by_the_server_is_never_stored_or_printed(refused):
+    """The server put the key in its error message: the HOLD line, the journal, status, inspect,
+    the review page and every state file hold `[redacted]` instead."""
+    first = refused.provider.requests()[0]
+    assert first["behaviour"] == "echo-key-400" and first["headers"]["authorization"] == f"Bearer {FAKE_KEY}"
+    line = refused.start.held("[redacted]")
+    assert "[redacted]" in json.loads(refused.rows_after_start[0]["reconciliation_json"])["rejected"]["message"]
+    refused.inspect_html.ok()
+    with open(refused.page) as fh:
+        page = fh.read()
+    outputs = [r.stdout + r.stderr for r in (refused.start, refused.status, refused.status_text, refused.inspect,
+                                             refused.inspect_html, refused.resume)]
+    assert_no_key(refused.ws, line, page, *outputs)
+
+
+@pytest.mark.parametrize("code", REFUSALS)
+def test_every_definite_refusal_is_recorded_as_rejected(openai_env, tmp_path, code):
+    """400/401/403/404/422/429 (in process, through the journal): `rejected` with HTTP status and
+    message in the row and in call_events, one request (no SDK retry), and the next call takes attempt 2."""
+    provider = openai_env
+    provider.behave(sequence=[code])
+    db = durable_job.ledger(str(tmp_path / "effects.sqlite"))
+    prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
+    with pytest.raises(durable_job.ProviderError, match=f"HTTP {code}"):
+        durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
+    [row] = calls(db)
+    assert row["status"] == "rejected" and row["request_id"] == "req_1"
+    rejected = json.loads(row["reconciliation_json"])["rejected"]
+    assert rejected["httpStatus"] == int(code) and f"test server error {code}" in rejected["message"]
+    [event] = named(db, "SELECT event, detail_json FROM call_events WHERE event != 'dispatch'")
+    assert event["event"] == "rejected" and json.loads(event["detail_json"])["httpStatus"] == int(code)
+    assert len(provider.requests()) == 1
+
+    output = durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
+    assert durable_job.check_proposal(output, ALPHA_ITEM, ALPHA)["status"] == "validated"
+    assert [(r["attempt"], r["status"]) for r in calls(db)] == [(1, "rejected"), (2, "completed")]
+    db.close()
+
+
+def test_rejected_attempt_counts_against_the_bounds(openai_env, tmp_path):
+    """With one attempt per item, a refusal uses it: the next call is refused and nothing is sent."""
+    provider = openai_env
+    provider.behave(sequence=["403"])
+    db = durable_job.ledger(str(tmp_path / "effects.sqlite"))
+    prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
+    bounds = {"maxAttemptsPerItem": 1, "maxModelCalls": 6}
+    with pytest.raises(durable_job.ProviderError, match="HTTP 403"):
+        durable_job.get_or_call(db, JOB, bounds, ALPHA_ITEM, ALPHA, prompt)
+    with pytest.raises(durable_job.BudgetError, match="maxAttemptsPerItem"):
+        durable_job.get_or_call(db, JOB, bounds, ALPHA_ITEM, ALPHA, prompt)
+    assert len(provider.requests()) == 1
+    db.close()
+
+
+# ---------------------------------------------------------------------------
+# bad replies, secrets and refusals before anything is sent
+
+
+def test_reply_that_is_not_json_fails_the_item_and_accept_is_refused(ws, provider):
+    """Prose instead of JSON marks the item failed (no crash); accept is then refused."""
+    openai_workspace(ws, provider)
+    provider.behave(sequence=["not-json"])
+    out = ws.start().ok()
+    assert {r["itemId"]: r["status"] for r in out["results"]} == {"alpha": "failed", "beta": "validated"}
+    failed = ws.run("inspect").ok()["results"][0]
+    assert "not valid JSON" in failed["reason"]
+    assert journal(ws)[0]["status"] == "completed"  # the call itself succeeded
+    ws.run("decide", "--decision", "accept", "--reviewer", "r@example.test", "--reason", "looks fine").held(
+        "Cannot accept", "alpha")
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+    assert len(provider.requests()) == 2
+
+
+@pytest.mark.parametrize("transfer", ["absent", False])
+def test_openai_manifest_without_transfer_approval_sends_nothing(ws, provider, transfer):
+    """Without providerTransferApproved: true, start holds (exit 2) and the server never hears of it."""
+    manifest = ws.manifest_dict(mode="openai", model="gpt-test", providerTransferApproved=False)
+    if transfer == "absent":
+        del manifest["providerTransferApproved"]
+    ws.write_manifest(manifest)
+    ws.env.update(provider.env())
+    ws.start().held("ManifestError", "providerTransferApproved")
+    assert provider.requests() == []
+    assert not os.path.exists(os.path.join(ws.state, "job.json"))
+
+
+@pytest.mark.parametrize("key", [None, "   "])
+def test_missing_api_key_holds_at_start_before_any_row_or_request(ws, provider, key):
+    """No OPENAI_API_KEY: start holds, writes no journal row and sends nothing."""
+    openai_workspace(ws, provider)
+    if key is None:
+        del ws.env["OPENAI_API_KEY"]
+    else:
+        ws.env["OPENAI_API_KEY"] = key
+    ws.start().held("OPENAI_API_KEY")
+    assert provider.requests() == []
+    assert not os.path.exists(os.path.join(ws.state, "effects.sqlite"))
+
+
+@pytest.mark.parametrize("value", ["0", "soon", "-5"])
+def test_bad_timeout_setting_holds_before_anything_is_sent(ws, provider, value):
+    """DURABLE_JOB_OPENAI_TIMEOUT must be seconds; a bad value holds at start and sends nothing."""
+    openai_workspace(ws, provider)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = value
+    ws.start().held("DURABLE_JOB_OPENAI_TIMEOUT")
+    assert provider.requests() == []
+    assert not os.path.exists(os.path.join(ws.state, "effects.sqlite"))
+
+
+# ---------------------------------------------------------------------------
+# the adapter itself
+
+
+def test_call_model_in_process_returns_what_the_server_answered(openai_env):
+    """call_model over real HTTP returns (output text, response id, request id, usage)."""
+    provider = openai_env
+    prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
+    text, response_id, request_id, usage = durable_job.call_model(JOB, ALPHA_ITEM, ALPHA, prompt)
+    [logged] = provider.requests()
+    assert (text, response_id, request_id) == (logged["output_text"], logged["response_id"], "req_1")
+    assert usage["input_tokens"] == len(prompt) // 4 and usage["output_tokens"] == len(text) // 4
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert durable_job.check_proposal(text, ALPHA_ITEM, ALPHA)["status"] == "validated"
+    assert logged["client_request_id"] is None  # no operation key given, no header
+
+    durable_job.call_model(JOB, ALPHA_ITEM, ALPHA, prompt, operation_key="abc:1")
+    assert provider.requests()[1]["client_request_id"] == "abc:1"
+
+
+def test_call_model_times_out_after_the_configured_seconds(openai_env, monkeypatch):
+    """DURABLE_JOB_OPENAI_TIMEOUT shortens the 30 s default; the hung request is sent exactly once."""
+    import openai
+
+    provider = openai_env
+    provider.behave("hang")
+    monkeypatch.setenv("DURABLE_JOB_OPENAI_TIMEOUT", "1")
+    began = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        durable_job.call_model(JOB, ALPHA_ITEM, ALPHA, "prompt")
+    assert time.monotonic() - began < 10
+    assert len(provider.requests()) == 1
+
+
+@pytest.mark.parametrize("setting, timeout", [(None, 30.0), ("2", 2.0)])
+def test_client_has_retries_off_and_request_has_exactly_the_contract_arguments(monkeypatch, setting, timeout):
+    """The one patched test: OpenAI(max_retries=0, timeout=30.0 or the setting), and
+    responses.create(model, instructions=SYSTEM, input=prompt, max_output_tokens=500, store=False)."""
+    import openai
+
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    monkeypatch.delenv("DURABLE_JOB_OPENAI_TIMEOUT", raising=False)
+    if setting is not None:
+        monkeypatch.setenv("DURABLE_JOB_OPENAI_TIMEOUT", setting)
+    prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
+    with mock.patch.object(openai, "OpenAI") as client_class:
+        create = client_class.return_value.responses.create
+        create.return_value.output_text = '{"x": 1}'
+        create.return_value.id = "resp_mock"
+        create.return_value._request_id = "req_mock"
+        create.return_value.usage.model_dump.return_value = {"total_tokens": 7}
+        result = durable_job.call_model(JOB, ALPHA_ITEM, ALPHA, prompt)
+    client_class.assert_called_once_with(max_retries=0, timeout=timeout)
+    assert type(client_class.call_args.kwargs["timeout"]) is float
+    create.assert_called_once_with(model="gpt-test", instructions=durable_job.SYSTEM, input=prompt,
+                                   max_output_tokens=500, store=False)
+    assert result == ('{"x": 1}', "resp_mock", "req_mock", {"total_tokens": 7})
