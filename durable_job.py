@@ -1636,7 +1636,7 @@ def cmd_start(args) -> dict:
     ensure_state_dir(state_dir)
     with RunLock(state_dir, "start"):
         if os.path.exists(job_path(state_dir, JOB_FILE)):
-            raise BusyError(f"Another start sealed a job in {state_dir} meanwhile; run `resume --state-dir {state_dir}`")
+            raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} meanwhile; run `resume --state-dir {state_dir}`")
         job = new_job(manifest, args.manifest, raw)
         write_exclusive(job_path(state_dir, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
         crash_point("after-seal", job)
