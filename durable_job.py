@@ -1734,7 +1734,7 @@ def cmd_inspect(args) -> dict:
             out["cancelled"] = snap.cancel
         if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(args.state_dir, out["resultsSha256"])
-        broken = seal_report(args.state_dir, snap.job)
+        broken = seal_report(args.state_dir, snap.job, mcp=False)  # no server launch from a read-only look; verify re-reads MCP sources
         if broken:
             out["sealBroken"] = broken
         if args.html:
