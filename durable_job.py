@@ -812,7 +812,7 @@ def latest_attempt(db, base: str):
 def uncertain_message(item_id: str, key: str) -> str:
     return (f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
             f"nothing is sent again automatically. Inspect with `status`, check the provider's usage records, then "
-            f"`reconcile --operation-key {key} --action complete|abandon --reviewer R --reason X` and resume")
+            f"`reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X` and resume")
 
 
 def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str):
@@ -897,7 +897,7 @@ def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError
     message = clip(redact(exc), 200)
     if status == "rejected":
         return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `resume` takes the next attempt within maxAttemptsPerItem")
-    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action complete|abandon --reviewer R --reason X`")
+    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X`")
 
 
 ###############################################################################
@@ -1594,14 +1594,14 @@ def reconcile_command(state_dir: str, key: str) -> str:
     import shlex
 
     return (f"python durable_job.py reconcile --state-dir {shlex.quote(os.path.abspath(state_dir))} "
-            f"--operation-key {key} --action complete|abandon --reviewer R --reason X")
+            f"--operation-key {key} --action 'complete|abandon' --reviewer R --reason X")
 
 
 def decide_command(state_dir: str, digest: str) -> str:
     import shlex
 
     return (f"python durable_job.py decide --state-dir {shlex.quote(os.path.abspath(state_dir))} "
-            f"--decision accept|reject|hold --reviewer YOU --reason WHY --results-sha256 {digest}")
+            f"--decision 'accept|reject|hold' --reviewer YOU --reason WHY --results-sha256 {digest}")
 
 
 def open_run(state_dir: str) -> Context:

@@ -1,0 +1,771 @@
+"""The review workflow as a person lives it: same-job start, hash-bound decisions, revisions,
+cancel, receipts, the review page (parsed and rendered in headless Chromium), seal, and the
+terminal/text/JSON output — all through the real CLI in subprocesses.
+"""
+import html
+import html.parser
+import json
+import os
+import pty
+import re
+import select
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+import durable_job as dj
+from conftest import ALPHA, BETA, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, sha256
+
+REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
+REVISED_CITATIONS = [
+    {"quote": "Alpha report requires owner review", "claim": "The owner must review it."},
+    {"quote": "describes no real event", "claim": "The report is synthetic."},
+]
+
+
+def write(ws: Workspace, name: str, data) -> str:
+    path = os.path.join(ws.root, name)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def revise(ws: Workspace, item="alpha", summary=REVISED_SUMMARY, citations=REVISED_CITATIONS,
+           reviewer="rita", reason="clearer wording", *extra, **kw):
+    args = ["revise", "--item", item, "--summary-file", write(ws, f"summary-{item}.txt", summary),
+            "--reviewer", reviewer, "--reason", reason, *extra]
+    if citations is not None:
+        args += ["--citations-file", write(ws, f"citations-{item}.json", citations)]
+    return ws.run(*args, **kw)
+
+
+def decide(ws: Workspace, decision="accept", digest=None, reviewer="dana", reason="quotes checked"):
+    args = ["decide", "--decision", decision, "--reviewer", reviewer, "--reason", reason]
+    if digest:
+        args += ["--results-sha256", digest]
+    return ws.run(*args)
+
+
+def paste(command: str, **fill) -> list:
+    """The argv a person gets by pasting a printed command and filling its placeholders."""
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "durable_job.py"], command
+    argv = [sys.executable, PROGRAM] + argv[2:]
+    return [fill.get(a, a) for a in argv]
+
+
+def run_argv(ws: Workspace, argv: list):
+    from conftest import Result
+
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**clean_env(), **ws.env}, cwd=ws.root, timeout=120)
+    return Result(proc)
+
+
+# --- start on a directory that already holds a job ----------------------------------------------------
+
+
+def test_start_again_on_the_same_job_continues_it_and_says_so(ws):
+    """The same jobId and manifest bytes: no error, no second run, the same thread, `existing: true`."""
+    first = ws.start().ok()
+    assert first["existing"] is False
+    job_before, rows_before = ws.job(), ws.db_rows()
+
+    again = ws.start().ok()
+    assert again["existing"] is True
+    assert again["results"] == first["results"] and again["interrupt"] == first["interrupt"]
+    assert ws.job() == job_before and ws.db_rows() == rows_before  # same thread, no new call
+
+    # an identical copy of the manifest elsewhere is the same job too
+    copy = os.path.join(ws.src, "copy-of-manifest.json")
+    shutil.copyfile(ws.manifest, copy)
+    assert ws.run("start", "--manifest", copy).ok()["existing"] is True
+    assert ws.db_rows() == rows_before
+
+    text = ws.run("start", "--manifest", ws.manifest, "--text").stdout
+    assert "existing job" in text and "continued" in text, text
+
+
+def test_start_again_after_a_crash_resumes_exactly_like_resume(ws):
+    """Same job, interrupted mid-run: start behaves as resume (the uncertain call is refused, not redone)."""
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    key = ws.db_rows()[0][0]
+    ws.start().held("UNCERTAIN_CALL alpha", key)
+    ws.run("resume").held("UNCERTAIN_CALL alpha", key)
+    assert [r[2] for r in ws.db_rows()] == ["pending"]
+
+    # after-ledger: the completed call is reused by start exactly as resume would
+    other = Workspace(os.path.join(ws.root, "second"))
+    other.write_manifest()
+    assert other.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"}).code == 92
+    out = other.start().ok()
+    assert out["existing"] is True and [r["status"] for r in out["results"]] == ["validated", "validated"]
+    assert [(r[1], r[2], r[3]) for r in other.db_rows()] == [("alpha", "completed", 1), ("beta", "completed", 1)]
+
+
+@pytest.mark.parametrize("change, phrase", [
+    ({"jobId": "another-request"}, "job id"),
+    ({"approvedBy": "someone-else@example.test"}, "owner (approvedBy)"),
+    ("source", "source data"),
+])
+def test_start_on_a_directory_of_another_request_is_refused(ws, change, phrase):
+    """A different job id, owner or source data: the directory belongs to that request; nothing changes."""
+    ws.start().ok()
+    before = ws.state_bytes()
+    if change == "source":
+        manifest = ws.manifest_dict(sources={"alpha": ALPHA.replace("Alpha", "ALPHA"), "beta": BETA})
+    else:
+        manifest = ws.manifest_dict(**change)
+    ws.write_manifest(manifest)
+    line = ws.start().held("Existing job", "belongs to another request", "new --state-dir", phrase)
+    assert "journey" in line
+    assert ws.state_bytes() == before
+
+
+def test_start_with_the_same_manifest_but_changed_source_bytes_is_refused(ws):
+    """Same manifest bytes, but a source was edited on disk: the seal refuses before anything runs."""
+    ws.start().ok()
+    before = ws.state_bytes()
+    ws.write_source("alpha.txt", ALPHA + "tampered\n")
+    ws.start().held("Source bound/hash/size failure: alpha")
+    assert ws.state_bytes() == before
+
+
+# --- decisions bound to the reviewed results -------------------------------------------------------------
+
+
+def test_bound_decide_refuses_stale_hash_atomically_then_records_bound(ws):
+    started = ws.start().ok()
+    digest = started["interrupt"][0]["resultsSha256"]
+    before = ws.state_bytes()
+
+    stale = "0" * 64
+    line = decide(ws, digest=stale).held("stale: results changed since review, now", digest, "inspect again")
+    assert stale not in line.split("now", 1)[1].split(";")[0]
+    assert ws.state_bytes() == before and not os.path.exists(os.path.join(ws.state, "receipt.json"))
+    assert ws.run("inspect").ok()["final"] is None
+
+    final = decide(ws, digest=digest).ok()["final"]
+    assert final["bound"] is True and final["boundResultsSha256"] == digest == final["resultsSha256"]
+    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    assert receipt["bound"] is True and receipt["final"] == final
+
+
+def test_unbound_decide_says_it_was_not_bound(ws):
+    ws.start().ok()
+    final = decide(ws, "hold").ok()["final"]
+    assert final["bound"] is False and final["boundResultsSha256"] is None
+    assert json.load(open(os.path.join(ws.state, "receipt.json")))["bound"] is False
+
+
+def test_interrupt_inspect_and_status_show_the_same_ready_to_paste_bound_command(ws):
+    started = ws.start().ok()
+    bundle = started["interrupt"][0]
+    command = bundle["decideCommand"]
+    assert command == ws.run("inspect").ok()["decideCommand"] == ws.run("status").ok()["next"]
+    assert f"--results-sha256 {bundle['resultsSha256']}" in command
+    assert f"--state-dir {ws.state}" in command
+    for fmt in ("start", "inspect", "status"):
+        args = ("start", "--manifest", ws.manifest) if fmt == "start" else (fmt,)
+        assert command in ws.run(*args, "--text").stdout, fmt
+
+    # pasted, with the placeholders filled in, it records a bound decision
+    argv = paste(command, **{"accept|reject|hold": "hold", "YOU": "dana", "WHY": "pasted from the interrupt"})
+    final = run_argv(ws, argv).ok()["final"]
+    assert final["decision"] == "hold" and final["bound"] is True and final["reviewer"] == "dana"
+
+
+# --- revisions -----------------------------------------------------------------------------------------
+
+
+def test_revise_makes_new_versions_keeps_history_and_binds_decisions(ws):
+    started = ws.start().ok()
+    h1 = started["interrupt"][0]["resultsSha256"]
+    rows = ws.db_rows()
+
+    v2 = revise(ws).ok()
+    assert v2["draftVersion"] == 2 and v2["itemId"] == "alpha" and v2["previousResultsSha256"] == h1
+    h2 = v2["resultsSha256"]
+    assert h2 != h1 and f"--results-sha256 {h2}" in v2["decideCommand"]
+
+    v3 = revise(ws, "beta", "Beta has one unresolved field.", None, "sam", "shorter").ok()  # keeps beta's citations
+    h3 = v3["resultsSha256"]
+    assert v3["draftVersion"] == 3 and v3["previousResultsSha256"] == h2 and h3 not in (h1, h2)
+    assert ws.db_rows() == rows  # never a model call
+
+    inspected = ws.run("inspect").ok()
+    assert inspected["draftVersion"] == 3 and inspected["resultsSha256"] == h3
+    alpha, beta = inspected["results"]
+    assert alpha["summary"] == REVISED_SUMMARY.strip() and alpha["citations"] == REVISED_CITATIONS
+    assert alpha["status"] == "validated" and alpha["sourceSha256"] == sha256(ALPHA)
+    assert alpha["revision"]["draftVersion"] == 2 and alpha["revision"]["reviewer"] == "rita"
+    assert beta["summary"] == "Beta has one unresolved field." and beta["citations"][0]["quote"] == BETA.splitlines()[0]
+    history = inspected["drafts"]
+    assert [(d["version"], d["itemId"], d["reviewer"], d["reason"]) for d in history] == [
+        (2, "alpha", "rita", "clearer wording"), (3, "beta", "sam", "shorter")]
+    assert [d["resultsSha256"] for d in history] == [h2, h3]
+    assert [d["previousResultsSha256"] for d in history] == [h1, h2]
+    assert history[0]["change"]["before"]["summary"] == ALPHA.splitlines()[0]
+    assert history[0]["change"]["after"]["summary"] == REVISED_SUMMARY.strip()
+    assert inspected["decideCommand"].endswith(f"--results-sha256 {h3}")
+
+    # decisions bound to older versions are refused; the current one is accepted
+    for old in (h1, h2):
+        decide(ws, digest=old).held("stale: results changed since review, now " + h3)
+    final = decide(ws, digest=h3).ok()["final"]
+    assert final["draftVersion"] == 3 and final["resultsSha256"] == h3 and final["bound"] is True
+    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    assert receipt["draftVersion"] == 3 and receipt["resultsSha256"] == h3
+    revise(ws).held("Final decision already recorded")
+
+
+def test_reverting_a_revision_is_a_new_version_with_a_new_hash(ws):
+    """Editing an item back to the model's words is still version n+1: a decision bound to v1 is stale."""
+    h1 = ws.start().ok()["interrupt"][0]["resultsSha256"]
+    revise(ws).ok()
+    original = ws.run("inspect").ok()["drafts"][0]["change"]["before"]
+    v3 = revise(ws, "alpha", original["summary"], original["citations"], "rita", "back to the model's words").ok()
+    assert v3["draftVersion"] == 3 and v3["resultsSha256"] != h1
+    decide(ws, digest=h1).held("stale")
+
+
+def test_a_revision_that_changes_nothing_is_refused(ws):
+    ws.start().ok()
+    revise(ws).ok()
+    before = ws.state_bytes()
+    revise(ws).held("changes nothing")
+    assert ws.state_bytes() == before
+
+
+@pytest.mark.parametrize("summary, citations, phrase", [
+    ("ok summary", [{"quote": "NOT IN THE SOURCE AT ALL", "claim": "x"}], "not an exact substring"),
+    ("ok summary", [{"quote": "Alpha repor", "claim": "11 characters"}], "not meaningful"),
+    ("ok summary", [{"quote": "   Alpha report   ", "claim": "12 after stripping"}], "not an exact substring"),
+    ("ok summary", [{"quote": "..............", "claim": "punctuation"}], "not meaningful"),
+    ("ok summary", [{"quote": "Alpha report requires owner", "claim": ""}], "claim must be"),
+    ("ok summary", [{"quote": "Alpha report requires owner", "claim": "c", "extra": 1}], "exactly quote and claim"),
+    ("ok summary", [{"quote": "Alpha report requires owner", "claim": "c"}] * 4, "1-3 citations"),
+    ("ok summary", [], "1-3 citations"),
+    ("  \n", REVISED_CITATIONS, "summary must be"),
+    ("x" * 501, REVISED_CITATIONS, "summary must be"),
+    ("ok summary", "{not json", "not valid JSON"),
+])
+def test_revision_is_validated_exactly_like_model_output(ws, summary, citations, phrase):
+    ws.start().ok()
+    before = ws.state_bytes()
+    revise(ws, "alpha", summary, citations).held(phrase)
+    assert ws.state_bytes() == before
+
+
+def test_revise_refuses_unknown_items_and_jobs_not_waiting(ws):
+    ws.start().ok()
+    revise(ws, item="gamma").held("No item 'gamma'", "alpha, beta")
+
+    waiting = Workspace(os.path.join(ws.root, "crashed"))
+    waiting.write_manifest()
+    assert waiting.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    revise(waiting).held("Cannot revise yet", "UNCERTAIN_CALL alpha")
+
+
+def test_revising_failed_items_lets_the_reviewer_accept(ws):
+    started = ws.start(env={"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}).ok()
+    assert [r["status"] for r in started["results"]] == ["failed", "failed"]
+    revise(ws, "alpha", "Alpha needs review.", None).held("no valid citations to keep", "--citations-file")
+    revise(ws).ok()
+    decide(ws).held("Cannot accept", "beta")
+    beta = [{"quote": "Beta report has one unresolved field", "claim": "One field is open."}]
+    h = revise(ws, "beta", "Beta has an open field.", beta).ok()["resultsSha256"]
+    final = decide(ws, digest=h).ok()["final"]
+    assert final["decision"] == "accept" and final["statuses"] == {"alpha": "validated", "beta": "validated"}
+
+
+def test_revise_never_calls_the_provider(ws, provider):
+    openai_workspace(ws, provider)
+    ws.start().ok()
+    sent = len(provider.requests())
+    assert sent == 2
+    revise(ws).ok()
+    revise(ws, "beta", "Beta, shorter.", None).ok()
+    assert len(provider.requests()) == sent and len(ws.db_rows()) == 2
+
+
+# --- cancel ------------------------------------------------------------------------------------------
+
+
+def test_cancel_at_review_is_terminal_and_everything_after_is_refused(ws):
+    ws.start().ok()
+    revise(ws).ok()
+    cancelled = ws.run("cancel", "--reviewer", "olga", "--reason", "wrong quarter").ok()
+    record = cancelled["cancelled"]
+    assert record["reviewer"] == "olga" and record["reason"] == "wrong quarter" and record["pendingCalls"] == []
+    before = ws.state_bytes()
+    ws.run("resume").held("cancelled")
+    ws.start().held("cancelled")
+    revise(ws, summary="Another try at a summary.").held("cancelled")
+    decide(ws, "hold").held("cancelled")
+    ws.run("cancel", "--reviewer", "olga", "--reason", "again").held("already cancelled")
+    assert ws.state_bytes() == before
+
+    inspected = ws.run("inspect").ok()
+    assert inspected["phase"] == "cancelled" and inspected["cancelled"] == record and inspected["final"] is None
+    assert "decideCommand" not in inspected
+    status = ws.run("status").ok()
+    assert status["phase"] == "cancelled" and "decide" not in status["next"]
+
+    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    assert receipt["outcome"] == "cancelled" and receipt["draftVersion"] == 2
+    assert receipt["reviewer"] == "olga" and receipt["reason"] == "wrong quarter"
+    assert receipt["resultsSha256"] == inspected["resultsSha256"]
+
+
+def test_cancel_after_a_decision_is_refused(ws):
+    ws.start().ok()
+    decide(ws, "reject").ok()
+    receipt = open(os.path.join(ws.state, "receipt.json"), "rb").read()
+    ws.run("cancel", "--reviewer", "olga", "--reason", "late").held("Final decision already recorded")
+    assert open(os.path.join(ws.state, "receipt.json"), "rb").read() == receipt
+
+
+def test_cancel_with_a_pending_call_keeps_it_reconcilable_and_sends_nothing_new(ws, provider):
+    """The provider fails beta's call (unknown outcome): cancel; the call stays visible and reconcilable."""
+    openai_workspace(ws, provider)
+    provider.behave(by_input={"Beta report": "500"})
+    ws.start().held("beta")
+    pending_key = [r[0] for r in ws.db_rows() if r[2] == "pending"][0]
+    sent = len(provider.requests())
+
+    record = ws.run("cancel", "--reviewer", "olga", "--reason", "provider incident").ok()["cancelled"]
+    assert record["pendingCalls"] == [pending_key]
+    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    assert receipt["outcome"] == "cancelled" and receipt["cancel"]["pendingCalls"] == [pending_key]
+
+    provider.behave("ok")
+    ws.run("resume").held("cancelled")
+    ws.start().held("cancelled")
+    status = ws.run("status").ok()
+    assert [c[2] for c in status["calls"]] == ["completed", "pending"]
+    assert "cancelled" in status["next"] and f"reconcile --state-dir {ws.state} --operation-key {pending_key}" in status["next"]
+    text = ws.run("status", "--text").stdout
+    assert f"reconcile --state-dir {ws.state} --operation-key {pending_key}" in text
+
+    response = write(ws, "response.json", {"outputText": '{"itemId": "beta"}', "responseId": "resp_from_dashboard"})
+    done = ws.run("reconcile", "--operation-key", pending_key, "--action", "complete", "--response-file", response,
+                  "--reviewer", "olga", "--reason", "billed per the usage page").ok()
+    assert done["status"] == "completed"
+    assert [c[2:4] for c in ws.run("status").ok()["calls"]] == [["completed", status["calls"][0][3]], ["completed", "resp_from_dashboard"]]
+    ws.run("resume").held("cancelled")
+    decide(ws, "hold").held("cancelled")
+    assert len(provider.requests()) == sent  # nothing new was ever sent
+
+
+def test_cancel_before_any_result_and_then_abandon_the_pending_call(ws):
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    key = ws.db_rows()[0][0]
+    ws.run("cancel", "--reviewer", "olga", "--reason", "stop").ok()
+    ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "olga", "--reason", "no usage").ok()
+    ws.run("resume").held("cancelled")
+    assert [(r[1], r[2]) for r in ws.db_rows()] == [("alpha", "abandoned")]
+    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    assert receipt["statuses"] == {} and receipt["outcome"] == "cancelled"
+
+
+# --- receipt.json ------------------------------------------------------------------------------------
+
+
+def test_receipt_binds_everything_a_later_reader_needs(ws):
+    started = ws.start().ok()
+    h2 = revise(ws).ok()["resultsSha256"]
+    decide(ws, "accept", h2, "dana", "all quotes exact").ok()
+    names = os.listdir(ws.state)
+    assert not [n for n in names if n.endswith(".tmp")], names
+    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    job = ws.job()
+    assert receipt["outcome"] == "decided" and receipt["jobId"] == "journey"
+    assert receipt["manifestSha256"] == job["manifestSha256"] == started["interrupt"][0]["manifestSha256"]
+    assert receipt["codeSha256"] == dj.code_sha256() and receipt["version"] == dj.VERSION
+    assert receipt["dependencies"] == job["dependencies"] and set(receipt["dependencies"]) == set(dj.DEPENDENCIES)
+    assert receipt["resultsSha256"] == h2 and receipt["draftVersion"] == 2
+    assert receipt["statuses"] == {"alpha": "validated", "beta": "validated"}
+    assert (receipt["decision"], receipt["reviewer"], receipt["reason"], receipt["bound"]) == ("accept", "dana", "all quotes exact", True)
+    assert receipt["decidedAtUtc"] == receipt["final"]["decidedAtUtc"] and receipt["writtenAtUtc"].endswith("Z")
+    verified = ws.run("verify").ok()
+    assert verified["ok"] is True
+
+
+# --- the review page -----------------------------------------------------------------------------------
+
+HOSTILE_FIRST = '<script>alert("owned")</script><img src="http://evil.example/p.png" onerror="alert(1)"> Alpha says hi'
+HOSTILE = (HOSTILE_FIRST + "\n"
+           '</pre><iframe src="https://evil.example/frame"></iframe><a href="https://evil.example/">click</a>'
+           "<style>body{display:none}</style><link rel=stylesheet href=//evil.example/x.css>\n"
+           "&amp; &lt;b&gt; not bold <!-- comment --> ]]> '\" <base href=https://evil.example/>\n")
+
+
+class PageParser(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.attrs, self.text, self.ids = [], [], [], set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs.extend((tag, k, v) for k, v in attrs)
+        self.ids.update(v for k, v in attrs if k == "id")
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse_page(path: str) -> PageParser:
+    with open(path, encoding="utf-8") as fh:
+        page = fh.read()
+    parser = PageParser()
+    parser.feed(page)
+    parser.close()
+    parser.raw = page
+    parser.alltext = "".join(parser.text)
+    return parser
+
+
+def assert_self_contained_and_inert(page: PageParser) -> None:
+    assert "script" not in page.tags
+    for tag in ("img", "iframe", "link", "base", "object", "embed", "form", "input", "svg", "video", "audio"):
+        assert tag not in page.tags, tag
+    assert page.tags.count("style") == 1  # the page's own stylesheet, in <head>
+    for tag, key, value in page.attrs:
+        assert not key.startswith("on"), (tag, key)
+        assert key != "src", (tag, key, value)
+        if key == "href":
+            assert value.startswith("#") and value[1:] in page.ids, (tag, value)  # in-page links only
+    page_own = re.sub(r"(https?:)?//evil\.example", "", page.raw)  # the hostile strings, shown as text
+    assert "http://" not in page_own and "https://" not in page_own and "//" not in page_own.replace("://", "")
+    csp = [v for t, k, v in page.attrs if t == "meta" and k == "content" and "default-src 'none'" in (v or "")]
+    assert csp, "the page forbids every external load"
+
+
+def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
+    hostile_id = "<b>bold-id</b>"
+    manifest = ws.manifest_dict(sources={"alpha": HOSTILE, "beta": BETA}, jobId="<i>job</i>",
+                                approvedBy="<u>owner</u>", model="<em>model</em>")
+    ws.write_manifest(manifest)
+    ws.start().ok()
+    revise(ws, "beta", "Beta <script>evil()</script> summary.",
+           [{"quote": "Beta report has one unresolved field", "claim": "<img src=x onerror=alert(2)>"}],
+           "<svg onload=alert(3)>", "reason <iframe src=//evil.example>").ok()
+    page_path = os.path.join(ws.root, "review.html")
+    out = ws.run("inspect", "--html", page_path).ok()
+    assert out["html"] == page_path
+    page = parse_page(page_path)
+    assert_self_contained_and_inert(page)
+
+    text = page.alltext
+    # every hostile string is shown as text
+    for literal in (HOSTILE_FIRST, '<a href="https://evil.example/">click</a>', "<i>job</i>", "<u>owner</u>",
+                    "<em>model</em>", "Beta <script>evil()</script> summary.", "<img src=x onerror=alert(2)>",
+                    "<svg onload=alert(3)>", "reason <iframe src=//evil.example>"):
+        assert literal in text, literal
+    assert hostile_id not in page.tags
+    # header and status, the decide command with the hash
+    assert "awaiting-review" in text and out["resultsSha256"] in text
+    assert out["decideCommand"] in text and "fake" in text
+    # each cited quote highlighted, linked to its claim and back
+    marks = [v for t, k, v in page.attrs if t == "mark" and k == "id"]
+    assert len(marks) == 2
+    for mark in marks:
+        claim = "c" + mark[1:]
+        assert ("a", "href", "#" + claim) in page.attrs and claim in page.ids and ("a", "href", "#" + mark) in page.attrs
+    # the journal and the draft history
+    for row in ws.db_rows("SELECT response_id, status FROM calls"):
+        assert row[0] in text and row[1] in text
+    assert "total 1" in text or "tokens" in text
+    history = page.raw[page.raw.index("<h2>Drafts"):]
+    history = history[:history.index("</section>")]
+    assert "v2" in history and "rita" not in history and html.escape("<svg onload=alert(3)>") in history
+    assert "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field." in history  # before → after
+    assert html.escape("Beta <script>evil()</script> summary.") in history
+
+
+def test_review_page_shows_failed_items_pending_calls_and_usage(ws, provider):
+    openai_workspace(ws, provider, sources={"alpha": ALPHA, "beta": BETA, "gamma": GAMMA})
+    provider.behave(by_input={"Beta report": "not-json", "Gamma report": "500"})
+    ws.start().held("gamma")
+    page_path = os.path.join(ws.root, "page.html")
+    ws.run("inspect", "--html", page_path).ok()
+    page = parse_page(page_path)
+    assert_self_contained_and_inert(page)
+    text = page.alltext
+    assert "Failed" in text and "not valid JSON" in text  # beta's reason
+    key = [r[0] for r in ws.db_rows() if r[2] == "pending"][0]
+    assert f"reconcile --state-dir {ws.state} --operation-key {key}" in text
+    assert "uncertain-call" in text
+    assert "input" in text and "output" in text  # usage from the provider
+
+
+def png_pixels(path: str):
+    """Decode an 8-bit RGB/RGBA non-interlaced PNG (what Chromium writes) into (width, height, rows)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    bpp = 3 if colour == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if kind == 1:
+                line[x] = (line[x] + a) & 255
+            elif kind == 2:
+                line[x] = (line[x] + b) & 255
+            elif kind == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append([tuple(line[i:i + 3]) for i in range(0, stride, bpp)])
+        prev = line
+    return width, height, rows
+
+
+def screenshot(page: str, png: str, tmp, size=(390, 844)) -> None:
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    assert os.path.exists(chromium), "Debian's chromium is needed: apt-get install -y chromium (.ci/run does it)"
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+            f"--user-data-dir={tmp}/chromium-profile", f"--screenshot={png}", f"--window-size={size[0]},{size[1]}",
+            "file://" + page]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp)})
+    assert proc.returncode == 0 and os.path.exists(png), proc.stderr[-2000:]
+
+
+def test_review_page_renders_on_a_phone_screen_in_headless_chromium(tmp_path):
+    """The demo job's page at 390x844: a real PNG of that size, not blank, with a highlighted quote."""
+    ws = Workspace(tmp_path)
+    ws.run("start", "--manifest", os.path.join(os.path.dirname(PROGRAM), "manifest.structural.json")).ok()
+    page = str(tmp_path / "review.html")
+    ws.run("inspect", "--html", page).ok()
+    png = str(tmp_path / "review.png")
+    screenshot(page, png, tmp_path)
+    shutil.copyfile(png, "/tmp/review-demo.png")  # for a person to look at
+    width, height, rows = png_pixels(png)
+    assert (width, height) == (390, 844)
+    pixels = [p for row in rows for p in row]
+    colours = set(pixels)
+    assert len(colours) > 50, "a blank or single-colour page"
+    dark = sum(1 for p in pixels if sum(p) < 200)
+    assert dark > 0.01 * len(pixels), "too little text on screen"
+    assert any(abs(r - 0xff) < 8 and abs(g - 0xe0) < 8 and abs(b - 0x66) < 8 for r, g, b in colours), \
+        "the cited quote's highlight is visible on the first screen"
+    # nothing is wider than the phone: the right-most column stays background
+    assert len({row[-1] for row in rows}) <= 3
+
+
+# --- seal -------------------------------------------------------------------------------------------
+
+
+def test_seal_writes_a_valid_manifest_that_starts(ws):
+    folder = os.path.join(ws.root, "job")
+    os.makedirs(os.path.join(folder, "docs"))
+    for name, text in (("alpha", ALPHA), ("beta", BETA)):
+        with open(os.path.join(folder, "docs", f"{name}.txt"), "w") as fh:
+            fh.write(text)
+    out = os.path.join(folder, "manifest.json")
+    sealed = ws.run("seal", "--out", out, "--job-id", "sealed-job", "--approved-by", "owner@example.test",
+                    "--mode", "openai", "--model", "gpt-test", "--provider-transfer-approved",
+                    "--max-model-calls", "3", "--max-attempts-per-item", "1",
+                    os.path.join(folder, "docs", "alpha.txt"), "job/docs/beta.txt").ok()
+    with open(out, "rb") as fh:
+        raw = fh.read()
+    manifest = json.loads(raw)
+    assert sealed["manifest"] == out and sealed["manifestSha256"] == sha256(raw)
+    assert manifest == {
+        "schemaVersion": 1, "jobId": "sealed-job", "approved": True, "approvedBy": "owner@example.test",
+        "mode": "openai", "model": "gpt-test", "providerTransferApproved": True, "maxModelCalls": 3,
+        "maxAttemptsPerItem": 1,
+        "items": [{"id": "alpha", "path": "docs/alpha.txt", "sha256": sha256(ALPHA)},
+                  {"id": "beta", "path": "docs/beta.txt", "sha256": sha256(BETA)}]}
+    dj.check_manifest(manifest)
+
+    # a fake-mode seal runs end to end
+    fake = os.path.join(folder, "fake.json")
+    ws.run("seal", "--out", fake, "--job-id", "f", "--approved-by", "o", "--mode", "fake", "--model", "m",
+           os.path.join(folder, "docs", "alpha.txt")).ok()
+    started = ws.run("start", "--manifest", fake).ok()
+    assert [r["status"] for r in started["results"]] == ["validated"]
+
+    # never overwrite without --force
+    ws.run("seal", "--out", out, "--job-id", "x", "--approved-by", "o", "--mode", "fake", "--model", "m",
+           os.path.join(folder, "docs", "alpha.txt")).held("exists", "--force")
+    with open(out, "rb") as fh:
+        assert fh.read() == raw
+    ws.run("seal", "--out", out, "--job-id", "x", "--approved-by", "o", "--mode", "fake", "--model", "m", "--force",
+           os.path.join(folder, "docs", "alpha.txt")).ok()
+    assert json.load(open(out))["jobId"] == "x"
+
+    # two sources with the same file name in different folders get distinct ids
+    for sub, text in (("a", ALPHA), ("b", BETA)):
+        os.makedirs(os.path.join(folder, "docs", sub))
+        with open(os.path.join(folder, "docs", sub, "report.txt"), "w") as fh:
+            fh.write(text)
+    twins = ws.run("seal", "--out", os.path.join(folder, "twins.json"), "--job-id", "tw", "--approved-by", "o",
+                   "--mode", "fake", "--model", "m", "job/docs/a/report.txt", "job/docs/b/report.txt").ok()
+    assert [(i["id"], i["path"]) for i in twins["items"]] == [("docs/a/report", "docs/a/report.txt"), ("docs/b/report", "docs/b/report.txt")]
+
+    text = ws.run("seal", "--out", os.path.join(folder, "t.json"), "--job-id", "t", "--approved-by", "o",
+                  "--mode", "fake", "--model", "m", os.path.join(folder, "docs", "alpha.txt"), "--text").stdout
+    assert "job t" in text and "docs/alpha.txt" in text and sha256(ALPHA) in text and "None" not in text
+
+
+def test_seal_refuses_every_broken_source_rule(ws):
+    folder = os.path.join(ws.root, "job")
+    os.makedirs(folder)
+    good = ws.write_source("../job/good.txt", ALPHA)
+    big = ws.write_source("../job/big.txt", "x" * 3001)
+    latin = ws.write_source("../job/latin.txt", b"caf\xe9 au lait, not UTF-8\n")
+    outside = ws.write_source("../outside.txt", ALPHA)
+    link = os.path.join(folder, "link.txt")
+    os.symlink(outside, link)
+    out = os.path.join(folder, "manifest.json")
+    base = ["seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m"]
+    ws.run(*base, big).held("Source bound/hash/size failure: big")
+    ws.run(*base, latin).held("not strict UTF-8")
+    ws.run(*base, outside).held("outside the manifest's folder")
+    ws.run(*base, link).held("outside the manifest's folder")
+    os.makedirs(os.path.join(folder, "sub"))
+    ws.run(*base, os.path.join(folder, "sub")).held("not a regular file")
+    ws.run(*base, os.path.join(folder, "missing.txt")).held("missing.txt")
+    ws.run(*base, good, good).held("named twice")
+    ws.run(*base).held("1 to 3 items")
+    four = [ws.write_source(f"../job/four-{n}.txt", f"Source number {n} of four, each one valid.\n") for n in range(4)]
+    ws.run(*base, *four).held("1 to 3 items")
+    ws.run("seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--mode", "openai", "--model", "m", good).held("providerTransferApproved")
+    ws.run(*base, "--max-model-calls", "7", good).held("maxModelCalls")
+    ws.run(*base, "--max-attempts-per-item", "3", good).held("maxAttemptsPerItem")
+    ws.run("seal", "--out", out, "--job-id", "  ", "--approved-by", "o", "--mode", "fake", "--model", "m", good).held("jobId")
+    assert not os.path.exists(out)
+
+
+# --- output: text on a terminal, JSON when piped ------------------------------------------------------
+
+
+def test_text_summaries_are_readable_for_every_review_command(ws):
+    started = ws.run("start", "--manifest", ws.manifest, "--text")
+    assert started.code == 0 and started.json is None
+    text = started.stdout
+    assert "job journey" in text and "alpha" in text and "validated" in text and "next:" in text
+    assert "--results-sha256" in text
+
+    revised = revise(ws, "alpha", REVISED_SUMMARY, REVISED_CITATIONS, "rita", "clearer wording", "--text")
+    assert revised.code == 0 and revised.json is None
+    assert "draft 2" in revised.stdout and "alpha" in revised.stdout and "rita" in revised.stdout
+    assert "--results-sha256" in revised.stdout and "None" not in revised.stdout
+
+    inspected = ws.run("inspect", "--text").stdout
+    assert "draft 2" in inspected and "v2 alpha by rita: clearer wording" in inspected
+    assert REVISED_SUMMARY.strip() in inspected and "awaiting-review" in inspected
+
+    digest = ws.run("inspect").ok()["resultsSha256"]
+    decided = ws.run("decide", "--decision", "hold", "--reviewer", "dana", "--reason", "wait", "--results-sha256", digest, "--text").stdout
+    assert "hold by dana" in decided and "bound to" in decided and "receipt" in decided
+
+    other = Workspace(os.path.join(ws.root, "other"))
+    other.write_manifest()
+    assert other.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    status = other.run("status", "--text").stdout
+    key = other.db_rows()[0][0]
+    assert "pending" in status and f"reconcile --state-dir {other.state} --operation-key {key}" in status
+    cancelled = other.run("cancel", "--reviewer", "olga", "--reason", "stop", "--text").stdout
+    assert "cancelled by olga" in cancelled and "stop" in cancelled and key in cancelled and "reconcile" in cancelled
+    # the printed reconcile command, placeholders filled, works after cancel
+    line = next(l for l in cancelled.splitlines() if "reconcile --state-dir" in l)
+    argv = paste(line[line.index("python durable_job.py"):],
+                 **{"complete|abandon": "abandon", "R": "olga", "X": "no usage recorded"})
+    assert run_argv(other, argv).ok()["status"] == "abandoned"
+
+    # --json forces JSON, the default when piped is JSON
+    assert ws.run("inspect", "--json").ok()["resultsSha256"] == digest
+    assert ws.run("inspect").ok()["resultsSha256"] == digest
+    ws.run("inspect", "--json", "--text").held()
+
+
+def run_on_terminal(ws: Workspace, *args, stderr_tty=True, env=None):
+    """Run the CLI with stdout (and optionally stderr) on a pseudo-terminal, as a person would."""
+    master, slave = pty.openpty()
+    err_master, err_slave = pty.openpty() if stderr_tty else (None, None)
+    argv = [sys.executable, PROGRAM, *args, "--state-dir", ws.state]
+    proc = subprocess.Popen(argv, stdout=slave, stderr=err_slave if stderr_tty else subprocess.PIPE,
+                            env={**clean_env(), **ws.env, **(env or {})}, cwd=ws.root)
+    os.close(slave)
+    if err_slave is not None:
+        os.close(err_slave)
+    outputs = {master: b"", **({err_master: b""} if err_master else {})}
+    open_fds = set(outputs)
+    while open_fds:
+        ready, _, _ = select.select(list(open_fds), [], [], 60)
+        assert ready, "the command hung"
+        for fd in ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                chunk = b""
+            if chunk:
+                outputs[fd] += chunk
+            else:
+                open_fds.discard(fd)
+                os.close(fd)
+    code = proc.wait(timeout=60)
+    err = outputs[err_master] if err_master else proc.stderr.read()
+    return code, outputs[master].decode().replace("\r\n", "\n"), err.decode().replace("\r\n", "\n")
+
+
+def test_on_a_terminal_commands_print_a_summary_and_progress(ws):
+    code, out, err = run_on_terminal(ws, "start", "--manifest", ws.manifest)
+    assert code == 0, err
+    assert not out.lstrip().startswith("{") and "start: job journey" in out and "next:" in out
+    assert "[journey] item alpha: model call" in err and "[journey] item beta: validated" in err
+
+    code, out, _ = run_on_terminal(ws, "status")
+    assert code == 0 and "completed" in out and not out.lstrip().startswith("{")
+    code, out, _ = run_on_terminal(ws, "inspect", "--json")
+    assert code == 0 and json.loads(out)["draftVersion"] == 1
+
+    # stdout piped (a script), stderr a terminal: JSON on stdout, progress still shown
+    other = Workspace(os.path.join(ws.root, "piped"))
+    other.write_manifest()
+    master, slave = pty.openpty()
+    proc = subprocess.run([sys.executable, PROGRAM, "start", "--manifest", other.manifest, "--state-dir", other.state],
+                          stdout=subprocess.PIPE, stderr=slave, env=clean_env(), cwd=other.root, timeout=120)
+    os.close(slave)
+    err = b""
+    while select.select([master], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["index"] == 2
+    assert b"item alpha: model call" in err
+
+    # fully piped: no progress noise on stderr
+    third = Workspace(os.path.join(ws.root, "quiet"))
+    third.write_manifest()
+    result = third.start()
+    assert result.ok() and result.stderr == ""
