@@ -25,7 +25,6 @@ import os
 import sqlite3
 import stat
 import sys
-import uuid
 from typing import Any, TypedDict
 
 ###############################################################################
@@ -416,6 +415,8 @@ def dependency_versions() -> dict:
 
 
 def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
+    import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
+
     return {
         "jobId": manifest["jobId"],
         "manifestPath": os.path.abspath(manifest_path),
@@ -764,16 +765,12 @@ def check_state_files(state_dir: str) -> None:
 
     if size(checkpoints) and not size(effects):
         raise StateError(f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or start a new job in a new --state-dir")
-    if size(effects) and not size(checkpoints):
-        conn = connect_sqlite(effects, readonly=True)
-        try:
-            calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0] if table_exists(conn, "calls") else 0
-        except sqlite3.DatabaseError as exc:
-            raise StateError(f"{effects} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
-        finally:
-            conn.close()
-        if calls:
-            raise StateError(f"{checkpoints} is missing or empty but {effects} journals {calls} call(s): the job's progress (and any decision) is lost. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or start a new job in a new --state-dir")
+    receipt = job_path(state_dir, RECEIPT_FILE)
+    if size(effects) and not size(checkpoints) and os.path.exists(receipt):
+        # Calls journaled before the first checkpoint are normal (a crash there, or parallel calls sent
+        # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A job
+        # with a receipt, though, had a decision that lived only in the lost checkpoints.
+        raise StateError(f"{checkpoints} is missing or empty but {receipt} records a terminal outcome: the job's decision would be lost. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or start a new job in a new --state-dir")
 
 
 class transaction:
@@ -962,6 +959,11 @@ def prepare_openai():
         from openai.types.responses import Response
 
         Response.model_rebuild(force=True)
+        from openai._models import construct_type
+
+        # Parsing a response builds (and caches) one pydantic TypeAdapter per union field, ~0.2 s of
+        # CPU on the first answer, repeated by every concurrent worker: build them once, here.
+        construct_type(type_=Response, value=OPENAI_WARM_RESPONSE)
     except Exception:
         pass
     _WARMED["openai"] = openai
@@ -976,6 +978,18 @@ OPENAI_WARM_MODULES = (
     "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
     "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
 )
+
+# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
+OPENAI_WARM_RESPONSE = {
+    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
+    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
+    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
+    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
+    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
+    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
+}
 
 
 def openai_call(job, item, source, prompt, *, operation_key=None):
@@ -1217,6 +1231,7 @@ class Context:
         check_state_files(state_dir)
         self.db = ledger(job_path(state_dir, EFFECTS_FILE))
         self.progress = sys.stderr.isatty()
+        self.early = None  # (thread, errors) of calls sent while langgraph loads (maxConcurrentCalls > 1)
 
     def config(self) -> dict:
         return {"configurable": {"thread_id": self.job["threadId"]}}
@@ -1263,7 +1278,7 @@ def build_graph(ctx: Context):
     def model(state):
         item = ctx.items[state["index"]]
         if ctx.concurrency > 1:
-            prefetch(ctx, ctx.items[state["index"]:])
+            join_early_prefetch(ctx) or prefetch(ctx, ctx.items[state["index"]:])
         prior = [] if ctx.concurrency > 1 else state["results"]
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         show_progress(ctx, f"item {item['id']}: model call")
@@ -1335,6 +1350,44 @@ def prefetch(ctx: Context, items: list) -> None:
         raise errors[0]
 
 
+def start_early_prefetch(ctx: Context) -> None:
+    """With maxConcurrentCalls > 1 in openai mode, send the items still to do while langgraph loads.
+
+    The calls go through the same journal (pending before each request), so this
+    only moves them earlier: the first `model` node joins the thread and raises
+    its error where a sequential run would.
+    """
+    if ctx.concurrency <= 1 or ctx.job.get("mode") != "openai":
+        return
+    import threading
+
+    prepare_openai()
+    todo = ctx.items[read_checkpoint(ctx.state_dir, ctx.job)["values"].get("index", 0):]
+    errors: list = []
+
+    def run():
+        try:
+            prefetch(ctx, todo)
+        except BaseException as exc:  # handed to the model node
+            errors.append(exc)
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True)
+    thread.start()
+    ctx.early = (thread, errors)
+
+
+def join_early_prefetch(ctx: Context) -> bool:
+    """Wait for the early calls, once; re-raise their first error. False when there were none."""
+    early = getattr(ctx, "early", None)
+    if early is None:
+        return False
+    ctx.early = None
+    early[0].join()
+    if early[1]:
+        raise early[1][0]
+    return True
+
+
 def show_progress(ctx: Context, text: str) -> None:
     if ctx.progress:
         print(f"[{ctx.job['jobId']}] {text}", file=sys.stderr, flush=True)
@@ -1342,6 +1395,8 @@ def show_progress(ctx: Context, text: str) -> None:
 
 def run_graph(ctx: Context, resume_value=None) -> dict:
     """Continue the thread: from its sealed beginning when no checkpoint exists yet."""
+    if resume_value is None:
+        start_early_prefetch(ctx)
     from langgraph.types import Command
 
     app = build_graph(ctx)

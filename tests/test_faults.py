@@ -378,7 +378,7 @@ def fuzz_size() -> int:
 class FuzzJob:
     """One openai-mode job driven through random kills by a careful person."""
 
-    def __init__(self, root, n: int, seed: int, duration: float, baseline: dict, max_kills: int = 3):
+    def __init__(self, root, n: int, seed: int, duration: float, baseline: dict, max_kills: int = 3, concurrency: int = 1):
         os.makedirs(root, exist_ok=True)
         self.n = n
         self.rng = random.Random(seed)
@@ -390,7 +390,7 @@ class FuzzJob:
         # a killed client leaves the server writing into a closed socket: expected here, not worth a printout
         self.provider.server.handle_error = lambda request, client_address: None
         self.ws = Workspace(root)
-        openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}")
+        openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}", maxConcurrentCalls=concurrency)
         self.counts = Counter()
         self.transcript = []
 
@@ -570,7 +570,9 @@ def openai_baseline(root) -> tuple[dict, float]:
         provider.stop()
 
 
-def test_random_kills_over_real_http(tmp_path):
+@pytest.mark.parametrize("concurrency", [1, 3], ids=["sequential", "maxConcurrentCalls-3"])
+def test_random_kills_over_real_http(tmp_path, concurrency):
+    """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies."""
     jobs = fuzz_size()
     seed = int(os.environ.get("DURABLE_JOB_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"\ncrash-fuzz seed={seed} (rerun with DURABLE_JOB_FUZZ_SEED={seed})", flush=True)
@@ -578,12 +580,13 @@ def test_random_kills_over_real_http(tmp_path):
     baseline, duration = openai_baseline(tmp_path / "baseline")
     workers = max(1, min(jobs, (os.cpu_count() or 2)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(lambda n=n: FuzzJob(tmp_path / f"job{n}", n, seed + n, duration, baseline).drive())
+        futures = [pool.submit(lambda n=n: FuzzJob(tmp_path / f"job{n}", n, seed + n, duration, baseline,
+                                                    concurrency=concurrency).drive())
                    for n in range(jobs)]
         counts = [f.result() for f in futures]
     total = sum(counts, Counter())
     total["max_calls_per_key"] = max(c["max_calls_per_key"] for c in counts)
-    print(f"crash-fuzz summary: seed={seed} jobs={total['jobs']} launches={total['launches']} kills={total['kills']} "
+    print(f"crash-fuzz summary: concurrency={concurrency} seed={seed} jobs={total['jobs']} launches={total['launches']} kills={total['kills']} "
           f"(uniform={total['kills_uniform']} after_server_got_request={total['kills_server']} after_pending={total['kills_pending']}) "
           f"completed_from_log={total['completed_from_log']} abandoned={total['abandoned']} "
           f"exhausted={total['exhausted']} server_calls={total['server_calls']} journal_rows={total['journal_rows']} "

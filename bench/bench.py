@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""durable_job benchmark: a report, not a timed test (`make bench`).
+
+Measures, in one run and several times each (medians):
+
+* the baselines: `python -c pass`, the same interpreter doing one SQLite read of
+  the job's journal, and `python -c "import langgraph.graph"`;
+* every command on the built-in demo job: start, status, inspect,
+  inspect --html, verify, decide, resume;
+* the 3-item openai-mode job against the loopback provider
+  (tests/provider_server.py) answering each call after 1 s, at
+  maxConcurrentCalls 1 and 3 (wall time of `start`, start-up included);
+
+and prints one table: each figure, its median, its baseline, the ratio and,
+where the speed issue sets one, the target with PASS or MISS. Targets:
+
+* status          <= 3x  (one interpreter that starts and does one SQLite read)
+* inspect         <= 0.5x a process that imports the graph: both
+                  `python -c "import langgraph.graph"` (the stricter reference,
+                  independent of durable_job's own speed) and `resume` on a
+                  job waiting at review are shown
+* 3 items @ 1 s   concurrency 3 <= 0.55x concurrency 1 (wall time, start-up included)
+
+Alongside the wall-clock medians it shows each child's CPU time (user+sys,
+steadier on a shared machine) and the peak RSS of single processes (from the
+child's own rusage: the ru_maxrss that RUSAGE_CHILDREN reports, per child).
+
+Everything happens in a fresh temporary directory: durable_job.py, the demo
+manifest and its fixtures are copied there (so a concurrent edit of the
+repository cannot break a run half-way, and nothing is written into the
+repository). Every command runs as a subprocess of this interpreter.
+
+Exit status: 0 after reporting (a MISS is reported, not failed), 1 with
+--strict when a target is missed, 2 when a command itself failed (no figure).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAM = os.path.join(REPO, "durable_job.py")
+PROVIDER = os.path.join(REPO, "tests", "provider_server.py")
+DEMO_MANIFEST = "manifest.structural.json"
+DEMO_FIXTURES = "fixtures"
+FAKE_KEY = "sk-bench-not-a-secret"
+LATENCY = "slow:1"
+
+SOURCES = {
+    "alpha": "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
+             "The report is synthetic test input and describes no real event.\n",
+    "beta": "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
+            "The report is synthetic test input and describes no real event.\n",
+    "gamma": "STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\n"
+             "The report is synthetic test input and describes no real event.\n",
+}
+
+# The SQL `status` runs against the journal, done by a bare interpreter: the
+# "python -c pass plus one SQLite read" baseline.
+SQLITE_READ = (
+    "import sqlite3,sys;"
+    "c=sqlite3.connect('file:'+sys.argv[1]+'?mode=ro',uri=True);"
+    "c.execute('SELECT operation_key,item_id,status,response_id,request_id FROM calls ORDER BY created_utc,rowid').fetchall();"
+    "c.close()"
+)
+
+# What running a one-file program costs before its first line executes: CPython
+# never caches bytecode for the script it is given, so every command compiles
+# all of durable_job.py.
+COMPILE = "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec')"
+
+
+class BenchError(Exception):
+    """A command failed, so there is no figure to report."""
+
+
+class Run:
+    """One finished child process: wall time, exit code, peak RSS, output."""
+
+    def __init__(self, seconds, cpu, code, maxrss_kib, stdout, stderr):
+        self.seconds = seconds
+        self.cpu = cpu
+        self.code = code
+        self.maxrss_kib = maxrss_kib
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def clean_env(**extra) -> dict:
+    """This machine's environment without provider or crash settings; no bytecode written anywhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra)
+    return env
+
+
+def run(argv, *, cwd, env, label) -> Run:
+    """Run argv to completion; time it and read its own rusage (wait4: ru_maxrss of this child alone).
+
+    ru_maxrss is the same kernel figure getrusage(RUSAGE_CHILDREN) reports, but
+    per child, so a big earlier child cannot mask a small later one.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+    rss = usage.ru_maxrss // 1024 if sys.platform == "darwin" else usage.ru_maxrss  # bytes on macOS, KiB elsewhere
+    if proc.returncode != 0:
+        raise BenchError(f"{label}: exit {proc.returncode}\n  argv: {' '.join(argv)}\n  stderr: {stderr.strip()[:800]}")
+    return Run(seconds, usage.ru_utime + usage.ru_stime, proc.returncode, rss, stdout, stderr)
+
+
+def expect_json(result: Run, label: str, check) -> dict:
+    try:
+        doc = json.loads(result.stdout)
+    except ValueError:
+        raise BenchError(f"{label}: stdout is not JSON: {result.stdout[:300]!r}") from None
+    problem = check(doc)
+    if problem:
+        raise BenchError(f"{label}: unexpected output ({problem}): {result.stdout[:400]}")
+    return doc
+
+
+class Bench:
+    def __init__(self, root: str, runs: int, latency_runs: int, source_program: str = PROGRAM):
+        self.root = root
+        self.source_program = source_program
+        self.runs = runs
+        self.latency_runs = latency_runs
+        self.py = sys.executable
+        self.times: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+        self.rss: dict[str, list[int]] = {}
+        self.work = os.path.join(root, "demo")
+        self.program = os.path.join(self.work, "durable_job.py")
+        self.env = clean_env()
+        self.counter = 0
+        self.load = None
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def record(self, name: str, result: Run) -> Run:
+        self.times.setdefault(name, []).append(result.seconds)
+        self.cpu.setdefault(name, []).append(result.cpu)
+        self.rss.setdefault(name, []).append(result.maxrss_kib)
+        return result
+
+    def cli(self, name, *args, env=None, record=True, cwd=None) -> Run:
+        result = run([self.py, self.program, *args], cwd=cwd or self.work, env=env or self.env, label=name)
+        return self.record(name, result) if record else result
+
+    def new_state(self, prefix: str) -> str:
+        self.counter += 1
+        return os.path.join(self.root, f"{prefix}-{self.counter}", "state")
+
+    # -- set-up --------------------------------------------------------------
+
+    def prepare_demo(self) -> None:
+        os.makedirs(self.work)
+        shutil.copy2(self.source_program, self.program)
+        shutil.copy2(os.path.join(REPO, DEMO_MANIFEST), os.path.join(self.work, DEMO_MANIFEST))
+        shutil.copytree(os.path.join(REPO, DEMO_FIXTURES), os.path.join(self.work, DEMO_FIXTURES))
+
+    def start_demo(self, name: str | None) -> tuple[str, Run]:
+        state = self.new_state("demo")
+        os.makedirs(os.path.dirname(state))
+        result = self.cli(name or "setup", "start", "--manifest", DEMO_MANIFEST, "--state-dir", state, "--json",
+                          record=name is not None)
+        expect_json(result, "start", lambda d: None if d.get("interrupt") and len(d.get("results", [])) == 2 else "not waiting at review with 2 results")
+        return state, result
+
+    # -- the demo job --------------------------------------------------------
+
+    def demo_round(self, demo_state: str, html_path: str) -> None:
+        """One timed round of every figure (round-robin, so drift spreads over all figures)."""
+        journal = os.path.join(demo_state, "effects.sqlite")
+        self.record("python -c pass", run([self.py, "-c", "pass"], cwd=self.work, env=self.env, label="python -c pass"))
+        self.record("python + 1 SQLite read", run([self.py, "-c", SQLITE_READ, journal], cwd=self.work, env=self.env, label="sqlite read"))
+        self.record("python + compile durable_job.py", run([self.py, "-c", COMPILE, self.program], cwd=self.work, env=self.env, label="compile"))
+        self.record("import langgraph.graph", run([self.py, "-c", "import langgraph.graph"], cwd=self.work, env=self.env, label="import langgraph.graph"))
+        fresh, _ = self.start_demo("start")
+        status = self.cli("status", "status", "--state-dir", demo_state, "--json")
+        expect_json(status, "status", lambda d: None if len(d.get("calls", [])) == 2 else "expected 2 calls")
+        inspect = self.cli("inspect", "inspect", "--state-dir", demo_state, "--json")
+        expect_json(inspect, "inspect", lambda d: None if d.get("resultsSha256") and not d.get("sealBroken") else "no resultsSha256 or a broken seal")
+        self.cli("inspect --html", "inspect", "--state-dir", demo_state, "--html", html_path, "--json")
+        if not os.path.getsize(html_path):
+            raise BenchError("inspect --html wrote an empty page")
+        self.cli("verify", "verify", "--state-dir", demo_state, "--json")
+        resume = self.cli("resume (waiting job)", "resume", "--state-dir", demo_state, "--json")
+        expect_json(resume, "resume", lambda d: None if d.get("interrupt") else "not waiting at review")
+        decide = self.cli("decide", "decide", "--state-dir", fresh, "--decision", "hold", "--reviewer", "bench",
+                          "--reason", "benchmark run: nothing to approve", "--json")
+        expect_json(decide, "decide", lambda d: None if (d.get("final") or {}).get("decision") == "hold" else "no final hold")
+
+    def demo(self) -> None:
+        self.prepare_demo()
+        demo_state, _ = self.start_demo(None)
+        html_path = os.path.join(self.root, "review.html")
+        # One untimed warm-up round: page cache, site-packages bytecode, SQLite files.
+        saved = (self.times, self.cpu, self.rss)
+        self.times, self.cpu, self.rss = {}, {}, {}
+        self.demo_round(demo_state, html_path)
+        self.times, self.cpu, self.rss = saved
+        for n in range(self.runs):
+            progress(f"demo round {n + 1}/{self.runs}")
+            self.demo_round(demo_state, html_path)
+
+    # -- the 3-item job at 1 s latency --------------------------------------
+
+    def start_provider(self):
+        folder = os.path.join(self.root, "provider")
+        os.makedirs(folder)
+        behaviour = os.path.join(folder, "behaviour.json")
+        with open(behaviour, "w", encoding="utf-8") as fh:
+            json.dump(LATENCY, fh)
+        proc = subprocess.Popen([self.py, PROVIDER, "--log", os.path.join(folder, "provider.log"), "--behaviour-file", behaviour],
+                                cwd=folder, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        line = proc.stdout.readline().strip()
+        if not line.startswith("READY "):
+            proc.kill()
+            proc.wait()
+            raise BenchError(f"provider server did not start (said {line!r})")
+        return proc, line.split(" ", 1)[1]
+
+    def latency_manifest(self, concurrency: int) -> str:
+        folder = os.path.join(self.root, "latency-src")
+        os.makedirs(folder, exist_ok=True)
+        items = []
+        for item_id, text in SOURCES.items():
+            data = text.encode("utf-8")
+            with open(os.path.join(folder, f"{item_id}.txt"), "wb") as fh:
+                fh.write(data)
+            items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": hashlib.sha256(data).hexdigest()})
+        manifest = {"schemaVersion": 1, "jobId": f"bench-latency-c{concurrency}", "approved": True,
+                    "approvedBy": "bench@example.test", "mode": "openai", "model": "gpt-bench",
+                    "providerTransferApproved": True, "maxModelCalls": 6, "maxAttemptsPerItem": 2,
+                    "maxConcurrentCalls": concurrency, "items": items}
+        path = os.path.join(folder, f"manifest-c{concurrency}.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=2)
+            fh.write("\n")
+        return path
+
+    def latency(self) -> None:
+        if not os.path.exists(self.program):
+            self.prepare_demo()
+        manifests = {c: self.latency_manifest(c) for c in (1, 3)}
+        proc, base_url = self.start_provider()
+        try:
+            env = clean_env(OPENAI_API_KEY=FAKE_KEY, OPENAI_BASE_URL=base_url)
+            for n in range(self.latency_runs):
+                progress(f"latency round {n + 1}/{self.latency_runs}")
+                for c in (1, 3):
+                    name = f"3 items @ 1 s, concurrency {c}"
+                    state = self.new_state(f"latency-c{c}")
+                    os.makedirs(os.path.dirname(state))
+                    result = self.cli(name, "start", "--manifest", manifests[c], "--state-dir", state, "--json",
+                                      env=env, cwd=os.path.dirname(state))
+                    expect_json(result, name, lambda d: None if d.get("interrupt") and [r["status"] for r in d["results"]] == ["validated"] * 3
+                                else f"expected 3 validated results, got {[r.get('status') for r in d.get('results', [])]}")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def progress(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+# -- the report --------------------------------------------------------------
+
+# figure, baseline figure, target ratio (None: reported, no target)
+ROWS = [
+    ("python -c pass", None, None),
+    ("python + 1 SQLite read", "python -c pass", None),
+    ("python + compile durable_job.py", "python -c pass", None),
+    ("import langgraph.graph", "python -c pass", None),
+    ("status", "python + 1 SQLite read", 3.0),
+    ("inspect", "import langgraph.graph", 0.5),
+    ("inspect --html", "import langgraph.graph", 0.5),
+    ("inspect", "resume (waiting job)", 0.5),
+    ("verify", "python -c pass", None),
+    ("resume (waiting job)", "import langgraph.graph", None),
+    ("start", "import langgraph.graph", None),
+    ("decide", "import langgraph.graph", None),
+    ("3 items @ 1 s, concurrency 1", None, None),
+    ("3 items @ 1 s, concurrency 3", "3 items @ 1 s, concurrency 1", 0.55),
+]
+RSS_ROWS = [("python -c pass", None), ("status", "resume (waiting job)"), ("inspect", "resume (waiting job)"),
+            ("import langgraph.graph", None), ("resume (waiting job)", None)]
+
+
+def table(headers, rows, right) -> str:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def report(bench: Bench) -> int:
+    med = {name: statistics.median(v) * 1000 for name, v in bench.times.items()}
+    cpu = {name: f"{statistics.median(v) * 1000:.0f}" for name, v in bench.cpu.items()}
+    rows, misses = [], []
+    for name, base, target in ROWS:
+        if name not in med:
+            continue
+        n = len(bench.times[name])
+        if base is None or base not in med:
+            rows.append([name, f"{med[name]:.1f}", f"{min(bench.times[name]) * 1000:.1f}", cpu[name], n, "-", "-", "-", "-", "-"])
+            continue
+        ratio = med[name] / med[base]
+        verdict = "-" if target is None else ("PASS" if ratio <= target else "MISS")
+        if verdict == "MISS":
+            misses.append(f"{name} / {base} = {ratio:.2f}x > {target}x")
+        rows.append([name, f"{med[name]:.1f}", f"{min(bench.times[name]) * 1000:.1f}", cpu[name], n, base, f"{med[base]:.1f}",
+                     f"{ratio:.2f}x", "-" if target is None else f"<= {target}x", verdict])
+    print()
+    print(f"durable_job benchmark — Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
+          f"{os.cpu_count()} CPUs; medians of {bench.runs} runs (1 s-latency jobs: {bench.latency_runs})")
+    print()
+    print(table(["figure", "median ms", "min ms", "cpu ms", "n", "baseline", "base ms", "ratio", "target", "result"], rows, {1, 2, 3, 4, 6, 7}))
+    print("(ms: wall time of the whole child process; cpu ms: its user+sys time; ratio: median / baseline median)")
+    rss_rows = []
+    for name, base in RSS_ROWS:
+        if name not in bench.rss:
+            continue
+        peak = max(bench.rss[name]) / 1024
+        ratio = "-" if base is None or base not in bench.rss else f"{peak / (max(bench.rss[base]) / 1024):.2f}x"
+        rss_rows.append([name, f"{peak:.1f}", base or "-", ratio])
+    if rss_rows:
+        print()
+        print(table(["peak RSS of one process", "MiB", "compared with", "ratio"], rss_rows, {1, 3}))
+    print()
+    load = bench.load
+    if load and max(load) > 0.5 * (os.cpu_count() or 1):
+        print(f"Note: load average was {load[0]:.2f} before and {load[1]:.2f} after on {os.cpu_count()} CPUs: "
+              "other work shared the machine, so wall times are noisy (cpu ms is steadier).")
+    if misses:
+        print("MISS: " + "; ".join(misses))
+    else:
+        print("All targets met.")
+    return len(misses)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="timed runs of each demo figure (default 5)")
+    parser.add_argument("--latency-runs", type=int, default=3, help="runs of each 1 s-latency job (default 3)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--skip-latency", action="store_true", help="skip the 1 s-latency jobs (about 10 s per round)")
+    parser.add_argument("--skip-demo", action="store_true", help="skip the demo-job figures")
+    parser.add_argument("--program", default=PROGRAM, help="benchmark this copy of durable_job.py (default: the repository's)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory and print its path")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.latency_runs < 1:
+        parser.error("--runs and --latency-runs must be at least 1")
+    root = tempfile.mkdtemp(prefix="durable_job_bench.")
+    bench = Bench(root, args.runs, args.latency_runs, os.path.abspath(args.program))
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    try:
+        if not args.skip_demo:
+            bench.demo()
+        if not args.skip_latency:
+            bench.latency()
+    except BenchError as exc:
+        print(f"bench: a command failed, so there is no figure for it:\n  {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if args.keep:
+            progress(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    bench.load = (load_before, os.getloadavg()[0]) if load_before is not None else None
+    misses = report(bench)
+    return 1 if misses and args.strict else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
