@@ -244,7 +244,7 @@ def check_manifest(m) -> None:
         raise ManifestError(f"Manifest must be a JSON object, not {type(m).__name__}; see the README for the keys")
     unknown = sorted(set(m) - MANIFEST_KEYS)
     if unknown:
-        raise ManifestError(f"Manifest has unknown key {unknown[0]!r}; remove it or fix its spelling (known keys: {', '.join(sorted(MANIFEST_KEYS))})")
+        raise ManifestError(f"Manifest has unknown key {clip(repr(unknown[0]), 60)}; remove it or fix its spelling (known keys: {', '.join(sorted(MANIFEST_KEYS))})")
     missing = sorted(REQUIRED_MANIFEST_KEYS - set(m))
     if missing:
         raise ManifestError(f"Manifest is missing key {missing[0]!r}; add it (see the README)")
@@ -290,7 +290,7 @@ def check_item(item, n: int) -> None:
         raise ManifestError(f"Manifest item {n} must be an object with id, path and sha256")
     unknown = sorted(set(item) - ITEM_KEYS)
     if unknown:
-        raise ManifestError(f"Manifest item {n} has unknown key {unknown[0]!r}; an item has only id, path (or mcp) and sha256")
+        raise ManifestError(f"Manifest item {n} has unknown key {clip(repr(unknown[0]), 60)}; an item has only id, path (or mcp) and sha256")
     if not (isinstance(item.get("id"), str) and 1 <= len(item["id"]) <= 80 and item["id"].strip() and item["id"].isprintable()):
         raise ManifestError(f"Manifest item {n} id must be a printable string of 1-80 characters")
     name = item["id"]
@@ -334,7 +334,9 @@ def read_file_source(base_dir: str, item: dict) -> bytes:
     except OSError as exc:
         raise SourceError(f"Source {name} path {item['path']!r} cannot be resolved ({exc.strerror or exc}); restore the approved file") from None
     root = os.path.realpath(base_dir)
-    if os.path.commonpath([root, resolved]) != root or resolved == root:
+    if resolved == root:
+        raise SourceError(f"Source {name} path {item['path']!r} is the manifest's folder itself; name a file in it")
+    if os.path.commonpath([root, resolved]) != root:
         raise SourceError(f"Source {name} path {item['path']!r} resolves outside the manifest's folder; copy the file beside the manifest")
     try:
         if not stat.S_ISREG(os.stat(resolved).st_mode):  # never open a FIFO or a device at all
@@ -653,11 +655,16 @@ MIGRATIONS = [
 ]
 
 
+def uri_path(path: str) -> str:
+    """A file path made safe inside an SQLite URI (where ?, # and % are special)."""
+    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+
+
 def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """Open a SQLite file with the journal's durability settings; name the file on failure."""
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+            conn = sqlite3.connect(f"file:{uri_path(path)}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
         else:
             conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -839,7 +846,15 @@ def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str):
     return "call", key
 
 
+def storable(text):
+    """Text SQLite can store as UTF-8: a lone surrogate (possible via a JSON \\ud800 escape) becomes U+FFFD."""
+    if isinstance(text, str):
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def complete_call(db, key: str, output_text: str, response_id, request_id, usage) -> None:
+    output_text, response_id, request_id = storable(output_text), storable(response_id), storable(request_id)
     with transaction(db):
         db.execute(
             "UPDATE calls SET status='completed', output_text=?, response_id=?, request_id=?, usage_json=?, updated_utc=? "

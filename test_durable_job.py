@@ -354,3 +354,13 @@ def test_help_explains_every_command_in_one_line(ws):
 def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
     ws.run("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x").held("invalid choice")
     ws.run("frobnicate", state=False).held("invalid choice")
+
+
+def test_a_reply_with_a_lone_surrogate_is_stored_not_lost(tmp_path, monkeypatch):
+    """A JSON "\\ud800" escape decodes to text SQLite cannot store: it is kept as U+FFFD, the row completes."""
+    monkeypatch.setattr(dj, "call_model", lambda *a: ('{"itemId": "alpha", "summary": "\ud800"}', "resp", "req", None))
+    db = dj.ledger(str(tmp_path / "effects.sqlite"))
+    out = dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
+    assert out == '{"itemId": "alpha", "summary": "\ufffd"}'
+    assert db.execute("SELECT status, output_text FROM calls").fetchall() == [("completed", out)]
+    assert dj.check_proposal(out, ITEM, ALPHA)["status"] == "failed"
