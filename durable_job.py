@@ -899,6 +899,7 @@ def get_or_call(db, job, manifest, item, source, prompt):
         raise provider_failure(item["id"], key, status, code, exc) from None
     finally:
         _OPERATION_KEY.reset(token)
+    output_text = storable(output_text)  # what is journaled is exactly what the graph sees
     crash_point("before-ledger", job)
     complete_call(db, key, output_text, response_id, request_id, usage)
     crash_point("after-ledger", job)
