@@ -1625,10 +1625,10 @@ class Snapshot:
         return "running" if self.values else "not-started"
 
 
-def seal_report(state_dir: str, job: dict, *, mcp: bool = True) -> str | None:
-    """For read-only commands: which seal is broken, or None when all hold (MCP sources only when asked)."""
+def seal_report(state_dir: str, job: dict) -> str | None:
+    """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look (verify does)."""
     try:
-        check_seals(job, mcp=mcp)
+        check_seals(job, mcp=False)
     except JobError as exc:
         return str(exc)
     return None
@@ -1766,7 +1766,7 @@ def cmd_status(args) -> dict:
             "phase": snap.phase(),
             "next": next_step(snap),
         }
-        broken = seal_report(args.state_dir, snap.job, mcp=False)
+        broken = seal_report(args.state_dir, snap.job)
         if broken:
             out["sealBroken"] = broken
         return out
@@ -1805,7 +1805,7 @@ def cmd_inspect(args) -> dict:
             out["cancelled"] = snap.cancel
         if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(args.state_dir, out["resultsSha256"])
-        broken = seal_report(args.state_dir, snap.job, mcp=False)  # no server launch from a read-only look; verify re-reads MCP sources
+        broken = seal_report(args.state_dir, snap.job)
         if broken:
             out["sealBroken"] = broken
         if args.html:
@@ -1877,11 +1877,7 @@ def need_text(value, flag: str) -> None:
 def cmd_decide(args) -> dict:
     """Record the person's final decision once, while the job waits at review."""
     with RunLock(args.state_dir, "decide"):
-        ctx = open_run_for_review(args.state_dir, "decide")
-        need_text(args.reviewer, "--reviewer")
-        need_text(args.reason, "--reason")
-        state = waiting_state(ctx, "decide")
-        draft, results = current_draft(ctx.db, state.values["results"])
+        ctx, draft, results = open_review(args, "decide")
         digest = results_sha256(results)
         if args.results_sha256 and args.results_sha256 != digest:
             raise DecisionError(f"stale: results changed since review, now {digest}; inspect again and decide with --results-sha256 {digest}")
@@ -1894,6 +1890,16 @@ def cmd_decide(args) -> dict:
         crash_point("after-decide", ctx.job)
         write_receipt(ctx, final_state.values["final"], "decided")
         return run_output(ctx, final_state)
+
+
+def open_review(args, command: str):
+    """For decide and revise (lock held): seals, reviewer and reason, a thread waiting at review; (ctx, draft, results)."""
+    ctx = open_run_for_review(args.state_dir, command)
+    need_text(args.reviewer, "--reviewer")
+    need_text(args.reason, "--reason")
+    state = waiting_state(ctx, command)
+    draft, results = current_draft(ctx.db, state.values["results"])
+    return ctx, draft, results
 
 
 def open_run_for_review(state_dir: str, command: str) -> Context:
@@ -1958,11 +1964,7 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
     with RunLock(args.state_dir, "revise"):
-        ctx = open_run_for_review(args.state_dir, "revise")
-        need_text(args.reviewer, "--reviewer")
-        need_text(args.reason, "--reason")
-        state = waiting_state(ctx, "revise")
-        draft, results = current_draft(ctx.db, state.values["results"])
+        ctx, draft, results = open_review(args, "revise")
         position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
         if position is None:
             raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
