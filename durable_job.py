@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import argparse
 import contextvars
-import datetime as _dt
 import fcntl
-import hashlib
-import html
 import json
 import os
 import sqlite3
 import stat
 import sys
-from typing import Any, TypedDict
+import time
+
+try:  # the builtin sha256 spares every command loading OpenSSL's libcrypto (hashlib's _hashlib)
+    from _sha256 import sha256 as _sha256
+except ImportError:  # other Pythons name it differently, or only hashlib has it
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
 
 ###############################################################################
 # Constants and contract
@@ -121,9 +126,17 @@ class DecisionError(JobError):
     """A decision, revision or cancel cannot be recorded now."""
 
 
+def escape(text) -> str:
+    """HTML-escape text for the review page (html is imported only when a page is written)."""
+    import html
+
+    return html.escape(text)
+
+
 def now_utc() -> str:
     """Fixed-width UTC time with microseconds, so text order is time order."""
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ns = time.time_ns()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000)) + f".{ns // 1000 % 1_000_000:06d}Z"
 
 
 def canonical(value) -> bytes:
@@ -132,7 +145,7 @@ def canonical(value) -> bytes:
 
 
 def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return _sha256(data).hexdigest()
 
 
 def code_sha256() -> str:
@@ -1253,13 +1266,11 @@ class Context:
         return {"configurable": {"thread_id": self.job["threadId"]}}
 
 
-class State(TypedDict, total=False):
+def state_schema():
     """The checkpointed thread state: plain JSON values only, so it can be read without langgraph."""
-    index: int
-    results: list
-    raw: Any
-    result: Any
-    final: Any
+    from typing import Any, TypedDict
+
+    return TypedDict("State", {"index": int, "results": list, "raw": Any, "result": Any, "final": Any}, total=False)
 
 
 def initial_state() -> dict:
@@ -1317,7 +1328,7 @@ def build_graph(ctx: Context):
         decision = interrupt(bundle)
         return {"final": {**bundle, **decision}}
 
-    graph = StateGraph(State)
+    graph = StateGraph(state_schema())
     for name, fn in (("prepare", prepare), ("model", model), ("validate", validate), ("advance", advance), ("accept", accept)):
         graph.add_node(name, fn)
     graph.add_edge(START, "prepare")
@@ -2296,7 +2307,7 @@ def text_summary(command: str, out: dict, state_dir: str | None = None) -> str:
 
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
     """One self-contained review page (no network, no external assets, no script); every string escaped."""
-    e = html.escape
+    e = escape
     manifest = read_manifest_quiet(snap.job) or {}
     items = {i["id"]: i for i in manifest.get("items", [])}
     sources = read_sources_quiet(snap.job)
@@ -2387,17 +2398,17 @@ def highlight(source: str, citations: list, n: int) -> str:
             anchors.append((source.find(quote), c))
     out, pos = [], 0
     for start, end, c in sorted(spans):
-        out.append(html.escape(source[pos:start]))
+        out.append(escape(source[pos:start]))
         out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if pos <= at <= start)
-        out.append(f"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{html.escape(source[start:end])}</a></mark>")
+        out.append(f"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{escape(source[start:end])}</a></mark>")
         pos = end
     out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if at >= pos and not any(s <= at < e for s, e, _ in spans))
-    out.append(html.escape(source[pos:]))
+    out.append(escape(source[pos:]))
     return "".join(out)
 
 
 def item_section(n: int, r: dict, source: str | None, item: dict) -> str:
-    e = html.escape
+    e = escape
     cls = "ok" if r["status"] == "validated" else "bad"
     where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
     parts = [f"<section id='item{n}'><h2>{e(r['itemId'])} <span class='{cls}'>{e(r['status'])}</span></h2>",
@@ -2438,7 +2449,7 @@ def usage_text(usage_json) -> str:
 
 
 def journal_section(snap: Snapshot) -> str:
-    e = html.escape
+    e = escape
     if not snap.calls:
         return "<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>"
     rows = []
@@ -2467,7 +2478,7 @@ def journal_section(snap: Snapshot) -> str:
 
 
 def history_section(drafts: list) -> str:
-    e = html.escape
+    e = escape
     if not drafts:
         return "<section id='drafts'><h2>Drafts</h2><p>Draft 1: the model's results, unrevised.</p></section>"
     rows = []
@@ -2483,7 +2494,7 @@ def history_section(drafts: list) -> str:
 
 
 def decision_section(snap: Snapshot, out: dict) -> str:
-    e = html.escape
+    e = escape
     if snap.final:
         f = snap.final
         bound = (f"bound to resultsSha256 <code>{e(str(f.get('boundResultsSha256')))}</code>" if f.get("bound") or f.get("boundResultsSha256")
@@ -2522,7 +2533,8 @@ class HoldParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = HoldParser(prog="durable_job.py", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND")
+    # an explicit prog spares argparse building a help formatter (and importing shutil) on every run
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND", prog="durable_job.py")
     for name, fn in COMMANDS.items():
         p = sub.add_parser(name, help=fn.__doc__.strip().split("\n")[0], description=fn.__doc__.strip().split("\n")[0])
         if name != "seal":
