@@ -126,13 +126,6 @@ class DecisionError(JobError):
     """A decision, revision or cancel cannot be recorded now."""
 
 
-def escape(text) -> str:
-    """HTML-escape text for the review page (html is imported only when a page is written)."""
-    import html
-
-    return html.escape(text)
-
-
 def now_utc() -> str:
     """Fixed-width UTC time with microseconds, so text order is time order."""
     ns = time.time_ns()
@@ -1763,7 +1756,7 @@ def cmd_resume(args, existing: bool | None = None) -> dict:
         refuse_if_cancelled(ctx)
         state = run_graph(ctx)
         if state.values.get("final") and not os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)):
-            write_receipt(ctx, state.values["final"], "decided")  # a crash after the decision, before its receipt
+            write_receipt(ctx.state_dir, ctx.job, ctx.db, state.values["final"], "decided")  # a crash after the decision, before its receipt
         return run_output(ctx, state, existing=existing)
 
 
@@ -1899,7 +1892,7 @@ def cmd_decide(args) -> dict:
                  "bound": bool(args.results_sha256), "boundResultsSha256": args.results_sha256 or None, "draftVersion": draft}
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
-        write_receipt(ctx, final_state.values["final"], "decided")
+        write_receipt(ctx.state_dir, ctx.job, ctx.db, final_state.values["final"], "decided")
         return run_output(ctx, final_state)
 
 
@@ -1942,9 +1935,9 @@ def waiting_state(ctx: Context, command: str):
     return saved
 
 
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
+def write_receipt(state_dir: str, job: dict, db, final: dict | None, kind: str, extra: dict | None = None) -> dict:
     """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
-    draft, results = current_draft(ctx.db, (read_checkpoint(ctx.state_dir, ctx.job)["values"].get("results") or []))
+    draft, results = current_draft(db, (read_checkpoint(state_dir, job)["values"].get("results") or []))
     who = final or (extra or {}).get("cancel") or {}
     receipt = {
         "outcome": kind,
@@ -1954,13 +1947,13 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
         "reason": who.get("reason"),
         "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
         "bound": bool((final or {}).get("bound")),
-        "jobId": ctx.job["jobId"],
-        "threadId": ctx.job["threadId"],
-        "manifestPath": ctx.job["manifestPath"],
-        "manifestSha256": ctx.job["manifestSha256"],
-        "codeSha256": ctx.job["codeSha256"],
-        "version": ctx.job["version"],
-        "dependencies": ctx.job.get("dependencies"),
+        "jobId": job["jobId"],
+        "threadId": job["threadId"],
+        "manifestPath": job["manifestPath"],
+        "manifestSha256": job["manifestSha256"],
+        "codeSha256": job["codeSha256"],
+        "version": job["version"],
+        "dependencies": job.get("dependencies"),
         "resultsSha256": results_sha256(results),
         "draftVersion": draft,
         "statuses": {r["itemId"]: r["status"] for r in results},
@@ -1968,7 +1961,7 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
         **(extra or {}),
         "writtenAtUtc": now_utc(),
     }
-    write_atomic(job_path(ctx.state_dir, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
+    write_atomic(job_path(state_dir, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
     return receipt
 
 
@@ -2041,15 +2034,17 @@ def cmd_cancel(args) -> dict:
         values = read_checkpoint(args.state_dir, job)["values"]
         if values.get("final"):
             raise DecisionError(f"Final decision already recorded ({values['final'].get('decision')}); a decided job cannot be cancelled")
-        if outcome(db, "cancel"):
-            raise DecisionError("Job already cancelled; nothing more runs")
+        earlier = outcome(db, "cancel")
+        if earlier and os.path.exists(job_path(args.state_dir, RECEIPT_FILE)):
+            raise DecisionError(f"Job already cancelled by {earlier['reviewer']} at {earlier['cancelledAtUtc']}; nothing more runs")
+        if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
+            write_receipt(args.state_dir, job, db, None, "cancelled", {"cancel": earlier})
+            return {"jobId": job["jobId"], "cancelled": earlier, "receiptRepaired": True}
         record = {"reviewer": args.reviewer, "reason": args.reason, "cancelledAtUtc": now_utc(),
                   "pendingCalls": [r["operation_key"] for r in call_rows(db) if r["status"] == "pending"]}
         with transaction(db):
             db.execute("INSERT INTO outcomes VALUES ('cancel', ?, ?)", (json.dumps(record, sort_keys=True), record["cancelledAtUtc"]))
-        ctx = Context.__new__(Context)
-        ctx.state_dir, ctx.job, ctx.db = args.state_dir, job, db
-        write_receipt(ctx, None, "cancelled", {"cancel": record})
+        write_receipt(args.state_dir, job, db, None, "cancelled", {"cancel": record})
         return {"jobId": job["jobId"], "cancelled": record}
 
 
@@ -2303,6 +2298,13 @@ def text_summary(command: str, out: dict, state_dir: str | None = None) -> str:
         if key in out:
             add(f"  {key}: {out[key]}")
     return "\n".join(lines)
+
+
+def escape(text) -> str:
+    """HTML-escape text for the review page (html is imported only when a page is written)."""
+    import html
+
+    return html.escape(text)
 
 
 def write_html(path: str, snap: Snapshot, out: dict) -> None:

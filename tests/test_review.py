@@ -769,3 +769,16 @@ def test_on_a_terminal_commands_print_a_summary_and_progress(ws):
     third.write_manifest()
     result = third.start()
     assert result.ok() and result.stderr == ""
+
+
+def test_a_cancel_whose_receipt_was_lost_is_finished_not_repeated(ws):
+    """The cancel is recorded but its receipt never written (a crash in between): cancel again finishes it."""
+    ws.start().ok()
+    first = ws.run("cancel", "--reviewer", "olga", "--reason", "wrong sources").ok()["cancelled"]
+    os.remove(os.path.join(ws.state, "receipt.json"))
+    ws.run("verify").held("receipt")
+    again = ws.run("cancel", "--reviewer", "someone-else", "--reason", "retry").ok()
+    assert again["cancelled"] == first and again["receiptRepaired"] is True
+    with open(os.path.join(ws.state, "receipt.json")) as fh:
+        assert json.load(fh)["cancel"] == first
+    assert ws.run("verify").ok()["ok"] is True
