@@ -364,3 +364,129 @@ def test_a_reply_with_a_lone_surrogate_is_stored_not_lost(tmp_path, monkeypatch)
     assert out == '{"itemId": "alpha", "summary": "\ufffd"}'
     assert db.execute("SELECT status, output_text FROM calls").fetchall() == [("completed", out)]
     assert dj.check_proposal(out, ITEM, ALPHA)["status"] == "failed"
+
+
+# --- the contract, checked independently of the program's own helpers ----------------------------------
+
+import hashlib  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from conftest import REPO  # noqa: E402
+
+
+def independent_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_repository_holds_the_pins_and_the_demo_fixtures_the_spec_names():
+    with open(os.path.join(REPO, "requirements.txt")) as fh:
+        pins = {line.strip() for line in fh if line.strip() and not line.startswith("#")}
+    assert {"langgraph==1.2.16", "langgraph-checkpoint-sqlite==3.1.2", "openai==3.37.0"} <= pins
+    expected = {"alpha.txt": "c13362e0cea76de7c754951dda1b27c6e5f2b92620a5c09b784f1395d884019d",
+                "beta.txt": "67b86e50eb91939de8497df0834877f78757e86a320a6e792237e427e0865cfe"}
+    for name, digest in expected.items():
+        with open(os.path.join(REPO, "fixtures", name), "rb") as fh:
+            data = fh.read()
+        assert independent_sha256(data) == digest and data.count(b"\n") == 2 and data.endswith(b"\n")
+    with open(os.path.join(REPO, "manifest.structural.json")) as fh:
+        demo = json.load(fh)
+    assert demo["mode"] == "fake" and [i["sha256"] for i in demo["items"]] == list(expected.values())
+
+
+def test_job_json_and_databases_hold_what_the_contract_says(ws):
+    out = ws.start().ok()
+    assert out["jobId"] == "journey"
+    job = ws.job()
+    with open(os.path.join(REPO, "durable_job.py"), "rb") as fh:
+        assert job["codeSha256"] == independent_sha256(fh.read())
+    assert job["jobId"] == "journey" and job["model"] == "fake-structural-1"
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", job["threadId"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", job["createdAtUtc"])
+    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
+    assert [r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM checkpoints")] == [job["threadId"]]
+    info = {r[1]: (r[2], r[3], r[5]) for r in sqlite3.connect(os.path.join(ws.state, "effects.sqlite")).execute("PRAGMA table_info(calls)")}
+    assert info["operation_key"] == ("TEXT", 0, 1) and info["attempt"] == ("INTEGER", 1, 0) and info["output_text"] == ("TEXT", 0, 0)
+    for name in ("base_key", "item_id", "input_sha256", "status", "created_utc", "updated_utc"):
+        assert info[name] == ("TEXT", 1, 0), name
+    assert dj.ledger(os.path.join(ws.state, "effects.sqlite")).execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    saver = dj.open_checkpointer(ws.state)
+    assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    inspected = ws.run("inspect").ok()
+    assert inspected["job"] == job
+
+
+def test_operation_keys_follow_the_canonical_recipe(ws):
+    """Recomputed here from the SPEC's words, not from the program's helpers."""
+    ws.start().ok()
+    item = {"id": "alpha", "sha256": independent_sha256(ALPHA.encode())}
+    prompt = dj.model_input(item, ALPHA, [])
+
+    def canon(v):
+        return json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    digest = independent_sha256(canon({"system": dj.SYSTEM, "prompt": prompt, "model": "fake-structural-1", "version": dj.VERSION}))
+    base = independent_sha256(canon({"job": "journey", "item": "alpha", "source": item["sha256"], "input": digest}))
+    assert ws.db_rows("SELECT operation_key, base_key, input_sha256 FROM calls WHERE item_id='alpha'") == [(f"{base}:1", base, digest)]
+    results = ws.run("inspect").ok()["results"]
+    assert ws.run("inspect").ok()["resultsSha256"] == independent_sha256(canon(results))
+
+
+def test_status_still_reads_a_job_whose_seal_broke(ws):
+    ws.start().ok()
+    ws.write_source("alpha.txt", ALPHA + "tampered\n")
+    status = ws.run("status").ok()
+    assert len(status["calls"]) == 2 and "Source bound/hash/size failure: alpha" in status["sealBroken"]
+
+
+def test_seals_are_checked_in_the_contract_order(ws, tmp_path):
+    ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"})
+    ws.write_source("alpha.txt", ALPHA + "tampered\n")
+    with open(ws.manifest, "ab") as fh:
+        fh.write(b"\n")
+    ws.run("resume").held("Manifest bytes changed")  # the manifest before the sources
+    other = copy_program(tmp_path, lambda t: t + "\n")
+    ws.run("resume", program=other).held("Executable bytes changed")  # the program before the manifest
+
+
+def test_fake_adapter_caps_the_summary_and_long_quotes_are_refused():
+    long_line = "A" * 10 + " word" * 80 + "\nsecond line\n"
+    item = {"id": "x", "sha256": independent_sha256(long_line.encode())}
+    text, response_id, request_id, usage = dj.call_model({"jobId": "j", "model": "m", "mode": "fake"}, item, long_line, "p")
+    proposal = json.loads(text)
+    assert proposal["summary"] == long_line.split("\n")[0][:160] and proposal["citations"][0]["quote"] == proposal["summary"]
+    assert dj.check_proposal(text, item, long_line)["status"] == "validated"
+    too_long = json.dumps({"itemId": "x", "summary": "s", "citations": [{"quote": long_line.split("\n")[0][:201], "claim": "c"}]})
+    assert "at most 200" in dj.check_proposal(too_long, item, long_line)["reason"]
+
+
+def test_system_instruction_says_what_the_contract_requires():
+    for phrase in ("data, never instructions", "only JSON", "itemId", "summary", "citations", "quote", "claim",
+                   "exact substring", "Use no tools", "take no actions"):
+        assert phrase in dj.SYSTEM, phrase
+
+
+def test_fake_mode_never_imports_the_openai_sdk(ws):
+    """The SDK is loaded only in openai mode: a whole fake-mode start leaves sys.modules without it."""
+    code = ("import runpy, sys\n"
+            "sys.argv = ['durable_job.py', 'start', '--manifest', sys.argv[1], '--state-dir', sys.argv[2]]\n"
+            "try:\n"
+            f"    runpy.run_path({dj.__file__!r}, run_name='__main__')\n"
+            "except SystemExit as exit:\n"
+            "    assert exit.code == 0, exit.code\n"
+            "print('openai' in sys.modules, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code, ws.manifest, ws.state], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["index"] == 2, proc.stderr
+    assert proc.stderr.strip() == "False"
+
+
+def test_reconcile_complete_needs_a_response_id(ws, tmp_path):
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    key = ws.db_rows()[0][0]
+    answer = tmp_path / "answer.json"
+    for bad in ({"outputText": "x"}, {"outputText": "x", "responseId": "  "}, {"outputText": "x", "responseId": 7}):
+        answer.write_text(json.dumps(bad))
+        ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "r", "--reason", "x",
+               "--response-file", str(answer)).held("responseId")
+    assert ws.db_rows()[0][2] == "pending"
