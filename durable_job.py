@@ -1259,6 +1259,9 @@ class Context:
         return {"configurable": {"thread_id": self.job["threadId"]}}
 
 
+STATE_KEYS = ("index", "results", "raw", "result", "final")
+
+
 def state_schema():
     """The checkpointed thread state: plain JSON values only, so it can be read without langgraph."""
     from typing import Any, TypedDict
@@ -1464,7 +1467,8 @@ def read_checkpoint(state_dir: str, job: dict) -> dict:
             "ORDER BY checkpoint_id DESC LIMIT 1", (job["threadId"],)).fetchone()
         if row is None:
             return empty
-        values = decode_checkpoint(row[1], row[2]).get("channel_values", {})
+        channels = decode_checkpoint(row[1], row[2]).get("channel_values", {})
+        values = {key: channels[key] for key in STATE_KEYS if key in channels}  # not LangGraph's own branch:* channels
         waiting = conn.execute(
             "SELECT 1 FROM writes WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=? AND channel='__interrupt__' LIMIT 1",
             (job["threadId"], row[0])).fetchone() is not None

@@ -490,3 +490,33 @@ def test_reconcile_complete_needs_a_response_id(ws, tmp_path):
         ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "r", "--reason", "x",
                "--response-file", str(answer)).held("responseId")
     assert ws.db_rows()[0][2] == "pending"
+
+
+def langgraph_view(ws):
+    """What LangGraph itself says about the saved thread (the reference for the langgraph-free reader)."""
+    job = ws.job()
+    manifest = json.load(open(ws.manifest))
+    ctx = dj.Context(ws.state, job, manifest, dj.load_sources(manifest, ws.manifest))
+    state = dj.build_graph(ctx).get_state(ctx.config())
+    return job, dict(state.values), bool(state.interrupts) and not state.values.get("final")
+
+
+@pytest.mark.parametrize("moment", ["mid-run", "awaiting-review", "decided"])
+def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, moment):
+    if moment == "mid-run":
+        assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-validate"}).code == 95
+    else:
+        ws.start().ok()
+    if moment == "decided":
+        ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
+    job, values, waiting = langgraph_view(ws)
+    saved = dj.read_checkpoint(ws.state, job)
+    assert saved["values"] == values and saved["waiting"] == waiting
+    assert waiting == (moment == "awaiting-review")
+    inspected = ws.run("inspect").ok()
+    assert inspected["results"] == values.get("results", []) and inspected["final"] == values.get("final")
+    import ormsgpack
+
+    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
+    blobs = [r[0] for r in conn.execute("SELECT checkpoint FROM checkpoints WHERE type='msgpack'")]
+    assert blobs and all(dj.unpack_msgpack(b) == ormsgpack.unpackb(b, ext_hook=lambda code, data: None) for b in blobs)
