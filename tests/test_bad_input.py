@@ -546,6 +546,16 @@ def _mknod_null(path):
         pytest.skip(f"cannot create a device file here ({exc}); the /dev/null symlink case still runs")
 
 
+# sources whose bytes break one rule: (bytes, phrases the HOLD line must hold)
+BAD_CONTENT = {
+    "3001-bytes": ((GAMMA * 60).encode()[:3001], ["Source bound/hash/size failure: bad", "3000"]),
+    "invalid-utf8": (GAMMA.encode() + b"\xff\xfe caf\xe9\n", ["Source bad", "not strict UTF-8"]),
+    "overlong-utf8": (GAMMA.encode() + b"\xc0\xaf\n", ["Source bad", "not strict UTF-8"]),
+    "utf8-surrogate": (GAMMA.encode() + b"\xed\xa0\x80\n", ["Source bad", "not strict UTF-8"]),
+    "nul-bytes": (GAMMA.encode() + b"\x00\x00binary\n", ["Source bad", "NUL"]),
+}
+
+
 def make_bad_source(ws: Workspace, kind: str):
     """Create the bad entry for item `bad`; return (path as written in the manifest, sha256, phrases)."""
     src = ws.src
@@ -588,26 +598,10 @@ def make_bad_source(ws: Workspace, kind: str):
         _mknod_null(os.path.join(src, "null.dev"))
         os.symlink("null.dev", os.path.join(src, "bad.txt"))
         return "bad.txt", sha256(b""), ["Source bad", "not a regular file"]
-    if kind == "3001-bytes":
-        data = (GAMMA * 60).encode()[:3001]
+    if kind in BAD_CONTENT:
+        data, phrases = BAD_CONTENT[kind]
         ws.write_source("bad.txt", data)
-        return "bad.txt", sha256(data), ["Source bound/hash/size failure: bad", "3000"]
-    if kind == "invalid-utf8":
-        data = GAMMA.encode() + b"\xff\xfe caf\xe9\n"
-        ws.write_source("bad.txt", data)
-        return "bad.txt", sha256(data), ["Source bad", "not strict UTF-8"]
-    if kind == "overlong-utf8":
-        data = GAMMA.encode() + b"\xc0\xaf\n"
-        ws.write_source("bad.txt", data)
-        return "bad.txt", sha256(data), ["Source bad", "not strict UTF-8"]
-    if kind == "utf8-surrogate":
-        data = GAMMA.encode() + b"\xed\xa0\x80\n"
-        ws.write_source("bad.txt", data)
-        return "bad.txt", sha256(data), ["Source bad", "not strict UTF-8"]
-    if kind == "nul-bytes":
-        data = GAMMA.encode() + b"\x00\x00binary\n"
-        ws.write_source("bad.txt", data)
-        return "bad.txt", sha256(data), ["Source bad", "NUL"]
+        return "bad.txt", sha256(data), phrases
     if kind == "wrong-sha":
         ws.write_source("bad.txt", GAMMA)
         return "bad.txt", sha256(GAMMA + " "), ["Source bound/hash/size failure: bad"]

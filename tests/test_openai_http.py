@@ -102,11 +102,16 @@ class Reviewed:
         self.inspect = self.ws.run("inspect")
 
 
-@pytest.fixture(scope="module")
-def reviewed(tmp_path_factory):
-    job = Reviewed(tmp_path_factory.mktemp("reviewed"))
+def shared_job(kind, tmp_path_factory):
+    """One provider job run once per module and read by several tests; its server stops afterwards."""
+    job = kind(tmp_path_factory.mktemp(kind.__name__.lower()))
     yield job
     job.provider.stop()
+
+
+@pytest.fixture(scope="module")
+def reviewed(tmp_path_factory):
+    yield from shared_job(Reviewed, tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------
@@ -271,9 +276,7 @@ class Refused:
 
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory):
-    job = Refused(tmp_path_factory.mktemp("refused"))
-    yield job
-    job.provider.stop()
+    yield from shared_job(Refused, tmp_path_factory)
 
 
 def test_definite_refusal_is_recorded_as_rejected_with_status_and_message(refused):
