@@ -1683,14 +1683,16 @@ def decide_command(state_dir: str, digest: str) -> str:
             f"--decision 'accept|reject|hold' --reviewer YOU --reason WHY --results-sha256 {digest}")
 
 
-def open_run(state_dir: str) -> Context:
-    """Load and re-check a job before anything runs, reconciles or decides."""
+def open_run(state_dir: str, *, calls_provider: bool = True) -> Context:
+    """Load and re-check a job before anything runs or decides; a cancelled job goes no further."""
     job = load_job(state_dir)
     manifest, sources = check_seals(job)
-    if job["mode"] == "openai":
+    if calls_provider and job["mode"] == "openai":
         require_api_key()
         openai_timeout()
-    return Context(state_dir, job, manifest, sources)
+    ctx = Context(state_dir, job, manifest, sources)
+    refuse_if_cancelled(ctx)
+    return ctx
 
 
 def refuse_if_cancelled(ctx: Context) -> None:
@@ -1757,7 +1759,6 @@ def cmd_resume(args, existing: bool | None = None) -> dict:
     """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
     with RunLock(args.state_dir, "resume"):
         ctx = open_run(args.state_dir)
-        refuse_if_cancelled(ctx)
         state = run_graph(ctx)
         if state.values.get("final") and not os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)):
             write_receipt(ctx.state_dir, ctx.job, ctx.db, state.values["final"], "decided")  # a crash after the decision, before its receipt
@@ -1902,20 +1903,12 @@ def cmd_decide(args) -> dict:
 
 def open_review(args, command: str):
     """For decide and revise (lock held): seals, reviewer and reason, a thread waiting at review; (ctx, draft, results)."""
-    ctx = open_run_for_review(args.state_dir, command)
+    ctx = open_run(args.state_dir, calls_provider=False)  # a decision or an edit sends nothing
     need_text(args.reviewer, "--reviewer")
     need_text(args.reason, "--reason")
     state = waiting_state(ctx, command)
     draft, results = current_draft(ctx.db, state.values["results"])
     return ctx, draft, results
-
-
-def open_run_for_review(state_dir: str, command: str) -> Context:
-    job = load_job(state_dir)
-    manifest, sources = check_seals(job)
-    ctx = Context(state_dir, job, manifest, sources)
-    refuse_if_cancelled(ctx)
-    return ctx
 
 
 def waiting_state(ctx: Context, command: str):
@@ -2176,11 +2169,14 @@ def journal_invariants(calls) -> str:
         if r["status"] == "completed" and not (r["output_text"] and r["response_id"]):
             raise SealError(f"completed row {r['operation_key']} has no output or response id")
     for base, rows in by_base.items():
-        attempts = sorted(r["attempt"] for r in rows)
+        ordered = sorted(rows, key=lambda r: r["attempt"])
+        attempts = [r["attempt"] for r in ordered]
         if attempts != list(range(1, len(attempts) + 1)):
             raise SealError(f"attempts for {base[:16]}… are not contiguous: {attempts}")
-        if sum(r["status"] == "pending" for r in rows) > 1 or any(r["status"] in ("pending", "completed") for r in rows[:-1] if r is not max(rows, key=lambda x: x["attempt"])):
-            raise SealError(f"base key {base[:16]}… has an open or completed attempt before its latest")
+        # a next attempt is only ever taken after an abandoned or rejected one: at most one pending, last
+        earlier = [r for r in ordered[:-1] if r["status"] not in ("abandoned", "rejected")]
+        if earlier:
+            raise SealError(f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})")
     return f"{len(calls)} calls, {len(by_base)} operations"
 
 
