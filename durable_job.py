@@ -1618,9 +1618,6 @@ class Snapshot:
         if self.db is not None:
             self.db.close()
 
-    def bundle(self) -> dict:
-        return review_bundle(self.job, self.results, self.draft)
-
     def phase(self) -> str:
         if self.cancel:
             return "cancelled"
