@@ -351,6 +351,28 @@ def test_help_explains_every_command_in_one_line(ws):
         assert sub.code == 0 and sub.stdout.startswith("usage:")
 
 
+def test_a_parser_built_for_one_command_reads_like_the_full_one(capsys):
+    """Only the named command's flags are built (a read-only command's speed); help, values and errors must not change."""
+    full = lambda argv: dj.build_parser([])  # noqa: E731 - every command built, as for `--help`
+
+    def outcome(make, argv):
+        try:
+            return vars(make(argv).parse_args(argv))
+        except dj.UsageError as exc:
+            return f"UsageError: {exc}"
+        except SystemExit as exc:
+            return f"exit {exc.code}: {capsys.readouterr().out}"
+
+    cases = [["seal", "--out", "m.json", "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m", "a.txt"]]
+    for name in dj.COMMANDS:
+        cases += [[name, "--help"], [name], [name, "--state-dir", "s", "--json"], [name, "--state-dir", "s", "--bogus", "1"],
+                  [name, "--state-dir", "s", "--text", "--reviewer", "r", "--reason", "x", "--decision", "hold",
+                   "--operation-key", "k", "--action", "abandon", "--item", "alpha", "--summary-file", "f", "--manifest", "m"]]
+    for argv in cases:
+        assert outcome(dj.build_parser, argv) == outcome(full, argv), argv
+    assert outcome(dj.build_parser, ["status", "--help"]).startswith("exit 0: usage: durable_job.py status")
+
+
 def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
     ws.run("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x").held("invalid choice")
     ws.run("frobnicate", state=False).held("invalid choice")
