@@ -888,14 +888,22 @@ def fail_call(db, key: str, exc: BaseException) -> tuple[str, int | None]:
     return status, code
 
 
-def get_or_call(db, job, manifest, item, source, prompt):
-    """Return the model output for this work, calling the provider at most once per operation key."""
+def get_or_call(db, job, manifest, item, source, prompt, say=None):
+    """Return the model output for this work, calling the provider at most once per operation key.
+
+    `say`, when given, receives one progress line: whether a call is made or a
+    journaled result reused.
+    """
     if job.get("mode") == "openai":
         prepare_openai()  # import the SDK before the pending row, so the uncertain window stays small
     action, value = claim_attempt(db, job, manifest, item, prompt)
     if action == "reuse":
+        if say:
+            say(f"item {item['id']}: reused the completed call in the journal (no new call)")
         return value
     key = value
+    if say:
+        say(f"item {item['id']}: model call {key}")
     crash_point("after-pending", job)
     token = _OPERATION_KEY.set(key)
     try:
@@ -1258,6 +1266,11 @@ class Context:
     def config(self) -> dict:
         return {"configurable": {"thread_id": self.job["threadId"]}}
 
+    def say(self, text: str) -> None:
+        """One progress line on stderr, for a person at a terminal only."""
+        if self.progress:
+            print(f"[{self.job['jobId']}] {text}", file=sys.stderr, flush=True)
+
 
 STATE_KEYS = ("index", "results", "raw", "result", "final")
 
@@ -1304,13 +1317,13 @@ def build_graph(ctx: Context):
             join_early_prefetch(ctx) or prefetch(ctx, ctx.items[state["index"]:])
         prior = [] if ctx.concurrency > 1 else state["results"]
         prompt = model_input(item, ctx.sources[item["id"]], prior)
-        show_progress(ctx, f"item {item['id']}: model call")
-        return {"raw": get_or_call(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt)}
+        say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
+        return {"raw": get_or_call(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, say)}
 
     def validate(state):
         item = ctx.items[state["index"]]
         result = check_proposal(state["raw"], item, ctx.sources[item["id"]])
-        show_progress(ctx, f"item {item['id']}: {result['status']}")
+        ctx.say(f"item {item['id']}: {result['status']}")
         return {"result": result}
 
     def advance(state):
@@ -1362,7 +1375,7 @@ def prefetch(ctx: Context, items: list) -> None:
         db = ledger(path)
         try:
             prompt = model_input(item, ctx.sources[item["id"]], [])
-            get_or_call(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt)
+            get_or_call(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say)
         finally:
             db.close()
 
@@ -1409,11 +1422,6 @@ def join_early_prefetch(ctx: Context) -> bool:
     if early[1]:
         raise early[1][0]
     return True
-
-
-def show_progress(ctx: Context, text: str) -> None:
-    if ctx.progress:
-        print(f"[{ctx.job['jobId']}] {text}", file=sys.stderr, flush=True)
 
 
 def run_graph(ctx: Context, resume_value=None) -> dict:

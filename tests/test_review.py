@@ -771,6 +771,18 @@ def test_on_a_terminal_commands_print_a_summary_and_progress(ws):
     assert result.ok() and result.stderr == ""
 
 
+def test_progress_says_when_a_journaled_call_is_reused_not_made(ws):
+    """After a crash once alpha's call was journaled, resume reuses it: the person must not read "model call"."""
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"}).code == 92
+    (alpha_key,) = [key for key, item, status, _ in ws.db_rows() if item == "alpha" and status == "completed"]
+    code, _, err = run_on_terminal(ws, "resume")
+    assert code == 0, err
+    assert "[journey] item alpha: reused the completed call in the journal (no new call)" in err
+    assert "item alpha: model call" not in err
+    (beta_key,) = [key for key, item, _, _ in ws.db_rows() if item == "beta"]
+    assert f"[journey] item beta: model call {beta_key}" in err and alpha_key not in err
+
+
 def test_a_cancel_whose_receipt_was_lost_is_finished_not_repeated(ws):
     """The cancel is recorded but its receipt never written (a crash in between): cancel again finishes it."""
     ws.start().ok()
