@@ -666,11 +666,31 @@ def uri_path(path: str) -> str:
     return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
 
 
+def immutable_suffix(path: str) -> str:
+    """`&immutable=1` for a database on read-only media with no WAL beside it, else "".
+
+    SQLite cannot open a WAL-mode file read-only where it may not create the
+    -shm file (an archived job on a read-only mount). With no -wal file (or an
+    empty one) every committed change is in the main file and nothing can write
+    there, so reading it as immutable shows exactly what was saved. A -wal file
+    with content is never skipped: that case stays refused.
+    """
+    folder = os.path.dirname(path) or "."
+    if os.access(folder, os.W_OK) or os.path.exists(path + "-shm"):
+        return ""
+    try:
+        if os.path.getsize(path + "-wal"):
+            return ""
+    except FileNotFoundError:
+        pass
+    return "&immutable=1"
+
+
 def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """Open a SQLite file with the journal's durability settings; name the file on failure."""
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{uri_path(path)}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+            conn = sqlite3.connect(f"file:{uri_path(path)}?mode=ro{immutable_suffix(path)}", uri=True, timeout=5.0, check_same_thread=False)
         else:
             conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -684,6 +704,8 @@ def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
         text = str(exc)
         if "locked" in text or "busy" in text:
             advice = "another process holds it (an open sqlite3 shell or a stuck command?); it is left untouched: close that process, then run the command again"
+        elif readonly and ("readonly" in text or "read-only" in text or "unable to open" in text):
+            advice = "it is left untouched: on read-only media its -wal file can be read only with a writable -shm beside it, so copy the state directory somewhere writable and pass that copy as --state-dir"
         elif "readonly" in text or "read-only" in text or "unable to open" in text:
             advice = "it is left untouched: the state directory and its files must be readable and writable by you (a read-only directory cannot hold a running job)"
         elif "full" in text:

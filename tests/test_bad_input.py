@@ -1062,24 +1062,68 @@ def _mount(kind_args, target) -> None:
         pytest.skip(f"cannot mount here ({r.stderr.strip() or r.returncode}): this scenario needs root and mount")
 
 
-def test_a_read_only_state_directory_is_named_and_untouched(midrun, tmp_path):
-    """As root, chmod cannot make a directory read-only; a read-only bind mount does."""
-    state = clone_state(midrun.state, tmp_path)
-    before, raw = what_is_there(state), file_bytes(state)
+def read_only_mount(state):
+    """As root, chmod cannot make a directory read-only; a read-only bind mount does. Unmount when done."""
     _mount(["--bind", state], state)
+    r = subprocess.run(["mount", "-o", "remount,ro,bind", state], capture_output=True, text=True)
+    if r.returncode != 0:
+        subprocess.run(["umount", state], check=True)
+        pytest.skip(f"cannot remount read-only here ({r.stderr.strip()})")
+    return lambda: subprocess.run(["umount", state], check=True)
+
+
+def fold_wal(state) -> None:
+    """What a cleanly archived job looks like: every database's WAL folded in, no -wal or -shm left."""
+    for name in ("effects.sqlite", "checkpoints.sqlite"):
+        conn = sqlite3.connect(os.path.join(state, name))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+    assert not [n for n in os.listdir(state) if n.endswith(("-wal", "-shm"))]
+
+
+def reads_of(ws, state) -> dict:
+    """status, inspect (and its page) and verify of a state directory, as JSON documents."""
+    page = os.path.join(ws.root, f"review-{len(os.listdir(ws.root))}.html")
+    out = {name: ws.run(*argv, "--state-dir", state).ok()
+           for name, argv in (("status", ["status"]), ("inspect", ["inspect", "--html", page]), ("verify", ["verify"]))}
+    out["inspect"].pop("html", None)
+    return out
+
+
+@pytest.mark.parametrize("archived", ["as-a-crash-left-it", "wal-folded"])
+def test_a_read_only_state_directory_refuses_writers_and_still_shows_the_job(midrun, tmp_path, archived):
+    """A job on read-only media: every writer is refused naming the cause; status, inspect and verify still read it."""
+    state = clone_state(midrun.state, tmp_path)
+    expected, before = reads_of(midrun, state), what_is_there(state)  # read while the directory was writable
+    if archived == "wal-folded":
+        fold_wal(state)  # after those reads, which leave -wal and -shm files behind
+    raw = file_bytes(state)
+    unmount = read_only_mount(state)
     try:
-        r = subprocess.run(["mount", "-o", "remount,ro,bind", state], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot remount read-only here ({r.stderr.strip()})")
         for command in (["resume"], ["decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"],
                         ["cancel", "--reviewer", "r", "--reason", "x"]):
             midrun.run(*command, "--state-dir", state).held("run.lock", "Read-only file system")
-        status = midrun.run("status", "--state-dir", state)  # read-only: may still work, else names the file
-        if status.code != 0:
-            status.held("effects.sqlite")
+        assert reads_of(midrun, state) == expected
     finally:
-        subprocess.run(["umount", state], check=True)
+        unmount()
     assert what_is_there(state) == before and file_bytes(state) == raw  # read-only: not even the WAL was folded
+    full_start(midrun, state=state)  # writable again: the job simply continues
+
+
+def test_a_journal_whose_wal_cannot_be_read_on_read_only_media_is_named_with_the_fix(midrun, tmp_path):
+    """Unfolded WAL content and no -shm file: SQLite cannot read it read-only, and skipping it would show stale state."""
+    state = clone_state(midrun.state, tmp_path)
+    for name in os.listdir(state):
+        if name.endswith("-shm"):
+            os.unlink(os.path.join(state, name))
+    assert [n for n in os.listdir(state) if n.endswith("-wal") and os.path.getsize(os.path.join(state, n))]
+    unmount = read_only_mount(state)
+    try:
+        for command in ("status", "inspect"):
+            midrun.run(command, "--state-dir", state).held(".sqlite", "copy the state directory somewhere writable")
+    finally:
+        unmount()
+    assert reads_of(midrun, state)["status"]["calls"]  # the copy the message asks for reads it: here, once writable
 
 
 def test_a_full_disk_is_named_leaves_everything_and_the_job_continues_once_space_is_freed(tmp_path):
