@@ -584,7 +584,11 @@ def write_atomic(path: str, data: bytes) -> None:
     """Replace path with data durably and atomically (for receipt.json)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     write_temp(path, tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:  # a directory in the way, say: the temporary file goes, the target stays as it was
+        os.unlink(tmp)
+        raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: name a file you may write, then run the command again") from None
     fsync_dir(os.path.dirname(path) or ".")
 
 
@@ -2565,6 +2569,9 @@ def help_formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.HelpFormatter(prog, width=max(columns, 1) - 2)
 
 
+CHANGES_NO_JOB = ("status", "inspect", "verify", "seal")  # a failure in these leaves nothing to resume
+
+
 class HoldParser(argparse.ArgumentParser):
     """argparse that refuses bad flags with the project's one-line HOLD instead of exit 2 + usage."""
 
@@ -2645,8 +2652,8 @@ def emit(command: str, out: dict, fmt: str | None, state_dir: str | None = None)
 
 def main(argv=None) -> int:
     os.umask(0o077)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(argv).parse_args(argv)
         out = COMMANDS[args.command](args)
         emit(args.command, out, getattr(args, "fmt", None), getattr(args, "state_dir", None))
@@ -2660,7 +2667,8 @@ def main(argv=None) -> int:
         return 2
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        print(f"HOLD: StateError: {redact(exc.strerror or exc)}{where}; nothing was changed after the failing step: fix the cause, run `status`, then resume", file=sys.stderr)
+        then = "run the command again" if argv and argv[0] in CHANGES_NO_JOB else "run `status`, then resume"
+        print(f"HOLD: StateError: {redact(exc.strerror or exc)}{where}; nothing was changed after the failing step: fix the cause, {then}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line, and the saved state is left as it is
         if os.environ.get("DURABLE_JOB_DEBUG"):

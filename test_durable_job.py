@@ -373,6 +373,23 @@ def test_a_parser_built_for_one_command_reads_like_the_full_one(capsys):
     assert outcome(dj.build_parser, ["status", "--help"]).startswith("exit 0: usage: durable_job.py status")
 
 
+def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkeypatch, capsys):
+    """Only a command that may have changed the job sends the person to `status` and `resume`."""
+    def fails(args):
+        """Fail as the disk might."""
+        raise PermissionError(13, "Permission denied", "/somewhere/file")
+
+    cases = {("status",): "run the command again", ("inspect",): "run the command again",
+             ("resume",): "run `status`, then resume",
+             ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"): "run `status`, then resume"}
+    for argv, then in cases.items():
+        monkeypatch.setitem(dj.COMMANDS, argv[0], fails)
+        assert dj.main([*argv, "--state-dir", "s"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("HOLD: StateError: Permission denied (/somewhere/file)")
+        assert err.rstrip().endswith(then), err
+
+
 def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
     ws.run("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x").held("invalid choice")
     ws.run("frobnicate", state=False).held("invalid choice")

@@ -446,6 +446,18 @@ def assert_self_contained_and_inert(page: PageParser) -> None:
     assert csp, "the page forbids every external load"
 
 
+def test_a_review_page_that_cannot_be_written_is_named_and_leaves_nothing_behind(ws):
+    ws.start().ok()
+    before = ws.state_bytes()
+    folder = os.path.join(ws.root, "pages")
+    os.makedirs(os.path.join(folder, "taken"))
+    for target in (os.path.join(folder, "taken"), os.path.join(folder, "missing", "review.html")):
+        line = ws.run("inspect", "--html", target).held(f"{target} cannot be written", "nothing was changed")
+        assert "resume" not in line  # inspect changes nothing, so nothing needs resuming
+    assert sorted(os.listdir(folder)) == ["taken"] and os.listdir(os.path.join(folder, "taken")) == []
+    assert ws.state_bytes() == before
+
+
 def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
     hostile_id = "<b>bold-id</b>"
     manifest = ws.manifest_dict(sources={"alpha": HOSTILE, "beta": BETA}, jobId="<i>job</i>",
