@@ -2082,6 +2082,9 @@ def cmd_seal(args) -> dict:
     base = os.path.dirname(out)
     if os.path.exists(out) and not args.force:
         raise ManifestError(f"{args.out} exists; pass --force to overwrite it")
+    count = len(args.files) + bool(args.mcp_uri)
+    if not 1 <= count <= 3:
+        raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
     items = [seal_file_item(base, path, n) for n, path in enumerate(args.files, 1)]
     paths = [i["path"] for i in items]
     for path in paths:
@@ -2116,6 +2119,8 @@ def cmd_seal(args) -> dict:
 
 
 def seal_file_item(base: str, path: str, n: int) -> dict:
+    if not os.path.lexists(path):
+        raise SourceError(f"{path} does not exist; name an existing source file (a path from here)")
     rel = os.path.relpath(os.path.abspath(path), base)
     stem = os.path.splitext(os.path.basename(path))[0] or f"item{n}"
     item = {"id": stem[:80], "path": rel, "sha256": "0" * 64}
