@@ -1489,7 +1489,7 @@ def read_checkpoint(state_dir: str, job: dict) -> dict:
     langgraph import; values are plain JSON types, decoded exactly.
     """
     path = job_path(state_dir, CHECKPOINTS_FILE)
-    empty = {"values": {}, "waiting": False}
+    empty = {"values": {}, "waiting": False, "savedDecision": None}
     if not os.path.exists(path):
         return empty
     conn = connect_sqlite(path, readonly=True)
@@ -1505,12 +1505,37 @@ def read_checkpoint(state_dir: str, job: dict) -> dict:
         values = {key: channels[key] for key in STATE_KEYS if key in channels}  # not LangGraph's own branch:* channels
         waiting = conn.execute(
             "SELECT 1 FROM writes WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=? AND channel='__interrupt__' LIMIT 1",
-            (job["threadId"], row[0])).fetchone() is not None
+            (job["threadId"], row[0])).fetchone() is not None and not values.get("final")
+        saved = saved_decision(conn, job["threadId"], row[0]) if waiting else None
     except sqlite3.DatabaseError as exc:
         raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
     finally:
         conn.close()
-    return {"values": values, "waiting": waiting and not values.get("final")}
+    return {"values": values, "waiting": waiting and saved is None, "savedDecision": saved}
+
+
+def saved_decision(conn, thread_id: str, checkpoint_id: str) -> dict | None:
+    """A decision that a `decide` saved but did not finish recording (it was killed), else None.
+
+    LangGraph keeps the resume value (and, once the review node has returned, its
+    `final` write) beside the checkpoint that waits at review, and the thread's
+    next run applies them whatever a later `decide` asks. So that decision is
+    already made: status and inspect show it, decide, revise and cancel refuse,
+    and `resume` finishes recording it.
+    """
+    rows = conn.execute(
+        "SELECT type, value FROM writes WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=? "
+        "AND channel IN ('final', '__resume__') ORDER BY channel = 'final' DESC, task_id DESC",
+        (thread_id, checkpoint_id)).fetchall()
+    for kind, blob in rows:
+        if kind == "null" or not blob:
+            continue
+        value = decode_checkpoint(kind, blob)
+        if isinstance(value, list) and value:  # a task's resume values, one per interrupt
+            value = value[-1]
+        if isinstance(value, dict) and value.get("decision"):
+            return value
+    return None
 
 
 def decode_checkpoint(kind: str, blob: bytes) -> dict:
@@ -1642,9 +1667,12 @@ class Snapshot:
         cp = read_checkpoint(state_dir, self.job)
         self.values = cp["values"]
         self.waiting = cp["waiting"]
+        self.saved_decision = cp["savedDecision"]
         self.model_results = list(self.values.get("results") or [])
-        self.draft, self.results = current_draft(self.db, self.model_results) if self.waiting or self.values.get("final") else (1, self.model_results)
+        at_review = self.waiting or self.saved_decision or self.values.get("final")
+        self.draft, self.results = current_draft(self.db, self.model_results) if at_review else (1, self.model_results)
         self.final = self.values.get("final")
+        self.receipt = os.path.exists(job_path(state_dir, RECEIPT_FILE))
         self.cancel = outcome(self.db, "cancel")
         self.calls = call_rows(self.db)
 
@@ -1657,6 +1685,8 @@ class Snapshot:
             return "cancelled"
         if self.final:
             return "decided"
+        if self.saved_decision:
+            return "deciding"
         if self.waiting:
             return "awaiting-review"
         if any(r["status"] == "pending" for r in self.calls):
@@ -1699,18 +1729,21 @@ def with_decide_command(state_dir: str, bundle: dict) -> dict:
     return {**bundle, "decideCommand": decide_command(state_dir, bundle["resultsSha256"])}
 
 
-def reconcile_command(state_dir: str, key: str) -> str:
-    """The ready-to-paste reconcile command for one pending call (fill in the action, R and X)."""
+def shell_path(path: str) -> str:
+    """An absolute path, quoted to paste into a shell."""
     import shlex
 
-    return (f"python durable_job.py reconcile --state-dir {shlex.quote(os.path.abspath(state_dir))} "
+    return shlex.quote(os.path.abspath(path))
+
+
+def reconcile_command(state_dir: str, key: str) -> str:
+    """The ready-to-paste reconcile command for one pending call (fill in the action, R and X)."""
+    return (f"python durable_job.py reconcile --state-dir {shell_path(state_dir)} "
             f"--operation-key {key} --action 'complete|abandon' --reviewer R --reason X")
 
 
 def decide_command(state_dir: str, digest: str) -> str:
-    import shlex
-
-    return (f"python durable_job.py decide --state-dir {shlex.quote(os.path.abspath(state_dir))} "
+    return (f"python durable_job.py decide --state-dir {shell_path(state_dir)} "
             f"--decision 'accept|reject|hold' --reviewer YOU --reason WHY --results-sha256 {digest}")
 
 
@@ -1824,8 +1857,11 @@ def next_step(snap: Snapshot) -> str:
     if pending and not snap.final:
         key = pending[0]["operation_key"]
         return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(snap.state_dir, key)}; then resume"
+    resume = f"python durable_job.py resume --state-dir {shell_path(snap.state_dir)}"
     if snap.final:
-        return f"decided: {snap.final.get('decision')}"
+        return f"decided: {snap.final.get('decision')}" + ("" if snap.receipt else f"; receipt.json is missing: {resume} rewrites it")
+    if snap.saved_decision:
+        return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.waiting:
         return decide_command(snap.state_dir, results_sha256(snap.results))
     if any(r["status"] == "rejected" for r in snap.calls):
@@ -1843,6 +1879,8 @@ def cmd_inspect(args) -> dict:
         out["drafts"] = draft_history(snap.db)
         if snap.cancel:
             out["cancelled"] = snap.cancel
+        if snap.saved_decision:
+            out["savedDecision"] = snap.saved_decision
         if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(args.state_dir, out["resultsSha256"])
         broken = seal_report(args.state_dir, snap.job)
@@ -1928,7 +1966,12 @@ def cmd_decide(args) -> dict:
                  "bound": bool(args.results_sha256), "boundResultsSha256": args.results_sha256 or None, "draftVersion": draft}
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
-        write_receipt(ctx.state_dir, ctx.job, ctx.db, final_state.values["final"], "decided")
+        final = final_state.values.get("final") or {}
+        if final:
+            write_receipt(ctx.state_dir, ctx.job, ctx.db, final, "decided")
+        if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
+            raise DecisionError(f"Your decision was not recorded: the job holds {final.get('decision')!r} by {final.get('reviewer')} "
+                                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `inspect --state-dir {ctx.state_dir}`")
         return run_output(ctx, final_state)
 
 
@@ -1948,6 +1991,7 @@ def waiting_state(ctx: Context, command: str):
     values = snap_values["values"]
     if values.get("final"):
         raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}")
+    refuse_if_decision_saved(snap_values, ctx.state_dir, command)
     if not snap_values["waiting"]:
         pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
         if pending:
@@ -1961,6 +2005,18 @@ def waiting_state(ctx: Context, command: str):
     saved = Saved()
     saved.values = values
     return saved
+
+
+def describe_saved(decision: dict) -> str:
+    return (f"a decision is already saved ({decision.get('decision')} by {decision.get('reviewer')} at "
+            f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished")
+
+
+def refuse_if_decision_saved(checkpoint: dict, state_dir: str, command: str) -> None:
+    saved = checkpoint["savedDecision"]
+    if saved:
+        raise DecisionError(f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
+                            f"Run `resume --state-dir {state_dir}` to finish recording it, then inspect the receipt")
 
 
 def write_receipt(state_dir: str, job: dict, db, final: dict | None, kind: str, extra: dict | None = None) -> dict:
@@ -2059,9 +2115,11 @@ def cmd_cancel(args) -> dict:
         need_text(args.reason, "--reason")
         check_state_files(args.state_dir)
         db = ledger(job_path(args.state_dir, EFFECTS_FILE))
-        values = read_checkpoint(args.state_dir, job)["values"]
+        checkpoint = read_checkpoint(args.state_dir, job)
+        values = checkpoint["values"]
         if values.get("final"):
             raise DecisionError(f"Final decision already recorded ({values['final'].get('decision')}); a decided job cannot be cancelled")
+        refuse_if_decision_saved(checkpoint, args.state_dir, "cancel")
         earlier = outcome(db, "cancel")
         if earlier and os.path.exists(job_path(args.state_dir, RECEIPT_FILE)):
             raise DecisionError(f"Job already cancelled by {earlier['reviewer']} at {earlier['cancelledAtUtc']}; nothing more runs")
@@ -2305,6 +2363,10 @@ def text_summary(command: str, out: dict, state_dir: str | None = None) -> str:
             add(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
         if state_dir and command == "decide":
             add(f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}")
+    saved = out.get("savedDecision")
+    if saved:
+        add(f"  saved, not yet finished: {saved.get('decision')} by {saved.get('reviewer')} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
+            " (`resume` finishes recording it)")
     record = out.get("cancelled")
     if record:
         add(f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}")
@@ -2548,7 +2610,9 @@ def decision_section(snap: Snapshot, out: dict) -> str:
         return ("<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
                 f"<code class='cmd'>{e(out['decideCommand'])}</code>"
                 "<p class='note'>Choose one of accept, reject or hold, and put your name and your reason in place of YOU and WHY.</p></section>")
-    return f"<section id='decide'><h2>Next step</h2><p>The job is not waiting for review yet.</p><p><code class='cmd'>{e(next_step(snap))}</code></p></section>"
+    why = ("A decision was saved, but the decide that saved it stopped before it finished." if snap.saved_decision
+           else "The job is not waiting for review yet.")
+    return f"<section id='decide'><h2>Next step</h2><p>{why}</p><p><code class='cmd'>{e(next_step(snap))}</code></p></section>"
 
 
 ###############################################################################

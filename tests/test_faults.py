@@ -364,6 +364,81 @@ def test_crash_points_are_ignored_in_openai_mode(ws, provider):
 
 
 ###############################################################################
+# A decide killed inside LangGraph's own saving steps
+###############################################################################
+
+# No crash point inside durable_job.py sits between LangGraph's writes, so this launcher (durable_job.py
+# loaded unchanged) ends the process right after the checkpointer saved the write the test names:
+# Command's resume value, the review task's own copy of it, or the review node's `final` write (its
+# checkpoint not yet saved).
+KILL_INSIDE_LANGGRAPH = r'''
+import importlib.util, os, sys
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+spec = importlib.util.spec_from_file_location("durable_job", {program!r})
+dj = importlib.util.module_from_spec(spec)
+sys.modules["durable_job"] = dj
+spec.loader.exec_module(dj)
+when = os.environ["KILL_AFTER_WRITE"]
+real_put_writes = SqliteSaver.put_writes
+
+
+def put_writes(self, config, writes, task_id, task_path=""):
+    real_put_writes(self, config, writes, task_id, task_path)
+    channels = {{channel for channel, value in writes if value is not None}}
+    null_task = task_id.startswith("00000000-")
+    if (when == "resume-value" and "__resume__" in channels and null_task
+            or when == "task-resume" and "__resume__" in channels and not null_task
+            or when == "final-write" and "final" in channels):
+        os._exit(99)
+
+
+SqliteSaver.put_writes = put_writes
+sys.exit(dj.main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.parametrize("when", ["resume-value", "task-resume", "final-write"])
+def test_a_decision_saved_by_a_killed_decide_is_shown_kept_and_finished_by_resume(ws, tmp_path, when):
+    """LangGraph applies a saved resume value on the thread's next run: so that decision stands, and says so."""
+    killer = os.path.join(str(tmp_path), "kill_inside_langgraph.py")
+    with open(killer, "w", encoding="utf-8") as fh:
+        fh.write(KILL_INSIDE_LANGGRAPH.format(program=PROGRAM))
+    ws.start().ok()
+    alice = ("decide", "--decision", "accept", "--reviewer", "alice", "--reason", "first look")
+    assert ws.run(*alice, program=killer, env={"KILL_AFTER_WRITE": when}).code == 99
+    assert not os.path.exists(os.path.join(ws.state, "receipt.json"))
+
+    status = ws.run("status").ok()
+    assert status["phase"] == "deciding"
+    assert "accept by alice" in status["next"] and "resume --state-dir" in status["next"]
+    seen = ws.run("inspect").ok()
+    assert seen["final"] is None and "decideCommand" not in seen
+    assert (seen["savedDecision"]["decision"], seen["savedDecision"]["reviewer"]) == ("accept", "alice")
+    page = os.path.join(str(tmp_path), "review.html")
+    assert "saved, not yet finished: accept by alice" in ws.run("inspect", "--text", "--html", page).stdout
+    with open(page, encoding="utf-8") as fh:
+        assert "A decision was saved, but the decide that saved it stopped before it finished." in fh.read()
+
+    # a second reviewer cannot be silently overridden by the saved decision, nor override it
+    bob = ("--reviewer", "bob", "--reason", "second look")
+    ws.run("decide", "--decision", "reject", *bob, "--results-sha256", seen["resultsSha256"]).held(
+        "Cannot decide", "accept by alice", "resume --state-dir")
+    ws.write_source("summary.txt", "A new summary for alpha.")
+    ws.run("revise", "--item", "alpha", "--summary-file", os.path.join(ws.src, "summary.txt"), *bob).held("Cannot revise", "alice")
+    ws.run("cancel", *bob).held("Cannot cancel", "alice")
+    assert ws.run("inspect").ok() == seen  # the refusals changed nothing
+
+    finished = ws.run("resume").ok()
+    assert (finished["final"]["decision"], finished["final"]["reviewer"], finished["final"]["reason"]) == ("accept", "alice", "first look")
+    with open(os.path.join(ws.state, "receipt.json")) as fh:
+        assert json.load(fh)["final"] == finished["final"]
+    assert ws.run("status").ok()["phase"] == "decided"
+    assert ws.run("verify").ok()["ok"] is True
+    ws.run("decide", "--decision", "reject", *bob).held("Final decision already recorded", "alice")
+
+
+###############################################################################
 # Random SIGKILLs over real HTTP
 ###############################################################################
 
