@@ -219,6 +219,18 @@ def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
     proc.wait(timeout=30)
 
 
+def hold_sqlite_lock(path) -> subprocess.Popen:
+    """Another process holding BEGIN EXCLUSIVE on path until its stdin closes."""
+    code = ("import sqlite3, sys\n"
+            f"c = sqlite3.connect({path!r}, isolation_level=None)\n"
+            "c.execute('BEGIN EXCLUSIVE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
 def wait_for(predicate, timeout=20.0, interval=0.01):
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -1326,7 +1326,7 @@ def review_bundle(ctx_job: dict, results: list, draft: int = 1) -> dict:
     return bundle
 
 
-def build_graph(ctx: Context):
+def build_graph(ctx: Context, checkpoints: sqlite3.Connection):
     """prepare → (next item? model : accept); model → validate → advance → prepare."""
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
@@ -1372,19 +1372,17 @@ def build_graph(ctx: Context):
     graph.add_edge("validate", "advance")
     graph.add_edge("advance", "prepare")
     graph.add_edge("accept", END)
-    return graph.compile(checkpointer=open_checkpointer(ctx.state_dir))
+    return graph.compile(checkpointer=open_checkpointer(ctx.state_dir, checkpoints))
 
 
-def open_checkpointer(state_dir: str):
+def open_checkpointer(state_dir: str, conn: sqlite3.Connection):
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    path = job_path(state_dir, CHECKPOINTS_FILE)
-    conn = connect_sqlite(path)
-    conn.isolation_level = None
     saver = SqliteSaver(conn)
     try:
         saver.setup()
     except sqlite3.DatabaseError as exc:
+        path = job_path(state_dir, CHECKPOINTS_FILE)
         raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or start a new job in a new --state-dir") from None
     return saver
 
@@ -1440,7 +1438,7 @@ def start_early_prefetch(ctx: Context) -> None:
 
 def join_early_prefetch(ctx: Context) -> bool:
     """Wait for the early calls, once; re-raise their first error. False when there were none."""
-    early = getattr(ctx, "early", None)
+    early = ctx.early
     if early is None:
         return False
     ctx.early = None
@@ -1450,13 +1448,33 @@ def join_early_prefetch(ctx: Context) -> bool:
     return True
 
 
+def settle_early_prefetch(ctx: Context) -> None:
+    """When a run ends without joining its early calls (an error first), wait for them to be journaled.
+
+    Their outcome is in the journal (completed, or pending for the next run to
+    stop on); the run's own error is the one reported.
+    """
+    early, ctx.early = ctx.early, None
+    if early is not None:
+        early[0].join()
+
+
 def run_graph(ctx: Context, resume_value=None) -> dict:
     """Continue the thread: from its sealed beginning when no checkpoint exists yet."""
+    # opened (and its write lock tried) before any call is sent: a locked or read-only file refuses the run first
+    checkpoints = connect_sqlite(job_path(ctx.state_dir, CHECKPOINTS_FILE))
     if resume_value is None:
         start_early_prefetch(ctx)
+    try:
+        return invoke_graph(ctx, checkpoints, resume_value)
+    finally:
+        settle_early_prefetch(ctx)
+
+
+def invoke_graph(ctx: Context, checkpoints: sqlite3.Connection, resume_value) -> dict:
     from langgraph.types import Command
 
-    app = build_graph(ctx)
+    app = build_graph(ctx, checkpoints)
     config = ctx.config()
     try:
         if resume_value is not None:

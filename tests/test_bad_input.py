@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import durable_job
-from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Workspace, openai_workspace, sha256
+from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Workspace, hold_sqlite_lock, openai_workspace, sha256
 
 NO_SEAL = {"DURABLE_JOB_FAKE_CRASH": "after-seal"}  # a start that gets past every check exits 93, not 2
 SEALED_EXIT = durable_job.CRASH_POINTS["after-seal"]
@@ -1026,23 +1026,11 @@ def test_a_damaged_state_file_is_named_and_left_exactly_as_it_is(decided, tmp_pa
     assert not {n for n in left - set(before) if not n.endswith(("-shm", "-wal")) and n != "run.lock"}, left
 
 
-def _hold_lock(path):
-    """Another process holding BEGIN EXCLUSIVE on path until its stdin closes."""
-    code = ("import sqlite3, sys\n"
-            f"c = sqlite3.connect({path!r}, isolation_level=None)\n"
-            "c.execute('BEGIN EXCLUSIVE')\n"
-            "print('locked', flush=True)\n"
-            "sys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
-
-
 @pytest.mark.parametrize("name", ["effects.sqlite", "checkpoints.sqlite"])
 def test_a_database_locked_by_another_process_is_named_and_untouched(midrun, tmp_path, name):
     state = clone_state(midrun.state, tmp_path)
     before = what_is_there(state)
-    holder = _hold_lock(os.path.join(state, name))
+    holder = hold_sqlite_lock(os.path.join(state, name))
     try:
         started = time.monotonic()
         line = midrun.run("resume", "--state-dir", state, timeout=60).held(name, "locked")

@@ -3,7 +3,7 @@ import os
 import signal
 import time
 
-from conftest import ALPHA, BETA, GAMMA, kill_group, openai_workspace, wait_for
+from conftest import ALPHA, BETA, GAMMA, hold_sqlite_lock, kill_group, openai_workspace, wait_for
 
 import durable_job as dj
 
@@ -57,6 +57,26 @@ def test_one_failed_call_among_parallel_ones_is_uncertain_and_alone(ws, provider
     assert [r["status"] for r in out["results"]] == ["validated"] * 3
     keys = [r["client_request_id"] for r in provider.requests()]
     assert len(keys) == 4 and len(set(keys)) == 4 and keys[-1] == key[:-2] + ":2"
+
+
+def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
+    """Parallel calls start while langgraph loads: a run that is refused must be refused before them."""
+    provider.behave("ok", by_input={"Item: beta": "500"})
+    openai_workspace(ws, provider, sources=THREE, maxConcurrentCalls=3)
+    ws.start().held("ProviderError", "stays pending")
+    key = ws.db_rows("SELECT operation_key FROM calls WHERE item_id='beta'")[0][0]
+    ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "ops", "--reason", "500 from provider").ok()
+    provider.behave("ok")
+    rows = ws.db_rows()
+    holder = hold_sqlite_lock(os.path.join(ws.state, "checkpoints.sqlite"))
+    try:
+        ws.run("resume", timeout=60).held("checkpoints.sqlite", "locked")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert len(provider.requests()) == 3 and ws.db_rows() == rows  # beta's second attempt was never sent
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated"] * 3 and len(provider.requests()) == 4
 
 
 def test_killed_while_parallel_calls_are_in_flight_then_recovered(ws, provider):
