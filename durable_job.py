@@ -805,11 +805,23 @@ def check_state_files(state_dir: str) -> None:
     if size(checkpoints) and not size(effects):
         raise StateError(f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or start a new job in a new --state-dir")
     receipt = job_path(state_dir, RECEIPT_FILE)
-    if size(effects) and not size(checkpoints) and os.path.exists(receipt):
+    if size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided":
         # Calls journaled before the first checkpoint are normal (a crash there, or parallel calls sent
-        # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A job
-        # with a receipt, though, had a decision that lived only in the lost checkpoints.
-        raise StateError(f"{checkpoints} is missing or empty but {receipt} records a terminal outcome: the job's decision would be lost. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or start a new job in a new --state-dir")
+        # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A
+        # decided job, though, had a decision that lived only in the lost checkpoints (a cancel lives
+        # in the journal, and may come before any checkpoint).
+        raise StateError(f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or start a new job in a new --state-dir")
+
+
+def receipt_outcome(path: str) -> str | None:
+    """The outcome receipt.json records ("decided" when it cannot be read: the careful answer), or None without one."""
+    try:
+        with open(path, "rb") as fh:
+            return strict_json(fh.read(1 << 20)).get("outcome", "decided")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        return "decided"
 
 
 class transaction:

@@ -373,6 +373,17 @@ def test_cancel_before_any_result_and_then_abandon_the_pending_call(ws):
     assert receipt["statuses"] == {} and receipt["outcome"] == "cancelled"
 
 
+def test_cancel_before_the_first_checkpoint_is_terminal_and_verifiable(ws):
+    """A job sealed but never run (killed right after the seal) can be cancelled like any other."""
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-seal"}).code == 93
+    ws.run("cancel", "--reviewer", "olga", "--reason", "wrong sources").ok()
+    assert ws.run("verify").ok()["ok"] is True
+    assert ws.run("status").ok()["phase"] == "cancelled"
+    ws.run("cancel", "--reviewer", "olga", "--reason", "again").held("already cancelled")
+    ws.run("resume").held("cancelled", "Start a new job")
+    assert ws.db_rows() == []
+
+
 # --- receipt.json ------------------------------------------------------------------------------------
 
 
