@@ -1257,6 +1257,8 @@ def check_proposal(raw, item, source):
     try:
         if not isinstance(raw, str):
             problem = f"model output is {type(raw).__name__}, not text"
+        elif not raw.strip():
+            problem = "model output is empty: the provider returned no text (an incomplete answer?)"
         else:
             try:
                 proposal = strict_json(raw)
@@ -2290,7 +2292,7 @@ def journal_invariants(calls) -> str:
             raise SealError(f"journal row {r['operation_key']} does not match its base key and attempt")
         if r["status"] not in ("pending", "completed", "abandoned", "rejected"):
             raise SealError(f"journal row {r['operation_key']} has unknown status {r['status']!r}")
-        if r["status"] == "completed" and not (r["output_text"] and r["response_id"]):
+        if r["status"] == "completed" and (r["output_text"] is None or not r["response_id"]):  # "" is an empty answer, kept
             raise SealError(f"completed row {r['operation_key']} has no output or response id")
     for base, rows in by_base.items():
         ordered = sorted(rows, key=lambda r: r["attempt"])

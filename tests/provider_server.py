@@ -66,19 +66,20 @@ def choose_behaviour(path, text, seq):
     return default
 
 
-def response_object(rid, body, text, out):
-    """Build a completed Response object the openai SDK can parse."""
+def response_object(rid, body, text, out, incomplete=False):
+    """Build a Response object the openai SDK can parse: completed, or incomplete with no output at all."""
     usage_in, usage_out = len(text) // 4, len(out) // 4
     message = {"type": "message", "id": "msg_" + rid, "status": "completed", "role": "assistant",
                "content": [{"type": "output_text", "text": out, "annotations": []}]}
     return {
-        "id": rid, "object": "response", "created_at": int(time.time()), "status": "completed",
-        "model": body.get("model"), "output": [message], "parallel_tool_calls": False,
+        "id": rid, "object": "response", "created_at": int(time.time()), "status": "incomplete" if incomplete else "completed",
+        "model": body.get("model"), "output": [] if incomplete else [message], "parallel_tool_calls": False,
         "tool_choice": "auto", "tools": [],
         "usage": {"input_tokens": usage_in, "input_tokens_details": {"cached_tokens": 0},
                   "output_tokens": usage_out, "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": usage_in + usage_out},
-        "error": None, "incomplete_details": None, "instructions": body.get("instructions"),
+        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": body.get("instructions"),
         "metadata": {}, "temperature": 1.0, "top_p": 1.0, "text": {"format": {"type": "text"}},
         "store": body.get("store"), "max_output_tokens": body.get("max_output_tokens"),
     }
@@ -128,12 +129,12 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
-            answers = known and (behaviour in ("ok", "not-json", "drop", "hang") or behaviour.startswith("slow:"))
+            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang") or behaviour.startswith("slow:"))
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
                 rid = f"resp_{digest}_{seq}"
-                out = NOT_JSON_TEXT if behaviour == "not-json" else ok_text(text)
+                out = {"not-json": NOT_JSON_TEXT, "incomplete": ""}.get(behaviour) if behaviour in ("not-json", "incomplete") else ok_text(text)
             self.write_log({
                 "seq": seq, "path": self.path,
                 "headers": {k.lower(): v for k, v in self.headers.items()},
@@ -185,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_error_json(400, seq, f"test server error 400: bad key {auth}")
         if out is None:
             return self.send_error_json(500, seq, f"test server: unknown behaviour {behaviour!r}")
-        return self.send_json(200, seq, response_object(rid, fields, text, out))
+        return self.send_json(200, seq, response_object(rid, fields, text, out, incomplete=behaviour == "incomplete"))
 
     def send_json(self, status, seq, payload):
         """Send a JSON payload with content-type and x-request-id headers."""

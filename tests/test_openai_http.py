@@ -365,18 +365,24 @@ def test_rejected_attempt_counts_against_the_bounds(openai_env, tmp_path):
 # bad replies, secrets and refusals before anything is sent
 
 
-def test_reply_that_is_not_json_fails_the_item_and_accept_is_refused(ws, provider):
-    """Prose instead of JSON marks the item failed (no crash); accept is then refused."""
+@pytest.mark.parametrize("reply,reason", [("not-json", "not valid JSON"), ("incomplete", "model output is empty")],
+                         ids=["prose", "incomplete-with-no-output"])
+def test_a_reply_that_is_not_a_proposal_fails_the_item_and_accept_is_refused(ws, provider, reply, reason):
+    """Prose, or an incomplete answer with no output at all, marks the item failed (no crash); accept is refused."""
     openai_workspace(ws, provider)
-    provider.behave(sequence=["not-json"])
+    provider.behave(sequence=[reply])
     out = ws.start().ok()
     assert {r["itemId"]: r["status"] for r in out["results"]} == {"alpha": "failed", "beta": "validated"}
     failed = ws.run("inspect").ok()["results"][0]
-    assert "not valid JSON" in failed["reason"]
-    assert journal(ws)[0]["status"] == "completed"  # the call itself succeeded
+    assert reason in failed["reason"]
+    row = journal(ws)[0]
+    assert row["status"] == "completed" and row["response_id"]  # the call itself succeeded, and was billed
+    assert row["output_text"] == provider.requests()[0]["output_text"]
     ws.run("decide", "--decision", "accept", "--reviewer", "r@example.test", "--reason", "looks fine").held(
         "Cannot accept", "alpha")
     assert ws.run("status").ok()["phase"] == "awaiting-review"
+    ws.run("decide", "--decision", "reject", "--reviewer", "r@example.test", "--reason", "alpha has no summary").ok()
+    assert ws.run("verify").ok()["ok"] is True
     assert len(provider.requests()) == 2
 
 
