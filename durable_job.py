@@ -875,10 +875,10 @@ def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str):
             raise UncertainCall(uncertain_message(item["id"], row["operation_key"]))
         attempt = 1 if row is None else row["attempt"] + 1
         if attempt > manifest["maxAttemptsPerItem"]:
-            raise BudgetError(f"Item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it. Decide reject or hold, or run a new job with a new manifest")
+            raise BudgetError(f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it")
         used = db.execute("SELECT count(*) FROM calls").fetchone()[0]
         if used >= manifest["maxModelCalls"]:
-            raise BudgetError(f"The journal already holds {used} calls, the job's maxModelCalls; nothing more is sent. Decide reject or hold, or run a new job with a new manifest")
+            raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
         key = f"{base}:{attempt}"
         stamp = now_utc()
         db.execute(
@@ -961,7 +961,7 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None):
 def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError:
     message = clip(redact(exc), 200)
     if status == "rejected":
-        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `resume` takes the next attempt within maxAttemptsPerItem")
+        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `resume`: it takes the next attempt if maxAttemptsPerItem allows one, else marks the item failed for review")
     return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X`")
 
 
@@ -1358,11 +1358,14 @@ def build_graph(ctx: Context, checkpoints: sqlite3.Connection):
         prior = [] if ctx.concurrency > 1 else state["results"]
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
-        return {"raw": get_or_call(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, say)}
+        try:
+            return {"raw": get_or_call(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, say)}
+        except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
+            return {"raw": None, "result": unanswered(item, exc)}
 
     def validate(state):
         item = ctx.items[state["index"]]
-        result = check_proposal(state["raw"], item, ctx.sources[item["id"]])
+        result = state.get("result") or check_proposal(state["raw"], item, ctx.sources[item["id"]])
         ctx.say(f"item {item['id']}: {result['status']}")
         return {"result": result}
 
@@ -1401,6 +1404,15 @@ def open_checkpointer(state_dir: str, conn: sqlite3.Connection):
     return saver
 
 
+def unanswered(item: dict, refusal: BudgetError) -> dict:
+    """The failed result of an item the bounds allow no call for: reviewed like any failed item."""
+    reason = f"{NO_CALL_LEFT}: {refusal}; revise the item, or decide reject or hold"
+    return {"itemId": item["id"], "sourceSha256": item["sha256"], "status": "failed", "reason": clip(reason, 250)}
+
+
+NO_CALL_LEFT = "no model call left"
+
+
 def prefetch(ctx: Context, items: list) -> None:
     """Run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
     from concurrent.futures import ThreadPoolExecutor
@@ -1414,6 +1426,8 @@ def prefetch(ctx: Context, items: list) -> None:
         try:
             prompt = model_input(item, ctx.sources[item["id"]], [])
             get_or_call(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say)
+        except BudgetError:
+            pass  # the item's own model step meets the same refusal and marks it failed
         finally:
             db.close()
 
@@ -1896,7 +1910,10 @@ def next_step(snap: Snapshot) -> str:
         return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.waiting:
         return decide_command(snap.state_dir, results_sha256(snap.results))
-    if any(r["status"] == "rejected" for r in snap.calls):
+    latest = {}
+    for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
+        latest[r["base_key"]] = r
+    if any(r["status"] == "rejected" for r in latest.values()):
         return "a call was rejected by the provider (no output, counts as an attempt): fix the cause, then resume"
     return "resume"
 
@@ -2316,6 +2333,9 @@ def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict
     items = {i["id"]: i for i in (manifest or {}).get("items", [])}
     for r in results:
         done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"]
+        if not done and r.get("status") == "failed" and str(r.get("reason", "")).startswith(NO_CALL_LEFT):
+            check_no_call_left(snap.calls, r["itemId"], manifest)
+            continue
         if not done:
             raise SealError(f"item {r.get('itemId')} has a saved result but no completed call in the journal")
         output = done[-1]["output_text"]
@@ -2325,6 +2345,17 @@ def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict
         elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output))) != r.get("proposalSha256"):
             raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
     return f"{len(results)} results, resultsSha256 {results_sha256(snap.results)}"
+
+
+def check_no_call_left(calls: list, item_id: str, manifest: dict | None) -> None:
+    """An item failed for want of a call: the journal must show the bound that refused it."""
+    if manifest is None:
+        return
+    attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
+    if attempts < manifest["maxAttemptsPerItem"] and len(calls) < manifest["maxModelCalls"]:
+        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds")
+    if any(c["item_id"] == item_id and c["status"] in ("pending", "completed") for c in calls):
+        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
 
 
 def receipt_invariants(snap: Snapshot) -> str:

@@ -307,6 +307,49 @@ def test_attempt_and_call_bounds_are_enforced(tmp_path, monkeypatch):
         dj.get_or_call(db, JOB, BOUNDS, {"id": "gamma", "sha256": "0" * 64}, "g", "r")
 
 
+def test_an_item_the_call_budget_cannot_reach_is_reviewed_as_failed_not_a_dead_end(ws):
+    """maxModelCalls 1 for two items: beta gets no call, reaches review as failed; a person revises it and accepts."""
+    ws.write_manifest(maxModelCalls=1)
+    out = ws.start().ok()
+    assert statuses(out) == [("alpha", "validated"), ("beta", "failed")] and len(out["interrupt"]) == 1
+    beta = ws.run("inspect").ok()["results"][1]
+    assert beta["reason"].startswith(dj.NO_CALL_LEFT) and "maxModelCalls" in beta["reason"] and "revise" in beta["reason"]
+    assert [(r[1], r[2]) for r in ws.db_rows()] == [("alpha", "completed")]  # nothing beyond the budget was sent
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").held("Cannot accept", "beta")
+    ws.write_source("beta-summary.txt", "Beta report: one field is still open.")
+    citations = ws.write_source("beta-citations.json", json.dumps([{"quote": "Beta report has one unresolved field", "claim": "one field open"}]))
+    digest = ws.run("revise", "--item", "beta", "--summary-file", os.path.join(ws.src, "beta-summary.txt"),
+                    "--citations-file", citations, "--reviewer", "rita", "--reason", "written by hand").ok()["resultsSha256"]
+    decided = ws.run("decide", "--decision", "accept", "--reviewer", "rita", "--reason", "checked", "--results-sha256", digest).ok()
+    assert decided["final"]["decision"] == "accept"
+    assert ws.run("verify").ok()["ok"] is True
+    assert len(ws.db_rows()) == 1
+
+
+def test_an_item_whose_attempts_were_all_abandoned_is_reviewed_as_failed(ws):
+    ws.write_manifest(maxAttemptsPerItem=1)
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    key = ws.db_rows()[0][0]
+    ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "ops", "--reason", "never sent").ok()
+    out = ws.run("resume").ok()
+    assert statuses(out) == [("alpha", "failed"), ("beta", "validated")]
+    assert "maxAttemptsPerItem" in ws.run("inspect").ok()["results"][0]["reason"]
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+    ws.run("decide", "--decision", "reject", "--reviewer", "r", "--reason", "alpha got no proposal").ok()
+    assert ws.run("verify").ok()["ok"] is True
+    assert [(r[1], r[2]) for r in ws.db_rows()] == [("alpha", "abandoned"), ("beta", "completed")]
+
+
+def test_verify_refuses_a_no_call_left_result_the_journal_does_not_explain():
+    bounds = {"maxAttemptsPerItem": 2, "maxModelCalls": 6}
+    abandoned = {"item_id": "alpha", "attempt": 1, "status": "abandoned"}
+    with pytest.raises(dj.SealError, match="within the bounds"):
+        dj.check_no_call_left([abandoned], "alpha", bounds)
+    dj.check_no_call_left([abandoned, {**abandoned, "attempt": 2}], "alpha", bounds)  # both attempts used: explained
+    with pytest.raises(dj.SealError, match="open or completed"):
+        dj.check_no_call_left([abandoned, {**abandoned, "attempt": 2, "status": "completed"}], "alpha", bounds)
+
+
 # --- environment and concurrency of people -----------------------------------------------------------
 
 

@@ -584,13 +584,14 @@ class FuzzJob:
         for _ in range(40):
             code, out, err, killed = self.launch()
             if not killed and code == 0:
-                break
-            if not killed:
-                line = err.strip()
-                if "BudgetError" in line:  # every allowed attempt of an item was lost in the uncertain window
+                # every allowed attempt of an item lost in the uncertain window: it reaches review as failed
+                exhausted = [r for r in self.ws.run("inspect").ok()["results"] if durable_job.NO_CALL_LEFT in r.get("reason", "")]
+                if exhausted:
                     self.counts["exhausted"] += 1
                     return self.finish(exhausted=True)
-                raise AssertionError(f"job {self.n}: unexpected refusal {line}\n" + "\n".join(self.transcript))
+                break
+            if not killed:
+                raise AssertionError(f"job {self.n}: unexpected refusal {err.strip()}\n" + "\n".join(self.transcript))
             self.recover()
         else:
             raise AssertionError(f"job {self.n} never finished:\n" + "\n".join(self.transcript))
@@ -606,6 +607,9 @@ class FuzzJob:
             assert max(lost.values(), default=0) == 2, "\n".join(self.transcript)
             for key, n in per_key.items():
                 assert n <= 1 and key in {r["operation_key"] for r in rows}
+            ws.run("decide", "--decision", "accept", "--reviewer", "fuzz", "--reason", "x").held("Cannot accept")
+            ws.run("decide", "--decision", "reject", "--reviewer", "fuzz", "--reason", "an item got no proposal").ok()
+            assert ws.run("verify").ok()["ok"] is True
         else:
             decided = ws.run("decide", "--decision", "accept", "--reviewer", "fuzz", "--reason", "recovered").ok()
             inspect = ws.run("inspect").ok()

@@ -307,6 +307,24 @@ def test_resume_after_a_refusal_takes_the_next_attempt_without_reconcile(refused
     assert [r["client_request_id"] for r in refused.provider.requests()] == [r["operation_key"] for r in rows]
 
 
+def test_an_item_refused_on_every_allowed_attempt_reaches_review_as_failed(ws, provider):
+    """Two 429s for alpha (maxAttemptsPerItem 2): each stops the run; the next resume reviews alpha as failed."""
+    openai_workspace(ws, provider)
+    provider.behave(sequence=["429", "429"])
+    ws.start().held("HTTP 429", "rejected", "if maxAttemptsPerItem allows one")
+    ws.run("resume").held("HTTP 429", "rejected")
+    status = ws.run("status").ok()
+    assert "rejected" in status["next"] and "resume" in status["next"]
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["failed", "validated"] and out["interrupt"]
+    assert "maxAttemptsPerItem" in ws.run("inspect").ok()["results"][0]["reason"]
+    assert [(r["item_id"], r["attempt"], r["status"]) for r in journal(ws)] == [
+        ("alpha", 1, "rejected"), ("alpha", 2, "rejected"), ("beta", 1, "completed")]
+    assert len(provider.requests()) == 3
+    # the earlier refusals no longer colour the next step once the job moved on
+    assert ws.run("status").ok()["next"].startswith("python durable_job.py decide")
+
+
 def test_api_key_echoed_by_the_server_is_never_stored_or_printed(refused):
     """The server put the key in its error message: the HOLD line, the journal, status, inspect,
     the review page and every state file hold `[redacted]` instead."""
