@@ -449,10 +449,24 @@ def check_seals(job: dict, *, mcp: bool = True):
         raise SealError(f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or start a new job in a new --state-dir")
     check_dependency_seal(job)
     path = job["manifestPath"]
-    manifest, raw = read_manifest(path)
+    raw = sealed_manifest_bytes(path)
     if sha256_hex(raw) != job["manifestSha256"]:
-        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest or start a new job in a new --state-dir")
+        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or start a new job in a new --state-dir")
+    manifest, _ = read_manifest(path)
     return manifest, load_sources(manifest, path, mcp=mcp)
+
+
+def sealed_manifest_bytes(path: str) -> bytes:
+    """The bytes at the sealed manifest path; a missing or unreadable file is a broken seal (no flag can name another)."""
+    try:
+        if stat.S_ISREG(os.stat(path).st_mode):
+            with open(path, "rb") as fh:
+                return fh.read(MANIFEST_MAX_BYTES + 1)
+        problem = "not a regular file"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    raise SealError(f"Manifest bytes changed: the sealed manifest {path} cannot be read ({problem}); "
+                    "restore the approved manifest at that path, or start a new job in a new --state-dir")
 
 
 def check_dependency_seal(job: dict) -> None:
@@ -1888,6 +1902,8 @@ def cmd_status(args) -> dict:
         broken = seal_report(args.state_dir, snap.job)
         if broken:
             out["sealBroken"] = broken
+            if out["phase"] not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
+                out["next"] = f"restore what sealBroken names, or start a new job in a new --state-dir; then: {out['next']}"
         return out
     finally:
         snap.close()
@@ -1936,6 +1952,7 @@ def cmd_inspect(args) -> dict:
         if broken:
             out["sealBroken"] = broken
         if args.html:
+            refuse_sealed_target(args.html, snap.job, args.state_dir)
             write_html(args.html, snap, out)
             out["html"] = os.path.abspath(args.html)
         return out
@@ -2466,6 +2483,18 @@ def escape(text) -> str:
     import html
 
     return html.escape(text)
+
+
+def refuse_sealed_target(path: str, job: dict, state_dir: str) -> None:
+    """A read-only command must never write over the job: its state directory, its manifest or a source."""
+    target = os.path.realpath(path)
+    if os.path.dirname(target) == os.path.realpath(state_dir):
+        raise UsageError(f"--html {path} is inside the state directory {state_dir}; write the page somewhere else")
+    manifest = read_manifest_quiet(job) or {}
+    base = os.path.dirname(job["manifestPath"])
+    sealed = [job["manifestPath"]] + [os.path.join(base, i["path"]) for i in manifest.get("items", []) if "path" in i]
+    if target in {os.path.realpath(p) for p in sealed}:
+        raise UsageError(f"--html {path} is a file the job seals (its manifest or a source); write the page somewhere else")
 
 
 def write_html(path: str, snap: Snapshot, out: dict) -> None:

@@ -167,6 +167,29 @@ def test_changed_manifest_is_refused(ws):
     assert "Manifest bytes changed" in inspected["sealBroken"] and inspected["final"] is None
 
 
+@pytest.mark.parametrize("how", ["moved-away", "made-invalid", "replaced-by-a-folder"])
+def test_a_sealed_manifest_moved_or_broken_is_named_at_its_path_and_restoring_it_continues(ws, how):
+    """No flag can point a job at another manifest: every message says to restore the one at the sealed path."""
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-validate"}).code == 95
+    with open(ws.manifest, "rb") as fh:
+        approved = fh.read()
+    os.unlink(ws.manifest)
+    if how == "made-invalid":
+        with open(ws.manifest, "wb") as fh:
+            fh.write(b"{not json")
+    elif how == "replaced-by-a-folder":
+        os.mkdir(ws.manifest)
+    ws.run("resume").held("SealError", "Manifest bytes changed", ws.manifest, "restore the approved manifest at that path")
+    status = ws.run("status").ok()
+    assert "Manifest bytes changed" in status["sealBroken"] and status["next"].startswith("restore what sealBroken names")
+    if how == "replaced-by-a-folder":
+        os.rmdir(ws.manifest)
+    with open(ws.manifest, "wb") as fh:
+        fh.write(approved)
+    assert len(ws.run("resume").ok()["interrupt"]) == 1
+    assert ws.run("status").ok()["next"].startswith("python durable_job.py decide")
+
+
 def test_changed_version_label_is_refused(ws, tmp_path):
     ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"})
     other = copy_program(tmp_path, lambda t: t.replace(f'VERSION = "{dj.VERSION}"', 'VERSION = "durable-job-graph/2"'))

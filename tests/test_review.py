@@ -457,7 +457,7 @@ def assert_self_contained_and_inert(page: PageParser) -> None:
     assert csp, "the page forbids every external load"
 
 
-def test_a_review_page_that_cannot_be_written_is_named_and_leaves_nothing_behind(ws):
+def test_a_review_page_that_cannot_be_written_or_would_overwrite_the_job_is_refused(ws):
     ws.start().ok()
     before = ws.state_bytes()
     folder = os.path.join(ws.root, "pages")
@@ -466,7 +466,15 @@ def test_a_review_page_that_cannot_be_written_is_named_and_leaves_nothing_behind
         line = ws.run("inspect", "--html", target).held(f"{target} cannot be written", "nothing was changed")
         assert "resume" not in line  # inspect changes nothing, so nothing needs resuming
     assert sorted(os.listdir(folder)) == ["taken"] and os.listdir(os.path.join(folder, "taken")) == []
-    assert ws.state_bytes() == before
+    with open(ws.manifest, "rb") as fh:
+        manifest_bytes = fh.read()
+    for name in ("job.json", "effects.sqlite", "receipt.json", "review.html"):
+        ws.run("inspect", "--html", os.path.join(ws.state, name)).held("inside the state directory", "somewhere else")
+    for target in (ws.manifest, os.path.join(ws.src, "alpha.txt"), os.path.join(ws.src, "..", "src", "beta.txt")):
+        ws.run("inspect", "--html", target).held("a file the job seals", "somewhere else")
+    with open(ws.manifest, "rb") as fh:
+        assert ws.state_bytes() == before and fh.read() == manifest_bytes
+    assert ws.run("verify").ok()["ok"] is True
 
 
 def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
