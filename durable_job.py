@@ -137,6 +137,10 @@ def canonical(value) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def is_sha256_hex(value) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 def sha256_hex(data: bytes) -> str:
     return _sha256(data).hexdigest()
 
@@ -301,7 +305,7 @@ def check_item(item, n: int) -> None:
         raise ManifestError(f"Manifest item {n} id must be a printable string of 1-80 characters")
     name = item["id"]
     sha = item.get("sha256")
-    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+    if not is_sha256_hex(sha):
         raise ManifestError(f"Manifest item {name} sha256 must be 64 lowercase hex characters (compute it with `durable_job.py seal`)")
     if ("path" in item) == ("mcp" in item):
         raise ManifestError(f"Manifest item {name} must name exactly one of path or mcp")
@@ -518,6 +522,8 @@ class RunLock:
         self.fd = None
 
     def __enter__(self):
+        if self.command != "start" and not os.path.exists(job_path(self.state_dir, JOB_FILE)):
+            raise no_job(self.state_dir)  # a mistyped --state-dir: say so, and leave no run.lock behind in it
         if os.path.isdir(self.state_dir):
             check_state_dir_safe(self.state_dir)  # every writing command: private, and ours
         try:
@@ -606,13 +612,17 @@ def write_atomic(path: str, data: bytes) -> None:
     fsync_dir(os.path.dirname(path) or ".")
 
 
+def no_job(state_dir: str) -> StateError:
+    return StateError(f"No job in {state_dir}: {JOB_FILE} is missing; check --state-dir, or run `start --manifest M --state-dir {state_dir}` first")
+
+
 def load_job(state_dir: str) -> dict:
     path = job_path(state_dir, JOB_FILE)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(1 << 20)
     except FileNotFoundError:
-        raise StateError(f"No job in {state_dir}: {JOB_FILE} is missing; run `start --manifest M --state-dir {state_dir}` first") from None
+        raise no_job(state_dir) from None
     except OSError as exc:
         raise StateError(f"{path} cannot be read ({exc.strerror}); check the state directory's permissions") from None
     try:
@@ -2023,6 +2033,8 @@ def cmd_decide(args) -> dict:
     with RunLock(args.state_dir, "decide"):
         ctx, draft, results = open_review(args, "decide")
         digest = results_sha256(results)
+        if args.results_sha256 is not None and not is_sha256_hex(args.results_sha256):  # "$H" with H unset must not decide unbound
+            raise DecisionError(f"--results-sha256 {args.results_sha256!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out")
         if args.results_sha256 and args.results_sha256 != digest:
             raise DecisionError(f"stale: results changed since review, now {digest}; inspect again and decide with --results-sha256 {digest}")
         failed = [r["itemId"] for r in results if r["status"] != "validated"]
@@ -2214,10 +2226,14 @@ def cmd_seal(args) -> dict:
     for path in paths:
         if paths.count(path) > 1:
             raise ManifestError(f"Source {path} is named twice; name each source file once")
-    for item in items:  # two files with the same name in different folders: use their relative paths as ids
-        if sum(i["id"] == item["id"] for i in items) > 1:
-            for twin in [i for i in items if i["id"] == item["id"]]:
+    for item in items:  # files with the same stem: their relative paths as ids, without the extension if that is enough
+        twins = [i for i in items if i["id"] == item["id"]]
+        if len(twins) > 1:
+            for twin in twins:
                 twin["id"] = os.path.splitext(twin["path"])[0][-80:]
+            if len({t["id"] for t in twins}) < len(twins):
+                for twin in twins:
+                    twin["id"] = twin["path"][-80:]
     if args.mcp_uri:
         items.append(seal_mcp_item(args, len(items) + 1))
     manifest = {

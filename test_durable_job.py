@@ -408,6 +408,21 @@ def test_start_on_a_directory_of_another_job_is_refused(ws):
     ws.run("start", "--manifest", ws.manifest).held("Existing job", "use a new --state-dir")
 
 
+def test_a_mistyped_state_dir_is_named_and_left_as_it_was(ws, tmp_path):
+    """A folder with no job (missing, empty, or shared like /tmp): every command says so; nothing is created in it."""
+    empty, shared = tmp_path / "empty", tmp_path / "shared"
+    empty.mkdir()
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    commands = [("resume",), ("status",), ("inspect",), ("verify",), ("cancel", "--reviewer", "r", "--reason", "x"),
+                ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"),
+                ("reconcile", "--operation-key", "k:1", "--action", "abandon", "--reviewer", "r", "--reason", "x")]
+    for folder in (tmp_path / "missing", empty, shared):
+        for command in commands:
+            ws.run(*command, "--state-dir", str(folder)).held(f"No job in {folder}", "check --state-dir")
+    assert not (tmp_path / "missing").exists() and not os.listdir(empty) and not os.listdir(shared)
+
+
 def test_help_explains_every_command_in_one_line(ws):
     top = ws.run("--help", state=False)
     assert top.code == 0

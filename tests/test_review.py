@@ -46,7 +46,7 @@ def revise(ws: Workspace, item="alpha", summary=REVISED_SUMMARY, citations=REVIS
 
 def decide(ws: Workspace, decision="accept", digest=None, reviewer="dana", reason="quotes checked"):
     args = ["decide", "--decision", decision, "--reviewer", reviewer, "--reason", reason]
-    if digest:
+    if digest is not None:
         args += ["--results-sha256", digest]
     return ws.run(*args)
 
@@ -146,6 +146,8 @@ def test_bound_decide_refuses_stale_hash_atomically_then_records_bound(ws):
     stale = "0" * 64
     line = decide(ws, digest=stale).held("stale: results changed since review, now", digest, "inspect again")
     assert stale not in line.split("now", 1)[1].split(";")[0]
+    for empty_or_malformed in ("", " ", digest.upper(), digest[:12]):  # "$H" with H unset must never decide unbound
+        decide(ws, digest=empty_or_malformed).held("is not a sha256", "pass resultsSha256 from inspect")
     assert ws.state_bytes() == before and not os.path.exists(os.path.join(ws.state, "receipt.json"))
     assert ws.run("inspect").ok()["final"] is None
 
@@ -656,6 +658,11 @@ def test_seal_writes_a_valid_manifest_that_starts(ws):
     twins = ws.run("seal", "--out", os.path.join(folder, "twins.json"), "--job-id", "tw", "--approved-by", "o",
                    "--mode", "fake", "--model", "m", "job/docs/a/report.txt", "job/docs/b/report.txt").ok()
     assert [(i["id"], i["path"]) for i in twins["items"]] == [("docs/a/report", "docs/a/report.txt"), ("docs/b/report", "docs/b/report.txt")]
+    with open(os.path.join(folder, "docs", "a", "report.md"), "w") as fh:
+        fh.write(GAMMA)
+    stems = ws.run("seal", "--out", os.path.join(folder, "stems.json"), "--job-id", "st", "--approved-by", "o",
+                   "--mode", "fake", "--model", "m", "job/docs/a/report.txt", "job/docs/a/report.md").ok()
+    assert [i["id"] for i in stems["items"]] == ["docs/a/report.txt", "docs/a/report.md"]
 
     text = ws.run("seal", "--out", os.path.join(folder, "t.json"), "--job-id", "t", "--approved-by", "o",
                   "--mode", "fake", "--model", "m", os.path.join(folder, "docs", "alpha.txt"), "--text").stdout
