@@ -1364,7 +1364,7 @@ def review_bundle(ctx_job: dict, results: list, draft: int = 1) -> dict:
     return bundle
 
 
-def build_graph(ctx: Context, checkpoints: sqlite3.Connection):
+def build_graph(ctx: Context, checkpoints: sqlite3.Connection | None = None):
     """prepare → (next item? model : accept); model → validate → advance → prepare."""
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
@@ -1416,10 +1416,11 @@ def build_graph(ctx: Context, checkpoints: sqlite3.Connection):
     return graph.compile(checkpointer=open_checkpointer(ctx.state_dir, checkpoints))
 
 
-def open_checkpointer(state_dir: str, conn: sqlite3.Connection):
+def open_checkpointer(state_dir: str, conn: sqlite3.Connection | None = None):
+    """LangGraph's SqliteSaver over checkpoints.sqlite (on conn when the caller opened it already)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    saver = SqliteSaver(conn)
+    saver = SqliteSaver(conn or connect_sqlite(job_path(state_dir, CHECKPOINTS_FILE)))
     try:
         saver.setup()
     except sqlite3.DatabaseError as exc:
