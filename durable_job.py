@@ -1429,13 +1429,13 @@ def open_checkpointer(state_dir: str, conn: sqlite3.Connection | None = None):
     return saver
 
 
+NO_CALL_LEFT = "no model call left"  # how a failed result says the bounds allowed its item no call
+
+
 def unanswered(item: dict, refusal: BudgetError) -> dict:
     """The failed result of an item the bounds allow no call for: reviewed like any failed item."""
     reason = f"{NO_CALL_LEFT}: {refusal}; revise the item, or decide reject or hold"
     return {"itemId": item["id"], "sourceSha256": item["sha256"], "status": "failed", "reason": clip(reason, 250)}
-
-
-NO_CALL_LEFT = "no model call left"
 
 
 def prefetch(ctx: Context, items: list) -> None:
