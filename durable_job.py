@@ -457,7 +457,21 @@ def check_seals(job: dict, *, mcp: bool = True):
     if sha256_hex(raw) != job["manifestSha256"]:
         raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or start a new job in a new --state-dir")
     manifest, _ = read_manifest(path)
+    check_job_matches_manifest(job, manifest)
     return manifest, load_sources(manifest, path, mcp=mcp)
+
+
+SEALED_COPIES = ("jobId", "mode", "model", "approvedBy")  # job.json's copies of the manifest, used without re-reading it
+
+
+def check_job_matches_manifest(job: dict, manifest: dict) -> None:
+    """job.json is never rewritten: its copies of the manifest must still say what the sealed manifest says."""
+    expected = {key: manifest[key] for key in SEALED_COPIES}
+    expected["sources"] = {i["id"]: i["sha256"] for i in manifest["items"]}
+    for key, value in expected.items():
+        if job.get(key) != value:
+            raise SealError(f"job.json changed: its {key} is {clip(json.dumps(job.get(key)), 80)} but the sealed manifest says "
+                            f"{clip(json.dumps(value), 80)}; job.json is written once and never rewritten: restore it from a backup, or start a new job in a new --state-dir")
 
 
 def sealed_manifest_bytes(path: str) -> bytes:
@@ -476,7 +490,7 @@ def sealed_manifest_bytes(path: str) -> bytes:
 def check_dependency_seal(job: dict) -> None:
     sealed = job.get("dependencies")
     if not isinstance(sealed, dict):
-        return
+        raise SealError("job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or start a new job in a new --state-dir")
     installed = dependency_versions()
     for name in DEPENDENCIES:
         if sealed.get(name) != installed.get(name):
@@ -1789,15 +1803,11 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
         "index": values.get("index", 0),
         "results": [{"itemId": r["itemId"], "status": r["status"], "sourceSha256": r["sourceSha256"]} for r in results],
         "final": values.get("final"),
-        "interrupt": [with_decide_command(ctx.state_dir, review_bundle(ctx.job, results, draft))] if waiting else [],
+        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.state_dir, results)}] if waiting else [],
     }
     if existing is not None:
         out["existing"] = existing
     return out
-
-
-def with_decide_command(state_dir: str, bundle: dict) -> dict:
-    return {**bundle, "decideCommand": decide_command(state_dir, bundle["resultsSha256"])}
 
 
 def shell_path(path: str) -> str:
@@ -1813,9 +1823,11 @@ def reconcile_command(state_dir: str, key: str) -> str:
             f"--operation-key {key} --action 'complete|abandon' --reviewer R --reason X")
 
 
-def decide_command(state_dir: str, digest: str) -> str:
+def decide_command(state_dir: str, results: list) -> str:
+    """The ready-to-paste bound decision for these results; accept is offered only when every item validated."""
+    choices = "accept|reject|hold" if all(r["status"] == "validated" for r in results) else "reject|hold"
     return (f"python durable_job.py decide --state-dir {shell_path(state_dir)} "
-            f"--decision 'accept|reject|hold' --reviewer YOU --reason WHY --results-sha256 {digest}")
+            f"--decision '{choices}' --reviewer YOU --reason WHY --results-sha256 {results_sha256(results)}")
 
 
 def open_run(state_dir: str, *, calls_provider: bool = True) -> Context:
@@ -1936,13 +1948,13 @@ def next_step(snap: Snapshot) -> str:
     if snap.saved_decision:
         return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.waiting:
-        return decide_command(snap.state_dir, results_sha256(snap.results))
+        return decide_command(snap.state_dir, snap.results)
     latest = {}
     for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
         latest[r["base_key"]] = r
     if any(r["status"] == "rejected" for r in latest.values()):
-        return "a call was rejected by the provider (no output, counts as an attempt): fix the cause, then resume"
-    return "resume"
+        return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
+    return resume
 
 
 def cmd_inspect(args) -> dict:
@@ -1958,7 +1970,7 @@ def cmd_inspect(args) -> dict:
         if snap.saved_decision:
             out["savedDecision"] = snap.saved_decision
         if snap.waiting and not snap.cancel:
-            out["decideCommand"] = decide_command(args.state_dir, out["resultsSha256"])
+            out["decideCommand"] = decide_command(args.state_dir, snap.results)
         broken = seal_report(args.state_dir, snap.job)
         if broken:
             out["sealBroken"] = broken
@@ -2003,12 +2015,18 @@ def cmd_reconcile(args) -> dict:
         return {"jobId": job["jobId"], "operationKey": args.operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
 
 
+RESPONSE_FILE_MAX_BYTES = 1 << 20
+TEXT_FILE_MAX_BYTES = 1 << 16
+
+
 def read_response_file(path) -> tuple[dict, str]:
     if not path:
         raise DecisionError("--action complete needs --response-file F: a JSON file with outputText and responseId (optional requestId)")
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(1 << 20)
+            raw = fh.read(RESPONSE_FILE_MAX_BYTES + 1)  # the sha256 kept with the record is of the whole file
+        if len(raw) > RESPONSE_FILE_MAX_BYTES:
+            raise DecisionError(f"Response file {path} is over {RESPONSE_FILE_MAX_BYTES} bytes; a model answer here is at most 500 tokens: save only its outputText, responseId and requestId")
         data = strict_json(raw)
     except OSError as exc:
         raise DecisionError(f"Response file {path} cannot be read ({exc.strerror}); pass the file you wrote from the provider's record") from None
@@ -2069,7 +2087,8 @@ def waiting_state(ctx: Context, command: str):
     snap_values = read_checkpoint(ctx.state_dir, ctx.job)
     values = snap_values["values"]
     if values.get("final"):
-        raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}")
+        missing = "" if os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)) else "; its receipt.json is missing: `resume` rewrites it"
+        raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}")
     refuse_if_decision_saved(snap_values, ctx.state_dir, command)
     if not snap_values["waiting"]:
         pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
@@ -2098,18 +2117,19 @@ def refuse_if_decision_saved(checkpoint: dict, state_dir: str, command: str) -> 
                             f"Run `resume --state-dir {state_dir}` to finish recording it, then inspect the receipt")
 
 
+def receipt_head(final: dict | None, cancel: dict | None) -> dict:
+    """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
+    who = final or cancel or {}
+    return {"decision": (final or {}).get("decision"), "reviewer": who.get("reviewer"), "reason": who.get("reason"),
+            "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
+
+
 def write_receipt(state_dir: str, job: dict, db, final: dict | None, kind: str, extra: dict | None = None) -> dict:
     """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
     draft, results = current_draft(db, (read_checkpoint(state_dir, job)["values"].get("results") or []))
-    who = final or (extra or {}).get("cancel") or {}
     receipt = {
         "outcome": kind,
-        # who decided what, why and when, at the top level for `jq` (null decision for a cancel)
-        "decision": (final or {}).get("decision"),
-        "reviewer": who.get("reviewer"),
-        "reason": who.get("reason"),
-        "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
-        "bound": bool((final or {}).get("bound")),
+        **receipt_head(final, (extra or {}).get("cancel")),
         "jobId": job["jobId"],
         "threadId": job["threadId"],
         "manifestPath": job["manifestPath"],
@@ -2158,12 +2178,12 @@ def cmd_revise(args) -> dict:
                            (draft + 1, args.item, json.dumps(new_results), digest, args.reviewer, args.reason, json.dumps(change), stamp))
         return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": args.item, "resultsSha256": digest,
                 "previousResultsSha256": previous, "reviewer": args.reviewer, "reason": args.reason,
-                "result": checked, "decideCommand": decide_command(args.state_dir, digest)}
+                "result": checked, "decideCommand": decide_command(args.state_dir, new_results)}
 
 
 def revised_proposal(args, old: dict) -> dict:
-    summary = read_text_file(args.summary_file, "--summary-file").strip("\n")
-    if args.citations_file:
+    summary = read_text_file(args.summary_file, "--summary-file").replace("\r\n", "\n").strip("\n")  # as an editor saved it
+    if args.citations_file is not None:
         try:
             citations = strict_json(read_text_file(args.citations_file, "--citations-file"))
         except ValueError as exc:
@@ -2176,12 +2196,16 @@ def revised_proposal(args, old: dict) -> dict:
 
 
 def read_text_file(path: str, flag: str) -> str:
+    """A person's UTF-8 file (a leading byte-order mark dropped), refused whole when too large."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(65537)
-        return data.decode("utf-8")
+            data = fh.read(TEXT_FILE_MAX_BYTES + 1)
     except OSError as exc:
         raise DecisionError(f"{flag} {path} cannot be read ({exc.strerror})") from None
+    if len(data) > TEXT_FILE_MAX_BYTES:
+        raise DecisionError(f"{flag} {path} is over {TEXT_FILE_MAX_BYTES} bytes; a summary is at most 500 characters, with at most 3 citations")
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise DecisionError(f"{flag} {path} is not UTF-8; save it as UTF-8") from None
 
@@ -2298,7 +2322,7 @@ def cmd_verify(args) -> dict:
     failed = [c for c in checks if not c["ok"]]
     out = {"jobId": snap.job["jobId"], "ok": not failed, "checks": checks}
     if failed:
-        print(json.dumps(out, indent=2), file=sys.stdout)
+        emit("verify", out, args.fmt, args.state_dir)  # the whole report, then the one HOLD line
         raise SealError(f"verify found {len(failed)} problem(s), first: {failed[0]['name']}: {failed[0]['detail']}")
     return out
 
@@ -2325,6 +2349,7 @@ def verify_checks(snap: Snapshot) -> list:
     check("seals", seals)
     check("journal", lambda: journal_invariants(snap.calls))
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
+    check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("receipt", lambda: receipt_invariants(snap))
     return checks
 
@@ -2392,12 +2417,41 @@ def check_no_call_left(calls: list, item_id: str, manifest: dict | None) -> None
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
 
 
+def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
+    """Every revision changed one item of the draft before it, by the recorded person, into a result valid against its source."""
+    rows = list(query(snap.db, "SELECT * FROM drafts ORDER BY version")) if snap.db is not None and table_exists(snap.db, "drafts") else []
+    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
+    before = snap.model_results
+    for version, row in enumerate(rows, 2):
+        where = f"draft {row['version']}"
+        if row["version"] != version:
+            raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
+        after = json.loads(row["results_json"])
+        if results_sha256(after) != row["results_sha256"] or json.loads(row["change_json"]).get("previousResultsSha256") != results_sha256(before):
+            raise SealError(f"{where}: its stored hashes do not match its results and the draft before it")
+        changed = [n for n, (a, b) in enumerate(zip(before, after)) if a != b]
+        if len(after) != len(before) or [r["itemId"] for r in after] != [r["itemId"] for r in before] or \
+                [after[n]["itemId"] for n in changed] != [row["item_id"]]:
+            raise SealError(f"{where}: it changes more than its one item {row['item_id']}")
+        edited = dict(after[changed[0]])
+        stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
+        if edited.pop("revision", None) != stamp:
+            raise SealError(f"{where}: the edited result does not name the person, reason and time the journal recorded")
+        if texts is not None and row["item_id"] in items:
+            proposal = {"itemId": row["item_id"], "summary": edited.get("summary"), "citations": edited.get("citations")}
+            if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]]) != edited:
+                raise SealError(f"{where}: item {row['item_id']}'s edit is not what validating it against the source gives")
+        before = after
+    return f"{len(rows)} revision(s), each one item validated against its source" if rows else "no revisions"
+
+
 def receipt_invariants(snap: Snapshot) -> str:
     path = job_path(snap.state_dir, RECEIPT_FILE)
     terminal = snap.final or snap.cancel
     if not os.path.exists(path):
         if terminal:
-            raise SealError("the job has a terminal outcome but receipt.json is missing")
+            fix = "`resume` rewrites it" if snap.final else "`cancel` again finishes it"
+            raise SealError(f"the job has a terminal outcome but receipt.json is missing; {fix}")
         return "no terminal outcome yet"
     with open(path, "rb") as fh:
         receipt = strict_json(fh.read())
@@ -2414,6 +2468,7 @@ def receipt_invariants(snap: Snapshot) -> str:
         "manifestSha256": snap.job["manifestSha256"], "version": snap.job["version"],
         "dependencies": snap.job.get("dependencies"), "resultsSha256": results_sha256(results),
         "draftVersion": draft, "statuses": {r["itemId"]: r["status"] for r in results}, "final": snap.final,
+        **receipt_head(snap.final, snap.cancel),
     }
     if snap.cancel:
         expected["cancel"] = snap.cancel
@@ -2718,7 +2773,7 @@ def decision_section(snap: Snapshot, out: dict) -> str:
     if out.get("decideCommand"):
         return ("<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
                 f"<code class='cmd'>{e(out['decideCommand'])}</code>"
-                "<p class='note'>Choose one of accept, reject or hold, and put your name and your reason in place of YOU and WHY.</p></section>")
+                "<p class='note'>Choose one of the decisions offered, and put your name and your reason in place of YOU and WHY.</p></section>")
     why = ("A decision was saved, but the decide that saved it stopped before it finished." if snap.saved_decision
            else "The job is not waiting for review yet.")
     return f"<section id='decide'><h2>Next step</h2><p>{why}</p><p><code class='cmd'>{e(next_step(snap))}</code></p></section>"
@@ -2773,7 +2828,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=fn.__doc__.strip().split("\n")[0], description=fn.__doc__.strip().split("\n")[0],
                            formatter_class=help_formatter)
         if name != "seal":
-            p.add_argument("--state-dir", required=True, help="the job's state directory (one job per directory)")
+            p.add_argument("--state-dir", required=True, type=path_argument, help="the job's state directory (one job per directory)")
         output = p.add_mutually_exclusive_group()
         output.add_argument("--json", dest="fmt", action="store_const", const="json", help="print the JSON document (the default when piped)")
         output.add_argument("--text", dest="fmt", action="store_const", const="text", help="print a readable summary (the default on a terminal)")
@@ -2781,15 +2836,22 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def path_argument(value: str) -> str:
+    """A path flag's value: an empty one (an unset shell variable, say) is refused, never read as "not given"."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("is empty; name a file or folder (an unset shell variable?)")
+    return value
+
+
 def add_command_flags(name: str, p) -> None:
     if name == "start":
-        p.add_argument("--manifest", required=True, help="the approved manifest JSON file")
+        p.add_argument("--manifest", required=True, type=path_argument, help="the approved manifest JSON file")
     if name == "inspect":
-        p.add_argument("--html", metavar="FILE", help="also write a self-contained review page to FILE")
+        p.add_argument("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE")
     if name == "reconcile":
         p.add_argument("--operation-key", required=True, help="the exact pending key shown by status")
         p.add_argument("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon")
-        p.add_argument("--response-file", help="JSON with outputText, responseId (optional requestId), for complete")
+        p.add_argument("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete")
     if name in ("reconcile", "decide", "revise", "cancel"):
         p.add_argument("--reviewer", required=True, help="who takes this action")
         p.add_argument("--reason", required=True, help="why")
@@ -2798,14 +2860,14 @@ def add_command_flags(name: str, p) -> None:
         p.add_argument("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")
     if name == "revise":
         p.add_argument("--item", required=True, help="the item id to edit")
-        p.add_argument("--summary-file", required=True, help="a UTF-8 file with the new summary")
-        p.add_argument("--citations-file", help="a JSON list of {quote, claim}; default keeps the current citations")
+        p.add_argument("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary")
+        p.add_argument("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations")
     if name == "seal":
         add_seal_flags(p)
 
 
 def add_seal_flags(p) -> None:
-    p.add_argument("--out", required=True, help="where to write the manifest")
+    p.add_argument("--out", required=True, type=path_argument, help="where to write the manifest")
     p.add_argument("--job-id", required=True)
     p.add_argument("--approved-by", required=True)
     p.add_argument("--mode", required=True, choices=["fake", "openai"])
@@ -2818,12 +2880,29 @@ def add_seal_flags(p) -> None:
     p.add_argument("--mcp-uri", help="the MCP resource uri for that item")
     p.add_argument("--mcp-id", help="the MCP item's id (default mcpN)")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
-    p.add_argument("files", nargs="*", help="source files (paths relative to the manifest are recorded)")
+    p.add_argument("files", nargs="*", type=path_argument, help="source files (paths relative to the manifest are recorded)")
+
+
+# Characters a terminal acts on instead of showing (C0/C1 controls, DEL, bidirectional overrides)
+TERMINAL_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(32), *range(127, 160)]}
+TERMINAL_CONTROLS.update({c: f"\\u{c:04x}" for c in [0x200e, 0x200f, *range(0x202a, 0x202f), *range(0x2066, 0x206a)]})
+TERMINAL_CONTROLS.update({10: "\\n", 13: "\\r", 9: "\\t"})
+
+
+def printable(value):
+    """The document with every string made safe to print on a terminal: model text cannot move the cursor or fake a line."""
+    if isinstance(value, str):
+        return value.translate(TERMINAL_CONTROLS)
+    if isinstance(value, dict):
+        return {k: printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
 
 
 def emit(command: str, out: dict, fmt: str | None, state_dir: str | None = None) -> None:
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
-    text = text_summary(command, out, state_dir) if fmt == "text" else json.dumps(out, indent=2, ensure_ascii=False)
+    text = text_summary(command, printable(out), state_dir) if fmt == "text" else json.dumps(out, indent=2, ensure_ascii=False)
     sys.stdout.write(redact(text) + "\n")
     sys.stdout.flush()
 
@@ -2837,7 +2916,7 @@ def main(argv=None) -> int:
         emit(args.command, out, getattr(args, "fmt", None), getattr(args, "state_dir", None))
         return 0
     except JobError as exc:
-        message = " ".join(redact(exc).split())
+        message = printable(" ".join(redact(exc).split()))
         print(f"HOLD: {type(exc).__name__}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -133,6 +133,10 @@ def test_reconcile_complete_from_an_inspected_response_file(ws, tmp_path):
     ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops", "--reason", "x",
            "--response-file", str(bad)).held("outputText")
     ws.run("reconcile", "--operation-key", key + "x", "--action", "abandon", "--reviewer", "ops", "--reason", "x").held("cannot be reconciled")
+    padded = tmp_path / "padded.json"  # valid JSON, but past the bound: refused whole, never hashed cut short
+    padded.write_text(json.dumps({"outputText": text, "responseId": response_id}) + " " * (1 << 20))
+    ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops", "--reason", "x",
+           "--response-file", str(padded)).held("is over 1048576 bytes")
 
     done = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops",
                   "--reason", "found in provider log", "--response-file", str(response_file)).ok()

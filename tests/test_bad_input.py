@@ -1314,6 +1314,14 @@ def _job_code(state):
     edit_json(os.path.join(state, "job.json"), lambda j: j.__setitem__("codeSha256", "0" * 64))
 
 
+def _job(key, value):
+    return lambda state: edit_json(os.path.join(state, "job.json"), lambda j: j.__setitem__(key, value))
+
+
+def _job_dependencies_deleted(state):
+    edit_json(os.path.join(state, "job.json"), lambda j: j.pop("dependencies"))
+
+
 TAMPERING = {
     "journal-completed-output-null": (_journal_output_null, ["journal", "no output"]),
     "journal-attempt-gap": (_journal_attempt_gap, ["journal", "not contiguous"]),
@@ -1332,6 +1340,17 @@ TAMPERING = {
     "receipt-deleted": (_receipt_deleted, ["receipt.json is missing"]),
     "job-dependencies": (_job_dependencies, ["seals", "Dependency versions changed", "0.0.1"]),
     "job-code-hash": (_job_code, ["seals", "Executable bytes changed"]),
+    # job.json's copies of the manifest: a run uses them (the model is what openai mode sends)
+    "job-model": (_job("model", "another-model"), ["seals", "job.json changed: its model"]),
+    "job-mode": (_job("mode", "openai"), ["seals", "job.json changed: its mode"]),
+    "job-approved-by": (_job("approvedBy", "Chief Compliance Officer"), ["seals", "job.json changed: its approvedBy"]),
+    "job-sources": (_job("sources", {"alpha": "0" * 64}), ["seals", "job.json changed: its sources"]),
+    "job-dependencies-deleted": (_job_dependencies_deleted, ["seals", "dependency versions are missing"]),
+    # the receipt's top level, which `jq` users read first
+    "receipt-top-decision": (_receipt(lambda r: r.__setitem__("decision", "reject")), ["receipt", "decision"]),
+    "receipt-top-reviewer": (_receipt(lambda r: r.__setitem__("reviewer", "ceo")), ["receipt", "reviewer"]),
+    "receipt-top-bound": (_receipt(lambda r: r.__setitem__("bound", True)), ["receipt", "bound"]),
+    "receipt-top-time": (_receipt(lambda r: r.__setitem__("decidedAtUtc", "2020-01-01T00:00:00Z")), ["receipt", "decidedAtUtc"]),
 }
 
 
@@ -1343,6 +1362,49 @@ def test_verify_fails_on_each_tampering_of_the_state(decided, tmp_path, tamper):
     r = decided.run("verify", "--state-dir", state)
     r.held("verify found", *phrases)
     assert r.json is not None and r.json["ok"] is False  # the full check list is still printed
+
+
+def _draft_rewritten(revised):
+    """The latest revision's edit replaced by text the source does not hold, every stored hash made consistent again."""
+    conn = sqlite3.connect(os.path.join(revised, "effects.sqlite"), isolation_level=None)
+    try:
+        (raw,) = conn.execute("SELECT results_json FROM drafts WHERE version=2").fetchone()
+        results = json.loads(raw)
+        results[0]["summary"] = "Approved by the board."
+        results[0]["citations"] = [{"quote": "Alpha report was approved by the board and is final.", "claim": "approved"}]
+        conn.execute("UPDATE drafts SET results_json=?, results_sha256=? WHERE version=2",
+                     (json.dumps(results), durable_job.results_sha256(results)))
+    finally:
+        conn.close()
+
+
+def _draft_reviewer(revised):
+    set_rows(revised, "UPDATE drafts SET reviewer='mallory' WHERE version=2")
+
+
+def _draft_hash(revised):
+    set_rows(revised, "UPDATE drafts SET results_sha256=? WHERE version=2", ("0" * 64,))
+
+
+DRAFT_TAMPERING = {
+    "edit-not-in-the-source": (_draft_rewritten, "not what validating it against the source gives"),
+    "another-reviewer": (_draft_reviewer, "does not name the person"),
+    "hash": (_draft_hash, "stored hashes do not match"),
+}
+
+
+@pytest.mark.parametrize("tamper", sorted(DRAFT_TAMPERING))
+def test_verify_rechecks_every_revision_against_its_source(tmp_path, tamper):
+    """A revision is a person's edit validated like model output: verify validates it again, so an edited one fails."""
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    full_start(ws)
+    ws.write_source("summary.txt", "Alpha needs the owner's review first.")
+    ws.run("revise", "--item", "alpha", "--summary-file", os.path.join(ws.src, "summary.txt"), "--reviewer", "rita", "--reason", "clearer").ok()
+    assert ws.run("verify").ok()["ok"] is True
+    fn, phrase = DRAFT_TAMPERING[tamper]
+    fn(ws.state)
+    ws.run("verify").held("verify found", "drafts: draft 2", phrase)
 
 
 @pytest.mark.parametrize("target", ["source", "manifest"])

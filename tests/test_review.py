@@ -181,6 +181,71 @@ def test_interrupt_inspect_and_status_show_the_same_ready_to_paste_bound_command
     assert final["decision"] == "hold" and final["bound"] is True and final["reviewer"] == "dana"
 
 
+# --- what people type and what the terminal shows --------------------------------------------------------
+
+
+def test_a_summary_saved_with_a_bom_and_crlf_is_stored_as_its_words(ws):
+    ws.start().ok()
+    path = os.path.join(ws.root, "bom.txt")
+    with open(path, "wb") as fh:
+        fh.write(b"\xef\xbb\xbfAlpha needs the owner's review.\r\nFirst, the owner reads it.\r\n")
+    ws.run("revise", "--item", "alpha", "--summary-file", path, "--reviewer", "rita", "--reason", "saved on Windows").ok()
+    assert ws.run("inspect").ok()["results"][0]["summary"] == "Alpha needs the owner's review.\nFirst, the owner reads it."
+
+
+def test_oversized_and_empty_file_arguments_are_named_for_what_they_are(ws):
+    ws.start().ok()
+    before = ws.state_bytes()
+    big = os.path.join(ws.root, "big.txt")
+    with open(big, "w", encoding="utf-8") as fh:
+        fh.write("é" * 40000)  # valid UTF-8, 80 kB
+    ws.run("revise", "--item", "alpha", "--summary-file", big, "--reviewer", "r", "--reason", "x").held("is over 65536 bytes")
+    summary = write(ws, "s.txt", "A short summary.")
+    for argv in (["revise", "--item", "alpha", "--summary-file", summary, "--citations-file", "", "--reviewer", "r", "--reason", "x"],
+                 ["inspect", "--html", ""], ["status", "--state-dir", ""], ["start", "--manifest", " "]):
+        ws.run(*argv).held("UsageError", "is empty", "unset shell variable")
+    assert ws.state_bytes() == before
+
+
+def test_model_text_cannot_drive_the_terminal(ws, tmp_path):
+    """Escape sequences and newlines in a summary are shown, not obeyed, by every text output."""
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    key = ws.db_rows()[0][0]
+    summary = "Fine.\x1b[1A\x1b[2K\n  beta         validated\x1b]0;pwned\x07 \u202eevil"
+    answer = {"itemId": "alpha", "summary": summary, "citations": [{"quote": "Alpha report requires owner review", "claim": "c\x1b[31m"}]}
+    response = tmp_path / "answer.json"
+    response.write_text(json.dumps({"outputText": json.dumps(answer), "responseId": "resp_1"}))
+    ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops\x1b[2J", "--reason", "found",
+           "--response-file", str(response)).ok()
+    ws.run("resume").ok()
+    assert ws.run("inspect").ok()["results"][0]["summary"] == summary  # the JSON keeps the exact text
+    for argv in (("inspect", "--text"), ("status", "--text"), ("resume", "--text")):
+        out = ws.run(*argv).stdout
+        assert not any(ch in out for ch in "\x1b\x07\u202e"), argv
+    shown = ws.run("inspect", "--text").stdout
+    assert "summary: Fine.\\x1b[1A\\x1b[2K\\n  beta         validated" in shown
+    assert shown.count("beta         validated") == 2  # its own line, and the one shown inside alpha's summary
+
+
+def test_the_decide_command_offers_accept_only_when_every_item_validated(ws):
+    ws.write_manifest(maxModelCalls=1)
+    command = ws.start().ok()["interrupt"][0]["decideCommand"]
+    assert "--decision 'reject|hold'" in command
+    assert ws.run("status").ok()["next"] == command == ws.run("inspect").ok()["decideCommand"]
+
+
+def test_a_failing_verify_prints_its_report_in_the_format_asked_for(ws):
+    ws.start().ok()
+    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
+    os.unlink(os.path.join(ws.state, "receipt.json"))
+    text = ws.run("verify", "--text")
+    text.held("receipt.json is missing", "`resume` rewrites it")
+    assert text.stdout.startswith("verify: job journey") and "FAIL" in text.stdout.upper() and "{" not in text.stdout
+    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held("already recorded", "`resume` rewrites it")
+    ws.run("resume").ok()
+    assert ws.run("verify").ok()["ok"] is True
+
+
 # --- revisions -----------------------------------------------------------------------------------------
 
 
