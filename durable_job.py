@@ -935,13 +935,18 @@ def storable(text):
     return text
 
 
+def scrub(value):
+    """What may be stored of a provider-supplied string: text SQLite can hold, with the API key removed (None stays None)."""
+    return None if value is None else storable(redact(value))
+
+
 def complete_call(db, key: str, output_text: str, response_id, request_id, usage) -> None:
-    output_text, response_id, request_id = storable(output_text), storable(response_id), storable(request_id)
+    output_text, response_id, request_id = scrub(output_text), scrub(response_id), scrub(request_id)
     with transaction(db):
         db.execute(
             "UPDATE calls SET status='completed', output_text=?, response_id=?, request_id=?, usage_json=?, updated_utc=? "
             "WHERE operation_key=? AND status='pending'",
-            (output_text, response_id, request_id, None if usage is None else json.dumps(usage, sort_keys=True), now_utc(), key),
+            (output_text, response_id, request_id, None if usage is None else scrub(json.dumps(usage, sort_keys=True)), now_utc(), key),
         )
         record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})
 
@@ -951,7 +956,7 @@ def fail_call(db, key: str, exc: BaseException) -> tuple[str, int | None]:
     code = getattr(exc, "status_code", None)
     code = code if type(code) is int else None
     request_id = getattr(exc, "request_id", None)
-    request_id = request_id if isinstance(request_id, str) else None
+    request_id = scrub(request_id) if isinstance(request_id, str) else None
     status = "rejected" if code in REFUSAL_STATUSES else "pending"
     detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc), 300), "requestId": request_id}
     with transaction(db):
@@ -989,7 +994,7 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None):
         raise provider_failure(item["id"], key, status, code, exc) from None
     finally:
         _OPERATION_KEY.reset(token)
-    output_text = storable(output_text)  # what is journaled is exactly what the graph sees
+    output_text = scrub(output_text)  # what is journaled is exactly what the graph sees (never the key)
     crash_point("before-ledger", job)
     complete_call(db, key, output_text, response_id, request_id, usage)
     crash_point("after-ledger", job)
@@ -1042,8 +1047,15 @@ def openai_timeout() -> float:
 
 
 def require_api_key() -> None:
-    if not os.environ.get("OPENAI_API_KEY", "").strip():
+    """The provider settings a request needs, checked before any pending row: a local mistake is never an uncertain call."""
+    key = os.environ.get("OPENAI_API_KEY", "")
+    if not key.strip():
         raise JobError("OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again")
+    if any(not 33 <= ord(ch) < 127 for ch in key):
+        raise JobError("OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again")
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if base_url and not base_url.lower().startswith(("http://", "https://")):
+        raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
 
 
 def prepare_openai():
@@ -1101,7 +1113,8 @@ OPENAI_WARM_RESPONSE = {
 def openai_call(job, item, source, prompt, *, operation_key=None):
     """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
     openai = prepare_openai()
-    client = openai.OpenAI(max_retries=0, timeout=openai_timeout())
+    # redirects off: one operation key is one request, to the configured base URL and nowhere else
+    client = openai.OpenAI(max_retries=0, timeout=openai_timeout(), http_client=openai.DefaultHttpxClient(follow_redirects=False))
     kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
     if operation_key:
         kwargs["extra_headers"] = {"X-Client-Request-Id": operation_key}
@@ -2000,7 +2013,7 @@ def cmd_reconcile(args) -> dict:
         if args.action == "complete":
             response, digest = read_response_file(args.response_file)
             record["responseFileSha256"] = digest
-            update = ("completed", response["outputText"], response["responseId"], response.get("requestId") or row["request_id"])
+            update = ("completed", scrub(response["outputText"]), scrub(response["responseId"]), scrub(response.get("requestId")) or row["request_id"])
         else:
             if args.response_file:
                 raise DecisionError("--response-file goes with --action complete only; drop it to abandon")

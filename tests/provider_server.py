@@ -129,11 +129,13 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
-            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang") or behaviour.startswith("slow:"))
+            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids") or behaviour.startswith("slow:"))
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
                 rid = f"resp_{digest}_{seq}"
+                if behaviour == "echo-key-ids":  # a careless server: the caller's key inside its ids
+                    rid = "resp-" + self.headers.get("Authorization", "").removeprefix("Bearer ")
                 out = {"not-json": NOT_JSON_TEXT, "incomplete": ""}.get(behaviour) if behaviour in ("not-json", "incomplete") else ok_text(text)
             self.write_log({
                 "seq": seq, "path": self.path,
@@ -184,17 +186,24 @@ class Handler(BaseHTTPRequestHandler):
         if behaviour == "echo-key-400":
             auth = self.headers.get("Authorization", "")
             return self.send_error_json(400, seq, f"test server error 400: bad key {auth}")
+        if behaviour == "redirect":  # elsewhere on the same server: a client that follows it sends the call twice
+            self.send_response(307)
+            self.send_header("Location", "/v1/responses-elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
         if out is None:
             return self.send_error_json(500, seq, f"test server: unknown behaviour {behaviour!r}")
-        return self.send_json(200, seq, response_object(rid, fields, text, out, incomplete=behaviour == "incomplete"))
+        request_id = "req-" + self.headers.get("Authorization", "").removeprefix("Bearer ") if behaviour == "echo-key-ids" else None
+        return self.send_json(200, seq, response_object(rid, fields, text, out, incomplete=behaviour == "incomplete"), request_id)
 
-    def send_json(self, status, seq, payload):
+    def send_json(self, status, seq, payload, request_id=None):
         """Send a JSON payload with content-type and x-request-id headers."""
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("x-request-id", f"req_{seq}")
+        self.send_header("x-request-id", request_id or f"req_{seq}")
         self.end_headers()
         self.wfile.write(data)
 

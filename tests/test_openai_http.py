@@ -404,6 +404,47 @@ def test_a_reply_that_is_not_a_proposal_fails_the_item_and_accept_is_refused(ws,
     assert len(provider.requests()) == 2
 
 
+def test_a_redirect_is_never_followed_so_a_call_reaches_one_url_once(ws, provider):
+    """The SDK's default client follows redirects: the same operation key would reach the server twice,
+    and the source text could go to a host the job never named. Here the 307 is the answer: unknown outcome."""
+    openai_workspace(ws, provider)
+    provider.behave(sequence=["redirect"])
+    ws.start().held("ProviderError", "stays pending")
+    log = provider.requests()
+    assert [r["path"] for r in log] == ["/v1/responses"]
+    assert [(r["item_id"], r["status"]) for r in journal(ws)] == [("alpha", "pending")]
+
+
+def test_a_key_the_server_echoes_in_its_ids_is_never_stored_or_shown(ws, provider, tmp_path):
+    openai_workspace(ws, provider)
+    provider.behave(sequence=["echo-key-ids"])
+    ws.start().ok()
+    row = journal(ws)[0]
+    assert row["response_id"] == "resp-[redacted]" and row["request_id"] == "req-[redacted]"
+    page = str(tmp_path / "page.html")
+    ws.run("inspect", "--html", page).ok()
+    ws.env.pop("OPENAI_API_KEY")  # status and inspect without the key in the environment show only what was stored
+    shown = ws.run("status").stdout + ws.run("inspect", "--text").stdout
+    for name in os.listdir(ws.state):
+        with open(os.path.join(ws.state, name), "rb") as fh:
+            assert FAKE_KEY.encode() not in fh.read(), name
+    with open(page, encoding="utf-8") as fh:
+        assert FAKE_KEY not in fh.read() + shown
+
+
+@pytest.mark.parametrize("variable,value,phrase", [
+    ("OPENAI_API_KEY", FAKE_KEY + " ", "a space, a line break"),
+    ("OPENAI_API_KEY", FAKE_KEY + "\n", "a space, a line break"),
+    ("OPENAI_BASE_URL", "127.0.0.1:9/v1", "not an http:// or https:// URL"),
+])
+def test_a_local_provider_setting_mistake_is_refused_before_any_pending_row(ws, provider, variable, value, phrase):
+    """Such a request never leaves the process: it must not become an uncertain, possibly billed call."""
+    openai_workspace(ws, provider)
+    ws.env[variable] = value
+    ws.start().held("JobError", phrase)
+    assert provider.requests() == [] and not os.path.exists(os.path.join(ws.state, "effects.sqlite"))
+
+
 @pytest.mark.parametrize("transfer", ["absent", False])
 def test_openai_manifest_without_transfer_approval_sends_nothing(ws, provider, transfer):
     """Without providerTransferApproved: true, start holds (exit 2) and the server never hears of it."""
@@ -492,8 +533,10 @@ def test_client_has_retries_off_and_request_has_exactly_the_contract_arguments(m
         create.return_value._request_id = "req_mock"
         create.return_value.usage.model_dump.return_value = {"total_tokens": 7}
         result = durable_job.call_model(JOB, ALPHA_ITEM, ALPHA, prompt)
-    client_class.assert_called_once_with(max_retries=0, timeout=timeout)
-    assert type(client_class.call_args.kwargs["timeout"]) is float
+    kwargs = client_class.call_args.kwargs
+    client_class.assert_called_once_with(max_retries=0, timeout=timeout, http_client=kwargs["http_client"])
+    assert type(kwargs["timeout"]) is float
+    assert kwargs["http_client"].follow_redirects is False  # one operation key, one request, one host
     create.assert_called_once_with(model="gpt-test", instructions=durable_job.SYSTEM, input=prompt,
                                    max_output_tokens=500, store=False)
     assert result == ('{"x": 1}', "resp_mock", "req_mock", {"total_tokens": 7})
