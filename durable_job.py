@@ -2363,6 +2363,7 @@ def verify_checks(snap: Snapshot) -> list:
     check("journal", lambda: journal_invariants(snap.calls))
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
+    check("events", lambda: events_invariants(snap, sealed.get("manifest")))
     check("receipt", lambda: receipt_invariants(snap))
     return checks
 
@@ -2428,6 +2429,38 @@ def check_no_call_left(calls: list, item_id: str, manifest: dict | None) -> None
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds")
     if any(c["item_id"] == item_id and c["status"] in ("pending", "completed") for c in calls):
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
+
+
+def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
+    """Every journal row is what its own event history gives, and within the manifest's items and bounds."""
+    history = {}
+    for e in query(snap.db, "SELECT operation_key, event, detail_json FROM call_events ORDER BY id") if snap.db is not None else []:
+        history.setdefault(e["operation_key"], []).append((e["event"], json.loads(e["detail_json"] or "null") or {}))
+    if manifest is not None:
+        items = {i["id"] for i in manifest["items"]}
+        if len(snap.calls) > manifest["maxModelCalls"]:
+            raise SealError(f"the journal holds {len(snap.calls)} calls, over the manifest's maxModelCalls {manifest['maxModelCalls']}")
+        for r in snap.calls:
+            if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
+                raise SealError(f"journal row {r['operation_key']} is for item {r['item_id']!r} attempt {r['attempt']}, outside the manifest's items and bounds")
+    for r in snap.calls:
+        events = history.pop(r["operation_key"], [])
+        if not events or events[0][0] != "dispatch":
+            raise SealError(f"journal row {r['operation_key']} has no dispatch event: it was not made by a run")
+        status, ids = "pending", None
+        for event, detail in events[1:]:
+            if event == "completed":
+                status, ids = "completed", (detail.get("responseId"), detail.get("requestId"))
+            elif event == "rejected":
+                status = "rejected"
+            elif event == "reconciled":
+                status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
+        if status != r["status"] or (ids is not None and tuple(scrub(i) for i in ids) != (r["response_id"], r["request_id"])):
+            raise SealError(f"journal row {r['operation_key']} says {r['status']} but its events say {status}" +
+                            ("" if status != r["status"] else " with other response or request ids"))
+    if history:
+        raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
+    return f"{len(snap.calls)} calls, each what its events give, within the bounds" if manifest else f"{len(snap.calls)} calls, each what its events give"
 
 
 def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:

@@ -1287,6 +1287,19 @@ def _journal_row_deleted(state):
     set_rows(state, "DELETE FROM calls WHERE operation_key=?", (_first_completed_key(state)[0],))
 
 
+def _journal_ids_rewritten(state):
+    set_rows(state, "UPDATE calls SET response_id='resp_forged' WHERE operation_key=?", (_first_completed_key(state)[0],))
+
+
+def _journal_row_forged(state, item="alpha", with_event=False):
+    key = f"{'f' * 64}:1"
+    set_rows(state, "INSERT INTO calls (operation_key, base_key, attempt, item_id, input_sha256, status, output_text, response_id, created_utc, updated_utc) "
+                    "VALUES (?, ?, 1, ?, ?, 'completed', '{}', 'resp_x', '2020-01-01T00:00:00Z', '2020-01-01T00:00:00Z')",
+             (key, "f" * 64, item, "0" * 64))
+    if with_event:
+        set_rows(state, "INSERT INTO call_events (operation_key, event, detail_json, at_utc) VALUES (?, 'dispatch', '{}', '2020-01-01T00:00:00Z')", (key,))
+
+
 def _draft_injected(state):
     results = [{"itemId": "alpha", "status": "failed", "sourceSha256": sha256(ALPHA), "reason": "x"}]
     set_rows(state, "INSERT INTO drafts VALUES (2, 'alpha', ?, ?, 'mallory', 'x', '{}', '2020-01-01T00:00:00.000000Z')",
@@ -1329,6 +1342,10 @@ TAMPERING = {
     "journal-output-edited": (_journal_output_edited, ["results", "alpha"]),
     "journal-completed-became-abandoned": (_journal_status_flipped, ["results", "alpha"]),
     "journal-row-deleted": (_journal_row_deleted, ["results", "alpha"]),
+    # the journal against its own event history and the manifest
+    "journal-ids-rewritten": (_journal_ids_rewritten, ["events", "other response or request ids"]),
+    "journal-row-without-events": (_journal_row_forged, ["events", "no dispatch event"]),
+    "journal-row-for-another-item": (lambda s: _journal_row_forged(s, "gamma", with_event=True), ["events", "outside the manifest's items"]),
     "results-draft-injected": (_draft_injected, ["resultsSha256"]),
     "receipt-results-hash": (_receipt(lambda r: r.__setitem__("resultsSha256", "0" * 64)), ["receipt", "resultsSha256"]),
     "receipt-statuses": (_receipt(lambda r: r["statuses"].__setitem__("alpha", "failed")), ["receipt", "statuses"]),
