@@ -1005,7 +1005,9 @@ def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError
     message = clip(redact(exc), 200)
     if status == "rejected":
         return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `resume`: it takes the next attempt if maxAttemptsPerItem allows one, else marks the item failed for review")
-    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X`")
+    error = ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X`")
+    error.uncertain = True  # what a person must see first when several parallel calls failed
+    return error
 
 
 ###############################################################################
@@ -1031,6 +1033,33 @@ def fake_call(job, item, source, prompt):
     digest = sha256_hex(canonical({"model": job["model"], "prompt": prompt}))
     usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4}
     return text, f"fake-resp-{digest[:24]}", f"fake-req-{digest[24:40]}", usage
+
+
+DEADLINE_GRACE_SECONDS = 5.0  # beyond the SDK's per-wait timeout, for the whole request
+
+
+def within_deadline(call, seconds: float):
+    """call() with a bound on its whole duration: the SDK's timeout bounds each wait, so an answer
+    that trickles in byte by byte could otherwise hold the run forever. On the deadline the call is
+    left behind (a daemon thread that dies with the process) and its row stays pending."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller, as if raised there
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no complete answer within {seconds:g} s (DURABLE_JOB_OPENAI_TIMEOUT plus {DEADLINE_GRACE_SECONDS:g} s)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def openai_timeout() -> float:
@@ -1113,12 +1142,13 @@ OPENAI_WARM_RESPONSE = {
 def openai_call(job, item, source, prompt, *, operation_key=None):
     """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
     openai = prepare_openai()
+    timeout = openai_timeout()
     # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=openai_timeout(), http_client=openai.DefaultHttpxClient(follow_redirects=False))
+    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False))
     kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
     if operation_key:
         kwargs["extra_headers"] = {"X-Client-Request-Id": operation_key}
-    response = client.responses.create(**kwargs)
+    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
     usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
     return response.output_text, response.id, getattr(response, "_request_id", None), usage
 
@@ -1487,7 +1517,18 @@ def prefetch(ctx: Context, items: list) -> None:
         futures = [pool.submit(contextvars.copy_context().run, one, item) for item in items]
     errors = [f.exception() for f in futures if f.exception() is not None]
     if errors:
-        raise errors[0]
+        raise first_of(errors)
+
+
+def first_of(errors: list) -> BaseException:
+    """The error a person must act on first (an unknown outcome before a refusal), naming how many more there are."""
+    errors = sorted(errors, key=lambda e: not (isinstance(e, UncertainCall) or getattr(e, "uncertain", False)))
+    first = errors[0]
+    if len(errors) == 1 or not isinstance(first, JobError):
+        return first
+    more = type(first)(f"{first} (and {len(errors) - 1} more of this run's parallel calls failed: `status` lists every call)")
+    more.uncertain = getattr(first, "uncertain", False)
+    return more
 
 
 def start_early_prefetch(ctx: Context) -> None:

@@ -129,7 +129,8 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
-            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids") or behaviour.startswith("slow:"))
+            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids", "trickle")
+                                 or behaviour.startswith("slow:"))
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
@@ -186,6 +187,22 @@ class Handler(BaseHTTPRequestHandler):
         if behaviour == "echo-key-400":
             auth = self.headers.get("Authorization", "")
             return self.send_error_json(400, seq, f"test server error 400: bad key {auth}")
+        if behaviour == "trickle":  # headers at once, then the body one byte a second: every wait is short
+            data = json.dumps(response_object(rid, fields, text, out)).encode("utf-8")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            for n in range(len(data)):
+                if self.server.stopping.wait(1.0):
+                    break
+                try:
+                    self.wfile.write(data[n:n + 1])
+                    self.wfile.flush()
+                except OSError:
+                    break
+            self.close_connection = True
+            return None
         if behaviour == "redirect":  # elsewhere on the same server: a client that follows it sends the call twice
             self.send_response(307)
             self.send_header("Location", "/v1/responses-elsewhere")

@@ -79,6 +79,17 @@ def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
     assert [r["status"] for r in out["results"]] == ["validated"] * 3 and len(provider.requests()) == 4
 
 
+def test_when_parallel_calls_fail_differently_the_hold_line_names_the_uncertain_one_first(ws, provider):
+    """A refusal needs only a resume; an unknown outcome needs a person: that one leads, and the rest are counted."""
+    provider.behave("ok", by_input={"Item: alpha": "400", "Item: beta": "500"})
+    openai_workspace(ws, provider, sources=THREE, maxConcurrentCalls=3)
+    line = ws.start().held("ProviderError", "item beta", "stays pending", "and 1 more of this run's parallel calls failed")
+    rows = dict(ws.db_rows("SELECT item_id, status FROM calls"))
+    assert rows == {"alpha": "rejected", "beta": "pending", "gamma": "completed"}
+    beta_key = ws.db_rows("SELECT operation_key FROM calls WHERE item_id='beta'")[0][0]
+    assert beta_key in line
+
+
 def test_killed_while_parallel_calls_are_in_flight_then_recovered(ws, provider):
     """SIGKILL with three requests at the server: every row is pending; the provider's log completes them; no resend."""
     provider.behave("slow:2")

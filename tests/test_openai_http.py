@@ -515,6 +515,18 @@ def test_call_model_times_out_after_the_configured_seconds(openai_env, monkeypat
     assert len(provider.requests()) == 1
 
 
+def test_an_answer_that_trickles_in_is_cut_at_the_deadline_and_stays_pending(ws, provider):
+    """The SDK's timeout bounds each wait; a body sent a byte a second would hold the run for minutes."""
+    openai_workspace(ws, provider)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "2"
+    provider.behave(sequence=["trickle"])
+    began = time.monotonic()
+    ws.start().held("ProviderError", "TimeoutError", "no complete answer within 7 s", "stays pending")
+    assert time.monotonic() - began < 30  # minutes without the deadline: the body is about a kilobyte
+    assert [(r["item_id"], r["status"]) for r in journal(ws)] == [("alpha", "pending")]
+    assert len(provider.requests()) == 1
+
+
 @pytest.mark.parametrize("setting, timeout", [(None, 30.0), ("2", 2.0)])
 def test_client_has_retries_off_and_request_has_exactly_the_contract_arguments(monkeypatch, setting, timeout):
     """The one patched test: OpenAI(max_retries=0, timeout=30.0 or the setting), and
