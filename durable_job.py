@@ -2314,6 +2314,7 @@ def cmd_seal(args) -> dict:
                 for twin in twins:
                     twin["id"] = twin["path"][-80:]
     if args.mcp_uri:
+        os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
         items.append(seal_mcp_item(args, len(items) + 1))
     manifest = {
         "schemaVersion": 1, "jobId": args.job_id, "approved": True, "approvedBy": args.approved_by,

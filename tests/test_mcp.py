@@ -101,6 +101,13 @@ def by_id(results: list) -> dict:
 # the journey
 
 
+def test_seal_writes_an_mcp_manifest_into_a_folder_it_creates(ws, docs):
+    out = os.path.join(ws.root, "new", "folder", "manifest.json")
+    sealed = ws.run("seal", "--out", out, "--job-id", "mcp-new", "--approved-by", "o", "--mode", "fake", "--model", "m",
+                    "--mcp-command", json.dumps(docs.command()), "--mcp-uri", "docs://beta", "--mcp-id", "beta").ok()
+    assert sealed["manifest"] == out and sealed["items"][0]["sha256"] == sha256(BETA)
+
+
 def test_seal_then_a_full_job_with_one_file_item_and_one_mcp_item(ws, docs):
     """seal reads the resource and records its hash; start and decide each re-read it; only resources/read is sent."""
     sealed = ws.run("seal", "--out", ws.manifest, "--force", "--job-id", "mcp-journey",
