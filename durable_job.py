@@ -1473,11 +1473,24 @@ def build_graph(ctx: Context, checkpoints: sqlite3.Connection | None = None):
     return graph.compile(checkpointer=open_checkpointer(ctx.state_dir, checkpoints))
 
 
+def checkpoints_connection(state_dir: str) -> sqlite3.Connection:
+    """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode.
+
+    SqliteSaver stores a task's writes with one executemany and then commits:
+    that is atomic only inside a transaction. In autocommit mode a kill between
+    rows left some of a task's writes without its `branch:to:` write, and the
+    next run then ended the graph mid-way, exiting 0 short of the review.
+    """
+    conn = connect_sqlite(job_path(state_dir, CHECKPOINTS_FILE))
+    conn.isolation_level = "DEFERRED"
+    return conn
+
+
 def open_checkpointer(state_dir: str, conn: sqlite3.Connection | None = None):
     """LangGraph's SqliteSaver over checkpoints.sqlite (on conn when the caller opened it already)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    saver = SqliteSaver(conn or connect_sqlite(job_path(state_dir, CHECKPOINTS_FILE)))
+    saver = SqliteSaver(conn or checkpoints_connection(state_dir))
     try:
         saver.setup()
     except sqlite3.DatabaseError as exc:
@@ -1583,7 +1596,7 @@ def settle_early_prefetch(ctx: Context) -> None:
 def run_graph(ctx: Context, resume_value=None) -> dict:
     """Continue the thread: from its sealed beginning when no checkpoint exists yet."""
     # opened (and its write lock tried) before any call is sent: a locked or read-only file refuses the run first
-    checkpoints = connect_sqlite(job_path(ctx.state_dir, CHECKPOINTS_FILE))
+    checkpoints = checkpoints_connection(ctx.state_dir)
     if resume_value is None:
         start_early_prefetch(ctx)
     try:

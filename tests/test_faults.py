@@ -372,7 +372,7 @@ def test_crash_points_are_ignored_in_openai_mode(ws, provider):
 # Command's resume value, the review task's own copy of it, or the review node's `final` write (its
 # checkpoint not yet saved).
 KILL_INSIDE_LANGGRAPH = r'''
-import importlib.util, os, sys
+import contextlib, importlib.util, os, sys
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 spec = importlib.util.spec_from_file_location("durable_job", {program!r})
@@ -394,8 +394,53 @@ def put_writes(self, config, writes, task_id, task_path=""):
 
 
 SqliteSaver.put_writes = put_writes
+real_cursor = SqliteSaver.cursor
+
+
+class DiesBetweenRows:
+    """A cursor whose executemany of the advance task's writes dies after all but the last row."""
+
+    def __init__(self, cur):
+        self.cur = cur
+
+    def __getattr__(self, name):
+        return getattr(self.cur, name)
+
+    def __iter__(self):
+        return iter(self.cur)
+
+    def executemany(self, query, rows):
+        rows = list(rows)
+        channels = {{row[6] for row in rows if len(row) > 6}}
+        if when == "between-write-rows" and {{"results", "branch:to:prepare"}} <= channels:
+            for row in rows[:-1]:
+                self.cur.execute(query, row)
+            os._exit(99)
+        return self.cur.executemany(query, rows)
+
+
+@contextlib.contextmanager
+def cursor(self, transaction=True):
+    with real_cursor(self, transaction) as cur:
+        yield DiesBetweenRows(cur)
+
+
+SqliteSaver.cursor = cursor
 sys.exit(dj.main(sys.argv[1:]))
 '''
+
+
+def test_a_kill_between_the_rows_of_one_tasks_writes_never_ends_the_graph_short(ws, tmp_path):
+    """LangGraph stores a task's writes with one executemany: only a transaction makes that all-or-nothing.
+    Killed between its rows, the next run must still reach the review, with every call made once."""
+    killer = os.path.join(str(tmp_path), "kill_inside_langgraph.py")
+    with open(killer, "w", encoding="utf-8") as fh:
+        fh.write(KILL_INSIDE_LANGGRAPH.format(program=PROGRAM))
+    assert ws.start(program=killer, env={"KILL_AFTER_WRITE": "between-write-rows"}).code == 99
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"] and len(out["interrupt"]) == 1
+    assert [(r[1], r[2], r[3]) for r in ws.db_rows()] == [("alpha", "completed", 1), ("beta", "completed", 1)]
+    assert ws.run("verify").ok()["ok"] is True
 
 
 @pytest.mark.parametrize("when", ["resume-value", "task-resume", "final-write"])
@@ -541,8 +586,15 @@ class FuzzJob:
         if killed:
             self.counts["kills"] += 1
             self.counts[f"kills_{plan[0]}"] += 1
+        shown = ""
+        if proc.returncode == 0:  # what the run says it reached
+            try:
+                doc = json.loads(out)
+                shown = f"index={doc.get('index')} results={len(doc.get('results') or [])} interrupt={len(doc.get('interrupt') or [])}"
+            except ValueError:
+                shown = f"stdout not JSON: {out[:80]!r}"
         self.note(f"{args[0]} plan={plan and (plan[0], round(plan[1], 3))} after {time.monotonic() - began:.2f}s -> "
-                  f"{'KILLED' if killed else proc.returncode} {err.strip()[:160]}")
+                  f"{'KILLED' if killed else proc.returncode} {shown}{err.strip()[:160]}")
         return proc.returncode, out, err, killed
 
     def recover(self) -> None:
@@ -611,7 +663,9 @@ class FuzzJob:
             ws.run("decide", "--decision", "reject", "--reviewer", "fuzz", "--reason", "an item got no proposal").ok()
             assert ws.run("verify").ok()["ok"] is True
         else:
-            decided = ws.run("decide", "--decision", "accept", "--reviewer", "fuzz", "--reason", "recovered").ok()
+            decide = ws.run("decide", "--decision", "accept", "--reviewer", "fuzz", "--reason", "recovered")
+            assert decide.code == 0, f"job {self.n}: {decide.stderr}\n" + "\n".join(self.transcript)
+            decided = decide.json
             inspect = ws.run("inspect").ok()
             assert inspect["resultsSha256"] == self.baseline["resultsSha256"], "\n".join(self.transcript)
             assert inspect["results"] == self.baseline["results"]
