@@ -2,24 +2,32 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
 N      ?= 6
 
-.PHONY: demo test bench crash-fuzz clean
+.PHONY: demo test system-deps bench crash-fuzz clean
 
-$(VENV)/.runtime: requirements.txt
+# The runtime pins, then this project itself (editable: `durable-job` on the
+# venv's PATH runs this checkout's durable_job.py, the same bytes `python durable_job.py` runs).
+$(VENV)/.runtime: requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("durable_job needs Python 3.11+, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP) install --quiet -r requirements.txt
+	$(PIP) install --quiet --no-deps -e .
 	@touch $@
 
 $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-mcp.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PIP) install --quiet -r requirements-dev.txt
 	@touch $@
 
 demo: $(VENV)/.runtime
-	@sh scripts/demo.sh $(PY)
+	@sh scripts/demo.sh $(VENV)/bin
 
-test: $(VENV)/.dev
+# Debian packages the tests need (headless Chromium): installed here, or named at once.
+system-deps:
+	@sh scripts/system-deps.sh
+
+test: $(VENV)/.dev system-deps
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.dev
@@ -29,4 +37,4 @@ crash-fuzz: $(VENV)/.dev
 	DURABLE_JOB_FUZZ_JOBS=$(N) $(PY) -m pytest -q tests/test_faults.py -k random_kills -s
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis durable_job.egg-info

@@ -1,20 +1,24 @@
 #!/bin/sh
 # The built-in structural job, end to end, in a fresh temporary state directory.
+# It runs the program both ways, `python durable_job.py` and the installed
+# `durable-job` command: the seal is of the module's bytes, so either continues the other's job.
 set -eu
-PY=${1:-.venv/bin/python}
+BIN=${1:-.venv/bin}
+PY="$BIN/python"
+DJ="$BIN/durable-job"
 STATE=$(mktemp -d "${TMPDIR:-/tmp}/durable_job_demo.XXXXXX")/state
 step() { printf '\n== %s\n' "$*"; }
-step "start: seal manifest.structural.json and run until review"
+step "start: seal manifest.structural.json and run until review (python durable_job.py start)"
 $PY durable_job.py start --manifest manifest.structural.json --state-dir "$STATE" --json
-step "status: the operation journal"
-$PY durable_job.py status --state-dir "$STATE" --json
+step "status: the operation journal (durable-job status)"
+$DJ status --state-dir "$STATE" --json
 step "inspect: sealed job, results, resultsSha256 (and a review page)"
-$PY durable_job.py inspect --state-dir "$STATE" --html "$STATE/../review.html" --json
-HASH=$($PY durable_job.py inspect --state-dir "$STATE" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["resultsSha256"])')
+$DJ inspect --state-dir "$STATE" --html "$STATE/../review.html" --json
+HASH=$($DJ inspect --state-dir "$STATE" --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["resultsSha256"])')
 step "decide: hold, bound to the reviewed results $HASH"
-$PY durable_job.py decide --state-dir "$STATE" --decision hold --reviewer demo-reviewer \
+$DJ decide --state-dir "$STATE" --decision hold --reviewer demo-reviewer \
     --reason "structural demo: nothing real to approve" --results-sha256 "$HASH" --json
 step "verify: every seal, hash and journal invariant, offline"
-$PY durable_job.py verify --state-dir "$STATE" --text
+$DJ verify --state-dir "$STATE" --text
 printf '\nThe state lives in %s\n  review page: %s\n  try: sqlite3 %s/effects.sqlite "select operation_key,item_id,status from calls"\n' \
   "$STATE" "$(dirname "$STATE")/review.html" "$STATE"

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs the Debian packages the test suite needs, or stops at once naming them.
+# `make test` and `.ci/run` call this before pytest, so no test fails deep inside
+# the suite for want of a program.
+#
+#   chromium  renders the review page headless (tests/test_review.py)
+set -eu
+
+missing=""
+command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$missing chromium"
+
+[ -z "$missing" ] && exit 0
+missing=${missing# }
+
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "make test needs Debian's package(s): $missing — install them (sudo apt-get install -y $missing), then run make test again" >&2
+    exit 1
+fi
+echo "installing Debian package(s) the tests need: $missing" >&2
+if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; }; then
+    echo "make test could not install Debian's package(s): $missing — install them by hand (apt-get install -y $missing), then run make test again" >&2
+    exit 1
+fi
