@@ -1,0 +1,79 @@
+"""Installed like other Python tools: `pip install .` puts a `durable-job` command on PATH.
+
+The command runs the same single module, so a job started as `python durable_job.py`
+continues as `durable-job` (and back): the seal compares the module's bytes.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, Result, clean_env
+
+PROJECT_FILES = ("durable_job.py", "pyproject.toml", "README.md", "requirements.txt")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> str:
+    """`pip install` of a copy of the project into a private folder; returns that folder (bin/durable-job inside)."""
+    root = tmp_path_factory.mktemp("install")
+    project = root / "project"
+    project.mkdir()
+    for name in PROJECT_FILES:
+        shutil.copy(os.path.join(REPO, name), project / name)
+    target = root / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "--no-deps", "--no-build-isolation", "--target", str(target), str(project)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return str(target)
+
+
+def durable_job_command(installed: str, *args, cwd) -> Result:
+    """Run the installed `durable-job` console script, as a person with it on PATH would."""
+    env = clean_env()
+    env["PYTHONPATH"] = installed
+    env["PATH"] = os.path.join(installed, "bin") + os.pathsep + env.get("PATH", "")
+    proc = subprocess.run(["durable-job", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return Result(proc)
+
+
+def test_the_installed_command_is_the_same_module_byte_for_byte(installed):
+    with open(os.path.join(installed, "durable_job.py"), "rb") as a, open(os.path.join(REPO, "durable_job.py"), "rb") as b:
+        assert a.read() == b.read()
+    assert os.access(os.path.join(installed, "bin", "durable-job"), os.X_OK)
+
+
+def test_a_job_started_as_a_script_continues_as_the_installed_command_and_back(ws, installed):
+    started = ws.start().ok()
+    assert started["interrupt"], started
+    # the installed command reads, decides and verifies the script's job
+    status = durable_job_command(installed, "status", "--state-dir", ws.state, cwd=ws.root).ok()
+    assert status["phase"] == "awaiting-review"
+    assert " decide " in status["next"]
+    decided = durable_job_command(installed, "decide", "--state-dir", ws.state, "--decision", "hold",
+                                  "--reviewer", "rev", "--reason", "installed command decides", cwd=ws.root).ok()
+    assert decided["final"]["decision"] == "hold"
+    # and the script verifies what the installed command recorded
+    assert ws.run("verify").code == 0
+
+
+def test_the_installed_command_starts_a_job_the_script_resumes(ws, installed):
+    crashed = durable_job_command(installed, "start", "--manifest", ws.manifest, "--state-dir", ws.state,
+                                  cwd=ws.root)
+    assert crashed.code == 0, crashed.stderr
+    assert ws.run("resume").ok()["interrupt"]
+    assert ws.job()["codeSha256"] == __import__("conftest").sha256(open(os.path.join(REPO, "durable_job.py"), "rb").read())
+
+
+def test_an_installed_copy_with_other_bytes_is_refused_as_a_changed_program(ws, installed, tmp_path):
+    ws.start().ok()
+    changed = tmp_path / "changed"
+    shutil.copytree(installed, changed)
+    with open(changed / "durable_job.py", "a") as fh:
+        fh.write("\n# an edit\n")
+    shutil.rmtree(changed / "__pycache__", ignore_errors=True)
+    held = durable_job_command(str(changed), "resume", "--state-dir", ws.state, cwd=ws.root)
+    held.held("Executable bytes changed")
