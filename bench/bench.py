@@ -16,7 +16,10 @@ Measures, in one run and several times each (medians):
 and prints one table: each figure, its median, its baseline, the ratio and,
 where the speed issue sets one, the target with PASS or MISS. Targets:
 
-* status          <= 3x  (one interpreter that starts and does one SQLite read)
+* durable-job status  <= 2x  (the installed command, from cached bytecode, against
+                  one interpreter that starts and does one SQLite read); the
+                  script form `python durable_job.py status` is shown without a
+                  target: it compiles the whole file every time (the compile floor)
 * inspect         <= 0.5x a process that imports the graph: both
                   `python -c "import langgraph.graph"` (the stricter reference,
                   independent of durable_job's own speed) and `resume` on a
@@ -84,6 +87,10 @@ COMPILE = "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exe
 # the bytecode cached in __pycache__ instead of compiling the file. It shows what
 # the compile floor costs; the SPEC's invocation is `python durable_job.py`.
 CACHED_STATUS = "status via python -m (cached bytecode)"
+
+# The installed console script (`pip install .` of the same bytes into a private
+# folder): what a user who ran `pipx install .` or `make demo` types.
+INSTALLED_STATUS = "durable-job status (installed)"
 
 
 class BenchError(Exception):
@@ -184,6 +191,21 @@ class Bench:
         # the bytecode `python -m durable_job` loads instead of compiling (the owner's option, not the SPEC's invocation)
         subprocess.run([self.py, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", self.program],
                        check=True, env=self.env)
+        self.install_copy()
+
+    def install_copy(self) -> None:
+        """pip install (no deps, offline build) of the copied program into a private folder, as `pip install .` would."""
+        project = os.path.join(self.root, "project")
+        os.makedirs(project)
+        shutil.copy2(self.program, project)
+        for name in ("pyproject.toml", "README.md", "requirements.txt"):
+            shutil.copy2(os.path.join(REPO, name), project)
+        self.site = os.path.join(self.root, "site")
+        proc = subprocess.run([self.py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                               "--no-build-isolation", "--target", self.site, project], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BenchError(f"pip install of the project failed: {proc.stderr.strip()[-800:]}")
+        self.installed_env = clean_env(PYTHONPATH=self.site)
 
     def start_demo(self, name: str | None) -> tuple[str, Run]:
         state = self.new_state("demo")
@@ -208,6 +230,9 @@ class Bench:
         cached = self.record(CACHED_STATUS, run([self.py, "-m", "durable_job", "status", "--state-dir", demo_state, "--json"],
                                                 cwd=self.work, env=self.env, label=CACHED_STATUS))
         expect_json(cached, CACHED_STATUS, lambda d: None if d == json.loads(status.stdout) else "differs from status")
+        installed = self.record(INSTALLED_STATUS, run([os.path.join(self.site, "bin", "durable-job"), "status", "--state-dir", demo_state, "--json"],
+                                                      cwd=self.work, env=self.installed_env, label=INSTALLED_STATUS))
+        expect_json(installed, INSTALLED_STATUS, lambda d: None if d == json.loads(status.stdout) else "differs from status")
         inspect = self.cli("inspect", "inspect", "--state-dir", demo_state, "--json")
         expect_json(inspect, "inspect", lambda d: None if d.get("resultsSha256") and not d.get("sealBroken") else "no resultsSha256 or a broken seal")
         self.cli("inspect --html", "inspect", "--state-dir", demo_state, "--html", html_path, "--json")
@@ -309,8 +334,9 @@ ROWS = [
     ("python + compile durable_job.py", "python -c pass", None),
     ("import langgraph.graph", "python -c pass", None),
     ("python + compile durable_job.py", "python + 1 SQLite read", None),
-    ("status", "python + 1 SQLite read", 3.0),
+    ("status", "python + 1 SQLite read", None),
     (CACHED_STATUS, "python + 1 SQLite read", None),
+    (INSTALLED_STATUS, "python + 1 SQLite read", 2.0),
     ("inspect", "import langgraph.graph", 0.5),
     ("inspect --html", "import langgraph.graph", 0.5),
     ("inspect", "resume (waiting job)", 0.5),
@@ -321,7 +347,7 @@ ROWS = [
     ("3 items @ 1 s, concurrency 1", None, None),
     ("3 items @ 1 s, concurrency 3", "3 items @ 1 s, concurrency 1", 0.55),
 ]
-RSS_ROWS = [("python -c pass", None), ("status", "resume (waiting job)"), ("inspect", "resume (waiting job)"),
+RSS_ROWS = [("python -c pass", None), ("status", "resume (waiting job)"), (INSTALLED_STATUS, "resume (waiting job)"), ("inspect", "resume (waiting job)"),
             ("import langgraph.graph", None), ("resume (waiting job)", None)]
 
 
