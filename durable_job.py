@@ -312,9 +312,7 @@ def check_item(item, n: int) -> None:
     if "path" in item:
         path = item["path"]
         if not (isinstance(path, str) and path and "\x00" not in path and len(path) <= 1024):
-            raise ManifestError(f"Manifest item {name} path must be a non-empty relative path string")
-        if os.path.isabs(path):
-            raise ManifestError(f"Manifest item {name} path {path!r} is absolute; give it relative to the manifest's folder")
+            raise ManifestError(f"Manifest item {name} path must be a non-empty path string (absolute, or relative to the manifest's folder)")
     else:
         check_mcp_spec(item["mcp"], name)
 
@@ -336,18 +334,18 @@ def source_failure(item_id: str, detail: str) -> SourceError:
 
 
 def read_file_source(base_dir: str, item: dict) -> bytes:
-    """Read a path item's raw bytes: a regular file inside base_dir, at most SOURCE_MAX_BYTES."""
+    """Read a path item's raw bytes: a regular file, at most SOURCE_MAX_BYTES.
+
+    The path is absolute or relative to base_dir (the manifest's folder), and symlinks are
+    followed wherever they lead: the sha256 seal binds the bytes, not their place. A FIFO or
+    a device is never opened (opening one could block or have an effect).
+    """
     name = item["id"]
-    joined = os.path.join(base_dir, item["path"])
+    joined = os.path.join(base_dir, item["path"])  # an absolute path stays as it is
     try:
         resolved = os.path.realpath(joined, strict=True)
     except OSError as exc:
         raise SourceError(f"Source {name} path {item['path']!r} cannot be resolved ({exc.strerror or exc}); restore the approved file") from None
-    root = os.path.realpath(base_dir)
-    if resolved == root:
-        raise SourceError(f"Source {name} path {item['path']!r} is the manifest's folder itself; name a file in it")
-    if os.path.commonpath([root, resolved]) != root:
-        raise SourceError(f"Source {name} path {item['path']!r} resolves outside the manifest's folder; copy the file beside the manifest")
     try:
         if not stat.S_ISREG(os.stat(resolved).st_mode):  # never open a FIFO or a device at all
             raise SourceError(f"Source {name} {item['path']!r} is not a regular file; point the item at the approved file")
@@ -2305,7 +2303,7 @@ def cmd_cancel(args) -> dict:
 
 
 def cmd_seal(args) -> dict:
-    """Write a valid manifest with relative paths and computed hashes."""
+    """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it)."""
     out = os.path.abspath(args.out)
     base = os.path.dirname(out)
     if os.path.exists(out) and not args.force:
@@ -2354,13 +2352,21 @@ def cmd_seal(args) -> dict:
 def seal_file_item(base: str, path: str, n: int) -> dict:
     if not os.path.lexists(path):
         raise SourceError(f"{path} does not exist; name an existing source file (a path from here)")
-    rel = os.path.relpath(os.path.abspath(path), base)
-    stem = os.path.splitext(os.path.basename(path))[0] or f"item{n}"
-    item = {"id": stem[:80], "path": rel, "sha256": "0" * 64}
+    item = {"id": (os.path.splitext(os.path.basename(path))[0] or f"item{n}")[:80], "path": manifest_path_for(base, path), "sha256": "0" * 64}
     data = read_file_source(base, item)
     item["sha256"] = sha256_hex(data)
     check_source_bytes(item, data)
     return item
+
+
+def manifest_path_for(base: str, path: str) -> str:
+    """How seal writes a source's path: relative when it lies in the manifest's folder (the folder
+    can then move as a whole), else absolute (a `../` path would break when the manifest moves).
+    The path is taken as given, symlinks unresolved: a link is followed at every read."""
+    full = os.path.abspath(path)
+    if os.path.commonpath([base, full]) == base:
+        return os.path.relpath(full, base)
+    return full
 
 
 def seal_mcp_item(args, n: int) -> dict:
@@ -2981,7 +2987,7 @@ def add_seal_flags(p) -> None:
     p.add_argument("--mcp-uri", help="the MCP resource uri for that item")
     p.add_argument("--mcp-id", help="the MCP item's id (default mcpN)")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
-    p.add_argument("files", nargs="*", type=path_argument, help="source files (paths relative to the manifest are recorded)")
+    p.add_argument("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)")
 
 
 # Characters a terminal acts on instead of showing (C0/C1 controls, DEL, bidirectional overrides)

@@ -203,12 +203,16 @@ def _four_items(m):
     m["items"] = [dict(m["items"][0], id=f"i{n}") for n in range(4)]
 
 
-def _outside(m):
-    m["items"][0]["path"] = "../outside.txt"
+def _outside_missing(m):
+    m["items"][0]["path"] = "../missing-outside.txt"
 
 
-def _absolute(m):
-    m["items"][0]["path"] = "/etc/hostname"
+def _absolute_wrong_bytes(m):
+    m["items"][1]["path"] = os.path.abspath("outside.txt")  # beta's seal, alpha's bytes (run from the workspace root)
+
+
+def _absolute_missing(m):
+    m["items"][0]["path"] = "/nonexistent-durable-job/alpha.txt"
 
 
 RULES = [
@@ -248,15 +252,18 @@ RULES = [
     ("item-sha-missing", _item_drop("sha256"), ["alpha", "sha256"]),
     ("item-sha-uppercase", _item("sha256", sha256(ALPHA).upper()), ["alpha", "sha256", "lowercase"]),
     ("item-sha-wrong", _item("sha256", sha256(BETA)), ["Source bound/hash/size failure: alpha"]),
-    ("item-path-absolute", _absolute, ["alpha", "absolute"]),
-    ("item-path-dotdot", _outside, ["alpha", "outside the manifest's folder"]),
+    # a path may be absolute or lead outside the manifest's folder: what it reaches must exist and match the seal
+    ("item-path-absolute-missing", _absolute_missing, ["Source alpha", "cannot be resolved"]),
+    ("item-path-absolute-wrong-bytes", _absolute_wrong_bytes, ["Source bound/hash/size failure: beta"]),
+    ("item-path-dotdot-missing", _outside_missing, ["Source alpha", "cannot be resolved"]),
 ]
 
 
 @pytest.mark.parametrize("mutate,phrases", [pytest.param(m, p, id=name) for name, m, p in RULES])
-def test_every_manifest_rule_refused_then_corrected_manifest_starts(ws, mutate, phrases):
+def test_every_manifest_rule_refused_then_corrected_manifest_starts(ws, mutate, phrases, monkeypatch):
     with open(os.path.join(ws.root, "outside.txt"), "w") as fh:
-        fh.write(ALPHA)  # the right bytes, in the wrong place
+        fh.write(ALPHA)  # the right bytes for alpha, the wrong ones for beta
+    monkeypatch.chdir(ws.root)
     manifest = ws.manifest_dict()
     mutate(manifest)
     ws.write_manifest(manifest)
@@ -474,14 +481,15 @@ def bad_manifests(draw):
         n = draw(st.integers(0, 1))
         name = m["items"][n]["id"]
         how = draw(st.sampled_from(["dotdot", "absolute", "missing", "wrong-sha", "duplicate-id"]))
+        # outside the manifest's folder is allowed: what the path reaches must be a regular file with the sealed bytes
         if how == "dotdot":
-            m["items"][n]["path"] = "../" * draw(st.integers(1, 6)) + draw(st.sampled_from(["outside.txt", "etc/hostname", "src/alpha.txt"]))
-            if m["items"][n]["path"].endswith("src/alpha.txt") and m["items"][n]["path"].count("../") == 1:
-                m["items"][n]["path"] = "../outside.txt"  # ../src/alpha.txt would lead back inside: valid
-            return json.dumps(m).encode(), [f"Source {name}", "absolute"]
+            m["items"][n]["path"] = "../" * draw(st.integers(1, 6)) + draw(st.sampled_from(["missing.txt", "etc/hostname", "src/beta.txt"]))
+            if m["items"][n]["path"] == "../src/beta.txt":
+                m["items"][n]["path"] = "../src/" + ("beta.txt" if n == 0 else "alpha.txt")  # the other item's bytes
+            return json.dumps(m).encode(), [f"Source {name}", f"failure: {name}"]
         if how == "absolute":
             m["items"][n]["path"] = draw(st.sampled_from(["/etc/hostname", "/dev/null", "/", "//x", "/proc/self/environ"]))
-            return json.dumps(m).encode(), ["absolute"]
+            return json.dumps(m).encode(), [f"Source {name}", f"failure: {name}"]
         if how == "missing":
             m["items"][n]["path"] = draw(IDENT) + ".missing"
             return json.dumps(m).encode(), [f"Source {name}"]
@@ -560,24 +568,27 @@ def make_bad_source(ws: Workspace, kind: str):
     """Create the bad entry for item `bad`; return (path as written in the manifest, sha256, phrases)."""
     src = ws.src
     good_sha = sha256(GAMMA)
-    if kind == "dotdot":
+    # outside the manifest's folder is allowed (see the journey below): these reach the wrong bytes or nothing
+    if kind == "dotdot-wrong-bytes":
         with open(os.path.join(ws.root, "outside.txt"), "w") as fh:
-            fh.write(GAMMA)
-        return "../outside.txt", good_sha, ["Source bad", "outside the manifest's folder"]
-    if kind == "dotdot-deep":
+            fh.write(BETA)
+        return "../outside.txt", good_sha, ["Source bound/hash/size failure: bad", "changed since sealing"]
+    if kind == "dotdot-deep-missing":
         os.makedirs(os.path.join(src, "sub"))
-        return "sub/" + "../" * 30 + "etc/passwd", good_sha, ["Source bad", "outside the manifest's folder"]
-    if kind == "absolute":
-        path = ws.write_source("bad.txt", GAMMA)
-        return path, good_sha, ["bad", "absolute"]
-    if kind == "symlink-out":
+        return "sub/" + "../" * 30 + "nonexistent-durable-job/bad.txt", good_sha, ["Source bad", "cannot be resolved"]
+    if kind == "absolute-wrong-bytes":
+        path = ws.write_source("bad.txt", BETA)
+        return path, good_sha, ["Source bound/hash/size failure: bad", "changed since sealing"]
+    if kind == "symlink-out-wrong-bytes":
         with open(os.path.join(ws.root, "outside.txt"), "w") as fh:
-            fh.write(GAMMA)
+            fh.write(BETA)
         os.symlink(os.path.join(ws.root, "outside.txt"), os.path.join(src, "bad.txt"))
-        return "bad.txt", good_sha, ["Source bad", "outside the manifest's folder"]
+        return "bad.txt", good_sha, ["Source bound/hash/size failure: bad", "changed since sealing"]
     if kind == "symlink-devnull":
         os.symlink("/dev/null", os.path.join(src, "bad.txt"))
-        return "bad.txt", sha256(b""), ["Source bad", "outside the manifest's folder"]
+        return "bad.txt", sha256(b""), ["Source bad", "not a regular file"]
+    if kind == "absolute-devnull":
+        return "/dev/null", sha256(b""), ["Source bad", "not a regular file"]
     if kind == "symlink-loop":
         os.symlink("loop-b", os.path.join(src, "bad.txt"))
         os.symlink("bad.txt", os.path.join(src, "loop-b"))
@@ -610,7 +621,8 @@ def make_bad_source(ws: Workspace, kind: str):
     raise AssertionError(kind)
 
 
-SOURCE_KINDS = ["dotdot", "dotdot-deep", "absolute", "symlink-out", "symlink-devnull", "symlink-loop",
+SOURCE_KINDS = ["dotdot-wrong-bytes", "dotdot-deep-missing", "absolute-wrong-bytes", "symlink-out-wrong-bytes",
+                "symlink-devnull", "absolute-devnull", "symlink-loop",
                 "symlink-dangling", "directory", "fifo", "device", "symlink-to-inside-device", "3001-bytes",
                 "invalid-utf8", "overlong-utf8", "utf8-surrogate", "nul-bytes", "wrong-sha", "missing"]
 
@@ -648,6 +660,37 @@ def test_a_symlink_that_stays_inside_the_folder_is_followed(tmp_path):
     os.symlink("real/a.txt", tmp_path / "link.txt")
     item = {"id": "a", "path": "link.txt", "sha256": sha256(ALPHA)}
     assert durable_job.read_file_source(str(tmp_path), item) == ALPHA.encode()
+
+
+def test_sources_as_the_article_writes_them_absolute_outside_or_linked_run_and_stay_sealed(ws):
+    """Absolute paths, `../` paths and symlinks leading out of the manifest's folder are all accepted:
+    the sha256 seal binds the bytes wherever they lie, and a later command still refuses changed bytes."""
+    elsewhere = os.path.join(ws.root, "elsewhere")
+    os.makedirs(elsewhere)
+    for name, text in (("beta.txt", BETA), ("gamma.txt", GAMMA)):
+        with open(os.path.join(elsewhere, name), "w") as fh:
+            fh.write(text)
+    os.symlink(os.path.join(elsewhere, "gamma.txt"), os.path.join(ws.src, "gamma-link.txt"))
+    manifest = ws.manifest_dict(sources={"alpha": ALPHA})
+    manifest["items"] = [
+        {"id": "alpha", "path": os.path.join(ws.src, "alpha.txt"), "sha256": sha256(ALPHA)},  # absolute
+        {"id": "beta", "path": "../elsewhere/beta.txt", "sha256": sha256(BETA)},             # relative, outside
+        {"id": "gamma", "path": "gamma-link.txt", "sha256": sha256(GAMMA)},                  # a link leading outside
+    ]
+    ws.write_manifest(manifest)
+    out = full_start(ws, n_items=3)
+    assert [r["sourceSha256"] for r in out["results"]] == [sha256(ALPHA), sha256(BETA), sha256(GAMMA)]
+
+    with open(os.path.join(elsewhere, "gamma.txt"), "a") as fh:
+        fh.write("An edit made after the owner approved the source.\n")
+    before = file_bytes(ws.state)
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").held(
+        "Source bound/hash/size failure: gamma", "changed since sealing")
+    assert file_bytes(ws.state) == before
+    with open(os.path.join(elsewhere, "gamma.txt"), "w") as fh:
+        fh.write(GAMMA)
+    assert ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").ok()["final"]["decision"] == "accept"
+    assert ws.run("verify").ok()["ok"] is True
 
 
 @st.composite

@@ -734,21 +734,40 @@ def test_seal_writes_a_valid_manifest_that_starts(ws):
     assert "job t" in text and "docs/alpha.txt" in text and sha256(ALPHA) in text and "None" not in text
 
 
+def test_seal_writes_sources_outside_the_folder_as_absolute_paths_and_inside_ones_relative(ws):
+    """A file beside the manifest stays relative (the folder can move as a whole); one outside it is
+    written absolute, as the article writes paths; a link inside the folder keeps its own name and is
+    followed wherever it leads, so the job runs and still refuses changed bytes."""
+    folder = os.path.join(ws.root, "job")
+    inside = ws.write_source("../job/docs/alpha.txt", ALPHA)
+    outside = ws.write_source("../shared/beta.txt", BETA)
+    gamma = ws.write_source("../shared/gamma.txt", GAMMA)
+    os.symlink(gamma, os.path.join(folder, "gamma.txt"))
+    out = os.path.join(folder, "manifest.json")
+    sealed = ws.run("seal", "--out", out, "--job-id", "spread", "--approved-by", "o", "--mode", "fake", "--model", "m",
+                    inside, outside, os.path.join(folder, "gamma.txt")).ok()
+    assert [(i["id"], i["path"]) for i in sealed["items"]] == [
+        ("alpha", "docs/alpha.txt"), ("beta", os.path.join(ws.root, "shared", "beta.txt")), ("gamma", "gamma.txt")]
+    out_run = ws.run("start", "--manifest", out).ok()
+    assert [r["status"] for r in out_run["results"]] == ["validated"] * 3
+    with open(gamma, "a") as fh:
+        fh.write("changed after sealing\n")
+    ws.run("resume").held("Source bound/hash/size failure: gamma")
+
+
 def test_seal_refuses_every_broken_source_rule(ws):
     folder = os.path.join(ws.root, "job")
     os.makedirs(folder)
     good = ws.write_source("../job/good.txt", ALPHA)
     big = ws.write_source("../job/big.txt", "x" * 3001)
     latin = ws.write_source("../job/latin.txt", b"caf\xe9 au lait, not UTF-8\n")
-    outside = ws.write_source("../outside.txt", ALPHA)
     link = os.path.join(folder, "link.txt")
-    os.symlink(outside, link)
+    os.symlink("/dev/null", link)
     out = os.path.join(folder, "manifest.json")
     base = ["seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m"]
     ws.run(*base, big).held("Source bound/hash/size failure: big")
     ws.run(*base, latin).held("not strict UTF-8")
-    ws.run(*base, outside).held("outside the manifest's folder")
-    ws.run(*base, link).held("outside the manifest's folder")
+    ws.run(*base, link).held("not a regular file")  # a link is followed, and a device is never opened
     os.makedirs(os.path.join(folder, "sub"))
     ws.run(*base, os.path.join(folder, "sub")).held("not a regular file")
     ws.run(*base, os.path.join(folder, "missing.txt")).held(f"{folder}/missing.txt does not exist", "name an existing source file")
