@@ -949,8 +949,17 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
         record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})
 
 
-def fail_call(db, key: str, exc: BaseException) -> tuple[str, int | None]:
-    """Record a provider exception: `rejected` for a definite HTTP refusal, else the row stays `pending`."""
+def fail_call(db, key: str, exc: BaseException) -> str:
+    """Record a provider exception; return what the journal now says of the call.
+
+    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
+    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
+    else the row stays `pending`: the call may have reached the provider.
+    """
+    url = unsent_url(exc)
+    if url is not None:
+        forget_unsent_call(db, key, exc, url)
+        return "not-sent"
     code = getattr(exc, "status_code", None)
     code = code if type(code) is int else None
     request_id = getattr(exc, "request_id", None)
@@ -964,14 +973,63 @@ def fail_call(db, key: str, exc: BaseException) -> tuple[str, int | None]:
             (status, request_id, status, json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None, now_utc(), key),
         )
         record_event(db, key, "rejected" if status == "rejected" else "error", detail)
-    return status, code
+    return status
+
+
+def forget_unsent_call(db, key: str, exc: BaseException, url: str) -> None:
+    """No call happened: remove the pending row and record why, in one transaction.
+
+    The row was the latest attempt (a pending row always is), so the attempts stay contiguous and
+    the next run takes the same operation key again; the event history keeps the audit trail.
+    """
+    cause = exc.__cause__
+    detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url,
+              "message": clip(redact(cause or exc), 300)}
+    with transaction(db):
+        db.execute("DELETE FROM calls WHERE operation_key=? AND status='pending'", (key,))
+        record_event(db, key, "not-sent", detail)
+
+
+def unsent_url(exc: BaseException) -> str | None:
+    """The URL of a request that provably never left this machine, else None.
+
+    Only the SDK's connection error caused by the HTTP client's connect phase counts. In the
+    installed stack (openai → httpx2 → httpcore2, sync backend) ConnectError and ConnectTimeout
+    are raised only while opening the connection: TCP connect (refused, unreachable), name
+    resolution, and the TLS handshake, all before the request's first byte is written; a failure
+    while writing or reading is a WriteError, ReadError or RemoteProtocolError and stays pending.
+    The HTTP client is made for this one call (openai_call) with retries off, so no pooled
+    connection could have carried an earlier attempt of the request.
+    """
+    openai = _WARMED.get("openai")
+    if openai is None or not isinstance(exc, openai.APIConnectionError):
+        return None
+    if not isinstance(exc.__cause__, connect_phase_errors()):
+        return None
+    request = getattr(exc, "request", None)
+    url = getattr(request, "url", None)
+    if url is None:
+        return None
+    return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"  # no user:password@, no query
+
+
+def connect_phase_errors() -> tuple:
+    """The HTTP client's connect-phase exceptions (httpx2's, and legacy httpx's when it is loaded)."""
+    errors = []
+    for name in ("httpx2", "httpx"):
+        module = sys.modules.get(name)
+        for attr in ("ConnectError", "ConnectTimeout"):
+            if isinstance(getattr(module, attr, None), type):
+                errors.append(getattr(module, attr))
+    return tuple(errors)
 
 
 def get_or_call(db, job, manifest, item, source, prompt, say=None):
     """Return the model output for this work, calling the provider at most once per operation key.
 
-    `say`, when given, receives one progress line: whether a call is made or a
-    journaled result reused.
+    A provider exception is journaled (pending, rejected, or not sent) and then propagates
+    unchanged, as the provider raised it; `call_or_hold` turns it into the CLI's one HOLD line.
+    `say`, when given, receives one progress line: whether a call is made or a journaled result reused.
     """
     if job.get("mode") == "openai":
         prepare_openai()  # import the SDK before the pending row, so the uncertain window stays small
@@ -988,8 +1046,8 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None):
     try:
         output_text, response_id, request_id, usage = call_model(job, item, source, prompt)
     except Exception as exc:
-        status, code = fail_call(db, key, exc)
-        raise provider_failure(item["id"], key, status, code, exc) from None
+        fail_call(db, key, exc)
+        raise
     finally:
         _OPERATION_KEY.reset(token)
     output_text = scrub(output_text)  # what is journaled is exactly what the graph sees (never the key)
@@ -999,6 +1057,29 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None):
     return output_text
 
 
+def call_or_hold(db, job, manifest, item, source, prompt, say=None):
+    """get_or_call for the graph: the provider's own exception becomes the one HOLD line, from what
+    the journal recorded of it (the operation key, and pending or rejected), with the runbook step."""
+    try:
+        return get_or_call(db, job, manifest, item, source, prompt, say)
+    except (JobError, sqlite3.Error):
+        raise
+    except Exception as exc:
+        url = unsent_url(exc)
+        if url is not None:
+            raise not_sent_failure(item["id"], url, exc) from None
+        row = latest_attempt(db, base_key(job, item, prompt))
+        if row is None or last_event(db, row["operation_key"]) not in ("error", "rejected"):
+            raise  # not a provider failure the journal recorded (a bug, a closed stderr): main() reports it as it is
+        code = getattr(exc, "status_code", None)
+        raise provider_failure(item["id"], row["operation_key"], row["status"], code, exc) from None
+
+
+def last_event(db, key: str) -> str | None:
+    row = db.execute("SELECT event FROM call_events WHERE operation_key = ? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
 def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError:
     message = clip(redact(exc), 200)
     if status == "rejected":
@@ -1006,6 +1087,13 @@ def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError
     error = ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X`")
     error.uncertain = True  # what a person must see first when several parallel calls failed
     return error
+
+
+def not_sent_failure(item_id: str, url: str, exc: BaseException) -> JobError:
+    cause = exc.__cause__ or exc
+    why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
+    return ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
+                         f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `resume`")
 
 
 ###############################################################################
@@ -1438,7 +1526,7 @@ def build_graph(ctx: Context, checkpoints: sqlite3.Connection | None = None):
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
         try:
-            return {"raw": get_or_call(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, say)}
+            return {"raw": call_or_hold(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, say)}
         except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
             return {"raw": None, "result": unanswered(item, exc)}
 
@@ -1518,7 +1606,7 @@ def prefetch(ctx: Context, items: list) -> None:
         db = ledger(path)
         try:
             prompt = model_input(item, ctx.sources[item["id"]], [])
-            get_or_call(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say)
+            call_or_hold(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say)
         except BudgetError:
             pass  # the item's own model step meets the same refusal and marks it failed
         finally:
@@ -2505,7 +2593,7 @@ def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
             if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
                 raise SealError(f"journal row {r['operation_key']} is for item {r['item_id']!r} attempt {r['attempt']}, outside the manifest's items and bounds")
     for r in snap.calls:
-        events = history.pop(r["operation_key"], [])
+        events = after_unsent(r["operation_key"], history.pop(r["operation_key"], []))
         if not events or events[0][0] != "dispatch":
             raise SealError(f"journal row {r['operation_key']} has no dispatch event: it was not made by a run")
         status, ids = "pending", None
@@ -2519,9 +2607,24 @@ def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
         if status != r["status"] or (ids is not None and tuple(scrub(i) for i in ids) != (r["response_id"], r["request_id"])):
             raise SealError(f"journal row {r['operation_key']} says {r['status']} but its events say {status}" +
                             ("" if status != r["status"] else " with other response or request ids"))
+    history = {key: events for key, events in history.items() if after_unsent(key, events)}
     if history:
         raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
     return f"{len(snap.calls)} calls, each what its events give, within the bounds" if manifest else f"{len(snap.calls)} calls, each what its events give"
+
+
+def after_unsent(key: str, events: list) -> list:
+    """An operation's events after its last attempt that was never sent (whose row was removed).
+
+    Each such attempt is exactly `dispatch` then `not-sent`: a call with any other outcome
+    recorded is never forgotten.
+    """
+    while any(event == "not-sent" for event, _ in events):
+        end = next(n for n, (event, _) in enumerate(events) if event == "not-sent")
+        if [event for event, _ in events[:end + 1]] != ["dispatch", "not-sent"]:
+            raise SealError(f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed")
+        events = events[end + 1:]
+    return events
 
 
 def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:

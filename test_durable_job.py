@@ -311,12 +311,53 @@ def test_provider_error_keeps_the_row_pending_with_its_request_id(tmp_path, monk
 
     monkeypatch.setattr(dj, "call_model", failing)
     db = dj.ledger(str(tmp_path / "effects.sqlite"))
-    with pytest.raises(dj.ProviderError, match="stays pending"):
+    with pytest.raises(Boom, match="connection reset after sending"):  # the provider's own exception
         dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
     assert db.execute("SELECT status, request_id FROM calls").fetchall() == [("pending", "req_lost_42")]
     key = db.execute("SELECT operation_key FROM calls").fetchone()[0]
     with pytest.raises(dj.UncertainCall, match=f"UNCERTAIN_CALL alpha {key}"):
         dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
+
+
+def test_get_or_call_lets_the_providers_own_exception_through_after_journaling_it(tmp_path, monkeypatch):
+    """The Python surface keeps the provider's exception: the very object call_model raised comes out,
+    its traceback still reaching into call_model, after the pending row is committed."""
+    raised = RuntimeError("provider exploded mid-call")
+    seen = {}
+
+    def failing(job, item, source, prompt):
+        seen["rows"] = dj.ledger(str(tmp_path / "effects.sqlite")).execute("SELECT status FROM calls").fetchall()
+        raise raised
+
+    monkeypatch.setattr(dj, "call_model", failing)
+    db = dj.ledger(str(tmp_path / "effects.sqlite"))
+    with pytest.raises(RuntimeError) as caught:
+        dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
+    assert caught.value is raised and caught.value.__cause__ is None
+    assert caught.traceback[-1].name == "failing"
+    assert seen["rows"] == [("pending",)]  # committed, and visible to another connection, before the call
+    [(key, status)] = db.execute("SELECT operation_key, status FROM calls").fetchall()
+    assert status == "pending"
+    assert [e for (e,) in db.execute("SELECT event FROM call_events ORDER BY id")] == ["dispatch", "error"]
+    with pytest.raises(dj.UncertainCall, match=f"UNCERTAIN_CALL alpha {key}"):
+        dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
+
+
+def test_a_definite_refusal_comes_out_as_the_providers_exception_with_the_row_rejected(tmp_path, monkeypatch):
+    class Refused(Exception):
+        status_code = 429
+        request_id = "req_busy"
+
+    refusal = Refused("rate limited")
+    monkeypatch.setattr(dj, "call_model", lambda *a: (_ for _ in ()).throw(refusal))
+    db = dj.ledger(str(tmp_path / "effects.sqlite"))
+    with pytest.raises(Refused) as caught:
+        dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
+    assert caught.value is refusal
+    assert db.execute("SELECT attempt, status, request_id FROM calls").fetchall() == [(1, "rejected", "req_busy")]
+    monkeypatch.setattr(dj, "call_model", lambda *a: ("o", "r", None, None))
+    assert dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p") == "o"  # no reconcile: the next attempt
+    assert db.execute("SELECT attempt, status FROM calls").fetchall() == [(1, "rejected"), (2, "completed")]
 
 
 def test_attempt_and_call_bounds_are_enforced(tmp_path, monkeypatch):
