@@ -169,14 +169,14 @@ def ws(tmp_path) -> Workspace:
 class Provider:
     """The loopback Responses-API server (tests/provider_server.py) and its own request log."""
 
-    def __init__(self, root):
+    def __init__(self, root, port=0):
         import provider_server
 
         self.module = provider_server
         self.log = os.path.join(str(root), "provider.log")
         self.behaviour_file = os.path.join(str(root), "behaviour.json")
         self.behave("ok")
-        self.base_url, self.server = provider_server.start_server(self.log, self.behaviour_file)
+        self.base_url, self.server = provider_server.start_server(self.log, self.behaviour_file, port)
 
     def behave(self, default="ok", sequence=None, by_input=None) -> None:
         with open(self.behaviour_file, "w") as fh:
@@ -209,6 +209,15 @@ def openai_workspace(ws: Workspace, provider: Provider, sources=None, **override
     ws.write_manifest(sources=sources, mode="openai", model="gpt-test", **overrides)
     ws.env.update(provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
     return ws
+
+
+def free_port() -> int:
+    """A loopback port with nothing listening on it (the kernel's pick, released at once)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
@@ -251,5 +260,5 @@ def copy_program(root, transform=None) -> str:
     return path
 
 
-__all__ = ["ALPHA", "BETA", "GAMMA", "FAKE_KEY", "Workspace", "Result", "Provider", "openai_workspace",
+__all__ = ["ALPHA", "BETA", "GAMMA", "FAKE_KEY", "Workspace", "Result", "Provider", "openai_workspace", "free_port",
            "kill_group", "wait_for", "copy_program", "sha256", "shutil"]

@@ -1424,6 +1424,19 @@ def test_verify_fails_on_each_tampering_of_the_state(decided, tmp_path, tamper):
     assert r.json is not None and r.json["ok"] is False  # the full check list is still printed
 
 
+def test_verify_refuses_a_completed_call_erased_as_if_it_had_never_been_sent(decided, tmp_path):
+    """Only a call whose history is exactly dispatch then not-sent may be missing from the journal:
+    a completed call deleted with a forged `not-sent` event is caught by the events check."""
+    state = clone_state(decided.state, tmp_path)
+    key, _ = _first_completed_key(state)
+    set_rows(state, "DELETE FROM calls WHERE operation_key=?", (key,))
+    set_rows(state, "INSERT INTO call_events (operation_key, event, detail_json, at_utc) VALUES (?, 'not-sent', '{}', '2030-01-01T00:00:00Z')", (key,))
+    r = decided.run("verify", "--state-dir", state)
+    r.held("verify found")
+    events = {c["name"]: c for c in r.json["checks"]}["events"]
+    assert events["ok"] is False and "not sent after dispatch → completed" in events["detail"], events
+
+
 def _draft_rewritten(revised):
     """The latest revision's edit replaced by text the source does not hold, every stored hash made consistent again."""
     conn = sqlite3.connect(os.path.join(revised, "effects.sqlite"), isolation_level=None)

@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 
 import durable_job
-from conftest import ALPHA, BETA, FAKE_KEY, Provider, Workspace, openai_workspace, sha256
+from conftest import ALPHA, BETA, FAKE_KEY, Provider, Workspace, free_port, openai_workspace, sha256
 
 JOB = {"jobId": "in-process", "model": "gpt-test", "mode": "openai"}
 ALPHA_ITEM = {"id": "alpha", "sha256": sha256(ALPHA)}
@@ -253,6 +253,75 @@ def test_get_or_call_keeps_any_other_failure_pending(openai_env, monkeypatch, tm
     with pytest.raises(durable_job.UncertainCall, match=f"UNCERTAIN_CALL alpha {row['operation_key']}"):
         durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
     assert len(provider.requests()) == 1
+    db.close()
+
+
+# ---------------------------------------------------------------------------
+# a connection that never opened is no call at all
+
+
+def test_a_connection_that_never_opened_is_no_call_and_resume_after_the_fix_just_works(ws, tmp_path):
+    """Nothing listens at OPENAI_BASE_URL (a typo in the port): the request provably never left, so the
+    journal keeps no uncertain row and no attempt is spent; one HOLD line names the URL and the fix.
+    Once the server runs there, `resume` just works, with the same operation key."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    ws.write_manifest(mode="openai", model="gpt-test", maxAttemptsPerItem=1, maxModelCalls=2)
+    ws.env.update({"OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": url, "DURABLE_JOB_OPENAI_TIMEOUT": "5"})
+    line = ws.start().held("ProviderError", "item alpha was not sent", f"{url}/responses", "never opened",
+                           "no attempt was spent", "Check OPENAI_BASE_URL", "resume")
+    assert "pending" not in line and "reconcile" not in line and "may have been billed" not in line
+    assert journal(ws) == []  # no uncertain row, no attempt spent
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
+    [(key, _, _), (same_key, event, detail)] = conn.execute("SELECT operation_key, event, detail_json FROM call_events ORDER BY id").fetchall()
+    conn.close()
+    assert key == same_key and event == "not-sent"
+    detail = json.loads(detail)
+    assert detail["url"] == f"{url}/responses" and detail["cause"] == "ConnectError" and detail["error"] == "APIConnectionError"
+    status = ws.run("status").ok()
+    assert status["calls"] == [] and "reconcile" not in status["next"]
+    ws.run("resume").held("was not sent", f"{url}/responses")  # still nothing there: still no call
+    assert journal(ws) == []
+
+    provider = Provider(tmp_path, port=port)  # the fix: the server now runs at that URL
+    try:
+        out = ws.run("resume").ok()
+        assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
+        rows = journal(ws)
+        assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [("alpha", 1, "completed"), ("beta", 1, "completed")]
+        assert rows[0]["operation_key"] == key  # the same work, the same key: the provider never saw it before
+        assert [r["client_request_id"] for r in provider.requests()] == [r["operation_key"] for r in rows]
+        ws.run("decide", "--decision", "hold", "--reviewer", "r@example.test", "--reason", "checked").ok()
+        verified = ws.run("verify").ok()
+        assert verified["ok"] is True, verified
+    finally:
+        provider.stop()
+
+
+@pytest.mark.parametrize("where", ["refused", "no-such-name", "tls-to-plain-http"])
+def test_get_or_call_forgets_a_request_that_never_left_and_raises_the_sdks_error(openai_env, monkeypatch, tmp_path, where):
+    """In process: connection refused, a name that does not resolve, and a TLS handshake that fails
+    (https to a plain-HTTP server: its log shows no request) are the SDK's APIConnectionError caused by
+    the HTTP client's ConnectError. The row is removed, a not-sent event kept, and the next call is attempt 1."""
+    import openai
+
+    provider = openai_env
+    port = int(provider.base_url.rsplit(":", 1)[1].split("/")[0])
+    url = {"refused": f"http://127.0.0.1:{free_port()}/v1", "no-such-name": "http://durable-job-test.invalid/v1",
+           "tls-to-plain-http": f"https://127.0.0.1:{port}/v1"}[where]
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    db = durable_job.ledger(str(tmp_path / "effects.sqlite"))
+    prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
+    with pytest.raises(openai.APIConnectionError) as caught:
+        durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
+    assert type(caught.value.__cause__).__name__ == "ConnectError"
+    assert calls(db) == [] and provider.requests() == []
+    assert [e["event"] for e in named(db, "SELECT event FROM call_events ORDER BY id")] == ["dispatch", "not-sent"]
+
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
+    output = durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
+    assert durable_job.check_proposal(output, ALPHA_ITEM, ALPHA)["status"] == "validated"
+    assert [(r["attempt"], r["status"]) for r in calls(db)] == [(1, "completed")]
     db.close()
 
 
