@@ -187,7 +187,8 @@ MANIFEST_KEYS = {
 }
 REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls"}
 ITEM_KEYS = {"id", "path", "sha256", "mcp"}
-MCP_KEYS = {"command", "uri", "timeoutSeconds"}
+MCP_KEYS = {"command", "uri", "timeoutSeconds", "env", "passEnv"}
+MCP_ENV_MAX = 32  # entries in mcp.env, and names in mcp.passEnv
 
 
 def _reject_duplicate_keys(pairs):
@@ -319,7 +320,7 @@ def check_item(item, n: int) -> None:
 
 def check_mcp_spec(spec, name: str) -> None:
     if not isinstance(spec, dict) or set(spec) - MCP_KEYS or not {"command", "uri"} <= set(spec):
-        raise ManifestError(f'Manifest item {name} mcp must be {{"command": [argv...], "uri": "..."}} (optional timeoutSeconds)')
+        raise ManifestError(f'Manifest item {name} mcp must be {{"command": [argv...], "uri": "..."}} (optional timeoutSeconds, env, passEnv)')
     cmd = spec["command"]
     if not (isinstance(cmd, list) and 1 <= len(cmd) <= 32 and all(isinstance(a, str) and a and "\x00" not in a for a in cmd)):
         raise ManifestError(f"Manifest item {name} mcp.command must be a list of 1-32 non-empty strings (argv, no shell)")
@@ -327,6 +328,34 @@ def check_mcp_spec(spec, name: str) -> None:
         raise ManifestError(f"Manifest item {name} mcp.uri must be a non-empty string")
     if "timeoutSeconds" in spec and not (type(spec["timeoutSeconds"]) in (int, float) and 0 < spec["timeoutSeconds"] <= 120):
         raise ManifestError(f"Manifest item {name} mcp.timeoutSeconds must be a number from 0 to 120")
+    check_mcp_env(spec, name)
+
+
+def is_env_name(value) -> bool:
+    """A portable environment variable name: ASCII letters, digits and _, not starting with a digit."""
+    return (isinstance(value, str) and 1 <= len(value) <= 128 and value.isascii() and not value[0].isdigit()
+            and all(c.isalnum() or c == "_" for c in value))
+
+
+def check_mcp_env(spec: dict, name: str) -> None:
+    """mcp.env: literal, non-secret settings sealed with the manifest; mcp.passEnv: names of variables
+    copied from the caller's environment at each launch (for secrets: their values are never written)."""
+    env = spec.get("env", {})
+    if not (isinstance(env, dict) and len(env) <= MCP_ENV_MAX and all(is_env_name(k) for k in env)):
+        raise ManifestError(f'Manifest item {name} mcp.env must be an object of at most {MCP_ENV_MAX} environment variables, {{"NAME": "value"}} (names: letters, digits and _, not starting with a digit)')
+    for key, value in env.items():
+        if not (isinstance(value, str) and "\x00" not in value and len(value) <= 4096):
+            raise ManifestError(f"Manifest item {name} mcp.env.{key} must be a string (at most 4096 characters, no NUL)")
+    if "OPENAI_API_KEY" in env:
+        raise ManifestError(f"Manifest item {name} mcp.env names OPENAI_API_KEY: a secret never goes into the manifest; list it in mcp.passEnv instead")
+    passed = spec.get("passEnv", [])
+    if not (isinstance(passed, list) and len(passed) <= MCP_ENV_MAX and all(is_env_name(k) for k in passed)):
+        raise ManifestError(f'Manifest item {name} mcp.passEnv must be a list of at most {MCP_ENV_MAX} environment variable names, ["NAME"] (letters, digits and _, not starting with a digit)')
+    if len(set(passed)) < len(passed):
+        raise ManifestError(f"Manifest item {name} mcp.passEnv names a variable twice; name each once")
+    both = sorted(set(env) & set(passed))
+    if both:
+        raise ManifestError(f"Manifest item {name} mcp names {both[0]} in both env and passEnv; keep one (passEnv for a secret)")
 
 
 def source_failure(item_id: str, detail: str) -> SourceError:
@@ -1258,7 +1287,7 @@ def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
 
         import anyio
         from mcp import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
     except ImportError:
         raise SourceError(f"Source {name} is an MCP resource but the mcp package is not installed; install it with `pip install -r requirements-mcp.txt` (mcp==2.3.0)") from None
     timeout = mcp_timeout(spec)
@@ -1266,11 +1295,12 @@ def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
     server = f"MCP server {command[0]!r}"
     if base_dir is not None and not os.path.isdir(base_dir):
         raise SourceError(f"Source {name}: the manifest's folder {base_dir} does not exist, and the MCP server runs there; create it first")
+    env, secrets = mcp_environment(item, get_default_environment())
     for noisy in ("mcp", "asyncio"):  # the SDK logs server trouble on stderr; the one HOLD line says it instead
         logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
 
     async def read():
-        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=base_dir)
+        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=base_dir, env=env)
         with open(os.devnull, "w") as devnull:
             async with stdio_client(params, errlog=devnull) as (reader, writer):
                 async with ClientSession(reader, writer) as session:
@@ -1290,7 +1320,7 @@ def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
         leaf = mcp_leaf_error(exc)
         if isinstance(leaf, (KeyboardInterrupt, SystemExit)):
             raise leaf from None
-        code, message = getattr(leaf, "code", None), str(getattr(leaf, "message", "") or leaf)
+        code, message = getattr(leaf, "code", None), hide_values(str(getattr(leaf, "message", "") or leaf), secrets)
         if isinstance(leaf, TimeoutError):
             raise SourceError(f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)") from None
         if isinstance(leaf, OSError):
@@ -1301,8 +1331,27 @@ def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
             raise SourceError(f"Source {name}: MCP resource {uri} does not exist on {server} ({clip(message, 120)}); check mcp.uri") from None
         if isinstance(code, int):
             raise SourceError(f"Source {name}: {server} refused to read {uri} (error {code}: {clip(message, 120)}); check the uri and the server") from None
-        raise SourceError(f"Source {name}: MCP resource {uri} could not be read ({clip(f'{type(leaf).__name__}: {leaf}', 160)}); check the uri and the server") from None
+        raise SourceError(f"Source {name}: MCP resource {uri} could not be read ({clip(hide_values(f'{type(leaf).__name__}: {leaf}', secrets), 160)}); check the uri and the server") from None
     return mcp_text_bytes(name, uri, result)
+
+
+def mcp_environment(item: dict, default: dict) -> tuple[dict, list]:
+    """The server's whole environment: the SDK's minimal default, then mcp.env, then mcp.passEnv's
+    variables copied from ours (a missing one is refused before anything launches); and the passed values."""
+    spec = item["mcp"]
+    missing = [key for key in spec.get("passEnv", []) if key not in os.environ]
+    if missing:
+        raise SourceError(f"Source {item['id']}: its MCP server needs {missing[0]} from the environment (mcp.passEnv), "
+                          f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)")
+    passed = {key: os.environ[key] for key in spec.get("passEnv", [])}
+    return {**default, **spec.get("env", {}), **passed}, [v for v in passed.values() if len(v) >= 4]
+
+
+def hide_values(text: str, secrets: list) -> str:
+    """text with every value passed through mcp.passEnv replaced: a server's error may echo one."""
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, "[redacted]")
+    return text
 
 
 def mcp_timeout(spec: dict) -> float:
@@ -2399,6 +2448,8 @@ def cmd_seal(args) -> dict:
     count = len(args.files) + bool(args.mcp_uri)
     if not 1 <= count <= 3:
         raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
+    if (args.mcp_env or args.mcp_pass_env) and not args.mcp_uri:
+        raise UsageError("--mcp-env and --mcp-pass-env set the MCP item's server environment: they need --mcp-uri and --mcp-command")
     items = [seal_file_item(base, path, n) for n, path in enumerate(args.files, 1)]
     paths = [i["path"] for i in items]
     for path in paths:
@@ -2464,12 +2515,30 @@ def seal_mcp_item(args, n: int) -> dict:
         command = strict_json(args.mcp_command) if args.mcp_command.lstrip().startswith("[") else args.mcp_command.split()
     except ValueError:
         raise ManifestError("--mcp-command must be a JSON list of strings or a plain command") from None
-    item = {"id": args.mcp_id or f"mcp{n}", "mcp": {"command": command, "uri": args.mcp_uri}, "sha256": "0" * 64}
+    spec = {"command": command, "uri": args.mcp_uri}
+    if args.mcp_env:
+        spec["env"] = seal_mcp_env(args.mcp_env)
+    if args.mcp_pass_env:
+        spec["passEnv"] = list(args.mcp_pass_env)
+    item = {"id": args.mcp_id or f"mcp{n}", "mcp": spec, "sha256": "0" * 64}
     check_item(item, n)
     data = read_mcp_source(item, os.path.dirname(os.path.abspath(args.out)))
     item["sha256"] = sha256_hex(data)
     check_source_bytes(item, data)
     return item
+
+
+def seal_mcp_env(pairs: list) -> dict:
+    """--mcp-env NAME=VALUE flags as mcp.env (the value is sealed in the manifest: never a secret)."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not is_env_name(key):
+            raise UsageError(f"--mcp-env {clip(pair.split('=')[0], 40)!r}... must be NAME=VALUE with a variable name (letters, digits and _); for a secret use --mcp-pass-env NAME")
+        if key in env:
+            raise UsageError(f"--mcp-env names {key} twice; give each variable once")
+        env[key] = value
+    return env
 
 
 def cmd_verify(args) -> dict:
@@ -3089,6 +3158,8 @@ def add_seal_flags(p) -> None:
     p.add_argument("--mcp-command", help="MCP server argv (JSON list or plain command) for one MCP item")
     p.add_argument("--mcp-uri", help="the MCP resource uri for that item")
     p.add_argument("--mcp-id", help="the MCP item's id (default mcpN)")
+    p.add_argument("--mcp-env", action="append", metavar="NAME=VALUE", help="a setting for the MCP server, sealed in the manifest (repeatable; never a secret)")
+    p.add_argument("--mcp-pass-env", action="append", metavar="NAME", help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)")
     p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
     p.add_argument("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)")
 

@@ -9,6 +9,11 @@ Resources:
   docs://big    text: 3,001 bytes, one over the source bound
   docs://blob   binary (a blob resource): must be refused as "not text"
   docs://slow   text, but only after sleeping --slow-seconds (default 600): longer than any short timeout
+  docs://env-file   text: the file named by the DOCS_PATH environment variable (as servers that take
+                    their data folder from the environment do); an error when DOCS_PATH is unset, and
+                    one that echoes DOCS_PATH's value when the file cannot be read
+  docs://env-names  text: the sorted names (never the values) of every variable in the server's environment
+  docs://key-visible  text: whether OPENAI_API_KEY is in the server's environment
 Tool:
   delete_everything   must never be called; calling it writes a marker beside the log
 
@@ -27,6 +32,7 @@ import time
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 from mcp.server.stdio import stdio_server
 
 ALPHA = ("STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
@@ -79,6 +85,25 @@ def build(args) -> MCPServer:
     async def slow() -> str:
         await anyio.sleep(args.slow_seconds)
         return ALPHA
+
+    @app.resource("docs://env-file", mime_type="text/plain")
+    def env_file() -> str:
+        path = os.environ.get("DOCS_PATH")
+        if not path:
+            raise ValueError("DOCS_PATH is not set: this server reads its document from the file it names")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
+        except OSError as exc:  # echoes the setting in its error, as careless servers do
+            raise MCPError(-32001, f"cannot read DOCS_PATH={path}: {exc.strerror}") from None
+
+    @app.resource("docs://env-names", mime_type="text/plain")
+    def env_names() -> str:
+        return "Environment variable names this MCP server sees: " + " ".join(sorted(os.environ)) + "\n"
+
+    @app.resource("docs://key-visible", mime_type="text/plain")
+    def key_visible() -> str:
+        return f"OPENAI_API_KEY visible to this MCP server: {'yes' if 'OPENAI_API_KEY' in os.environ else 'no'}\n"
 
     @app.tool()
     def delete_everything(confirm: bool = False) -> str:

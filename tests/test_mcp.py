@@ -14,7 +14,7 @@ import time
 import pytest
 
 import durable_job
-from conftest import ALPHA, BETA, PROGRAM, TESTS, Result, Workspace, clean_env, sha256
+from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, TESTS, Result, Workspace, clean_env, sha256
 
 SERVER = os.path.join(TESTS, "mcp_server.py")
 BIG = "x" * 3000 + "\n"                         # mcp_server.py's docs://big: one byte over the bound
@@ -164,6 +164,103 @@ def test_a_resource_changed_between_start_and_resume_stops_the_job_like_a_change
 
 
 # ---------------------------------------------------------------------------
+# the server's environment: mcp.env (sealed settings) and mcp.passEnv (secrets from the caller)
+
+SECRET_TOKEN = "docs-token-" + "s3cr3t" * 4  # a made-up read token: it must reach the server and nothing else
+
+
+def env_names(text: str) -> set:
+    return set(text.split(": ", 1)[1].split())
+
+
+def all_state_bytes(ws: Workspace) -> bytes:
+    out = b""
+    for dirpath, _, files in os.walk(ws.state):
+        for name in files:
+            with open(os.path.join(dirpath, name), "rb") as fh:
+                out += fh.read()
+    return out
+
+
+def test_a_server_gets_its_sealed_env_and_passed_secrets_and_nothing_else(ws, docs):
+    """seal --mcp-env / --mcp-pass-env: a literal setting is sealed in the manifest, a secret is copied from the
+    caller at each launch and never written; the server's whole environment is the SDK's minimal default plus
+    exactly those (the caller's API key, other settings and PYTHON* variables never reach it)."""
+    from mcp.client.stdio import get_default_environment
+
+    served = os.path.join(ws.root, "report-for-server.txt")
+    with open(served, "w") as fh:
+        fh.write(BETA)
+    caller = {"OPENAI_API_KEY": FAKE_KEY, "DOCS_TOKEN": SECRET_TOKEN, "DOCS_PATH": "/caller/own/value",
+              "CALLER_ONLY_SETTING": "x"}
+    ws.env.update(caller)
+    seal = ["seal", "--job-id", "mcp-env", "--approved-by", "owner@example.test", "--mode", "fake", "--model", "fake-structural-1",
+            "--mcp-command", json.dumps(docs.command())]
+    names_out = os.path.join(ws.src, "names.json")
+    sealed = ws.run(*seal, "--out", names_out, "--mcp-uri", "docs://env-names", "--mcp-id", "names",
+                    "--mcp-env", "DOCS_MODE=audit", "--mcp-pass-env", "DOCS_TOKEN").ok()
+    names_item = sealed["items"][0]
+    assert names_item["mcp"]["env"] == {"DOCS_MODE": "audit"} and names_item["mcp"]["passEnv"] == ["DOCS_TOKEN"]
+    report_item = ws.run(*seal, "--out", os.path.join(ws.src, "report.json"), "--mcp-uri", "docs://env-file",
+                         "--mcp-id", "report", "--mcp-env", f"DOCS_PATH={served}").ok()["items"][0]
+    assert report_item["sha256"] == sha256(BETA)  # the server read the file its sealed DOCS_PATH names
+    mcp_manifest(ws, report_item, names_item)
+    with open(ws.manifest, "rb") as fh:
+        manifest_bytes = fh.read()
+
+    started = ws.start()
+    out = started.ok()
+    assert {r["itemId"]: r["status"] for r in out["results"]} == {"report": "validated", "names": "validated"}
+    seen = env_names(by_id(ws.run("inspect").ok()["results"])["names"]["summary"])
+    allowed = set(get_default_environment()) | {"DOCS_MODE", "DOCS_TOKEN", "LC_CTYPE"}  # LC_CTYPE: Python's C-locale coercion
+    assert {"DOCS_MODE", "DOCS_TOKEN"} <= seen and seen <= allowed, seen
+    assert not seen & {"OPENAI_API_KEY", "DOCS_PATH", "CALLER_ONLY_SETTING", "PYTHONDONTWRITEBYTECODE"}
+    for where, data in (("manifest", manifest_bytes), ("state", all_state_bytes(ws)),
+                        ("output", (json.dumps(sealed) + started.stdout + started.stderr).encode())):
+        assert SECRET_TOKEN.encode() not in data, f"the passed secret is in the {where}"
+
+    ws.run("seal", *seal[1:], "--out", names_out, "--force", "--mcp-uri", "docs://env-names",
+           "--mcp-env", "NOT A NAME=x").held("UsageError", "--mcp-env", "NAME=VALUE", "--mcp-pass-env")
+    ws.run(*seal[:9], "--out", names_out, "--force", "--mcp-pass-env", "DOCS_TOKEN", os.path.join(ws.src, "names.json")).held(
+        "--mcp-pass-env", "need --mcp-uri")
+
+
+def test_the_api_key_reaches_only_a_server_that_names_it_in_pass_env(ws, docs):
+    no, yes = ("OPENAI_API_KEY visible to this MCP server: no\n", "OPENAI_API_KEY visible to this MCP server: yes\n")
+    mcp_manifest(ws, docs.item("unasked", "docs://key-visible", no),
+                 docs.item("asked", "docs://key-visible", yes, passEnv=["OPENAI_API_KEY"]))
+    out = ws.start(env={"OPENAI_API_KEY": FAKE_KEY}).ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"]
+    saved = by_id(ws.run("inspect").ok()["results"])
+    assert saved["unasked"]["summary"].endswith(": no") and saved["asked"]["summary"].endswith(": yes")
+    assert FAKE_KEY.encode() not in all_state_bytes(ws)
+
+
+def test_a_missing_pass_env_variable_holds_naming_it_and_launches_and_calls_nothing(ws, docs, provider):
+    item = docs.item("names", "docs://key-visible", "OPENAI_API_KEY visible to this MCP server: no\n", passEnv=["DOCS_TOKEN"])
+    mcp_manifest(ws, item, files={"alpha": ALPHA}, mode="openai", model="gpt-test")
+    ws.env.update(provider.env())
+    result = ws.start()
+    assert result.code == 2
+    result.held("HOLD: SourceError: Source names", "needs DOCS_TOKEN from the environment (mcp.passEnv)",
+                "export DOCS_TOKEN and run the command again")
+    assert not os.path.exists(ws.state) and provider.requests() == [] and docs.sessions() == []
+    out = ws.start(env={"DOCS_TOKEN": SECRET_TOKEN}).ok()  # the fix: export it
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"]
+    assert len(provider.requests()) == 2
+    ws.run("status").ok()  # read-only commands never launch a server, so never need the variable
+    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held("needs DOCS_TOKEN")
+
+
+def test_a_passed_secret_that_the_servers_error_echoes_is_never_printed(ws, docs):
+    missing = f"/nonexistent/{SECRET_TOKEN}/report.txt"
+    mcp_manifest(ws, docs.item("report", "docs://env-file", BETA, passEnv=["DOCS_PATH"]))
+    result = ws.start(env={"DOCS_PATH": missing})
+    line = result.held("HOLD: SourceError: Source report", "[redacted]")
+    assert SECRET_TOKEN not in result.stdout + result.stderr, line
+
+
+# ---------------------------------------------------------------------------
 # each failure names its cause, with one HOLD line, and changes nothing
 # (the cases run concurrently, once per module: each MCP launch costs seconds)
 
@@ -293,7 +390,16 @@ def test_a_file_only_job_never_imports_mcp(ws, tmp_path):
     ({"command": "python server.py", "uri": "docs://alpha"}, "mcp.command must be a list"),
     ({"command": [], "uri": "docs://alpha"}, "mcp.command must be a list"),
     ({"command": ["x"], "uri": ""}, "mcp.uri must be a non-empty string"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": {}}, "mcp must be"),
+    ({"command": ["x"], "uri": "docs://alpha", "environment": {}}, "mcp must be"),
+    ({"command": ["x"], "uri": "docs://alpha", "env": ["DOCS_PATH=x"]}, "mcp.env must be an object"),
+    ({"command": ["x"], "uri": "docs://alpha", "env": {"1BAD": "x"}}, "mcp.env must be an object"),
+    ({"command": ["x"], "uri": "docs://alpha", "env": {"A-B": "x"}}, "mcp.env must be an object"),
+    ({"command": ["x"], "uri": "docs://alpha", "env": {"DOCS_PATH": 3}}, "mcp.env.DOCS_PATH must be a string"),
+    ({"command": ["x"], "uri": "docs://alpha", "env": {"OPENAI_API_KEY": "sk-x"}}, "list it in mcp.passEnv"),
+    ({"command": ["x"], "uri": "docs://alpha", "passEnv": "DOCS_TOKEN"}, "mcp.passEnv must be a list"),
+    ({"command": ["x"], "uri": "docs://alpha", "passEnv": ["DOCS TOKEN"]}, "mcp.passEnv must be a list"),
+    ({"command": ["x"], "uri": "docs://alpha", "passEnv": ["T", "T"]}, "names a variable twice"),
+    ({"command": ["x"], "uri": "docs://alpha", "env": {"T": "1"}, "passEnv": ["T"]}, "in both env and passEnv"),
     ({"command": ["x"], "uri": "docs://alpha", "timeoutSeconds": True}, "timeoutSeconds must be a number"),
     ({"command": ["x"], "uri": "docs://alpha", "timeoutSeconds": 0}, "timeoutSeconds must be a number"),
 ])
