@@ -1121,8 +1121,10 @@ def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError
 def not_sent_failure(item_id: str, url: str, exc: BaseException) -> JobError:
     cause = exc.__cause__ or exc
     why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
-    return ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
-                         f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `resume`")
+    error = ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
+                          f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `resume`")
+    error.not_sent = True
+    return error
 
 
 ###############################################################################
@@ -1674,6 +1676,10 @@ def first_of(errors: list) -> BaseException:
     first = errors[0]
     if len(errors) == 1 or not isinstance(first, JobError):
         return first
+    if all(getattr(e, "not_sent", False) for e in errors):  # nothing left this machine: the journal lists none of them
+        more = type(first)(f"{first} (and {len(errors) - 1} more of this run's parallel calls were not sent either)")
+        more.not_sent = True
+        return more
     more = type(first)(f"{first} (and {len(errors) - 1} more of this run's parallel calls failed: `status` lists every call)")
     more.uncertain = getattr(first, "uncertain", False)
     return more

@@ -3,7 +3,7 @@ import os
 import signal
 import time
 
-from conftest import ALPHA, BETA, GAMMA, hold_sqlite_lock, kill_group, openai_workspace, wait_for
+from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Provider, free_port, hold_sqlite_lock, kill_group, openai_workspace, wait_for
 
 import durable_job as dj
 
@@ -57,6 +57,26 @@ def test_one_failed_call_among_parallel_ones_is_uncertain_and_alone(ws, provider
     assert [r["status"] for r in out["results"]] == ["validated"] * 3
     keys = [r["client_request_id"] for r in provider.requests()]
     assert len(keys) == 4 and len(set(keys)) == 4 and keys[-1] == key[:-2] + ":2"
+
+
+def test_parallel_calls_to_a_port_where_nothing_listens_are_no_calls_and_resume_after_the_fix_sends_each_once(ws, tmp_path):
+    """Three calls in flight at once, none of them could connect: the journal keeps none of them, the HOLD
+    line says the others were not sent either (not "status lists every call"), and resume sends each once."""
+    port = free_port()
+    ws.write_manifest(sources=THREE, mode="openai", model="gpt-test", maxConcurrentCalls=3, maxAttemptsPerItem=1, maxModelCalls=3)
+    ws.env.update({"OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "DURABLE_JOB_OPENAI_TIMEOUT": "5"})
+    ws.start().held("was not sent", f"127.0.0.1:{port}/v1/responses", "OPENAI_BASE_URL",
+                    "and 2 more of this run's parallel calls were not sent either")
+    assert ws.db_rows() == []
+    provider = Provider(tmp_path, port=port)
+    try:
+        out = ws.run("resume").ok()
+        assert [r["status"] for r in out["results"]] == ["validated"] * 3
+        rows = ws.db_rows()
+        assert sorted(r["client_request_id"] for r in provider.requests()) == sorted(key for key, *_ in rows)
+        assert sorted(row[1:] for row in rows) == [("alpha", "completed", 1), ("beta", "completed", 1), ("gamma", "completed", 1)]
+    finally:
+        provider.stop()
 
 
 def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
