@@ -1027,8 +1027,9 @@ def unsent_url(exc: BaseException) -> str | None:
     are raised only while opening the connection: TCP connect (refused, unreachable), name
     resolution, and the TLS handshake, all before the request's first byte is written; a failure
     while writing or reading is a WriteError, ReadError or RemoteProtocolError and stays pending.
-    The HTTP client is made for this one call (openai_call) with retries off, so no pooled
-    connection could have carried an earlier attempt of the request.
+    The HTTP client is made for this one call (openai_call) with the SDK's retries and redirects
+    off, so the failing connection is the only one the call ever tried: no pooled or earlier
+    connection could have carried the request first.
     """
     openai = _WARMED.get("openai")
     if openai is None or not isinstance(exc, openai.APIConnectionError):
@@ -2465,10 +2466,10 @@ def cmd_seal(args) -> dict:
         twins = [i for i in items if i["id"] == item["id"]]
         if len(twins) > 1:
             for twin in twins:
-                twin["id"] = os.path.splitext(twin["path"])[0][-80:]
+                twin["id"] = os.path.splitext(twin["path"])[0][-80:].lstrip("/")  # an absolute path's id has no leading /
             if len({t["id"] for t in twins}) < len(twins):
                 for twin in twins:
-                    twin["id"] = twin["path"][-80:]
+                    twin["id"] = twin["path"][-80:].lstrip("/")
     if args.mcp_uri:
         os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
         items.append(seal_mcp_item(args, len(items) + 1))

@@ -754,6 +754,11 @@ def test_seal_writes_sources_outside_the_folder_as_absolute_paths_and_inside_one
         fh.write("changed after sealing\n")
     ws.run("resume").held("Source bound/hash/size failure: gamma")
 
+    twins = [ws.write_source(f"../shared/{sub}/report.txt", text) for sub, text in (("a", ALPHA), ("b", BETA))]
+    ids = [i["id"] for i in ws.run("seal", "--out", os.path.join(folder, "twins.json"), "--job-id", "tw", "--approved-by", "o",
+                                   "--mode", "fake", "--model", "m", *twins).ok()["items"]]
+    assert ids[0].endswith("shared/a/report") and ids[1].endswith("shared/b/report") and not any(i.startswith("/") for i in ids)
+
 
 def test_seal_refuses_every_broken_source_rule(ws):
     folder = os.path.join(ws.root, "job")
