@@ -298,23 +298,49 @@ def test_a_connection_that_never_opened_is_no_call_and_resume_after_the_fix_just
         provider.stop()
 
 
-@pytest.mark.parametrize("where", ["refused", "no-such-name", "tls-to-plain-http"])
+def full_backlog_port(stack) -> int:
+    """A loopback port whose listen queue is full (backlog 0, never accepted): a new connection's SYN is
+    dropped, so connecting times out while nothing is ever written."""
+    import socket
+
+    server = stack.enter_context(socket.socket())
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    for _ in range(3):
+        filler = stack.enter_context(socket.socket())
+        filler.setblocking(False)
+        try:
+            filler.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+    time.sleep(0.2)
+    return port
+
+
+@pytest.mark.parametrize("where", ["refused", "no-such-name", "tls-to-plain-http", "connect-timeout"])
 def test_get_or_call_forgets_a_request_that_never_left_and_raises_the_sdks_error(openai_env, monkeypatch, tmp_path, where):
-    """In process: connection refused, a name that does not resolve, and a TLS handshake that fails
-    (https to a plain-HTTP server: its log shows no request) are the SDK's APIConnectionError caused by
-    the HTTP client's ConnectError. The row is removed, a not-sent event kept, and the next call is attempt 1."""
+    """In process: connection refused, a name that does not resolve, a TLS handshake that fails (https to
+    a plain-HTTP server: its log shows no request) and a connect that times out are the SDK's
+    APIConnectionError caused by the HTTP client's ConnectError or ConnectTimeout. The row is removed,
+    a not-sent event kept, and the next call is attempt 1 again."""
+    import contextlib
+
     import openai
 
     provider = openai_env
+    monkeypatch.setenv("DURABLE_JOB_OPENAI_TIMEOUT", "1")
     port = int(provider.base_url.rsplit(":", 1)[1].split("/")[0])
-    url = {"refused": f"http://127.0.0.1:{free_port()}/v1", "no-such-name": "http://durable-job-test.invalid/v1",
-           "tls-to-plain-http": f"https://127.0.0.1:{port}/v1"}[where]
+    stack = contextlib.ExitStack()
+    url = {"refused": lambda: f"http://127.0.0.1:{free_port()}/v1", "no-such-name": lambda: "http://durable-job-test.invalid/v1",
+           "tls-to-plain-http": lambda: f"https://127.0.0.1:{port}/v1",
+           "connect-timeout": lambda: f"http://127.0.0.1:{full_backlog_port(stack)}/v1"}[where]()
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     db = durable_job.ledger(str(tmp_path / "effects.sqlite"))
     prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
-    with pytest.raises(openai.APIConnectionError) as caught:
+    with stack, pytest.raises(openai.APIConnectionError) as caught:
         durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
-    assert type(caught.value.__cause__).__name__ == "ConnectError"
+    assert type(caught.value.__cause__).__name__ == ("ConnectTimeout" if where == "connect-timeout" else "ConnectError")
     assert calls(db) == [] and provider.requests() == []
     assert [e["event"] for e in named(db, "SELECT event FROM call_events ORDER BY id")] == ["dispatch", "not-sent"]
 
