@@ -17,20 +17,13 @@ from __future__ import annotations
 import argparse
 import contextvars
 import fcntl
+import hashlib
 import json
 import os
 import sqlite3
 import stat
 import sys
 import time
-
-try:  # the builtin sha256 spares every command loading OpenSSL's libcrypto (hashlib's _hashlib)
-    from _sha256 import sha256 as _sha256
-except ImportError:  # other Pythons name it differently, or only hashlib has it
-    try:
-        from _sha2 import sha256 as _sha256
-    except ImportError:
-        from hashlib import sha256 as _sha256
 
 ###############################################################################
 # Constants and contract
@@ -142,7 +135,7 @@ def is_sha256_hex(value) -> bool:
 
 
 def sha256_hex(data: bytes) -> str:
-    return _sha256(data).hexdigest()
+    return hashlib.sha256(data).hexdigest()
 
 
 def code_sha256() -> str:
