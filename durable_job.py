@@ -1769,11 +1769,39 @@ def invoke_graph(ctx: Context, checkpoints: sqlite3.Connection, resume_value) ->
 ###############################################################################
 
 
+# LangGraph internals the reader below depends on: none of them is public API.
+# Checked against langgraph 1.2.16, langgraph-checkpoint 4.3.2 and
+# langgraph-checkpoint-sqlite 3.1.2 (the versions job.json seals). After an
+# upgrade, run test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says:
+# it compares this reader with LangGraph's own get_state.
+# - SqliteSaver's tables: `checkpoints` (thread_id, checkpoint_ns, checkpoint_id,
+#   type, checkpoint) and `writes` (... task_id, channel, type, value). A
+#   checkpoint_id is a uuid6, so its text order is time order (SqliteSaver's
+#   own get_tuple takes the latest the same way).
+# - A checkpoint is a msgpack map whose `channel_values` holds the state's own
+#   channels (STATE_KEYS) beside LangGraph's routing channels (`branch:to:<node>`),
+#   which the reader skips.
+# - A write on `__interrupt__` beside the latest checkpoint: the thread waits at
+#   an interrupt(); on `__resume__`: a resume value (a decision) saved for it.
+# - JsonPlusSerializer's type tags: "msgpack" for a value, "null" for None. It
+#   stores LangGraph's own objects (an Interrupt, a delta snapshot, ...) as msgpack
+#   ext types; the reader decodes none of them, and refuses one found in a value it reads.
+LG_CHECKPOINTS_TABLE = "checkpoints"
+LG_WRITES_TABLE = "writes"
+LG_ROOT_NAMESPACE = ""  # checkpoint_ns of the top-level graph
+LG_CHANNEL_VALUES = "channel_values"
+LG_INTERRUPT_CHANNEL = "__interrupt__"
+LG_RESUME_CHANNEL = "__resume__"
+LG_MSGPACK_TYPE = "msgpack"
+LG_NULL_TYPE = "null"
+
+
 def read_checkpoint(state_dir: str, job: dict) -> dict:
     """Latest checkpoint values of the job's thread, plus whether it waits at review.
 
-    Read straight from checkpoints.sqlite (msgpack) so status and inspect need no
-    langgraph import; values are plain JSON types, decoded exactly.
+    Read straight from checkpoints.sqlite with ormsgpack, so status and inspect
+    need no langgraph import (about 1.5 s saved per command); values are plain
+    JSON types, decoded exactly.
     """
     path = job_path(state_dir, CHECKPOINTS_FILE)
     empty = {"values": {}, "waiting": False, "savedDecision": None}
@@ -1781,19 +1809,19 @@ def read_checkpoint(state_dir: str, job: dict) -> dict:
         return empty
     conn = connect_sqlite(path, readonly=True)
     try:
-        if not table_exists(conn, "checkpoints"):
+        if not table_exists(conn, LG_CHECKPOINTS_TABLE):
             return empty
         row = conn.execute(
-            "SELECT checkpoint_id, type, checkpoint FROM checkpoints WHERE thread_id=? AND checkpoint_ns='' "
-            "ORDER BY checkpoint_id DESC LIMIT 1", (job["threadId"],)).fetchone()
+            f"SELECT checkpoint_id, type, checkpoint FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id=? AND checkpoint_ns=? "
+            "ORDER BY checkpoint_id DESC LIMIT 1", (job["threadId"], LG_ROOT_NAMESPACE)).fetchone()
         if row is None:
             return empty
-        channels = decode_checkpoint(row[1], row[2]).get("channel_values", {})
-        values = {key: channels[key] for key in STATE_KEYS if key in channels}  # not LangGraph's own branch:* channels
+        channels = decode_checkpoint(row[1], row[2], path).get(LG_CHANNEL_VALUES, {})
+        values = {key: plain_value(channels[key], key, path) for key in STATE_KEYS if key in channels}
         waiting = conn.execute(
-            "SELECT 1 FROM writes WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=? AND channel='__interrupt__' LIMIT 1",
-            (job["threadId"], row[0])).fetchone() is not None and not values.get("final")
-        saved = saved_decision(conn, job["threadId"], row[0]) if waiting else None
+            f"SELECT 1 FROM {LG_WRITES_TABLE} WHERE thread_id=? AND checkpoint_ns=? AND checkpoint_id=? AND channel=? LIMIT 1",
+            (job["threadId"], LG_ROOT_NAMESPACE, row[0], LG_INTERRUPT_CHANNEL)).fetchone() is not None and not values.get("final")
+        saved = saved_decision(conn, job["threadId"], row[0], path) if waiting else None
     except sqlite3.DatabaseError as exc:
         raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
     finally:
@@ -1801,7 +1829,7 @@ def read_checkpoint(state_dir: str, job: dict) -> dict:
     return {"values": values, "waiting": waiting and saved is None, "savedDecision": saved}
 
 
-def saved_decision(conn, thread_id: str, checkpoint_id: str) -> dict | None:
+def saved_decision(conn, thread_id: str, checkpoint_id: str, path: str) -> dict | None:
     """A decision that a `decide` saved but did not finish recording (it was killed), else None.
 
     LangGraph keeps the resume value (and, once the review node has returned, its
@@ -1811,13 +1839,11 @@ def saved_decision(conn, thread_id: str, checkpoint_id: str) -> dict | None:
     and `resume` finishes recording it.
     """
     rows = conn.execute(
-        "SELECT type, value FROM writes WHERE thread_id=? AND checkpoint_ns='' AND checkpoint_id=? "
-        "AND channel IN ('final', '__resume__') ORDER BY channel = 'final' DESC, task_id DESC",
-        (thread_id, checkpoint_id)).fetchall()
-    for kind, blob in rows:
-        if kind == "null" or not blob:
-            continue
-        value = decode_checkpoint(kind, blob)
+        f"SELECT channel, type, value FROM {LG_WRITES_TABLE} WHERE thread_id=? AND checkpoint_ns=? AND checkpoint_id=? "
+        "AND channel IN ('final', ?) ORDER BY channel = 'final' DESC, task_id DESC",
+        (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, LG_RESUME_CHANNEL)).fetchall()
+    for channel, kind, blob in rows:
+        value = plain_value(decode_checkpoint(kind, blob, path), channel, path)
         if isinstance(value, list) and value:  # a task's resume values, one per interrupt
             value = value[-1]
         if isinstance(value, dict) and value.get("decision"):
@@ -1825,89 +1851,41 @@ def saved_decision(conn, thread_id: str, checkpoint_id: str) -> dict | None:
     return None
 
 
-def decode_checkpoint(kind: str, blob: bytes) -> dict:
-    if kind == "msgpack":
-        try:  # the stdlib reader below spares status/inspect importing ormsgpack (and dataclasses, inspect, ...)
-            return unpack_msgpack(blob)
-        except Exception:
-            pass  # anything it does not know: ormsgpack decides, exactly as before
-        import ormsgpack
+class LangGraphObject:
+    """A value LangGraph stored as a msgpack ext type (one of its own objects): kept opaque, never guessed."""
 
-        return ormsgpack.unpackb(blob, ext_hook=lambda code, data: None)
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-    return JsonPlusSerializer().loads_typed((kind, blob))
+    def __init__(self, code: int):
+        self.code = code
 
 
-def unpack_msgpack(blob: bytes):
-    """Decode msgpack like ormsgpack.unpackb with ext_hook returning None: str map keys only, ext → None."""
-    import struct
-
-    data = memoryview(blob)
-    pos = 0
-
-    def take(n):
-        nonlocal pos
-        if pos + n > len(data):
-            raise ValueError("truncated msgpack")
-        pos += n
-        return data[pos - n:pos]
-
-    def value():
-        b = take(1)[0]
-        if b <= 0x7f or b >= 0xe0:
-            return b if b <= 0x7f else b - 0x100
-        if b <= 0x8f:
-            return mapping(b & 0x0f)
-        if b <= 0x9f:
-            return [value() for _ in range(b & 0x0f)]
-        if b <= 0xbf:
-            return str(take(b & 0x1f), "utf-8")
-        if b in _MSGPACK_CONSTANTS:
-            return _MSGPACK_CONSTANTS[b]
-        if b in _MSGPACK_NUMBERS:
-            fmt, size = _MSGPACK_NUMBERS[b]
-            return struct.unpack(fmt, take(size))[0]
-        if b in _MSGPACK_FIXEXT:
-            take(1 + _MSGPACK_FIXEXT[b])
-            return None
-        if b not in _MSGPACK_SIZED:
-            raise ValueError(f"msgpack byte 0x{b:02x}")
-        kind, width = _MSGPACK_SIZED[b]
-        n = int.from_bytes(take(width), "big")
-        if kind == "str":
-            return str(take(n), "utf-8")
-        if kind == "bin":
-            return bytes(take(n))
-        if kind == "array":
-            return [value() for _ in range(n)]
-        if kind == "map":
-            return mapping(n)
-        take(1 + n)  # ext: its type byte and payload decode to None
+def decode_checkpoint(kind: str, blob: bytes | None, path: str):
+    """One serialized checkpoint or write, as JsonPlusSerializer wrote it (see the LG_* names above)."""
+    if kind == LG_NULL_TYPE:
         return None
+    if kind != LG_MSGPACK_TYPE:
+        raise StateError(f"{path} holds a value of serializer type {kind!r}, which this program never writes; "
+                         "the reader knows LangGraph's msgpack only: restore the file, or inspect it with the sealed dependency versions")
+    import ormsgpack
 
-    def mapping(n):
-        out = {}
-        for _ in range(n):
-            key = value()
-            if type(key) is not str:
-                raise ValueError("msgpack map key is not a string")
-            out[key] = value()
-        return out
-
-    result = value()
-    if pos != len(data):
-        raise ValueError("bytes after the msgpack value")
-    return result
+    try:
+        return ormsgpack.unpackb(blob, ext_hook=lambda code, data: LangGraphObject(code))
+    except ValueError as exc:
+        raise StateError(f"{path} holds a checkpoint that is not valid msgpack ({exc}); it is left untouched: restore it from a backup") from None
 
 
-_MSGPACK_CONSTANTS = {0xc0: None, 0xc2: False, 0xc3: True}
-_MSGPACK_NUMBERS = {0xca: (">f", 4), 0xcb: (">d", 8), 0xcc: (">B", 1), 0xcd: (">H", 2), 0xce: (">I", 4), 0xcf: (">Q", 8),
-                    0xd0: (">b", 1), 0xd1: (">h", 2), 0xd2: (">i", 4), 0xd3: (">q", 8)}
-_MSGPACK_FIXEXT = {0xd4: 1, 0xd5: 2, 0xd6: 4, 0xd7: 8, 0xd8: 16}
-_MSGPACK_SIZED = {0xc4: ("bin", 1), 0xc5: ("bin", 2), 0xc6: ("bin", 4), 0xc7: ("ext", 1), 0xc8: ("ext", 2), 0xc9: ("ext", 4),
-                  0xd9: ("str", 1), 0xda: ("str", 2), 0xdb: ("str", 4), 0xdc: ("array", 2), 0xdd: ("array", 4),
-                  0xde: ("map", 2), 0xdf: ("map", 4)}
+def plain_value(value, channel: str, path: str):
+    """The value itself, refused if it holds a LangGraph object: the state's channels hold plain JSON values only."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, LangGraphObject):
+            raise StateError(f"{path} stores channel {channel!r} as a LangGraph object (msgpack ext {v.code}), not the plain value "
+                             "this program writes; was it written by another LangGraph version? Restore the sealed dependency versions")
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return value
 
 
 def current_draft(db, model_results: list) -> tuple[int, list]:

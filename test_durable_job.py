@@ -680,8 +680,46 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
     assert waiting == (moment == "awaiting-review")
     inspected = ws.run("inspect").ok()
     assert inspected["results"] == values.get("results", []) and inspected["final"] == values.get("final")
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    path = os.path.join(ws.state, "checkpoints.sqlite")
+    conn = sqlite3.connect(path)
+    blobs = conn.execute("SELECT type, checkpoint FROM checkpoints UNION ALL "
+                         "SELECT type, value FROM writes WHERE channel IN ('final', '__resume__')").fetchall()
+    conn.close()
+    assert blobs and all(dj.decode_checkpoint(t, b, path) == JsonPlusSerializer().loads_typed((t, b)) for t, b in blobs)
+
+
+def test_a_state_channel_stored_as_a_langgraph_object_is_refused_not_shown_empty(ws):
+    """The reader decodes plain values only: a LangGraph object (msgpack ext) where the results belong is named, never read as none."""
     import ormsgpack
 
-    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
-    blobs = [r[0] for r in conn.execute("SELECT checkpoint FROM checkpoints WHERE type='msgpack'")]
-    assert blobs and all(dj.unpack_msgpack(b) == ormsgpack.unpackb(b, ext_hook=lambda code, data: None) for b in blobs)
+    ws.start().ok()
+    path = os.path.join(ws.state, "checkpoints.sqlite")
+    conn = sqlite3.connect(path)
+    checkpoint_id, blob = conn.execute("SELECT checkpoint_id, checkpoint FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
+    checkpoint = ormsgpack.unpackb(blob)
+    results = checkpoint["channel_values"]["results"]
+    checkpoint["channel_values"]["results"] = ormsgpack.Ext(7, ormsgpack.packb(results))  # as a delta snapshot would be stored
+    conn.execute("UPDATE checkpoints SET checkpoint=? WHERE checkpoint_id=?", (ormsgpack.packb(checkpoint), checkpoint_id))
+    conn.commit()
+    conn.close()
+    for command in ("status", "inspect"):
+        ws.run(command).held("StateError", path, "'results'", "msgpack ext 7", "LangGraph version")
+
+
+def test_status_and_inspect_read_the_checkpoint_without_langgraph_or_openai(ws):
+    """The read-only commands decode checkpoints.sqlite themselves (ormsgpack): neither langgraph nor the SDK is imported."""
+    ws.start().ok()
+    code = ("import runpy, sys\n"
+            "sys.argv = ['durable_job.py', *sys.argv[1:]]\n"
+            "try:\n"
+            f"    runpy.run_path({dj.__file__!r}, run_name='__main__')\n"
+            "except SystemExit as exit:\n"
+            "    assert exit.code == 0, exit.code\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'openai', 'ormsgpack'}), file=sys.stderr)\n")
+    for command in ("status", "inspect"):
+        proc = subprocess.run([sys.executable, "-c", code, command, "--state-dir", ws.state, "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and json.loads(proc.stdout)["phase"] == "awaiting-review", proc.stderr
+        assert proc.stderr.strip() == "['ormsgpack']", (command, proc.stderr)
