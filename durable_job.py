@@ -1513,7 +1513,6 @@ class Context:
         check_state_files(state_dir)
         self.db = ledger(job_path(state_dir, EFFECTS_FILE))
         self.progress = sys.stderr.isatty()
-        self.early = None  # (thread, errors) of calls sent while langgraph loads (maxConcurrentCalls > 1)
 
     def config(self) -> dict:
         return {"configurable": {"thread_id": self.job["threadId"]}}
@@ -1566,7 +1565,7 @@ def build_graph(ctx: Context, checkpoints: sqlite3.Connection | None = None):
     def model(state):
         item = ctx.items[state["index"]]
         if ctx.concurrency > 1:
-            join_early_prefetch(ctx) or prefetch(ctx, ctx.items[state["index"]:])
+            prefetch(ctx, ctx.items[state["index"]:])
         prior = [] if ctx.concurrency > 1 else state["results"]
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
@@ -1640,7 +1639,7 @@ def unanswered(item: dict, refusal: BudgetError) -> dict:
 
 
 def prefetch(ctx: Context, items: list) -> None:
-    """Run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
+    """From a model step, run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     path = job_path(ctx.state_dir, EFFECTS_FILE)
@@ -1679,65 +1678,13 @@ def first_of(errors: list) -> BaseException:
     return more
 
 
-def start_early_prefetch(ctx: Context) -> None:
-    """With maxConcurrentCalls > 1 in openai mode, send the items still to do while langgraph loads.
-
-    The calls go through the same journal (pending before each request), so this
-    only moves them earlier: the first `model` node joins the thread and raises
-    its error where a sequential run would.
-    """
-    if ctx.concurrency <= 1 or ctx.job.get("mode") != "openai":
-        return
-    import threading
-
-    prepare_openai()
-    todo = ctx.items[read_checkpoint(ctx.state_dir, ctx.job)["values"].get("index", 0):]
-    errors: list = []
-
-    def run():
-        try:
-            prefetch(ctx, todo)
-        except BaseException as exc:  # handed to the model node
-            errors.append(exc)
-
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), daemon=True)
-    thread.start()
-    ctx.early = (thread, errors)
-
-
-def join_early_prefetch(ctx: Context) -> bool:
-    """Wait for the early calls, once; re-raise their first error. False when there were none."""
-    early = ctx.early
-    if early is None:
-        return False
-    ctx.early = None
-    early[0].join()
-    if early[1]:
-        raise early[1][0]
-    return True
-
-
-def settle_early_prefetch(ctx: Context) -> None:
-    """When a run ends without joining its early calls (an error first), wait for them to be journaled.
-
-    Their outcome is in the journal (completed, or pending for the next run to
-    stop on); the run's own error is the one reported.
-    """
-    early, ctx.early = ctx.early, None
-    if early is not None:
-        early[0].join()
-
-
 def run_graph(ctx: Context, resume_value=None) -> dict:
-    """Continue the thread: from its sealed beginning when no checkpoint exists yet."""
-    # opened (and its write lock tried) before any call is sent: a locked or read-only file refuses the run first
-    checkpoints = checkpoints_connection(ctx.state_dir)
-    if resume_value is None:
-        start_early_prefetch(ctx)
-    try:
-        return invoke_graph(ctx, checkpoints, resume_value)
-    finally:
-        settle_early_prefetch(ctx)
+    """Continue the thread: from its sealed beginning when no checkpoint exists yet.
+
+    No call goes out before the checkpoint file is open (its write lock tried:
+    a locked or read-only file refuses the run first) and the graph is built.
+    """
+    return invoke_graph(ctx, checkpoints_connection(ctx.state_dir), resume_value)
 
 
 def invoke_graph(ctx: Context, checkpoints: sqlite3.Connection, resume_value) -> dict:

@@ -80,7 +80,7 @@ def test_parallel_calls_to_a_port_where_nothing_listens_are_no_calls_and_resume_
 
 
 def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
-    """Parallel calls start while langgraph loads: a run that is refused must be refused before them."""
+    """Parallel calls go out only once the checkpoint file is open and the graph built: a locked file refuses the run first."""
     provider.behave("ok", by_input={"Item: beta": "500"})
     openai_workspace(ws, provider, sources=THREE, maxConcurrentCalls=3)
     ws.start().held("ProviderError", "stays pending")
@@ -97,6 +97,22 @@ def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
     assert len(provider.requests()) == 3 and ws.db_rows() == rows  # beta's second attempt was never sent
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["validated"] * 3 and len(provider.requests()) == 4
+
+
+def test_parallel_calls_are_journaled_only_after_the_graph_saved_its_first_checkpoint(ws, provider):
+    """No call goes out while LangGraph loads: every pending row is younger than the thread's first checkpoint."""
+    import ormsgpack
+    import sqlite3
+    from datetime import datetime
+
+    openai_workspace(ws, provider, sources=THREE, maxConcurrentCalls=3)
+    ws.start().ok()
+    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
+    blobs = [r[0] for r in conn.execute("SELECT checkpoint FROM checkpoints")]
+    conn.close()
+    first_checkpoint = min(datetime.fromisoformat(ormsgpack.unpackb(b)["ts"]) for b in blobs)
+    created = [datetime.fromisoformat(c.replace("Z", "+00:00")) for (c,) in ws.db_rows("SELECT created_utc FROM calls")]
+    assert len(created) == 3 and min(created) > first_checkpoint, (created, first_checkpoint)
 
 
 def test_when_parallel_calls_fail_differently_the_hold_line_names_the_uncertain_one_first(ws, provider):
