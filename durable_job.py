@@ -2475,12 +2475,15 @@ def cmd_verify(args) -> dict:
         checks = verify_checks(snap)
     finally:
         snap.close()
-    failed = [c for c in checks if not c["ok"]]
-    out = {"jobId": snap.job["jobId"], "ok": not failed, "checks": checks}
+    return {"jobId": snap.job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def verify_refusal(report: dict) -> SealError | None:
+    """A report with a failed check exits 2 after it is printed whole: one HOLD line naming the first problem."""
+    failed = [c for c in report["checks"] if not c["ok"]]
     if failed:
-        emit("verify", out, args.fmt, args.state_dir)  # the whole report, then the one HOLD line
-        raise SealError(f"verify found {len(failed)} problem(s), first: {failed[0]['name']}: {failed[0]['detail']}")
-    return out
+        return SealError(f"verify found {len(failed)} problem(s), first: {failed[0]['name']}: {failed[0]['detail']}")
+    return None
 
 
 def verify_checks(snap: Snapshot) -> list:
@@ -2687,71 +2690,129 @@ def receipt_invariants(snap: Snapshot) -> str:
 ###############################################################################
 
 
-def text_summary(command: str, out: dict, state_dir: str | None = None) -> str:
-    """A readable summary for a terminal (piped output stays JSON): what happened, then the next step."""
-    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}"]
-    add = lines.append
-    if out.get("existing") is True:
-        add("  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would")
-    if "phase" in out:
-        add(f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else ""))
-    for r in out.get("results") or []:
+# A command's text (on a terminal, or with --text) is its own renderer's lines
+# under one header; piped output stays the JSON document. The renderers are
+# listed with each command in COMMANDS (CLI section).
+
+
+def text_document(command: str, out: dict, state_dir: str | None, render) -> str:
+    """The header, the command's own lines, then the next step and what blocks it."""
+    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, state_dir)]
+    lines += [f"  {key}: {out[key]}" for key in ("next", "sealBroken", "html") if key in out]
+    return "\n".join(lines)
+
+
+def result_lines(results: list, *, summaries: bool = False) -> list:
+    lines = []
+    for r in results or []:
         extra = f" — {r.get('reason')}" if r.get("reason") else ""
         revised = f" (revised in draft {r['revision']['draftVersion']} by {r['revision']['reviewer']})" if r.get("revision") else ""
-        add(f"  {r['itemId']:<12} {r['status']}{revised}{extra}")
-        if r.get("summary") and command == "inspect":
-            add(f"    summary: {clip(r['summary'], 200)}")
+        lines.append(f"  {r['itemId']:<12} {r['status']}{revised}{extra}")
+        if r.get("summary") and summaries:
+            lines.append(f"    summary: {clip(r['summary'], 200)}")
+    return lines
+
+
+def final_lines(final: dict | None) -> list:
+    if not final:
+        return []
+    lines = [f"  decision: {final.get('decision')} by {final.get('reviewer')} at {final.get('decidedAtUtc')}: {final.get('reason')}"]
+    if final.get("bound"):
+        lines.append(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
+    else:
+        lines.append(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
+    return lines
+
+
+def cancelled_line(record: dict) -> str:
+    return f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}"
+
+
+def receipt_line(state_dir: str) -> str:
+    return f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}"
+
+
+def text_run(out: dict, state_dir: str | None) -> list:
+    """start and resume: each item's status, a recorded decision, or the review it waits for."""
+    lines = []
+    if out.get("existing") is True:
+        lines.append("  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would")
+    lines += result_lines(out.get("results"))
+    lines += final_lines(out.get("final"))
+    for bundle in out.get("interrupt") or []:
+        lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
+        lines.append(f"  next: {bundle['decideCommand']}")
+    return lines
+
+
+def text_decide(out: dict, state_dir: str | None) -> list:
+    lines = text_run(out, state_dir)
+    if out.get("final") and state_dir:
+        lines.append(receipt_line(state_dir))
+    return lines
+
+
+def text_status(out: dict, state_dir: str | None) -> list:
+    """The phase and every journaled call; a pending one with its ready-to-paste reconcile."""
+    lines = [f"  phase: {out['phase']}"] if "phase" in out else []
     for call in out.get("calls") or []:
-        add(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
+        lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
         if call[2] == "pending" and state_dir:
-            add(f"    reconcile: {reconcile_command(state_dir, call[0])}")
+            lines.append(f"    reconcile: {reconcile_command(state_dir, call[0])}")
+    return lines
+
+
+def text_inspect(out: dict, state_dir: str | None) -> list:
+    """The results under review with their summaries, the draft history, and any decision or cancel."""
+    lines = [f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else "")] if "phase" in out else []
+    lines += result_lines(out.get("results"), summaries=True)
     for d in out.get("drafts") or []:
-        add(f"  history: v{d['version']} {d['itemId']} by {d['reviewer']}: {d['reason']} ({d['createdUtc']})")
-    if command == "revise" and "draftVersion" in out:
-        add(f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}")
-        add(f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)")
-    final = out.get("final")
-    if final:
-        add(f"  decision: {final.get('decision')} by {final.get('reviewer')} at {final.get('decidedAtUtc')}: {final.get('reason')}")
-        if final.get("bound"):
-            add(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
-        else:
-            add(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
-        if state_dir and command == "decide":
-            add(f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}")
+        lines.append(f"  history: v{d['version']} {d['itemId']} by {d['reviewer']}: {d['reason']} ({d['createdUtc']})")
+    lines += final_lines(out.get("final"))
     saved = out.get("savedDecision")
     if saved:
-        add(f"  saved, not yet finished: {saved.get('decision')} by {saved.get('reviewer')} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
-            " (`resume` finishes recording it)")
-    record = out.get("cancelled")
-    if record:
-        add(f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}")
-        if command == "cancel":
-            add("  nothing more runs: resume, revise and decide are refused")
-            if state_dir:
-                add(f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}")
-            for key in record.get("pendingCalls") or []:
-                add(f"  pending call {key} stays visible; for accounting, check the provider's usage, then:")
-                add(f"    {reconcile_command(state_dir or 'DIR', key)}")
-    if command == "reconcile" and out.get("reconciliation"):
-        rec = out["reconciliation"]
-        add(f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}")
-    if command == "seal":
-        add(f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})")
-        for item in out.get("items") or []:
-            add(f"  {item['id']:<12} {item.get('path') or item.get('mcp', {}).get('uri')}  sha256 {item['sha256']}")
-        add(f"  next: python durable_job.py start --manifest {out.get('manifest')} --state-dir DIR")
-    for check in out.get("checks") or []:
-        add(f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}")
-    for bundle in out.get("interrupt") or []:
-        add(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
-        add(f"  next: {bundle['decideCommand']}")
-    if out.get("decideCommand") and not out.get("interrupt"):
-        add(f"  next: {out['decideCommand']}")
-    for key in ("next", "sealBroken", "html"):
-        if key in out:
-            add(f"  {key}: {out[key]}")
-    return "\n".join(lines)
+        lines.append(f"  saved, not yet finished: {saved.get('decision')} by {saved.get('reviewer')} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
+                     " (`resume` finishes recording it)")
+    if out.get("cancelled"):
+        lines.append(cancelled_line(out["cancelled"]))
+    if out.get("decideCommand"):
+        lines.append(f"  next: {out['decideCommand']}")
+    return lines
+
+
+def text_reconcile(out: dict, state_dir: str | None) -> list:
+    rec = out["reconciliation"]
+    return [f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"]
+
+
+def text_revise(out: dict, state_dir: str | None) -> list:
+    return [f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
+            f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
+            f"  next: {out['decideCommand']}"]
+
+
+def text_cancel(out: dict, state_dir: str | None) -> list:
+    """The cancel, its receipt, and any call still pending (its outcome still matters for accounting)."""
+    record = out["cancelled"]
+    lines = [cancelled_line(record), "  nothing more runs: resume, revise and decide are refused"]
+    if state_dir:
+        lines.append(receipt_line(state_dir))
+    for key in record.get("pendingCalls") or []:
+        lines.append(f"  pending call {key} stays visible; for accounting, check the provider's usage, then:")
+        lines.append(f"    {reconcile_command(state_dir or 'DIR', key)}")
+    return lines
+
+
+def text_seal(out: dict, state_dir: str | None) -> list:
+    lines = [f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})"]
+    for item in out.get("items") or []:
+        lines.append(f"  {item['id']:<12} {item.get('path') or item.get('mcp', {}).get('uri')}  sha256 {item['sha256']}")
+    lines.append(f"  next: python durable_job.py start --manifest {out.get('manifest')} --state-dir DIR")
+    return lines
+
+
+def text_verify(out: dict, state_dir: str | None) -> list:
+    return [f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
 
 
 def escape(text) -> str:
@@ -2987,57 +3048,30 @@ def decision_section(snap: Snapshot, out: dict) -> str:
 # CLI
 ###############################################################################
 
-COMMANDS = {
-    "start": cmd_start, "resume": cmd_resume, "status": cmd_status, "inspect": cmd_inspect,
-    "reconcile": cmd_reconcile, "decide": cmd_decide, "revise": cmd_revise, "cancel": cmd_cancel,
-    "seal": cmd_seal, "verify": cmd_verify,
-}
+class Command:
+    """One CLI command: the function that runs it, its text renderer, its own flags.
 
-
-def help_formatter(prog: str) -> argparse.HelpFormatter:
-    """argparse's own formatter, sized as argparse sizes it but without importing shutil on every run."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 80
-    return argparse.HelpFormatter(prog, width=max(columns, 1) - 2)
-
-
-CHANGES_NO_JOB = ("status", "inspect", "verify", "seal")  # a failure in these leaves nothing to resume
-
-
-class HoldParser(argparse.ArgumentParser):
-    """argparse that refuses bad flags with the project's one-line HOLD instead of exit 2 + usage."""
-
-    def error(self, message):
-        raise UsageError(f"{message}; see `python durable_job.py {self.prog.split()[-1] if ' ' in self.prog else ''} --help`".replace("  ", " "))
-
-
-def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    """The CLI parser; when argv names a command, only that command's flags are built.
-
-    Building all ten subparsers costs a read-only command about a tenth of its
-    run; errors and --help for one command read the same either way, and the
-    command list (`--help`, no command, an unknown one) still builds them all.
+    Every command also takes --json and --text, and all but seal take --state-dir.
+    `refusal`, when given, turns a printed document into the exit-2 refusal
+    (verify prints its whole report, then the one HOLD line).
     """
-    parser = HoldParser(prog="durable_job.py", description=__doc__.split("\n")[0], formatter_class=help_formatter)
-    # an explicit prog spares argparse building a help formatter for the usage prefix
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND", prog="durable_job.py")
-    wanted = [argv[0]] if argv and argv[0] in COMMANDS else list(COMMANDS)
-    for name in wanted:
-        fn = COMMANDS[name]
-        p = sub.add_parser(name, help=fn.__doc__.strip().split("\n")[0], description=fn.__doc__.strip().split("\n")[0],
-                           formatter_class=help_formatter)
-        if name != "seal":
-            p.add_argument("--state-dir", required=True, type=path_argument, help="the job's state directory (one job per directory)")
-        output = p.add_mutually_exclusive_group()
-        output.add_argument("--json", dest="fmt", action="store_const", const="json", help="print the JSON document (the default when piped)")
-        output.add_argument("--text", dest="fmt", action="store_const", const="text", help="print a readable summary (the default on a terminal)")
-        add_command_flags(name, p)
-    return parser
+
+    def __init__(self, run, text, flags=(), *, state_dir: bool = True, refusal=None):
+        self.run = run
+        self.text = text
+        self.flags = list(flags)
+        self.state_dir = state_dir
+        self.refusal = refusal
+
+    def flag_names(self) -> list:
+        names = ["--state-dir"] if self.state_dir else []
+        names += ["--json", "--text", "--help", "-h"]
+        return names + [name for names_, _ in self.flags for name in names_ if name.startswith("-")]
+
+
+def flag(*names: str, **options) -> tuple:
+    """One argument of a command: argparse's add_argument names and keywords."""
+    return names, options
 
 
 def path_argument(value: str) -> str:
@@ -3047,46 +3081,112 @@ def path_argument(value: str) -> str:
     return value
 
 
-def add_command_flags(name: str, p) -> None:
-    if name == "start":
-        p.add_argument("--manifest", required=True, type=path_argument, help="the approved manifest JSON file")
-    if name == "inspect":
-        p.add_argument("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE")
-    if name == "reconcile":
-        p.add_argument("--operation-key", required=True, help="the exact pending key shown by status")
-        p.add_argument("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon")
-        p.add_argument("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete")
-    if name in ("reconcile", "decide", "revise", "cancel"):
-        p.add_argument("--reviewer", required=True, help="who takes this action")
-        p.add_argument("--reason", required=True, help="why")
-    if name == "decide":
-        p.add_argument("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold")
-        p.add_argument("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")
-    if name == "revise":
-        p.add_argument("--item", required=True, help="the item id to edit")
-        p.add_argument("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary")
-        p.add_argument("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations")
-    if name == "seal":
-        add_seal_flags(p)
+STATE_DIR_FLAG = flag("--state-dir", required=True, type=path_argument, help="the job's state directory (one job per directory)")
+WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
+SEAL_FLAGS = [
+    flag("--out", required=True, type=path_argument, help="where to write the manifest"),
+    flag("--job-id", required=True),
+    flag("--approved-by", required=True),
+    flag("--mode", required=True, choices=["fake", "openai"]),
+    flag("--model", required=True),
+    flag("--provider-transfer-approved", action="store_true", help="the owner approved sending the sources to the provider"),
+    flag("--max-model-calls", type=int),
+    flag("--max-attempts-per-item", type=int, default=2),
+    flag("--max-concurrent-calls", type=int),
+    flag("--mcp-command", help="MCP server argv (JSON list or plain command) for one MCP item"),
+    flag("--mcp-uri", help="the MCP resource uri for that item"),
+    flag("--mcp-id", help="the MCP item's id (default mcpN)"),
+    flag("--mcp-env", action="append", metavar="NAME=VALUE", help="a setting for the MCP server, sealed in the manifest (repeatable; never a secret)"),
+    flag("--mcp-pass-env", action="append", metavar="NAME", help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)"),
+    flag("--force", action="store_true", help="overwrite an existing manifest"),
+    flag("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)"),
+]
+
+# To add a command: write cmd_NAME (its docstring's first line is its help) and
+# text_NAME, then add one row here with the flags it takes beyond the common ones.
+COMMANDS = {
+    "start": Command(cmd_start, text_run, [flag("--manifest", required=True, type=path_argument, help="the approved manifest JSON file")]),
+    "resume": Command(cmd_resume, text_run),
+    "status": Command(cmd_status, text_status),
+    "inspect": Command(cmd_inspect, text_inspect, [
+        flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE")]),
+    "reconcile": Command(cmd_reconcile, text_reconcile, [
+        flag("--operation-key", required=True, help="the exact pending key shown by status"),
+        flag("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon"),
+        flag("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete"),
+        *WHO_FLAGS]),
+    "decide": Command(cmd_decide, text_decide, [
+        *WHO_FLAGS,
+        flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
+        flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")]),
+    "revise": Command(cmd_revise, text_revise, [
+        *WHO_FLAGS,
+        flag("--item", required=True, help="the item id to edit"),
+        flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
+        flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations")]),
+    "cancel": Command(cmd_cancel, text_cancel, WHO_FLAGS),
+    "seal": Command(cmd_seal, text_seal, SEAL_FLAGS, state_dir=False),
+    "verify": Command(cmd_verify, text_verify, refusal=verify_refusal),
+}
+
+CHANGES_NO_JOB = ("status", "inspect", "verify", "seal")  # a failure in these leaves nothing to resume
 
 
-def add_seal_flags(p) -> None:
-    p.add_argument("--out", required=True, type=path_argument, help="where to write the manifest")
-    p.add_argument("--job-id", required=True)
-    p.add_argument("--approved-by", required=True)
-    p.add_argument("--mode", required=True, choices=["fake", "openai"])
-    p.add_argument("--model", required=True)
-    p.add_argument("--provider-transfer-approved", action="store_true", help="the owner approved sending the sources to the provider")
-    p.add_argument("--max-model-calls", type=int)
-    p.add_argument("--max-attempts-per-item", type=int, default=2)
-    p.add_argument("--max-concurrent-calls", type=int)
-    p.add_argument("--mcp-command", help="MCP server argv (JSON list or plain command) for one MCP item")
-    p.add_argument("--mcp-uri", help="the MCP resource uri for that item")
-    p.add_argument("--mcp-id", help="the MCP item's id (default mcpN)")
-    p.add_argument("--mcp-env", action="append", metavar="NAME=VALUE", help="a setting for the MCP server, sealed in the manifest (repeatable; never a secret)")
-    p.add_argument("--mcp-pass-env", action="append", metavar="NAME", help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing manifest")
-    p.add_argument("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)")
+def help_command(command: str = "") -> str:
+    """The command that lists a command's flags (or all commands)."""
+    return f"`python durable_job.py {command + ' ' if command else ''}--help`"
+
+
+class HoldParser(argparse.ArgumentParser):
+    """argparse that refuses bad flags with the project's one-line HOLD instead of exit 2 + usage."""
+
+    def error(self, message):
+        raise UsageError(f"{message}; see {help_command(self.prog.removeprefix('durable_job.py').strip())}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI parser: one subcommand per COMMANDS row; flags are never abbreviated."""
+    parser = HoldParser(prog="durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        about = command.run.__doc__.strip().split("\n")[0]
+        p = sub.add_parser(name, help=about, description=about, allow_abbrev=False)
+        if command.state_dir:
+            p.add_argument(*STATE_DIR_FLAG[0], **STATE_DIR_FLAG[1])
+        output = p.add_mutually_exclusive_group()
+        output.add_argument("--json", dest="fmt", action="store_const", const="json", help="print the JSON document (the default when piped)")
+        output.add_argument("--text", dest="fmt", action="store_const", const="text", help="print a readable summary (the default on a terminal)")
+        for names, options in command.flags:
+            p.add_argument(*names, **options)
+    return parser
+
+
+def parse_command_line(argv: list) -> argparse.Namespace:
+    """The parsed command line; an unknown or abbreviated flag is named first, before any missing one."""
+    if argv and argv[0] in COMMANDS:
+        refuse_unknown_flag(argv[0], argv[1:])
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:
+        raise UsageError(f"unexpected argument {extra[0]!r} for {args.command}; see {help_command(args.command)}")
+    return args
+
+
+def refuse_unknown_flag(name: str, words: list) -> None:
+    """Name a flag the command does not take, with the closest one it does (argparse would only say what is missing)."""
+    import difflib
+    import re
+
+    known = COMMANDS[name].flag_names()
+    for word in words:
+        if word == "--":
+            return  # the rest are values
+        flag_name = word.split("=", 1)[0]
+        if not word.startswith("-") or word == "-" or " " in word or re.fullmatch(r"-\d+|-\d*\.\d+", word) or flag_name in known:
+            continue  # a value (argparse reads these as values too) or a known flag
+        abbreviated = " (flags are never abbreviated)" if any(k.startswith(flag_name) for k in known if k.startswith("--")) else ""
+        close = difflib.get_close_matches(flag_name, known, n=1, cutoff=0.6)
+        advice = f"did you mean {close[0]}?" if close else f"it takes {', '.join(k for k in known if k.startswith('--'))}."
+        raise UsageError(f"unknown flag {flag_name} for {name}{abbreviated}; {advice} See {help_command(name)}")
 
 
 # Characters a terminal acts on instead of showing (C0/C1 controls, DEL, bidirectional overrides)
@@ -3107,8 +3207,12 @@ def printable(value):
 
 
 def emit(command: str, out: dict, fmt: str | None, state_dir: str | None = None) -> None:
+    """Print a command's document: its text on a terminal (or with --text), else the JSON."""
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
-    text = text_summary(command, printable(out), state_dir) if fmt == "text" else json.dumps(out, indent=2, ensure_ascii=False)
+    if fmt == "text":
+        text = text_document(command, printable(out), state_dir, COMMANDS[command].text)
+    else:
+        text = json.dumps(out, indent=2, ensure_ascii=False)
     sys.stdout.write(redact(text) + "\n")
     sys.stdout.flush()
 
@@ -3117,9 +3221,13 @@ def main(argv=None) -> int:
     os.umask(0o077)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser(argv).parse_args(argv)
-        out = COMMANDS[args.command](args)
-        emit(args.command, out, getattr(args, "fmt", None), getattr(args, "state_dir", None))
+        args = parse_command_line(argv)
+        command = COMMANDS[args.command]
+        out = command.run(args)
+        emit(args.command, out, args.fmt, getattr(args, "state_dir", None))
+        refusal = command.refusal(out) if command.refusal else None
+        if refusal:
+            raise refusal
         return 0
     except JobError as exc:
         message = printable(" ".join(redact(exc).split()))

@@ -477,28 +477,6 @@ def test_help_explains_every_command_in_one_line(ws):
         assert sub.code == 0 and sub.stdout.startswith("usage:")
 
 
-def test_a_parser_built_for_one_command_reads_like_the_full_one(capsys):
-    """Only the named command's flags are built (a read-only command's speed); help, values and errors must not change."""
-    full = lambda argv: dj.build_parser([])  # noqa: E731 - every command built, as for `--help`
-
-    def outcome(make, argv):
-        try:
-            return vars(make(argv).parse_args(argv))
-        except dj.UsageError as exc:
-            return f"UsageError: {exc}"
-        except SystemExit as exc:
-            return f"exit {exc.code}: {capsys.readouterr().out}"
-
-    cases = [["seal", "--out", "m.json", "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m", "a.txt"]]
-    for name in dj.COMMANDS:
-        cases += [[name, "--help"], [name], [name, "--state-dir", "s", "--json"], [name, "--state-dir", "s", "--bogus", "1"],
-                  [name, "--state-dir", "s", "--text", "--reviewer", "r", "--reason", "x", "--decision", "hold",
-                   "--operation-key", "k", "--action", "abandon", "--item", "alpha", "--summary-file", "f", "--manifest", "m"]]
-    for argv in cases:
-        assert outcome(dj.build_parser, argv) == outcome(full, argv), argv
-    assert outcome(dj.build_parser, ["status", "--help"]).startswith("exit 0: usage: durable_job.py status")
-
-
 def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkeypatch, capsys):
     """Only a command that may have changed the job sends the person to `status` and `resume`."""
     def fails(args):
@@ -509,7 +487,7 @@ def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkey
              ("resume",): "run `status`, then resume",
              ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"): "run `status`, then resume"}
     for argv, then in cases.items():
-        monkeypatch.setitem(dj.COMMANDS, argv[0], fails)
+        monkeypatch.setattr(dj.COMMANDS[argv[0]], "run", fails)
         assert dj.main([*argv, "--state-dir", "s"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("HOLD: StateError: Permission denied (/somewhere/file)")
@@ -519,6 +497,26 @@ def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkey
 def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
     ws.run("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x").held("invalid choice")
     ws.run("frobnicate", state=False).held("invalid choice")
+
+
+def test_a_misspelled_flag_is_named_with_the_closest_one_not_reported_as_a_missing_one(ws):
+    """`--state-dri` names the typo and suggests --state-dir (not "required: --state-dir"), pointing to the command's own help."""
+    line = ws.run("status", "--state-dri", ws.state, state=False).held(
+        "UsageError: unknown flag --state-dri for status", "did you mean --state-dir?", "`python durable_job.py status --help`")
+    assert "required" not in line
+    ws.run("decide", "--decison", "hold", "--reviewer", "r", "--reason", "x").held(
+        "unknown flag --decison for decide", "did you mean --decision?", "decide --help")
+    ws.run("resume", "--manifest", ws.manifest).held("unknown flag --manifest for resume", "it takes --state-dir, --json, --text", "resume --help")
+    ws.run("status", "extra").held("unexpected argument 'extra' for status", "status --help")
+
+
+def test_an_abbreviated_flag_is_refused_not_guessed(ws):
+    """`--js` once meant --json silently; a person is told flags are never abbreviated, and nothing runs."""
+    ws.start().ok()
+    ws.run("status", "--js").held("unknown flag --js for status (flags are never abbreviated)", "did you mean --json?", "status --help")
+    ws.run("status", "--state", ws.state, state=False).held("unknown flag --state for status", "did you mean --state-dir?")
+    ws.run("decide", "--dec", "hold", "--reviewer", "r", "--reason", "x").held("unknown flag --dec for decide", "never abbreviated")
+    assert ws.run("status", "--state-dir=" + ws.state, state=False).ok()["phase"] == "awaiting-review"
 
 
 def test_a_reply_with_a_lone_surrogate_is_stored_not_lost(tmp_path, monkeypatch):
