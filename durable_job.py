@@ -379,8 +379,9 @@ def read_file_source(base_dir: str, item: dict) -> bytes:
         raise SourceError(f"Source {name} {item['path']!r} is not a regular file; point the item at the approved file")
     with os.fdopen(fd, "rb") as fh:
         data = fh.read(SOURCE_MAX_BYTES + 1)
+        size = max(os.fstat(fh.fileno()).st_size, len(data))
     if len(data) > SOURCE_MAX_BYTES:
-        raise source_failure(name, f"{item['path']} is over {SOURCE_MAX_BYTES} bytes; approve a shorter source")
+        raise source_failure(name, f"{item['path']} is {size} bytes, over the limit of {SOURCE_MAX_BYTES}; approve a shorter source")
     return data
 
 
@@ -2370,6 +2371,9 @@ def cmd_seal(args) -> dict:
     base = os.path.dirname(out)
     if os.path.exists(out) and not args.force:
         raise ManifestError(f"{args.out} exists; pass --force to overwrite it")
+    if args.mode == "openai" and not args.provider_transfer_approved:
+        raise ManifestError("seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
+                            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake")
     count = len(args.files) + bool(args.mcp_uri)
     if not 1 <= count <= 3:
         raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
@@ -2399,7 +2403,10 @@ def cmd_seal(args) -> dict:
     }
     if args.max_concurrent_calls is not None:
         manifest["maxConcurrentCalls"] = args.max_concurrent_calls
-    check_manifest(manifest)
+    try:
+        check_manifest(manifest)
+    except ManifestError as exc:
+        raise ManifestError(seal_flag_message(str(exc))) from None
     raw = (json.dumps(manifest, indent=2) + "\n").encode()
     os.makedirs(base, exist_ok=True)
     if args.force:
@@ -2411,6 +2418,18 @@ def cmd_seal(args) -> dict:
             raise ManifestError(f"{args.out} exists; pass --force to overwrite it") from None
     os.chmod(out, 0o644)
     return {"jobId": args.job_id, "manifest": out, "manifestSha256": sha256_hex(raw), "items": items}
+
+
+SEAL_FLAG_OF_KEY = {"jobId": "--job-id", "approvedBy": "--approved-by", "model": "--model", "maxModelCalls": "--max-model-calls",
+                    "maxAttemptsPerItem": "--max-attempts-per-item", "maxConcurrentCalls": "--max-concurrent-calls"}
+
+
+def seal_flag_message(message: str) -> str:
+    """A manifest rule's refusal, worded for the seal flag a person typed ("--max-model-calls (the manifest's maxModelCalls) must ...")."""
+    for key, flag_name in SEAL_FLAG_OF_KEY.items():
+        if message.startswith(f"Manifest {key} "):
+            return f"{flag_name} (the manifest's {key}) {message.removeprefix(f'Manifest {key} ')}"
+    return message
 
 
 def seal_file_item(base: str, path: str, n: int) -> dict:

@@ -788,6 +788,21 @@ def test_seal_refuses_every_broken_source_rule(ws):
     assert not os.path.exists(out)
 
 
+def test_seal_names_its_own_flags_and_the_size_of_a_file_over_the_limit(ws):
+    """Sealing is done with flags: a refusal names the flag to add and, for a big file, its size and the limit."""
+    folder = os.path.join(ws.root, "job")
+    os.makedirs(folder)
+    good = ws.write_source("../job/good.txt", ALPHA)
+    big = ws.write_source("../job/big.txt", "x" * 4321)
+    out = os.path.join(folder, "manifest.json")
+    base = ["seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--model", "m"]
+    ws.run(*base, "--mode", "openai", good).held("ManifestError", "--mode openai needs --provider-transfer-approved")
+    ws.run(*base, "--mode", "fake", big).held("Source bound/hash/size failure: big", "4321 bytes", "limit of 3000")
+    ws.run(*base, "--mode", "fake", "--max-model-calls", "7", good).held("--max-model-calls (the manifest's maxModelCalls) must be an integer from 1 to 6")
+    assert not os.path.exists(out)
+    assert ws.run(*base, "--mode", "openai", "--provider-transfer-approved", good).ok()["items"][0]["id"] == "good"
+
+
 # --- output: text on a terminal, JSON when piped ------------------------------------------------------
 
 
