@@ -260,7 +260,7 @@ def check_manifest(m) -> None:
         raise ManifestError("Manifest approved must be exactly true: the owner has not approved this job")
     if not _check_text(m["approvedBy"], 1, 200):
         raise ManifestError("Manifest approvedBy must be a non-empty string naming who approved the job")
-    if m["mode"] not in ("fake", "openai") or not isinstance(m["mode"], str):
+    if m["mode"] not in ("fake", "openai"):
         raise ManifestError('Manifest mode must be "fake" or "openai"')
     if not _check_text(m["model"], 1, 200):
         raise ManifestError("Manifest model must be a non-empty string (the model name sealed with the job)")
@@ -559,8 +559,7 @@ class RunLock:
     def __enter__(self):
         if self.command != "start" and not os.path.exists(job_path(self.state_dir, JOB_FILE)):
             raise no_job(self.state_dir)  # a mistyped --state-dir: say so, and leave no run.lock behind in it
-        if os.path.isdir(self.state_dir):
-            check_state_dir_safe(self.state_dir)  # every writing command: private, and ours
+        check_state_dir_safe(self.state_dir)  # every writing command: private, and ours (start created it; others found job.json in it)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
@@ -1128,12 +1127,13 @@ def not_sent_failure(item_id: str, url: str, exc: BaseException) -> JobError:
 
 
 def call_model(job, item, source, prompt, *, operation_key=None):
-    """Dispatch one model call; return (output_text, response_id, request_id, usage)."""
-    if job["mode"] == "fake":
-        return fake_call(job, item, source, prompt)
+    """Dispatch one model call; return (output_text, response_id, request_id, usage).
+
+    The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
+    """
     if job["mode"] == "openai":
         return openai_call(job, item, source, prompt, operation_key=operation_key or _OPERATION_KEY.get())
-    raise ManifestError(f"Unknown mode {job['mode']!r}; use fake or openai")
+    return fake_call(job, item, source, prompt)
 
 
 def fake_call(job, item, source, prompt):
