@@ -1806,13 +1806,13 @@ class LangGraphObject:
         self.code = code
 
 
-def decode_checkpoint(kind: str, blob: bytes | None, path: str):
+def decode_checkpoint(kind: str, blob: bytes | None, path: str = CHECKPOINTS_FILE):
     """One serialized checkpoint or write, as JsonPlusSerializer wrote it (see the LG_* names above)."""
     if kind == LG_NULL_TYPE:
         return None
     if kind != LG_MSGPACK_TYPE:
-        raise StateError(f"{path} holds a value of serializer type {kind!r}, which this program never writes; "
-                         "the reader knows LangGraph's msgpack only: restore the file, or inspect it with the sealed dependency versions")
+        raise StateError(f"{path} holds a value of serializer type {kind!r}, where this program's state is msgpack only; "
+                         "it is left untouched: restore it from a backup")
     import ormsgpack
 
     try:
@@ -1828,7 +1828,7 @@ def plain_value(value, channel: str, path: str):
         v = stack.pop()
         if isinstance(v, LangGraphObject):
             raise StateError(f"{path} stores channel {channel!r} as a LangGraph object (msgpack ext {v.code}), not the plain value "
-                             "this program writes; was it written by another LangGraph version? Restore the sealed dependency versions")
+                             "this program writes; was it written by another LangGraph version? Restore the sealed ones (`pip install -r requirements.txt`)")
         if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
@@ -3083,9 +3083,10 @@ class Command:
         self.refusal = refusal
 
     def flag_names(self) -> list:
-        names = ["--state-dir"] if self.state_dir else []
-        names += ["--json", "--text", "--help", "-h"]
-        return names + [name for names_, _ in self.flags for name in names_ if name.startswith("-")]
+        """Every flag this command takes (positional arguments are not flags)."""
+        common = ["--state-dir"] if self.state_dir else []
+        common += ["--json", "--text", "--help", "-h"]
+        return common + [name for names, _ in self.flags for name in names if name.startswith("-")]
 
 
 def flag(*names: str, **options) -> tuple:
