@@ -3193,8 +3193,7 @@ def parse_command_line(argv: list) -> argparse.Namespace:
 
 def refuse_unknown_flag(name: str, words: list) -> None:
     """Name a flag the command does not take, with the closest one it does (argparse would only say what is missing)."""
-    import difflib
-    import re
+    import re  # loaded by argparse already
 
     known = COMMANDS[name].flag_names()
     for word in words:
@@ -3203,6 +3202,8 @@ def refuse_unknown_flag(name: str, words: list) -> None:
         flag_name = word.split("=", 1)[0]
         if not word.startswith("-") or word == "-" or " " in word or re.fullmatch(r"-\d+|-\d*\.\d+", word) or flag_name in known:
             continue  # a value (argparse reads these as values too) or a known flag
+        import difflib
+
         abbreviated = " (flags are never abbreviated)" if any(k.startswith(flag_name) for k in known if k.startswith("--")) else ""
         close = difflib.get_close_matches(flag_name, known, n=1, cutoff=0.6)
         advice = f"did you mean {close[0]}?" if close else f"it takes {', '.join(k for k in known if k.startswith('--'))}."
