@@ -921,13 +921,17 @@ def uncertain_message(item_id: str, key: str) -> str:
             f"`reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X` and resume")
 
 
-def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str):
-    """Decide what to do for this work: ('reuse', output) or ('call', operation key), pending committed."""
+def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str, retry: dict | None = None):
+    """Decide what to do for this work: ('reuse', output) or ('call', operation key), pending committed.
+
+    `retry` (the `retry` command: who asks and why) spends the next attempt even
+    after a completed one, and is journaled as a `retry` event beside the dispatch.
+    """
     base = base_key(job, item, prompt)
     digest = input_sha256(job, prompt)
     with transaction(db):
         row = latest_attempt(db, base)
-        if row is not None and row["status"] == "completed":
+        if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         if row is not None and row["status"] == "pending":
             raise UncertainCall(uncertain_message(item["id"], row["operation_key"]))
@@ -945,6 +949,8 @@ def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str):
             (key, base, attempt, item["id"], digest, stamp, stamp),
         )
         record_event(db, key, "dispatch", {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model")})
+        if retry is not None:
+            record_event(db, key, "retry", retry)
     return "call", key
 
 
@@ -960,7 +966,8 @@ def scrub(value):
     return None if value is None else storable(redact(value))
 
 
-def complete_call(db, key: str, output_text: str, response_id, request_id, usage) -> None:
+def complete_call(db, key: str, output_text: str, response_id, request_id, usage, then=None) -> None:
+    """Commit a call's answer; `then(db, key, output_text)` runs in the same transaction (a retry's draft)."""
     output_text, response_id, request_id = scrub(output_text), scrub(response_id), scrub(request_id)
     with transaction(db):
         db.execute(
@@ -969,6 +976,8 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
             (output_text, response_id, request_id, None if usage is None else scrub(json.dumps(usage, sort_keys=True)), now_utc(), key),
         )
         record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})
+        if then is not None:
+            then(db, key, output_text)
 
 
 def fail_call(db, key: str, exc: BaseException) -> str:
@@ -1047,16 +1056,17 @@ def connect_phase_errors() -> tuple:
     return tuple(errors)
 
 
-def get_or_call(db, job, manifest, item, source, prompt, say=None):
+def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None, on_complete=None):
     """Return the model output for this work, calling the provider at most once per operation key.
 
     A provider exception is journaled (pending, rejected, or not sent) and then propagates
     unchanged, as the provider raised it; `call_or_hold` turns it into the CLI's one HOLD line.
     `say`, when given, receives one progress line: whether a call is made or a journaled result reused.
+    `retry` and `on_complete` serve the `retry` command: see claim_attempt and complete_call.
     """
     if job.get("mode") == "openai":
         prepare_openai()  # import the SDK before the pending row, so the uncertain window stays small
-    action, value = claim_attempt(db, job, manifest, item, prompt)
+    action, value = claim_attempt(db, job, manifest, item, prompt, retry)
     if action == "reuse":
         if say:
             say(f"item {item['id']}: reused the completed call in the journal (no new call)")
@@ -1075,16 +1085,17 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None):
         _OPERATION_KEY.reset(token)
     output_text = scrub(output_text)  # what is journaled is exactly what the graph sees (never the key)
     crash_point("before-ledger", job)
-    complete_call(db, key, output_text, response_id, request_id, usage)
+    complete_call(db, key, output_text, response_id, request_id, usage, on_complete)
     crash_point("after-ledger", job)
     return output_text
 
 
-def call_or_hold(db, job, manifest, item, source, prompt, say=None):
+def call_or_hold(db, job, manifest, item, source, prompt, say=None, **retry):
     """get_or_call for the graph: the provider's own exception becomes the one HOLD line, from what
-    the journal recorded of it (the operation key, and pending or rejected), with the runbook step."""
+    the journal recorded of it (the operation key, and pending or rejected), with the runbook step.
+    `retry` holds get_or_call's retry keywords, for the `retry` command."""
     try:
-        return get_or_call(db, job, manifest, item, source, prompt, say)
+        return get_or_call(db, job, manifest, item, source, prompt, say, **retry)
     except (JobError, sqlite3.Error):
         raise
     except Exception as exc:
@@ -1258,8 +1269,11 @@ def openai_call(job, item, source, prompt, *, operation_key=None):
     # redirects off: one operation key is one request, to the configured base URL and nowhere else
     client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False))
     kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
-    if operation_key:
-        kwargs["extra_headers"] = {"X-Client-Request-Id": operation_key}
+    headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
+    if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
+        headers["X-Durable-Job-Thread"] = job["threadId"]
+    if headers:
+        kwargs["extra_headers"] = headers
     response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
     usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
     return response.output_text, response.id, getattr(response, "_request_id", None), usage
@@ -1900,8 +1914,8 @@ class Snapshot:
             return "decided"
         if self.saved_decision:
             return "deciding"
-        if self.waiting:
-            return "awaiting-review"
+        if self.waiting:  # a pending call here is a retry's, with no recorded outcome
+            return "uncertain-call" if any(r["status"] == "pending" for r in self.calls) else "awaiting-review"
         if any(r["status"] == "pending" for r in self.calls):
             return "uncertain-call"
         return "running" if self.values else "not-started"
@@ -1929,13 +1943,84 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     out = {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
-        "results": [{"itemId": r["itemId"], "status": r["status"], "sourceSha256": r["sourceSha256"]} for r in results],
+        "results": [result_brief(r) for r in results],
         "final": values.get("final"),
         "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.state_dir, results)}] if waiting else [],
     }
+    failed = failed_items(ctx.state_dir, results, call_rows(ctx.db), ctx.manifest) if waiting else []
+    if failed:
+        out["failedItems"] = failed
     if existing is not None:
         out["existing"] = existing
     return out
+
+
+def result_brief(r: dict) -> dict:
+    """One item's line in start/resume/decide/status: id, status, source hash, and why it failed."""
+    brief = {"itemId": r["itemId"], "status": r["status"], "sourceSha256": r["sourceSha256"]}
+    if r.get("reason"):
+        brief["reason"] = r["reason"]
+    return brief
+
+
+def failed_items(state_dir: str, results: list, calls: list, manifest: dict | None) -> list:
+    """For each failed item at review: why, and the ready-to-paste ways on (retry within the bounds, revise by hand).
+
+    An invalid proposal is never retried automatically; `retry` spends the
+    item's next attempt only when a person asks. Attempts are counted per item
+    (an item's calls share one base key), bounds from the manifest; without a
+    readable manifest no retry is offered.
+    """
+    out = []
+    for r in results:
+        if r.get("status") != "failed":
+            continue
+        entry = {"itemId": r["itemId"], "reason": r.get("reason", "")}
+        refusal = retry_refusal(r["itemId"], calls, manifest) if manifest else "the manifest cannot be read"
+        if refusal:
+            entry["retryRefused"] = refusal
+        else:
+            entry["retryCommand"] = retry_command(state_dir, r["itemId"])
+        entry["reviseCommand"] = revise_command(state_dir, r["itemId"])
+        out.append(entry)
+    return out
+
+
+def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
+    """Which bound forbids another call for this item, or None when a retry may be sent."""
+    attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
+    if attempts >= manifest["maxAttemptsPerItem"]:
+        return f"item {item_id} has used all {manifest['maxAttemptsPerItem']} attempt(s) the manifest allows (maxAttemptsPerItem)"
+    if len(calls) >= manifest["maxModelCalls"]:
+        return f"the journal already holds {len(calls)} call(s), the manifest's maxModelCalls {manifest['maxModelCalls']}"
+    return None
+
+
+def review_next(state_dir: str, results: list, calls: list, manifest: dict | None) -> str:
+    """What to do at review: decide, or first act on a failed item (retry it, revise it, or decide reject or hold)."""
+    decide = decide_command(state_dir, results)
+    failed = failed_items(state_dir, results, calls, manifest)
+    if not failed:
+        return decide
+    first = failed[0]
+    more = f" ({len(failed) - 1} more failed: {', '.join(f['itemId'] for f in failed[1:])})" if len(failed) > 1 else ""
+    ways = [f"retry it (spends its next model call): {first['retryCommand']}"] if "retryCommand" in first else []
+    ways.append(f"revise it by hand: {first['reviseCommand']}")
+    return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}: " + "; or ".join(ways) + f"; or decide: {decide}"
+
+
+def retry_command(state_dir: str, item_id: str) -> str:
+    import shlex
+
+    return (f"python durable_job.py retry --state-dir {shell_path(state_dir)} --item {shlex.quote(item_id)} "
+            f"--reviewer YOU --reason WHY")
+
+
+def revise_command(state_dir: str, item_id: str) -> str:
+    import shlex
+
+    return (f"python durable_job.py revise --state-dir {shell_path(state_dir)} --item {shlex.quote(item_id)} "
+            f"--summary-file SUMMARY.txt --citations-file CITATIONS.json --reviewer YOU --reason WHY")
 
 
 def shell_path(path: str) -> str:
@@ -2034,10 +2119,18 @@ def cmd_resume(args, existing: bool | None = None) -> dict:
     """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
     with RunLock(args.state_dir, "resume"):
         ctx = open_run(args.state_dir)
+        refuse_if_retry_pending(ctx)
         state = run_graph(ctx)
         if state.values.get("final") and not os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)):
             write_receipt(ctx.state_dir, ctx.job, ctx.db, state.values["final"], "decided")  # a crash after the decision, before its receipt
         return run_output(ctx, state, existing=existing)
+
+
+def refuse_if_retry_pending(ctx: Context) -> None:
+    """At review no graph node calls the model, so a retry's pending call would pass a resume unseen: stop on it."""
+    pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
+    if pending and read_checkpoint(ctx.state_dir, ctx.job)["waiting"]:
+        raise UncertainCall(uncertain_message(pending[0]["item_id"], pending[0]["operation_key"]))
 
 
 def cmd_status(args) -> dict:
@@ -2047,6 +2140,7 @@ def cmd_status(args) -> dict:
         out = {
             "jobId": snap.job["jobId"],
             "calls": [[r["operation_key"], r["item_id"], r["status"], r["response_id"], r["request_id"]] for r in snap.calls],
+            "results": [result_brief(r) for r in snap.results],
             "phase": snap.phase(),
             "next": next_step(snap),
         }
@@ -2076,7 +2170,7 @@ def next_step(snap: Snapshot) -> str:
     if snap.saved_decision:
         return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.waiting:
-        return decide_command(snap.state_dir, snap.results)
+        return review_next(snap.state_dir, snap.results, snap.calls, read_manifest_quiet(snap.job))
     latest = {}
     for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
         latest[r["base_key"]] = r
@@ -2099,6 +2193,9 @@ def cmd_inspect(args) -> dict:
             out["savedDecision"] = snap.saved_decision
         if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(args.state_dir, snap.results)
+            failed = failed_items(args.state_dir, snap.results, snap.calls, read_manifest_quiet(snap.job))
+            if failed:
+                out["failedItems"] = failed
         broken = seal_report(args.state_dir, snap.job)
         if broken:
             out["sealBroken"] = broken
@@ -2115,7 +2212,7 @@ def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
     with RunLock(args.state_dir, "reconcile"):
         job = load_job(args.state_dir)
-        check_seals(job)
+        manifest, sources = check_seals(job)
         need_text(args.reviewer, "--reviewer")
         need_text(args.reason, "--reason")
         check_state_files(args.state_dir)
@@ -2133,14 +2230,23 @@ def cmd_reconcile(args) -> dict:
             if args.response_file:
                 raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
             update = ("abandoned", None, None, row["request_id"])
+        retry = retry_request(db, args.operation_key)
+        fold = update[0] == "completed" and retry is not None and read_checkpoint(args.state_dir, job)["waiting"] and not outcome(db, "cancel")
+        drafted = {}
         with transaction(db):
             db.execute(
                 "UPDATE calls SET status=?, output_text=?, response_id=?, request_id=?, reconciliation_json=?, updated_utc=? "
                 "WHERE operation_key=? AND status='pending'",
                 (*update, json.dumps(record, sort_keys=True), record["reconciledAtUtc"], args.operation_key))
             record_event(db, args.operation_key, "reconciled", record)
+            if fold:  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
+                drafted = retry_draft(db, args.state_dir, job, manifest, sources, args.operation_key, update[1], retry)
         crash_point("after-reconcile", job)
-        return {"jobId": job["jobId"], "operationKey": args.operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
+        out = {"jobId": job["jobId"], "operationKey": args.operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
+        if drafted:
+            new_results = drafted.pop("results")
+            out.update(retryDraft=drafted, decideCommand=decide_command(args.state_dir, new_results))
+        return out
 
 
 RESPONSE_FILE_MAX_BYTES = 1 << 20
@@ -2218,8 +2324,10 @@ def waiting_state(ctx: Context, command: str):
         missing = "" if os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)) else "; its receipt.json is missing: `resume` rewrites it"
         raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}")
     refuse_if_decision_saved(snap_values, ctx.state_dir, command)
+    pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
+    if snap_values["waiting"] and pending:  # a retry's call: its answer may yet become the next draft
+        raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
     if not snap_values["waiting"]:
-        pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
         if pending:
             raise DecisionError(f"Cannot {command} yet: the job is not waiting for review but for {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
         done = len(values.get("results") or [])
@@ -2336,6 +2444,92 @@ def read_text_file(path: str, flag: str) -> str:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise DecisionError(f"{flag} {path} is not UTF-8; save it as UTF-8") from None
+
+
+def cmd_retry(args) -> dict:
+    """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version.
+
+    The job's thread stays where it is, waiting at the review interrupt: like
+    `revise`, a retry changes the results under review through the drafts
+    table, so a decision bound to the old results hash is then stale. The call
+    itself is any call: journaled pending before the request under the same
+    operation-key recipe (the item's own prompt, the next attempt number),
+    within maxAttemptsPerItem and maxModelCalls, with the reviewer and reason
+    in a `retry` event. Its answer and its draft are committed together.
+    """
+    with RunLock(args.state_dir, "retry"):
+        ctx, draft, results = open_review(args, "retry")
+        position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
+        if position is None:
+            raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
+        if results[position]["status"] != "failed":
+            raise DecisionError(f"Item {args.item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
+                                f"Edit it by hand instead: {revise_command(args.state_dir, args.item)}")
+        item = ctx.items[position]
+        model_results = read_checkpoint(ctx.state_dir, ctx.job)["values"].get("results") or []
+        prompt = model_input(item, ctx.sources[item["id"]], [] if ctx.concurrency > 1 else model_results[:position])  # as the graph asked
+        refusal = retry_refusal(item["id"], call_rows(ctx.db), ctx.manifest)
+        if refusal:
+            raise BudgetError(f"Cannot retry item {item['id']}: {refusal}; nothing was sent. Revise it by hand: "
+                              f"{revise_command(args.state_dir, item['id'])}; or decide reject or hold: {decide_command(args.state_dir, results)}")
+        if ctx.job["mode"] == "openai":  # the job's state is judged first, the provider settings only for a call that may go
+            require_api_key()
+            openai_timeout()
+        request = {"itemId": item["id"], "reviewer": args.reviewer, "reason": args.reason, "draftVersion": draft}
+        drafted = {}
+
+        def record(db, key, output_text):
+            drafted.update(retry_draft(db, ctx.state_dir, ctx.job, ctx.manifest, ctx.sources, key, output_text, request))
+
+        try:
+            call_or_hold(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say, retry=request, on_complete=record)
+        except ProviderError as exc:
+            if getattr(exc, "uncertain", False):
+                raise
+            raise ProviderError(f"{exc}. At review `resume` changes nothing: once fixed, run this retry again (within the bounds), or revise the item") from None
+        new_results = drafted.pop("results")
+        out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(args.state_dir, new_results)}
+        failed = failed_items(args.state_dir, new_results, call_rows(ctx.db), ctx.manifest)
+        if failed:
+            out["failedItems"] = failed
+        return out
+
+
+def retry_request(db, key: str) -> dict | None:
+    """Who asked for this call by `retry`, and why (its `retry` event), or None for a call the graph made."""
+    # the latest: a retry that was not sent (no call happened) leaves its key to the next retry
+    row = db.execute("SELECT detail_json FROM call_events WHERE operation_key=? AND event='retry' ORDER BY id DESC LIMIT 1", (key,)).fetchone()
+    return json.loads(row[0]) if row else None
+
+
+def retry_keys(db) -> set:
+    if db is None or not table_exists(db, "call_events"):
+        return set()
+    return {r[0] for r in db.execute("SELECT operation_key FROM call_events WHERE event='retry'")}
+
+
+def retry_draft(db, state_dir: str, job: dict, manifest: dict, sources: dict, key: str, output_text, request: dict) -> dict:
+    """Record a retried item's answer, checked like any proposal, as the next draft (inside the caller's transaction)."""
+    draft, results = current_draft(db, read_checkpoint(state_dir, job)["values"].get("results") or [])
+    item_id = request["itemId"]
+    position = next(n for n, r in enumerate(results) if r["itemId"] == item_id)
+    item = next(i for i in manifest["items"] if i["id"] == item_id)
+    checked = check_proposal(output_text, item, sources[item_id])
+    stamp = now_utc()
+    attempt = int(key.rsplit(":", 1)[1])
+    checked["retry"] = {"draftVersion": draft + 1, "operationKey": key, "attempt": attempt,
+                        "reviewer": request["reviewer"], "reason": request["reason"], "retriedAtUtc": stamp}
+    old = results[position]
+    new_results = results[:position] + [checked] + results[position + 1:]
+    digest, previous = results_sha256(new_results), results_sha256(results)
+    shown = ("status", "summary", "citations", "reason")
+    change = {"before": {k: old.get(k) for k in shown if k in old}, "after": {k: checked.get(k) for k in shown if k in checked},
+              "previousResultsSha256": previous, "retry": {"operationKey": key, "attempt": attempt}}
+    db.execute("INSERT INTO drafts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+               (draft + 1, item_id, json.dumps(new_results), digest, request["reviewer"], request["reason"], json.dumps(change), stamp))
+    return {"itemId": item_id, "operationKey": key, "attempt": attempt, "draftVersion": draft + 1, "resultsSha256": digest,
+            "previousResultsSha256": previous, "reviewer": request["reviewer"], "reason": request["reason"],
+            "result": checked, "results": new_results}
 
 
 def cmd_cancel(args) -> dict:
@@ -2525,7 +2719,7 @@ def verify_checks(snap: Snapshot) -> list:
 
     check("files", lambda: state_files_invariants(snap.state_dir))
     check("seals", seals)
-    check("journal", lambda: journal_invariants(snap.calls))
+    check("journal", lambda: journal_invariants(snap.calls, retry_keys(snap.db)))
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("events", lambda: events_invariants(snap, sealed.get("manifest")))
@@ -2539,7 +2733,7 @@ def state_files_invariants(state_dir: str) -> str:
     return "state directory private; journal and checkpoint files whole"
 
 
-def journal_invariants(calls) -> str:
+def journal_invariants(calls, retries: set = frozenset()) -> str:
     by_base = {}
     for r in calls:
         by_base.setdefault(r["base_key"], []).append(r)
@@ -2554,8 +2748,10 @@ def journal_invariants(calls) -> str:
         attempts = [r["attempt"] for r in ordered]
         if attempts != list(range(1, len(attempts) + 1)):
             raise SealError(f"attempts for {base[:16]}… are not contiguous: {attempts}")
-        # a next attempt is only ever taken after an abandoned or rejected one: at most one pending, last
-        earlier = [r for r in ordered[:-1] if r["status"] not in ("abandoned", "rejected")]
+        # a next attempt is only ever taken after an abandoned or rejected one, or by a person's `retry`
+        # after a completed one: at most one pending, last
+        earlier = [r for r, after in zip(ordered, ordered[1:]) if r["status"] not in ("abandoned", "rejected")
+                   and not (r["status"] == "completed" and after["operation_key"] in retries)]
         if earlier:
             raise SealError(f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})")
     return f"{len(calls)} calls, {len(by_base)} operations"
@@ -2569,8 +2765,9 @@ def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict
         if snap.final.get("resultsSha256") != results_sha256(current):
             raise SealError("the final decision's resultsSha256 does not match the saved results")
     items = {i["id"]: i for i in (manifest or {}).get("items", [])}
+    retries = retry_keys(snap.db)  # a retry's answer is a later draft (drafts_invariants), not the graph's result
     for r in results:
-        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"]
+        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed" and c["operation_key"] not in retries]
         if not done and r.get("status") == "failed" and str(r.get("reason", "")).startswith(NO_CALL_LEFT):
             check_no_call_left(snap.calls, r["itemId"], manifest)
             continue
@@ -2648,6 +2845,7 @@ def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict 
     rows = list(query(snap.db, "SELECT * FROM drafts ORDER BY version")) if snap.db is not None and table_exists(snap.db, "drafts") else []
     items = {i["id"]: i for i in (manifest or {}).get("items", [])}
     before = snap.model_results
+    folded = set()
     for version, row in enumerate(rows, 2):
         where = f"draft {row['version']}"
         if row["version"] != version:
@@ -2660,6 +2858,11 @@ def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict 
                 [after[n]["itemId"] for n in changed] != [row["item_id"]]:
             raise SealError(f"{where}: it changes more than its one item {row['item_id']}")
         edited = dict(after[changed[0]])
+        retry = json.loads(row["change_json"]).get("retry")
+        if retry is not None:
+            folded.add(retry_draft_invariant(snap, row, edited, retry, items, texts))
+            before = after
+            continue
         stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
         if edited.pop("revision", None) != stamp:
             raise SealError(f"{where}: the edited result does not name the person, reason and time the journal recorded")
@@ -2668,7 +2871,28 @@ def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict 
             if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]]) != edited:
                 raise SealError(f"{where}: item {row['item_id']}'s edit is not what validating it against the source gives")
         before = after
-    return f"{len(rows)} revision(s), each one item validated against its source" if rows else "no revisions"
+    answered = {c["operation_key"] for c in snap.calls if c["status"] == "completed"} & retry_keys(snap.db)
+    if answered - folded and not snap.cancel:  # only a cancel may leave a reconciled retry's answer out of the drafts
+        raise SealError(f"retried call {sorted(answered - folded)[0]} was answered but is in no draft")
+    return f"{len(rows)} revision(s), each one item validated against its source (or a retry's checked answer)" if rows else "no revisions"
+
+
+def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None) -> str:
+    """A retry's draft: its item's result is the retried call's journaled answer, checked against the source."""
+    where = f"draft {row['version']}"
+    key = retry.get("operationKey")
+    call = next((c for c in snap.calls if c["operation_key"] == key), None)
+    request = retry_request(snap.db, key) if call is not None else None
+    if call is None or call["status"] != "completed" or call["item_id"] != row["item_id"] or request is None:
+        raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of item {row['item_id']} in the journal")
+    stamp = {"draftVersion": row["version"], "operationKey": key, "attempt": call["attempt"], "reviewer": row["reviewer"],
+             "reason": row["reason"], "retriedAtUtc": row["created_utc"]}
+    if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
+        raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
+    if texts is not None and row["item_id"] in items:
+        if check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]]) != edited:
+            raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
+    return key
 
 
 def receipt_invariants(snap: Snapshot) -> str:
@@ -2726,9 +2950,23 @@ def result_lines(results: list, *, summaries: bool = False) -> list:
     for r in results or []:
         extra = f" — {r.get('reason')}" if r.get("reason") else ""
         revised = f" (revised in draft {r['revision']['draftVersion']} by {r['revision']['reviewer']})" if r.get("revision") else ""
+        if r.get("retry"):
+            revised = f" (retried in draft {r['retry']['draftVersion']} by {r['retry']['reviewer']}, attempt {r['retry']['attempt']})"
         lines.append(f"  {r['itemId']:<12} {r['status']}{revised}{extra}")
         if r.get("summary") and summaries:
             lines.append(f"    summary: {clip(r['summary'], 200)}")
+    return lines
+
+
+def failed_lines(out: dict) -> list:
+    """The ways on for each failed item at review: retry it (within the bounds), or revise it by hand."""
+    lines = []
+    for failed in out.get("failedItems") or []:
+        if "retryCommand" in failed:
+            lines.append(f"  {failed['itemId']} failed: retry it (spends its next model call): {failed['retryCommand']}")
+        else:
+            lines.append(f"  {failed['itemId']} failed: no retry ({failed['retryRefused']})")
+        lines.append(f"    or revise it by hand: {failed['reviseCommand']}")
     return lines
 
 
@@ -2758,6 +2996,7 @@ def text_run(out: dict, state_dir: str | None) -> list:
         lines.append("  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would")
     lines += result_lines(out.get("results"))
     lines += final_lines(out.get("final"))
+    lines += failed_lines(out)
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
         lines.append(f"  next: {bundle['decideCommand']}")
@@ -2794,6 +3033,7 @@ def text_inspect(out: dict, state_dir: str | None) -> list:
                      " (`resume` finishes recording it)")
     if out.get("cancelled"):
         lines.append(cancelled_line(out["cancelled"]))
+    lines += failed_lines(out)
     if out.get("decideCommand"):
         lines.append(f"  next: {out['decideCommand']}")
     return lines
@@ -2801,13 +3041,29 @@ def text_inspect(out: dict, state_dir: str | None) -> list:
 
 def text_reconcile(out: dict, state_dir: str | None) -> list:
     rec = out["reconciliation"]
-    return [f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"]
+    lines = [f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"]
+    drafted = out.get("retryDraft")
+    if drafted:
+        why = f" — {drafted['result']['reason']}" if drafted["result"].get("reason") else ""
+        lines.append(f"  it was a retry: its answer is now draft {drafted['draftVersion']}, {drafted['itemId']} {drafted['result']['status']}{why}")
+        lines.append(f"  next: {out['decideCommand']}")
+    return lines
 
 
 def text_revise(out: dict, state_dir: str | None) -> list:
     return [f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
             f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
             f"  next: {out['decideCommand']}"]
+
+
+def text_retry(out: dict, state_dir: str | None) -> list:
+    """The retried call, the new draft it made, and what is still failed."""
+    result = out.get("result") or {}
+    why = f" — {result['reason']}" if result.get("reason") else ""
+    return [f"  {out['itemId']} retried by {out.get('reviewer')}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
+            f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
+            f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
+            *failed_lines(out), f"  next: {out['decideCommand']}"]
 
 
 def text_cancel(out: dict, state_dir: str | None) -> list:
@@ -3145,6 +3401,9 @@ COMMANDS = {
         flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
         flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations")]),
     "cancel": Command(cmd_cancel, text_cancel, WHO_FLAGS),
+    "retry": Command(cmd_retry, text_retry, [
+        *WHO_FLAGS,
+        flag("--item", required=True, help="the failed item whose next model call to spend")]),
     "seal": Command(cmd_seal, text_seal, SEAL_FLAGS, state_dir=False),
     "verify": Command(cmd_verify, text_verify, refusal=verify_refusal),
 }
