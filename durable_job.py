@@ -3140,15 +3140,20 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     parts.append("</header><main>")
     results = {r["itemId"]: r for r in snap.results}
     order = list(items) + [i for i in results if i not in items]
+    raw = answered_calls(snap)
+    ways = {f["itemId"]: f for f in failed_items(snap.state_dir, snap.results, snap.calls, manifest or None)} if snap.waiting and not snap.cancel else {}
     for n, item_id in enumerate(order):
         parts.append(item_section(n, results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
-                                  sources.get(item_id), items.get(item_id, {})))
+                                  sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id)))
     parts.append(journal_section(snap))
     parts.append(history_section(out.get("drafts") or []))
     parts.append(decision_section(snap, out))
     parts.append("</main></body></html>")
     write_atomic(path, "\n".join(parts).encode("utf-8"))
 
+
+ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
+ID_SHOWN = 14  # characters kept at each end of a longer id on the page
 
 PAGE_CSS = (
     "*{box-sizing:border-box}"
@@ -3162,7 +3167,35 @@ PAGE_CSS = (
     ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
     "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all}"
     "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
+    "details.id{display:inline-block;vertical-align:top;max-width:100%}details.id summary{cursor:pointer}"
+    "details.id[open] summary code{display:none}details.id .full{display:block;user-select:all}"
+    ".raw summary{cursor:pointer;font-weight:bold}"
 )
+
+
+def long_id(value, keep: int = ID_SHOWN) -> str:
+    """An id or hash on the page: a short one as it is; a long one clipped to its two ends, the full
+    value one tap away (a <details>, no script) and selectable; the title shows it on hover. A
+    400-character response id otherwise fills 17 lines of a phone screen."""
+    text = str(value)
+    if len(text) <= ID_WHOLE:
+        return f"<code>{escape(text)}</code>"
+    return (f"<details class='id'><summary title='{escape(text)}'><code>{escape(text[:keep])}…{escape(text[-keep:])}</code></summary>"
+            f"<code class='full'>{escape(text)}</code></details>")
+
+
+def answered_calls(snap: Snapshot) -> dict:
+    """item id → the journal row whose answer gave the item's current result: a retry's own call, else the item's
+    latest completed call the graph used. The review page shows a failed item's raw output from it."""
+    retries = retry_keys(snap.db)
+    out = {}
+    for r in snap.results:
+        key = (r.get("retry") or {}).get("operationKey")
+        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"
+                and (c["operation_key"] == key if key else c["operation_key"] not in retries)]
+        if done:
+            out[r["itemId"]] = done[-1]
+    return out
 
 
 def read_manifest_quiet(job: dict):
@@ -3211,15 +3244,19 @@ def highlight(source: str, citations: list, n: int) -> str:
     return "".join(out)
 
 
-def item_section(n: int, r: dict, source: str | None, item: dict) -> str:
+def item_section(n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> str:
     e = escape
     cls = "ok" if r["status"] == "validated" else "bad"
     where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
     parts = [f"<section id='item{n}'><h2>{e(r['itemId'])} <span class='{cls}'>{e(r['status'])}</span></h2>",
-             f"<p class='meta'>source <code>{e(str(where))}</code> · sha256 <code>{e(r['sourceSha256'])}</code></p>"]
+             f"<p class='meta'>source <code>{e(str(where))}</code> · sha256 {long_id(r['sourceSha256'])}</p>"]
     if r.get("revision"):
         rev = r["revision"]
         parts.append(f"<p class='wait'>Edited by {e(str(rev.get('reviewer')))} in draft {int(rev.get('draftVersion') or 0)}: {e(str(rev.get('reason')))}</p>")
+    if r.get("retry"):
+        rt = r["retry"]
+        parts.append(f"<p class='wait'>Retried by {e(str(rt.get('reviewer')))} in draft {int(rt.get('draftVersion') or 0)} "
+                     f"(attempt {int(rt.get('attempt') or 0)}): {e(str(rt.get('reason')))}</p>")
     if r["status"] == "validated":
         parts.append(f"<p><b>Summary:</b> {e(r['summary'])}</p><ol>")
         for c, cite in enumerate(r["citations"]):
@@ -3227,6 +3264,7 @@ def item_section(n: int, r: dict, source: str | None, item: dict) -> str:
         parts.append("</ol>")
     elif r["status"] == "failed":
         parts.append(f"<p class='bad'>Failed: {e(r.get('reason', ''))}</p>")
+        parts.append(failed_help(call, ways))
     else:
         parts.append("<p class='note'>No result yet: see the journal and the next step below.</p>")
     if source is not None:
@@ -3235,6 +3273,25 @@ def item_section(n: int, r: dict, source: str | None, item: dict) -> str:
     else:
         parts.append("<p class='bad'>Source not shown: it cannot be read here (an MCP source, or it no longer matches its seal).</p>")
     parts.append("</section>")
+    return "".join(parts)
+
+
+def failed_help(call, ways: dict | None) -> str:
+    """A failed item's raw model output (escaped, from the journal) and the ways on: retry within the bounds, or revise."""
+    e = escape
+    parts = []
+    if call is not None:
+        output = call["output_text"]
+        shown = f"<pre>{e(output)}</pre>" if output else "<p class='note'>(empty: the provider returned no text)</p>"
+        parts.append(f"<details class='raw' open><summary>The model's raw output (attempt {int(call['attempt'])}, from the journal)</summary>"
+                     f"{shown}</details>")
+    if ways:
+        if "retryCommand" in ways:
+            parts.append("<p>Retry it: spends its next model call (never done automatically):</p>"
+                         f"<code class='cmd'>{e(ways['retryCommand'])}</code>")
+        else:
+            parts.append(f"<p class='note'>No retry: {e(ways['retryRefused'])}.</p>")
+        parts.append(f"<p>Or revise it by hand:</p><code class='cmd'>{e(ways['reviseCommand'])}</code>")
     return "".join(parts)
 
 
@@ -3257,12 +3314,14 @@ def journal_section(snap: Snapshot) -> str:
     if not snap.calls:
         return "<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>"
     rows = []
+    retries = retry_keys(snap.db)
     for r in snap.calls:
         cls = {"completed": "ok", "pending": "bad", "rejected": "bad"}.get(r["status"], "wait")
-        row = [f"<div class='call'><b>{e(r['item_id'])}</b> attempt {int(r['attempt'])} <span class='{cls}'>{e(r['status'])}</span>",
-               f"<br><code>{e(r['operation_key'])}</code>"]
+        retried = " (retry)" if r["operation_key"] in retries else ""
+        row = [f"<div class='call'><b>{e(r['item_id'])}</b> attempt {int(r['attempt'])}{retried} <span class='{cls}'>{e(r['status'])}</span>",
+               f"<br>{long_id(r['operation_key'])}"]
         if r["response_id"] or r["request_id"]:
-            row.append(f"<br>response <code>{e(str(r['response_id'] or '–'))}</code> · request <code>{e(str(r['request_id'] or '–'))}</code>")
+            row.append(f"<br>response {long_id(r['response_id'] or '–')} · request {long_id(r['request_id'] or '–')}")
         if r["usage_json"]:
             row.append(f"<br>{e(usage_text(r['usage_json']))}")
         row.append(f"<br><span class='note'>{e(r['created_utc'])} → {e(r['updated_utc'])}</span>")
@@ -3288,13 +3347,16 @@ def history_section(drafts: list) -> str:
     rows = []
     for d in drafts:
         before, after = d["change"].get("before", {}), d["change"].get("after", {})
+        retry = d["change"].get("retry")
+        how = f"retried (attempt {int(retry.get('attempt') or 0)})" if retry else "edited"
         rows.append(
-            f"<li><b>v{int(d['version'])}</b>: {e(d['itemId'])} by {e(d['reviewer'])} — {e(d['reason'])} <span class='note'>({e(d['createdUtc'])})</span>"
+            f"<li><b>v{int(d['version'])}</b>: {e(d['itemId'])} {how} by {e(d['reviewer'])} — {e(d['reason'])} <span class='note'>({e(d['createdUtc'])})</span>"
             f"<br>before ({e(str(before.get('status')))}): {e(str(before.get('summary') or before.get('reason') or ''))}"
-            f"<br>after: {e(str(after.get('summary')))} <span class='note'>({len(after.get('citations') or [])} citation(s))</span>"
-            f"<br><span class='note'>resultsSha256 <code>{e(d['resultsSha256'])}</code></span></li>")
+            + (f"<br>after ({e(str(after.get('status')))}): {e(str(after.get('reason')))}" if after.get("status") == "failed" else
+               f"<br>after: {e(str(after.get('summary')))} <span class='note'>({len(after.get('citations') or [])} citation(s))</span>") +
+            f"<br><span class='note'>resultsSha256 {long_id(d['resultsSha256'])}</span></li>")
     return ("<section id='drafts'><h2>Drafts</h2><p class='note'>v1 is the model's results; every later version is a person's edit, "
-            f"validated like model output.</p><ol>{''.join(rows)}</ol></section>")
+            f"or the answer to a person's retry, validated like model output.</p><ol>{''.join(rows)}</ol></section>")
 
 
 def decision_section(snap: Snapshot, out: dict) -> str:
