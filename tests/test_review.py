@@ -231,7 +231,11 @@ def test_the_decide_command_offers_accept_only_when_every_item_validated(ws):
     ws.write_manifest(maxModelCalls=1)
     command = ws.start().ok()["interrupt"][0]["decideCommand"]
     assert "--decision 'reject|hold'" in command
-    assert ws.run("status").ok()["next"] == command == ws.run("inspect").ok()["decideCommand"]
+    assert command == ws.run("inspect").ok()["decideCommand"]
+    # beta failed for want of a call: `next` offers revising it by hand first, then this decision (issue 15.4)
+    following = ws.run("status").ok()["next"]
+    assert following.startswith("item beta failed (no model call left") and following.endswith(f"or decide: {command}")
+    assert f"revise --state-dir {ws.state} --item beta" in following and " retry " not in following
 
 
 def test_a_failing_verify_prints_its_report_in_the_format_asked_for(ws):
