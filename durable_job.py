@@ -1988,6 +1988,9 @@ def failed_items(state_dir: str, results: list, calls: list, manifest: dict | No
 
 def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
     """Which bound forbids another call for this item, or None when a retry may be sent."""
+    pending = [c for c in calls if c["status"] == "pending"]
+    if pending:
+        return f"call {pending[0]['operation_key']} has no recorded outcome yet; reconcile it first"
     attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
     if attempts >= manifest["maxAttemptsPerItem"]:
         return f"item {item_id} has used all {manifest['maxAttemptsPerItem']} attempt(s) the manifest allows (maxAttemptsPerItem)"

@@ -221,6 +221,21 @@ def test_a_retry_abandoned_after_a_crash_leaves_the_results_as_they_were_and_spe
     assert ws.run("verify").ok()["ok"] is True
 
 
+def test_a_job_cancelled_during_a_retrys_uncertain_call_keeps_its_results_when_the_call_is_reconciled(ws):
+    """After a cancel nothing changes the reviewed results: the reconciled answer is journaled, not drafted."""
+    h1 = started_invalid(ws)["interrupt"][0]["resultsSha256"]
+    assert retry(ws, env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    key = ws.db_rows()[-1][0]
+    assert "retry --state-dir" not in json.dumps(ws.run("inspect").ok().get("failedItems"))  # reconcile first
+    assert ws.run("cancel", "--reviewer", "olga", "--reason", "provider incident").ok()["cancelled"]["pendingCalls"] == [key]
+    answer = write(ws, "answer.json", {"outputText": json.dumps(ANSWER), "responseId": "resp_from_log"})
+    out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer,
+                 "--reviewer", "olga", "--reason", "billed").ok()
+    assert out["status"] == "completed" and "retryDraft" not in out
+    assert ws.run("inspect").ok()["resultsSha256"] == h1
+    assert ws.run("verify").ok()["ok"] is True
+
+
 def test_a_retry_killed_right_after_its_answer_was_journaled_already_has_its_draft(ws):
     """after-ledger: the answer and its draft commit together, so nothing is lost and nothing is asked twice."""
     started_invalid(ws)
