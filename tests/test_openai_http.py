@@ -420,7 +420,9 @@ def test_an_item_refused_on_every_allowed_attempt_reaches_review_as_failed(ws, p
         ("alpha", 1, "rejected"), ("alpha", 2, "rejected"), ("beta", 1, "completed")]
     assert len(provider.requests()) == 3
     # the earlier refusals no longer colour the next step once the job moved on
-    assert ws.run("status").ok()["next"].startswith("python durable_job.py decide")
+    following = ws.run("status").ok()["next"]  # alpha failed: revise it by hand (no attempt left to retry), or decide
+    assert "rejected" not in following and following.startswith("item alpha failed (no model call left")
+    assert " retry " not in following and "revise --state-dir" in following and "or decide: python durable_job.py decide" in following
 
 
 def test_api_key_echoed_by_the_server_is_never_stored_or_printed(refused):
