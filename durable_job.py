@@ -2832,12 +2832,12 @@ def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
 def after_unsent(key: str, events: list) -> list:
     """An operation's events after its last attempt that was never sent (whose row was removed).
 
-    Each such attempt is exactly `dispatch` then `not-sent`: a call with any other outcome
-    recorded is never forgotten.
+    Each such attempt is exactly `dispatch` then `not-sent` (with a person's `retry` between them
+    when the `retry` command asked for it): a call with any other outcome recorded is never forgotten.
     """
     while any(event == "not-sent" for event, _ in events):
         end = next(n for n, (event, _) in enumerate(events) if event == "not-sent")
-        if [event for event, _ in events[:end + 1]] != ["dispatch", "not-sent"]:
+        if [event for event, _ in events[:end + 1]] not in (["dispatch", "not-sent"], ["dispatch", "retry", "not-sent"]):
             raise SealError(f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed")
         events = events[end + 1:]
     return events

@@ -277,6 +277,26 @@ def test_retry_goes_through_the_real_provider_path(ws, provider):
     assert ws.run("verify").ok()["ok"] is True
 
 
+def test_a_retry_whose_connection_never_opened_spends_nothing_and_can_be_asked_again(ws, provider):
+    """Nothing listens at the URL: no call happened, so no attempt is spent; after the fix the retry just works."""
+    import socket
+
+    openai_workspace(ws, provider)
+    provider.behave(by_input={"Alpha report": "not-json"})
+    ws.start().ok()
+    provider.behave("ok")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    rows = ws.db_rows()
+    retry(ws, env={"OPENAI_BASE_URL": closed}).held("was not sent", closed, "run this retry again")
+    assert ws.db_rows() == rows and ws.run("inspect").ok()["draftVersion"] == 1
+    assert ws.run("verify").ok()["ok"] is True
+    out = retry(ws, reviewer="sam").ok()
+    assert out["attempt"] == 2 and out["result"]["status"] == "validated" and len(provider.requests()) == 3
+    assert ws.run("verify").ok()["ok"] is True
+
+
 def test_two_jobs_from_one_manifest_are_told_apart_in_the_providers_log(ws, provider, tmp_path):
     """The operation keys are the same work's (as the SPEC fixes them); the thread header names each job."""
     openai_workspace(ws, provider)
