@@ -1986,6 +1986,12 @@ def failed_items(state_dir: str, results: list, calls: list, manifest: dict | No
     return out
 
 
+def failed_field(state_dir: str, results: list, calls: list, manifest: dict | None) -> dict:
+    """{"failedItems": [...]} for an output when any item failed, else nothing."""
+    failed = failed_items(state_dir, results, calls, manifest)
+    return {"failedItems": failed} if failed else {}
+
+
 def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
     """Which bound forbids another call for this item, or None when a retry may be sent."""
     pending = [c for c in calls if c["status"] == "pending"]
@@ -2417,7 +2423,8 @@ def cmd_revise(args) -> dict:
                            (draft + 1, args.item, json.dumps(new_results), digest, args.reviewer, args.reason, json.dumps(change), stamp))
         return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": args.item, "resultsSha256": digest,
                 "previousResultsSha256": previous, "reviewer": args.reviewer, "reason": args.reason,
-                "result": checked, "decideCommand": decide_command(args.state_dir, new_results)}
+                "result": checked, "decideCommand": decide_command(args.state_dir, new_results),
+                **failed_field(args.state_dir, new_results, call_rows(ctx.db), ctx.manifest)}
 
 
 def revised_proposal(args, old: dict) -> dict:
@@ -3014,8 +3021,9 @@ def text_decide(out: dict, state_dir: str | None) -> list:
 
 
 def text_status(out: dict, state_dir: str | None) -> list:
-    """The phase and every journaled call; a pending one with its ready-to-paste reconcile."""
+    """The phase, each item's status (a failed one with its reason) and every journaled call; a pending one with its ready-to-paste reconcile."""
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
+    lines += result_lines(out.get("results"))
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
         if call[2] == "pending" and state_dir:
@@ -3056,7 +3064,7 @@ def text_reconcile(out: dict, state_dir: str | None) -> list:
 def text_revise(out: dict, state_dir: str | None) -> list:
     return [f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
             f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
-            f"  next: {out['decideCommand']}"]
+            *failed_lines(out), f"  next: {out['decideCommand']}"]
 
 
 def text_retry(out: dict, state_dir: str | None) -> list:

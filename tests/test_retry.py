@@ -72,6 +72,12 @@ def test_a_failed_items_reason_is_shown_wherever_its_status_is_and_next_offers_r
     text = ws.run("resume", "--text").stdout
     assert f"alpha failed: retry it (spends its next model call): {retry_cmd}" in text and f"or revise it by hand: {revise_cmd}" in text
 
+    # revising alpha by hand: the revise output still shows the way on for beta
+    revised = ws.run("revise", "--item", "alpha", "--summary-file", write(ws, "s.txt", ANSWER["summary"]),
+                     "--citations-file", write(ws, "c.json", ANSWER["citations"]), "--reviewer", "rita", "--reason", "by hand").ok()
+    assert [f["itemId"] for f in revised["failedItems"]] == ["beta"]
+    assert ws.run("status").ok()["next"].startswith("item beta failed")
+
 
 # --- retry: a journey ----------------------------------------------------------------------------------
 
