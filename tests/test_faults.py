@@ -372,7 +372,7 @@ def test_crash_points_are_ignored_in_openai_mode(ws, provider):
 # Command's resume value, the review task's own copy of it, or the review node's `final` write (its
 # checkpoint not yet saved).
 KILL_INSIDE_LANGGRAPH = r'''
-import contextlib, importlib.util, os, sys
+import contextlib, importlib.util, os, sys, time
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 spec = importlib.util.spec_from_file_location("durable_job", {program!r})
@@ -390,10 +390,25 @@ def put_writes(self, config, writes, task_id, task_path=""):
     if (when == "resume-value" and "__resume__" in channels and null_task
             or when == "task-resume" and "__resume__" in channels and not null_task
             or when == "final-write" and "final" in channels):
+        time.sleep(0.2)  # widen the window a background checkpoint save would need: the gate below must close it
         os._exit(99)
 
 
 SqliteSaver.put_writes = put_writes
+real_put = SqliteSaver.put
+
+
+def put(self, config, checkpoint, metadata, new_versions):
+    # LangGraph saves a task's writes and the next checkpoint on background threads, in no fixed order:
+    # without this gate the checkpoint holding `final` could be saved between the named write and the
+    # kill, and the decide would have finished after all. Hold every checkpoint of this decide until the
+    # kill (a minute at most, should the named write never come: then the exit code tells).
+    if when in ("resume-value", "task-resume", "final-write"):
+        time.sleep(60)
+    return real_put(self, config, checkpoint, metadata, new_versions)
+
+
+SqliteSaver.put = put
 real_cursor = SqliteSaver.cursor
 
 
