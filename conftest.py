@@ -1,15 +1,28 @@
-"""Shared helpers for the user-journey tests: a job workspace, the CLI as a subprocess, the loopback provider.
+"""Shared helpers for the user-journey tests: a job workspace, the CLI (in-process or as a subprocess), the loopback provider.
 
 Every test gets its own temporary directory; nothing here touches the repository's files.
+
+`Workspace.run` runs one CLI command. With `inprocess=True` (the workspace's default when made so) it
+calls `durable_job.main()` in this interpreter: environment, working directory and umask are set for
+the command and restored after it, stdout and stderr are captured, and every SQLite connection the
+command left open is closed. LangGraph is then imported once per test process instead of once per
+command. A command that must cross a process boundary always runs as a subprocess: a named crash
+point (it ends the process), another program (`program=`), a `timeout=` the test relies on, and every
+`popen` (kills and races).
 """
+import contextlib
+import gc
 import hashlib
+import io
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 
@@ -37,13 +50,14 @@ def sha256(data) -> str:
 class Workspace:
     """A temporary folder with sources, a manifest and a state directory, as a user would lay them out."""
 
-    def __init__(self, root):
+    def __init__(self, root, inprocess: bool = False):
         self.root = str(root)
         self.src = os.path.join(self.root, "src")
         self.state = os.path.join(self.root, "state")
         self.manifest = os.path.join(self.src, "manifest.json")
         os.makedirs(self.src, exist_ok=True)
         self.env = {}
+        self.inprocess = inprocess  # run commands through durable_job.main() unless one needs a process
 
     def write_source(self, name: str, text) -> str:
         path = os.path.join(self.src, name)
@@ -76,15 +90,23 @@ class Workspace:
             fh.write(raw)
         return self.manifest
 
-    def run(self, *args, env=None, timeout=120, state=True, program=None) -> "Result":
-        """Run one CLI command in a subprocess, as a person at a terminal (stdout piped, so JSON)."""
-        argv = [sys.executable, program or PROGRAM, *args]
+    def run(self, *args, env=None, timeout=None, state=True, program=None, inprocess=None) -> "Result":
+        """Run one CLI command as a person at a terminal would (stdout piped, so JSON).
+
+        In-process when the workspace (or `inprocess=True`) asks for it and nothing needs a process
+        boundary; otherwise in a subprocess (killed after `timeout` seconds, default 120).
+        """
+        argv = list(args)
         if state and "--state-dir" not in args and args and args[0] != "seal":
             argv += ["--state-dir", self.state]
         full_env = clean_env()
         full_env.update(self.env)
         full_env.update(env or {})
-        proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=self.root)
+        inprocess = self.inprocess if inprocess is None else inprocess
+        if inprocess and program is None and timeout is None and "DURABLE_JOB_FAKE_CRASH" not in full_env:
+            return run_inprocess(argv, full_env, cwd=self.root)
+        proc = subprocess.run([sys.executable, program or PROGRAM, *argv], capture_output=True, text=True,
+                              env=full_env, timeout=timeout or 120, cwd=self.root)
         return Result(proc)
 
     def popen(self, *args, env=None, program=None) -> subprocess.Popen:
@@ -92,7 +114,9 @@ class Workspace:
         full_env = clean_env()
         full_env.update(self.env)
         full_env.update(env or {})
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=self.root)
+        # its own process group (and session): kill_group then reaches every process the command started
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=self.root,
+                                start_new_session=True)
 
     def start(self, **kw) -> "Result":
         return self.run("start", "--manifest", self.manifest, **kw)
@@ -148,6 +172,41 @@ class Result:
         for phrase in phrases:
             assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
         return lines[0]
+
+
+def run_inprocess(argv: list, env: dict, cwd: str) -> Result:
+    """One CLI command through durable_job.main() in this process, leaving the process as it found it.
+
+    Environment, working directory and umask are the command's while it runs and restored afterwards;
+    its stdout and stderr are captured; `--help` (SystemExit) becomes its exit code; every SQLite
+    connection it left open is closed, so no lock or file handle outlives the command.
+    """
+    import durable_job
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_umask = os.umask(0o022)
+    os.umask(saved_umask)
+    before = {id(o) for o in gc.get_objects() if isinstance(o, sqlite3.Connection)}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = durable_job.main(argv)
+            except SystemExit as exc:  # argparse's --help
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    finally:
+        os.chdir(saved_cwd)
+        os.umask(saved_umask)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        gc.collect()  # the command's Context, graph and checkpointer are cycles: free them now
+        for obj in gc.get_objects():
+            if isinstance(obj, sqlite3.Connection) and id(obj) not in before:
+                obj.close()
+    return Result(types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue()))
 
 
 def clean_env() -> dict:
@@ -221,11 +280,33 @@ def free_port() -> int:
 
 
 def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
+    """Signal the whole process group `proc` leads (Workspace.popen starts one): the command and every
+    process it started (an MCP server, say); then reap it."""
     try:
-        os.kill(proc.pid, sig)
+        leads_group = os.getpgid(proc.pid) == proc.pid
+    except ProcessLookupError:
+        leads_group = True  # already gone (and reaped): its group may still hold children
+    try:
+        if leads_group:
+            os.killpg(proc.pid, sig)
+        else:  # started without its own group: signalling the group would hit the test runner itself
+            os.kill(proc.pid, sig)
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
+
+
+def hold_run_lock(state_dir) -> subprocess.Popen:
+    """Another process holding run.lock (flock, as a running durable_job command does) until its stdin closes."""
+    code = ("import fcntl, os, sys\n"
+            f"fd = os.open({os.path.join(str(state_dir), 'run.lock')!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "os.ftruncate(fd, 0); os.write(fd, f'{os.getpid()} decide\\n'.encode())\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
 
 
 def hold_sqlite_lock(path) -> subprocess.Popen:
@@ -260,5 +341,6 @@ def copy_program(root, transform=None) -> str:
     return path
 
 
-__all__ = ["ALPHA", "BETA", "GAMMA", "FAKE_KEY", "Workspace", "Result", "Provider", "openai_workspace", "free_port",
-           "kill_group", "wait_for", "copy_program", "sha256", "shutil"]
+__all__ = ["REPO", "PROGRAM", "TESTS", "ALPHA", "BETA", "GAMMA", "FAKE_KEY", "Workspace", "Result", "Provider",
+           "openai_workspace", "free_port", "clean_env", "run_inprocess", "kill_group", "hold_run_lock",
+           "hold_sqlite_lock", "wait_for", "copy_program", "sha256", "shutil"]
