@@ -1,14 +1,14 @@
 """The core journeys: start, crash here, resume, reconcile, decide — through the real CLI and real SQLite files."""
-import fcntl
 import json
 import os
+import re
 import sqlite3
 import stat
 
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, copy_program
+from conftest import ALPHA, BETA, FAKE_KEY, Workspace, copy_program, hold_run_lock
 
 
 def statuses(result_json):
@@ -265,6 +265,17 @@ def test_valid_proposal_is_validated_with_hashes():
     assert dj.check_proposal(raw, item, short)["status"] == "validated"  # the whole stripped source is enough
 
 
+def test_a_quote_is_measured_after_stripping_so_padding_cannot_reach_twelve_characters():
+    """" Alpha repor" is 12 characters with its space but 11 without: not meaningful. 12 after stripping passes."""
+    for padded in (" Alpha repor", "\nThe report "):  # 12 characters each, 11 and 10 once stripped
+        assert padded in ALPHA and len(padded) == 12
+        result = dj.check_proposal(proposal(citations=[{"quote": padded, "claim": "c"}]), ITEM, ALPHA)
+        assert result["status"] == "failed" and "not meaningful" in result["reason"], (padded, result)
+    for twelve in ("Alpha report", " Alpha report", "\nThe report i"):
+        assert twelve in ALPHA and len(twelve.strip()) == 12
+        assert dj.check_proposal(proposal(citations=[{"quote": twelve, "claim": "c"}]), ITEM, ALPHA)["status"] == "validated", twelve
+
+
 def test_prompt_holds_only_bounded_validated_progress():
     results = [{"itemId": f"item{n:03d}", "status": "validated", "sourceSha256": "ab" * 32, "summary": "MODEL PROSE"}
                for n in range(40)] + [{"itemId": "bad", "status": "failed", "sourceSha256": "cd" * 32, "reason": "why"}]
@@ -375,6 +386,61 @@ def test_attempt_and_call_bounds_are_enforced(tmp_path, monkeypatch):
         dj.get_or_call(db, JOB, BOUNDS, {"id": "gamma", "sha256": "0" * 64}, "g", "r")
 
 
+def test_write_exclusive_creates_once_and_never_replaces(tmp_path):
+    """job.json is sealed once: a second write is refused and the first bytes stay, with no temporary file left."""
+    path = str(tmp_path / "job.json")
+    dj.write_exclusive(path, b'{"sealed": 1}\n')
+    with open(path, "rb") as fh:
+        assert fh.read() == b'{"sealed": 1}\n'
+    with pytest.raises(FileExistsError):
+        dj.write_exclusive(path, b'{"sealed": 2}\n')
+    with open(path, "rb") as fh:
+        assert fh.read() == b'{"sealed": 1}\n'
+    assert os.listdir(tmp_path) == ["job.json"]
+
+
+def test_complete_call_changes_only_a_pending_row_and_stores_no_key(tmp_path, monkeypatch):
+    """A late answer cannot revive a call a person abandoned (or change a completed one); what it stores never holds the key."""
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+    db = dj.ledger(str(tmp_path / "effects.sqlite"))
+    columns = "SELECT status, output_text, response_id, request_id, usage_json, reconciliation_json FROM calls WHERE operation_key=?"
+    abandoned = dj.claim_attempt(db, JOB, BOUNDS, ITEM, "p")[1]
+    db.execute("UPDATE calls SET status='abandoned', reconciliation_json='{}' WHERE operation_key=?", (abandoned,))
+    before = db.execute(columns, (abandoned,)).fetchall()
+    dj.complete_call(db, abandoned, "late answer", "resp-late", "req-late", {"total_tokens": 1})
+    assert db.execute(columns, (abandoned,)).fetchall() == before == [("abandoned", None, None, None, None, "{}")]
+
+    key = dj.claim_attempt(db, JOB, BOUNDS, ITEM, "p")[1]
+    dj.complete_call(db, key, f"text {FAKE_KEY}", f"resp-{FAKE_KEY}", f"req-{FAKE_KEY}", {"note": FAKE_KEY})
+    done = db.execute(columns, (key,)).fetchall()
+    assert done == [("completed", "text [redacted]", "resp-[redacted]", "req-[redacted]", '{"note": "[redacted]"}', None)]
+    dj.complete_call(db, key, "another answer", "resp-2", "req-2", None)
+    assert db.execute(columns, (key,)).fetchall() == done
+
+
+def test_job_json_and_receipt_are_fsynced_with_their_folder(tmp_path, monkeypatch):
+    """Power-loss durability of the two files the program writes itself: each is fsynced before it is put in
+    place, and the state directory after. os.fsync is spied on in-process: nothing outside can see an fsync."""
+    synced = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    ws = Workspace(tmp_path, inprocess=True)
+    ws.write_manifest()
+    state = os.path.realpath(ws.state)
+    monkeypatch.setattr(os, "fsync", spy)
+    ws.start().ok()
+    sealed = [n for n, p in enumerate(synced) if re.fullmatch(re.escape(state) + r"/job\.json\.\d+\.tmp", p)]
+    assert len(sealed) == 1 and state in synced[sealed[0] + 1:], synced
+    synced.clear()
+    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
+    receipt = [n for n, p in enumerate(synced) if re.fullmatch(re.escape(state) + r"/receipt\.json\.\d+\.tmp", p)]
+    assert len(receipt) == 1 and state in synced[receipt[0] + 1:], synced
+
+
 def test_an_item_the_call_budget_cannot_reach_is_reviewed_as_failed_not_a_dead_end(ws):
     """maxModelCalls 1 for two items: beta gets no call, reaches review as failed; a person revises it and accepts."""
     ws.write_manifest(maxModelCalls=1)
@@ -428,18 +494,61 @@ def test_missing_api_key_is_refused_before_any_row(ws):
     assert not os.path.exists(os.path.join(ws.state, "effects.sqlite"))
 
 
-def test_busy_directory_refuses_writers_but_not_readers(ws):
-    ws.start().ok()
-    fd = os.open(os.path.join(ws.state, "run.lock"), os.O_RDWR)
+WRITERS = {
+    "start": lambda ws, key, summary: ("start", "--manifest", ws.manifest),
+    "resume": lambda ws, key, summary: ("resume",),
+    "reconcile": lambda ws, key, summary: ("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "r", "--reason", "x"),
+    "decide": lambda ws, key, summary: ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"),
+    "revise": lambda ws, key, summary: ("revise", "--item", "alpha", "--summary-file", summary, "--reviewer", "r", "--reason", "x"),
+    "cancel": lambda ws, key, summary: ("cancel", "--reviewer", "r", "--reason", "x"),
+}
+
+
+@pytest.mark.parametrize("moment", ["uncertain-call", "awaiting-review"])
+def test_busy_directory_refuses_every_writer_but_not_readers(tmp_path, moment):
+    """While another process holds run.lock, every writing command is refused at once, naming the holder,
+    and changes nothing; status and inspect still read. Each command would otherwise have done something:
+    the job either waits on a pending call (reconcile, resume, start) or at review (decide, revise, cancel)."""
+    ws = Workspace(tmp_path, inprocess=True)
+    ws.write_manifest()
+    if moment == "uncertain-call":
+        assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    else:
+        ws.start().ok()
+    key = ws.db_rows()[0][0]
+    summary = ws.write_source("summary.txt", "A new summary for alpha.")
+    before = ws.state_bytes()
+    holder = hold_run_lock(ws.state)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held("BusyError", "another durable_job command")
-        ws.run("resume").held("State directory busy")
-        assert ws.run("status").ok()["jobId"] == "journey"
+        for name, argv in WRITERS.items():
+            line = ws.run(*argv(ws, key, summary)).held("BusyError", "State directory busy", f"pid {holder.pid}")
+            assert f"`{'resume' if name == 'start' else name}` again" in line, line  # the same job's start continues as resume
+        assert ws.run("status").ok()["phase"] == moment
         assert ws.run("inspect").ok()["final"] is None
     finally:
-        os.close(fd)
-    assert ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()["final"]["decision"] == "hold"
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert ws.state_bytes() == before
+    # the lock released, the same commands go through
+    if moment == "uncertain-call":
+        assert ws.run(*WRITERS["reconcile"](ws, key, summary)).ok()["status"] == "abandoned"
+    else:
+        assert ws.run(*WRITERS["revise"](ws, key, summary)).ok()["draftVersion"] == 2
+        assert ws.run(*WRITERS["decide"](ws, key, summary)).ok()["final"]["decision"] == "hold"
+
+
+def test_a_start_is_busy_while_another_start_holds_the_lock_of_a_fresh_directory(tmp_path):
+    ws = Workspace(tmp_path, inprocess=True)
+    ws.write_manifest()
+    os.makedirs(ws.state, mode=0o700)
+    holder = hold_run_lock(ws.state)
+    try:
+        ws.start().held("BusyError", "State directory busy", f"pid {holder.pid}")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert os.listdir(ws.state) == ["run.lock"]
+    assert ws.start().ok()["existing"] is False
 
 
 def test_decide_before_review_says_what_the_job_waits_for(ws):

@@ -32,8 +32,8 @@ def input_text(value):
     return "\n".join(parts)
 
 
-def ok_text(text):
-    """Build the deterministic JSON answer text for an "ok" request."""
+def ok_text(text, echo=""):
+    """Build the deterministic JSON answer text for an "ok" request (`echo` appended to its summary)."""
     lines = text.split("\n")
     item_id = next((ln[len("Item: "):].strip() for ln in lines if ln.startswith("Item: ")), None)
     if item_id is None or "<<<SOURCE" not in lines:
@@ -42,7 +42,7 @@ def ok_text(text):
     end = lines.index("SOURCE>>>", start) if "SOURCE>>>" in lines[start:] else len(lines)
     first = "\n".join(lines[start:end]).split("\n")[0][:160]
     citation = {"quote": first, "claim": "The source states this in its first line."}
-    return json.dumps({"itemId": item_id, "summary": first, "citations": [citation]})
+    return json.dumps({"itemId": item_id, "summary": first + echo, "citations": [citation]})
 
 
 def choose_behaviour(path, text, seq):
@@ -129,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
-            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids", "trickle")
+            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids", "echo-key-output", "trickle")
                                  or behaviour.startswith("slow:"))
             rid = out = None
             if answers:
@@ -138,6 +138,8 @@ class Handler(BaseHTTPRequestHandler):
                 if behaviour == "echo-key-ids":  # a careless server: the caller's key inside its ids
                     rid = "resp-" + self.headers.get("Authorization", "").removeprefix("Bearer ")
                 out = {"not-json": NOT_JSON_TEXT, "incomplete": ""}.get(behaviour) if behaviour in ("not-json", "incomplete") else ok_text(text)
+                if behaviour == "echo-key-output":  # a model repeating what it was sent: the caller's key in a valid proposal
+                    out = ok_text(text, " (sent with " + self.headers.get("Authorization", "").removeprefix("Bearer ") + ")")
             self.write_log({
                 "seq": seq, "path": self.path,
                 "headers": {k.lower(): v for k, v in self.headers.items()},

@@ -14,6 +14,7 @@ finished job and one job killed mid-run; "left as it is" is checked byte for byt
 process left a -wal file, by the databases' logical content).
 """
 import errno
+from collections import Counter
 import itertools
 import json
 import os
@@ -27,7 +28,7 @@ from importlib import metadata
 
 import ormsgpack
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import durable_job
@@ -805,6 +806,35 @@ def substrings(text):
     return st.integers(0, len(text)).flatmap(lambda i: st.integers(i, len(text)).map(lambda j: text[i:j]))
 
 
+_NEAR_TWELVE: dict = {}
+
+
+def near_twelve(source):
+    """Exact substrings of source that are 8-13 characters once stripped, bare or with the whitespace around
+    them: the quotes on both sides of the 12-character rule, and padded up to it. Drawn evenly by
+    (stripped length, padded) so that each side is really generated."""
+    if source not in _NEAR_TWELVE:
+        buckets: dict = {}
+        for i in range(len(source)):
+            for j in range(i + 8, min(len(source), i + 16) + 1):
+                quote = source[i:j]
+                if 8 <= len(quote.strip()) <= 13:
+                    buckets.setdefault((len(quote.strip()), quote != quote.strip()), set()).add(quote)
+        _NEAR_TWELVE[source] = {k: sorted(v) for k, v in sorted(buckets.items())}
+    buckets = _NEAR_TWELVE[source]
+    if not buckets:
+        return st.just(source)
+    return st.sampled_from(sorted(buckets)).flatmap(lambda k: st.sampled_from(buckets[k]))
+
+
+def quote_lengths(raw):
+    """(length, stripped length) of each quote of an otherwise well-formed proposal, for the coverage count."""
+    try:
+        return [(len(c["quote"]), len(c["quote"].strip())) for c in json.loads(raw)["citations"]]
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return []
+
+
 @st.composite
 def outputs(draw, source):
     """Arbitrary model output text, biased toward almost-valid proposals so every rule gets exercised."""
@@ -818,7 +848,13 @@ def outputs(draw, source):
          "summary": st.one_of(wild_text, st.just("s" * 500), st.just("s" * 501), st.just("  \n"), wild_values),
          "citations": st.one_of(st.lists(citation, max_size=4), wild_values)},
         optional={"extra": wild_values})
-    shape = draw(st.sampled_from(["proposal", "value", "text", "prose+json", "truncated"]))
+    shape = draw(st.sampled_from(["proposal", "near-twelve", "value", "near-twelve", "text", "prose+json", "near-twelve", "truncated"]))
+    if shape == "near-twelve":  # otherwise valid, so the 12-character rule alone decides
+        cites = [{"quote": draw(near_twelve(source)), "claim": "It says so."}]
+        if draw(st.booleans()):
+            cites += draw(st.lists(st.builds(lambda q: {"quote": q, "claim": "And this."}, near_twelve(source)), min_size=1, max_size=2))
+        return json.dumps({"itemId": "item", "summary": "A short summary.", "citations": draw(st.permutations(cites))},
+                          ensure_ascii=draw(st.booleans()))
     if shape == "proposal":
         doc = draw(proposal)
         if draw(st.booleans()) and isinstance(doc, dict):
@@ -834,8 +870,9 @@ def outputs(draw, source):
     return doc[: draw(st.integers(0, len(doc)))]
 
 
-def contract_valid(raw, item_id, source) -> bool:
-    """The contract's validation rules, written again independently of the program."""
+def contract_valid(raw, item_id, source, length_rule=True) -> bool:
+    """The contract's validation rules, written again independently of the program (all but the quotes'
+    12-character rule when length_rule is False)."""
     try:
         p = json.loads(raw)
         json.dumps(p, ensure_ascii=False).encode("utf-8")
@@ -858,7 +895,7 @@ def contract_valid(raw, item_id, source) -> bool:
         q, claim = c["quote"], c["claim"]
         if not (isinstance(q, str) and len(q) <= 200 and q in source):
             return False
-        if (len(q.strip()) < 12) if len(whole) >= 12 else (q.strip() != whole):
+        if length_rule and ((len(q.strip()) < 12) if len(whole) >= 12 else (q.strip() != whole)):
             return False
         if not any(ch.isalnum() for ch in q):
             return False
@@ -882,15 +919,35 @@ def assert_well_formed(result, item, source):
         assert set(result) == {"itemId", "sourceSha256", "status", "summary", "citations", "proposalSha256"}
 
 
-@many(900)
-@given(data=st.data(), name=st.sampled_from(sorted(SOURCES)))
-def test_check_proposal_never_crashes_and_agrees_with_the_contract(data, name):
-    source = SOURCES[name]
-    item = {"id": "item", "sha256": sha256(source)}
-    raw = data.draw(outputs(source))
-    result = durable_job.check_proposal(raw, item, source)
-    assert_well_formed(result, item, source)
-    assert (result["status"] == "validated") == contract_valid(raw, "item", source), (raw, result)
+def test_check_proposal_never_crashes_and_agrees_with_the_contract():
+    """Thousands of outputs, biased toward almost-valid proposals; the 12-character rule is really exercised:
+    valid proposals whose quotes are 8-11 characters (refused), exactly 12 (accepted) and padded to 12 (refused)."""
+    seen = Counter()
+
+    @many(900)
+    @given(data=st.data(), name=st.sampled_from(sorted(SOURCES)))
+    def agrees(data, name):
+        source = SOURCES[name]
+        item = {"id": "item", "sha256": sha256(source)}
+        raw = data.draw(outputs(source))
+        result = durable_job.check_proposal(raw, item, source)
+        assert_well_formed(result, item, source)
+        valid = contract_valid(raw, "item", source)
+        assert (result["status"] == "validated") == valid, (raw, result)
+        lengths = sorted(quote_lengths(raw), key=lambda n: (n[1], -n[0]))  # the shortest quote decides
+        if len(source.strip()) >= 12 and lengths:
+            whole, stripped = lengths[0]
+            kind = {**dict.fromkeys(range(8, 12), "8-11"), 12: "12"}.get(stripped)
+            if kind and contract_valid(raw, "item", source, length_rule=False):
+                kind += "-padded" if whole > stripped else ""
+                kind += "-validated" if valid else "-refused"  # everything but the quote's length was valid
+                event(f"one quote of {kind}")
+                seen[kind] += 1
+
+    agrees()
+    for kind in ("8-11-refused", "8-11-padded-refused", "12-validated", "12-padded-validated"):
+        assert seen[kind] > 0, (kind, seen)
+    assert not {k for k in seen if k.startswith("8-11") and k.endswith("-validated")}, seen
 
 
 @many(300)

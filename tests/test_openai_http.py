@@ -537,6 +537,26 @@ def test_a_key_the_server_echoes_in_its_ids_is_never_stored_or_shown(ws, provide
         assert FAKE_KEY not in fh.read() + shown
 
 
+def test_model_output_that_echoes_the_key_is_stored_and_shown_redacted(tmp_path, provider):
+    """A model may repeat whatever it was sent: its text is journaled, checked, checkpointed and shown
+    with the key replaced, so no byte of the state directory or of any output holds it."""
+    ws = openai_workspace(Workspace(tmp_path, inprocess=True), provider)
+    provider.behave("echo-key-output")
+    started = ws.start().ok()
+    assert [r["status"] for r in started["results"]] == ["validated", "validated"]
+    assert all(FAKE_KEY in r["output_text"] for r in provider.requests())  # the server did echo it
+    assert [r["output_text"].count("[redacted]") for r in journal(ws)] == [1, 1]
+    inspected = ws.run("inspect").ok()
+    assert all(r["summary"].endswith("(sent with [redacted])") for r in inspected["results"])
+    page = str(tmp_path / "page.html")
+    ws.run("inspect", "--html", page).ok()
+    with open(page, encoding="utf-8") as fh:
+        shown = [fh.read(), json.dumps(started), ws.run("status").stdout, ws.run("inspect", "--text").stdout]
+    decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "quotes match")
+    assert decided.ok()["final"]["decision"] == "accept"
+    assert_no_key(ws, *shown, decided.stdout)
+
+
 @pytest.mark.parametrize("variable,value,phrase", [
     ("OPENAI_API_KEY", FAKE_KEY + " ", "a space, a line break"),
     ("OPENAI_API_KEY", FAKE_KEY + "\n", "a space, a line break"),

@@ -590,6 +590,21 @@ def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
     assert html.escape("Beta <script>evil()</script> summary.") in history
 
 
+def test_highlight_escapes_markup_before_between_inside_and_after_the_quotes():
+    """Every slice of a source around its highlighted quotes is escaped: before the first quote, between two
+    quotes, inside each, and after the last; the visible text is the source exactly, each quote marked once."""
+    first, second = "first <s>quote</s> is here", "second <q>quote</q> is here"
+    source = (f"<script>alert(0)</script><b>lead</b> {first} <img src=x onerror=alert(1)><i>between</i> "
+              f"{second} <u>tail</u><iframe src=//evil.example></iframe>\n")
+    marked = dj.highlight(source, [{"quote": first, "claim": "c"}, {"quote": second, "claim": "c"}], 3)
+    page = PageParser()
+    page.feed(marked)
+    page.close()
+    assert set(page.tags) == {"mark", "a"} and page.tags.count("mark") == 2, page.tags
+    assert "".join(page.text) == source
+    assert ("mark", "id", "q3-0") in page.attrs and ("a", "href", "#c3-1") in page.attrs
+
+
 def test_review_page_shows_failed_items_pending_calls_and_usage(ws, provider):
     openai_workspace(ws, provider, sources={"alpha": ALPHA, "beta": BETA, "gamma": GAMMA})
     provider.behave(by_input={"Beta report": "not-json", "Gamma report": "500"})
