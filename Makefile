@@ -34,7 +34,7 @@ bench: $(VENV)/.dev
 	$(PY) bench/bench.py
 
 crash-fuzz: $(VENV)/.dev
-	DURABLE_JOB_FUZZ_JOBS=$(N) $(PY) -m pytest -q tests/test_faults.py -k random_kills -s
+	DURABLE_JOB_FUZZ_JOBS=$(N) $(PY) -m pytest -q -n 0 tests/test_faults.py -k random_kills -s
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis durable_job.egg-info

@@ -2,13 +2,13 @@
 
 Every test gets its own temporary directory; nothing here touches the repository's files.
 
-`Workspace.run` runs one CLI command. With `inprocess=True` (the workspace's default when made so) it
-calls `durable_job.main()` in this interpreter: environment, working directory and umask are set for
-the command and restored after it, stdout and stderr are captured, and every SQLite connection the
-command left open is closed. LangGraph is then imported once per test process instead of once per
+`Workspace.run` runs one CLI command. In-process (a workspace's default) it calls `durable_job.main()`
+in this interpreter: environment, working directory and umask are set for the command and restored after it, stdout and stderr are captured, and the command's SQLite
+connections are closed. LangGraph is then imported once per test process instead of once per
 command. A command that must cross a process boundary always runs as a subprocess: a named crash
-point (it ends the process), another program (`program=`), a `timeout=` the test relies on, and every
-`popen` (kills and races).
+point (it ends the process), another program (`program=`), a `timeout=` the test relies on, a
+PYTHON* variable (read only as an interpreter starts), a workspace made with `inprocess=False`, and
+every `popen` (kills and races).
 """
 import contextlib
 import gc
@@ -18,9 +18,9 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -50,7 +50,7 @@ def sha256(data) -> str:
 class Workspace:
     """A temporary folder with sources, a manifest and a state directory, as a user would lay them out."""
 
-    def __init__(self, root, inprocess: bool = False):
+    def __init__(self, root, inprocess: bool = True):
         self.root = str(root)
         self.src = os.path.join(self.root, "src")
         self.state = os.path.join(self.root, "state")
@@ -103,7 +103,8 @@ class Workspace:
         full_env.update(self.env)
         full_env.update(env or {})
         inprocess = self.inprocess if inprocess is None else inprocess
-        if inprocess and program is None and timeout is None and "DURABLE_JOB_FAKE_CRASH" not in full_env:
+        startup = [k for k in {**self.env, **(env or {})} if k.startswith("PYTHON")]  # read by an interpreter as it starts
+        if inprocess and program is None and timeout is None and "DURABLE_JOB_FAKE_CRASH" not in full_env and not startup:
             return run_inprocess(argv, full_env, cwd=self.root)
         proc = subprocess.run([sys.executable, program or PROGRAM, *argv], capture_output=True, text=True,
                               env=full_env, timeout=timeout or 120, cwd=self.root)
@@ -174,39 +175,48 @@ class Result:
         return lines[0]
 
 
+_INPROCESS = threading.RLock()  # environment, working directory and umask belong to the whole process
+
+
 def run_inprocess(argv: list, env: dict, cwd: str) -> Result:
     """One CLI command through durable_job.main() in this process, leaving the process as it found it.
 
-    Environment, working directory and umask are the command's while it runs and restored afterwards;
-    its stdout and stderr are captured; `--help` (SystemExit) becomes its exit code; every SQLite
-    connection it left open is closed, so no lock or file handle outlives the command.
+    Environment, working directory and umask are the command's while it runs and restored afterwards
+    (one command at a time: they are the process's, not a thread's); its stdout and stderr are captured;
+    `--help` (SystemExit) becomes its exit code. The command's objects (its Context, graph and
+    checkpointer hold SQLite connections in reference cycles) are collected at once, which closes
+    those connections, so no lock or file handle outlives the command.
     """
     import durable_job
 
-    saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    saved_umask = os.umask(0o022)
-    os.umask(saved_umask)
-    before = {id(o) for o in gc.get_objects() if isinstance(o, sqlite3.Connection)}
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = durable_job.main(argv)
-            except SystemExit as exc:  # argparse's --help
-                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    finally:
-        os.chdir(saved_cwd)
+    with _INPROCESS:
+        saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        saved_umask = os.umask(0o022)
         os.umask(saved_umask)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        gc.collect()  # the command's Context, graph and checkpointer are cycles: free them now
-        for obj in gc.get_objects():
-            if isinstance(obj, sqlite3.Connection) and id(obj) not in before:
-                obj.close()
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            set_environ(env)
+            os.chdir(cwd)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = durable_job.main(argv)
+                except SystemExit as exc:  # argparse's --help
+                    code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        finally:
+            os.chdir(saved_cwd)
+            os.umask(saved_umask)
+            set_environ(saved_env)
+            gc.collect()
     return Result(types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue()))
+
+
+def set_environ(env: dict) -> None:
+    """Make os.environ exactly env, touching only the names that differ (other threads may be reading it)."""
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def clean_env() -> dict:
@@ -219,7 +229,8 @@ def clean_env() -> dict:
 
 @pytest.fixture
 def ws(tmp_path) -> Workspace:
-    """A workspace with the two demo sources and a valid fake-mode manifest."""
+    """A workspace with the two demo sources and a valid fake-mode manifest; its commands run in-process
+    unless one needs a process boundary (see Workspace.run)."""
     w = Workspace(tmp_path)
     w.write_manifest()
     return w

@@ -37,6 +37,7 @@ PROGRESS_MAX_CHARS = 600
 FAKE_SUMMARY_MAX = 160
 DEFAULT_OPENAI_TIMEOUT = 30.0
 DEFAULT_MCP_TIMEOUT = 10.0
+DEFAULT_BUSY_TIMEOUT = 5.0  # seconds to wait for another process's SQLite lock (DURABLE_JOB_BUSY_TIMEOUT)
 MAX_OUTPUT_TOKENS = 500
 REFUSAL_STATUSES = frozenset({400, 401, 403, 404, 422, 429})
 DEPENDENCIES = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "openai")
@@ -748,13 +749,26 @@ def immutable_suffix(path: str) -> str:
     return "&immutable=1"
 
 
+def busy_timeout() -> float:
+    """Seconds to wait for another process's SQLite lock: DURABLE_JOB_BUSY_TIMEOUT, default 5."""
+    raw = os.environ.get("DURABLE_JOB_BUSY_TIMEOUT", "")
+    try:
+        value = float(raw) if raw.strip() else DEFAULT_BUSY_TIMEOUT
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600:
+        raise StateError(f"DURABLE_JOB_BUSY_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 5 s default")
+    return value
+
+
 def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     """Open a SQLite file with the journal's durability settings; name the file on failure."""
+    timeout = busy_timeout()
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{uri_path(path)}?mode=ro{immutable_suffix(path)}", uri=True, timeout=5.0, check_same_thread=False)
+            conn = sqlite3.connect(f"file:{uri_path(path)}?mode=ro{immutable_suffix(path)}", uri=True, timeout=timeout, check_same_thread=False)
         else:
-            conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 import durable_job
 from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Workspace, hold_sqlite_lock, openai_workspace, sha256
 
+SHORT_BUSY_WAIT = {"DURABLE_JOB_BUSY_TIMEOUT": "0.2"}  # a lock test need not wait SQLite's default 5 s
 NO_SEAL = {"DURABLE_JOB_FAKE_CRASH": "after-seal"}  # a start that gets past every check exits 93, not 2
 SEALED_EXIT = durable_job.CRASH_POINTS["after-seal"]
 CLI = settings(max_examples=40, deadline=None, database=None,
@@ -1133,8 +1134,8 @@ def test_a_database_locked_by_another_process_is_named_and_untouched(midrun, tmp
     holder = hold_sqlite_lock(os.path.join(state, name))
     try:
         started = time.monotonic()
-        line = midrun.run("resume", "--state-dir", state, timeout=60).held(name, "locked")
-        assert time.monotonic() - started < 30
+        line = midrun.run("resume", "--state-dir", state, env=SHORT_BUSY_WAIT).held(name, "locked")
+        assert time.monotonic() - started < 4.5  # SQLite waited the 0.2 s asked for, not its default 5 s
         assert "another process" in line
     finally:
         holder.stdin.close()
@@ -1142,6 +1143,13 @@ def test_a_database_locked_by_another_process_is_named_and_untouched(midrun, tmp
     assert what_is_there(state) == before
     if name == "checkpoints.sqlite":  # once the lock is gone, the job simply continues
         full_start(midrun, state=state)
+
+
+def test_a_busy_timeout_that_is_not_a_number_of_seconds_is_refused(ws):
+    ws.start().ok()
+    for value in ("soon", "-1", "601", "nan"):
+        ws.run("status", env={"DURABLE_JOB_BUSY_TIMEOUT": value}).held("DURABLE_JOB_BUSY_TIMEOUT", "unset it for the 5 s default")
+    assert ws.run("status", env={"DURABLE_JOB_BUSY_TIMEOUT": "0"}).ok()["phase"] == "awaiting-review"
 
 
 def _mount(kind_args, target) -> None:

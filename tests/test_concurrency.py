@@ -90,7 +90,7 @@ def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
     rows = ws.db_rows()
     holder = hold_sqlite_lock(os.path.join(ws.state, "checkpoints.sqlite"))
     try:
-        ws.run("resume", timeout=60).held("checkpoints.sqlite", "locked")
+        ws.run("resume", env={"DURABLE_JOB_BUSY_TIMEOUT": "0.2"}).held("checkpoints.sqlite", "locked")
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)

@@ -524,7 +524,7 @@ class FuzzJob:
         self.provider.behave(FUZZ_BEHAVIOUR)
         # a killed client leaves the server writing into a closed socket: expected here, not worth a printout
         self.provider.server.handle_error = lambda request, client_address: None
-        self.ws = Workspace(root)
+        self.ws = Workspace(root, inprocess=False)  # kills and races: every command a real process
         openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}", maxConcurrentCalls=concurrency)
         self.counts = Counter()
         self.transcript = []
@@ -706,7 +706,7 @@ def openai_baseline(root) -> tuple[dict, float]:
     provider = Provider(root)
     try:
         provider.behave(FUZZ_BEHAVIOUR)
-        ws = openai_workspace(Workspace(root), provider, jobId="fuzz-baseline")
+        ws = openai_workspace(Workspace(root, inprocess=False), provider, jobId="fuzz-baseline")  # timed as a process
         began = time.monotonic()
         ws.start().ok()
         duration = time.monotonic() - began
