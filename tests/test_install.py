@@ -31,6 +31,13 @@ def installed(tmp_path_factory) -> str:
     return str(target)
 
 
+@pytest.fixture
+def ws(ws):
+    """These journeys are about how the program is launched: the script's side runs as `python durable_job.py` too."""
+    ws.inprocess = False
+    return ws
+
+
 def durable_job_command(installed: str, *args, cwd) -> Result:
     """Run the installed `durable-job` console script, as a person with it on PATH would."""
     env = clean_env()
