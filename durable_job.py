@@ -549,7 +549,11 @@ def ensure_state_dir(state_dir: str) -> None:
 
 
 class RunLock:
-    """An exclusive, non-blocking OS lock on run.lock, held by every writing command."""
+    """An exclusive, non-blocking OS lock on run.lock, held by every writing command.
+
+    The file also notes who holds it (`<pid> <command> <since UTC>`), so `status`
+    can name a run in progress (see lock_holder).
+    """
 
     def __init__(self, state_dir: str, command: str):
         self.state_dir = state_dir
@@ -565,33 +569,72 @@ class RunLock:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StateError(f"Lock file {self.path} cannot be opened ({exc.strerror}); check the state directory's permissions") from None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = self._holder()
+        if not take_flock(self.fd):
+            holder = lock_note(self.path)
             os.close(self.fd)
             self.fd = None
-            raise BusyError(f"State directory busy: another durable_job command{holder} holds {self.path}; wait for it to finish, then run `{self.command}` again") from None
+            who = f" ({holder['command']}, pid {holder['pid']})" if holder else ""
+            raise BusyError(f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then run `{self.command}` again") from None
         try:
             os.ftruncate(self.fd, 0)
-            os.write(self.fd, f"{os.getpid()} {self.command}\n".encode())
+            os.write(self.fd, f"{os.getpid()} {self.command} {now_utc()}\n".encode())
         except OSError:
             pass  # the lock itself is what matters; the note is a courtesy
         return self
-
-    def _holder(self) -> str:
-        try:
-            with open(self.path, "r", encoding="utf-8", errors="replace") as fh:
-                text = fh.read(200).strip()
-            pid, _, command = text.partition(" ")
-            return f" ({command}, pid {pid})" if pid.isdigit() else ""
-        except OSError:
-            return ""
 
     def __exit__(self, *exc):
         if self.fd is not None:
             os.close(self.fd)  # closing releases the flock
             self.fd = None
+
+
+LOCK_PROBE_RETRIES = 5  # a `status` probing the lock holds it for microseconds: a writer meeting that probe tries again
+
+
+def take_flock(fd: int) -> bool:
+    """Take the exclusive lock without waiting for a real holder; a read-only probe in the way is waited out."""
+    for attempt in range(LOCK_PROBE_RETRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            if attempt + 1 < LOCK_PROBE_RETRIES:
+                time.sleep(0.01)
+    return False
+
+
+def lock_note(path: str) -> dict | None:
+    """What run.lock says about its last holder: {pid, command, sinceUtc}, or None."""
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as fh:
+            pid, _, rest = fh.read(200).strip().partition(" ")
+    except OSError:
+        return None
+    command, _, since = rest.partition(" ")
+    return {"pid": int(pid), "command": command, "sinceUtc": since or None} if pid.isdigit() else None
+
+
+def lock_holder(state_dir: str) -> dict | None:
+    """The writing command that holds run.lock right now ({pid, command, sinceUtc}), or None. Never waits.
+
+    It tries a shared lock on its own descriptor, without creating the file, and
+    lets go at once: refused means a live holder (a killed one holds nothing).
+    """
+    path = job_path(state_dir, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        held = False
+    except OSError:
+        held = True
+    finally:
+        os.close(fd)  # closing releases the probe's lock, if it got one
+    if not held:
+        return None
+    return lock_note(path) or {"pid": None, "command": "unknown", "sinceUtc": None}
 
 
 def fsync_dir(path: str) -> None:
@@ -648,7 +691,7 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def no_job(state_dir: str) -> StateError:
-    return StateError(f"No job in {state_dir}: {JOB_FILE} is missing; check --state-dir, or run `start --manifest M --state-dir {state_dir}` first")
+    return StateError(f"No job in {state_dir}: {JOB_FILE} is missing; check --state-dir, or run `{suggest('start', '--manifest', 'MANIFEST', store=StateDirStore(state_dir))}` first")
 
 
 def load_job(state_dir: str) -> dict:
@@ -811,7 +854,10 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 
 def ledger(path: str) -> sqlite3.Connection:
-    """Open (creating if needed) the operation journal with its schema, WAL and synchronous=FULL."""
+    """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL.
+
+    The name is the SPEC's; everywhere else this file calls it the journal.
+    """
     conn = connect_sqlite(path)
     try:
         migrate(conn)
@@ -828,7 +874,7 @@ def query(db: sqlite3.Connection, sql: str, params=()):
     return cursor.execute(sql, params)
 
 
-def read_ledger(path: str) -> sqlite3.Connection | None:
+def read_journal(path: str) -> sqlite3.Connection | None:
     """Open the journal read-only for status and inspect; None when it does not exist yet."""
     if not os.path.exists(path):
         return None
@@ -931,8 +977,8 @@ def latest_attempt(db, base: str):
 
 def uncertain_message(item_id: str, key: str) -> str:
     return (f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
-            f"nothing is sent again automatically. Inspect with `status`, check the provider's usage records, then "
-            f"`reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X` and resume")
+            f"nothing is sent again automatically. Inspect with `{suggest('status')}`, check the provider's usage records, then "
+            f"`{reconcile_command(None, key)}` and `{suggest('resume')}`")
 
 
 def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str, retry: dict | None = None):
@@ -1070,6 +1116,24 @@ def connect_phase_errors() -> tuple:
     return tuple(errors)
 
 
+def find_call(db, key: str):
+    """The journal row of one operation key, or None."""
+    return query(db, "SELECT * FROM calls WHERE operation_key=?", (key,)).fetchone()
+
+
+def reconcile_call(db, key: str, status: str, output_text, response_id, request_id, record: dict, then=None) -> None:
+    """A person's resolution of a pending call (completed from their record, or abandoned), with its event;
+    `then(db)` runs in the same transaction (a retry's draft)."""
+    with transaction(db):
+        db.execute(
+            "UPDATE calls SET status=?, output_text=?, response_id=?, request_id=?, reconciliation_json=?, updated_utc=? "
+            "WHERE operation_key=? AND status='pending'",
+            (status, output_text, response_id, request_id, json.dumps(record, sort_keys=True), record["reconciledAtUtc"], key))
+        record_event(db, key, "reconciled", record)
+        if then is not None:
+            then(db)
+
+
 def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None, on_complete=None):
     """Return the model output for this work, calling the provider at most once per operation key.
 
@@ -1131,8 +1195,8 @@ def last_event(db, key: str) -> str | None:
 def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError:
     message = clip(redact(exc), 200)
     if status == "rejected":
-        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `resume`: it takes the next attempt if maxAttemptsPerItem allows one, else marks the item failed for review")
-    error = ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `reconcile --operation-key {key} --action 'complete|abandon' --reviewer R --reason X`")
+        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `{suggest('resume')}`: it takes the next attempt if maxAttemptsPerItem allows one, else marks the item failed for review")
+    error = ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `{reconcile_command(None, key)}`")
     error.uncertain = True  # what a person must see first when several parallel calls failed
     return error
 
@@ -1529,29 +1593,6 @@ def results_sha256(results) -> str:
 ###############################################################################
 
 
-class Context:
-    """Everything a run needs, checked before the graph starts; nodes only read it."""
-
-    def __init__(self, state_dir: str, job: dict, manifest: dict, sources: dict):
-        self.state_dir = state_dir
-        self.job = job
-        self.manifest = manifest
-        self.sources = sources
-        self.items = manifest["items"]
-        self.concurrency = manifest.get("maxConcurrentCalls", 1)
-        check_state_files(state_dir)
-        self.db = ledger(job_path(state_dir, EFFECTS_FILE))
-        self.progress = sys.stderr.isatty()
-
-    def config(self) -> dict:
-        return {"configurable": {"thread_id": self.job["threadId"]}}
-
-    def say(self, text: str) -> None:
-        """One progress line on stderr, for a person at a terminal only."""
-        if self.progress:
-            print(f"[{self.job['jobId']}] {text}", file=sys.stderr, flush=True)
-
-
 STATE_KEYS = ("index", "results", "raw", "result", "final")
 
 
@@ -1580,7 +1621,7 @@ def review_bundle(ctx_job: dict, results: list, draft: int = 1) -> dict:
     return bundle
 
 
-def build_graph(ctx: Context, checkpoints: sqlite3.Connection | None = None):
+def build_graph(ctx: Context, checkpoints=None):
     """prepare → (next item? model : accept); model → validate → advance → prepare."""
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
@@ -1629,7 +1670,7 @@ def build_graph(ctx: Context, checkpoints: sqlite3.Connection | None = None):
     graph.add_edge("validate", "advance")
     graph.add_edge("advance", "prepare")
     graph.add_edge("accept", END)
-    return graph.compile(checkpointer=open_checkpointer(ctx.state_dir, checkpoints))
+    return graph.compile(checkpointer=ctx.store.checkpointer(checkpoints))
 
 
 def checkpoints_connection(state_dir: str) -> sqlite3.Connection:
@@ -1671,12 +1712,11 @@ def prefetch(ctx: Context, items: list) -> None:
     """From a model step, run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
     from concurrent.futures import ThreadPoolExecutor
 
-    path = job_path(ctx.state_dir, EFFECTS_FILE)
     if ctx.job.get("mode") == "openai":
         prepare_openai()  # warm the SDK once here: concurrent workers would each repeat it, serialised on the GIL
 
     def one(item):
-        db = ledger(path)
+        db = ctx.store.journal()
         try:
             prompt = model_input(item, ctx.sources[item["id"]], [])
             call_or_hold(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say)
@@ -1713,10 +1753,10 @@ def run_graph(ctx: Context, resume_value=None) -> dict:
     No call goes out before the checkpoint file is open (its write lock tried:
     a locked or read-only file refuses the run first) and the graph is built.
     """
-    return invoke_graph(ctx, checkpoints_connection(ctx.state_dir), resume_value)
+    return invoke_graph(ctx, ctx.store.checkpoint_connection(), resume_value)
 
 
-def invoke_graph(ctx: Context, checkpoints: sqlite3.Connection, resume_value) -> dict:
+def invoke_graph(ctx: Context, checkpoints, resume_value) -> dict:
     from langgraph.types import Command
 
     app = build_graph(ctx, checkpoints)
@@ -1735,8 +1775,7 @@ def invoke_graph(ctx: Context, checkpoints: sqlite3.Connection, resume_value) ->
 
         frames = traceback.extract_tb(exc.__traceback__)
         in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
-        failed = job_path(ctx.state_dir, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
-        raise StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `status`, then `resume` once the cause is fixed") from None
+        raise ctx.store.run_failure(exc, in_saver) from None
     return app.get_state(config)
 
 
@@ -1885,11 +1924,24 @@ def draft_history(db) -> list:
     ]
 
 
-def outcome(db, kind: str):
+def journal_outcome(db, kind: str):
+    """The terminal outcome of this kind the journal records (a cancel), else None."""
     if db is None or not table_exists(db, "outcomes"):
         return None
     row = db.execute("SELECT record_json FROM outcomes WHERE kind=?", (kind,)).fetchone()
     return json.loads(row[0]) if row else None
+
+
+def add_draft(db, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
+    """A person's revision: the whole results list as the next draft version."""
+    with transaction(db):
+        db.execute("INSERT INTO drafts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   (version, item_id, json.dumps(results), results_sha256(results), reviewer, reason, json.dumps(change), stamp))
+
+
+def record_cancel(db, record: dict) -> None:
+    with transaction(db):
+        db.execute("INSERT INTO outcomes VALUES ('cancel', ?, ?)", (json.dumps(record, sort_keys=True), record["cancelledAtUtc"]))
 
 
 def call_rows(db) -> list:
@@ -1898,50 +1950,406 @@ def call_rows(db) -> list:
     return list(query(db, "SELECT * FROM calls ORDER BY created_utc, rowid"))
 
 
-class Snapshot:
-    """One consistent read of a job's saved state (job.json, journal, checkpoint)."""
-
-    def __init__(self, state_dir: str):
-        self.state_dir = state_dir
-        self.job = load_job(state_dir)
-        self.db = read_ledger(job_path(state_dir, EFFECTS_FILE))
-        cp = read_checkpoint(state_dir, self.job)
-        self.values = cp["values"]
-        self.waiting = cp["waiting"]
-        self.saved_decision = cp["savedDecision"]
-        self.model_results = list(self.values.get("results") or [])
-        at_review = self.waiting or self.saved_decision or self.values.get("final")
-        self.draft, self.results = current_draft(self.db, self.model_results) if at_review else (1, self.model_results)
-        self.final = self.values.get("final")
-        self.receipt = os.path.exists(job_path(state_dir, RECEIPT_FILE))
-        self.cancel = outcome(self.db, "cancel")
-        self.calls = call_rows(self.db)
-
-    def close(self):
-        if self.db is not None:
-            self.db.close()
-
-    def phase(self) -> str:
-        if self.cancel:
-            return "cancelled"
-        if self.final:
-            return "decided"
-        if self.saved_decision:
-            return "deciding"
-        if self.waiting:  # a pending call here is a retry's, with no recorded outcome
-            return "uncertain-call" if any(r["status"] == "pending" for r in self.calls) else "awaiting-review"
-        if any(r["status"] == "pending" for r in self.calls):
-            return "uncertain-call"
-        return "running" if self.values else "not-started"
-
-
-def seal_report(state_dir: str, job: dict) -> str | None:
+def seal_report(job: dict) -> str | None:
     """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look (verify does)."""
     try:
         check_seals(job, mcp=False)
     except JobError as exc:
         return str(exc)
     return None
+
+
+###############################################################################
+# Storage seam: how commands reach a job's state
+###############################################################################
+
+
+class StateDirStore:
+    """A job kept in a state directory (the embedded default): the one way commands reach its storage.
+
+    Commands hold a store, never a path of the state directory or an sqlite3
+    connection of their own. Through it they open and lock a job (open_job),
+    read the sealed job record and keep the receipt, get the journal's
+    connection (read by the journal functions above), the LangGraph
+    checkpointer, and the langgraph-free reading of the latest checkpoint.
+    Another backend (a shared database store) provides these same methods and
+    `store_for` picks it from the command line; no `cmd_*` function changes.
+    """
+
+    def __init__(self, state_dir: str):
+        self.root = state_dir
+
+    # -- naming the job ------------------------------------------------------
+
+    def address(self) -> list:
+        """The flags that name this job in a command a person can paste anywhere."""
+        return ["--state-dir", os.path.abspath(self.root)]
+
+    def where(self) -> str:
+        """The job's place, for messages."""
+        return self.root
+
+    def receipt_location(self) -> str:
+        return os.path.join(os.path.abspath(self.root), RECEIPT_FILE)
+
+    def holds_path(self, path: str) -> bool:
+        """Whether path would land inside the job's storage (a review page must not)."""
+        return os.path.dirname(os.path.realpath(path)) == os.path.realpath(self.root)
+
+    # -- the sealed job record -------------------------------------------------
+
+    def has_job(self) -> bool:
+        return os.path.exists(job_path(self.root, JOB_FILE))
+
+    def load_job(self) -> dict:
+        return load_job(self.root)
+
+    def prepare_new(self) -> None:
+        """Before a new job is sealed: an empty (or new, private) place for it."""
+        check_empty_state_dir(self.root)
+        ensure_state_dir(self.root)
+
+    def seal_job(self, job: dict) -> None:
+        """Write the job record once, never over another (the lock is held)."""
+        if self.has_job():
+            raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{suggest('resume', store=self)}`")
+        write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
+
+    # -- the writers' lock -----------------------------------------------------
+
+    def lock(self, command: str) -> RunLock:
+        return RunLock(self.root, command)
+
+    def holder(self) -> dict | None:
+        """Who holds the writers' lock right now, without taking it (for status and inspect)."""
+        return lock_holder(self.root)
+
+    # -- the journal -----------------------------------------------------------
+
+    def check_files(self) -> None:
+        """Before a writer opens them: refuse damaged, truncated or lost journal or checkpoint storage."""
+        check_state_files(self.root)
+
+    def journal(self) -> sqlite3.Connection:
+        """The journal, open for writing (the lock is held)."""
+        return ledger(job_path(self.root, EFFECTS_FILE))
+
+    def read_journal(self) -> sqlite3.Connection | None:
+        """The journal, read-only, or None when it does not exist yet."""
+        return read_journal(job_path(self.root, EFFECTS_FILE))
+
+    # -- checkpoints -----------------------------------------------------------
+
+    def checkpoint_connection(self) -> sqlite3.Connection:
+        """Opened (its write lock tried) before a run sends anything."""
+        return checkpoints_connection(self.root)
+
+    def checkpointer(self, conn=None):
+        return open_checkpointer(self.root, conn)
+
+    def read_checkpoint(self, job: dict) -> dict:
+        """The latest checkpoint without langgraph: {values, waiting, savedDecision}."""
+        return read_checkpoint(self.root, job)
+
+    def run_failure(self, exc: BaseException, in_saver: bool) -> StateError:
+        failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
+        return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{suggest('status', store=self)}`, then `resume` once the cause is fixed")
+
+    # -- the receipt -----------------------------------------------------------
+
+    def has_receipt(self) -> bool:
+        return os.path.exists(job_path(self.root, RECEIPT_FILE))
+
+    def write_receipt(self, receipt: dict) -> None:
+        write_atomic(job_path(self.root, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
+
+    def read_receipt(self) -> bytes | None:
+        try:
+            with open(job_path(self.root, RECEIPT_FILE), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    # -- verify ----------------------------------------------------------------
+
+    def check_whole(self) -> str:
+        check_state_dir_safe(self.root)
+        check_state_files(self.root)
+        return "state directory private; journal and checkpoint files whole"
+
+
+# The job the running command works on: the messages it raises suggest commands for exactly this job.
+_COMMAND_STORE = contextvars.ContextVar("durable_job_command_store", default=None)
+
+
+def store_for(args) -> StateDirStore:
+    """The store a command line names (today always its --state-dir), remembered for the commands its messages suggest."""
+    store = StateDirStore(args.state_dir)
+    _COMMAND_STORE.set(store)
+    return store
+
+
+def program_name() -> str:
+    """This program as the person ran it, to paste: `durable-job` when installed, else `python <the script>`."""
+    import shlex
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if os.path.basename(argv0) == "durable-job":
+        return "durable-job"
+    if os.path.basename(argv0) == os.path.basename(__file__):
+        return f"python {shlex.quote(argv0)}"
+    return f"python {shlex.quote(os.path.abspath(__file__))}"  # imported and run from another program: the file itself
+
+
+def suggest(command: str, *flags: str, store=None) -> str:
+    """A complete command to paste into a shell: the program, the command, the job's address, every flag quoted.
+
+    Placeholders a person fills in are written in capitals (YOU, WHY) or as the
+    choices to pick from ('complete|abandon').
+    """
+    import shlex
+
+    store = store if store is not None else _COMMAND_STORE.get()
+    address = store.address() if store is not None else ["--state-dir", "DIR"]
+    return " ".join([program_name(), command] + [shlex.quote(w) for w in (*address, *flags)])
+
+
+def as_store(where) -> StateDirStore | None:
+    """A store from a store, a state directory path, or None (the running command's)."""
+    return StateDirStore(where) if isinstance(where, str) else where
+
+
+NEW_JOB = "start a new job in a new --state-dir"  # the fix when a job cannot go on as it is
+
+
+###############################################################################
+# Opening a job, and where it stands
+###############################################################################
+
+
+class Context:
+    """Everything a run needs, checked before the graph starts (open_job builds it); nodes only read it."""
+
+    def __init__(self, store, job: dict, manifest: dict | None, sources: dict | None, db):
+        self.store = store
+        self.job = job
+        self.manifest = manifest
+        self.sources = sources
+        self.db = db
+        self.items = manifest["items"] if manifest else []
+        self.concurrency = (manifest or {}).get("maxConcurrentCalls", 1)
+        self.progress = sys.stderr.isatty()
+
+    def config(self) -> dict:
+        return {"configurable": {"thread_id": self.job["threadId"]}}
+
+    def say(self, text: str) -> None:
+        """One progress line on stderr, for a person at a terminal only."""
+        if self.progress:
+            print(f"[{self.job['jobId']}] {text}", file=sys.stderr, flush=True)
+
+    def checkpoint(self) -> dict:
+        """The saved checkpoint as it is now (langgraph-free)."""
+        return self.store.read_checkpoint(self.job)
+
+    def review(self, checkpoint: dict | None = None) -> str:
+        return review_state(checkpoint or self.checkpoint(), call_rows(self.db), journal_outcome(self.db, "cancel"))
+
+
+class open_job:
+    """Lock a job for a writing command and load it with the checks it asks for; `with open_job(...) as ctx`.
+
+    In this order: the lock; the sealed job record; its seals (version, program,
+    dependencies, manifest, sources) unless seals=False (ending a job needs no
+    sound inputs); damaged storage; then what the job is: a cancelled job goes no
+    further unless cancelled_ok, and only a job that may still call the model
+    (calls_model=True, not yet at review) has its provider settings checked.
+    """
+
+    def __init__(self, store, command: str, *, seals: bool = True, calls_model: bool = False, cancelled_ok: bool = False):
+        self.store, self.command = store, command
+        self.seals, self.calls_model, self.cancelled_ok = seals, calls_model, cancelled_ok
+        self.lock = None
+        self.ctx = None
+
+    def __enter__(self) -> Context:
+        self.lock = self.store.lock(self.command)
+        self.lock.__enter__()
+        try:
+            job = self.store.load_job()
+            manifest, sources = check_seals(job) if self.seals else (None, None)
+            self.ctx = attach(self.store, job, manifest, sources)
+            state = self.ctx.review()
+            if state == "cancelled" and not self.cancelled_ok:
+                raise cancelled_error(job, journal_outcome(self.ctx.db, "cancel"))
+            if self.calls_model and state in ("pending", "before-review") and job["mode"] == "openai":
+                check_provider_settings()
+            return self.ctx
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.db.close()
+            self.ctx = None
+        self.lock.__exit__(*exc)
+
+
+def attach(store, job: dict, manifest: dict | None, sources: dict | None) -> Context:
+    """A run's context over a checked job (the lock held): storage checked, the journal open."""
+    store.check_files()
+    return Context(store, job, manifest, sources, store.journal())
+
+
+def check_provider_settings() -> None:
+    """Provider settings a run that may call the model needs, checked before anything is sent."""
+    require_api_key()
+    openai_timeout()
+
+
+def cancelled_error(job: dict, record: dict) -> DecisionError:
+    return DecisionError(f"Job {job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}")
+
+
+def review_state(checkpoint: dict, calls: list, cancel: dict | None) -> str:
+    """Where a job stands with its review, from saved state alone: the one answer every command uses.
+
+    "cancelled"; "decided" (a final decision recorded); "deciding" (a decide saved
+    its decision and stopped before recording it: the next run records it);
+    "awaiting-review" (the thread waits at the review interrupt); "pending" (a
+    call has no recorded outcome); else "before-review".
+    """
+    if cancel:
+        return "cancelled"
+    if checkpoint["values"].get("final"):
+        return "decided"
+    if checkpoint.get("savedDecision"):
+        return "deciding"
+    if checkpoint.get("waiting"):
+        return "awaiting-review"
+    if any(r["status"] == "pending" for r in calls):
+        return "pending"
+    return "before-review"
+
+
+RUNNING_COMMANDS = ("start", "resume", "retry")  # the writers that run the graph and may have a call in flight
+
+
+def job_phase(review: str, checkpoint: dict, holder: dict | None) -> str:
+    """The phase status and inspect report: the review state, told apart by whether a run is live.
+
+    A pending call whose run still holds the lock is in flight (`running`); only
+    one with no live holder is `uncertain-call`. Before review with nothing
+    running, a job with progress is `ready` (resume continues it).
+    """
+    if review not in ("pending", "before-review"):
+        return review
+    if holder is not None and holder.get("command") in RUNNING_COMMANDS:
+        return "running"
+    if review == "pending":
+        return "uncertain-call"
+    return "ready" if checkpoint["values"] else "not-started"
+
+
+def checkpoint_of(state) -> dict:
+    """LangGraph's own view of the thread after a run, in read_checkpoint's shape."""
+    values = dict(state.values)
+    return {"values": values, "waiting": bool(state.interrupts) and not values.get("final"), "savedDecision": None}
+
+
+class Snapshot:
+    """One consistent read of a job's saved state (job record, journal, checkpoint, lock holder); see read_snapshot."""
+
+    def __init__(self, store, job: dict, db, checkpoint: dict, holder: dict | None):
+        self.store = store
+        self.job = job
+        self.db = db
+        self.checkpoint = checkpoint
+        self.values = checkpoint["values"]
+        self.waiting = checkpoint["waiting"]
+        self.saved_decision = checkpoint["savedDecision"]
+        self.final = self.values.get("final")
+        self.calls = call_rows(db)
+        self.cancel = journal_outcome(db, "cancel")
+        self.review = review_state(checkpoint, self.calls, self.cancel)
+        self.holder = holder
+        self.phase = job_phase(self.review, checkpoint, holder)
+        self.model_results = list(self.values.get("results") or [])
+        at_review = self.review in ("awaiting-review", "deciding", "decided")
+        self.draft, self.results = current_draft(db, self.model_results) if at_review else (1, self.model_results)
+        self.has_receipt = store.has_receipt()
+
+    def close(self):
+        if self.db is not None:
+            self.db.close()
+
+
+def read_snapshot(store) -> Snapshot:
+    """Read a job's saved state without the lock and without langgraph."""
+    job = store.load_job()
+    holder = store.holder()  # before the reads: a run that ends meanwhile is then seen ended, not the other way round
+    db = store.read_journal()
+    try:
+        return Snapshot(store, job, db, store.read_checkpoint(job), holder)
+    except BaseException:
+        if db is not None:
+            db.close()
+        raise
+
+
+def in_flight(snap: Snapshot) -> list:
+    return [{"operationKey": r["operation_key"], "itemId": r["item_id"]} for r in snap.calls if r["status"] == "pending"]
+
+
+def next_step(snap: Snapshot, broken: str | None = None) -> str:
+    """The one answer to "what now?" that status, inspect and the review page print (a paste-ready command)."""
+    step = next_for_phase(snap)
+    if broken and snap.phase not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
+        return f"restore what sealBroken names, or {NEW_JOB}; then: {step}"
+    return step
+
+
+def next_for_phase(snap: Snapshot) -> str:
+    pending = [r for r in snap.calls if r["status"] == "pending"]
+    resume = suggest("resume", store=snap.store)
+    if snap.phase == "cancelled":
+        if pending:  # nothing more runs, but the call's outcome still matters for accounting
+            return (f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
+                    f"{reconcile_command(snap.store, pending[0]['operation_key'])}")
+        return "cancelled: nothing more runs"
+    if snap.phase == "decided":
+        return f"decided: {snap.final.get('decision')}" + ("" if snap.has_receipt else f"; receipt.json is missing: {resume} rewrites it")
+    if snap.phase == "deciding":
+        return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
+    if snap.phase == "awaiting-review":
+        return review_next(snap.store, snap.results, snap.calls, read_manifest_quiet(snap.job))
+    if snap.phase == "running":
+        holder = snap.holder
+        calls = "".join(f"; call {c['operationKey']} for item {c['itemId']} is in flight" for c in in_flight(snap))
+        return (f"wait: {holder['command']} (pid {holder['pid']}, since {holder['sinceUtc']}) is running{calls}; "
+                f"run {suggest('status', store=snap.store)} again once it has finished")
+    if snap.phase == "uncertain-call":
+        key = pending[0]["operation_key"]
+        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(snap.store, key)}; then {resume}"
+    latest = {}
+    for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
+        latest[r["base_key"]] = r
+    if any(r["status"] == "rejected" for r in latest.values()):
+        return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
+    return resume
+
+
+def where_it_stands(snap: Snapshot, out: dict) -> dict:
+    """What status and inspect both say: phase, next, the live run (if any) and a broken seal."""
+    broken = seal_report(snap.job)
+    out["phase"] = snap.phase
+    out["next"] = next_step(snap, broken)
+    if snap.phase == "running":
+        out["running"] = {**snap.holder, "calls": in_flight(snap)}
+    if broken:
+        out["sealBroken"] = broken
+    return out
 
 
 ###############################################################################
@@ -1953,15 +2361,15 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
     values = state.values
     draft, results = current_draft(ctx.db, values.get("results") or [])
-    waiting = bool(state.interrupts) and not values.get("final")
+    waiting = ctx.review(checkpoint_of(state)) == "awaiting-review"
     out = {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
         "results": [result_brief(r) for r in results],
         "final": values.get("final"),
-        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.state_dir, results)}] if waiting else [],
+        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.store, results)}] if waiting else [],
     }
-    failed = failed_items(ctx.state_dir, results, call_rows(ctx.db), ctx.manifest) if waiting else []
+    failed = failed_items(ctx.store, results, call_rows(ctx.db), ctx.manifest) if waiting else []
     if failed:
         out["failedItems"] = failed
     if existing is not None:
@@ -1977,7 +2385,7 @@ def result_brief(r: dict) -> dict:
     return brief
 
 
-def failed_items(state_dir: str, results: list, calls: list, manifest: dict | None) -> list:
+def failed_items(where, results: list, calls: list, manifest: dict | None) -> list:
     """For each failed item at review: why, and the ready-to-paste ways on (retry within the bounds, revise by hand).
 
     An invalid proposal is never retried automatically; `retry` spends the
@@ -1994,15 +2402,15 @@ def failed_items(state_dir: str, results: list, calls: list, manifest: dict | No
         if refusal:
             entry["retryRefused"] = refusal
         else:
-            entry["retryCommand"] = retry_command(state_dir, r["itemId"])
-        entry["reviseCommand"] = revise_command(state_dir, r["itemId"])
+            entry["retryCommand"] = retry_command(where, r["itemId"])
+        entry["reviseCommand"] = revise_command(where, r["itemId"])
         out.append(entry)
     return out
 
 
-def failed_field(state_dir: str, results: list, calls: list, manifest: dict | None) -> dict:
+def failed_field(where, results: list, calls: list, manifest: dict | None) -> dict:
     """{"failedItems": [...]} for an output when any item failed, else nothing."""
-    failed = failed_items(state_dir, results, calls, manifest)
+    failed = failed_items(where, results, calls, manifest)
     return {"failedItems": failed} if failed else {}
 
 
@@ -2019,10 +2427,10 @@ def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
     return None
 
 
-def review_next(state_dir: str, results: list, calls: list, manifest: dict | None) -> str:
+def review_next(where, results: list, calls: list, manifest: dict | None) -> str:
     """What to do at review: decide, or first act on a failed item (retry it, revise it, or decide reject or hold)."""
-    decide = decide_command(state_dir, results)
-    failed = failed_items(state_dir, results, calls, manifest)
+    decide = decide_command(where, results)
+    failed = failed_items(where, results, calls, manifest)
     if not failed:
         return decide
     first = failed[0]
@@ -2032,85 +2440,54 @@ def review_next(state_dir: str, results: list, calls: list, manifest: dict | Non
     return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}: " + "; or ".join(ways) + f"; or decide: {decide}"
 
 
-def retry_command(state_dir: str, item_id: str) -> str:
-    import shlex
-
-    return (f"python durable_job.py retry --state-dir {shell_path(state_dir)} --item {shlex.quote(item_id)} "
-            f"--reviewer YOU --reason WHY")
+def retry_command(where, item_id: str) -> str:
+    return suggest("retry", "--item", item_id, "--reviewer", "YOU", "--reason", "WHY", store=as_store(where))
 
 
-def revise_command(state_dir: str, item_id: str) -> str:
-    import shlex
-
-    return (f"python durable_job.py revise --state-dir {shell_path(state_dir)} --item {shlex.quote(item_id)} "
-            f"--summary-file SUMMARY.txt --citations-file CITATIONS.json --reviewer YOU --reason WHY")
+def revise_command(where, item_id: str) -> str:
+    return suggest("revise", "--item", item_id, "--summary-file", "SUMMARY.txt", "--citations-file", "CITATIONS.json",
+                   "--reviewer", "YOU", "--reason", "WHY", store=as_store(where))
 
 
-def shell_path(path: str) -> str:
-    """An absolute path, quoted to paste into a shell."""
-    import shlex
-
-    return shlex.quote(os.path.abspath(path))
-
-
-def reconcile_command(state_dir: str, key: str) -> str:
-    """The ready-to-paste reconcile command for one pending call (fill in the action, R and X)."""
-    return (f"python durable_job.py reconcile --state-dir {shell_path(state_dir)} "
-            f"--operation-key {key} --action 'complete|abandon' --reviewer R --reason X")
+def reconcile_command(where, key: str) -> str:
+    """The ready-to-paste reconcile command for one pending call (pick the action, fill in YOU and WHY)."""
+    return suggest("reconcile", "--operation-key", key, "--action", "complete|abandon", "--reviewer", "YOU", "--reason", "WHY",
+                   store=as_store(where))
 
 
-def decide_command(state_dir: str, results: list) -> str:
+def decide_command(where, results: list) -> str:
     """The ready-to-paste bound decision for these results; accept is offered only when every item validated."""
     choices = "accept|reject|hold" if all(r["status"] == "validated" for r in results) else "reject|hold"
-    return (f"python durable_job.py decide --state-dir {shell_path(state_dir)} "
-            f"--decision '{choices}' --reviewer YOU --reason WHY --results-sha256 {results_sha256(results)}")
-
-
-def open_run(state_dir: str, *, calls_provider: bool = True) -> Context:
-    """Load and re-check a job before anything runs or decides; a cancelled job goes no further."""
-    job = load_job(state_dir)
-    manifest, sources = check_seals(job)
-    if calls_provider and job["mode"] == "openai":
-        require_api_key()
-        openai_timeout()
-    ctx = Context(state_dir, job, manifest, sources)
-    refuse_if_cancelled(ctx)
-    return ctx
-
-
-def refuse_if_cancelled(ctx: Context) -> None:
-    record = outcome(ctx.db, "cancel")
-    if record:
-        raise DecisionError(f"Job {ctx.job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. Start a new job in a new --state-dir")
+    return suggest("decide", "--decision", choices, "--reviewer", "YOU", "--reason", "WHY", "--results-sha256", results_sha256(results),
+                   store=as_store(where))
 
 
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
+    store = store_for(args)
     manifest, raw = read_manifest(args.manifest)
-    state_dir = args.state_dir
-    if os.path.exists(job_path(state_dir, JOB_FILE)):
+    if store.has_job():
         # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
-        check_same_job(state_dir, manifest, raw)
+        check_same_job(store, manifest, raw)
         return cmd_resume(args, existing=True)
     sources = load_sources(manifest, args.manifest)
     if manifest["mode"] == "openai":
-        require_api_key()
-        openai_timeout()
-    check_empty_state_dir(state_dir)
-    ensure_state_dir(state_dir)
-    with RunLock(state_dir, "start"):
-        if os.path.exists(job_path(state_dir, JOB_FILE)):
-            raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} meanwhile; run `resume --state-dir {state_dir}`")
+        check_provider_settings()
+    store.prepare_new()
+    with store.lock("start"):
         job = new_job(manifest, args.manifest, raw)
-        write_exclusive(job_path(state_dir, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
+        store.seal_job(job)
         crash_point("after-seal", job)
-        ctx = Context(state_dir, job, manifest, sources)
-        return run_output(ctx, run_graph(ctx), existing=False)
+        ctx = attach(store, job, manifest, sources)
+        try:
+            return run_output(ctx, run_graph(ctx), existing=False)
+        finally:
+            ctx.db.close()
 
 
-def check_same_job(state_dir: str, manifest: dict, raw: bytes) -> None:
+def check_same_job(store, manifest: dict, raw: bytes) -> None:
     """Refuse a manifest that is not the sealed one, naming what differs: job id, owner, source data."""
-    job = load_job(state_dir)
+    job = store.load_job()
     if job["jobId"] == manifest["jobId"] and job["manifestSha256"] == sha256_hex(raw):
         return
     differs = []
@@ -2122,7 +2499,7 @@ def check_same_job(state_dir: str, manifest: dict, raw: bytes) -> None:
         differs.append("source data (items or their sha256)")
     if not differs:
         differs.append(f"manifest bytes (sha256 {sha256_hex(raw)[:16]}…)")
-    raise StateError(f"Existing job {job['jobId']!r} in {state_dir} (manifest sha256 {job['manifestSha256'][:16]}…) belongs to another request: "
+    raise StateError(f"Existing job {job['jobId']!r} in {store.where()} (manifest sha256 {job['manifestSha256'][:16]}…) belongs to another request: "
                      f"this manifest differs in {', '.join(differs)}. Nothing was run; use a new --state-dir for this request")
 
 
@@ -2133,81 +2510,48 @@ def check_empty_state_dir(state_dir: str) -> None:
         raise StateError(f"State directory {state_dir} is not a directory; pass a new directory path")
     extra = [n for n in os.listdir(state_dir) if n != LOCK_FILE and not n.endswith(".tmp")]
     if JOB_FILE in extra:  # a concurrent start sealed its job after this one looked for job.json
-        raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `resume --state-dir {state_dir}`")
+        raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `{suggest('resume')}`")
     if extra:
         raise StateError(f"State directory {state_dir} holds no job.json but is not empty ({extra[0]}, …); choose a new or empty --state-dir")
 
 
 def cmd_resume(args, existing: bool | None = None) -> dict:
     """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
-    with RunLock(args.state_dir, "resume"):
-        ctx = open_run(args.state_dir)
+    with open_job(store_for(args), "resume", calls_model=True) as ctx:
         refuse_if_retry_pending(ctx)
         state = run_graph(ctx)
-        if state.values.get("final") and not os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)):
-            write_receipt(ctx.state_dir, ctx.job, ctx.db, state.values["final"], "decided")  # a crash after the decision, before its receipt
+        if state.values.get("final") and not ctx.store.has_receipt():
+            write_receipt(ctx, state.values["final"], "decided")  # a crash after the decision, before its receipt
         return run_output(ctx, state, existing=existing)
 
 
 def refuse_if_retry_pending(ctx: Context) -> None:
     """At review no graph node calls the model, so a retry's pending call would pass a resume unseen: stop on it."""
     pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
-    if pending and read_checkpoint(ctx.state_dir, ctx.job)["waiting"]:
+    if pending and ctx.checkpoint()["waiting"]:
         raise UncertainCall(uncertain_message(pending[0]["item_id"], pending[0]["operation_key"]))
 
 
 def cmd_status(args) -> dict:
     """Show the journal's calls in creation order (read-only, no lock)."""
-    snap = Snapshot(args.state_dir)
+    snap = read_snapshot(store_for(args))
     try:
         out = {
             "jobId": snap.job["jobId"],
             "calls": [[r["operation_key"], r["item_id"], r["status"], r["response_id"], r["request_id"]] for r in snap.calls],
             "results": [result_brief(r) for r in snap.results],
-            "phase": snap.phase(),
-            "next": next_step(snap),
         }
-        broken = seal_report(args.state_dir, snap.job)
-        if broken:
-            out["sealBroken"] = broken
-            if out["phase"] not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
-                out["next"] = f"restore what sealBroken names, or start a new job in a new --state-dir; then: {out['next']}"
-        return out
+        return where_it_stands(snap, out)
     finally:
         snap.close()
 
 
-def next_step(snap: Snapshot) -> str:
-    pending = [r for r in snap.calls if r["status"] == "pending"]
-    if snap.cancel:
-        if pending:  # nothing more runs, but the call's outcome still matters for accounting
-            return (f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
-                    f"{reconcile_command(snap.state_dir, pending[0]['operation_key'])}")
-        return "cancelled: nothing more runs"
-    if pending and not snap.final:
-        key = pending[0]["operation_key"]
-        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(snap.state_dir, key)}; then resume"
-    resume = f"python durable_job.py resume --state-dir {shell_path(snap.state_dir)}"
-    if snap.final:
-        return f"decided: {snap.final.get('decision')}" + ("" if snap.receipt else f"; receipt.json is missing: {resume} rewrites it")
-    if snap.saved_decision:
-        return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
-    if snap.waiting:
-        return review_next(snap.state_dir, snap.results, snap.calls, read_manifest_quiet(snap.job))
-    latest = {}
-    for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
-        latest[r["base_key"]] = r
-    if any(r["status"] == "rejected" for r in latest.values()):
-        return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
-    return resume
-
-
 def cmd_inspect(args) -> dict:
     """Show the sealed job, results, their hash and the final decision from saved state (runs nothing)."""
-    snap = Snapshot(args.state_dir)
+    snap = read_snapshot(store_for(args))
     try:
         out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results), "final": snap.final}
-        out["phase"] = snap.phase()
+        where_it_stands(snap, out)
         out["draftVersion"] = snap.draft
         out["drafts"] = draft_history(snap.db)
         if snap.cancel:
@@ -2215,15 +2559,10 @@ def cmd_inspect(args) -> dict:
         if snap.saved_decision:
             out["savedDecision"] = snap.saved_decision
         if snap.waiting and not snap.cancel:
-            out["decideCommand"] = decide_command(args.state_dir, snap.results)
-            failed = failed_items(args.state_dir, snap.results, snap.calls, read_manifest_quiet(snap.job))
-            if failed:
-                out["failedItems"] = failed
-        broken = seal_report(args.state_dir, snap.job)
-        if broken:
-            out["sealBroken"] = broken
+            out["decideCommand"] = decide_command(snap.store, snap.results)
+            out.update(failed_field(snap.store, snap.results, snap.calls, read_manifest_quiet(snap.job)))
         if args.html:
-            refuse_sealed_target(args.html, snap.job, args.state_dir)
+            refuse_sealed_target(args.html, snap.job, snap.store)
             write_html(args.html, snap, out)
             out["html"] = os.path.abspath(args.html)
         return out
@@ -2233,14 +2572,10 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    with RunLock(args.state_dir, "reconcile"):
-        job = load_job(args.state_dir)
-        manifest, sources = check_seals(job)
+    with open_job(store_for(args), "reconcile", cancelled_ok=True) as ctx:  # a cancelled job's pending call still counts
         need_text(args.reviewer, "--reviewer")
         need_text(args.reason, "--reason")
-        check_state_files(args.state_dir)
-        db = ledger(job_path(args.state_dir, EFFECTS_FILE))
-        row = query(db, "SELECT * FROM calls WHERE operation_key=?", (args.operation_key,)).fetchone()
+        row = find_call(ctx.db, args.operation_key)
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {args.operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
@@ -2253,22 +2588,19 @@ def cmd_reconcile(args) -> dict:
             if args.response_file:
                 raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
             update = ("abandoned", None, None, row["request_id"])
-        retry = retry_request(db, args.operation_key)
-        fold = update[0] == "completed" and retry is not None and read_checkpoint(args.state_dir, job)["waiting"] and not outcome(db, "cancel")
+        retry = retry_request(ctx.db, args.operation_key)
+        fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.db, "cancel")
         drafted = {}
-        with transaction(db):
-            db.execute(
-                "UPDATE calls SET status=?, output_text=?, response_id=?, request_id=?, reconciliation_json=?, updated_utc=? "
-                "WHERE operation_key=? AND status='pending'",
-                (*update, json.dumps(record, sort_keys=True), record["reconciledAtUtc"], args.operation_key))
-            record_event(db, args.operation_key, "reconciled", record)
-            if fold:  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
-                drafted = retry_draft(db, args.state_dir, job, manifest, sources, args.operation_key, update[1], retry)
-        crash_point("after-reconcile", job)
-        out = {"jobId": job["jobId"], "operationKey": args.operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
+
+        def draft_the_retry(db):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
+            drafted.update(retry_draft(db, ctx.store, ctx.job, ctx.manifest, ctx.sources, args.operation_key, update[1], retry))
+
+        reconcile_call(ctx.db, args.operation_key, *update, record, then=draft_the_retry if fold else None)
+        crash_point("after-reconcile", ctx.job)
+        out = {"jobId": ctx.job["jobId"], "operationKey": args.operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
         if drafted:
             new_results = drafted.pop("results")
-            out.update(retryDraft=drafted, decideCommand=decide_command(args.state_dir, new_results))
+            out.update(retryDraft=drafted, decideCommand=decide_command(ctx.store, new_results))
         return out
 
 
@@ -2306,8 +2638,8 @@ def need_text(value, flag: str) -> None:
 
 def cmd_decide(args) -> dict:
     """Record the person's final decision once, while the job waits at review."""
-    with RunLock(args.state_dir, "decide"):
-        ctx, draft, results = open_review(args, "decide")
+    with open_job(store_for(args), "decide") as ctx:  # a decision sends nothing
+        draft, results = review_draft(ctx, args, "decide")
         digest = results_sha256(results)
         if args.results_sha256 is not None and not is_sha256_hex(args.results_sha256):  # "$H" with H unset must not decide unbound
             raise DecisionError(f"--results-sha256 {args.results_sha256!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out")
@@ -2322,46 +2654,39 @@ def cmd_decide(args) -> dict:
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
         if final:
-            write_receipt(ctx.state_dir, ctx.job, ctx.db, final, "decided")
+            write_receipt(ctx, final, "decided")
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
             raise DecisionError(f"Your decision was not recorded: the job holds {final.get('decision')!r} by {final.get('reviewer')} "
-                                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `inspect --state-dir {ctx.state_dir}`")
+                                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{suggest('inspect', store=ctx.store)}`")
         return run_output(ctx, final_state)
 
 
-def open_review(args, command: str):
-    """For decide and revise (lock held): seals, reviewer and reason, a thread waiting at review; (ctx, draft, results)."""
-    ctx = open_run(args.state_dir, calls_provider=False)  # a decision or an edit sends nothing
+def review_draft(ctx: Context, args, command: str) -> tuple[int, list]:
+    """For decide and revise (the job open): reviewer and reason, a thread waiting at review; (draft, results)."""
     need_text(args.reviewer, "--reviewer")
     need_text(args.reason, "--reason")
-    state = waiting_state(ctx, command)
-    draft, results = current_draft(ctx.db, state.values["results"])
-    return ctx, draft, results
+    checkpoint = waiting_checkpoint(ctx, command)
+    return current_draft(ctx.db, checkpoint["values"]["results"])
 
 
-def waiting_state(ctx: Context, command: str):
-    """The saved thread state, refused unless it waits at the review interrupt."""
-    snap_values = read_checkpoint(ctx.state_dir, ctx.job)
-    values = snap_values["values"]
-    if values.get("final"):
-        missing = "" if os.path.exists(job_path(ctx.state_dir, RECEIPT_FILE)) else "; its receipt.json is missing: `resume` rewrites it"
+def waiting_checkpoint(ctx: Context, command: str) -> dict:
+    """The saved checkpoint, refused unless the thread waits at the review interrupt, naming what it waits for instead."""
+    checkpoint = ctx.checkpoint()
+    state = ctx.review(checkpoint)
+    values = checkpoint["values"]
+    if state == "decided":
+        missing = "" if ctx.store.has_receipt() else f"; its receipt.json is missing: `{suggest('resume', store=ctx.store)}` rewrites it"
         raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}")
-    refuse_if_decision_saved(snap_values, ctx.state_dir, command)
-    pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
-    if snap_values["waiting"] and pending:  # a retry's call: its answer may yet become the next draft
-        raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
-    if not snap_values["waiting"]:
-        if pending:
-            raise DecisionError(f"Cannot {command} yet: the job is not waiting for review but for {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
+    refuse_if_decision_saved(checkpoint, ctx.store, command)
+    if state == "pending":
+        pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
+        if checkpoint["waiting"]:  # a retry's call: its answer may yet become the next draft
+            raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
+        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review but for {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
+    if state != "awaiting-review":
         done = len(values.get("results") or [])
-        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review ({done} of {len(ctx.items)} items have a result); run `resume --state-dir {ctx.state_dir}` first")
-
-    class Saved:  # the few fields callers use, without importing langgraph
-        pass
-
-    saved = Saved()
-    saved.values = values
-    return saved
+        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review ({done} of {len(ctx.items)} items have a result); run `{suggest('resume', store=ctx.store)}` first")
+    return checkpoint
 
 
 def describe_saved(decision: dict) -> str:
@@ -2369,11 +2694,11 @@ def describe_saved(decision: dict) -> str:
             f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished")
 
 
-def refuse_if_decision_saved(checkpoint: dict, state_dir: str, command: str) -> None:
+def refuse_if_decision_saved(checkpoint: dict, store, command: str) -> None:
     saved = checkpoint["savedDecision"]
     if saved:
         raise DecisionError(f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
-                            f"Run `resume --state-dir {state_dir}` to finish recording it, then inspect the receipt")
+                            f"Run `{suggest('resume', store=store)}` to finish recording it, then inspect the receipt")
 
 
 def receipt_head(final: dict | None, cancel: dict | None) -> dict:
@@ -2383,9 +2708,10 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
             "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
 
 
-def write_receipt(state_dir: str, job: dict, db, final: dict | None, kind: str, extra: dict | None = None) -> dict:
+def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
     """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
-    draft, results = current_draft(db, (read_checkpoint(state_dir, job)["values"].get("results") or []))
+    job = ctx.job
+    draft, results = current_draft(ctx.db, (ctx.checkpoint()["values"].get("results") or []))
     receipt = {
         "outcome": kind,
         **receipt_head(final, (extra or {}).get("cancel")),
@@ -2403,14 +2729,14 @@ def write_receipt(state_dir: str, job: dict, db, final: dict | None, kind: str, 
         **(extra or {}),
         "writtenAtUtc": now_utc(),
     }
-    write_atomic(job_path(state_dir, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
+    ctx.store.write_receipt(receipt)
     return receipt
 
 
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
-    with RunLock(args.state_dir, "revise"):
-        ctx, draft, results = open_review(args, "revise")
+    with open_job(store_for(args), "revise") as ctx:  # an edit sends nothing
+        draft, results = review_draft(ctx, args, "revise")
         position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
         if position is None:
             raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
@@ -2432,13 +2758,11 @@ def cmd_revise(args) -> dict:
         change = {"before": {k: old.get(k) for k in ("status", "summary", "citations", "reason") if k in old},
                   "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]},
                   "previousResultsSha256": previous}
-        with transaction(ctx.db):
-            ctx.db.execute("INSERT INTO drafts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           (draft + 1, args.item, json.dumps(new_results), digest, args.reviewer, args.reason, json.dumps(change), stamp))
+        add_draft(ctx.db, draft + 1, args.item, new_results, args.reviewer, args.reason, change, stamp)
         return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": args.item, "resultsSha256": digest,
                 "previousResultsSha256": previous, "reviewer": args.reviewer, "reason": args.reason,
-                "result": checked, "decideCommand": decide_command(args.state_dir, new_results),
-                **failed_field(args.state_dir, new_results, call_rows(ctx.db), ctx.manifest)}
+                "result": checked, "decideCommand": decide_command(ctx.store, new_results),
+                **failed_field(ctx.store, new_results, call_rows(ctx.db), ctx.manifest)}
 
 
 def revised_proposal(args, old: dict) -> dict:
@@ -2481,29 +2805,28 @@ def cmd_retry(args) -> dict:
     within maxAttemptsPerItem and maxModelCalls, with the reviewer and reason
     in a `retry` event. Its answer and its draft are committed together.
     """
-    with RunLock(args.state_dir, "retry"):
-        ctx, draft, results = open_review(args, "retry")
+    with open_job(store_for(args), "retry") as ctx:  # provider settings are checked below, once the retry may go
+        draft, results = review_draft(ctx, args, "retry")
         position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
         if position is None:
             raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
         if results[position]["status"] != "failed":
             raise DecisionError(f"Item {args.item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
-                                f"Edit it by hand instead: {revise_command(args.state_dir, args.item)}")
+                                f"Edit it by hand instead: {revise_command(ctx.store, args.item)}")
         item = ctx.items[position]
-        model_results = read_checkpoint(ctx.state_dir, ctx.job)["values"].get("results") or []
+        model_results = ctx.checkpoint()["values"].get("results") or []
         prompt = model_input(item, ctx.sources[item["id"]], [] if ctx.concurrency > 1 else model_results[:position])  # as the graph asked
         refusal = retry_refusal(item["id"], call_rows(ctx.db), ctx.manifest)
         if refusal:
             raise BudgetError(f"Cannot retry item {item['id']}: {refusal}; nothing was sent. Revise it by hand: "
-                              f"{revise_command(args.state_dir, item['id'])}; or decide reject or hold: {decide_command(args.state_dir, results)}")
+                              f"{revise_command(ctx.store, item['id'])}; or decide reject or hold: {decide_command(ctx.store, results)}")
         if ctx.job["mode"] == "openai":  # the job's state is judged first, the provider settings only for a call that may go
-            require_api_key()
-            openai_timeout()
+            check_provider_settings()
         request = {"itemId": item["id"], "reviewer": args.reviewer, "reason": args.reason, "draftVersion": draft}
         drafted = {}
 
         def record(db, key, output_text):
-            drafted.update(retry_draft(db, ctx.state_dir, ctx.job, ctx.manifest, ctx.sources, key, output_text, request))
+            drafted.update(retry_draft(db, ctx.store, ctx.job, ctx.manifest, ctx.sources, key, output_text, request))
 
         try:
             call_or_hold(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say, retry=request, on_complete=record)
@@ -2512,8 +2835,8 @@ def cmd_retry(args) -> dict:
                 raise
             raise ProviderError(f"{exc}. At review `resume` changes nothing: once fixed, run this retry again (within the bounds), or revise the item") from None
         new_results = drafted.pop("results")
-        out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(args.state_dir, new_results)}
-        failed = failed_items(args.state_dir, new_results, call_rows(ctx.db), ctx.manifest)
+        out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(ctx.store, new_results)}
+        failed = failed_items(ctx.store, new_results, call_rows(ctx.db), ctx.manifest)
         if failed:
             out["failedItems"] = failed
         return out
@@ -2532,9 +2855,9 @@ def retry_keys(db) -> set:
     return {r[0] for r in db.execute("SELECT operation_key FROM call_events WHERE event='retry'")}
 
 
-def retry_draft(db, state_dir: str, job: dict, manifest: dict, sources: dict, key: str, output_text, request: dict) -> dict:
+def retry_draft(db, store, job: dict, manifest: dict, sources: dict, key: str, output_text, request: dict) -> dict:
     """Record a retried item's answer, checked like any proposal, as the next draft (inside the caller's transaction)."""
-    draft, results = current_draft(db, read_checkpoint(state_dir, job)["values"].get("results") or [])
+    draft, results = current_draft(db, store.read_checkpoint(job)["values"].get("results") or [])
     item_id = request["itemId"]
     position = next(n for n, r in enumerate(results) if r["itemId"] == item_id)
     item = next(i for i in manifest["items"] if i["id"] == item_id)
@@ -2558,29 +2881,25 @@ def retry_draft(db, state_dir: str, job: dict, manifest: dict, sources: dict, ke
 
 def cmd_cancel(args) -> dict:
     """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards."""
-    with RunLock(args.state_dir, "cancel"):
-        job = load_job(args.state_dir)
+    with open_job(store_for(args), "cancel", seals=False, cancelled_ok=True) as ctx:  # ending a job needs no sound inputs
         need_text(args.reviewer, "--reviewer")
         need_text(args.reason, "--reason")
-        check_state_files(args.state_dir)
-        db = ledger(job_path(args.state_dir, EFFECTS_FILE))
-        checkpoint = read_checkpoint(args.state_dir, job)
-        values = checkpoint["values"]
-        if values.get("final"):
-            raise DecisionError(f"Final decision already recorded ({values['final'].get('decision')}); a decided job cannot be cancelled")
-        refuse_if_decision_saved(checkpoint, args.state_dir, "cancel")
-        earlier = outcome(db, "cancel")
-        if earlier and os.path.exists(job_path(args.state_dir, RECEIPT_FILE)):
+        checkpoint = ctx.checkpoint()
+        state = ctx.review(checkpoint)
+        if state == "decided":
+            raise DecisionError(f"Final decision already recorded ({checkpoint['values']['final'].get('decision')}); a decided job cannot be cancelled")
+        refuse_if_decision_saved(checkpoint, ctx.store, "cancel")
+        earlier = journal_outcome(ctx.db, "cancel")
+        if earlier and ctx.store.has_receipt():
             raise DecisionError(f"Job already cancelled by {earlier['reviewer']} at {earlier['cancelledAtUtc']}; nothing more runs")
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
-            write_receipt(args.state_dir, job, db, None, "cancelled", {"cancel": earlier})
-            return {"jobId": job["jobId"], "cancelled": earlier, "receiptRepaired": True}
+            write_receipt(ctx, None, "cancelled", {"cancel": earlier})
+            return {"jobId": ctx.job["jobId"], "cancelled": earlier, "receiptRepaired": True}
         record = {"reviewer": args.reviewer, "reason": args.reason, "cancelledAtUtc": now_utc(),
-                  "pendingCalls": [r["operation_key"] for r in call_rows(db) if r["status"] == "pending"]}
-        with transaction(db):
-            db.execute("INSERT INTO outcomes VALUES ('cancel', ?, ?)", (json.dumps(record, sort_keys=True), record["cancelledAtUtc"]))
-        write_receipt(args.state_dir, job, db, None, "cancelled", {"cancel": record})
-        return {"jobId": job["jobId"], "cancelled": record}
+                  "pendingCalls": [r["operation_key"] for r in call_rows(ctx.db) if r["status"] == "pending"]}
+        record_cancel(ctx.db, record)
+        write_receipt(ctx, None, "cancelled", {"cancel": record})
+        return {"jobId": ctx.job["jobId"], "cancelled": record}
 
 
 def cmd_seal(args) -> dict:
@@ -2705,9 +3024,10 @@ def seal_mcp_env(pairs: list) -> dict:
 
 def cmd_verify(args) -> dict:
     """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
-    if os.path.exists(job_path(args.state_dir, JOB_FILE)):
-        check_state_files(args.state_dir)  # a damaged or lost database is named before anything reads it
-    snap = Snapshot(args.state_dir)
+    store = store_for(args)
+    if store.has_job():
+        store.check_files()  # a damaged or lost database is named before anything reads it
+    snap = read_snapshot(store)
     try:
         checks = verify_checks(snap)
     finally:
@@ -2741,7 +3061,7 @@ def verify_checks(snap: Snapshot) -> list:
         sealed["manifest"], sealed["texts"] = check_seals(snap.job)
         return "version, program, dependencies, manifest and sources match"
 
-    check("files", lambda: state_files_invariants(snap.state_dir))
+    check("files", snap.store.check_whole)
     check("seals", seals)
     check("journal", lambda: journal_invariants(snap.calls, retry_keys(snap.db)))
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
@@ -2749,12 +3069,6 @@ def verify_checks(snap: Snapshot) -> list:
     check("events", lambda: events_invariants(snap, sealed.get("manifest")))
     check("receipt", lambda: receipt_invariants(snap))
     return checks
-
-
-def state_files_invariants(state_dir: str) -> str:
-    check_state_dir_safe(state_dir)
-    check_state_files(state_dir)
-    return "state directory private; journal and checkpoint files whole"
 
 
 def journal_invariants(calls, retries: set = frozenset()) -> str:
@@ -2920,15 +3234,14 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
 
 
 def receipt_invariants(snap: Snapshot) -> str:
-    path = job_path(snap.state_dir, RECEIPT_FILE)
+    raw = snap.store.read_receipt()
     terminal = snap.final or snap.cancel
-    if not os.path.exists(path):
+    if raw is None:
         if terminal:
             fix = "`resume` rewrites it" if snap.final else "`cancel` again finishes it"
             raise SealError(f"the job has a terminal outcome but receipt.json is missing; {fix}")
         return "no terminal outcome yet"
-    with open(path, "rb") as fh:
-        receipt = strict_json(fh.read())
+    receipt = strict_json(raw)
     if not isinstance(receipt, dict):
         raise SealError("receipt.json is not a JSON object")
     if receipt.get("jobId") != snap.job["jobId"] or receipt.get("codeSha256") != snap.job["codeSha256"]:
@@ -2962,9 +3275,9 @@ def receipt_invariants(snap: Snapshot) -> str:
 # listed with each command in COMMANDS (CLI section).
 
 
-def text_document(command: str, out: dict, state_dir: str | None, render) -> str:
+def text_document(command: str, out: dict, where, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
-    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, state_dir)]
+    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, where)]
     lines += [f"  {key}: {out[key]}" for key in ("next", "sealBroken", "html") if key in out]
     return "\n".join(lines)
 
@@ -3009,11 +3322,11 @@ def cancelled_line(record: dict) -> str:
     return f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}"
 
 
-def receipt_line(state_dir: str) -> str:
-    return f"  receipt: {os.path.join(os.path.abspath(state_dir), RECEIPT_FILE)}"
+def receipt_line(where) -> str:
+    return f"  receipt: {as_store(where).receipt_location()}"
 
 
-def text_run(out: dict, state_dir: str | None) -> list:
+def text_run(out: dict, where) -> list:
     """start and resume: each item's status, a recorded decision, or the review it waits for."""
     lines = []
     if out.get("existing") is True:
@@ -3027,25 +3340,25 @@ def text_run(out: dict, state_dir: str | None) -> list:
     return lines
 
 
-def text_decide(out: dict, state_dir: str | None) -> list:
-    lines = text_run(out, state_dir)
-    if out.get("final") and state_dir:
-        lines.append(receipt_line(state_dir))
+def text_decide(out: dict, where) -> list:
+    lines = text_run(out, where)
+    if out.get("final") and where:
+        lines.append(receipt_line(where))
     return lines
 
 
-def text_status(out: dict, state_dir: str | None) -> list:
+def text_status(out: dict, where) -> list:
     """The phase, each item's status (a failed one with its reason) and every journaled call; a pending one with its ready-to-paste reconcile."""
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
     lines += result_lines(out.get("results"))
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
-        if call[2] == "pending" and state_dir:
-            lines.append(f"    reconcile: {reconcile_command(state_dir, call[0])}")
+        if call[2] == "pending" and where:
+            lines.append(f"    reconcile: {reconcile_command(where, call[0])}")
     return lines
 
 
-def text_inspect(out: dict, state_dir: str | None) -> list:
+def text_inspect(out: dict, where) -> list:
     """The results under review with their summaries, the draft history, and any decision or cancel."""
     lines = [f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else "")] if "phase" in out else []
     lines += result_lines(out.get("results"), summaries=True)
@@ -3059,12 +3372,12 @@ def text_inspect(out: dict, state_dir: str | None) -> list:
     if out.get("cancelled"):
         lines.append(cancelled_line(out["cancelled"]))
     lines += failed_lines(out)
-    if out.get("decideCommand"):
+    if out.get("decideCommand") and "next" not in out:  # inspect's own next says it
         lines.append(f"  next: {out['decideCommand']}")
     return lines
 
 
-def text_reconcile(out: dict, state_dir: str | None) -> list:
+def text_reconcile(out: dict, where) -> list:
     rec = out["reconciliation"]
     lines = [f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"]
     drafted = out.get("retryDraft")
@@ -3075,13 +3388,13 @@ def text_reconcile(out: dict, state_dir: str | None) -> list:
     return lines
 
 
-def text_revise(out: dict, state_dir: str | None) -> list:
+def text_revise(out: dict, where) -> list:
     return [f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
             f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
             *failed_lines(out), f"  next: {out['decideCommand']}"]
 
 
-def text_retry(out: dict, state_dir: str | None) -> list:
+def text_retry(out: dict, where) -> list:
     """The retried call, the new draft it made, and what is still failed."""
     result = out.get("result") or {}
     why = f" — {result['reason']}" if result.get("reason") else ""
@@ -3091,27 +3404,27 @@ def text_retry(out: dict, state_dir: str | None) -> list:
             *failed_lines(out), f"  next: {out['decideCommand']}"]
 
 
-def text_cancel(out: dict, state_dir: str | None) -> list:
+def text_cancel(out: dict, where) -> list:
     """The cancel, its receipt, and any call still pending (its outcome still matters for accounting)."""
     record = out["cancelled"]
     lines = [cancelled_line(record), "  nothing more runs: resume, revise and decide are refused"]
-    if state_dir:
-        lines.append(receipt_line(state_dir))
+    if where:
+        lines.append(receipt_line(where))
     for key in record.get("pendingCalls") or []:
         lines.append(f"  pending call {key} stays visible; for accounting, check the provider's usage, then:")
-        lines.append(f"    {reconcile_command(state_dir or 'DIR', key)}")
+        lines.append(f"    {reconcile_command(where, key)}")
     return lines
 
 
-def text_seal(out: dict, state_dir: str | None) -> list:
+def text_seal(out: dict, where) -> list:
     lines = [f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})"]
     for item in out.get("items") or []:
         lines.append(f"  {item['id']:<12} {item.get('path') or item.get('mcp', {}).get('uri')}  sha256 {item['sha256']}")
-    lines.append(f"  next: python durable_job.py start --manifest {out.get('manifest')} --state-dir DIR")
+    lines.append(f"  next: {suggest('start', '--manifest', out.get('manifest') or 'MANIFEST')}")
     return lines
 
 
-def text_verify(out: dict, state_dir: str | None) -> list:
+def text_verify(out: dict, where) -> list:
     return [f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
 
 
@@ -3122,11 +3435,11 @@ def escape(text) -> str:
     return html.escape(text)
 
 
-def refuse_sealed_target(path: str, job: dict, state_dir: str) -> None:
+def refuse_sealed_target(path: str, job: dict, store) -> None:
     """A read-only command must never write over the job: its state directory, its manifest or a source."""
     target = os.path.realpath(path)
-    if os.path.dirname(target) == os.path.realpath(state_dir):
-        raise UsageError(f"--html {path} is inside the state directory {state_dir}; write the page somewhere else")
+    if store.holds_path(path):
+        raise UsageError(f"--html {path} is inside the state directory {store.where()}; write the page somewhere else")
     manifest = read_manifest_quiet(job) or {}
     base = os.path.dirname(job["manifestPath"])
     sealed = [job["manifestPath"]] + [os.path.join(base, i["path"]) for i in manifest.get("items", []) if "path" in i]
@@ -3141,7 +3454,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     items = {i["id"]: i for i in manifest.get("items", [])}
     sources = read_sources_quiet(snap.job)
     job = snap.job
-    phase = snap.phase()
+    phase = snap.phase
     cls = {"decided": "ok", "awaiting-review": "wait", "cancelled": "bad", "uncertain-call": "bad"}.get(phase, "wait")
     owner = job.get("approvedBy") or manifest.get("approvedBy") or "?"
     parts = [
@@ -3166,7 +3479,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     results = {r["itemId"]: r for r in snap.results}
     order = list(items) + [i for i in results if i not in items]
     raw = answered_calls(snap)
-    ways = {f["itemId"]: f for f in failed_items(snap.state_dir, snap.results, snap.calls, manifest or None)} if snap.waiting and not snap.cancel else {}
+    ways = {f["itemId"]: f for f in failed_items(snap.store, snap.results, snap.calls, manifest or None)} if snap.waiting and not snap.cancel else {}
     for n, item_id in enumerate(order):
         parts.append(item_section(n, results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
                                   sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id)))
@@ -3359,7 +3672,7 @@ def journal_section(snap: Snapshot) -> str:
                 pass
         if r["status"] == "pending":
             row.append("<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
-                       f"<code class='cmd'>{e(reconcile_command(snap.state_dir, r['operation_key']))}</code>")
+                       f"<code class='cmd'>{e(reconcile_command(snap.store, r['operation_key']))}</code>")
         row.append("</div>")
         rows.append("".join(row))
     return f"<section id='journal'><h2>Journal</h2>{''.join(rows)}</section>"
@@ -3394,7 +3707,7 @@ def decision_section(snap: Snapshot, out: dict) -> str:
                 f" <span class='note'>({e(str(f.get('decidedAtUtc')))}, draft {e(str(f.get('draftVersion', 1)))}, {bound})</span></p></section>")
     if snap.cancel:
         pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
-        extra = "".join(f"<p>Pending call kept for accounting:</p><code class='cmd'>{e(reconcile_command(snap.state_dir, k))}</code>" for k in pending)
+        extra = "".join(f"<p>Pending call kept for accounting:</p><code class='cmd'>{e(reconcile_command(snap.store, k))}</code>" for k in pending)
         return (f"<section id='decide'><h2>Cancelled</h2><p>by {e(snap.cancel['reviewer'])}: {e(snap.cancel['reason'])} "
                 f"<span class='note'>({e(snap.cancel.get('cancelledAtUtc', ''))})</span></p><p>Nothing more runs.</p>{extra}</section>")
     if out.get("decideCommand"):
@@ -3402,8 +3715,9 @@ def decision_section(snap: Snapshot, out: dict) -> str:
                 f"<code class='cmd'>{e(out['decideCommand'])}</code>"
                 "<p class='note'>Choose one of the decisions offered, and put your name and your reason in place of YOU and WHY.</p></section>")
     why = ("A decision was saved, but the decide that saved it stopped before it finished." if snap.saved_decision
+           else "A run is in progress." if snap.phase == "running"
            else "The job is not waiting for review yet.")
-    return f"<section id='decide'><h2>Next step</h2><p>{why}</p><p><code class='cmd'>{e(next_step(snap))}</code></p></section>"
+    return f"<section id='decide'><h2>Next step</h2><p>{why}</p><p><code class='cmd'>{e(out.get('next') or next_step(snap))}</code></p></section>"
 
 
 ###############################################################################
@@ -3573,11 +3887,11 @@ def printable(value):
     return value
 
 
-def emit(command: str, out: dict, fmt: str | None, state_dir: str | None = None) -> None:
+def emit(command: str, out: dict, fmt: str | None, where=None) -> None:
     """Print a command's document: its text on a terminal (or with --text), else the JSON."""
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
     if fmt == "text":
-        text = text_document(command, printable(out), state_dir, COMMANDS[command].text)
+        text = text_document(command, printable(out), where, COMMANDS[command].text)
     else:
         text = json.dumps(out, indent=2, ensure_ascii=False)
     sys.stdout.write(redact(text) + "\n")
@@ -3586,12 +3900,13 @@ def emit(command: str, out: dict, fmt: str | None, state_dir: str | None = None)
 
 def main(argv=None) -> int:
     os.umask(0o077)
+    _COMMAND_STORE.set(None)
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parse_command_line(argv)
         command = COMMANDS[args.command]
         out = command.run(args)
-        emit(args.command, out, args.fmt, getattr(args, "state_dir", None))
+        emit(args.command, out, args.fmt, _COMMAND_STORE.get())
         refusal = command.refusal(out) if command.refusal else None
         if refusal:
             raise refusal

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, FAKE_KEY, Workspace, copy_program, hold_run_lock
+from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, Workspace, copy_program, hold_run_lock
 
 
 def statuses(result_json):
@@ -191,7 +191,7 @@ def test_a_sealed_manifest_moved_or_broken_is_named_at_its_path_and_restoring_it
     with open(ws.manifest, "wb") as fh:
         fh.write(approved)
     assert len(ws.run("resume").ok()["interrupt"]) == 1
-    assert ws.run("status").ok()["next"].startswith("python durable_job.py decide")
+    assert ws.run("status").ok()["next"].startswith(f"python {PROGRAM} decide")
 
 
 def test_changed_version_label_is_refused(ws, tmp_path):
@@ -683,7 +683,7 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
     for name in ("base_key", "item_id", "input_sha256", "status", "created_utc", "updated_utc"):
         assert info[name] == ("TEXT", 1, 0), name
     assert dj.ledger(os.path.join(ws.state, "effects.sqlite")).execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    saver = dj.open_checkpointer(ws.state)
+    saver = dj.StateDirStore(ws.state).checkpointer()
     assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
     inspected = ws.run("inspect").ok()
     assert inspected["job"] == job
@@ -768,8 +768,10 @@ def langgraph_view(ws):
     """What LangGraph itself says about the saved thread (the reference for the langgraph-free reader)."""
     job = ws.job()
     manifest = json.load(open(ws.manifest))
-    ctx = dj.Context(ws.state, job, manifest, dj.load_sources(manifest, ws.manifest))
+    store = dj.StateDirStore(ws.state)
+    ctx = dj.Context(store, job, manifest, dj.load_sources(manifest, ws.manifest), store.read_journal())
     state = dj.build_graph(ctx).get_state(ctx.config())
+    ctx.db.close()
     return job, dict(state.values), bool(state.interrupts) and not state.values.get("final")
 
 

@@ -18,7 +18,7 @@ from unittest import mock
 import pytest
 
 import durable_job
-from conftest import ALPHA, BETA, FAKE_KEY, Provider, Workspace, free_port, openai_workspace, sha256
+from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, Provider, Workspace, free_port, openai_workspace, sha256
 
 JOB = {"jobId": "in-process", "model": "gpt-test", "mode": "openai"}
 ALPHA_ITEM = {"id": "alpha", "sha256": sha256(ALPHA)}
@@ -422,7 +422,7 @@ def test_an_item_refused_on_every_allowed_attempt_reaches_review_as_failed(ws, p
     # the earlier refusals no longer colour the next step once the job moved on
     following = ws.run("status").ok()["next"]  # alpha failed: revise it by hand (no attempt left to retry), or decide
     assert "rejected" not in following and following.startswith("item alpha failed (no model call left")
-    assert " retry " not in following and "revise --state-dir" in following and "or decide: python durable_job.py decide" in following
+    assert " retry " not in following and "revise --state-dir" in following and f"or decide: python {PROGRAM} decide" in following
 
 
 def test_api_key_echoed_by_the_server_is_never_stored_or_printed(refused):
