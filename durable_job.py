@@ -2276,7 +2276,7 @@ class Snapshot:
         self.holder = holder
         self.phase = job_phase(self.review, checkpoint, holder)
         self.model_results = list(self.values.get("results") or [])
-        at_review = self.review in ("awaiting-review", "deciding", "decided")
+        at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or self.final  # a job cancelled at review too
         self.draft, self.results = current_draft(db, self.model_results) if at_review else (1, self.model_results)
         self.has_receipt = store.has_receipt()
 
@@ -3238,7 +3238,7 @@ def receipt_invariants(snap: Snapshot) -> str:
     terminal = snap.final or snap.cancel
     if raw is None:
         if terminal:
-            fix = "`resume` rewrites it" if snap.final else "`cancel` again finishes it"
+            fix = f"`{suggest('resume', store=snap.store)}` rewrites it" if snap.final else f"`{suggest('cancel', '--reviewer', 'YOU', '--reason', 'WHY', store=snap.store)}` again finishes it"
             raise SealError(f"the job has a terminal outcome but receipt.json is missing; {fix}")
         return "no terminal outcome yet"
     receipt = strict_json(raw)

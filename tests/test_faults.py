@@ -212,11 +212,11 @@ CRASH_TABLE = {
     "after-seal": ("start", [], "not-started"),
     "after-pending": ("start", ["pending"], "uncertain-call"),
     "before-ledger": ("start", ["pending"], "uncertain-call"),
-    "after-ledger": ("start", ["completed"], "running"),
-    "after-validate": ("start", ["completed"], "running"),
-    "before-review": ("start", ["completed", "completed"], "running"),
+    "after-ledger": ("start", ["completed"], "ready"),
+    "after-validate": ("start", ["completed"], "ready"),
+    "before-review": ("start", ["completed", "completed"], "ready"),
     "after-decide": ("decide", ["completed", "completed"], "decided"),
-    "after-reconcile": ("reconcile", ["abandoned"], "running"),
+    "after-reconcile": ("reconcile", ["abandoned"], "ready"),
 }
 # (point, what the person does with a pending row): abandon, or complete from the provider's record
 CRASH_CASES = [(point, "abandon") for point in CRASH_TABLE] + [("before-ledger", "complete")]

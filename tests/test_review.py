@@ -54,7 +54,7 @@ def decide(ws: Workspace, decision="accept", digest=None, reviewer="dana", reaso
 def paste(command: str, **fill) -> list:
     """The argv a person gets by pasting a printed command and filling its placeholders."""
     argv = shlex.split(command)
-    assert argv[:2] == ["python", "durable_job.py"], command
+    assert argv[:2] == ["python", PROGRAM], command  # the program as this test ran it, to paste anywhere
     argv = [sys.executable, PROGRAM] + argv[2:]
     return [fill.get(a, a) for a in argv]
 
@@ -243,9 +243,9 @@ def test_a_failing_verify_prints_its_report_in_the_format_asked_for(ws):
     ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
     os.unlink(os.path.join(ws.state, "receipt.json"))
     text = ws.run("verify", "--text")
-    text.held("receipt.json is missing", "`resume` rewrites it")
+    text.held("receipt.json is missing", f"`python {PROGRAM} resume --state-dir {ws.state}` rewrites it")
     assert text.stdout.startswith("verify: job journey") and "FAIL" in text.stdout.upper() and "{" not in text.stdout
-    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held("already recorded", "`resume` rewrites it")
+    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held("already recorded", f"`python {PROGRAM} resume --state-dir {ws.state}` rewrites it")
     ws.run("resume").ok()
     assert ws.run("verify").ok()["ok"] is True
 
@@ -855,8 +855,8 @@ def test_text_summaries_are_readable_for_every_review_command(ws):
     assert "cancelled by olga" in cancelled and "stop" in cancelled and key in cancelled and "reconcile" in cancelled
     # the printed reconcile command, placeholders filled, works after cancel
     line = next(l for l in cancelled.splitlines() if "reconcile --state-dir" in l)
-    argv = paste(line[line.index("python durable_job.py"):],
-                 **{"complete|abandon": "abandon", "R": "olga", "X": "no usage recorded"})
+    argv = paste(line[line.index(f"python {PROGRAM}"):],
+                 **{"complete|abandon": "abandon", "YOU": "olga", "WHY": "no usage recorded"})
     assert run_argv(other, argv).ok()["status"] == "abandoned"
 
     # --json forces JSON, the default when piped is JSON
