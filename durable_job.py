@@ -42,6 +42,7 @@ MAX_OUTPUT_TOKENS = 500
 REFUSAL_STATUSES = frozenset({400, 401, 403, 404, 422, 429})
 DEPENDENCIES = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "openai")
 DECISIONS = ("accept", "reject", "hold")
+NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job cannot go on as it is
 
 JOB_FILE = "job.json"
 EFFECTS_FILE = "effects.sqlite"
@@ -470,14 +471,14 @@ def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
 def check_seals(job: dict, *, mcp: bool = True):
     """Re-check, in the contract's order, everything job.json seals; return (manifest, texts)."""
     if job.get("version") != VERSION:
-        raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or start a new job in a new --state-dir")
+        raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}")
     if job.get("codeSha256") != code_sha256():
-        raise SealError(f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or start a new job in a new --state-dir")
+        raise SealError(f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}")
     check_dependency_seal(job)
     path = job["manifestPath"]
     raw = sealed_manifest_bytes(path)
     if sha256_hex(raw) != job["manifestSha256"]:
-        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or start a new job in a new --state-dir")
+        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or {NEW_JOB}")
     manifest, _ = read_manifest(path)
     check_job_matches_manifest(job, manifest)
     return manifest, load_sources(manifest, path, mcp=mcp)
@@ -493,7 +494,7 @@ def check_job_matches_manifest(job: dict, manifest: dict) -> None:
     for key, value in expected.items():
         if job.get(key) != value:
             raise SealError(f"job.json changed: its {key} is {clip(json.dumps(job.get(key)), 80)} but the sealed manifest says "
-                            f"{clip(json.dumps(value), 80)}; job.json is written once and never rewritten: restore it from a backup, or start a new job in a new --state-dir")
+                            f"{clip(json.dumps(value), 80)}; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
 
 
 def sealed_manifest_bytes(path: str) -> bytes:
@@ -506,17 +507,17 @@ def sealed_manifest_bytes(path: str) -> bytes:
     except OSError as exc:
         problem = exc.strerror or str(exc)
     raise SealError(f"Manifest bytes changed: the sealed manifest {path} cannot be read ({problem}); "
-                    "restore the approved manifest at that path, or start a new job in a new --state-dir")
+                    f"restore the approved manifest at that path, or {NEW_JOB}")
 
 
 def check_dependency_seal(job: dict) -> None:
     sealed = job.get("dependencies")
     if not isinstance(sealed, dict):
-        raise SealError("job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or start a new job in a new --state-dir")
+        raise SealError(f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
     installed = dependency_versions()
     for name in DEPENDENCIES:
         if sealed.get(name) != installed.get(name):
-            raise SealError(f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or start a new job")
+            raise SealError(f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}")
 
 
 ###############################################################################
@@ -706,10 +707,10 @@ def load_job(state_dir: str) -> dict:
     try:
         job = strict_json(raw)
     except ValueError as exc:
-        raise StateError(f"{path} is damaged ({clip(exc, 80)}); it is left as it is: restore it from a backup or start again in a new --state-dir") from None
+        raise StateError(f"{path} is damaged ({clip(exc, 80)}); it is left as it is: restore it from a backup or {NEW_JOB}") from None
     needed = ("jobId", "manifestPath", "manifestSha256", "mode", "model", "threadId", "version", "codeSha256", "createdAtUtc")
     if not isinstance(job, dict) or any(k not in job for k in needed):
-        raise StateError(f"{path} is damaged (keys missing); it is left as it is: restore it from a backup or start again in a new --state-dir")
+        raise StateError(f"{path} is damaged (keys missing); it is left as it is: restore it from a backup or {NEW_JOB}")
     return job
 
 
@@ -830,7 +831,7 @@ def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
         elif "full" in text:
             advice = "it is left untouched: free disk space, then run the command again"
         else:
-            advice = "it is left untouched: restore it from a backup, or move it aside and start a new job in a new --state-dir"
+            advice = f"it is left untouched: restore it from a backup, or move it aside and {NEW_JOB}"
         raise StateError(f"{path} cannot be used ({text}); {advice}") from None
 
 
@@ -863,7 +864,7 @@ def ledger(path: str) -> sqlite3.Connection:
         migrate(conn)
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or start a new job in a new --state-dir") from None
+        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or {NEW_JOB}") from None
     return conn
 
 
@@ -915,20 +916,20 @@ def check_state_files(state_dir: str) -> None:
     for path in (effects, checkpoints):
         problem = sqlite_damage(path)
         if problem:
-            raise StateError(f"{path} is damaged ({problem}); it is left untouched: restore it from a backup, or start a new job in a new --state-dir")
+            raise StateError(f"{path} is damaged ({problem}); it is left untouched: restore it from a backup, or {NEW_JOB}")
 
     def size(p):
         return os.path.getsize(p) if os.path.exists(p) else 0
 
     if size(checkpoints) and not size(effects):
-        raise StateError(f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or start a new job in a new --state-dir")
+        raise StateError(f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or {NEW_JOB}")
     receipt = job_path(state_dir, RECEIPT_FILE)
     if size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided":
         # Calls journaled before the first checkpoint are normal (a crash there, or parallel calls sent
         # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A
         # decided job, though, had a decision that lived only in the lost checkpoints (a cancel lives
         # in the journal, and may come before any checkpoint).
-        raise StateError(f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or start a new job in a new --state-dir")
+        raise StateError(f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or {NEW_JOB}")
 
 
 def receipt_outcome(path: str) -> str | None:
@@ -1695,7 +1696,7 @@ def open_checkpointer(state_dir: str, conn: sqlite3.Connection | None = None):
         saver.setup()
     except sqlite3.DatabaseError as exc:
         path = job_path(state_dir, CHECKPOINTS_FILE)
-        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or start a new job in a new --state-dir") from None
+        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or {NEW_JOB}") from None
     return saver
 
 
@@ -2117,9 +2118,6 @@ def suggest(command: str, *flags: str, store=None) -> str:
 def as_store(where) -> StateDirStore | None:
     """A store from a store, a state directory path, or None (the running command's)."""
     return StateDirStore(where) if isinstance(where, str) else where
-
-
-NEW_JOB = "start a new job in a new --state-dir"  # the fix when a job cannot go on as it is
 
 
 ###############################################################################
