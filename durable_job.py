@@ -1771,12 +1771,8 @@ def invoke_graph(ctx: Context, checkpoints, resume_value) -> dict:
             app.invoke(None, config, durability="sync")
     except JobError:
         raise
-    except sqlite3.DatabaseError as exc:
-        import traceback
-
-        frames = traceback.extract_tb(exc.__traceback__)
-        in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
-        raise ctx.store.run_failure(exc, in_saver) from None
+    except ctx.store.failures as exc:
+        raise ctx.store.run_failure(exc) from None
     return app.get_state(config)
 
 
@@ -1951,10 +1947,10 @@ def call_rows(db) -> list:
     return list(query(db, "SELECT * FROM calls ORDER BY created_utc, rowid"))
 
 
-def seal_report(job: dict) -> str | None:
+def seal_report(store, job: dict) -> str | None:
     """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look (verify does)."""
     try:
-        check_seals(job, mcp=False)
+        store.check_seals(job, mcp=False)
     except JobError as exc:
         return str(exc)
     return None
@@ -2005,13 +2001,21 @@ class StateDirStore:
     def load_job(self) -> dict:
         return load_job(self.root)
 
+    def check_seals(self, job: dict, *, mcp: bool = True):
+        """Every seal of the job record, in the contract's order; (manifest, source texts). The manifest is read at its sealed path."""
+        return check_seals(job, mcp=mcp)
+
     def prepare_new(self) -> None:
         """Before a new job is sealed: an empty (or new, private) place for it."""
         check_empty_state_dir(self.root)
         ensure_state_dir(self.root)
 
-    def seal_job(self, job: dict) -> None:
-        """Write the job record once, never over another (the lock is held)."""
+    def seal_job(self, job: dict, manifest_bytes: bytes, sources: dict) -> None:
+        """Write the job record once, never over another (the lock is held).
+
+        The manifest and sources stay where they are (the record names the
+        manifest's path); a store that keeps them itself takes them from here.
+        """
         if self.has_job():
             raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{suggest('resume', store=self)}`")
         write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
@@ -2052,7 +2056,14 @@ class StateDirStore:
         """The latest checkpoint without langgraph: {values, waiting, savedDecision}."""
         return read_checkpoint(self.root, job)
 
-    def run_failure(self, exc: BaseException, in_saver: bool) -> StateError:
+    failures = (sqlite3.DatabaseError,)  # the storage errors a run can meet: run_failure names them
+
+    def run_failure(self, exc: BaseException) -> StateError:
+        """A storage error met while the graph ran, naming the file: the checkpoints when it came from the saver."""
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
         failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
         return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{suggest('status', store=self)}`, then `resume` once the cause is fixed")
 
@@ -2175,7 +2186,7 @@ class open_job:
         self.lock.__enter__()
         try:
             job = self.store.load_job()
-            manifest, sources = check_seals(job) if self.seals else (None, None)
+            manifest, sources = self.store.check_seals(job) if self.seals else (None, None)
             self.ctx = attach(self.store, job, manifest, sources)
             state = self.ctx.review()
             if state == "cancelled" and not self.cancelled_ok:
@@ -2340,7 +2351,7 @@ def next_for_phase(snap: Snapshot) -> str:
 
 def where_it_stands(snap: Snapshot, out: dict) -> dict:
     """What status and inspect both say: phase, next, the live run (if any) and a broken seal."""
-    broken = seal_report(snap.job)
+    broken = seal_report(snap.store, snap.job)
     out["phase"] = snap.phase
     out["next"] = next_step(snap, broken)
     if snap.phase == "running":
@@ -2474,7 +2485,7 @@ def cmd_start(args) -> dict:
     store.prepare_new()
     with store.lock("start"):
         job = new_job(manifest, args.manifest, raw)
-        store.seal_job(job)
+        store.seal_job(job, raw, sources)
         crash_point("after-seal", job)
         ctx = attach(store, job, manifest, sources)
         try:
@@ -3056,7 +3067,7 @@ def verify_checks(snap: Snapshot) -> list:
     sealed = {}
 
     def seals():
-        sealed["manifest"], sealed["texts"] = check_seals(snap.job)
+        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job)
         return "version, program, dependencies, manifest and sources match"
 
     check("files", snap.store.check_whole)
