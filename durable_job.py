@@ -2065,7 +2065,7 @@ class StateDirStore:
         frames = traceback.extract_tb(exc.__traceback__)
         in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
         failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
-        return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{suggest('status', store=self)}`, then `resume` once the cause is fixed")
+        return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{suggest('status', store=self)}`, then `{suggest('resume', store=self)}` once the cause is fixed")
 
     # -- the receipt -----------------------------------------------------------
 

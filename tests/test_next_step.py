@@ -175,3 +175,29 @@ def test_inspect_prints_the_same_next_as_status_in_json_and_text(ws):
     assert status["next"].startswith("restore what sealBroken names") and inspected["next"] == status["next"]
     assert inspected["sealBroken"] == status["sealBroken"]
     assert f"next: {status['next']}" in ws.run("inspect", "--text").stdout
+
+
+# --- the storage seam ---------------------------------------------------------------------------------------
+
+
+def test_commands_reach_a_jobs_storage_only_through_its_store():
+    """No `cmd_*` function names sqlite3, a state-directory file or a storage helper: a second backend plugs in
+    behind StateDirStore's methods (and store_for) without editing any command."""
+    import ast
+
+    import durable_job as dj
+
+    storage = {"sqlite3", "ledger", "read_journal", "connect_sqlite", "RunLock", "job_path", "load_job", "check_state_files",
+               "read_checkpoint", "checkpoints_connection", "open_checkpointer", "transaction", "query",
+               "JOB_FILE", "EFFECTS_FILE", "CHECKPOINTS_FILE", "RECEIPT_FILE", "LOCK_FILE"}
+    with open(dj.__file__, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    commands = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("cmd_")]
+    assert {f.name for f in commands} >= {"cmd_start", "cmd_resume", "cmd_status", "cmd_inspect", "cmd_reconcile",
+                                          "cmd_decide", "cmd_revise", "cmd_cancel", "cmd_verify"}
+    for f in commands:
+        names = {n.id for n in ast.walk(f) if isinstance(n, ast.Name)}
+        attributes = {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute)}
+        assert not names & storage, (f.name, names & storage)
+        assert "state_dir" not in attributes, f.name  # the command line's address is read by store_for alone
+        assert "store_for" in names or f.name == "cmd_seal", f.name
