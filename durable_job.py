@@ -2165,14 +2165,18 @@ class Context:
         return review_state(checkpoint or self.checkpoint(), call_rows(self.db), journal_outcome(self.db, "cancel"))
 
 
+FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
+
+
 class open_job:
     """Lock a job for a writing command and load it with the checks it asks for; `with open_job(...) as ctx`.
 
     In this order: the lock; the sealed job record; its seals (version, program,
     dependencies, manifest, sources) unless seals=False (ending a job needs no
     sound inputs); damaged storage; then what the job is: a cancelled job goes no
-    further unless cancelled_ok, and only a job that may still call the model
-    (calls_model=True, not yet at review) has its provider settings checked.
+    further unless cancelled_ok, and only a command that may call the model
+    (calls_model=True) on a job not decided or being decided has its provider
+    settings checked: a finished job says what it is, not that a key is missing.
     """
 
     def __init__(self, store, command: str, *, seals: bool = True, calls_model: bool = False, cancelled_ok: bool = False):
@@ -2191,7 +2195,7 @@ class open_job:
             state = self.ctx.review()
             if state == "cancelled" and not self.cancelled_ok:
                 raise cancelled_error(job, journal_outcome(self.ctx.db, "cancel"))
-            if self.calls_model and state in ("pending", "before-review") and job["mode"] == "openai":
+            if self.calls_model and state not in FINISHING and job["mode"] == "openai":
                 check_provider_settings()
             return self.ctx
         except BaseException:
