@@ -2272,9 +2272,10 @@ def checkpoint_of(state) -> dict:
 
 
 class Snapshot:
-    """One consistent read of a job's saved state (job record, journal, checkpoint, lock holder); see read_snapshot."""
+    """One consistent read of a job's saved state (job record, journal, checkpoint, lock holder); read_snapshot makes one."""
 
-    def __init__(self, store, job: dict, db, checkpoint: dict, holder: dict | None):
+    def __init__(self, store, job: dict, db, checkpoint: dict, calls: list, cancel: dict | None, draft: tuple[int, list],
+                 holder: dict | None, has_receipt: bool):
         self.store = store
         self.job = job
         self.db = db
@@ -2283,15 +2284,14 @@ class Snapshot:
         self.waiting = checkpoint["waiting"]
         self.saved_decision = checkpoint["savedDecision"]
         self.final = self.values.get("final")
-        self.calls = call_rows(db)
-        self.cancel = journal_outcome(db, "cancel")
-        self.review = review_state(checkpoint, self.calls, self.cancel)
+        self.calls = calls
+        self.cancel = cancel
+        self.review = review_state(checkpoint, calls, cancel)
         self.holder = holder
         self.phase = job_phase(self.review, checkpoint, holder)
         self.model_results = list(self.values.get("results") or [])
-        at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or self.final  # a job cancelled at review too
-        self.draft, self.results = current_draft(db, self.model_results) if at_review else (1, self.model_results)
-        self.has_receipt = store.has_receipt()
+        self.draft, self.results = draft
+        self.has_receipt = has_receipt
 
     def close(self):
         if self.db is not None:
@@ -2304,7 +2304,11 @@ def read_snapshot(store) -> Snapshot:
     holder = store.holder()  # before the reads: a run that ends meanwhile is then seen ended, not the other way round
     db = store.read_journal()
     try:
-        return Snapshot(store, job, db, store.read_checkpoint(job), holder)
+        checkpoint = store.read_checkpoint(job)
+        model_results = list(checkpoint["values"].get("results") or [])
+        at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
+        draft = current_draft(db, model_results) if at_review else (1, model_results)
+        return Snapshot(store, job, db, checkpoint, call_rows(db), journal_outcome(db, "cancel"), draft, holder, store.has_receipt())
     except BaseException:
         if db is not None:
             db.close()
