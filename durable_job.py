@@ -8,7 +8,10 @@ makes every model call happen at most once; a call whose outcome is unknown is
 never repeated behind the person's back. The contract is ../shared/SPEC.md.
 
 This file is read top to bottom in sections: constants and contract, manifest
-sealing, journal, model adapters, validation, graph, commands, output, CLI.
+sealing, state directory and lock, journal, model adapters, MCP sources,
+validation, graph, saved state read without langgraph, the storage seam
+(StateDirStore: the one way commands reach a job's storage), opening a job and
+where it stands (open_job, review_state, phase and next), commands, output, CLI.
 Its own sha256 is sealed into every job, so a job is only ever continued by
 exactly the program that started it.
 """
