@@ -42,7 +42,8 @@ def backticked(line: str, word: str) -> str:
 
 def test_a_call_in_flight_is_running_with_its_holder_and_next_says_wait(ws, provider):
     openai_workspace(ws, provider)
-    provider.behave(by_input={"Alpha report": "slow:4"})
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "30"
+    provider.behave(by_input={"Alpha report": "slow:10"})  # long enough for five looks on a loaded machine
     proc = ws.popen("start", "--manifest", ws.manifest)
     try:
         [(key, item, _, _)] = wait_for(lambda: pending_rows(ws), timeout=60)
