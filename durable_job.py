@@ -1209,7 +1209,7 @@ def not_sent_failure(item_id: str, url: str, exc: BaseException) -> JobError:
     cause = exc.__cause__ or exc
     why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
     error = ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
-                          f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `resume`")
+                          f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `{suggest('resume')}`")
     error.not_sent = True
     return error
 
