@@ -3834,7 +3834,7 @@ CHANGES_NO_JOB = ("status", "inspect", "verify", "seal")  # a failure in these l
 
 def help_command(command: str = "") -> str:
     """The command that lists a command's flags (or all commands)."""
-    return f"`python durable_job.py {command + ' ' if command else ''}--help`"
+    return f"`{program_name()} {command + ' ' if command else ''}--help`"
 
 
 class HoldParser(argparse.ArgumentParser):

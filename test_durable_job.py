@@ -611,7 +611,7 @@ def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
 def test_a_misspelled_flag_is_named_with_the_closest_one_not_reported_as_a_missing_one(ws):
     """`--state-dri` names the typo and suggests --state-dir (not "required: --state-dir"), pointing to the command's own help."""
     line = ws.run("status", "--state-dri", ws.state, state=False).held(
-        "UsageError: unknown flag --state-dri for status", "did you mean --state-dir?", "`python durable_job.py status --help`")
+        "UsageError: unknown flag --state-dri for status", "did you mean --state-dir?", f"`python {PROGRAM} status --help`")
     assert "required" not in line
     ws.run("decide", "--decison", "hold", "--reviewer", "r", "--reason", "x").held(
         "unknown flag --decison for decide", "did you mean --decision?", "decide --help")
