@@ -2233,8 +2233,9 @@ def review_state(checkpoint: dict, calls: list, cancel: dict | None) -> str:
 
     "cancelled"; "decided" (a final decision recorded); "deciding" (a decide saved
     its decision and stopped before recording it: the next run records it);
-    "awaiting-review" (the thread waits at the review interrupt); "pending" (a
-    call has no recorded outcome); else "before-review".
+    "pending" (a call has no recorded outcome, before review or at it);
+    "awaiting-review" (the thread waits at the review interrupt); else
+    "before-review".
     """
     if cancel:
         return "cancelled"
@@ -2242,10 +2243,10 @@ def review_state(checkpoint: dict, calls: list, cancel: dict | None) -> str:
         return "decided"
     if checkpoint.get("savedDecision"):
         return "deciding"
+    if any(r["status"] == "pending" for r in calls):  # at review too: nothing is decided over an unknown outcome
+        return "pending"
     if checkpoint.get("waiting"):
         return "awaiting-review"
-    if any(r["status"] == "pending" for r in calls):
-        return "pending"
     return "before-review"
 
 
