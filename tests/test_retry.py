@@ -59,8 +59,8 @@ def test_a_failed_items_reason_is_shown_wherever_its_status_is_and_next_offers_r
         assert f"alpha        failed — {reason}" in ws.run(*argv).stdout, argv
 
     # the ways on, ready to paste: retry (the next attempt is within the bounds), revise, or decide reject|hold
-    retry_cmd = f"python durable_job.py retry --state-dir {ws.state} --item alpha --reviewer YOU --reason WHY"
-    revise_cmd = (f"python durable_job.py revise --state-dir {ws.state} --item alpha --summary-file SUMMARY.txt "
+    retry_cmd = f"python {PROGRAM} retry --state-dir {ws.state} --item alpha --reviewer YOU --reason WHY"
+    revise_cmd = (f"python {PROGRAM} revise --state-dir {ws.state} --item alpha --summary-file SUMMARY.txt "
                   "--citations-file CITATIONS.json --reviewer YOU --reason WHY")
     following = status["next"]
     assert following.startswith(f"item alpha failed ({reason}) (1 more failed: beta)")
