@@ -2729,13 +2729,11 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
             "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
 
 
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
-    """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
-    job = ctx.job
-    draft, results = current_draft(ctx.db, (ctx.checkpoint()["values"].get("results") or []))
-    receipt = {
-        "outcome": kind,
-        **receipt_head(final, (extra or {}).get("cancel")),
+def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
+    """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
+    fields = {
+        "outcome": "decided" if final else "cancelled" if cancel else None,
+        **receipt_head(final, cancel),
         "jobId": job["jobId"],
         "threadId": job["threadId"],
         "manifestPath": job["manifestPath"],
@@ -2747,9 +2745,18 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
         "draftVersion": draft,
         "statuses": {r["itemId"]: r["status"] for r in results},
         "final": final,
-        **(extra or {}),
-        "writtenAtUtc": now_utc(),
     }
+    if cancel:
+        fields["cancel"] = cancel
+    return fields
+
+
+def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
+    """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
+    draft, results = current_draft(ctx.db, (ctx.checkpoint()["values"].get("results") or []))
+    cancel = (extra or {}).get("cancel")
+    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}),
+               "writtenAtUtc": now_utc()}
     ctx.store.write_receipt(receipt)
     return receipt
 
@@ -3270,16 +3277,7 @@ def receipt_invariants(snap: Snapshot) -> str:
     if snap.final and receipt.get("final") != snap.final:
         raise SealError("receipt.json's decision differs from the checkpoint's")
     draft, results = current_draft(snap.db, snap.model_results)
-    expected = {
-        "outcome": "decided" if snap.final else "cancelled" if snap.cancel else None,
-        "threadId": snap.job["threadId"], "manifestPath": snap.job["manifestPath"],
-        "manifestSha256": snap.job["manifestSha256"], "version": snap.job["version"],
-        "dependencies": snap.job.get("dependencies"), "resultsSha256": results_sha256(results),
-        "draftVersion": draft, "statuses": {r["itemId"]: r["status"] for r in results}, "final": snap.final,
-        **receipt_head(snap.final, snap.cancel),
-    }
-    if snap.cancel:
-        expected["cancel"] = snap.cancel
+    expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results)
     for key, value in expected.items():
         if receipt.get(key) != value:
             raise SealError(f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}")

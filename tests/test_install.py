@@ -59,7 +59,7 @@ def test_a_job_started_as_a_script_continues_as_the_installed_command_and_back(w
     # the installed command reads, decides and verifies the script's job
     status = durable_job_command(installed, "status", "--state-dir", ws.state, cwd=ws.root).ok()
     assert status["phase"] == "awaiting-review"
-    assert " decide " in status["next"]
+    assert status["next"].startswith("durable-job decide "), status["next"]
     decided = durable_job_command(installed, "decide", "--state-dir", ws.state, "--decision", "hold",
                                   "--reviewer", "rev", "--reason", "installed command decides", cwd=ws.root).ok()
     assert decided["final"]["decision"] == "hold"
