@@ -50,14 +50,66 @@ def sha256(data) -> str:
 class Workspace:
     """A temporary folder with sources, a manifest and a state directory, as a user would lay them out."""
 
-    def __init__(self, root, inprocess: bool = True):
+    def __init__(self, root, inprocess: bool = True, store=None):
         self.root = str(root)
         self.src = os.path.join(self.root, "src")
         self.state = os.path.join(self.root, "state")
         self.manifest = os.path.join(self.src, "manifest.json")
         os.makedirs(self.src, exist_ok=True)
         self.env = {}
-        self.inprocess = inprocess  # run commands through durable_job.main() unless one needs a process
+        # run commands through durable_job.main() unless one needs a process; a store's commands
+        # always run as processes (a command in-process would leave its database connections open)
+        self.inprocess = inprocess and store is None
+        self.store = store  # a PostgreSQL store URL: the job lives there (`--store URL --job ID`), not in self.state
+
+    def job_id(self) -> str:
+        with open(self.manifest, "rb") as fh:
+            return json.loads(fh.read())["jobId"]
+
+    def address(self, args) -> list:
+        """The flags that name this workspace's job, for a command that names none itself."""
+        if not args or args[0] in ("seal", "jobs", "migrate") or "--state-dir" in args or "--store" in args:
+            return []
+        if self.store is None:
+            return ["--state-dir", self.state]
+        return ["--store", self.store] + ([] if args[0] == "start" or "--job" in args else ["--job", self.job_id()])
+
+    def journal(self, sql: str) -> list:
+        """Rows of a journal query (by name or position), from effects.sqlite or the store's rows of this job."""
+        if self.store is None:
+            import sqlite3
+
+            conn = sqlite3.connect(os.path.join(self.state, "effects.sqlite"))
+            conn.row_factory = sqlite3.Row
+            try:
+                return conn.execute(sql).fetchall()
+            finally:
+                conn.close()
+        with self.pg_store() as store:
+            return store.read_journal().execute(sql).fetchall()
+
+    def pg_store(self):
+        """The job's PgStore for a test's own look, its connection closed afterwards."""
+        import contextlib
+
+        import durable_job
+
+        return contextlib.closing(durable_job.PgStore(self.store, self.job_id()))
+
+    def has_job(self) -> bool:
+        if self.store is None:
+            return os.path.exists(os.path.join(self.state, "job.json"))
+        with self.pg_store() as store:
+            return store.has_job()
+
+    def receipt(self):
+        """The job's receipt as a dict (receipt.json, or the store's receipts row), None without one."""
+        if self.store is None:
+            path = os.path.join(self.state, "receipt.json")
+            return json.load(open(path)) if os.path.exists(path) else None
+        with self.pg_store() as store:
+            raw = store.read_receipt()
+        return None if raw is None else json.loads(raw)
 
     def write_source(self, name: str, text) -> str:
         path = os.path.join(self.src, name)
@@ -97,8 +149,8 @@ class Workspace:
         boundary; otherwise in a subprocess (killed after `timeout` seconds, default 120).
         """
         argv = list(args)
-        if state and "--state-dir" not in args and args and args[0] != "seal":
-            argv += ["--state-dir", self.state]
+        if state:
+            argv += self.address(args)
         full_env = clean_env()
         full_env.update(self.env)
         full_env.update(env or {})
@@ -111,7 +163,7 @@ class Workspace:
         return Result(proc)
 
     def popen(self, *args, env=None, program=None) -> subprocess.Popen:
-        argv = [sys.executable, program or PROGRAM, *args, "--state-dir", self.state]
+        argv = [sys.executable, program or PROGRAM, *args, *self.address(args)]
         full_env = clean_env()
         full_env.update(self.env)
         full_env.update(env or {})
@@ -123,13 +175,7 @@ class Workspace:
         return self.run("start", "--manifest", self.manifest, **kw)
 
     def db_rows(self, sql="SELECT operation_key, item_id, status, attempt FROM calls ORDER BY rowid") -> list:
-        import sqlite3
-
-        conn = sqlite3.connect(os.path.join(self.state, "effects.sqlite"))
-        try:
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.close()
+        return [tuple(r) for r in self.journal(sql)]
 
     def state_bytes(self) -> dict:
         """Every file of the state directory, name → bytes (to prove nothing changed)."""
@@ -143,6 +189,9 @@ class Workspace:
         return out
 
     def job(self) -> dict:
+        if self.store is not None:
+            with self.pg_store() as store:
+                return store.load_job()
         with open(os.path.join(self.state, "job.json")) as fh:
             return json.load(fh)
 
@@ -227,13 +276,52 @@ def clean_env() -> dict:
     return env
 
 
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory):
+    """One throwaway PostgreSQL for the session (one per xdist worker); every test takes its own database."""
+    from pg_server import PgServer
+
+    server = PgServer.start(str(tmp_path_factory.mktemp("pg")))
+    yield server
+    server.stop()
+
+
+def new_store(pg_server) -> str:
+    """The URL of a fresh, empty database on the session's server."""
+    import uuid
+
+    return pg_server.new_database("t" + uuid.uuid4().hex[:16])
+
+
 @pytest.fixture
-def ws(tmp_path) -> Workspace:
-    """A workspace with the two demo sources and a valid fake-mode manifest; its commands run in-process
-    unless one needs a process boundary (see Workspace.run)."""
-    w = Workspace(tmp_path)
+def store_url(pg_server) -> str:
+    return new_store(pg_server)
+
+
+@pytest.fixture
+def ws(tmp_path, request) -> Workspace:
+    """A workspace with the two demo sources and a valid fake-mode manifest.
+
+    Its job lives in a state directory, or in a fresh PostgreSQL store when a
+    test is marked BOTH (parametrised indirectly with "dir" and "store").
+    """
+    backend = getattr(request, "param", "dir")
+    store = new_store(request.getfixturevalue("pg_server")) if backend == "store" else None
+    w = Workspace(tmp_path, store=store)
     w.write_manifest()
     return w
+
+
+@pytest.fixture
+def ws_store(tmp_path, store_url) -> Workspace:
+    """A workspace whose job lives in a fresh PostgreSQL store."""
+    w = Workspace(tmp_path, store=store_url)
+    w.write_manifest()
+    return w
+
+
+# The journeys that must hold for both backends: @BOTH on a test that takes `ws`.
+BOTH = pytest.mark.parametrize("ws", ["dir", "store"], indirect=True)
 
 
 class Provider:
@@ -352,6 +440,6 @@ def copy_program(root, transform=None) -> str:
     return path
 
 
-__all__ = ["REPO", "PROGRAM", "TESTS", "ALPHA", "BETA", "GAMMA", "FAKE_KEY", "Workspace", "Result", "Provider",
-           "openai_workspace", "free_port", "clean_env", "run_inprocess", "kill_group", "hold_run_lock",
+__all__ = ["REPO", "PROGRAM", "TESTS", "ALPHA", "BETA", "GAMMA", "FAKE_KEY", "BOTH", "new_store", "Workspace", "Result",
+           "Provider", "openai_workspace", "free_port", "clean_env", "run_inprocess", "kill_group", "hold_run_lock",
            "hold_sqlite_lock", "wait_for", "copy_program", "sha256", "shutil"]

@@ -10,7 +10,8 @@ never repeated behind the person's back. The contract is ../shared/SPEC.md.
 This file is read top to bottom in sections: constants and contract, manifest
 sealing, state directory and lock, journal, model adapters, MCP sources,
 validation, graph, saved state read without langgraph, the storage seam
-(StateDirStore: the one way commands reach a job's storage), opening a job and
+(StateDirStore: the one way commands reach a job's storage), the PostgreSQL
+store (PgStore: the same seam over a team's shared database), opening a job and
 where it stands (open_job, review_state, phase and next), commands, output, CLI.
 Its own sha256 is sealed into every job, so a job is only ever continued by
 exactly the program that started it.
@@ -160,12 +161,17 @@ def crash_point(name: str, job: dict | None = None) -> None:
     os._exit(CRASH_POINTS[name])
 
 
+_SECRETS: set = set()  # store URL passwords seen by this process: never printed, raised or stored
+
+
 def redact(text: str) -> str:
-    """Remove the API key from any text that may be stored or printed."""
+    """Remove the API key and any store password from any text that may be stored or printed."""
     key = os.environ.get("OPENAI_API_KEY") or ""
     text = str(text)
     if len(key) >= 4:
         text = text.replace(key, "[redacted]")
+    for secret in _SECRETS:
+        text = text.replace(secret, "[redacted]")
     return text
 
 
@@ -473,11 +479,7 @@ def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
 
 def check_seals(job: dict, *, mcp: bool = True):
     """Re-check, in the contract's order, everything job.json seals; return (manifest, texts)."""
-    if job.get("version") != VERSION:
-        raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}")
-    if job.get("codeSha256") != code_sha256():
-        raise SealError(f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}")
-    check_dependency_seal(job)
+    check_program_seals(job)
     path = job["manifestPath"]
     raw = sealed_manifest_bytes(path)
     if sha256_hex(raw) != job["manifestSha256"]:
@@ -485,6 +487,15 @@ def check_seals(job: dict, *, mcp: bool = True):
     manifest, _ = read_manifest(path)
     check_job_matches_manifest(job, manifest)
     return manifest, load_sources(manifest, path, mcp=mcp)
+
+
+def check_program_seals(job: dict) -> None:
+    """The seals every machine checks itself: the graph version, this program's bytes, the dependencies."""
+    if job.get("version") != VERSION:
+        raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}")
+    if job.get("codeSha256") != code_sha256():
+        raise SealError(f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}")
+    check_dependency_seal(job)
 
 
 SEALED_COPIES = ("jobId", "mode", "model", "approvedBy")  # job.json's copies of the manifest, used without re-reading it
@@ -873,6 +884,8 @@ def ledger(path: str) -> sqlite3.Connection:
 
 def query(db: sqlite3.Connection, sql: str, params=()):
     """Run a SELECT whose rows are read by column name; the connection itself keeps plain tuples."""
+    if not isinstance(db, sqlite3.Connection):
+        return db.execute(sql, params)  # a store's journal: its rows are read by name or position already
     cursor = db.cursor()
     cursor.row_factory = sqlite3.Row
     return cursor.execute(sql, params)
@@ -886,6 +899,8 @@ def read_journal(path: str) -> sqlite3.Connection | None:
 
 
 def table_exists(db: sqlite3.Connection, name: str) -> bool:
+    if not isinstance(db, sqlite3.Connection):
+        return True  # a store's journal tables exist once its schema is set up (checked when it is opened)
     return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
 
 
@@ -1996,6 +2011,18 @@ class StateDirStore:
         """Whether path would land inside the job's storage (a review page must not)."""
         return os.path.dirname(os.path.realpath(path)) == os.path.realpath(self.root)
 
+    def new_job_hint(self) -> str:
+        """The fix when a request is not the job this place holds."""
+        return "use a new --state-dir for this request"
+
+    def sealed_copies(self, job: dict) -> tuple:
+        """For the review page: (manifest or None, {item id: text} of the sources that still match), never raising."""
+        return read_manifest_quiet(job), read_sources_quiet(job)
+
+    def output_fields(self) -> dict:
+        """What every command's output adds about where the job is kept (nothing for a state directory)."""
+        return {}
+
     # -- the sealed job record -------------------------------------------------
 
     def has_job(self) -> bool:
@@ -2097,9 +2124,35 @@ class StateDirStore:
 _COMMAND_STORE = contextvars.ContextVar("durable_job_command_store", default=None)
 
 
-def store_for(args) -> StateDirStore:
-    """The store a command line names (today always its --state-dir), remembered for the commands its messages suggest."""
-    store = StateDirStore(args.state_dir)
+def store_for(args):
+    """The store a command line names, remembered for the commands its messages suggest.
+
+    `--state-dir DIR` is a state directory; `--store URL` (or DURABLE_JOB_STORE
+    when neither is given) is the shared PostgreSQL store, with the job named by
+    `--job` (start: the manifest's jobId).
+    """
+    state_dir, url = getattr(args, "state_dir", None), getattr(args, "store", None)
+    job_id = getattr(args, "job", None)
+    if state_dir and url:
+        raise UsageError("give --state-dir DIR or --store URL, not both")
+    from_env = False
+    if not state_dir and not url:
+        url, from_env = os.environ.get(STORE_ENV), True
+        if not url:
+            raise UsageError(f"name the job: --state-dir DIR, or --store URL --job JOB_ID (or set {STORE_ENV} to the store's URL)")
+    if state_dir:
+        if job_id:
+            raise UsageError("--job names a job in a --store; a --state-dir holds one job: drop --job")
+        store = StateDirStore(state_dir)
+    else:
+        if getattr(args, "manifest", None):  # start: the job is the manifest's
+            manifest_id = read_manifest(args.manifest)[0]["jobId"]
+            if job_id and job_id != manifest_id:
+                raise UsageError(f"--job {job_id!r} is not the manifest's jobId {manifest_id!r}; drop --job (start takes the manifest's)")
+            job_id = manifest_id
+        if not job_id:
+            raise UsageError(f"--store needs --job JOB_ID (list the store's jobs with `{program_name()} jobs --store URL`)")
+        store = PgStore(url, job_id, from_env=from_env)
     _COMMAND_STORE.set(store)
     return store
 
@@ -2129,9 +2182,800 @@ def suggest(command: str, *flags: str, store=None) -> str:
     return " ".join([program_name(), command] + [shlex.quote(w) for w in (*address, *flags)])
 
 
-def as_store(where) -> StateDirStore | None:
+def as_store(where):
     """A store from a store, a state directory path, or None (the running command's)."""
     return StateDirStore(where) if isinstance(where, str) else where
+
+
+###############################################################################
+# PostgreSQL store (--store URL --job ID): one shared database for a team
+###############################################################################
+
+STORE_ENV = "DURABLE_JOB_STORE"
+STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
+PG_REQUIREMENTS = "requirements-postgres.txt"
+SETUP_LOCK_KEY = 0x6475726A6F627331  # "durjobs1": the advisory lock that serialises first-use setup and migrate
+CHECKPOINT_MIGRATION = 9  # the highest checkpoint_migrations row langgraph-checkpoint-postgres 3.2.0 writes
+SETUP_WAIT_SECONDS = 60.0
+
+# The store's own schema, as numbered, append-only migrations (the state directory's MIGRATIONS plus the job key).
+PG_MIGRATIONS = [
+    ("m001_jobs", """
+        CREATE TABLE durable_job.jobs (
+            job_id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL UNIQUE,
+            record_json TEXT NOT NULL,
+            manifest BYTEA NOT NULL,
+            manifest_sha256 TEXT NOT NULL,
+            sources BYTEA[] NOT NULL,
+            created_utc TEXT NOT NULL
+        )
+    """),
+    ("m002_journal", """
+        CREATE TABLE durable_job.calls (
+            operation_key TEXT NOT NULL,
+            base_key TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            item_id TEXT NOT NULL,
+            input_sha256 TEXT NOT NULL,
+            status TEXT NOT NULL,
+            output_text TEXT,
+            response_id TEXT,
+            request_id TEXT,
+            usage_json TEXT,
+            created_utc TEXT NOT NULL,
+            updated_utc TEXT NOT NULL,
+            reconciliation_json TEXT,
+            job_id TEXT NOT NULL REFERENCES durable_job.jobs,
+            seq BIGSERIAL,
+            PRIMARY KEY (job_id, operation_key)
+        );
+        CREATE INDEX calls_base ON durable_job.calls (job_id, base_key, attempt);
+        CREATE TABLE durable_job.call_events (
+            id BIGSERIAL PRIMARY KEY,
+            operation_key TEXT NOT NULL,
+            event TEXT NOT NULL,
+            detail_json TEXT,
+            at_utc TEXT NOT NULL,
+            job_id TEXT NOT NULL REFERENCES durable_job.jobs
+        );
+        CREATE INDEX call_events_job ON durable_job.call_events (job_id, id);
+        CREATE TABLE durable_job.drafts (
+            version INTEGER NOT NULL,
+            item_id TEXT NOT NULL,
+            results_json TEXT NOT NULL,
+            results_sha256 TEXT NOT NULL,
+            reviewer TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            change_json TEXT NOT NULL,
+            created_utc TEXT NOT NULL,
+            job_id TEXT NOT NULL REFERENCES durable_job.jobs,
+            PRIMARY KEY (job_id, version)
+        );
+        CREATE TABLE durable_job.outcomes (
+            kind TEXT NOT NULL,
+            record_json TEXT NOT NULL,
+            created_utc TEXT NOT NULL,
+            job_id TEXT NOT NULL REFERENCES durable_job.jobs,
+            PRIMARY KEY (job_id, kind)
+        );
+        CREATE TABLE durable_job.receipts (
+            job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs,
+            receipt_json TEXT NOT NULL,
+            written_utc TEXT NOT NULL
+        )
+    """),
+]
+
+# The journal's tables as this job's rows. The journal functions above are written once, for SQLite; on a
+# store connection each of these is a TEMP VIEW over the job-keyed table, filtered to the job, whose job_id
+# column defaults to it: `SELECT … FROM calls` reads this job's calls and `INSERT INTO drafts VALUES (…)`
+# writes one of its drafts, with the very same SQL text (PostgreSQL updates simple views itself).
+JOURNAL_VIEWS = {
+    "calls": "operation_key, base_key, attempt, item_id, input_sha256, status, output_text, response_id, request_id, "
+             "usage_json, created_utc, updated_utc, reconciliation_json, job_id, seq AS rowid",
+    "call_events": "id, operation_key, event, detail_json, at_utc, job_id",
+    "drafts": "version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc, job_id",
+    "outcomes": "kind, record_json, created_utc, job_id",
+}
+
+
+def need_psycopg():
+    """psycopg, or a HOLD naming the optional requirements file."""
+    try:
+        import psycopg
+    except ImportError:
+        raise UsageError(f"a --store URL needs PostgreSQL support, which is not installed: pip install -r {PG_REQUIREMENTS}") from None
+    return psycopg
+
+
+def public_url(url: str) -> str:
+    """The store URL with any password removed (user:secret@host → user@host, password=… dropped)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}@{host}"
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() != "password"])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "postgresql://[unparseable URL]"
+
+
+def remember_secrets(url: str) -> None:
+    """Note a store URL's password so that redact() removes it from every output, error and stored record."""
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    try:
+        parts = urlsplit(url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        secrets = [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
+    except ValueError:
+        return
+    for secret in secrets:
+        if len(secret) >= 3:
+            _SECRETS.update({secret, unquote(secret)})
+
+
+def lock_key(thread_id: str) -> int:
+    """The job's advisory-lock key: the first 64 bits of its threadId uuid, as PostgreSQL's signed bigint."""
+    return int.from_bytes(bytes.fromhex(thread_id.replace("-", ""))[:8], "big", signed=True)
+
+
+def text_key(text: str) -> int:
+    """A 64-bit advisory-lock key for a name (a jobId being sealed): sha256, not the 32-bit hashtext()."""
+    return int.from_bytes(_sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+def pg_row_factory(cursor):
+    """Rows read by column name or position, as the journal functions read sqlite3.Row."""
+    names = {c.name: n for n, c in enumerate(cursor.description or [])}
+    return lambda values: PgRow(values, names)
+
+
+class PgRow(tuple):
+    def __new__(cls, values, names):
+        row = super().__new__(cls, values)
+        row.names = names
+        return row
+
+    def __getitem__(self, key):
+        return tuple.__getitem__(self, self.names[key] if isinstance(key, str) else key)
+
+    def keys(self):
+        return list(self.names)
+
+
+class LibpqError(Exception):
+    """A libpq failure on the read path (the fast reader's own psycopg.Error)."""
+
+
+_LIBPQ = []
+
+
+def load_libpq():
+    """libpq as psycopg[binary] ships it (loaded with ctypes), or None: then readers use psycopg itself.
+
+    Importing psycopg costs a read-only command more than the rest of its run
+    (about 0.25 s: asyncio, its type system); status, inspect and jobs need only
+    a few text queries, so they speak to libpq directly. Writers use psycopg.
+    """
+    if _LIBPQ:
+        return _LIBPQ[0]
+    lib = None
+    for entry in sys.path:
+        folder = os.path.join(entry or ".", "psycopg_binary.libs")
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith("libpq") and ".so" in n]
+        except OSError:
+            continue
+        if names and os.path.isdir(os.path.join(entry or ".", "psycopg")):
+            import ctypes
+
+            try:
+                lib = ctypes.CDLL(os.path.join(folder, sorted(names)[-1]))
+            except OSError:
+                lib = None
+            else:
+                declare_libpq(lib, ctypes)
+            break
+    _LIBPQ.append(lib)
+    return lib
+
+
+def declare_libpq(lib, ctypes) -> None:
+    P, S, I = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    for name, res, args in (("PQconnectdbParams", P, [ctypes.POINTER(S), ctypes.POINTER(S), I]), ("PQstatus", I, [P]),
+                            ("PQerrorMessage", S, [P]), ("PQfinish", None, [P]),
+                            ("PQexecParams", P, [P, S, I, P, ctypes.POINTER(S), P, P, I]), ("PQresultStatus", I, [P]),
+                            ("PQresultErrorMessage", S, [P]), ("PQntuples", I, [P]), ("PQnfields", I, [P]),
+                            ("PQfname", S, [P, I]), ("PQftype", ctypes.c_uint, [P, I]), ("PQgetisnull", I, [P, I, I]),
+                            ("PQgetvalue", P, [P, I, I]), ("PQgetlength", I, [P, I, I]), ("PQcmdTuples", S, [P]),
+                            ("PQclear", None, [P])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+def pg_text(value):
+    """A parameter in PostgreSQL's text form."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return b"\\x" + bytes(value).hex().encode()
+    if isinstance(value, (list, tuple)):
+        return ("{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value) + "}").encode()
+    return str(value).encode("utf-8")
+
+
+def pg_value(oid: int, raw: bytes):
+    """A result value from its text form, as psycopg would give it (the types the store's reads return)."""
+    if oid in (20, 21, 23, 26):
+        return int(raw)
+    if oid == 16:
+        return raw == b"t"
+    if oid == 17:
+        return bytes.fromhex(raw[2:].decode())
+    if oid in (114, 3802):
+        return json.loads(raw)
+    return raw.decode("utf-8")
+
+
+class LibpqResult:
+    def __init__(self, rows, rowcount):
+        self.rows, self.rowcount = rows, rowcount
+
+    def fetchone(self):
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self):
+        return list(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+class LibpqConnection:
+    """The few calls a reader makes, straight to libpq: text parameters ($n), text results decoded by type."""
+
+    def __init__(self, lib, url: str, name: str):
+        import ctypes
+
+        self.lib, self.ctypes = lib, ctypes
+        keys = (ctypes.c_char_p * 4)(b"dbname", b"application_name", b"connect_timeout", None)
+        values = (ctypes.c_char_p * 4)(url.encode(), name.encode(), b"10", None)
+        self.conn = lib.PQconnectdbParams(keys, values, 1)
+        if lib.PQstatus(self.conn) != 0:
+            message = (lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
+            lib.PQfinish(self.conn)
+            self.conn = None
+            raise LibpqError(message.strip())
+
+    def execute(self, statement: str, params=None):
+        import re
+
+        lib, ctypes = self.lib, self.ctypes
+        params = list(params or [])
+        if params:
+            count = iter(range(1, len(params) + 1))
+            statement = re.sub("%s", lambda m: f"${next(count)}", statement)
+        values = (ctypes.c_char_p * max(1, len(params)))(*[pg_text(p) for p in params])
+        res = lib.PQexecParams(self.conn, statement.encode("utf-8"), len(params), None, values, None, None, 0)
+        try:
+            status = lib.PQresultStatus(res)
+            if status not in (1, 2):  # PGRES_COMMAND_OK, PGRES_TUPLES_OK
+                message = (lib.PQresultErrorMessage(res) or lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
+                raise LibpqError(message.strip() or "the connection was lost")
+            fields = lib.PQnfields(res)
+            names = {lib.PQfname(res, c).decode(): c for c in range(fields)}
+            oids = [lib.PQftype(res, c) for c in range(fields)]
+            rows = []
+            for r in range(lib.PQntuples(res)):
+                rows.append(PgRow([None if lib.PQgetisnull(res, r, c) else
+                                   pg_value(oids[c], ctypes.string_at(lib.PQgetvalue(res, r, c), lib.PQgetlength(res, r, c)))
+                                   for c in range(fields)], names))
+            done = lib.PQcmdTuples(res)
+            return LibpqResult(rows, int(done) if done else -1)
+        finally:
+            lib.PQclear(res)
+
+    def close(self):
+        if self.conn is not None:
+            self.lib.PQfinish(self.conn)
+            self.conn = None
+
+
+class PgJournal:
+    """A store connection speaking the journal functions' SQLite dialect (`?`, BEGIN IMMEDIATE), bound to one job.
+
+    Threads share it (parallel calls journal on the connection that holds the
+    job's lock): a transaction holds `guard` from BEGIN to COMMIT/ROLLBACK, so
+    each claim counts and inserts alone, as BEGIN IMMEDIATE does in SQLite.
+    Any database error becomes a StateError naming the store: a dropped
+    connection has lost the job's lock with it, and is never reopened.
+    """
+
+    def __init__(self, store, conn, shared: bool):
+        import threading
+
+        self.store, self.conn, self.shared = store, conn, shared
+        self.guard = threading.RLock()
+
+    def bind(self, job_id: str) -> "PgJournal":
+        literal = "'" + job_id.replace("'", "''") + "'"  # standard_conforming_strings is on since PostgreSQL 9.1
+        for view, columns in JOURNAL_VIEWS.items():
+            self.run(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {columns} FROM durable_job.{view} WHERE job_id = {literal}")
+            self.run(f"ALTER VIEW {view} ALTER COLUMN job_id SET DEFAULT {literal}")
+        return self
+
+    def execute(self, statement: str, params=()):
+        word = statement.strip().split(None, 1)[0].upper()
+        if word == "BEGIN":
+            self.guard.acquire()
+            try:
+                return self.run("BEGIN")
+            except BaseException:
+                self.guard.release()
+                raise
+        if word in ("COMMIT", "ROLLBACK"):
+            try:
+                return self.run(word)
+            finally:
+                self.guard.release()
+        with self.guard:
+            return self.run(statement.replace("?", "%s"), params)
+
+    def run(self, statement, params=()):
+        try:
+            return self.conn.execute(statement, params or None)
+        except LibpqError as exc:
+            raise self.store.failure(exc) from None
+        except Exception as exc:
+            if isinstance(exc, PgStore.failures):  # psycopg.Error, once psycopg is loaded
+                raise self.store.failure(exc) from None
+            raise
+
+    def alive(self) -> None:
+        """Raise unless the connection (and so the job's lock) is still there."""
+        with self.guard:
+            self.run("SELECT 1")
+
+    def close(self):
+        if not self.shared:
+            self.conn.close()
+
+
+class PgLock:
+    """The job's writers' lock: a session-level pg_try_advisory_lock on the journal's own connection.
+
+    Held for the writing command's whole run; the server frees it when the
+    process dies (TCP keepalives bound a lost host). A `start` holds a lock
+    keyed by its jobId until the job row exists, then the job's own.
+    """
+
+    def __init__(self, store, command: str):
+        self.store, self.command = store, command
+
+    def __enter__(self):
+        store = self.store
+        conn = store.connect(f"durable_job {self.command} {os.getpid()} {now_utc()[:19]}Z", writer=True)
+        try:
+            store.ensure_schema(conn)
+            journal = PgJournal(store, conn, shared=True)
+            if self.command == "start" and not store.has_job(journal):
+                key = text_key(f"start {store.job_id}")
+            else:
+                key = lock_key(store.load_job(journal)["threadId"])
+            if not store.try_lock(journal, key):
+                holder = store.holder(journal)
+                who = f" ({holder['command']}, pid {holder['pid']}, since {holder['sinceUtc']})" if holder else ""
+                raise BusyError(f"Job {store.job_id} busy: another durable_job command{who} holds it in {store.public}; "
+                                f"wait for it to finish, then run `{self.command}` again")
+        except BaseException:
+            conn.close()
+            raise
+        store.writer = journal.bind(store.job_id)
+        return self
+
+    def __exit__(self, *exc):
+        writer, self.store.writer = self.store.writer, None
+        if writer is not None:
+            try:
+                writer.conn.close()  # closing the session releases its advisory locks
+            except Exception:
+                pass
+
+
+class PgStore:
+    """A job in a shared PostgreSQL store (`--store URL --job ID`): the same seam as StateDirStore.
+
+    A `jobs` row holds the sealed job record, the manifest's bytes and every
+    source's bytes, so after `start` no machine needs those files; the journal
+    tables hold the job's rows beside other jobs'; LangGraph's PostgresSaver
+    keeps the checkpoints (thread id = the job's threadId), all in the schema
+    `durable_job`. Writers hold the job's advisory lock on the journal's
+    connection; readers never wait for it.
+    """
+
+    failures = ()  # set to (psycopg.Error,) once psycopg is loaded: the storage errors a run can meet
+
+    def __init__(self, url: str, job_id: str, *, from_env: bool = False):
+        remember_secrets(url)
+        self.url, self.job_id, self.from_env = url, job_id, from_env
+        self.public = public_url(url)
+        self.writer = None   # the locked journal while a writing command runs
+        self.reader = None   # one read connection for status, inspect, jobs
+        self.row = None
+
+    # -- naming the job ------------------------------------------------------
+
+    def address(self) -> list:
+        if self.from_env:  # DURABLE_JOB_STORE supplies the URL (and its password) on every machine
+            return ["--job", self.job_id]
+        return ["--store", self.public, "--job", self.job_id]
+
+    def where(self) -> str:
+        return f"store {self.public}"
+
+    def receipt_location(self) -> str:
+        return f"durable_job.receipts row of job {self.job_id} in {self.public}"
+
+    def holds_path(self, path: str) -> bool:
+        return False  # nothing of the job lies in a folder here
+
+    def new_job_hint(self) -> str:
+        return "a jobId names one job in the store: give this request a new jobId in its manifest"
+
+    def sealed_copies(self, job: dict) -> tuple:
+        """The store's own copies (so a page made on any machine shows the sources), or what still matches."""
+        try:
+            return self.stored_copies(job)
+        except JobError:
+            return None, {}
+
+    def output_fields(self) -> dict:
+        return {"store": self.public}
+
+    @classmethod
+    def all_jobs(cls, url: str, *, from_env: bool = False) -> list:
+        """A PgStore for every job in the store, oldest first, all reading on one connection."""
+        lister = cls(url, "", from_env=from_env)
+        _COMMAND_STORE.set(lister)
+        db = lister.db()
+        if db.run("SELECT to_regclass('durable_job.jobs')").fetchone()[0] is None:
+            return []
+        stores = []
+        for row in db.run("SELECT job_id FROM durable_job.jobs ORDER BY created_utc, job_id").fetchall():
+            store = cls(url, row[0], from_env=from_env)
+            store.reader = db
+            stores.append(store)
+        return stores
+
+    # -- connections -----------------------------------------------------------
+
+    def failure(self, exc) -> StateError:
+        return StateError(f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split())), 240)}); a lost connection "
+                          f"loses the job's lock and is never reopened: nothing is retried: run `{suggest('status', store=self)}`, "
+                          f"then `{suggest('resume', store=self)}` once the store is reachable")
+
+    def connect(self, name: str, *, writer: bool = False, dict_rows: bool = False):
+        """A new autocommit connection; the lock's own has TCP keepalives so a lost host frees the lock."""
+        psycopg = need_psycopg()
+        PgStore.failures = (psycopg.Error,)
+        extra = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
+        if dict_rows:
+            from psycopg.rows import dict_row
+
+            factory = dict_row
+        else:
+            factory = pg_row_factory
+        try:
+            return psycopg.connect(self.url, autocommit=True, row_factory=factory, prepare_threshold=0,
+                                   application_name=name[:63], connect_timeout=10, **extra)
+        except psycopg.Error as exc:
+            raise self.unreachable(exc) from None
+
+    def unreachable(self, exc) -> StateError:
+        return StateError(f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split())), 240)}); "
+                          f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again")
+
+    def close(self) -> None:
+        """Close the read connection (a process's exit does it too; a long-lived caller calls this)."""
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            reader.conn.close()
+
+    def db(self) -> PgJournal:
+        """The writer's journal while locked, else the shared read connection (opened once)."""
+        if self.writer is not None:
+            return self.writer
+        if self.reader is None:
+            name = f"durable_job read {os.getpid()}"
+            lib = load_libpq()
+            if lib is None:
+                conn = self.connect(name)
+            else:
+                try:
+                    conn = LibpqConnection(lib, self.url, name)
+                except LibpqError as exc:
+                    raise self.unreachable(exc) from None
+            self.reader = PgJournal(self, conn, shared=True)
+        return self.reader
+
+    def schema_state(self, db) -> tuple[set, int | None]:
+        """(journal migrations applied, highest checkpoint migration) in the store, ({}, None) before setup."""
+        row = db.run("SELECT to_regclass('durable_job._migrations') IS NOT NULL, to_regclass('durable_job.checkpoint_migrations') IS NOT NULL").fetchone()
+        done = {r[0] for r in db.run("SELECT name FROM durable_job._migrations")} if row[0] else set()
+        highest = db.run("SELECT max(v) FROM durable_job.checkpoint_migrations").fetchone()[0] if row[1] else None
+        return done, highest
+
+    def ready(self, db) -> bool:
+        done, highest = self.schema_state(db)
+        return done >= {name for name, _ in PG_MIGRATIONS} and highest is not None and highest >= CHECKPOINT_MIGRATION
+
+    def ensure_schema(self, conn) -> None:
+        """Set the schema up on first use, serialised by polling an advisory lock (a blocking one deadlocks
+        against PostgresSaver's CREATE INDEX CONCURRENTLY); a role that may not create it is told who can."""
+        db = PgJournal(self, conn, shared=True)
+        if self.ready(db):
+            return
+        migrate_store(self, conn)
+
+    # -- the sealed job record -------------------------------------------------
+
+    def load_row(self, db=None):
+        db = db or self.db()
+        if db.run("SELECT to_regclass('durable_job.jobs')").fetchone()[0] is None:
+            return None
+        row = db.run("SELECT record_json, manifest, manifest_sha256, array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) "
+                     "FROM durable_job.jobs WHERE job_id = %s", (self.job_id,)).fetchone()
+        return None if row is None else (row[0], bytes(row[1]), row[2], [bytes.fromhex(h) for h in row[3] or []])
+
+    def has_job(self, db=None) -> bool:
+        return self.load_row(db) is not None
+
+    def load_job(self, db=None) -> dict:
+        row = self.row = self.load_row(db)
+        if row is None:
+            raise StateError(f"No job {self.job_id!r} in the store {self.public}; check --job (`{program_name()} jobs` lists them), "
+                             f"or run `{suggest('start', '--manifest', 'MANIFEST', store=self)}` first")
+        try:
+            job = strict_json(row[0])
+        except ValueError as exc:
+            raise StateError(f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}") from None
+        return job
+
+    def check_seals(self, job: dict, *, mcp: bool = True):
+        """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
+        check_program_seals(job)
+        return self.stored_copies(job)
+
+    def stored_copies(self, job: dict):
+        """The manifest and source texts the job row holds, each checked against its sha256."""
+        row = self.row or self.load_row()
+        raw = bytes(row[1])
+        if sha256_hex(raw) != job["manifestSha256"] or row[2] != job["manifestSha256"]:
+            raise SealError(f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
+                            f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}")
+        manifest = strict_json(raw)
+        check_manifest(manifest)
+        check_job_matches_manifest(job, manifest)
+        stored = list(row[3] or [])
+        if len(stored) != len(manifest["items"]):
+            raise source_failure(manifest["items"][0]["id"], f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup")
+        texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}
+        return manifest, texts
+
+    def prepare_new(self) -> None:
+        need_psycopg()
+
+    def seal_job(self, job: dict, manifest_bytes: bytes, sources: dict) -> None:
+        """Insert the job row once (manifest and source bytes with it), then hold the job's own lock."""
+        manifest = strict_json(manifest_bytes)
+        data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
+        cur = self.writer.run(
+            "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (job_id) DO NOTHING",
+            (job["jobId"], job["threadId"], json.dumps(job, indent=2) + "\n", manifest_bytes, job["manifestSha256"], data, job["createdAtUtc"]))
+        if cur.rowcount != 1:
+            raise BusyError(f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{suggest('resume', store=self)}`")
+        self.row = (json.dumps(job), manifest_bytes, job["manifestSha256"], data)
+        if not self.try_lock(self.writer, lock_key(job["threadId"])):
+            raise BusyError(f"Job {self.job_id} busy: another command holds its new thread's lock; run `{suggest('status', store=self)}`")
+
+    # -- the writers' lock -----------------------------------------------------
+
+    def lock(self, command: str) -> PgLock:
+        return PgLock(self, command)
+
+    def try_lock(self, db, key: int) -> bool:
+        return bool(db.run("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+
+    def holder(self, db=None) -> dict | None:
+        """The writing command holding the job's lock now ({pid, command, sinceUtc}), from pg_locks; never waits."""
+        db = db or self.db()
+        row = self.row or self.load_row(db)
+        if row is None:
+            return None
+        key = lock_key(strict_json(row[0])["threadId"]) & 0xFFFFFFFFFFFFFFFF
+        found = db.run(
+            "SELECT a.application_name FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1",
+            (key >> 32, key & 0xFFFFFFFF)).fetchone()
+        if found is None:
+            return None
+        words = (found[0] or "").split()
+        if len(words) == 4 and words[0] == "durable_job" and words[2].isdigit():
+            return {"pid": int(words[2]), "command": words[1], "sinceUtc": words[3]}
+        return {"pid": None, "command": "unknown", "sinceUtc": None}
+
+    # -- the journal -----------------------------------------------------------
+
+    def check_files(self) -> None:
+        """A writer's journal connection must still hold the lock before anything is written."""
+        if self.writer is not None:
+            self.writer.alive()
+
+    def journal(self) -> PgJournal:
+        """The journal on the lock's own connection: every row is written where the lock is held."""
+        if self.writer is None:
+            raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
+        return self.writer
+
+    def read_journal(self) -> PgJournal | None:
+        return self.db().bind(self.job_id)
+
+    # -- checkpoints -----------------------------------------------------------
+
+    def checkpoint_connection(self):
+        conn = self.connect(f"durable_job checkpoints {os.getpid()}", dict_rows=True)
+        conn.execute("SET search_path TO durable_job")
+        return conn
+
+    def checkpointer(self, conn=None):
+        """PostgresSaver (autocommit, dict rows, prepare_threshold=0) that checks the lock is still held before each write."""
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
+            raise StateError(f"langgraph-checkpoint-postgres is not the pinned version (its schema reaches {len(PostgresSaver.MIGRATIONS) - 1}, "
+                             f"this program knows {CHECKPOINT_MIGRATION}): pip install -r {PG_REQUIREMENTS}")
+        writer = self.writer
+
+        class LockedSaver(PostgresSaver):
+            def put(self, *a, **kw):
+                writer.alive()
+                return super().put(*a, **kw)
+
+            def put_writes(self, *a, **kw):
+                writer.alive()
+                return super().put_writes(*a, **kw)
+
+        return LockedSaver(conn or self.checkpoint_connection())
+
+    def read_checkpoint(self, job: dict) -> dict:
+        """The latest checkpoint without langgraph: simple values inline in its JSON, lists and dicts in checkpoint_blobs."""
+        db = self.db()
+        where = f"the checkpoint tables of job {self.job_id} in {self.public}"
+        empty = {"values": {}, "waiting": False, "savedDecision": None}
+        if db.run("SELECT to_regclass('durable_job.checkpoints')").fetchone()[0] is None:
+            return empty
+        thread = job["threadId"]
+        row = db.run("SELECT checkpoint_id, checkpoint FROM durable_job.checkpoints WHERE thread_id = %s AND checkpoint_ns = '' "
+                     "ORDER BY checkpoint_id DESC LIMIT 1", (thread,)).fetchone()
+        if row is None:
+            return empty
+        checkpoint = row[1] if isinstance(row[1], dict) else json.loads(row[1])
+        inline = checkpoint.get("channel_values") or {}
+        versions = checkpoint.get("channel_versions") or {}
+        values = {key: inline[key] for key in STATE_KEYS if key in inline}
+        wanted = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
+        if wanted:
+            for channel, kind, blob in db.run(
+                    "SELECT channel, type, blob FROM durable_job.checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = '' "
+                    "AND channel = ANY(%s) AND version = ANY(%s)", (thread, list(wanted), list(wanted.values()))):
+                if wanted.get(channel) is not None and kind != "empty" and blob is not None:
+                    values[channel] = plain_value(decode_checkpoint(kind, bytes(blob), where), channel, where)
+        writes = db.run("SELECT channel, type, blob, task_id FROM durable_job.checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = '' "
+                        "AND checkpoint_id = %s AND channel IN ('__interrupt__', 'final', '__resume__') "
+                        "ORDER BY channel = 'final' DESC, task_id DESC", (thread, row[0])).fetchall()
+        waiting = any(w[0] == "__interrupt__" for w in writes) and not values.get("final")
+        saved = None
+        if waiting:
+            for channel, kind, blob, _ in writes:
+                if channel == "__interrupt__" or kind == "null" or not blob:
+                    continue
+                value = plain_value(decode_checkpoint(kind, bytes(blob), where), channel, where)
+                if isinstance(value, list) and value:
+                    value = value[-1]
+                if isinstance(value, dict) and value.get("decision"):
+                    saved = value
+                    break
+        return {"values": values, "waiting": waiting and saved is None, "savedDecision": saved}
+
+    def run_failure(self, exc: BaseException) -> StateError:
+        return self.failure(exc)
+
+    # -- the receipt -----------------------------------------------------------
+
+    def has_receipt(self) -> bool:
+        return self.read_receipt() is not None
+
+    def write_receipt(self, receipt: dict) -> None:
+        self.journal().execute(
+            "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc) VALUES (?, ?, ?) "
+            "ON CONFLICT (job_id) DO UPDATE SET receipt_json = EXCLUDED.receipt_json, written_utc = EXCLUDED.written_utc",
+            (self.job_id, json.dumps(receipt, indent=2, sort_keys=True) + "\n", now_utc()))
+
+    def read_receipt(self) -> bytes | None:
+        db = self.db()
+        if db.run("SELECT to_regclass('durable_job.receipts')").fetchone()[0] is None:
+            return None
+        row = db.run("SELECT receipt_json FROM durable_job.receipts WHERE job_id = %s", (self.job_id,)).fetchone()
+        return None if row is None else row[0].encode("utf-8")
+
+    # -- verify ----------------------------------------------------------------
+
+    def check_whole(self) -> str:
+        db = self.db()
+        if not self.ready(db):
+            raise StateError(f"The store {self.public} is not set up to this program's schema: run `{program_name()} migrate --store {self.public}`")
+        self.check_seals(self.load_job(db), mcp=False)
+        return "store schema current; the job row's manifest and source bytes match their sha256"
+
+
+def migrate_store(store: PgStore, conn) -> dict:
+    """Create or bring up to date the store's schema: the journal migrations, then PostgresSaver.setup().
+
+    Serialised across processes by polling pg_try_advisory_lock (never a
+    blocking lock: setup's CREATE INDEX CONCURRENTLY waits for every other
+    transaction, a blocked lock waiter among them). A role without CREATE
+    privilege is told that an administrator runs `migrate` once.
+    """
+    import psycopg
+
+    db = PgJournal(store, conn, shared=True)
+    deadline = time.monotonic() + SETUP_WAIT_SECONDS
+    while not db.run("SELECT pg_try_advisory_lock(%s)", (SETUP_LOCK_KEY,)).fetchone()[0]:
+        if time.monotonic() > deadline:
+            raise BusyError(f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; run the command again")
+        time.sleep(0.05)
+    try:
+        if store.ready(db):
+            done, highest = store.schema_state(db)
+            return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
+        try:
+            conn.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
+            conn.execute("CREATE TABLE IF NOT EXISTS durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)")
+            done = {r[0] for r in conn.execute("SELECT name FROM durable_job._migrations")}
+            for name, statements in PG_MIGRATIONS:
+                if name in done:
+                    continue
+                with conn.transaction():
+                    for statement in statements.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute("INSERT INTO durable_job._migrations VALUES (%s, %s)", (name, now_utc()))
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            with store.checkpoint_connection() as cp:
+                PostgresSaver(cp).setup()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StateError(f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
+                             f"an administrator runs `{program_name()} migrate --store {store.public}` once (as the database owner), "
+                             f"and grants this role use of schema durable_job") from None
+        except psycopg.Error as exc:
+            raise store.failure(exc) from None
+        done, highest = store.schema_state(db)
+        return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
+    finally:
+        try:
+            db.run("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+        except JobError:
+            pass
 
 
 ###############################################################################
@@ -2521,7 +3365,7 @@ def check_same_job(store, manifest: dict, raw: bytes) -> None:
     if not differs:
         differs.append(f"manifest bytes (sha256 {sha256_hex(raw)[:16]}…)")
     raise StateError(f"Existing job {job['jobId']!r} in {store.where()} (manifest sha256 {job['manifestSha256'][:16]}…) belongs to another request: "
-                     f"this manifest differs in {', '.join(differs)}. Nothing was run; use a new --state-dir for this request")
+                     f"this manifest differs in {', '.join(differs)}. Nothing was run; {store.new_job_hint()}")
 
 
 def check_empty_state_dir(state_dir: str) -> None:
@@ -3284,6 +4128,80 @@ def receipt_invariants(snap: Snapshot) -> str:
     return f"receipt for outcome {receipt.get('outcome')}"
 
 
+def cmd_jobs(args) -> dict:
+    """List every job in a store (--store URL) or in the state directories under a folder (--root DIR)."""
+    if args.root and args.store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    if url:
+        stores = PgStore.all_jobs(url, from_env=not args.store)
+    elif args.root:
+        stores = state_dirs_under(args.root)
+    else:
+        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
+    return {"jobs": [job_row(store) for store in stores]}
+
+
+def state_dirs_under(root: str) -> list:
+    """A StateDirStore for every folder directly under root that holds a job, by name."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as exc:
+        raise UsageError(f"--root {root} cannot be listed ({exc.strerror}); name the folder that holds your state directories") from None
+    stores = [StateDirStore(os.path.join(root, n)) for n in names]
+    return [store for store in stores if store.has_job()]
+
+
+def job_row(store) -> dict:
+    """One line of `jobs`: where a job stands and the command that takes it on."""
+    token = _COMMAND_STORE.set(store)
+    try:
+        snap = read_snapshot(store)
+        try:
+            out = where_it_stands(snap, {})
+        finally:
+            snap.close()
+        job = snap.job
+        return {"jobId": job["jobId"], "phase": out["phase"], "next": out["next"], "approvedBy": job.get("approvedBy"),
+                "mode": job.get("mode"), "createdAtUtc": job.get("createdAtUtc")}
+    except JobError as exc:
+        return {"jobId": getattr(store, "job_id", None) or store.where(), "phase": "unreadable", "next": str(exc),
+                "approvedBy": None, "mode": None, "createdAtUtc": None}
+    finally:
+        _COMMAND_STORE.reset(token)
+
+
+def cmd_migrate(args) -> dict:
+    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
+    url = args.store or os.environ.get(STORE_ENV)
+    if not url:
+        raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
+    store = PgStore(url, "", from_env=not args.store)
+    conn = store.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
+    try:
+        result = migrate_store(store, conn)
+        for role in args.grant or []:
+            grant_store(store, conn, role)
+    finally:
+        conn.close()
+    return {"store": store.public, "schema": STORE_SCHEMA, **result, "granted": list(args.grant or [])}
+
+
+def grant_store(store: PgStore, conn, role: str) -> None:
+    """What a role that runs jobs needs: the schema's use, rows of its tables read and written, its sequences. No CREATE."""
+    import psycopg
+    from psycopg import sql
+
+    who = sql.Identifier(role)
+    try:
+        for statement in ("GRANT USAGE ON SCHEMA durable_job TO {}",
+                          "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
+                          "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}"):
+            conn.execute(sql.SQL(statement).format(who))
+    except psycopg.Error as exc:
+        raise StateError(f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner") from None
+
+
 ###############################################################################
 # Output: JSON, text and the review page
 ###############################################################################
@@ -3296,6 +4214,8 @@ def receipt_invariants(snap: Snapshot) -> str:
 
 def text_document(command: str, out: dict, where, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
+    if command in ("jobs", "migrate"):  # about a whole store or folder, not one job
+        return "\n".join(render(out, where))
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, where)]
     lines += [f"  {key}: {out[key]}" for key in ("next", "sealBroken", "html") if key in out]
     return "\n".join(lines)
@@ -3447,6 +4367,29 @@ def text_verify(out: dict, where) -> list:
     return [f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
 
 
+def text_jobs(out: dict, where) -> list:
+    return [jobs_table(out["jobs"])]
+
+
+def text_migrate(out: dict, where) -> list:
+    return [f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
+            *(f"  granted {role} use of it" for role in out.get("granted") or [])]
+
+
+def jobs_table(jobs: list) -> str:
+    """`jobs` on a terminal: one row per job, the next step on the line below."""
+    if not jobs:
+        return "jobs: none"
+    head = ("JOB", "PHASE", "MODE", "APPROVED BY", "CREATED (UTC)")
+    rows = [(str(j["jobId"]), str(j["phase"]), str(j["mode"]), str(j["approvedBy"]), str(j["createdAtUtc"])) for j in jobs]
+    widths = [max(len(r[n]) for r in [head, *rows]) for n in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip()]
+    for row, job in zip(rows, jobs):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append(f"  next: {job['next']}")
+    return "\n".join(lines)
+
+
 def escape(text) -> str:
     """HTML-escape text for the review page (html is imported only when a page is written)."""
     import html
@@ -3469,9 +4412,9 @@ def refuse_sealed_target(path: str, job: dict, store) -> None:
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
     """One self-contained review page (no network, no external assets, no script); every string escaped."""
     e = escape
-    manifest = read_manifest_quiet(snap.job) or {}
+    manifest, sources = snap.store.sealed_copies(snap.job)
+    manifest = manifest or {}
     items = {i["id"]: i for i in manifest.get("items", [])}
-    sources = read_sources_quiet(snap.job)
     job = snap.job
     phase = snap.phase
     cls = {"decided": "ok", "awaiting-review": "wait", "cancelled": "bad", "uncertain-call": "bad"}.get(phase, "wait")
@@ -3746,7 +4689,8 @@ def decision_section(snap: Snapshot, out: dict) -> str:
 class Command:
     """One CLI command: the function that runs it, its text renderer, its own flags.
 
-    Every command also takes --json and --text, and all but seal take --state-dir.
+    Every command also takes --json and --text; a job command (state_dir=True) takes
+    --state-dir, or --store and --job (ADDRESS_FLAGS).
     `refusal`, when given, turns a printed document into the exit-2 refusal
     (verify prints its whole report, then the one HOLD line).
     """
@@ -3760,7 +4704,7 @@ class Command:
 
     def flag_names(self) -> list:
         """Every flag this command takes (positional arguments are not flags)."""
-        common = ["--state-dir"] if self.state_dir else []
+        common = ["--state-dir", "--store", "--job"] if self.state_dir else []
         common += ["--json", "--text", "--help", "-h"]
         return common + [name for names, _ in self.flags for name in names if name.startswith("-")]
 
@@ -3777,7 +4721,12 @@ def path_argument(value: str) -> str:
     return value
 
 
-STATE_DIR_FLAG = flag("--state-dir", required=True, type=path_argument, help="the job's state directory (one job per directory)")
+STORE_FLAG = flag("--store", metavar="URL", help=f"a shared PostgreSQL store, postgresql://… (default: ${STORE_ENV})")
+ADDRESS_FLAGS = [
+    flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),
+    STORE_FLAG,
+    flag("--job", metavar="JOB_ID", help="the job's id in the --store (start: the manifest's jobId, checked)"),
+]
 WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
 SEAL_FLAGS = [
     flag("--out", required=True, type=path_argument, help="where to write the manifest"),
@@ -3824,11 +4773,17 @@ COMMANDS = {
     "retry": Command(cmd_retry, text_retry, [
         *WHO_FLAGS,
         flag("--item", required=True, help="the failed item whose next model call to spend")]),
-    "seal": Command(cmd_seal, text_seal, SEAL_FLAGS, state_dir=False),
+    "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG], state_dir=False),
     "verify": Command(cmd_verify, text_verify, refusal=verify_refusal),
+    "jobs": Command(cmd_jobs, text_jobs, [
+        STORE_FLAG, flag("--root", type=path_argument, help="a folder whose subfolders are state directories")], state_dir=False),
+    "migrate": Command(cmd_migrate, text_migrate, [
+        STORE_FLAG,
+        flag("--grant", action="append", metavar="ROLE", help="let ROLE run jobs in the store (repeatable); it needs no CREATE privilege")],
+        state_dir=False),
 }
 
-CHANGES_NO_JOB = ("status", "inspect", "verify", "seal")  # a failure in these leaves nothing to resume
+CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate")  # a failure in these leaves nothing to resume
 
 
 def help_command(command: str = "") -> str:
@@ -3850,8 +4805,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, command in COMMANDS.items():
         about = command.run.__doc__.strip().split("\n")[0]
         p = sub.add_parser(name, help=about, description=about, allow_abbrev=False)
-        if command.state_dir:
-            p.add_argument(*STATE_DIR_FLAG[0], **STATE_DIR_FLAG[1])
+        if command.state_dir:  # a job command: its job is named by --state-dir, or --store (or DURABLE_JOB_STORE) and --job
+            for names, options in ADDRESS_FLAGS:
+                p.add_argument(*names, **options)
         output = p.add_mutually_exclusive_group()
         output.add_argument("--json", dest="fmt", action="store_const", const="json", help="print the JSON document (the default when piped)")
         output.add_argument("--text", dest="fmt", action="store_const", const="text", help="print a readable summary (the default on a terminal)")
@@ -3920,12 +4876,19 @@ def emit(command: str, out: dict, fmt: str | None, where=None) -> None:
 def main(argv=None) -> int:
     os.umask(0o077)
     _COMMAND_STORE.set(None)
+    if os.environ.get(STORE_ENV):
+        remember_secrets(os.environ[STORE_ENV])
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = parse_command_line(argv)
         command = COMMANDS[args.command]
+        if args.command == "seal" and args.store:  # the start it suggests names the store
+            _COMMAND_STORE.set(PgStore(args.store, args.job_id))
         out = command.run(args)
-        emit(args.command, out, args.fmt, _COMMAND_STORE.get())
+        store = _COMMAND_STORE.get()
+        if store is not None and args.command != "jobs":
+            out = {**out, **store.output_fields()}  # a store's job says which store (no password)
+        emit(args.command, out, args.fmt, store)
         refusal = command.refusal(out) if command.refusal else None
         if refusal:
             raise refusal

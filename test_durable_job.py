@@ -8,7 +8,7 @@ import stat
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, Workspace, copy_program, hold_run_lock
+from conftest import ALPHA, BETA, BOTH, FAKE_KEY, PROGRAM, Workspace, copy_program, hold_run_lock
 
 
 def statuses(result_json):
@@ -18,6 +18,7 @@ def statuses(result_json):
 # --- the happy path ---------------------------------------------------------------------------------
 
 
+@BOTH
 def test_full_journey_to_accept_then_second_decision_refused(ws):
     """A person starts the demo-like job, reviews it, accepts it once; a second decision is refused."""
     started = ws.start().ok()
@@ -42,7 +43,7 @@ def test_full_journey_to_accept_then_second_decision_refused(ws):
 
     ws.run("decide", "--decision", "reject", "--reviewer", "rev2", "--reason", "changed my mind").held("Final decision already recorded")
     assert ws.run("inspect").ok()["final"] == final
-    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    receipt = ws.receipt()
     assert receipt["final"] == final and receipt["resultsSha256"] == bundle["resultsSha256"]
 
 
@@ -72,6 +73,7 @@ def test_state_files_are_what_the_contract_promises(ws):
 # --- crashes and recovery ---------------------------------------------------------------------------
 
 
+@BOTH
 def test_crash_before_ledger_then_abandon_and_resume(ws):
     """The provider answered but the process died before `completed`: the call is uncertain, never repeated."""
     crashed = ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"})
@@ -96,6 +98,7 @@ def test_crash_before_ledger_then_abandon_and_resume(ws):
     assert record["reviewer"] == "ops" and record["action"] == "abandon"
 
 
+@BOTH
 def test_crash_after_ledger_resumes_without_a_new_call(ws):
     """`completed` was committed, the checkpoint was not: resume reuses the saved output."""
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"}).code == 92
@@ -109,15 +112,17 @@ def test_crash_after_ledger_resumes_without_a_new_call(ws):
     assert dispatches == 2  # one per item, never a repeat
 
 
+@BOTH
 def test_crash_before_first_checkpoint_resumes_from_the_sealed_start(ws):
     """job.json exists, no checkpoint yet: resume starts the thread instead of failing."""
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-seal"}).code == 93
-    assert os.path.exists(os.path.join(ws.state, "job.json"))
+    assert ws.has_job()
     assert ws.run("status").ok()["calls"] == []
     resumed = ws.run("resume").ok()
     assert resumed["index"] == 2 and len(resumed["interrupt"]) == 1
 
 
+@BOTH
 def test_reconcile_complete_from_an_inspected_response_file(ws, tmp_path):
     """A person finds the answer in the provider's records and completes the pending call with it."""
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
@@ -768,13 +773,16 @@ def langgraph_view(ws):
     """What LangGraph itself says about the saved thread (the reference for the langgraph-free reader)."""
     job = ws.job()
     manifest = json.load(open(ws.manifest))
-    store = dj.StateDirStore(ws.state)
+    store = dj.PgStore(ws.store, job["jobId"]) if ws.store else dj.StateDirStore(ws.state)
     ctx = dj.Context(store, job, manifest, dj.load_sources(manifest, ws.manifest), store.read_journal())
     state = dj.build_graph(ctx).get_state(ctx.config())
     ctx.db.close()
+    if ws.store:
+        store.close()
     return job, dict(state.values), bool(state.interrupts) and not state.values.get("final")
 
 
+@BOTH
 @pytest.mark.parametrize("moment", ["mid-run", "awaiting-review", "decided"])
 def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, moment):
     if moment == "mid-run":
@@ -784,11 +792,17 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
     if moment == "decided":
         ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
     job, values, waiting = langgraph_view(ws)
-    saved = dj.read_checkpoint(ws.state, job)
+    if ws.store:
+        with ws.pg_store() as store:
+            saved = store.read_checkpoint(job)
+    else:
+        saved = dj.read_checkpoint(ws.state, job)
     assert saved["values"] == values and saved["waiting"] == waiting
     assert waiting == (moment == "awaiting-review")
     inspected = ws.run("inspect").ok()
     assert inspected["results"] == values.get("results", []) and inspected["final"] == values.get("final")
+    if ws.store:
+        return  # PostgresSaver keeps simple values inline in JSON, the rest as the msgpack checked below for SQLite
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     path = os.path.join(ws.state, "checkpoints.sqlite")

@@ -259,6 +259,49 @@ class Bench:
             progress(f"demo round {n + 1}/{self.runs}")
             self.demo_round(demo_state, html_path)
 
+    # -- a shared PostgreSQL store against a state directory (issue 13) ------
+
+    def whole_job(self, name: str, address: list, job_id: str) -> None:
+        """start then decide of the demo job (fake mode), as one figure: the sum of both processes."""
+        manifest = os.path.join(self.work, f"{job_id}.json")
+        with open(os.path.join(self.work, DEMO_MANIFEST)) as fh:
+            data = json.load(fh)
+        data["jobId"] = job_id
+        with open(manifest, "w") as fh:
+            json.dump(data, fh)
+        start = self.cli(name, "start", "--manifest", manifest, *address, "--json", record=False)
+        expect_json(start, f"{name} start", lambda d: None if d.get("interrupt") else "not waiting at review")
+        where = address + (["--job", job_id] if "--store" in address else [])
+        decide = self.cli(name, "decide", *where, "--decision", "hold", "--reviewer", "bench", "--reason", "benchmark", "--json", record=False)
+        expect_json(decide, f"{name} decide", lambda d: None if (d.get("final") or {}).get("decision") == "hold" else "no final hold")
+        self.record(name, Run(start.seconds + decide.seconds, start.cpu + decide.cpu, 0, max(start.maxrss_kib, decide.maxrss_kib), "", ""))
+
+    def store(self) -> None:
+        sys.path.insert(0, os.path.join(REPO, "tests"))
+        from pg_server import PgServer
+
+        if not os.path.exists(self.program):
+            self.prepare_demo()
+        server = PgServer.start(os.path.join(self.root, "pg"))
+        try:
+            url = server.url
+            state, _ = self.start_demo(None)
+            self.whole_job("setup", ["--store", url], "bench-store-job")
+            for n in range(self.runs + 1):  # the first round warms caches, untimed
+                progress(f"store round {n + 1}/{self.runs + 1}")
+                saved = None if n else (self.times, self.cpu, self.rss)
+                if saved:
+                    self.times, self.cpu, self.rss = {}, {}, {}
+                self.whole_job(STORE_JOB, ["--store", url], f"bench-{n}")
+                self.whole_job(DIR_JOB, ["--state-dir", self.new_state("whole")], f"bench-{n}")
+                self.cli(DIR_STATUS, "status", "--state-dir", state, "--json")
+                out = self.cli(STORE_STATUS, "status", "--store", url, "--job", "bench-store-job", "--json")
+                expect_json(out, STORE_STATUS, lambda d: None if len(d.get("calls", [])) == 2 and d.get("store") == url else "expected 2 calls")
+                if saved:
+                    self.times, self.cpu, self.rss = saved
+        finally:
+            server.stop()
+
     # -- the 3-item job at 1 s latency --------------------------------------
 
     def start_provider(self):
@@ -328,6 +371,11 @@ def progress(text: str) -> None:
 
 # -- the report --------------------------------------------------------------
 
+STORE_JOB = "whole fake job (start+decide), store"
+DIR_JOB = "whole fake job (start+decide), state dir"
+STORE_STATUS = "status, store job"
+DIR_STATUS = "status, state-dir job"
+
 # figure, baseline figure, target ratio (None: reported, no target)
 ROWS = [
     ("python -c pass", None, None),
@@ -347,6 +395,10 @@ ROWS = [
     ("decide", "import langgraph.graph", None),
     ("3 items @ 1 s, concurrency 1", None, None),
     ("3 items @ 1 s, concurrency 3", "3 items @ 1 s, concurrency 1", 0.60),
+    (DIR_JOB, None, None),
+    (STORE_JOB, DIR_JOB, 1.3),
+    (DIR_STATUS, None, None),
+    (STORE_STATUS, DIR_STATUS, 1.5),
 ]
 RSS_ROWS = [("python -c pass", None), ("status", "resume (waiting job)"), (INSTALLED_STATUS, "resume (waiting job)"), ("inspect", "resume (waiting job)"),
             ("import langgraph.graph", None), ("resume (waiting job)", None)]
@@ -413,6 +465,7 @@ def main(argv=None) -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--skip-latency", action="store_true", help="skip the 1 s-latency jobs (about 10 s per round)")
     parser.add_argument("--skip-demo", action="store_true", help="skip the demo-job figures")
+    parser.add_argument("--skip-store", action="store_true", help="skip the PostgreSQL store figures (a throwaway server)")
     parser.add_argument("--program", default=PROGRAM, help="benchmark this copy of durable_job.py (default: the repository's)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and print its path")
     args = parser.parse_args(argv)
@@ -426,6 +479,8 @@ def main(argv=None) -> int:
             bench.demo()
         if not args.skip_latency:
             bench.latency()
+        if not args.skip_store:
+            bench.store()
     except BenchError as exc:
         print(f"bench: a command failed, so there is no figure for it:\n  {exc}", file=sys.stderr)
         return 2

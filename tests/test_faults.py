@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import PROGRAM, Provider, Workspace, kill_group, openai_workspace, wait_for
+from conftest import BOTH, new_store, PROGRAM, Provider, Workspace, kill_group, openai_workspace, wait_for
 
 import durable_job
 
@@ -74,6 +74,14 @@ if hold:  # a slow machine: whoever takes run.lock keeps it a while longer
         return entered
 
     dj.RunLock.__enter__ = slow_enter
+    real_pg_enter = dj.PgLock.__enter__
+
+    def slow_pg_enter(self):
+        entered = real_pg_enter(self)
+        time.sleep(hold)
+        return entered
+
+    dj.PgLock.__enter__ = slow_pg_enter
 
 pause = os.environ.get("FAULTS_PAUSE_BEFORE")
 if pause:  # the scheduler stops this process just before the named step, until the test says go
@@ -130,15 +138,8 @@ class Observer:
 
 def journal(ws: Workspace) -> tuple[list, list]:
     """All journal rows and call events, as dicts, in creation order."""
-    import sqlite3
-
-    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
-    conn.row_factory = sqlite3.Row
-    try:
-        rows = [dict(r) for r in conn.execute("SELECT * FROM calls ORDER BY rowid")]
-        events = [dict(r) for r in conn.execute("SELECT * FROM call_events ORDER BY id")]
-    finally:
-        conn.close()
+    rows = [dict(zip(r.keys(), r)) for r in ws.journal("SELECT * FROM calls ORDER BY rowid")]
+    events = [dict(zip(r.keys(), r)) for r in ws.journal("SELECT * FROM call_events ORDER BY id")]
     return rows, events
 
 
@@ -282,19 +283,18 @@ def runbook(ws: Workspace, obs: Observer, strategy: str, point: str) -> dict:
         assert row_status == "abandoned"
         ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev",
                "--reason", "again").held("cannot be reconciled", "it is abandoned")
-    receipt = os.path.join(ws.state, "receipt.json")
     if point == "after-decide":
         # the decision is recorded: a second decide is refused, resume repairs the missing receipt
-        assert not os.path.exists(receipt)
+        assert ws.receipt() is None
         ws.run("decide", "--decision", "reject", "--reviewer", "other", "--reason", "second try").held(
             "Final decision already recorded")
         out = obs.run(ws, "resume").ok()
-        assert os.path.exists(receipt), "resume on a decided job must write the missing receipt.json"
+        assert ws.receipt() is not None, "resume on a decided job must write the missing receipt.json"
         assert out["final"]["decision"] == "accept" and out["interrupt"] == []
         return out
     out = obs.run(ws, "resume").ok()
     assert len(out["interrupt"]) == 1 and out["final"] is None
-    assert not os.path.exists(receipt)
+    assert ws.receipt() is None
     return ws.run("decide", "--decision", "accept", "--reviewer", "rev", "--reason", "looks right").ok()
 
 
@@ -306,8 +306,7 @@ def assert_end_state(ws: Workspace, obs: Observer, baseline: dict, final_out: di
     assert final["decision"] == baseline["decision"] and final["reviewer"] == "rev"
     assert final["resultsSha256"] == baseline["resultsSha256"] and final["statuses"] == baseline["statuses"]
     assert final_out["final"] == final
-    with open(os.path.join(ws.state, "receipt.json")) as fh:
-        receipt = json.load(fh)
+    receipt = ws.receipt()
     assert receipt["final"] == final and receipt["resultsSha256"] == baseline["resultsSha256"]
     assert ws.run("verify").ok()["ok"] is True
     ws.run("decide", "--decision", "hold", "--reviewer", "late", "--reason", "again").held("Final decision already recorded")
@@ -323,6 +322,7 @@ def assert_end_state(ws: Workspace, obs: Observer, baseline: dict, final_out: di
     assert sum(requests.values()) <= len(baseline["statuses"]) + abandoned
 
 
+@BOTH
 @pytest.mark.parametrize("point,strategy", CRASH_CASES, ids=[f"{p}-{s}" for p, s in CRASH_CASES])
 def test_kill_at_each_crash_point_then_runbook_recovery_matches_uninterrupted_run(tmp_path, ws, fake_baseline, point, strategy):
     obs = Observer(tmp_path)
@@ -332,7 +332,7 @@ def test_kill_at_each_crash_point_then_runbook_recovery_matches_uninterrupted_ru
     assert [c[2] for c in status["calls"]] == statuses
     assert status["phase"] == phase
     if point == "after-seal":
-        assert os.path.exists(os.path.join(ws.state, "job.json"))
+        assert ws.has_job()
     if point == "before-ledger":  # the fake provider answered; the journal still says pending
         assert [r["key"] for r in obs.records("answer")] == [status["calls"][0][0]]
     if point in ("after-pending", "after-reconcile"):  # killed before the request: nothing reached the provider
@@ -513,7 +513,7 @@ def fuzz_size() -> int:
 class FuzzJob:
     """One openai-mode job driven through random kills by a careful person."""
 
-    def __init__(self, root, n: int, seed: int, duration: float, baseline: dict, max_kills: int = 3, concurrency: int = 1):
+    def __init__(self, root, n: int, seed: int, duration: float, baseline: dict, max_kills: int = 3, concurrency: int = 1, store=None):
         os.makedirs(root, exist_ok=True)
         self.n = n
         self.rng = random.Random(seed)
@@ -524,7 +524,7 @@ class FuzzJob:
         self.provider.behave(FUZZ_BEHAVIOUR)
         # a killed client leaves the server writing into a closed socket: expected here, not worth a printout
         self.provider.server.handle_error = lambda request, client_address: None
-        self.ws = Workspace(root, inprocess=False)  # kills and races: every command a real process
+        self.ws = Workspace(root, inprocess=False, store=store)  # kills and races: every command a real process
         openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}", maxConcurrentCalls=concurrency)
         self.counts = Counter()
         self.transcript = []
@@ -537,6 +537,12 @@ class FuzzJob:
 
     def pending_rows(self) -> int:
         import sqlite3
+
+        if self.ws.store:
+            try:
+                return len(self.ws.journal("SELECT operation_key FROM calls WHERE status='pending'"))
+            except Exception:  # no job row yet
+                return 0
 
         path = os.path.join(self.ws.state, "effects.sqlite")
         if not os.path.exists(path):
@@ -572,7 +578,7 @@ class FuzzJob:
 
     def launch(self) -> tuple[int | None, str, str, bool]:
         """Run start or resume, maybe SIGKILLing it at a random instant; (code, stdout, stderr, killed)."""
-        if not os.path.exists(os.path.join(self.ws.state, "job.json")):
+        if not self.ws.has_job():
             args = ("start", "--manifest", self.ws.manifest)
         else:  # a person re-runs either: start on the same job continues as resume
             args = ("resume",) if self.rng.random() < 0.7 else ("start", "--manifest", self.ws.manifest)
@@ -614,7 +620,7 @@ class FuzzJob:
 
     def recover(self) -> None:
         """status; every pending row: complete from the server's log if it answered, else abandon."""
-        if not os.path.exists(os.path.join(self.ws.state, "job.json")):
+        if not self.ws.has_job():
             self.ws.run("status").held("No job")  # killed before the seal: the person simply starts again
             return
         time.sleep(0.25)  # bytes already sent by the killed process still reach the server
@@ -718,9 +724,13 @@ def openai_baseline(root) -> tuple[dict, float]:
         provider.stop()
 
 
-@pytest.mark.parametrize("concurrency", [1, 3], ids=["sequential", "maxConcurrentCalls-3"])
-def test_random_kills_over_real_http(tmp_path, concurrency):
-    """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies."""
+@pytest.mark.parametrize("concurrency,backend", [(1, "dir"), (3, "dir"), (1, "store"), (3, "store")],
+                         ids=["sequential", "maxConcurrentCalls-3", "store-sequential", "store-maxConcurrentCalls-3"])
+def test_random_kills_over_real_http(tmp_path, request, concurrency, backend):
+    """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies.
+
+    In a store every job shares one database, as a team's jobs do."""
+    store = new_store(request.getfixturevalue("pg_server")) if backend == "store" else None
     jobs = fuzz_size()
     seed = int(os.environ.get("DURABLE_JOB_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"\ncrash-fuzz seed={seed} (rerun with DURABLE_JOB_FUZZ_SEED={seed})", flush=True)
@@ -729,7 +739,7 @@ def test_random_kills_over_real_http(tmp_path, concurrency):
     workers = max(1, min(jobs, (os.cpu_count() or 2)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(lambda n=n: FuzzJob(tmp_path / f"job{n}", n, seed + n, duration, baseline,
-                                                    concurrency=concurrency).drive())
+                                                    concurrency=concurrency, store=store).drive())
                    for n in range(jobs)]
         counts = [f.result() for f in futures]
     total = sum(counts, Counter())
@@ -785,6 +795,7 @@ def split_race(results: list):
     return winner, busy
 
 
+@BOTH
 @pytest.mark.parametrize("n", [2, 8])
 def test_race_start_start_on_a_fresh_dir(ws, provider, tmp_path, n):
     openai_workspace(ws, provider)
@@ -797,7 +808,8 @@ def test_race_start_start_on_a_fresh_dir(ws, provider, tmp_path, n):
     per_key = Counter(r["client_request_id"] for r in log)
     assert len(log) == 2
     assert_journal_consistent(ws, ["alpha", "beta"], per_key)
-    assert [r[3] for r in busy] and all("State directory busy" in r[3] for r in busy)
+    busy_phrase = f"Job {ws.job_id()} busy" if ws.store else "State directory busy"
+    assert [r[3] for r in busy] and all(busy_phrase in r[3] for r in busy)
     # the state is whole: status, resume and decide go on as if only the winner had run
     assert [c[2] for c in status_calls(ws)] == ["completed", "completed"]
     assert ws.run("resume").ok()["interrupt"]
@@ -855,6 +867,7 @@ def assert_held(code, stdout, stderr, *phrases):
         assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
 
 
+@BOTH
 def test_race_resume_resume(ws, provider, tmp_path):
     openai_workspace(ws, provider)
     provider.behave("slow:0.6", sequence=["429"])  # the first call is refused: the job stops with work left
@@ -871,6 +884,7 @@ def test_race_resume_resume(ws, provider, tmp_path):
         ("alpha", 1, "rejected"), ("alpha", 2, "completed"), ("beta", 1, "completed")]
 
 
+@BOTH
 def test_race_decide_decide(ws, tmp_path, fake_baseline):
     obs = Observer(tmp_path)
     obs.run(ws, "start", "--manifest", ws.manifest).ok()
@@ -885,14 +899,14 @@ def test_race_decide_decide(ws, tmp_path, fake_baseline):
     assert (final["decision"], final["reviewer"]) == (decisions[n], f"reviewer{n}")
     inspect = ws.run("inspect").ok()
     assert inspect["final"] == final and inspect["resultsSha256"] == fake_baseline["resultsSha256"]
-    with open(os.path.join(ws.state, "receipt.json")) as fh:
-        assert json.load(fh)["final"] == final
+    assert ws.receipt()["final"] == final
     ws.run("decide", "--decision", "accept", "--reviewer", "late", "--reason", "after the race").held(
         "Final decision already recorded")
     assert ws.run("verify").ok()["ok"] is True
     assert len(obs.records("request")) == 2
 
 
+@BOTH
 def test_race_reconcile_resume(ws, tmp_path, fake_baseline):
     obs = Observer(tmp_path)
     crash(obs.run(ws, "start", "--manifest", ws.manifest, env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}), "after-pending")

@@ -1,0 +1,229 @@
+"""A shared PostgreSQL store (issue 13): a team's jobs in one database, started anywhere, resumed and decided anywhere.
+
+The journeys common to both backends are marked @BOTH in the other test files; these are the store's own:
+moving machines, six first starts on an empty database, a role without CREATE, the advisory lock when its
+holder dies or loses its connection, passwords, jobs listings, addressing and the read path's imports.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+from conftest import PROGRAM, Result, Workspace, clean_env, kill_group, openai_workspace, wait_for
+
+import durable_job as dj
+
+
+def other_machine(tmp_path, store: str, name="laptop") -> Workspace:
+    """A second working folder with its own HOME and no manifest or source files: only the store URL is shared."""
+    root = tmp_path / name
+    os.makedirs(root / "home")
+    w = Workspace(root, store=store)
+    shutil.rmtree(w.src)
+    w.env["HOME"] = str(root / "home")
+    return w
+
+
+def run_job(w: Workspace, job_id: str, *args, env=None) -> Result:
+    return w.run(*args, "--job", job_id, env=env)
+
+
+def psql_rows(pg_server, url: str, sql: str) -> str:
+    return pg_server.sql("postgres", sql, db=url.rsplit("/", 1)[1])
+
+
+def test_a_job_started_on_one_machine_is_reconciled_resumed_and_decided_on_another(ws_store, tmp_path):
+    ws = ws_store
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
+    laptop = other_machine(tmp_path, ws.store)
+    status = run_job(laptop, "journey", "status").ok()
+    assert status["phase"] == "uncertain-call" and status["store"] == ws.store
+    key = status["calls"][0][0]
+    assert f"--store {ws.store} --job journey" in status["next"]
+    run_job(laptop, "journey", "resume").held("UNCERTAIN_CALL alpha")
+    run_job(laptop, "journey", "reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "ops", "--reason", "no usage").ok()
+    out = run_job(laptop, "journey", "resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["store"] == ws.store
+    page = os.path.join(laptop.root, "review.html")
+    run_job(laptop, "journey", "inspect", "--html", page).ok()
+    with open(page, encoding="utf-8") as fh:  # the sources come from the store: this machine has no copy
+        assert "Source not shown" not in fh.read()
+    decided = run_job(laptop, "journey", "decide", "--decision", "accept", "--reviewer", "rev", "--reason", "ok",
+                      "--results-sha256", out["interrupt"][0]["resultsSha256"]).ok()
+    assert decided["final"]["decision"] == "accept"
+    assert run_job(laptop, "journey", "verify").ok()["ok"] is True
+    # the first machine sees the same job, decided
+    assert ws.run("status").ok()["phase"] == "decided"
+    assert ws.receipt()["final"] == decided["final"]
+
+
+def test_six_first_starts_on_an_empty_database_all_succeed(store_url, tmp_path):
+    workspaces = []
+    for n in range(6):
+        w = Workspace(tmp_path / f"m{n}", store=store_url)
+        w.write_manifest(jobId=f"job-{n}")
+        workspaces.append(w)
+    procs = [w.popen("start", "--manifest", w.manifest) for w in workspaces]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert json.loads(out)["existing"] is False
+    listed = workspaces[0].run("jobs", "--store", store_url).ok()["jobs"]
+    assert sorted(j["jobId"] for j in listed) == [f"job-{n}" for n in range(6)]
+    assert {j["phase"] for j in listed} == {"awaiting-review"} and {j["mode"] for j in listed} == {"fake"}
+    assert set(listed[0]) == {"jobId", "phase", "next", "approvedBy", "mode", "createdAtUtc"}
+
+
+def test_a_role_without_create_is_told_to_migrate_and_works_after_it(pg_server, store_url, tmp_path):
+    role = "worker_" + uuid.uuid4().hex[:8]
+    pg_server.sql("postgres", f"CREATE ROLE {role} LOGIN")
+    worker_url = store_url.replace("postgresql://durable@", f"postgresql://{role}@")
+    w = Workspace(tmp_path, store=worker_url)
+    w.write_manifest()
+    hold = w.start().held("StateError", f"migrate --store {worker_url}")
+    assert "administrator" in hold
+    migrated = w.run("migrate", "--store", store_url, "--grant", role).ok()
+    assert migrated["changed"] is True and migrated["granted"] == [role]
+    assert w.run("migrate", "--store", store_url).ok()["changed"] is False  # once is enough; again changes nothing
+    out = w.start().ok()
+    assert len(out["interrupt"]) == 1
+    assert w.run("decide", "--decision", "accept", "--reviewer", role, "--reason", "ok").ok()["final"]["decision"] == "accept"
+    assert w.run("verify").ok()["ok"] is True
+
+
+def slow_openai_job(ws, provider, seconds=30):
+    openai_workspace(ws, provider)
+    provider.behave(f"slow:{seconds}")
+    proc = ws.popen("start", "--manifest", ws.manifest)
+    wait_for(lambda: ws.has_job() and ws.db_rows(), timeout=60)
+    return proc
+
+
+def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
+    ws = ws_store
+    proc = slow_openai_job(ws, provider)
+    try:
+        began = time.monotonic()
+        status = ws.run("status").ok()
+        assert time.monotonic() - began < 10
+        assert status["phase"] == "running" and status["running"]["command"] == "start" and status["running"]["pid"] == proc.pid
+        ws.run("resume").held("BusyError", "Job journey busy", "(start, pid")
+    finally:
+        kill_group(proc)
+    # the server released the dead session's lock: the next writer gets in, and meets the uncertain call
+    wait_for(lambda: ws.run("status").ok()["phase"] == "uncertain-call", timeout=20)
+    ws.run("resume").held("UNCERTAIN_CALL alpha")
+
+
+def test_a_dropped_lock_connection_ends_the_run_with_a_hold(ws_store, provider, pg_server):
+    ws = ws_store
+    proc = slow_openai_job(ws, provider, seconds=3)
+    psql_rows(pg_server, ws.store, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                   "WHERE application_name LIKE 'durable_job start %'")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("HOLD: StateError: The store") and "never reopened" in lines[0], err
+    # the call's outcome is unknown: it stays pending, never repeated
+    status = ws.run("status").ok()
+    assert status["phase"] == "uncertain-call" and [c[2] for c in status["calls"]] == ["pending"]
+
+
+def test_no_password_in_any_output_error_or_stored_row(pg_server, store_url, tmp_path):
+    secret = "pw-" + uuid.uuid4().hex
+    url = store_url.replace("postgresql://durable@", f"postgresql://durable:{secret}@")
+    w = Workspace(tmp_path, store=url)
+    w.write_manifest()
+    results = [w.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"})]
+    results += [w.run("status"), w.run("inspect"), w.run("jobs", "--store", url), w.run("jobs", "--store", url, "--text")]
+    key = results[1].json["calls"][0][0]
+    results += [w.run("resume"), w.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "r", "--reason", "x"),
+                w.run("resume"), w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x"),
+                w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "again"), w.run("verify"),
+                w.run("status", "--text"), w.run("status", "--job", "nope"),
+                w.run("status", env={"DURABLE_JOB_STORE": url}, state=False),
+                w.run("status", "--job", "journey", "--store", url.replace(str(pg_server.port), "1"), state=False)]
+    assert results[-1].code == 2 and "cannot be reached" in results[-1].stderr
+    assert results[3].json["jobs"][0]["jobId"] == "journey"
+    for r in results:
+        assert secret not in r.stdout + r.stderr
+    assert results[1].json["store"] == store_url
+    dump = subprocess.run([dj_pg_dump(), "-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "postgres", "-a",
+                           store_url.rsplit("/", 1)[1]], capture_output=True, text=True, timeout=60)
+    assert dump.returncode == 0 and "journey" in dump.stdout and secret not in dump.stdout
+
+
+def dj_pg_dump() -> str:
+    from pg_server import pg_bin
+
+    return pg_bin("pg_dump")
+
+
+def test_same_manifest_continues_other_bytes_under_the_job_id_are_refused(ws_store, tmp_path):
+    ws = ws_store
+    first = ws.start().ok()
+    again = ws.start().ok()
+    assert again["existing"] is True and again["interrupt"] == first["interrupt"]
+    ws.write_manifest(maxModelCalls=5)
+    ws.start().held("Existing job 'journey'", "new jobId")
+    # the store kept the first manifest's bytes: the changed file on disk never matters after start
+    assert ws.run("resume").ok()["interrupt"]
+
+
+def test_addressing_flags_and_the_store_environment_variable(ws_store, tmp_path):
+    ws = ws_store
+    ws.start().ok()
+    ws.run("status", "--state-dir", ws.state, "--store", ws.store, "--job", "journey").held("UsageError", "not both")
+    ws.run("status", "--store", ws.store, state=False).held("UsageError", "--store needs --job")
+    via_env = ws.run("status", "--job", "journey", env={"DURABLE_JOB_STORE": ws.store}, state=False).ok()
+    assert via_env["phase"] == "awaiting-review" and via_env["store"] == ws.store
+    assert " --job journey " in via_env["next"] and "--store" not in via_env["next"]  # the variable supplies the URL
+    Workspace(tmp_path / "none").run("status", state=False).held("UsageError", "DURABLE_JOB_STORE")
+    ws.run("status", "--job", "other-job").held("StateError", "No job 'other-job'")
+
+
+def run_without(modules: list, *args, cwd=None) -> Result:
+    """The CLI in a Python where importing any of `modules` fails."""
+    code = ("import sys, runpy\n"
+            f"for name in {modules!r}: sys.modules[name] = None\n"
+            f"sys.argv = [{PROGRAM!r}, *{list(args)!r}]\n"
+            f"runpy.run_path({PROGRAM!r}, run_name='__main__')\n")
+    return Result(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=cwd, timeout=60))
+
+
+def test_reads_import_neither_langgraph_nor_openai(ws_store):
+    ws = ws_store
+    ws.start().ok()
+    address = ["--store", ws.store, "--job", "journey"]
+    assert run_without(["langgraph", "openai"], "status", *address).ok()["phase"] == "awaiting-review"
+    assert run_without(["langgraph", "openai"], "inspect", *address).ok()["results"]
+    assert run_without(["langgraph", "openai"], "jobs", "--store", ws.store).ok()["jobs"][0]["phase"] == "awaiting-review"
+
+
+def test_without_psycopg_a_store_url_holds_naming_the_requirements_file(tmp_path):
+    """A Python without site-packages has neither psycopg nor the libpq it ships (the read path's fast reader)."""
+    code = ("import sys, runpy\n"
+            "sys.path = [p for p in sys.path if 'site-packages' not in p]\n"
+            f"sys.argv = [{PROGRAM!r}, 'status', '--store', 'postgresql://u:pw-never-shown@127.0.0.1:1/db', '--job', 'j']\n"
+            f"runpy.run_path({PROGRAM!r}, run_name='__main__')\n")
+    r = Result(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=60))
+    line = r.held("UsageError", "pip install -r requirements-postgres.txt")
+    assert "pw-never-shown" not in line
+
+
+def test_jobs_lists_state_directories_under_a_root(tmp_path):
+    for n in range(2):
+        w = Workspace(tmp_path / f"w{n}")
+        w.state = str(tmp_path / "jobs" / f"job{n}")
+        w.write_manifest(jobId=f"dir-job-{n}")
+        w.start().ok()
+    os.makedirs(tmp_path / "jobs" / "not-a-job")
+    listed = Workspace(tmp_path).run("jobs", "--root", str(tmp_path / "jobs")).ok()["jobs"]
+    assert [j["jobId"] for j in listed] == ["dir-job-0", "dir-job-1"]
+    assert all(j["phase"] == "awaiting-review" and j["next"].startswith("python") for j in listed)
+    text = Workspace(tmp_path).run("jobs", "--root", str(tmp_path / "jobs"), "--text").stdout
+    assert text.splitlines()[0].split() == ["JOB", "PHASE", "MODE", "APPROVED", "BY", "CREATED", "(UTC)"]
