@@ -1,0 +1,106 @@
+"""A throwaway PostgreSQL server for the tests and the benchmark: Debian's binaries, a private folder, loopback only.
+
+`initdb` and `postgres` refuse to run as root, so as root they run as the `postgres`
+user (`runuser`); the folder above the data directory is made 0755 so that user can
+enter it. The server listens on 127.0.0.1 at a free port and on no unix socket
+outside its folder; `fsync=off` is fine because the tests kill clients, never the server.
+
+    server = PgServer.start(folder)   # server.url: postgresql://durable@127.0.0.1:PORT/durable
+    server.stop()
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+
+def pg_bin(name: str) -> str:
+    """The newest installed PostgreSQL's program `name` (Debian keeps them out of PATH)."""
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
+    if found:
+        return found[-1]
+    path = shutil.which(name)
+    if not path:
+        raise RuntimeError(f"PostgreSQL's {name} is not installed: apt-get install -y postgresql (make test does it)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PgServer:
+    def __init__(self, folder: str, port: int, as_root: bool):
+        self.folder = folder
+        self.data = os.path.join(folder, "data")
+        self.port = port
+        self.as_root = as_root
+        self.url = f"postgresql://durable@127.0.0.1:{port}/durable"
+        self.admin_url = f"postgresql://postgres@127.0.0.1:{port}/durable"
+
+    def _run(self, argv, **kw):
+        if self.as_root:
+            argv = ["runuser", "-u", "postgres", "--", *argv]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
+
+    @classmethod
+    def start(cls, folder: str) -> "PgServer":
+        folder = os.path.abspath(folder)
+        os.makedirs(folder, exist_ok=True)
+        as_root = os.geteuid() == 0
+        server = cls(folder, free_port(), as_root)
+        os.chmod(folder, 0o755)
+        parent = os.path.dirname(folder)
+        while as_root and parent not in ("/", ""):  # the postgres user must reach the folder
+            mode = os.stat(parent).st_mode & 0o777
+            if not mode & 0o001:
+                os.chmod(parent, mode | 0o001)
+            parent = os.path.dirname(parent)
+        if as_root:
+            shutil.chown(folder, "postgres", "postgres")
+        proc = server._run([pg_bin("initdb"), "--no-sync", "-A", "trust", "-U", "postgres", "-D", server.data])
+        if proc.returncode != 0:
+            raise RuntimeError(f"initdb failed: {proc.stderr.strip()[-600:]}")
+        log = os.path.join(folder, "server.log")
+        opts = f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections=200"
+        proc = server._run([pg_bin("pg_ctl"), "-w", "-D", server.data, "-l", log, "-o", opts, "start"])
+        if proc.returncode != 0:
+            with open(log, errors="replace") as fh:
+                raise RuntimeError(f"PostgreSQL did not start: {proc.stderr.strip()[-300:]} {fh.read()[-600:]}")
+        server.sql("postgres", "CREATE ROLE durable LOGIN", db="postgres")
+        server.sql("postgres", "CREATE DATABASE durable OWNER durable", db="postgres")
+        return server
+
+    def sql(self, user: str, statements: str, db: str = "durable") -> str:
+        """Run SQL as `user` through psql; returns its output (raises on error)."""
+        proc = subprocess.run([pg_bin("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h", "127.0.0.1",
+                               "-p", str(self.port), "-U", user, "-d", db, "-c", statements],
+                              capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"psql failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def new_database(self, name: str, owner: str = "durable") -> str:
+        """A fresh empty database; returns its URL (each test its own store)."""
+        self.sql("postgres", f'CREATE DATABASE "{name}" OWNER {owner};', db="postgres")
+        return f"postgresql://{owner}@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        self._run([pg_bin("pg_ctl"), "-D", self.data, "-m", "immediate", "-w", "stop"])
+
+
+if __name__ == "__main__":  # a server for a person to try: python tests/pg_server.py FOLDER
+    s = PgServer.start(sys.argv[1] if len(sys.argv) > 1 else "/tmp/durable-pg")
+    print(s.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        s.stop()
