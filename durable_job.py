@@ -2327,7 +2327,7 @@ def lock_key(thread_id: str) -> int:
 
 def text_key(text: str) -> int:
     """A 64-bit advisory-lock key for a name (a jobId being sealed): sha256, not the 32-bit hashtext()."""
-    return int.from_bytes(_sha256(text.encode("utf-8")).digest()[:8], "big", signed=True)
+    return int.from_bytes(bytes.fromhex(sha256_hex(text.encode("utf-8"))[:16]), "big", signed=True)
 
 
 def pg_row_factory(cursor):
