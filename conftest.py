@@ -395,29 +395,28 @@ def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
     proc.wait(timeout=30)
 
 
-def hold_run_lock(state_dir) -> subprocess.Popen:
-    """Another process holding run.lock (flock, as a running durable_job command does) until its stdin closes."""
-    code = ("import fcntl, os, sys\n"
-            f"fd = os.open({os.path.join(str(state_dir), 'run.lock')!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
-            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-            "os.ftruncate(fd, 0); os.write(fd, f'{os.getpid()} decide\\n'.encode())\n"
-            "print('locked', flush=True)\n"
-            "sys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def hold_in_another_process(code: str) -> subprocess.Popen:
+    """Run code (which prints 'locked' once it holds its lock) in another interpreter until its stdin closes."""
+    proc = subprocess.Popen([sys.executable, "-c", code + "print('locked', flush=True)\nsys.stdin.read()\n"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
     return proc
+
+
+def hold_run_lock(state_dir) -> subprocess.Popen:
+    """Another process holding run.lock (flock, as a running durable_job command does) until its stdin closes."""
+    return hold_in_another_process(
+        "import fcntl, os, sys\n"
+        f"fd = os.open({os.path.join(str(state_dir), 'run.lock')!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "os.ftruncate(fd, 0); os.write(fd, f'{os.getpid()} decide\\n'.encode())\n")
 
 
 def hold_sqlite_lock(path) -> subprocess.Popen:
     """Another process holding BEGIN EXCLUSIVE on path until its stdin closes."""
-    code = ("import sqlite3, sys\n"
-            f"c = sqlite3.connect({path!r}, isolation_level=None)\n"
-            "c.execute('BEGIN EXCLUSIVE')\n"
-            "print('locked', flush=True)\n"
-            "sys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+    return hold_in_another_process("import sqlite3, sys\n"
+                                   f"c = sqlite3.connect({path!r}, isolation_level=None)\n"
+                                   "c.execute('BEGIN EXCLUSIVE')\n")
 
 
 def wait_for(predicate, timeout=20.0, interval=0.01):

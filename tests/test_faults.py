@@ -66,22 +66,18 @@ dj.fake_call = observed_fake_call
 
 hold = float(os.environ.get("FAULTS_HOLD_LOCK") or 0)
 if hold:  # a slow machine: whoever takes run.lock keeps it a while longer
-    real_enter = dj.RunLock.__enter__
+    def hold_longer(lock_class):
+        real_enter = lock_class.__enter__
 
-    def slow_enter(self):
-        entered = real_enter(self)
-        time.sleep(hold)
-        return entered
+        def slow_enter(self):
+            entered = real_enter(self)
+            time.sleep(hold)
+            return entered
 
-    dj.RunLock.__enter__ = slow_enter
-    real_pg_enter = dj.PgLock.__enter__
+        lock_class.__enter__ = slow_enter
 
-    def slow_pg_enter(self):
-        entered = real_pg_enter(self)
-        time.sleep(hold)
-        return entered
-
-    dj.PgLock.__enter__ = slow_pg_enter
+    hold_longer(dj.RunLock)
+    hold_longer(dj.PgLock)
 
 pause = os.environ.get("FAULTS_PAUSE_BEFORE")
 if pause:  # the scheduler stops this process just before the named step, until the test says go
