@@ -8,11 +8,12 @@ makes every model call happen at most once; a call whose outcome is unknown is
 never repeated behind the person's back. The contract is ../shared/SPEC.md.
 
 This file is read top to bottom in sections: constants and contract, manifest
-sealing, state directory and lock, journal, model adapters, MCP sources,
-validation, graph, saved state read without langgraph, the storage seam
-(StateDirStore: the one way commands reach a job's storage), the PostgreSQL
-store (PgStore: the same seam over a team's shared database), opening a job and
-where it stands (open_job, review_state, phase and next), commands, output, CLI.
+sealing, state directory and lock, model adapters, journal (which calls the
+adapters), MCP sources, validation, graph, saved state read without langgraph,
+the storage seam (StateDirStore: the one way commands reach a job's storage),
+the PostgreSQL store (PgStore: the same seam over a team's shared database),
+opening a job and where it stands (open_job, review_state, phase and next),
+commands, verify and the receipt, output, CLI.
 Its own sha256 is sealed into every job, so a job is only ever continued by
 exactly the program that started it.
 """
@@ -729,6 +730,153 @@ def load_job(state_dir: str) -> dict:
 
 
 ###############################################################################
+# Model adapters
+###############################################################################
+
+
+def call_model(job, item, source, prompt, *, operation_key=None):
+    """Dispatch one model call; return (output_text, response_id, request_id, usage).
+
+    The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
+    """
+    if job["mode"] == "openai":
+        return openai_call(job, item, source, prompt, operation_key=operation_key or _OPERATION_KEY.get())
+    return fake_call(job, item, source, prompt)
+
+
+def fake_call(job, item, source, prompt):
+    """Deterministic offline proposal: the source's first line, quoted once."""
+    first = source.split("\n", 1)[0].strip()[:FAKE_SUMMARY_MAX] or source.strip()[:FAKE_SUMMARY_MAX]
+    quote = "NOT IN SOURCE" if os.environ.get("DURABLE_JOB_FAKE_OUTPUT") == "invalid-citation" else first
+    proposal = {"itemId": item["id"], "summary": first, "citations": [{"quote": quote, "claim": "The source's first line states this."}]}
+    text = json.dumps(proposal, ensure_ascii=False)
+    digest = sha256_hex(canonical({"model": job["model"], "prompt": prompt}))
+    usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4}
+    return text, f"fake-resp-{digest[:24]}", f"fake-req-{digest[24:40]}", usage
+
+
+DEADLINE_GRACE_SECONDS = 5.0  # beyond the SDK's per-wait timeout, for the whole request
+
+
+def within_deadline(call, seconds: float):
+    """call() with a bound on its whole duration: the SDK's timeout bounds each wait, so an answer
+    that trickles in byte by byte could otherwise hold the run forever. On the deadline the call is
+    left behind (a daemon thread that dies with the process) and its row stays pending."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller, as if raised there
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no complete answer within {seconds:g} s (DURABLE_JOB_OPENAI_TIMEOUT plus {DEADLINE_GRACE_SECONDS:g} s)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def openai_timeout() -> float:
+    raw = os.environ.get("DURABLE_JOB_OPENAI_TIMEOUT")
+    if raw is None or raw == "":
+        return DEFAULT_OPENAI_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise JobError(f"DURABLE_JOB_OPENAI_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 30 s default")
+    return value
+
+
+def require_api_key() -> None:
+    """The provider settings a request needs, checked before any pending row: a local mistake is never an uncertain call."""
+    key = os.environ.get("OPENAI_API_KEY", "")
+    if not key.strip():
+        raise JobError("OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again")
+    if any(not 33 <= ord(ch) < 127 for ch in key):
+        raise JobError("OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again")
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if base_url and not base_url.lower().startswith(("http://", "https://")):
+        raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
+
+
+def prepare_openai():
+    """Import the SDK and the modules its first request loads, before any pending row."""
+    if "openai" in _WARMED:
+        return _WARMED["openai"]
+    try:
+        import openai
+    except ImportError as exc:
+        raise JobError(f"The openai SDK cannot be imported ({exc}); install it with `pip install -r requirements.txt`") from None
+    import importlib
+
+    for name in OPENAI_WARM_MODULES:  # what the SDK would otherwise load during the first request
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # another SDK layout: only the uncertain window grows
+    try:  # build the Response model's schema now, not between the answer and its journal row
+        from openai.types.responses import Response
+
+        Response.model_rebuild(force=True)
+        from openai._models import construct_type
+
+        # Parsing a response builds (and caches) one pydantic TypeAdapter per union field, ~0.2 s of
+        # CPU on the first answer, repeated by every concurrent worker: build them once, here.
+        construct_type(type_=Response, value=OPENAI_WARM_RESPONSE)
+    except Exception:
+        pass
+    _WARMED["openai"] = openai
+    return openai
+
+
+_WARMED: dict = {}
+
+
+OPENAI_WARM_MODULES = (
+    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
+    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
+    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
+)
+
+# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
+OPENAI_WARM_RESPONSE = {
+    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
+    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
+    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
+    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
+    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
+    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
+}
+
+
+def openai_call(job, item, source, prompt, *, operation_key=None):
+    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
+    openai = prepare_openai()
+    timeout = openai_timeout()
+    # redirects off: one operation key is one request, to the configured base URL and nowhere else
+    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False))
+    kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
+    headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
+    if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
+        headers["X-Durable-Job-Thread"] = job["threadId"]
+    if headers:
+        kwargs["extra_headers"] = headers
+    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
+    return response.output_text, response.id, getattr(response, "_request_id", None), usage
+
+
+###############################################################################
 # Journal (effects.sqlite)
 ###############################################################################
 
@@ -1227,153 +1375,6 @@ def not_sent_failure(item_id: str, url: str, exc: BaseException) -> JobError:
                           f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `{suggest('resume')}`")
     error.not_sent = True
     return error
-
-
-###############################################################################
-# Model adapters
-###############################################################################
-
-
-def call_model(job, item, source, prompt, *, operation_key=None):
-    """Dispatch one model call; return (output_text, response_id, request_id, usage).
-
-    The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
-    """
-    if job["mode"] == "openai":
-        return openai_call(job, item, source, prompt, operation_key=operation_key or _OPERATION_KEY.get())
-    return fake_call(job, item, source, prompt)
-
-
-def fake_call(job, item, source, prompt):
-    """Deterministic offline proposal: the source's first line, quoted once."""
-    first = source.split("\n", 1)[0].strip()[:FAKE_SUMMARY_MAX] or source.strip()[:FAKE_SUMMARY_MAX]
-    quote = "NOT IN SOURCE" if os.environ.get("DURABLE_JOB_FAKE_OUTPUT") == "invalid-citation" else first
-    proposal = {"itemId": item["id"], "summary": first, "citations": [{"quote": quote, "claim": "The source's first line states this."}]}
-    text = json.dumps(proposal, ensure_ascii=False)
-    digest = sha256_hex(canonical({"model": job["model"], "prompt": prompt}))
-    usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4}
-    return text, f"fake-resp-{digest[:24]}", f"fake-req-{digest[24:40]}", usage
-
-
-DEADLINE_GRACE_SECONDS = 5.0  # beyond the SDK's per-wait timeout, for the whole request
-
-
-def within_deadline(call, seconds: float):
-    """call() with a bound on its whole duration: the SDK's timeout bounds each wait, so an answer
-    that trickles in byte by byte could otherwise hold the run forever. On the deadline the call is
-    left behind (a daemon thread that dies with the process) and its row stays pending."""
-    import threading
-
-    outcome = {}
-
-    def run():
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the caller, as if raised there
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise TimeoutError(f"no complete answer within {seconds:g} s (DURABLE_JOB_OPENAI_TIMEOUT plus {DEADLINE_GRACE_SECONDS:g} s)")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-def openai_timeout() -> float:
-    raw = os.environ.get("DURABLE_JOB_OPENAI_TIMEOUT")
-    if raw is None or raw == "":
-        return DEFAULT_OPENAI_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 600:
-        raise JobError(f"DURABLE_JOB_OPENAI_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 30 s default")
-    return value
-
-
-def require_api_key() -> None:
-    """The provider settings a request needs, checked before any pending row: a local mistake is never an uncertain call."""
-    key = os.environ.get("OPENAI_API_KEY", "")
-    if not key.strip():
-        raise JobError("OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again")
-    if any(not 33 <= ord(ch) < 127 for ch in key):
-        raise JobError("OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again")
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    if base_url and not base_url.lower().startswith(("http://", "https://")):
-        raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
-
-
-def prepare_openai():
-    """Import the SDK and the modules its first request loads, before any pending row."""
-    if "openai" in _WARMED:
-        return _WARMED["openai"]
-    try:
-        import openai
-    except ImportError as exc:
-        raise JobError(f"The openai SDK cannot be imported ({exc}); install it with `pip install -r requirements.txt`") from None
-    import importlib
-
-    for name in OPENAI_WARM_MODULES:  # what the SDK would otherwise load during the first request
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # another SDK layout: only the uncertain window grows
-    try:  # build the Response model's schema now, not between the answer and its journal row
-        from openai.types.responses import Response
-
-        Response.model_rebuild(force=True)
-        from openai._models import construct_type
-
-        # Parsing a response builds (and caches) one pydantic TypeAdapter per union field, ~0.2 s of
-        # CPU on the first answer, repeated by every concurrent worker: build them once, here.
-        construct_type(type_=Response, value=OPENAI_WARM_RESPONSE)
-    except Exception:
-        pass
-    _WARMED["openai"] = openai
-    return openai
-
-
-_WARMED: dict = {}
-
-
-OPENAI_WARM_MODULES = (
-    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
-    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
-    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
-)
-
-# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
-OPENAI_WARM_RESPONSE = {
-    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
-    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
-    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
-    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
-    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
-    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
-}
-
-
-def openai_call(job, item, source, prompt, *, operation_key=None):
-    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
-    openai = prepare_openai()
-    timeout = openai_timeout()
-    # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False))
-    kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
-    headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
-    if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
-        headers["X-Durable-Job-Thread"] = job["threadId"]
-    if headers:
-        kwargs["extra_headers"] = headers
-    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
-    usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
-    return response.output_text, response.id, getattr(response, "_request_id", None), usage
 
 
 ###############################################################################
@@ -3566,45 +3567,6 @@ def refuse_if_decision_saved(checkpoint: dict, store, command: str) -> None:
                             f"Run `{suggest('resume', store=store)}` to finish recording it, then inspect the receipt")
 
 
-def receipt_head(final: dict | None, cancel: dict | None) -> dict:
-    """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
-    who = final or cancel or {}
-    return {"decision": (final or {}).get("decision"), "reviewer": who.get("reviewer"), "reason": who.get("reason"),
-            "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
-
-
-def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
-    """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
-    fields = {
-        "outcome": "decided" if final else "cancelled" if cancel else None,
-        **receipt_head(final, cancel),
-        "jobId": job["jobId"],
-        "threadId": job["threadId"],
-        "manifestPath": job["manifestPath"],
-        "manifestSha256": job["manifestSha256"],
-        "codeSha256": job["codeSha256"],
-        "version": job["version"],
-        "dependencies": job.get("dependencies"),
-        "resultsSha256": results_sha256(results),
-        "draftVersion": draft,
-        "statuses": {r["itemId"]: r["status"] for r in results},
-        "final": final,
-    }
-    if cancel:
-        fields["cancel"] = cancel
-    return fields
-
-
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
-    """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
-    draft, results = current_draft(ctx.db, (ctx.checkpoint()["values"].get("results") or []))
-    cancel = (extra or {}).get("cancel")
-    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}),
-               "writtenAtUtc": now_utc()}
-    ctx.store.write_receipt(receipt)
-    return receipt
-
-
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
     with open_job(store_for(args), "revise") as ctx:  # an edit sends nothing
@@ -3907,6 +3869,127 @@ def cmd_verify(args) -> dict:
     return {"jobId": snap.job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
+def cmd_jobs(args) -> dict:
+    """List every job in a store (--store URL) or in the state directories under a folder (--root DIR)."""
+    if args.root and args.store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    if url:
+        stores = PgStore.all_jobs(url, from_env=not args.store)
+    elif args.root:
+        stores = state_dirs_under(args.root)
+    else:
+        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
+    return {"jobs": [job_row(store) for store in stores]}
+
+
+def state_dirs_under(root: str) -> list:
+    """A StateDirStore for every folder directly under root that holds a job, by name."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError as exc:
+        raise UsageError(f"--root {root} cannot be listed ({exc.strerror}); name the folder that holds your state directories") from None
+    stores = [StateDirStore(os.path.join(root, n)) for n in names]
+    return [store for store in stores if store.has_job()]
+
+
+def job_row(store) -> dict:
+    """One line of `jobs`: where a job stands and the command that takes it on."""
+    token = _COMMAND_STORE.set(store)
+    try:
+        snap = read_snapshot(store)
+        try:
+            out = where_it_stands(snap, {})
+        finally:
+            snap.close()
+        job = snap.job
+        return {"jobId": job["jobId"], "phase": out["phase"], "next": out["next"], "approvedBy": job.get("approvedBy"),
+                "mode": job.get("mode"), "createdAtUtc": job.get("createdAtUtc")}
+    except JobError as exc:
+        return {"jobId": getattr(store, "job_id", None) or store.where(), "phase": "unreadable", "next": str(exc),
+                "approvedBy": None, "mode": None, "createdAtUtc": None}
+    finally:
+        _COMMAND_STORE.reset(token)
+
+
+def cmd_migrate(args) -> dict:
+    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
+    url = args.store or os.environ.get(STORE_ENV)
+    if not url:
+        raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
+    store = PgStore(url, "", from_env=not args.store)
+    conn = store.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
+    try:
+        result = migrate_store(store, conn)
+        for role in args.grant or []:
+            grant_store(store, conn, role)
+    finally:
+        conn.close()
+    return {"store": store.public, "schema": STORE_SCHEMA, **result, "granted": list(args.grant or [])}
+
+
+def grant_store(store: PgStore, conn, role: str) -> None:
+    """What a role that runs jobs needs: the schema's use, rows of its tables read and written, its sequences. No CREATE."""
+    import psycopg
+    from psycopg import sql
+
+    who = sql.Identifier(role)
+    try:
+        for statement in ("GRANT USAGE ON SCHEMA durable_job TO {}",
+                          "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
+                          "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}"):
+            conn.execute(sql.SQL(statement).format(who))
+    except psycopg.Error as exc:
+        raise StateError(f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner") from None
+
+
+###############################################################################
+# Verify and the receipt
+###############################################################################
+
+# What a terminal outcome leaves behind (receipt.json, or the store's receipts row), and the
+# offline checks `verify` runs over everything a job keeps: each returns its line of the report.
+
+
+def receipt_head(final: dict | None, cancel: dict | None) -> dict:
+    """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
+    who = final or cancel or {}
+    return {"decision": (final or {}).get("decision"), "reviewer": who.get("reviewer"), "reason": who.get("reason"),
+            "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
+
+
+def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
+    """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
+    fields = {
+        "outcome": "decided" if final else "cancelled" if cancel else None,
+        **receipt_head(final, cancel),
+        "jobId": job["jobId"],
+        "threadId": job["threadId"],
+        "manifestPath": job["manifestPath"],
+        "manifestSha256": job["manifestSha256"],
+        "codeSha256": job["codeSha256"],
+        "version": job["version"],
+        "dependencies": job.get("dependencies"),
+        "resultsSha256": results_sha256(results),
+        "draftVersion": draft,
+        "statuses": {r["itemId"]: r["status"] for r in results},
+        "final": final,
+    }
+    if cancel:
+        fields["cancel"] = cancel
+    return fields
+
+
+def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
+    """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
+    draft, results = current_draft(ctx.db, (ctx.checkpoint()["values"].get("results") or []))
+    cancel = (extra or {}).get("cancel")
+    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}),
+               "writtenAtUtc": now_utc()}
+    ctx.store.write_receipt(receipt)
+    return receipt
+
+
 def verify_refusal(report: dict) -> SealError | None:
     """A report with a failed check exits 2 after it is printed whole: one HOLD line naming the first problem."""
     failed = [c for c in report["checks"] if not c["ok"]]
@@ -4126,80 +4209,6 @@ def receipt_invariants(snap: Snapshot) -> str:
         if receipt.get(key) != value:
             raise SealError(f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}")
     return f"receipt for outcome {receipt.get('outcome')}"
-
-
-def cmd_jobs(args) -> dict:
-    """List every job in a store (--store URL) or in the state directories under a folder (--root DIR)."""
-    if args.root and args.store:
-        raise UsageError("give --store URL or --root DIR, not both")
-    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
-    if url:
-        stores = PgStore.all_jobs(url, from_env=not args.store)
-    elif args.root:
-        stores = state_dirs_under(args.root)
-    else:
-        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
-    return {"jobs": [job_row(store) for store in stores]}
-
-
-def state_dirs_under(root: str) -> list:
-    """A StateDirStore for every folder directly under root that holds a job, by name."""
-    try:
-        names = sorted(os.listdir(root))
-    except OSError as exc:
-        raise UsageError(f"--root {root} cannot be listed ({exc.strerror}); name the folder that holds your state directories") from None
-    stores = [StateDirStore(os.path.join(root, n)) for n in names]
-    return [store for store in stores if store.has_job()]
-
-
-def job_row(store) -> dict:
-    """One line of `jobs`: where a job stands and the command that takes it on."""
-    token = _COMMAND_STORE.set(store)
-    try:
-        snap = read_snapshot(store)
-        try:
-            out = where_it_stands(snap, {})
-        finally:
-            snap.close()
-        job = snap.job
-        return {"jobId": job["jobId"], "phase": out["phase"], "next": out["next"], "approvedBy": job.get("approvedBy"),
-                "mode": job.get("mode"), "createdAtUtc": job.get("createdAtUtc")}
-    except JobError as exc:
-        return {"jobId": getattr(store, "job_id", None) or store.where(), "phase": "unreadable", "next": str(exc),
-                "approvedBy": None, "mode": None, "createdAtUtc": None}
-    finally:
-        _COMMAND_STORE.reset(token)
-
-
-def cmd_migrate(args) -> dict:
-    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
-    url = args.store or os.environ.get(STORE_ENV)
-    if not url:
-        raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
-    store = PgStore(url, "", from_env=not args.store)
-    conn = store.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
-    try:
-        result = migrate_store(store, conn)
-        for role in args.grant or []:
-            grant_store(store, conn, role)
-    finally:
-        conn.close()
-    return {"store": store.public, "schema": STORE_SCHEMA, **result, "granted": list(args.grant or [])}
-
-
-def grant_store(store: PgStore, conn, role: str) -> None:
-    """What a role that runs jobs needs: the schema's use, rows of its tables read and written, its sequences. No CREATE."""
-    import psycopg
-    from psycopg import sql
-
-    who = sql.Identifier(role)
-    try:
-        for statement in ("GRANT USAGE ON SCHEMA durable_job TO {}",
-                          "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
-                          "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}"):
-            conn.execute(sql.SQL(statement).format(who))
-    except psycopg.Error as exc:
-        raise StateError(f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner") from None
 
 
 ###############################################################################
