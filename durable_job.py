@@ -47,6 +47,7 @@ MAX_OUTPUT_TOKENS = 500
 REFUSAL_STATUSES = frozenset({400, 401, 403, 404, 422, 429})
 DEPENDENCIES = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "openai")
 DECISIONS = ("accept", "reject", "hold")
+STORE_ENV = "DURABLE_JOB_STORE"  # names a PostgreSQL store when a command gives neither --state-dir nor --store
 NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job cannot go on as it is
 
 JOB_FILE = "job.json"
@@ -807,6 +808,28 @@ def require_api_key() -> None:
         raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
 
 
+_WARMED: dict = {}
+
+
+OPENAI_WARM_MODULES = (
+    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
+    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
+    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
+)
+
+# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
+OPENAI_WARM_RESPONSE = {
+    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
+    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
+    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
+    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
+    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
+    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
+}
+
+
 def prepare_openai():
     """Import the SDK and the modules its first request loads, before any pending row."""
     if "openai" in _WARMED:
@@ -835,28 +858,6 @@ def prepare_openai():
         pass
     _WARMED["openai"] = openai
     return openai
-
-
-_WARMED: dict = {}
-
-
-OPENAI_WARM_MODULES = (
-    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
-    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
-    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
-)
-
-# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
-OPENAI_WARM_RESPONSE = {
-    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
-    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
-    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
-    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
-    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
-    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
-}
 
 
 def openai_call(job, item, source, prompt, *, operation_key=None):
@@ -2192,7 +2193,6 @@ def as_store(where):
 # PostgreSQL store (--store URL --job ID): one shared database for a team
 ###############################################################################
 
-STORE_ENV = "DURABLE_JOB_STORE"
 STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
 PG_REQUIREMENTS = "requirements-postgres.txt"
 SETUP_LOCK_KEY = 0x6475726A6F627331  # "durjobs1": the advisory lock that serialises first-use setup and migrate
@@ -4418,6 +4418,24 @@ def refuse_sealed_target(path: str, job: dict, store) -> None:
         raise UsageError(f"--html {path} is a file the job seals (its manifest or a source); write the page somewhere else")
 
 
+PAGE_CSS = (
+    "*{box-sizing:border-box}"
+    "body{font:16px/1.45 system-ui,sans-serif;margin:0 auto;padding:.75rem;max-width:60rem;color:#111;background:#fff;overflow-wrap:anywhere}"
+    "h1{font-size:1.5rem;margin:.25rem 0}h2{font-size:1.15rem;margin:.25rem 0 .5rem}"
+    "header p{margin:.3rem 0}.meta{color:#444;font-size:.9rem}dl{margin:.25rem 0}dt{font-weight:bold}dd{margin:0 0 .4rem 0}"
+    "section{border:1px solid #ccc;border-radius:8px;padding:.75rem;margin:.75rem 0}"
+    "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.5rem;border-radius:6px;margin:.5rem 0}"
+    "mark{background:#ffe066}mark a{color:inherit}.bad{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}"
+    ".pill{border-radius:1rem;padding:0 .5rem;border:1px solid currentColor}.wait{color:#8a5a00;font-weight:bold}"
+    ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
+    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all}"
+    "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
+    "details.id{display:inline-block;vertical-align:top;max-width:100%}details.id summary{cursor:pointer}"
+    "details.id[open] summary code{display:none}details.id .full{display:block;user-select:all}"
+    ".raw summary{cursor:pointer;font-weight:bold}"
+)
+
+
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
     """One self-contained review page (no network, no external assets, no script); every string escaped."""
     e = escape
@@ -4463,24 +4481,6 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
 
 ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
 ID_SHOWN = 14  # characters kept at each end of a longer id on the page
-
-PAGE_CSS = (
-    "*{box-sizing:border-box}"
-    "body{font:16px/1.45 system-ui,sans-serif;margin:0 auto;padding:.75rem;max-width:60rem;color:#111;background:#fff;overflow-wrap:anywhere}"
-    "h1{font-size:1.5rem;margin:.25rem 0}h2{font-size:1.15rem;margin:.25rem 0 .5rem}"
-    "header p{margin:.3rem 0}.meta{color:#444;font-size:.9rem}dl{margin:.25rem 0}dt{font-weight:bold}dd{margin:0 0 .4rem 0}"
-    "section{border:1px solid #ccc;border-radius:8px;padding:.75rem;margin:.75rem 0}"
-    "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.5rem;border-radius:6px;margin:.5rem 0}"
-    "mark{background:#ffe066}mark a{color:inherit}.bad{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}"
-    ".pill{border-radius:1rem;padding:0 .5rem;border:1px solid currentColor}.wait{color:#8a5a00;font-weight:bold}"
-    ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
-    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all}"
-    "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
-    "details.id{display:inline-block;vertical-align:top;max-width:100%}details.id summary{cursor:pointer}"
-    "details.id[open] summary code{display:none}details.id .full{display:block;user-select:all}"
-    ".raw summary{cursor:pointer;font-weight:bold}"
-)
-
 
 def long_id(value, keep: int = ID_SHOWN) -> str:
     """An id or hash on the page: a short one as it is; a long one clipped to its two ends, the full
