@@ -107,6 +107,10 @@ class BusyError(JobError):
     """Another durable_job command holds the state directory."""
 
 
+class WorkerStopping(JobError):
+    """A `work` process was told to stop (SIGTERM, Ctrl-C): no new call is sent; the job stays ready."""
+
+
 class UncertainCall(JobError):
     """A model call may have reached the provider and has no recorded outcome."""
 
@@ -831,9 +835,22 @@ OPENAI_WARM_RESPONSE = {
 
 
 def prepare_openai():
-    """Import the SDK and the modules its first request loads, before any pending row."""
+    """Import the SDK and the modules its first request loads, before any pending row.
+
+    Once per process, under a lock: a `work` process runs jobs in threads, and
+    rebuilding the Response model while another thread parses an answer is unsafe.
+    """
     if "openai" in _WARMED:
         return _WARMED["openai"]
+    import threading
+
+    with _WARMED.setdefault("lock", threading.Lock()):
+        if "openai" not in _WARMED:
+            warm_openai()
+    return _WARMED["openai"]
+
+
+def warm_openai() -> None:
     try:
         import openai
     except ImportError as exc:
@@ -857,7 +874,19 @@ def prepare_openai():
     except Exception:
         pass
     _WARMED["openai"] = openai
-    return openai
+
+
+def tls_settings() -> dict:
+    """The HTTP client's default TLS context, built once per process (reading the CA bundle costs ~25 ms a client).
+
+    The same context the client would build itself (its transport's create_ssl_context with
+    the defaults), shared by the calls of a `work` process; {} where the transport has no such function.
+    """
+    if "tls" not in _WARMED:
+        transport = sys.modules.get("httpx2") or sys.modules.get("httpx")
+        make = getattr(transport, "create_ssl_context", None)
+        _WARMED["tls"] = {"verify": make()} if make else {}
+    return _WARMED["tls"]
 
 
 def openai_call(job, item, source, prompt, *, operation_key=None):
@@ -865,7 +894,8 @@ def openai_call(job, item, source, prompt, *, operation_key=None):
     openai = prepare_openai()
     timeout = openai_timeout()
     # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False))
+    client = openai.OpenAI(max_retries=0, timeout=timeout,
+                           http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
     kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
     headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
     if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
@@ -1655,6 +1685,7 @@ def build_graph(ctx: Context, checkpoints=None):
 
     def model(state):
         item = ctx.items[state["index"]]
+        refuse_if_stopping(ctx.job)
         if ctx.concurrency > 1:
             prefetch(ctx, ctx.items[state["index"]:])
         prior = [] if ctx.concurrency > 1 else state["results"]
@@ -1774,7 +1805,11 @@ def run_graph(ctx: Context, resume_value=None) -> dict:
     No call goes out before the checkpoint file is open (its write lock tried:
     a locked or read-only file refuses the run first) and the graph is built.
     """
-    return invoke_graph(ctx, ctx.store.checkpoint_connection(), resume_value)
+    checkpoints = ctx.store.checkpoint_connection()
+    try:
+        return invoke_graph(ctx, checkpoints, resume_value)
+    finally:
+        checkpoints.close()  # a `work` process runs many jobs: each run gives its connection back
 
 
 def invoke_graph(ctx: Context, checkpoints, resume_value) -> dict:
@@ -2550,6 +2585,29 @@ class PgJournal:
             self.conn.close()
 
 
+def holder_name(command: str) -> str:
+    """The lock connection's application_name: how `status` and `jobs` name the holder (command, pid, since, host).
+
+    PostgreSQL keeps 63 bytes of it, so the host (the short name) comes last and is cut to fit.
+    """
+    import socket
+
+    head = f"durable_job {command} {os.getpid()} {now_utc()[:19]}Z"
+    host = "".join(ch for ch in socket.gethostname().split(".")[0] if 33 <= ord(ch) < 127)
+    return f"{head} {host}"[:63] if host else head
+
+
+def parse_holder_name(name) -> dict:
+    """{pid, command, sinceUtc[, host]} from a holder_name, or an unknown holder."""
+    words = (name or "").split()
+    if len(words) in (4, 5) and words[0] == "durable_job" and words[2].isdigit():
+        holder = {"pid": int(words[2]), "command": words[1], "sinceUtc": words[3]}
+        if len(words) == 5:
+            holder["host"] = words[4]
+        return holder
+    return {"pid": None, "command": "unknown", "sinceUtc": None}
+
+
 class PgLock:
     """The job's writers' lock: a session-level pg_try_advisory_lock on the journal's own connection.
 
@@ -2563,11 +2621,11 @@ class PgLock:
 
     def __enter__(self):
         store = self.store
-        conn = store.connect(f"durable_job {self.command} {os.getpid()} {now_utc()[:19]}Z", writer=True)
+        conn = store.connect(holder_name(self.command), writer=True)
         try:
             store.ensure_schema(conn)
             journal = PgJournal(store, conn, shared=True)
-            if self.command == "start" and not store.has_job(journal):
+            if self.command in ("start", "submit") and not store.has_job(journal):
                 key = text_key(f"start {store.job_id}")
             else:
                 key = lock_key(store.load_job(journal)["threadId"])
@@ -2809,10 +2867,7 @@ class PgStore:
             (key >> 32, key & 0xFFFFFFFF)).fetchone()
         if found is None:
             return None
-        words = (found[0] or "").split()
-        if len(words) == 4 and words[0] == "durable_job" and words[2].isdigit():
-            return {"pid": int(words[2]), "command": words[1], "sinceUtc": words[3]}
-        return {"pid": None, "command": "unknown", "sinceUtc": None}
+        return parse_holder_name(found[0])
 
     # -- the journal -----------------------------------------------------------
 
@@ -3095,7 +3150,7 @@ def review_state(checkpoint: dict, calls: list, cancel: dict | None) -> str:
     return "before-review"
 
 
-RUNNING_COMMANDS = ("start", "resume", "retry")  # the writers that run the graph and may have a call in flight
+RUNNING_COMMANDS = ("start", "resume", "retry", "work")  # the writers that run the graph and may have a call in flight
 
 
 def job_phase(review: str, checkpoint: dict, holder: dict | None) -> str:
@@ -3193,7 +3248,8 @@ def next_for_phase(snap: Snapshot) -> str:
     if snap.phase == "running":
         holder = snap.holder
         calls = "".join(f"; call {c['operationKey']} for item {c['itemId']} is in flight" for c in in_flight(snap))
-        return (f"wait: {holder['command']} (pid {holder['pid']}, since {holder['sinceUtc']}) is running{calls}; "
+        host = f" on {holder['host']}" if holder.get("host") else ""
+        return (f"wait: {holder['command']} (pid {holder['pid']}{host}, since {holder['sinceUtc']}) is running{calls}; "
                 f"run {suggest('status', store=snap.store)} again once it has finished")
     if snap.phase == "uncertain-call":
         key = pending[0]["operation_key"]
@@ -3903,8 +3959,11 @@ def job_row(store) -> dict:
         finally:
             snap.close()
         job = snap.job
-        return {"jobId": job["jobId"], "phase": out["phase"], "next": out["next"], "approvedBy": job.get("approvedBy"),
-                "mode": job.get("mode"), "createdAtUtc": job.get("createdAtUtc")}
+        row = {"jobId": job["jobId"], "phase": out["phase"], "next": out["next"], "approvedBy": job.get("approvedBy"),
+               "mode": job.get("mode"), "createdAtUtc": job.get("createdAtUtc")}
+        if out["phase"] == "running":  # which process (a `work` worker or a person's command), on which host
+            row["runningBy"] = {k: out["running"].get(k) for k in ("command", "host", "pid", "sinceUtc")}
+        return row
     except JobError as exc:
         return {"jobId": getattr(store, "job_id", None) or store.where(), "phase": "unreadable", "next": str(exc),
                 "approvedBy": None, "mode": None, "createdAtUtc": None}
@@ -4212,6 +4271,307 @@ def receipt_invariants(snap: Snapshot) -> str:
 
 
 ###############################################################################
+# Workers: submit and work (a queue over the shared store)
+###############################################################################
+#
+# `submit` seals a job into a store and runs nothing; any number of `work`
+# processes, on any machines, run the store's jobs. PostgreSQL is the only
+# coordination: a worker claims a job by taking the job's own advisory lock
+# (the lock every writing command takes), so two workers never run one job and
+# a killed worker's job is free again at once. The journal's protocol is the
+# one `resume` follows: a `pending` row commits before its request, so whatever
+# is killed when, no operation key reaches the provider twice, and a call whose
+# outcome is unknown waits for a person.
+
+WORK_IDLE_FIRST = 0.5   # seconds a polling worker first waits when nothing is runnable
+WORK_IDLE_MAX = 30.0    # the back-off's ceiling
+WORK_MAX_CONCURRENCY = 8
+_WORK_STOP: list = []   # the stop event of the running `work` command, if any: its runs send no new call once it is set
+
+# The store's jobs a worker may take on, oldest first. A prefilter only (the
+# decision is made under the job's lock): its lock free (lock_key's two 32-bit
+# halves, as pg_locks shows a bigint advisory lock), no pending call, not
+# cancelled, no receipt, and not waiting at the review (its latest checkpoint
+# has no interrupt write).
+RUNNABLE_SQL = """
+SELECT j.job_id FROM durable_job.jobs j
+WHERE NOT EXISTS (SELECT 1 FROM pg_locks l
+                  WHERE l.locktype = 'advisory' AND l.objsubid = 1
+                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                    AND l.classid::bigint = ('x' || lpad(substr(replace(j.thread_id, '-', ''), 1, 8), 16, '0'))::bit(64)::bigint
+                    AND l.objid::bigint = ('x' || lpad(substr(replace(j.thread_id, '-', ''), 9, 8), 16, '0'))::bit(64)::bigint)
+  AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')
+  AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
+  AND NOT EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)
+  AND NOT EXISTS (SELECT 1 FROM durable_job.checkpoint_writes w
+                  WHERE w.thread_id = j.thread_id AND w.checkpoint_ns = '' AND w.channel = '__interrupt__'
+                    AND w.checkpoint_id = (SELECT max(k.checkpoint_id) FROM durable_job.checkpoints k
+                                           WHERE k.thread_id = j.thread_id AND k.checkpoint_ns = ''))
+ORDER BY j.created_utc, j.job_id
+"""
+
+
+def refuse_if_stopping(job: dict) -> None:
+    """Before a model step of a run inside a stopping `work`: send nothing new, leave the job ready."""
+    if _WORK_STOP and _WORK_STOP[0].is_set():
+        raise WorkerStopping(f"Job {job['jobId']}: the worker is stopping, so no new call was sent; the job is ready for the next `work` or `resume`")
+
+
+def store_url_for(args, command: str) -> tuple[str, bool]:
+    """(URL, from the environment?) of the store a queue command names; a state directory has no queue."""
+    if getattr(args, "state_dir", None):
+        raise UsageError(f"{command} works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
+    if args.store:
+        return args.store, False
+    if os.environ.get(STORE_ENV):
+        return os.environ[STORE_ENV], True
+    raise UsageError(f"{command} needs --store URL (or {STORE_ENV}): the shared PostgreSQL store that holds the jobs")
+
+
+def cmd_submit(args) -> dict:
+    """Seal a job into a store as start does, and run nothing: a `work` process runs it."""
+    store_url_for(args, "submit")
+    store = store_for(args)
+    manifest, raw = read_manifest(args.manifest)
+    existing = store.has_job()
+    if existing:
+        check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
+    else:
+        sources = load_sources(manifest, args.manifest)
+        store.prepare_new()
+        with store.lock("submit"):
+            job = new_job(manifest, args.manifest, raw)
+            store.seal_job(job, raw, sources)
+            crash_point("after-seal", job)
+    snap = read_snapshot(store)
+    try:
+        out = where_it_stands(snap, {"jobId": snap.job["jobId"], "existing": existing})
+    finally:
+        snap.close()
+    if out["phase"] in ("not-started", "ready"):
+        import shlex
+
+        flags = " ".join(shlex.quote(w) for w in store.address()[:-2])  # the store's address without --job
+        work = " ".join(filter(None, [program_name(), "work", flags, "--until-idle"]))
+        out["next"] = f"a worker runs it: {work} (or run it here: {out['next']})"
+    return out
+
+
+def needs_person(snap: Snapshot) -> bool:
+    """Whether a job waits for a person (or for another run): anything but not-started or ready, or a rejected latest call."""
+    return snap.phase not in ("not-started", "ready") or latest_rejected(snap.calls)
+
+
+def latest_rejected(calls: list) -> bool:
+    """Whether some item's latest attempt was refused by the provider: a person fixes the cause and resumes."""
+    latest = {}
+    for r in calls:  # creation order: the last row of a base key is its latest attempt
+        latest[r["base_key"]] = r["status"]
+    return "rejected" in latest.values()
+
+
+def progress_mark(snap: Snapshot) -> tuple:
+    """What changes when a job moves: a worker that failed on a job tries it again only once this differs."""
+    return (snap.phase, len(snap.calls), tuple(r["status"] for r in snap.calls), snap.values.get("index"), len(snap.model_results))
+
+
+class Worker:
+    """One `work` process: up to `concurrency` threads, each claiming a runnable job and running it to its next stop."""
+
+    def __init__(self, url: str, from_env: bool, concurrency: int, until_idle: bool):
+        import socket
+        import threading
+
+        self.url, self.from_env, self.concurrency, self.until_idle = url, from_env, concurrency, until_idle
+        self.public = public_url(url)
+        self.host = socket.gethostname().split(".")[0]
+        self.pid = os.getpid()
+        self.stop = threading.Event()
+        self.guard = threading.Lock()
+        self.busy: set = set()      # jobs this process runs right now
+        self.failed: dict = {}      # job id -> progress_mark when it last failed here
+        self.runs: list = []        # one record per finished run
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        """One line on stderr per job transition: when, which worker, what."""
+        print(f"{now_utc()[:19]}Z work {self.host}:{self.pid} {text}", file=sys.stderr, flush=True)
+
+    def loop(self) -> None:
+        """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
+        reader = PgStore(self.url, "", from_env=self.from_env)
+        idle = WORK_IDLE_FIRST
+        try:
+            while not self.stop.is_set():
+                if self.run_one(reader):
+                    idle = WORK_IDLE_FIRST
+                    continue
+                if self.until_idle:
+                    return
+                self.stop.wait(idle)
+                idle = min(idle * 2, WORK_IDLE_MAX)
+        finally:
+            reader.close()
+
+    def candidates(self, reader: PgStore) -> list:
+        db = reader.db()
+        if db.run("SELECT to_regclass('durable_job.checkpoint_writes')").fetchone()[0] is None:
+            return []  # a store not set up yet holds no job
+        return [r[0] for r in db.run(RUNNABLE_SQL)]
+
+    def run_one(self, reader: PgStore) -> bool:
+        """Run the first runnable job this thread can claim; False when there is none."""
+        for job_id in self.candidates(reader):
+            if self.stop.is_set():
+                return False
+            with self.guard:
+                if job_id in self.busy:
+                    continue
+                self.busy.add(job_id)
+            try:
+                if self.try_job(job_id, reader):
+                    return True
+            finally:
+                with self.guard:
+                    self.busy.discard(job_id)
+        return False
+
+    def try_job(self, job_id: str, reader: PgStore) -> bool:
+        store = PgStore(self.url, job_id, from_env=self.from_env)
+        store.reader = reader.db()  # the thread's read connection (closed with the reader, not here)
+        token = _COMMAND_STORE.set(store)  # the messages a run raises suggest commands for this job
+        try:
+            try:
+                snap = read_snapshot(store)
+            except JobError:
+                return False  # unreadable: `jobs` and `status` say why
+            try:
+                mark = progress_mark(snap)
+            finally:
+                snap.close()
+            if needs_person(snap) or self.failed.get(job_id) == mark:
+                return False
+            return self.run_job(store, snap.phase, mark)
+        finally:
+            _COMMAND_STORE.reset(token)
+
+    def run_job(self, store: PgStore, phase: str, mark: tuple) -> bool:
+        """Claim the job (its advisory lock) and run it exactly as `resume` would; False if it was not ours to run."""
+        job_id, began = store.job_id, time.monotonic()
+        record = {"jobId": job_id, "from": phase}
+        try:
+            with open_job(store, "work", calls_model=True) as ctx:
+                if ctx.review() != "before-review" or latest_rejected(call_rows(ctx.db)):
+                    return False  # it moved since we looked (another worker, a person): under the lock, it is not runnable
+                self.say(f"job {job_id}: claimed ({phase})")
+                state = run_graph(ctx)
+                record["to"] = ctx.review(checkpoint_of(state))
+                record["results"] = [r["status"] for r in state.values.get("results") or []]
+        except BusyError:
+            return False  # another worker (or a person's command) holds it: not a transition
+        except JobError as exc:
+            record["to"] = self.phase_now(store)
+            record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc).split())}"
+            if not isinstance(exc, WorkerStopping):
+                self.failed[store.job_id] = self.mark_now(store, mark)
+        except Exception as exc:  # a bug: logged, the job left as it is, the worker goes on
+            record["to"] = self.phase_now(store)
+            record["hold"] = f"InternalError: {type(exc).__name__}: {clip(redact(exc), 200)}"
+            self.failed[store.job_id] = self.mark_now(store, mark)
+        record["seconds"] = round(time.monotonic() - began, 3)
+        with self.guard:
+            self.runs.append(record)
+        done = f" ({', '.join(record['results'])})" if record.get("results") else ""
+        hold = f": HOLD: {record['hold']}" if record.get("hold") else ""
+        self.say(f"job {job_id}: {phase} -> {record['to']}{done} in {record['seconds']:.1f} s{hold}")
+        return True
+
+    def phase_now(self, store: PgStore) -> str:
+        """Where a job this worker just ran stands. Its lock connection is closed, but the server may not have
+        ended that session yet: a holder that is this process is not a run any more."""
+        try:
+            snap = read_snapshot(store)
+        except JobError:
+            return "unreadable"
+        snap.close()
+        holder = snap.holder or {}
+        ours = holder.get("pid") == self.pid and self.host.startswith(holder.get("host", ""))  # the name may cut the host short
+        if snap.phase == "running" and ours:
+            return job_phase(snap.review, snap.checkpoint, None)
+        return snap.phase
+
+    def mark_now(self, store: PgStore, fallback: tuple) -> tuple:
+        try:
+            snap = read_snapshot(store)
+        except JobError:
+            return fallback
+        snap.close()
+        return progress_mark(snap)
+
+    def summary(self, stopped: bool) -> dict:
+        counts: dict = {}
+        for r in self.runs:
+            counts[r["to"]] = counts.get(r["to"], 0) + 1
+        return {"store": self.public, "worker": {"host": self.host, "pid": self.pid}, "concurrency": self.concurrency,
+                "untilIdle": self.until_idle, "stopped": stopped, "seconds": round(time.monotonic() - self.started, 3),
+                "counts": counts, "runs": self.runs}
+
+
+def cmd_work(args) -> dict:
+    """Run the store's jobs that can go on without a person, each to its next stop, up to --concurrency at once."""
+    import signal
+    import threading
+
+    url, from_env = store_url_for(args, "work")
+    if not 1 <= args.concurrency <= WORK_MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {args.concurrency} is out of range: give 1 to {WORK_MAX_CONCURRENCY} jobs at once per worker")
+    need_psycopg()
+    worker = Worker(url, from_env, args.concurrency, args.until_idle)
+    _WORK_STOP[:] = [worker.stop]
+    stopped = []
+
+    def on_signal(signum, frame):
+        if stopped:  # a second signal: go now, as a kill would; a call in flight stays pending
+            worker.say("second signal: exiting now; a call in flight stays pending (status, then reconcile)")
+            os._exit(2)
+        stopped.append(signum)
+        worker.say(f"{signal.Signals(signum).name}: taking no new job; letting in-flight calls end (a second signal exits at once)")
+        worker.stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    worker.say(f"started: store {worker.public}, concurrency {worker.concurrency}" + (", until idle" if worker.until_idle else ", polling"))
+    try:
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(worker.loop,), name=f"work-{n}", daemon=True)
+                   for n in range(worker.concurrency)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(0.2)  # short joins: the main thread stays free to take a signal
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _WORK_STOP.clear()
+    out = worker.summary(bool(stopped))
+    worker.say(f"exiting: {len(worker.runs)} run(s)" + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
+               + (" (stopped by a signal)" if stopped else ""))
+    return out
+
+
+def text_work(out: dict, where) -> list:
+    lines = [f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
+             + (" (stopped by a signal)" if out["stopped"] else "")]
+    for r in out["runs"]:
+        lines.append(f"  {r['jobId']:<16} {r['from']} -> {r['to']}" + (f"  HOLD: {r['hold']}" if r.get("hold") else ""))
+    return lines
+
+
+def text_submit(out: dict, where) -> list:
+    said = "already in the store: reported as it stands" if out.get("existing") else "sealed into the store; nothing run"
+    return [f"  {said}", f"  phase: {out['phase']}"]
+
+
+###############################################################################
 # Output: JSON, text and the review page
 ###############################################################################
 
@@ -4223,7 +4583,7 @@ def receipt_invariants(snap: Snapshot) -> str:
 
 def text_document(command: str, out: dict, where, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
-    if command in ("jobs", "migrate"):  # about a whole store or folder, not one job
+    if command in ("jobs", "migrate", "work"):  # about a whole store or folder, not one job
         return "\n".join(render(out, where))
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, where)]
     lines += [f"  {key}: {out[key]}" for key in ("next", "sealBroken", "html") if key in out]
@@ -4790,9 +5150,17 @@ COMMANDS = {
         STORE_FLAG,
         flag("--grant", action="append", metavar="ROLE", help="let ROLE run jobs in the store (repeatable); it needs no CREATE privilege")],
         state_dir=False),
+    "submit": Command(cmd_submit, text_submit, [
+        flag("--manifest", required=True, type=path_argument, help="the approved manifest JSON file"),
+        STORE_FLAG, flag("--job", metavar="JOB_ID", help="the manifest's jobId (checked)")], state_dir=False),
+    "work": Command(cmd_work, text_work, [
+        STORE_FLAG,
+        flag("--until-idle", action="store_true", help="exit 0 once no job is runnable (default: keep polling, with back-off)"),
+        flag("--concurrency", type=int, default=1, metavar="N", help=f"run up to N jobs at once in this process (1-{WORK_MAX_CONCURRENCY}, default 1)")],
+        state_dir=False),
 }
 
-CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate")  # a failure in these leaves nothing to resume
+CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate", "work")  # a failure in these leaves nothing to resume
 
 
 def help_command(command: str = "") -> str:
@@ -4895,7 +5263,7 @@ def main(argv=None) -> int:
             _COMMAND_STORE.set(PgStore(args.store, args.job_id))
         out = command.run(args)
         store = _COMMAND_STORE.get()
-        if store is not None and args.command != "jobs":
+        if store is not None and args.command not in ("jobs", "work"):
             out = {**out, **store.output_fields()}  # a store's job says which store (no password)
         emit(args.command, out, args.fmt, store)
         refusal = command.refusal(out) if command.refusal else None

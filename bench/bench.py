@@ -13,6 +13,12 @@ Measures, in one run and several times each (medians):
   (tests/provider_server.py) answering each call after 1 s, at
   maxConcurrentCalls 1 and 3 (wall time of `start`, start-up included);
 
+* 40 one-item openai jobs submitted to a throwaway PostgreSQL store, run by 1, 2,
+  4 and 8 `work --until-idle` processes started together against the loopback
+  provider answering each call after 0.5 s (wall time until the last worker
+  exits; cpu ms is all the workers' CPU together): `--workers-only` runs just
+  this part, `--skip-workers` leaves it out;
+
 and prints one table: each figure, its median, its baseline, the ratio and,
 where the speed issue sets one, the target with PASS or MISS. Targets:
 
@@ -26,6 +32,7 @@ where the speed issue sets one, the target with PASS or MISS. Targets:
                   job waiting at review are shown
 * 3 items @ 1 s   concurrency 3 <= 0.60x concurrency 1 (wall time, start-up included;
                   the parallel calls go out only once the graph runs)
+* 40 jobs @ 0.5 s 4 workers <= 0.45x 1 worker (wall time, start-up included)
 
 Alongside the wall-clock medians it shows each child's CPU time (user+sys,
 steadier on a shared machine) and the peak RSS of single processes (from the
@@ -46,6 +53,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -304,12 +312,12 @@ class Bench:
 
     # -- the 3-item job at 1 s latency --------------------------------------
 
-    def start_provider(self):
-        folder = os.path.join(self.root, "provider")
+    def start_provider(self, latency: str = LATENCY, name: str = "provider"):
+        folder = os.path.join(self.root, name)
         os.makedirs(folder)
         behaviour = os.path.join(folder, "behaviour.json")
         with open(behaviour, "w", encoding="utf-8") as fh:
-            json.dump(LATENCY, fh)
+            json.dump(latency, fh)
         proc = subprocess.Popen([self.py, PROVIDER, "--log", os.path.join(folder, "provider.log"), "--behaviour-file", behaviour],
                                 cwd=folder, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
@@ -365,6 +373,81 @@ class Bench:
                 proc.wait()
 
 
+    # -- 40 one-item jobs run by 1, 2, 4, 8 `work` processes (issue 14) ------
+
+    def submit_many(self, url: str, count: int) -> None:
+        """Seal `count` one-item openai jobs into the store (one interpreter: submitting is not what is timed)."""
+        folder = os.path.join(self.root, "work-src")
+        os.makedirs(folder, exist_ok=True)
+        data = SOURCES["alpha"].encode("utf-8")
+        with open(os.path.join(folder, "alpha.txt"), "wb") as fh:
+            fh.write(data)
+        paths = []
+        for n in range(count):
+            manifest = {"schemaVersion": 1, "jobId": f"work-{n:02d}", "approved": True, "approvedBy": "bench@example.test",
+                        "mode": "openai", "model": "gpt-bench", "providerTransferApproved": True, "maxModelCalls": 2,
+                        "maxAttemptsPerItem": 1, "items": [{"id": "alpha", "path": "alpha.txt", "sha256": hashlib.sha256(data).hexdigest()}]}
+            paths.append(os.path.join(folder, f"work-{n:02d}.json"))
+            with open(paths[-1], "w", encoding="utf-8") as fh:
+                json.dump(manifest, fh)
+        code = ("import sys, durable_job; url = sys.argv[1]\n"
+                "sys.exit(max(durable_job.main(['submit', '--manifest', m, '--store', url, '--json']) for m in sys.argv[2:]))")
+        run([self.py, "-c", code, url, *paths], cwd=self.work, env=self.env, label="submit 40 jobs")
+
+    def workers(self) -> None:
+        sys.path.insert(0, os.path.join(REPO, "tests"))
+        from pg_server import PgServer
+
+        if not os.path.exists(self.program):
+            self.prepare_demo()
+        server = PgServer.start(os.path.join(self.root, "pg-work"))
+        proc, base_url = self.start_provider("slow:0.5", "provider-work")
+        env = clean_env(OPENAI_API_KEY=FAKE_KEY, OPENAI_BASE_URL=base_url)
+        try:
+            for n in range(self.work_runs):
+                for count in WORKER_COUNTS:
+                    progress(f"workers round {n + 1}/{self.work_runs}: {WORK_JOBS} jobs, {count} worker(s)")
+                    url = server.new_database(f"work{n}x{count}")
+                    self.submit_many(url, WORK_JOBS)
+                    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    self.children_cpu = usage.ru_utime + usage.ru_stime  # what the submit and earlier children used
+                    self.run_workers(url, count, env)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            server.stop()
+
+    def run_workers(self, url: str, count: int, env: dict) -> None:
+        """`count` `work --until-idle` processes started together; the figure is the wall time until the last exits."""
+        argv = [self.py, self.program, "work", "--store", url, "--until-idle", "--json"]
+        began = time.perf_counter()
+        procs = [subprocess.Popen(argv, cwd=self.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(count)]
+        runs, cpu, rss = 0, 0.0, 0
+        for p in procs:
+            out, err = p.communicate(timeout=600)  # a small summary and a line per transition: the pipes never fill
+            if p.returncode != 0:
+                raise BenchError(f"work: exit {p.returncode}: {err.strip()[-600:]}")
+            runs += len(json.loads(out)["runs"])
+        seconds = time.perf_counter() - began
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every worker has been waited for: their CPU is in here
+        cpu = usage.ru_utime + usage.ru_stime - self.children_cpu
+        self.children_cpu += cpu
+        jobs = expect_json(run([self.py, self.program, "jobs", "--store", url, "--json"], cwd=self.work, env=self.env, label="jobs"), "jobs",
+                           lambda d: None if [j["phase"] for j in d["jobs"]] == ["awaiting-review"] * WORK_JOBS else "not every job at review")
+        if runs != WORK_JOBS or len(jobs["jobs"]) != WORK_JOBS:
+            raise BenchError(f"{count} workers ran {runs} jobs, expected {WORK_JOBS}")
+        self.record(work_figure(count), Run(seconds, cpu, 0, 0, "", ""))  # cpu: all the workers' user+sys together
+
+
+def work_figure(count: int) -> str:
+    return f"{WORK_JOBS} jobs @ 0.5 s, {count} worker{'s' if count > 1 else ''}"
+
+
+WORK_JOBS = 40
+WORKER_COUNTS = (1, 2, 4, 8)
+
+
 def progress(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr, flush=True)
 
@@ -397,6 +480,10 @@ ROWS = [
     ("3 items @ 1 s, concurrency 3", "3 items @ 1 s, concurrency 1", 0.60),
     (DIR_JOB, None, None),
     (STORE_JOB, DIR_JOB, 1.3),
+    (work_figure(1), None, None),
+    (work_figure(2), work_figure(1), None),
+    (work_figure(4), work_figure(1), 0.45),
+    (work_figure(8), work_figure(1), None),
     (DIR_STATUS, None, None),
     (STORE_STATUS, DIR_STATUS, 1.5),
 ]
@@ -466,6 +553,9 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-latency", action="store_true", help="skip the 1 s-latency jobs (about 10 s per round)")
     parser.add_argument("--skip-demo", action="store_true", help="skip the demo-job figures")
     parser.add_argument("--skip-store", action="store_true", help="skip the PostgreSQL store figures (a throwaway server)")
+    parser.add_argument("--skip-workers", action="store_true", help="skip the 40-job `work` figures (about a minute per round)")
+    parser.add_argument("--workers-only", action="store_true", help="run only the 40-job `work` figures (workers 1, 2, 4, 8)")
+    parser.add_argument("--work-runs", type=int, default=1, help="rounds of the 40-job `work` figures (default 1)")
     parser.add_argument("--program", default=PROGRAM, help="benchmark this copy of durable_job.py (default: the repository's)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and print its path")
     args = parser.parse_args(argv)
@@ -473,6 +563,9 @@ def main(argv=None) -> int:
         parser.error("--runs and --latency-runs must be at least 1")
     root = tempfile.mkdtemp(prefix="durable_job_bench.")
     bench = Bench(root, args.runs, args.latency_runs, os.path.abspath(args.program))
+    bench.work_runs = max(1, args.work_runs)
+    if args.workers_only:
+        args.skip_demo = args.skip_latency = args.skip_store = True
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     try:
         if not args.skip_demo:
@@ -481,6 +574,8 @@ def main(argv=None) -> int:
             bench.latency()
         if not args.skip_store:
             bench.store()
+        if not args.skip_workers:
+            bench.workers()
     except BenchError as exc:
         print(f"bench: a command failed, so there is no figure for it:\n  {exc}", file=sys.stderr)
         return 2

@@ -201,5 +201,5 @@ def test_commands_reach_a_jobs_storage_only_through_its_store():
         attributes = {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute)}
         assert not names & storage, (f.name, names & storage)
         assert "state_dir" not in attributes, f.name  # the command line's address is read by store_for alone
-        # seal makes a manifest; jobs and migrate address a whole store or folder, not one job
-        assert "store_for" in names or f.name in ("cmd_seal", "cmd_jobs", "cmd_migrate"), f.name
+        # seal makes a manifest; jobs, migrate and work address a whole store or folder, not one job
+        assert "store_for" in names or f.name in ("cmd_seal", "cmd_jobs", "cmd_migrate", "cmd_work"), f.name
