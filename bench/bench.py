@@ -102,6 +102,13 @@ CACHED_STATUS = "status via python -m (cached bytecode)"
 INSTALLED_STATUS = "durable-job status (installed)"
 
 
+def same_status(doc: dict, status: "Run") -> bool:
+    """The same answer as `python durable_job.py status`, but for the program each suggested command names."""
+    def plain(d):
+        return {k: v for k, v in d.items() if k != "next"}
+    return plain(doc) == plain(json.loads(status.stdout))
+
+
 class BenchError(Exception):
     """A command failed, so there is no figure to report."""
 
@@ -238,10 +245,10 @@ class Bench:
         expect_json(status, "status", lambda d: None if len(d.get("calls", [])) == 2 else "expected 2 calls")
         cached = self.record(CACHED_STATUS, run([self.py, "-m", "durable_job", "status", "--state-dir", demo_state, "--json"],
                                                 cwd=self.work, env=self.env, label=CACHED_STATUS))
-        expect_json(cached, CACHED_STATUS, lambda d: None if d == json.loads(status.stdout) else "differs from status")
+        expect_json(cached, CACHED_STATUS, lambda d: None if same_status(d, status) else "differs from status")
         installed = self.record(INSTALLED_STATUS, run([os.path.join(self.site, "bin", "durable-job"), "status", "--state-dir", demo_state, "--json"],
                                                       cwd=self.work, env=self.installed_env, label=INSTALLED_STATUS))
-        expect_json(installed, INSTALLED_STATUS, lambda d: None if d == json.loads(status.stdout) else "differs from status")
+        expect_json(installed, INSTALLED_STATUS, lambda d: None if same_status(d, status) else "differs from status")
         inspect = self.cli("inspect", "inspect", "--state-dir", demo_state, "--json")
         expect_json(inspect, "inspect", lambda d: None if d.get("resultsSha256") and not d.get("sealBroken") else "no resultsSha256 or a broken seal")
         self.cli("inspect --html", "inspect", "--state-dir", demo_state, "--html", html_path, "--json")
