@@ -5177,7 +5177,7 @@ class HoldParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI parser: one subcommand per COMMANDS row; flags are never abbreviated."""
-    parser = HoldParser(prog="durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = HoldParser(prog="durable-job" if program_name() == "durable-job" else "durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND")
     for name, command in COMMANDS.items():
         about = command.run.__doc__.strip().split("\n")[0]

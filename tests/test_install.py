@@ -84,3 +84,9 @@ def test_an_installed_copy_with_other_bytes_is_refused_as_a_changed_program(ws, 
     shutil.rmtree(changed / "__pycache__", ignore_errors=True)
     held = durable_job_command(str(changed), "resume", "--state-dir", ws.state, cwd=ws.root)
     held.held("Executable bytes changed")
+
+
+def test_the_installed_commands_help_names_it_as_typed(installed, tmp_path):
+    helped = durable_job_command(installed, "--help", cwd=str(tmp_path))
+    assert helped.code == 0, helped.stderr
+    assert helped.stdout.startswith("usage: durable-job "), helped.stdout[:80]
