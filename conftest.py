@@ -276,6 +276,9 @@ def clean_env() -> dict:
     return env
 
 
+from pg_server import free_port  # noqa: E402  (tests/ is on sys.path above): a loopback port with nothing listening
+
+
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory):
     """One throwaway PostgreSQL for the session (one per xdist worker); every test takes its own database."""
@@ -367,15 +370,6 @@ def openai_workspace(ws: Workspace, provider: Provider, sources=None, **override
     ws.write_manifest(sources=sources, mode="openai", model="gpt-test", **overrides)
     ws.env.update(provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
     return ws
-
-
-def free_port() -> int:
-    """A loopback port with nothing listening on it (the kernel's pick, released at once)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:

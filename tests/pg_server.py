@@ -31,6 +31,7 @@ def pg_bin(name: str) -> str:
 
 
 def free_port() -> int:
+    """A loopback port with nothing listening on it (the kernel's pick, released at once)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
