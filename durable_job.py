@@ -1225,14 +1225,22 @@ def scrub(value):
 
 
 def complete_call(db, key: str, output_text: str, response_id, request_id, usage, then=None) -> None:
-    """Commit a call's answer; `then(db, key, output_text)` runs in the same transaction (a retry's draft)."""
+    """Commit a call's answer; `then(db, key, output_text)` runs in the same transaction (a retry's draft).
+
+    Only a pending row takes an answer: one a person reconciled meanwhile keeps
+    what they recorded, and this answer is refused with nothing written.
+    """
     output_text, response_id, request_id = scrub(output_text), scrub(response_id), scrub(request_id)
     with transaction(db):
-        db.execute(
+        updated = db.execute(
             "UPDATE calls SET status='completed', output_text=?, response_id=?, request_id=?, usage_json=?, updated_utc=? "
             "WHERE operation_key=? AND status='pending'",
             (output_text, response_id, request_id, None if usage is None else scrub(json.dumps(usage, sort_keys=True)), now_utc(), key),
-        )
+        ).rowcount
+        if updated != 1:
+            row = db.execute("SELECT status FROM calls WHERE operation_key=?", (key,)).fetchone()
+            raise StateError(f"call {key} is {row[0] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
+                             f"was on the way (response {response_id}); that answer is not used and nothing was written: run status")
         record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})
         if then is not None:
             then(db, key, output_text)
@@ -1256,12 +1264,13 @@ def fail_call(db, key: str, exc: BaseException) -> str:
     status = "rejected" if code in REFUSAL_STATUSES else "pending"
     detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc), 300), "requestId": request_id}
     with transaction(db):
-        db.execute(
+        updated = db.execute(
             "UPDATE calls SET status=?, request_id=COALESCE(?, request_id), reconciliation_json=CASE WHEN ?='rejected' THEN ? ELSE reconciliation_json END, updated_utc=? "
             "WHERE operation_key=? AND status='pending'",
             (status, request_id, status, json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None, now_utc(), key),
-        )
-        record_event(db, key, "rejected" if status == "rejected" else "error", detail)
+        ).rowcount
+        if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
+            record_event(db, key, "rejected" if status == "rejected" else "error", detail)
     return status
 
 
@@ -1742,13 +1751,64 @@ def open_checkpointer(state_dir: str, conn: sqlite3.Connection | None = None):
     """LangGraph's SqliteSaver over checkpoints.sqlite (on conn when the caller opened it already)."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    saver = SqliteSaver(conn or checkpoints_connection(state_dir))
+    saver = SqliteSaver(conn or checkpoints_connection(state_dir), serde=checkpoint_serializer())
     try:
         saver.setup()
     except sqlite3.DatabaseError as exc:
         path = job_path(state_dir, CHECKPOINTS_FILE)
         raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or {NEW_JOB}") from None
     return saver
+
+
+JSON_TYPE_TAG = "json"  # how checkpoint_serializer tags a plain value (JsonPlusSerializer reads the tag too)
+
+
+def exactly_json(value) -> bool:
+    """True when JSON holds value exactly: str-keyed dicts, lists and tuples, str, int, float, bool, None (no subclasses).
+
+    A tuple comes back a list, as it does from LangGraph's msgpack.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is dict:
+            if any(type(k) is not str for k in v):
+                return False
+            stack.extend(v.values())
+        elif kind is list or kind is tuple:
+            stack.extend(v)
+        elif kind not in (str, int, float, bool, type(None)):
+            return False
+    return True
+
+
+def checkpoint_serializer():
+    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json").
+
+    Everything this program keeps in its state is plain JSON, so its
+    checkpoints can be read with sqlite3 and jq, and status and inspect decode
+    them with the json module (no msgpack import). LangGraph's own objects (an
+    Interrupt, ...) and anything JSON cannot hold exactly (NaN, a non-str key,
+    a subclass such as an enum, a lone surrogate) keep LangGraph's msgpack.
+    """
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class JsonFirstSerializer(JsonPlusSerializer):
+        def dumps_typed(self, obj):
+            if obj is not None and exactly_json(obj):
+                try:
+                    return JSON_TYPE_TAG, json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+                except ValueError:  # NaN or infinity, or a lone surrogate UTF-8 cannot encode
+                    pass
+            return super().dumps_typed(obj)
+
+        def loads_typed(self, data):
+            if data[0] == JSON_TYPE_TAG:
+                return json.loads(data[1])  # exactly what was written: no LangChain object revival
+            return super().loads_typed(data)
+
+    return JsonFirstSerializer()
 
 
 NO_CALL_LEFT = "no model call left"  # how a failed result says the bounds allowed its item no call
@@ -1845,9 +1905,10 @@ def invoke_graph(ctx: Context, checkpoints, resume_value) -> dict:
 #   type, checkpoint) and `writes` (... task_id, channel, type, value). A
 #   checkpoint_id is a uuid6, so its text order is time order (SqliteSaver's
 #   own get_tuple takes the latest the same way).
-# - A checkpoint is a msgpack map whose `channel_values` holds the state's own
+# - A checkpoint is a map whose `channel_values` holds the state's own
 #   channels (STATE_KEYS) beside LangGraph's routing channels (`branch:to:<node>`),
-#   which the reader skips.
+#   which the reader skips. checkpoint_serializer stores it, and every plain
+#   write, as JSON; the reader decodes msgpack only for what JSON could not hold.
 # - A write on `__interrupt__` beside the latest checkpoint: the thread waits at
 #   an interrupt(); on `__resume__`: a resume value (a decision) saved for it.
 # - JsonPlusSerializer's type tags: "msgpack" for a value, "null" for None. It
@@ -1926,13 +1987,18 @@ class LangGraphObject:
 
 
 def decode_checkpoint(kind: str, blob: bytes | None, path: str = CHECKPOINTS_FILE):
-    """One serialized checkpoint or write, as JsonPlusSerializer wrote it (see the LG_* names above)."""
+    """One serialized checkpoint or write, as checkpoint_serializer wrote it (see the LG_* names above)."""
     if kind == LG_NULL_TYPE:
         return None
+    if kind == JSON_TYPE_TAG:
+        try:
+            return json.loads(blob)
+        except ValueError as exc:
+            raise StateError(f"{path} holds a checkpoint that is not valid JSON ({exc}); it is left untouched: restore it from a backup") from None
     if kind != LG_MSGPACK_TYPE:
-        raise StateError(f"{path} holds a value of serializer type {kind!r}, where this program's state is msgpack only; "
+        raise StateError(f"{path} holds a value of serializer type {kind!r}, where this program's state is json or msgpack only; "
                          "it is left untouched: restore it from a backup")
-    import ormsgpack
+    import ormsgpack  # only for a value JSON could not hold: status usually never loads it (about 13 ms)
 
     try:
         return ormsgpack.unpackb(blob, ext_hook=lambda code, data: LangGraphObject(code))
@@ -2910,7 +2976,7 @@ class PgStore:
                 writer.alive()
                 return super().put_writes(*a, **kw)
 
-        return LockedSaver(conn or self.checkpoint_connection())
+        return LockedSaver(conn or self.checkpoint_connection(), serde=checkpoint_serializer())
 
     def read_checkpoint(self, job: dict) -> dict:
         """The latest checkpoint without langgraph: simple values inline in its JSON, lists and dicts in checkpoint_blobs."""
@@ -5250,12 +5316,23 @@ def emit(command: str, out: dict, fmt: str | None, where=None) -> None:
     sys.stdout.flush()
 
 
+def after_stop(args) -> str:
+    """What to run after a job command stopped half-way (Ctrl-C, a disk error): paste-ready once the job is known."""
+    store = _COMMAND_STORE.get()
+    if store is None and getattr(args, "state_dir", None):
+        store = StateDirStore(args.state_dir)
+    if store is None:
+        return "run `status`, then `resume` (a pending call needs reconcile first)"
+    return f"run {suggest('status', store=store)}, then {suggest('resume', store=store)} (a pending call needs reconcile first)"
+
+
 def main(argv=None) -> int:
     os.umask(0o077)
     _COMMAND_STORE.set(None)
     if os.environ.get(STORE_ENV):
         remember_secrets(os.environ[STORE_ENV])
     argv = sys.argv[1:] if argv is None else list(argv)
+    args = None
     try:
         args = parse_command_line(argv)
         command = COMMANDS[args.command]
@@ -5275,11 +5352,11 @@ def main(argv=None) -> int:
         print(f"HOLD: {type(exc).__name__}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("HOLD: Interrupted: stopped by Ctrl-C; run `status`, then `resume` (a pending call needs reconcile first)", file=sys.stderr)
+        print(f"HOLD: Interrupted: stopped by Ctrl-C; {after_stop(args)}", file=sys.stderr)
         return 2
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        then = "run the command again" if argv and argv[0] in CHANGES_NO_JOB else "run `status`, then resume"
+        then = "run the command again" if argv and argv[0] in CHANGES_NO_JOB else after_stop(args)
         print(f"HOLD: StateError: {redact(exc.strerror or exc)}{where}; nothing was changed after the failing step: fix the cause, {then}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line, and the saved state is left as it is

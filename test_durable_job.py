@@ -405,21 +405,28 @@ def test_write_exclusive_creates_once_and_never_replaces(tmp_path):
 
 
 def test_complete_call_changes_only_a_pending_row_and_stores_no_key(tmp_path, monkeypatch):
-    """A late answer cannot revive a call a person abandoned (or change a completed one); what it stores never holds the key."""
+    """A late answer cannot revive a call a person abandoned (or change a completed one): it is refused, no event or
+    draft is written, and a late failure adds no event either; what is stored never holds the key."""
     monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
     db = dj.ledger(str(tmp_path / "effects.sqlite"))
     columns = "SELECT status, output_text, response_id, request_id, usage_json, reconciliation_json FROM calls WHERE operation_key=?"
+    events = "SELECT event FROM call_events WHERE operation_key=? ORDER BY id"
+    drafts = []
     abandoned = dj.claim_attempt(db, JOB, BOUNDS, ITEM, "p")[1]
     db.execute("UPDATE calls SET status='abandoned', reconciliation_json='{}' WHERE operation_key=?", (abandoned,))
-    before = db.execute(columns, (abandoned,)).fetchall()
-    dj.complete_call(db, abandoned, "late answer", "resp-late", "req-late", {"total_tokens": 1})
+    before, logged = db.execute(columns, (abandoned,)).fetchall(), db.execute(events, (abandoned,)).fetchall()
+    with pytest.raises(dj.StateError, match=f"call {abandoned} is abandoned in the journal, not pending.*resp-late.*run status"):
+        dj.complete_call(db, abandoned, "late answer", "resp-late", "req-late", {"total_tokens": 1}, lambda *a: drafts.append(a))
     assert db.execute(columns, (abandoned,)).fetchall() == before == [("abandoned", None, None, None, None, "{}")]
+    dj.fail_call(db, abandoned, TimeoutError("late timeout"))
+    assert db.execute(events, (abandoned,)).fetchall() == logged and drafts == [] and not db.in_transaction
 
     key = dj.claim_attempt(db, JOB, BOUNDS, ITEM, "p")[1]
     dj.complete_call(db, key, f"text {FAKE_KEY}", f"resp-{FAKE_KEY}", f"req-{FAKE_KEY}", {"note": FAKE_KEY})
     done = db.execute(columns, (key,)).fetchall()
     assert done == [("completed", "text [redacted]", "resp-[redacted]", "req-[redacted]", '{"note": "[redacted]"}', None)]
-    dj.complete_call(db, key, "another answer", "resp-2", "req-2", None)
+    with pytest.raises(dj.StateError, match="is completed in the journal"):
+        dj.complete_call(db, key, "another answer", "resp-2", "req-2", None)
     assert db.execute(columns, (key,)).fetchall() == done
 
 
@@ -591,21 +598,31 @@ def test_help_explains_every_command_in_one_line(ws):
         assert sub.code == 0 and sub.stdout.startswith("usage:")
 
 
-def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkeypatch, capsys):
+def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkeypatch, capsys, tmp_path):
     """Only a command that may have changed the job sends the person to `status` and `resume`."""
     def fails(args):
         """Fail as the disk might."""
         raise PermissionError(13, "Permission denied", "/somewhere/file")
 
+    monkeypatch.chdir(tmp_path)
+    program, state = dj.program_name(), tmp_path / "s"  # the suggestions name the folder absolutely: paste-ready from anywhere
+    paste = f"run {program} status --state-dir {state}, then {program} resume --state-dir {state} (a pending call needs reconcile first)"
     cases = {("status",): "run the command again", ("inspect",): "run the command again",
-             ("resume",): "run `status`, then resume",
-             ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"): "run `status`, then resume"}
+             ("resume",): paste, ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"): paste}
     for argv, then in cases.items():
         monkeypatch.setattr(dj.COMMANDS[argv[0]], "run", fails)
         assert dj.main([*argv, "--state-dir", "s"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("HOLD: StateError: Permission denied (/somewhere/file)")
         assert err.rstrip().endswith(then), err
+
+    def interrupted(args):
+        """Stop as Ctrl-C does."""
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dj.COMMANDS["resume"], "run", interrupted)
+    assert dj.main(["resume", "--state-dir", "s"]) == 2
+    assert capsys.readouterr().err == f"HOLD: Interrupted: stopped by Ctrl-C; {paste}\n"
 
 
 def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
@@ -802,7 +819,7 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
     inspected = ws.run("inspect").ok()
     assert inspected["results"] == values.get("results", []) and inspected["final"] == values.get("final")
     if ws.store:
-        return  # PostgresSaver keeps simple values inline in JSON, the rest as the msgpack checked below for SQLite
+        return  # PostgresSaver keeps simple values inline in its JSON column, the rest as the blobs checked below for SQLite
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     path = os.path.join(ws.state, "checkpoints.sqlite")
@@ -810,7 +827,31 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
     blobs = conn.execute("SELECT type, checkpoint FROM checkpoints UNION ALL "
                          "SELECT type, value FROM writes WHERE channel IN ('final', '__resume__')").fetchall()
     conn.close()
-    assert blobs and all(dj.decode_checkpoint(t, b, path) == JsonPlusSerializer().loads_typed((t, b)) for t, b in blobs)
+    assert blobs and {t for t, _ in blobs} <= {"json", "null"}  # the state is plain: all of it readable with sqlite3 and jq
+    for t, b in blobs:  # the program's serializer and a stock LangGraph one read each value as the reader does
+        assert dj.decode_checkpoint(t, b, path) == dj.checkpoint_serializer().loads_typed((t, b)) == JsonPlusSerializer().loads_typed((t, b))
+
+
+def test_the_checkpoint_serializer_stores_json_only_what_json_holds_exactly():
+    """Plain values become JSON; anything JSON would change (NaN, a non-str key, an enum, a lone surrogate) keeps LangGraph's msgpack."""
+    import enum
+
+    class Colour(str, enum.Enum):
+        RED = "red"
+
+    serde = dj.checkpoint_serializer()
+    plain = {"results": [{"quote": "Alpha é ✓", "n": 3, "x": 0.1, "ok": True, "none": None}], "index": 2}
+    kind, blob = serde.dumps_typed(plain)
+    assert kind == "json" and json.loads(blob) == plain and serde.loads_typed((kind, blob)) == plain
+    assert serde.dumps_typed(("a", 1)) == ("json", b'["a",1]')  # a tuple reads back a list, as from msgpack
+    assert serde.dumps_typed(None) == ("null", b"")
+    for value in ({"x": float("nan")}, {1: "int key"}, [Colour.RED], {"q": "\ud800"}, b"bytes"):
+        assert serde.dumps_typed(value)[0] != "json", value
+    kind, blob = serde.dumps_typed([Colour.RED])
+    assert serde.loads_typed((kind, blob)) == [Colour.RED]  # exactly as LangGraph alone would have kept it
+    # a stored value the reader cannot decode is named with its file and the fix
+    with pytest.raises(dj.StateError, match="not valid JSON.*restore it from a backup"):
+        dj.decode_checkpoint("json", b"{broken", "checkpoints.sqlite")
 
 
 def test_a_state_channel_stored_as_a_langgraph_object_is_refused_not_shown_empty(ws):
@@ -821,10 +862,10 @@ def test_a_state_channel_stored_as_a_langgraph_object_is_refused_not_shown_empty
     path = os.path.join(ws.state, "checkpoints.sqlite")
     conn = sqlite3.connect(path)
     checkpoint_id, blob = conn.execute("SELECT checkpoint_id, checkpoint FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
-    checkpoint = ormsgpack.unpackb(blob)
+    checkpoint = json.loads(blob)
     results = checkpoint["channel_values"]["results"]
     checkpoint["channel_values"]["results"] = ormsgpack.Ext(7, ormsgpack.packb(results))  # as a delta snapshot would be stored
-    conn.execute("UPDATE checkpoints SET checkpoint=? WHERE checkpoint_id=?", (ormsgpack.packb(checkpoint), checkpoint_id))
+    conn.execute("UPDATE checkpoints SET type='msgpack', checkpoint=? WHERE checkpoint_id=?", (ormsgpack.packb(checkpoint), checkpoint_id))
     conn.commit()
     conn.close()
     for command in ("status", "inspect"):
@@ -832,7 +873,7 @@ def test_a_state_channel_stored_as_a_langgraph_object_is_refused_not_shown_empty
 
 
 def test_status_and_inspect_read_the_checkpoint_without_langgraph_or_openai(ws):
-    """The read-only commands decode checkpoints.sqlite themselves (ormsgpack): neither langgraph nor the SDK is imported."""
+    """The read-only commands decode checkpoints.sqlite themselves (JSON): neither langgraph, the SDK nor msgpack is imported."""
     ws.start().ok()
     code = ("import runpy, sys\n"
             "sys.argv = ['durable_job.py', *sys.argv[1:]]\n"
@@ -845,4 +886,4 @@ def test_status_and_inspect_read_the_checkpoint_without_langgraph_or_openai(ws):
         proc = subprocess.run([sys.executable, "-c", code, command, "--state-dir", ws.state, "--json"],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and json.loads(proc.stdout)["phase"] == "awaiting-review", proc.stderr
-        assert proc.stderr.strip() == "['ormsgpack']", (command, proc.stderr)
+        assert proc.stderr.strip() == "[]", (command, proc.stderr)

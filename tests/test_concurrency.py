@@ -1,4 +1,5 @@
 """Bounded parallel calls (maxConcurrentCalls > 1): overlapping requests, manifest-order results, same guarantees."""
+import json
 import os
 import signal
 import time
@@ -101,7 +102,6 @@ def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
 
 def test_parallel_calls_are_journaled_only_after_the_graph_saved_its_first_checkpoint(ws, provider):
     """No call goes out while LangGraph loads: every pending row is younger than the thread's first checkpoint."""
-    import ormsgpack
     import sqlite3
     from datetime import datetime
 
@@ -110,7 +110,7 @@ def test_parallel_calls_are_journaled_only_after_the_graph_saved_its_first_check
     conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
     blobs = [r[0] for r in conn.execute("SELECT checkpoint FROM checkpoints")]
     conn.close()
-    first_checkpoint = min(datetime.fromisoformat(ormsgpack.unpackb(b)["ts"]) for b in blobs)
+    first_checkpoint = min(datetime.fromisoformat(json.loads(b)["ts"]) for b in blobs)
     created = [datetime.fromisoformat(c.replace("Z", "+00:00")) for (c,) in ws.db_rows("SELECT created_utc FROM calls")]
     assert len(created) == 3 and min(created) > first_checkpoint, (created, first_checkpoint)
 
