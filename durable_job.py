@@ -595,7 +595,7 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
             who = f" ({holder['command']}, pid {holder['pid']})" if holder else ""
-            raise BusyError(f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then run `{self.command}` again") from None
+            raise BusyError(f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then run {run_again(self.command)} again") from None
         try:
             os.ftruncate(self.fd, 0)
             os.write(self.fd, f"{os.getpid()} {self.command} {now_utc()}\n".encode())
@@ -2225,6 +2225,16 @@ class StateDirStore:
 
 # The job the running command works on: the messages it raises suggest commands for exactly this job.
 _COMMAND_STORE = contextvars.ContextVar("durable_job_command_store", default=None)
+# The command line main() is running: a busy job's refusal says to run exactly it again.
+_COMMAND_LINE = contextvars.ContextVar("durable_job_command_line", default=None)
+
+
+def run_again(command: str) -> str:
+    """The command line as the person typed it, quoted to paste (the bare command name outside main())."""
+    import shlex
+
+    argv = _COMMAND_LINE.get()
+    return f"`{program_name()} {shlex.join(argv)}`" if argv else f"`{command}`"
 
 
 def store_for(args):
@@ -2699,7 +2709,7 @@ class PgLock:
                 holder = store.holder(journal)
                 who = f" ({holder['command']}, pid {holder['pid']}, since {holder['sinceUtc']})" if holder else ""
                 raise BusyError(f"Job {store.job_id} busy: another durable_job command{who} holds it in {store.public}; "
-                                f"wait for it to finish, then run `{self.command}` again")
+                                f"wait for it to finish, then run {run_again(self.command)} again")
         except BaseException:
             conn.close()
             raise
@@ -5332,6 +5342,7 @@ def main(argv=None) -> int:
     if os.environ.get(STORE_ENV):
         remember_secrets(os.environ[STORE_ENV])
     argv = sys.argv[1:] if argv is None else list(argv)
+    _COMMAND_LINE.set(argv)
     args = None
     try:
         args = parse_command_line(argv)

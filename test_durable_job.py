@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import shlex
 import sqlite3
 import stat
 
@@ -534,7 +535,8 @@ def test_busy_directory_refuses_every_writer_but_not_readers(tmp_path, moment):
     try:
         for name, argv in WRITERS.items():
             line = ws.run(*argv(ws, key, summary)).held("BusyError", "State directory busy", f"pid {holder.pid}")
-            assert f"`{'resume' if name == 'start' else name}` again" in line, line  # the same job's start continues as resume
+            typed = shlex.join([*argv(ws, key, summary), "--state-dir", ws.state])
+            assert line.endswith(f"then run `{dj.program_name()} {typed}` again"), line  # exactly what was typed, to paste
         assert ws.run("status").ok()["phase"] == moment
         assert ws.run("inspect").ok()["final"] is None
     finally:

@@ -6,6 +6,7 @@ holder dies or loses its connection, passwords, jobs listings, addressing and th
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -111,7 +112,8 @@ def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
         status = ws.run("status").ok()
         assert time.monotonic() - began < 10
         assert status["phase"] == "running" and status["running"]["command"] == "start" and status["running"]["pid"] == proc.pid
-        ws.run("resume").held("BusyError", "Job journey busy", "(start, pid")
+        line = ws.run("resume").held("BusyError", "Job journey busy", "(start, pid")
+        assert re.search(r"then run `.* resume --store \S+ --job journey` again$", line), line  # the command as typed, to paste
     finally:
         kill_group(proc)
     # the server released the dead session's lock: the next writer gets in, and meets the uncertain call
