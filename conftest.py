@@ -178,7 +178,10 @@ class Workspace:
         return [tuple(r) for r in self.journal(sql)]
 
     def state_bytes(self) -> dict:
-        """Every file of the state directory, name → bytes (to prove nothing changed)."""
+        """Everything the job has saved, to prove nothing changed: every file of the state directory, name → bytes,
+        or every row of the store's schema, table → rows (each store test has a database of its own)."""
+        if self.store is not None:
+            return store_rows(self.store)
         out = {}
         if os.path.isdir(self.state):
             for name in sorted(os.listdir(self.state)):
@@ -194,6 +197,17 @@ class Workspace:
                 return store.load_job()
         with open(os.path.join(self.state, "job.json")) as fh:
             return json.load(fh)
+
+
+def store_rows(url: str) -> dict:
+    """Every table of the store's durable_job schema, name → its rows (as text, sorted)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        tables = [name for (name,) in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'durable_job' AND table_type = 'BASE TABLE'")]
+        assert tables, f"no durable_job tables in {url}"
+        return {name: sorted(map(repr, conn.execute(f'SELECT * FROM durable_job."{name}"').fetchall())) for name in sorted(tables)}
 
 
 class Result:

@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from conftest import ALPHA, BETA, PROGRAM, Workspace, openai_workspace
+from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, openai_workspace
 from test_review import assert_self_contained_and_inert, parse_page, paste, png_pixels, run_argv, screenshot, write
 
 INVALID = {"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}
@@ -24,15 +24,17 @@ def retry(ws: Workspace, item="alpha", reviewer="dana", reason="the quote was wr
 
 
 def events(ws: Workspace, event: str) -> list:
-    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
-    try:
-        return [(k, json.loads(d)) for k, d in conn.execute(
-            "SELECT operation_key, detail_json FROM call_events WHERE event=? ORDER BY id", (event,))]
-    finally:
-        conn.close()
+    return [(k, json.loads(d)) for k, d in ws.journal(
+        f"SELECT operation_key, detail_json FROM call_events WHERE event='{event}' ORDER BY id")]
 
 
 def checkpoint_rows(ws: Workspace) -> tuple:
+    """How many checkpoints and writes the job's thread has (checkpoints.sqlite, or the store's own test database)."""
+    if ws.store is not None:
+        import psycopg
+
+        with psycopg.connect(ws.store) as conn:
+            return tuple(conn.execute(f"SELECT count(*) FROM durable_job.{table}").fetchone()[0] for table in ("checkpoints", "checkpoint_writes"))
     conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
     try:
         return conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0], conn.execute("SELECT count(*) FROM writes").fetchone()[0]
@@ -82,6 +84,7 @@ def test_a_failed_items_reason_is_shown_wherever_its_status_is_and_next_offers_r
 # --- retry: a journey ----------------------------------------------------------------------------------
 
 
+@BOTH
 def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
     """invalid-citation, then retry without it: a journaled call, a new draft, stale old bindings, verify ok."""
     h1 = started_invalid(ws)["interrupt"][0]["resultsSha256"]
@@ -152,6 +155,7 @@ def test_retry_beyond_the_bounds_is_refused_naming_the_bound_and_the_alternative
     assert ws.state_bytes() == before
 
 
+@BOTH
 def test_retry_is_refused_where_the_job_is_not_at_review(ws, tmp_path):
     started_invalid(ws)
     before = ws.state_bytes()
@@ -182,6 +186,7 @@ def test_retry_is_refused_where_the_job_is_not_at_review(ws, tmp_path):
 # --- retry: crashes --------------------------------------------------------------------------------
 
 
+@BOTH
 def test_a_retry_killed_after_its_pending_row_stops_everything_until_reconciled_then_completes_as_a_draft(ws):
     """after-pending: UNCERTAIN_CALL for retry, resume, decide and revise; reconcile complete makes the draft."""
     h1 = started_invalid(ws)["interrupt"][0]["resultsSha256"]
@@ -213,6 +218,7 @@ def test_a_retry_killed_after_its_pending_row_stops_everything_until_reconciled_
     assert ws.run("verify").ok()["ok"] is True
 
 
+@BOTH
 def test_a_retry_abandoned_after_a_crash_leaves_the_results_as_they_were_and_spends_the_attempt(ws):
     h1 = started_invalid(ws)["interrupt"][0]["resultsSha256"]
     assert retry(ws, env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
@@ -227,6 +233,7 @@ def test_a_retry_abandoned_after_a_crash_leaves_the_results_as_they_were_and_spe
     assert ws.run("verify").ok()["ok"] is True
 
 
+@BOTH
 def test_a_job_cancelled_during_a_retrys_uncertain_call_keeps_its_results_when_the_call_is_reconciled(ws):
     """After a cancel nothing changes the reviewed results: the reconciled answer is journaled, not drafted."""
     h1 = started_invalid(ws)["interrupt"][0]["resultsSha256"]

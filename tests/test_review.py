@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, sha256
+from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, sha256
 
 REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
 REVISED_CITATIONS = [
@@ -253,6 +253,7 @@ def test_a_failing_verify_prints_its_report_in_the_format_asked_for(ws):
 # --- revisions -----------------------------------------------------------------------------------------
 
 
+@BOTH
 def test_revise_makes_new_versions_keeps_history_and_binds_decisions(ws):
     started = ws.start().ok()
     h1 = started["interrupt"][0]["resultsSha256"]
@@ -289,7 +290,7 @@ def test_revise_makes_new_versions_keeps_history_and_binds_decisions(ws):
         decide(ws, digest=old).held("stale: results changed since review, now " + h3)
     final = decide(ws, digest=h3).ok()["final"]
     assert final["draftVersion"] == 3 and final["resultsSha256"] == h3 and final["bound"] is True
-    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    receipt = ws.receipt()
     assert receipt["draftVersion"] == 3 and receipt["resultsSha256"] == h3
     revise(ws).held("Final decision already recorded")
 
@@ -332,6 +333,7 @@ def test_revision_is_validated_exactly_like_model_output(ws, summary, citations,
     assert ws.state_bytes() == before
 
 
+@BOTH
 def test_revise_refuses_unknown_items_and_jobs_not_waiting(ws):
     ws.start().ok()
     revise(ws, item="gamma").held("No item 'gamma'", "alpha, beta")
@@ -342,6 +344,7 @@ def test_revise_refuses_unknown_items_and_jobs_not_waiting(ws):
     revise(waiting).held("Cannot revise yet", "UNCERTAIN_CALL alpha")
 
 
+@BOTH
 def test_revising_failed_items_lets_the_reviewer_accept(ws):
     started = ws.start(env={"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}).ok()
     assert [r["status"] for r in started["results"]] == ["failed", "failed"]
@@ -367,6 +370,7 @@ def test_revise_never_calls_the_provider(ws, provider):
 # --- cancel ------------------------------------------------------------------------------------------
 
 
+@BOTH
 def test_cancel_at_review_is_terminal_and_everything_after_is_refused(ws):
     ws.start().ok()
     revise(ws).ok()
@@ -387,18 +391,20 @@ def test_cancel_at_review_is_terminal_and_everything_after_is_refused(ws):
     status = ws.run("status").ok()
     assert status["phase"] == "cancelled" and "decide" not in status["next"]
 
-    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    receipt = ws.receipt()
     assert receipt["outcome"] == "cancelled" and receipt["draftVersion"] == 2
     assert receipt["reviewer"] == "olga" and receipt["reason"] == "wrong quarter"
     assert receipt["resultsSha256"] == inspected["resultsSha256"]
 
 
+@BOTH
 def test_cancel_after_a_decision_is_refused(ws):
     ws.start().ok()
     decide(ws, "reject").ok()
-    receipt = open(os.path.join(ws.state, "receipt.json"), "rb").read()
+    before = ws.state_bytes()
+    assert ws.receipt()["decision"] == "reject"
     ws.run("cancel", "--reviewer", "olga", "--reason", "late").held("Final decision already recorded")
-    assert open(os.path.join(ws.state, "receipt.json"), "rb").read() == receipt
+    assert ws.state_bytes() == before
 
 
 def test_cancel_with_a_pending_call_keeps_it_reconcilable_and_sends_nothing_new(ws, provider):
@@ -433,6 +439,7 @@ def test_cancel_with_a_pending_call_keeps_it_reconcilable_and_sends_nothing_new(
     assert len(provider.requests()) == sent  # nothing new was ever sent
 
 
+@BOTH
 def test_cancel_before_any_result_and_then_abandon_the_pending_call(ws):
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
     key = ws.db_rows()[0][0]
@@ -440,10 +447,11 @@ def test_cancel_before_any_result_and_then_abandon_the_pending_call(ws):
     ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "olga", "--reason", "no usage").ok()
     ws.run("resume").held("cancelled")
     assert [(r[1], r[2]) for r in ws.db_rows()] == [("alpha", "abandoned")]
-    receipt = json.load(open(os.path.join(ws.state, "receipt.json")))
+    receipt = ws.receipt()
     assert receipt["statuses"] == {} and receipt["outcome"] == "cancelled"
 
 
+@BOTH
 def test_cancel_before_the_first_checkpoint_is_terminal_and_verifiable(ws):
     """A job sealed but never run (killed right after the seal) can be cancelled like any other."""
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-seal"}).code == 93
