@@ -163,6 +163,22 @@ def test_a_resource_changed_between_start_and_resume_stops_the_job_like_a_change
     docs.assert_read_only("docs://alpha", launches=4)
 
 
+@pytest.mark.parametrize("ws", ["store"], indirect=True)
+def test_in_a_store_an_mcp_item_is_read_once_at_start_and_its_sealed_copy_serves_every_later_machine(ws, docs):
+    """A store job carries its sources' bytes: after start no machine launches the server again, so a resource
+    that changes later (or a machine without the server) cannot stop it; the results still match the sealed bytes."""
+    mcp_manifest(ws, docs.item("alpha", "docs://alpha", ALPHA), files={"beta": BETA})
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"}).code == 92
+    launched = len(docs.sessions())
+    assert launched == 1
+    docs.serve_alpha(ALPHA.replace("owner review", "no review"))
+    out = ws.run("resume").ok()
+    assert by_id(out["results"])["alpha"] == {"itemId": "alpha", "status": "validated", "sourceSha256": sha256(ALPHA)}
+    assert by_id(ws.run("inspect").ok()["results"])["alpha"]["citations"][0]["quote"] == first_line(ALPHA)
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").ok()
+    assert len(docs.sessions()) == launched and ws.run("verify").ok()["ok"] is True
+
+
 # ---------------------------------------------------------------------------
 # the server's environment: mcp.env (sealed settings) and mcp.passEnv (secrets from the caller)
 
