@@ -832,6 +832,15 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
     assert blobs and {t for t, _ in blobs} <= {"json", "null"}  # the state is plain: all of it readable with sqlite3 and jq
     for t, b in blobs:  # the program's serializer and a stock LangGraph one read each value as the reader does
         assert dj.decode_checkpoint(t, b, path) == dj.checkpoint_serializer().loads_typed((t, b)) == JsonPlusSerializer().loads_typed((t, b))
+    # a job written by an earlier program (stock LangGraph: msgpack throughout) reads exactly the same
+    conn = sqlite3.connect(path)
+    for table, column in (("checkpoints", "checkpoint"), ("writes", "value")):
+        for rowid, t, b in conn.execute(f"SELECT rowid, type, {column} FROM {table} WHERE type = 'json'").fetchall():
+            conn.execute(f"UPDATE {table} SET type = ?, {column} = ? WHERE rowid = ?", (*JsonPlusSerializer().dumps_typed(json.loads(b)), rowid))
+    conn.commit()
+    assert conn.execute("SELECT count(*) FROM checkpoints WHERE type = 'msgpack'").fetchone()[0] == len(conn.execute("SELECT 1 FROM checkpoints").fetchall())
+    conn.close()
+    assert dj.read_checkpoint(ws.state, job) == saved
 
 
 def test_the_checkpoint_serializer_stores_json_only_what_json_holds_exactly():
