@@ -5326,11 +5326,17 @@ def emit(command: str, out: dict, fmt: str | None, where=None) -> None:
     sys.stdout.flush()
 
 
-def after_stop(args) -> str:
-    """What to run after a job command stopped half-way (Ctrl-C, a disk error): paste-ready once the job is known."""
+def known_store(args):
+    """The job the failed command named, if it got that far (None before its command line was read)."""
     store = _COMMAND_STORE.get()
     if store is None and getattr(args, "state_dir", None):
         store = StateDirStore(args.state_dir)
+    return store
+
+
+def after_stop(args) -> str:
+    """What to run after a job command stopped half-way (Ctrl-C, a disk error): paste-ready once the job is known."""
+    store = known_store(args)
     if store is None:
         return "run `status`, then `resume` (a pending call needs reconcile first)"
     return f"run {suggest('status', store=store)}, then {suggest('resume', store=store)} (a pending call needs reconcile first)"
@@ -5373,7 +5379,10 @@ def main(argv=None) -> int:
     except Exception as exc:  # a bug: still one line, and the saved state is left as it is
         if os.environ.get("DURABLE_JOB_DEBUG"):
             raise
-        print(f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run `status`, and set DURABLE_JOB_DEBUG=1 for a traceback to report", file=sys.stderr)
+        store = known_store(args)
+        status = suggest("status", store=store) if store is not None else "`status`"
+        print(f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {status}, "
+              "and set DURABLE_JOB_DEBUG=1 for a traceback to report", file=sys.stderr)
         return 2
 
 

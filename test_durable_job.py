@@ -600,8 +600,9 @@ def test_help_explains_every_command_in_one_line(ws):
         assert sub.code == 0 and sub.stdout.startswith("usage:")
 
 
-def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkeypatch, capsys, tmp_path):
-    """Only a command that may have changed the job sends the person to `status` and `resume`."""
+def test_an_unforeseen_failure_disk_ctrl_c_or_bug_is_one_line_whose_advice_fits_the_command(monkeypatch, capsys, tmp_path):
+    """A disk error, Ctrl-C or a bug is one HOLD line; only a command that may have changed the job sends the person to
+    `status` and `resume`, pasted ready for this job."""
     def fails(args):
         """Fail as the disk might."""
         raise PermissionError(13, "Permission denied", "/somewhere/file")
@@ -625,6 +626,16 @@ def test_an_unforeseen_os_error_is_one_line_whose_advice_fits_the_command(monkey
     monkeypatch.setattr(dj.COMMANDS["resume"], "run", interrupted)
     assert dj.main(["resume", "--state-dir", "s"]) == 2
     assert capsys.readouterr().err == f"HOLD: Interrupted: stopped by Ctrl-C; {paste}\n"
+
+    def has_a_bug(args):
+        """Fail as a bug would."""
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(dj.COMMANDS["decide"], "run", has_a_bug)
+    assert dj.main(["decide", "--decision", "hold", "--reviewer", "r", "--reason", "x", "--state-dir", "s"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("HOLD: InternalError: ZeroDivisionError: division by zero; the saved state is left as it is: "
+                                                   f"run {program} status --state-dir {state}, and set DURABLE_JOB_DEBUG=1"), err
 
 
 def test_bad_flags_are_a_hold_not_a_usage_dump(ws):
