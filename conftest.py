@@ -57,9 +57,9 @@ class Workspace:
         self.manifest = os.path.join(self.src, "manifest.json")
         os.makedirs(self.src, exist_ok=True)
         self.env = {}
-        # run commands through durable_job.main() unless one needs a process; a store's commands
-        # always run as processes (a command in-process would leave its database connections open)
-        self.inprocess = inprocess and store is None
+        # run commands through durable_job.main() unless one needs a process; a store's commands run as
+        # processes unless a test asks (Workspace(..., inprocess="store")): each machine of a store journey is its own process
+        self.inprocess = inprocess == "store" or (inprocess is True and store is None)
         self.store = store  # a PostgreSQL store URL: the job lives there (`--store URL --job ID`), not in self.state
 
     def job_id(self) -> str:

@@ -2097,6 +2097,9 @@ class StateDirStore:
     def __init__(self, state_dir: str):
         self.root = state_dir
 
+    def close(self) -> None:
+        """Nothing to close: every operation opens and closes its own files."""
+
     # -- naming the job ------------------------------------------------------
 
     def address(self) -> list:
@@ -2819,7 +2822,7 @@ class PgStore:
                           f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again")
 
     def close(self) -> None:
-        """Close the read connection (a process's exit does it too; a long-lived caller calls this)."""
+        """Close the read connection (main() does, once its command is over; so does a long-lived caller)."""
         reader, self.reader = self.reader, None
         if reader is not None:
             reader.conn.close()
@@ -5384,6 +5387,15 @@ def main(argv=None) -> int:
         print(f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {status}, "
               "and set DURABLE_JOB_DEBUG=1 for a traceback to report", file=sys.stderr)
         return 2
+    finally:
+        close_command_store()
+
+
+def close_command_store() -> None:
+    """Close what the command's store still holds open (a store's read connection): none outlives main()."""
+    store = _COMMAND_STORE.get()
+    if store is not None:
+        store.close()
 
 
 if __name__ == "__main__":

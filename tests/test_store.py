@@ -206,6 +206,29 @@ def test_reads_import_neither_langgraph_nor_openai(ws_store):
     assert run_without(["langgraph", "openai"], "jobs", "--store", ws.store).ok()["jobs"][0]["phase"] == "awaiting-review"
 
 
+def test_no_command_leaves_a_connection_open_behind_it(store_url, tmp_path):
+    """Run in one process (as a caller of main() does), every command, answered or refused, closes each
+    connection it opened: none is left idle on the server, and none keeps the job's lock."""
+    import psycopg
+
+    ws = Workspace(tmp_path, inprocess="store", store=store_url)
+    ws.write_manifest()
+
+    def connections():
+        with psycopg.connect(ws.store) as conn:
+            return conn.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchall()
+
+    assert ws.inprocess
+    commands = [("start", "--manifest", ws.manifest), ("status",), ("inspect",), ("jobs", "--store", ws.store), ("verify",),
+                ("resume",), ("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x"),
+                ("revise", "--item", "nobody", "--summary-file", ws.manifest, "--reviewer", "r", "--reason", "x"),
+                ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"), ("cancel", "--reviewer", "r", "--reason", "x")]
+    for argv in commands:
+        r = ws.run(*argv)
+        assert r.code in (0, 2) and connections() == [], (argv, r.stderr, connections())
+
+
 def test_without_the_bundled_libpq_reads_go_through_psycopg_and_say_the_same(ws_store):
     """psycopg installed without its binary package ships no libpq to load: status, inspect and jobs then read
     through psycopg itself, with the same answers. The runner marks the bundled libpq as not found, as load_libpq
