@@ -449,4 +449,4 @@ def copy_program(root, transform=None) -> str:
 
 __all__ = ["REPO", "PROGRAM", "TESTS", "ALPHA", "BETA", "GAMMA", "FAKE_KEY", "BOTH", "new_store", "Workspace", "Result",
            "Provider", "openai_workspace", "free_port", "clean_env", "run_inprocess", "kill_group", "hold_run_lock",
-           "hold_sqlite_lock", "wait_for", "copy_program", "sha256", "shutil"]
+           "hold_sqlite_lock", "wait_for", "copy_program", "sha256", "shutil", "store_rows"]

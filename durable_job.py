@@ -5337,12 +5337,15 @@ def known_store(args):
     return store
 
 
-def after_stop(args) -> str:
-    """What to run after a job command stopped half-way (Ctrl-C, a disk error): paste-ready once the job is known."""
+def command_for(command: str, args) -> str:
+    """The command for the job the failed command named, ready to paste; its bare name before the job is known."""
     store = known_store(args)
-    if store is None:
-        return "run `status`, then `resume` (a pending call needs reconcile first)"
-    return f"run {suggest('status', store=store)}, then {suggest('resume', store=store)} (a pending call needs reconcile first)"
+    return suggest(command, store=store) if store is not None else f"`{command}`"
+
+
+def after_stop(args) -> str:
+    """What to run after a job command stopped half-way (Ctrl-C, a disk error)."""
+    return f"run {command_for('status', args)}, then {command_for('resume', args)} (a pending call needs reconcile first)"
 
 
 def main(argv=None) -> int:
@@ -5382,9 +5385,7 @@ def main(argv=None) -> int:
     except Exception as exc:  # a bug: still one line, and the saved state is left as it is
         if os.environ.get("DURABLE_JOB_DEBUG"):
             raise
-        store = known_store(args)
-        status = suggest("status", store=store) if store is not None else "`status`"
-        print(f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {status}, "
+        print(f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {command_for('status', args)}, "
               "and set DURABLE_JOB_DEBUG=1 for a traceback to report", file=sys.stderr)
         return 2
     finally:

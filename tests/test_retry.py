@@ -11,7 +11,7 @@ import sqlite3
 
 import pytest
 
-from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, openai_workspace
+from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, openai_workspace, store_rows
 from test_review import assert_self_contained_and_inert, parse_page, paste, png_pixels, run_argv, screenshot, write
 
 INVALID = {"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}
@@ -31,10 +31,8 @@ def events(ws: Workspace, event: str) -> list:
 def checkpoint_rows(ws: Workspace) -> tuple:
     """How many checkpoints and writes the job's thread has (checkpoints.sqlite, or the store's own test database)."""
     if ws.store is not None:
-        import psycopg
-
-        with psycopg.connect(ws.store) as conn:
-            return tuple(conn.execute(f"SELECT count(*) FROM durable_job.{table}").fetchone()[0] for table in ("checkpoints", "checkpoint_writes"))
+        rows = store_rows(ws.store)
+        return len(rows["checkpoints"]), len(rows["checkpoint_writes"])
     conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
     try:
         return conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0], conn.execute("SELECT count(*) FROM writes").fetchone()[0]
