@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re  # json imports it: free
 import sqlite3
 import stat
 import sys
@@ -34,6 +35,7 @@ import time
 # Constants and contract
 ###############################################################################
 
+__version__ = "1.1.0"  # the release (pyproject.toml reads it); VERSION below is the graph's label, sealed into every job
 VERSION = "durable-job-graph/1"
 SCHEMA_VERSION = 1
 SOURCE_MAX_BYTES = 3000
@@ -55,6 +57,7 @@ EFFECTS_FILE = "effects.sqlite"
 CHECKPOINTS_FILE = "checkpoints.sqlite"
 LOCK_FILE = "run.lock"
 RECEIPT_FILE = "receipt.json"
+MCP_SOURCES_FILE = "mcp-sources.json"  # the MCP resources' text as sealed: verify checks them without launching a server
 
 SYSTEM = (
     "You review one approved source document and propose a short structured summary. "
@@ -167,23 +170,79 @@ def crash_point(name: str, job: dict | None = None) -> None:
     os._exit(CRASH_POINTS[name])
 
 
-_SECRETS: set = set()  # store URL passwords seen by this process: never printed, raised or stored
+_SECRETS: set = set()  # store passwords and mcp.passEnv values this process has seen: never printed, raised or stored
+JSON_ESCAPE = re.compile(r'\\u([0-9a-fA-F]{4})|\\(["\\\\/bfnrt])')
+JSON_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-def redact(text: str) -> str:
-    """Remove the API key and any store password from any text that may be stored or printed."""
+def secrets_now() -> list:
+    """What redact() removes: the API key in the environment and every secret remembered, longest first."""
     key = os.environ.get("OPENAI_API_KEY") or ""
+    return sorted({*([key] if len(key) >= 4 else []), *_SECRETS}, key=len, reverse=True)
+
+
+def json_unescaped(text: str) -> str:
+    """text with every JSON string escape decoded wherever it stands (\\u0073 is s, \\n a line break)."""
+    decoded = JSON_ESCAPE.sub(lambda m: chr(int(m[1], 16)) if m[1] else JSON_SIMPLE_ESCAPES[m[2]], text)
+    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # \\ud83d\\ude00 pairs join
+
+
+def redact(text) -> str:
+    """Remove the API key, store passwords and passed MCP secrets from any text that may be stored or printed.
+
+    Also when the text spells one with JSON escapes (a model answering "\\u0073\\u006b-…"): JSON
+    decoding would turn that back into the secret in a parsed summary. Such a text is stored as
+    its JSON re-encoded with the secret replaced (or, when it is not JSON, with its escapes decoded).
+    """
     text = str(text)
-    if len(key) >= 4:
-        text = text.replace(key, "[redacted]")
-    for secret in _SECRETS:
+    secrets = secrets_now()
+    for secret in secrets:
         text = text.replace(secret, "[redacted]")
-    return text
+    if "\\" not in text or not secrets:
+        return text
+    decoded = json_unescaped(text)
+    if not any(secret in decoded for secret in secrets):
+        return text
+    try:
+        return json.dumps(_redact_strings(json.loads(text)), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return redact(decoded)
+
+
+def _redact_strings(value):
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redact_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(k): _redact_strings(v) for k, v in value.items()}
+    return value
 
 
 def clip(text: str, limit: int) -> str:
     text = str(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# Characters a terminal or a browser acts on instead of showing: C0/C1 controls, DEL, the bidirectional
+# controls (an override can make "TPECCA TON OD" read "DO NOT ACCEPT") and the invisible format characters
+# (zero-width space, word joiner, byte-order mark). Every output shows them as escapes instead.
+INVISIBLE_FORMAT = [0x061C, 0x180E, 0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2060, 0x2065),
+                    *range(0x2066, 0x206A), 0xFEFF]
+TERMINAL_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(32), *range(127, 160)]}
+TERMINAL_CONTROLS.update({c: f"\\u{c:04x}" for c in INVISIBLE_FORMAT})
+TERMINAL_CONTROLS.update({10: "\\n", 13: "\\r", 9: "\\t"})
+
+
+def printable(value):
+    """The document with every string made safe to print on a terminal: model text cannot move the cursor or fake a line."""
+    if isinstance(value, str):
+        return value.translate(TERMINAL_CONTROLS)
+    if isinstance(value, dict):
+        return {k: printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    return value
 
 
 ###############################################################################
@@ -420,14 +479,26 @@ def check_source_bytes(item: dict, data: bytes) -> str:
     return text
 
 
-def load_sources(manifest: dict, manifest_path: str, *, mcp: bool = True) -> dict:
-    """Read and check every source once; return {item id: text} decoded from the sealed bytes."""
+def load_sources(manifest: dict, manifest_path: str, *, mcp="launch") -> dict:
+    """Read and check every source once; return {item id: text} decoded from the sealed bytes.
+
+    An MCP item's resource is read by launching its server (mcp="launch"), skipped
+    (mcp="skip": status and inspect never launch anything), or taken from the copies
+    kept when the job was sealed (mcp={item id: bytes}: verify, which never runs a
+    program the state names).
+    """
     base = os.path.dirname(os.path.abspath(manifest_path))
     texts = {}
     for item in manifest["items"]:
-        if "mcp" in item and not mcp:
+        if "mcp" in item and mcp == "skip":
             continue
-        data = read_mcp_source(item, base) if "mcp" in item else read_file_source(base, item)
+        if "mcp" in item and isinstance(mcp, dict):
+            if item["id"] not in mcp:
+                raise SealError(f"MCP source not kept: not verified offline: item {item['id']}'s sealed resource was not kept "
+                                f"with this job (a job started before copies were kept); its server is never launched to check it")
+            data = mcp[item["id"]]
+        else:
+            data = read_mcp_source(item, base) if "mcp" in item else read_file_source(base, item)
         texts[item["id"]] = check_source_bytes(item, data)
     return texts
 
@@ -483,7 +554,7 @@ def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
     }
 
 
-def check_seals(job: dict, *, mcp: bool = True):
+def check_seals(job: dict, *, mcp="launch"):
     """Re-check, in the contract's order, everything job.json seals; return (manifest, texts)."""
     check_program_seals(job)
     path = job["manifestPath"]
@@ -587,7 +658,7 @@ class RunLock:
             raise no_job(self.state_dir)  # a mistyped --state-dir: say so, and leave no run.lock behind in it
         check_state_dir_safe(self.state_dir)  # every writing command: private, and ours (start created it; others found job.json in it)
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise StateError(f"Lock file {self.path} cannot be opened ({exc.strerror}); check the state directory's permissions") from None
         if not take_flock(self.fd):
@@ -666,14 +737,25 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_temp(path: str, tmp: str, data: bytes, flags: int) -> None:
-    """Write all of data to tmp and fsync it; on failure remove tmp and name path (a full disk, say)."""
+def write_temp(path: str, data: bytes, mode: int = 0o600) -> str:
+    """Write data to a new file beside path and fsync it; return the new file's name.
+
+    Its name cannot be predicted and it is created with O_CREAT|O_EXCL|O_NOFOLLOW
+    (tempfile.mkstemp), so nothing planted in a shared folder (a symlink to
+    someone's file) is ever opened or followed. On failure it is removed and the
+    error names path (a full disk, say).
+    """
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        fd = os.open(tmp, flags, 0o600)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     except OSError as exc:
         raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (permissions, free space), then run the command again") from None
     try:
         try:
+            if mode != 0o600:
+                os.fchmod(fd, mode)
             view = memoryview(data)
             while view:  # os.write may write only part of the data on a nearly full disk
                 view = view[os.write(fd, view):]
@@ -681,34 +763,40 @@ def write_temp(path: str, tmp: str, data: bytes, flags: int) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (free disk space, say), then run the command again") from None
+    return tmp
 
 
-def write_exclusive(path: str, data: bytes) -> None:
-    """Create path with data durably and atomically; fail if it exists (never rewrite)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    write_temp(path, tmp, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def write_exclusive(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Create path with data durably and atomically; FileExistsError if it exists (never replaced: a link, not a rename)."""
+    tmp = write_temp(path, data, mode)
     try:
         os.link(tmp, path)
     finally:
-        os.unlink(tmp)
-    fsync_dir(os.path.dirname(path) or ".")
+        _remove(tmp)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def write_atomic(path: str, data: bytes) -> None:
-    """Replace path with data durably and atomically (for receipt.json)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    write_temp(path, tmp, data, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace path with data durably and atomically (receipt.json, a review page, a manifest with --force).
+
+    The rename replaces whatever name is at path, a symlink included, and never writes through it.
+    """
+    tmp = write_temp(path, data, mode)
     try:
         os.replace(tmp, path)
     except OSError as exc:  # a directory in the way, say: the temporary file goes, the target stays as it was
-        os.unlink(tmp)
+        _remove(tmp)
         raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: name a file you may write, then run the command again") from None
-    fsync_dir(os.path.dirname(path) or ".")
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def no_job(state_dir: str) -> StateError:
@@ -1493,6 +1581,7 @@ def mcp_environment(item: dict, default: dict) -> tuple[dict, list]:
         raise SourceError(f"Source {item['id']}: its MCP server needs {missing[0]} from the environment (mcp.passEnv), "
                           f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)")
     passed = {key: os.environ[key] for key in spec.get("passEnv", [])}
+    _SECRETS.update(v for v in passed.values() if len(v) >= 4)  # never stored or shown, whatever echoes one
     return {**default, **spec.get("env", {}), **passed}, [v for v in passed.values() if len(v) >= 4]
 
 
@@ -1822,8 +1911,6 @@ def unanswered(item: dict, refusal: BudgetError) -> dict:
 
 def prefetch(ctx: Context, items: list) -> None:
     """From a model step, run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
-    from concurrent.futures import ThreadPoolExecutor
-
     if ctx.job.get("mode") == "openai":
         prepare_openai()  # warm the SDK once here: concurrent workers would each repeat it, serialised on the GIL
 
@@ -1837,11 +1924,41 @@ def prefetch(ctx: Context, items: list) -> None:
         finally:
             db.close()
 
-    with ThreadPoolExecutor(max_workers=ctx.concurrency) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, one, item) for item in items]
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = run_daemon_threads([(contextvars.copy_context().run, one, item) for item in items], ctx.concurrency)
     if errors:
         raise first_of(errors)
+
+
+def run_daemon_threads(calls: list, limit: int) -> list:
+    """Run each (fn, *args) with at most `limit` at once in daemon threads; return the exceptions they raised.
+
+    Daemon threads, not a ThreadPoolExecutor: on Ctrl-C the command ends at once (its HOLD line says
+    which calls stay pending) instead of waiting, after the line, for every request in flight.
+    """
+    import threading
+
+    errors: dict = {}
+    slots = threading.BoundedSemaphore(limit)
+
+    def run(n, fn, *args):
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the caller, as if raised there
+            errors[n] = exc
+        finally:
+            slots.release()
+
+    threads = []
+    for n, (fn, *args) in enumerate(calls):
+        while not slots.acquire(timeout=0.2):  # a timed wait: the main thread stays free to take Ctrl-C
+            pass
+        thread = threading.Thread(target=run, args=(n, fn, *args), daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    return [errors[n] for n in sorted(errors)]  # in the order the calls were given
 
 
 def first_of(errors: list) -> BaseException:
@@ -2071,7 +2188,7 @@ def call_rows(db) -> list:
 def seal_report(store, job: dict) -> str | None:
     """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look (verify does)."""
     try:
-        store.check_seals(job, mcp=False)
+        store.check_seals(job, mcp="skip")
     except JobError as exc:
         return str(exc)
     return None
@@ -2123,7 +2240,7 @@ class StateDirStore:
 
     def sealed_copies(self, job: dict) -> tuple:
         """For the review page: (manifest or None, {item id: text} of the sources that still match), never raising."""
-        return read_manifest_quiet(job), read_sources_quiet(job)
+        return read_manifest_quiet(job), read_sources_quiet(job, self.kept_mcp_sources())
 
     def output_fields(self) -> dict:
         """What every command's output adds about where the job is kept (nothing for a state directory)."""
@@ -2137,9 +2254,21 @@ class StateDirStore:
     def load_job(self) -> dict:
         return load_job(self.root)
 
-    def check_seals(self, job: dict, *, mcp: bool = True):
-        """Every seal of the job record, in the contract's order; (manifest, source texts). The manifest is read at its sealed path."""
-        return check_seals(job, mcp=mcp)
+    def check_seals(self, job: dict, *, mcp="launch"):
+        """Every seal of the job record, in the contract's order; (manifest, source texts). The manifest is read at its sealed path.
+
+        mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out.
+        """
+        return check_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp)
+
+    def kept_mcp_sources(self) -> dict:
+        """{item id: bytes} of the MCP resources read when the job was sealed ({} when none were kept)."""
+        try:
+            with open(job_path(self.root, MCP_SOURCES_FILE), "rb") as fh:
+                kept = strict_json(fh.read(1 << 20))
+            return {k: v.encode("utf-8", "surrogatepass") for k, v in kept["items"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
 
     def prepare_new(self) -> None:
         """Before a new job is sealed: an empty (or new, private) place for it."""
@@ -2154,6 +2283,10 @@ class StateDirStore:
         """
         if self.has_job():
             raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{suggest('resume', store=self)}`")
+        manifest = strict_json(manifest_bytes)
+        kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
+        if kept:  # before job.json: a job is sealed only with its MCP resources kept (verify checks them offline)
+            write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
         write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
 
     # -- the writers' lock -----------------------------------------------------
@@ -2420,19 +2553,72 @@ def public_url(url: str) -> str:
         return "postgresql://[unparseable URL]"
 
 
+STORE_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def check_store_url(url: str) -> None:
+    """A store is named by a postgresql:// URL only: a libpq keyword string could carry a password
+    that this program would then have to find and hide in every form it prints."""
+    if not isinstance(url, str) or not url.lower().startswith(STORE_URL_SCHEMES):
+        raise UsageError("the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
+                         "keyword string (host=… user=…); put the password in PGPASSWORD or ~/.pgpass, never in the address")
+
+
 def remember_secrets(url: str) -> None:
-    """Note a store URL's password so that redact() removes it from every output, error and stored record."""
+    """Note a store address's password so that redact() removes it from every output, error and stored record.
+
+    The password is found by the driver's own parser (libpq's PQconninfoParse, else psycopg's
+    conninfo_to_dict), in the URL's user info or its query, and in a keyword string too (which
+    check_store_url then refuses), plus the URL's own spelling of it.
+    """
     from urllib.parse import parse_qsl, unquote, urlsplit
 
+    secrets = [conninfo_password(url) or ""]
     try:
         parts = urlsplit(url)
         userinfo = parts.netloc.rpartition("@")[0]
-        secrets = [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
+        secrets += [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
     except ValueError:
-        return
+        pass
     for secret in secrets:
         if len(secret) >= 3:
             _SECRETS.update({secret, unquote(secret)})
+
+
+def conninfo_password(conninfo: str) -> str | None:
+    """The password a libpq connection string (URL or keywords) carries, as libpq itself reads it; None without one."""
+    lib = load_libpq()
+    if lib is None:
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+        except ImportError:
+            return None
+        try:
+            return conninfo_to_dict(conninfo).get("password")
+        except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
+            return None
+    import ctypes
+
+    class Option(ctypes.Structure):  # libpq-fe.h's PQconninfoOption
+        _fields_ = [("keyword", ctypes.c_char_p), ("envvar", ctypes.c_char_p), ("compiled", ctypes.c_char_p),
+                    ("val", ctypes.c_char_p), ("label", ctypes.c_char_p), ("dispchar", ctypes.c_char_p), ("dispsize", ctypes.c_int)]
+
+    error = ctypes.c_void_p()
+    options = lib.PQconninfoParse(conninfo.encode("utf-8", "surrogateescape"), ctypes.byref(error))
+    if error:
+        lib.PQfreemem(error)
+    if not options:
+        return None
+    try:
+        entries = ctypes.cast(options, ctypes.POINTER(Option))
+        n = 0
+        while entries[n].keyword is not None:
+            if entries[n].keyword == b"password" and entries[n].val is not None:
+                return entries[n].val.decode("utf-8", "replace")
+            n += 1
+        return None
+    finally:
+        lib.PQconninfoFree(options)
 
 
 def lock_key(thread_id: str) -> int:
@@ -2509,7 +2695,8 @@ def declare_libpq(lib, ctypes) -> None:
                             ("PQresultErrorMessage", S, [P]), ("PQntuples", I, [P]), ("PQnfields", I, [P]),
                             ("PQfname", S, [P, I]), ("PQftype", ctypes.c_uint, [P, I]), ("PQgetisnull", I, [P, I, I]),
                             ("PQgetvalue", P, [P, I, I]), ("PQgetlength", I, [P, I, I]), ("PQcmdTuples", S, [P]),
-                            ("PQclear", None, [P])):
+                            ("PQclear", None, [P]), ("PQconninfoParse", P, [S, ctypes.POINTER(P)]),
+                            ("PQconninfoFree", None, [P]), ("PQfreemem", None, [P])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
 
@@ -2621,10 +2808,13 @@ class PgJournal:
         self.guard = threading.RLock()
 
     def bind(self, job_id: str) -> "PgJournal":
-        literal = "'" + job_id.replace("'", "''") + "'"  # standard_conforming_strings is on since PostgreSQL 9.1
+        """Point the journal views at one job. The job id reaches PostgreSQL only as a bound parameter (a
+        session setting the views read with current_setting()), never as SQL text: no quoting to get wrong."""
+        self.run("SELECT set_config('durable_job.job_id', %s, false)", (job_id,))
         for view, columns in JOURNAL_VIEWS.items():
-            self.run(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {columns} FROM durable_job.{view} WHERE job_id = {literal}")
-            self.run(f"ALTER VIEW {view} ALTER COLUMN job_id SET DEFAULT {literal}")
+            self.run(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {columns} FROM durable_job.{view} "
+                     "WHERE job_id = current_setting('durable_job.job_id')")
+            self.run(f"ALTER VIEW {view} ALTER COLUMN job_id SET DEFAULT current_setting('durable_job.job_id')")
         return self
 
     def execute(self, statement: str, params=()):
@@ -2743,6 +2933,7 @@ class PgStore:
 
     def __init__(self, url: str, job_id: str, *, from_env: bool = False):
         remember_secrets(url)
+        check_store_url(url)
         self.url, self.job_id, self.from_env = url, job_id, from_env
         self.public = public_url(url)
         self.writer = None   # the locked journal while a writing command runs
@@ -2887,7 +3078,7 @@ class PgStore:
             raise StateError(f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}") from None
         return job
 
-    def check_seals(self, job: dict, *, mcp: bool = True):
+    def check_seals(self, job: dict, *, mcp="sealed"):
         """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
         check_program_seals(job)
         return self.stored_copies(job)
@@ -2917,7 +3108,9 @@ class PgStore:
         data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
         cur = self.writer.run(
             "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (job_id) DO NOTHING",
+            # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
+            # the session runs with standard_conforming_strings off, and the store would keep other bytes
+            "VALUES (%s, %s, %s, %b, %s, %b, %s) ON CONFLICT (job_id) DO NOTHING",
             (job["jobId"], job["threadId"], json.dumps(job, indent=2) + "\n", manifest_bytes, job["manifestSha256"], data, job["createdAtUtc"]))
         if cur.rowcount != 1:
             raise BusyError(f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{suggest('resume', store=self)}`")
@@ -3058,7 +3251,7 @@ class PgStore:
         db = self.db()
         if not self.ready(db):
             raise StateError(f"The store {self.public} is not set up to this program's schema: run `{program_name()} migrate --store {self.public}`")
-        self.check_seals(self.load_job(db), mcp=False)
+        self.check_seals(self.load_job(db), mcp="skip")
         return "store schema current; the job row's manifest and source bytes match their sha256"
 
 
@@ -3137,7 +3330,7 @@ class Context:
     def say(self, text: str) -> None:
         """One progress line on stderr, for a person at a terminal only."""
         if self.progress:
-            print(f"[{self.job['jobId']}] {text}", file=sys.stderr, flush=True)
+            print(printable(f"[{self.job['jobId']}] {text}"), file=sys.stderr, flush=True)
 
     def checkpoint(self) -> dict:
         """The saved checkpoint as it is now (langgraph-free)."""
@@ -3332,6 +3525,9 @@ def next_for_phase(snap: Snapshot) -> str:
                 f"run {suggest('status', store=snap.store)} again once it has finished")
     if snap.phase == "uncertain-call":
         key = pending[0]["operation_key"]
+        if snap.waiting:  # a retry's call at review: reconciling it is the whole fix, there is nothing to resume
+            return (f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: a retry's call; check the provider's usage, then "
+                    f"{reconcile_command(snap.store, key)}; then review and decide (nothing to resume): {suggest('inspect', store=snap.store)}")
         return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(snap.store, key)}; then {resume}"
     latest = {}
     for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
@@ -3438,7 +3634,9 @@ def review_next(where, results: list, calls: list, manifest: dict | None) -> str
     more = f" ({len(failed) - 1} more failed: {', '.join(f['itemId'] for f in failed[1:])})" if len(failed) > 1 else ""
     ways = [f"retry it (spends its next model call): {first['retryCommand']}"] if "retryCommand" in first else []
     ways.append(f"revise it by hand: {first['reviseCommand']}")
-    return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}: " + "; or ".join(ways) + f"; or decide: {decide}"
+    ways.append(f"decide: {decide}")
+    # one suggestion a line: each is a whole command to paste
+    return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
 
 
 def retry_command(where, item_id: str) -> str:
@@ -3509,7 +3707,7 @@ def check_empty_state_dir(state_dir: str) -> None:
         return
     if not os.path.isdir(state_dir):
         raise StateError(f"State directory {state_dir} is not a directory; pass a new directory path")
-    extra = [n for n in os.listdir(state_dir) if n != LOCK_FILE and not n.endswith(".tmp")]
+    extra = [n for n in os.listdir(state_dir) if n not in (LOCK_FILE, MCP_SOURCES_FILE) and not n.endswith(".tmp")]
     if JOB_FILE in extra:  # a concurrent start sealed its job after this one looked for job.json
         raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `{suggest('resume')}`")
     if extra:
@@ -3573,21 +3771,22 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
+    need_text(args.reviewer, "--reviewer")
+    need_text(args.reason, "--reason")
+    if args.action == "complete":  # read before the job's lock is taken: a file that cannot be read holds nothing up
+        response, digest = read_response_file(args.response_file)
+    elif args.response_file:
+        raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
     with open_job(store_for(args), "reconcile", cancelled_ok=True) as ctx:  # a cancelled job's pending call still counts
-        need_text(args.reviewer, "--reviewer")
-        need_text(args.reason, "--reason")
         row = find_call(ctx.db, args.operation_key)
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {args.operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
         record = {"action": args.action, "reviewer": args.reviewer, "reason": args.reason, "reconciledAtUtc": now_utc()}
         if args.action == "complete":
-            response, digest = read_response_file(args.response_file)
             record["responseFileSha256"] = digest
             update = ("completed", scrub(response["outputText"]), scrub(response["responseId"]), scrub(response.get("requestId")) or row["request_id"])
         else:
-            if args.response_file:
-                raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
             update = ("abandoned", None, None, row["request_id"])
         retry = retry_request(ctx.db, args.operation_key)
         fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.db, "cancel")
@@ -3609,24 +3808,50 @@ RESPONSE_FILE_MAX_BYTES = 1 << 20
 TEXT_FILE_MAX_BYTES = 1 << 16
 
 
+NO_RESPONSE_ID = ("responseId is the provider's id of that answer (resp_…); when the provider's record has none (a self-hosted "
+                  "gateway that logs no response id), give that record's own reference instead (its log line or request id) "
+                  "and say so in --reason")
+
+
+def read_person_file(path, flag: str, limit: int, too_big: str) -> bytes:
+    """A file a person passes (a response, a summary, citations): a regular file of at most limit bytes.
+
+    Read before the job's lock is taken, like a source: a FIFO or a device is never
+    opened (opening one could block while holding the job), a folder is refused.
+    """
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise DecisionError(f"{flag} {path} is not a regular file (a FIFO, a device or a folder); save the content to a file and pass that")
+        if st.st_size > limit:
+            raise DecisionError(f"{flag} {path} is over {limit} bytes; {too_big}")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # replaced between the look and the open
+                raise DecisionError(f"{flag} {path} is not a regular file; save the content to a file and pass that")
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise DecisionError(f"{flag} {path} cannot be read ({exc.strerror}); pass a file you can read") from None
+    if len(data) > limit:
+        raise DecisionError(f"{flag} {path} is over {limit} bytes; {too_big}")
+    return data
+
+
 def read_response_file(path) -> tuple[dict, str]:
     if not path:
-        raise DecisionError("--action complete needs --response-file F: a JSON file with outputText and responseId (optional requestId)")
+        raise DecisionError(f"--action complete needs --response-file F: a JSON file with outputText and responseId (optional requestId); {NO_RESPONSE_ID}")
+    raw = read_person_file(path, "Response file", RESPONSE_FILE_MAX_BYTES,  # its sha256 is kept with the record
+                           "a model answer here is at most 500 tokens: save only its outputText, responseId and requestId")
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(RESPONSE_FILE_MAX_BYTES + 1)  # the sha256 kept with the record is of the whole file
-        if len(raw) > RESPONSE_FILE_MAX_BYTES:
-            raise DecisionError(f"Response file {path} is over {RESPONSE_FILE_MAX_BYTES} bytes; a model answer here is at most 500 tokens: save only its outputText, responseId and requestId")
         data = strict_json(raw)
-    except OSError as exc:
-        raise DecisionError(f"Response file {path} cannot be read ({exc.strerror}); pass the file you wrote from the provider's record") from None
     except ValueError as exc:
         raise DecisionError(f"Response file {path} is not valid JSON ({clip(exc, 80)}); write {{\"outputText\": …, \"responseId\": …}}") from None
     if not isinstance(data, dict) or set(data) - {"outputText", "responseId", "requestId"}:
         raise DecisionError(f"Response file {path} must be an object with outputText, responseId and optional requestId only")
-    for key in ("outputText", "responseId"):
-        if not isinstance(data.get(key), str) or not data[key].strip():
-            raise DecisionError(f"Response file {path} needs a non-empty string {key}")
+    if not isinstance(data.get("outputText"), str) or not data["outputText"].strip():
+        raise DecisionError(f"Response file {path} needs a non-empty string outputText: the answer's text exactly as the provider's record holds it")
+    if not isinstance(data.get("responseId"), str) or not data["responseId"].strip():
+        raise DecisionError(f"Response file {path} needs a non-empty string responseId: {NO_RESPONSE_ID}")
     if "requestId" in data and data["requestId"] is not None and not isinstance(data["requestId"], str):
         raise DecisionError(f"Response file {path} requestId must be a string")
     return data, sha256_hex(raw)
@@ -3704,13 +3929,16 @@ def refuse_if_decision_saved(checkpoint: dict, store, command: str) -> None:
 
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
+    need_text(args.reviewer, "--reviewer")
+    need_text(args.reason, "--reason")
+    summary, citations = read_revision_files(args)  # before the job's lock: a file that cannot be read holds nothing up
     with open_job(store_for(args), "revise") as ctx:  # an edit sends nothing
         draft, results = review_draft(ctx, args, "revise")
         position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
         if position is None:
             raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
         old = results[position]
-        proposal = revised_proposal(args, old)
+        proposal = revised_proposal(args.item, summary, citations, old)
         item = ctx.items[position]
         checked = check_proposal(json.dumps(proposal), item, ctx.sources[item["id"]])
         if checked["status"] != "validated":
@@ -3734,29 +3962,28 @@ def cmd_revise(args) -> dict:
                 **failed_field(ctx.store, new_results, call_rows(ctx.db), ctx.manifest)}
 
 
-def revised_proposal(args, old: dict) -> dict:
+def read_revision_files(args) -> tuple[str, object]:
+    """revise's summary text and its citations (None when --citations-file is not given: the current ones are kept)."""
     summary = read_text_file(args.summary_file, "--summary-file").replace("\r\n", "\n").strip("\n")  # as an editor saved it
-    if args.citations_file is not None:
-        try:
-            citations = strict_json(read_text_file(args.citations_file, "--citations-file"))
-        except ValueError as exc:
-            raise DecisionError(f"--citations-file is not valid JSON ({clip(exc, 80)}); write a list of {{\"quote\", \"claim\"}} objects") from None
-    elif old.get("citations"):
+    if args.citations_file is None:
+        return summary, None
+    try:
+        return summary, strict_json(read_text_file(args.citations_file, "--citations-file"))
+    except ValueError as exc:
+        raise DecisionError(f"--citations-file is not valid JSON ({clip(exc, 80)}); write a list of {{\"quote\", \"claim\"}} objects") from None
+
+
+def revised_proposal(item_id: str, summary: str, citations, old: dict) -> dict:
+    if citations is None and old.get("citations"):
         citations = old["citations"]
-    else:
-        raise DecisionError(f"Item {args.item} has no valid citations to keep; pass --citations-file with a list of {{\"quote\", \"claim\"}}")
-    return {"itemId": args.item, "summary": summary, "citations": citations}
+    elif citations is None:
+        raise DecisionError(f"Item {item_id} has no valid citations to keep; pass --citations-file with a list of {{\"quote\", \"claim\"}}")
+    return {"itemId": item_id, "summary": summary, "citations": citations}
 
 
 def read_text_file(path: str, flag: str) -> str:
     """A person's UTF-8 file (a leading byte-order mark dropped), refused whole when too large."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(TEXT_FILE_MAX_BYTES + 1)
-    except OSError as exc:
-        raise DecisionError(f"{flag} {path} cannot be read ({exc.strerror})") from None
-    if len(data) > TEXT_FILE_MAX_BYTES:
-        raise DecisionError(f"{flag} {path} is over {TEXT_FILE_MAX_BYTES} bytes; a summary is at most 500 characters, with at most 3 citations")
+    data = read_person_file(path, flag, TEXT_FILE_MAX_BYTES, "a summary is at most 500 characters, with at most 3 citations")
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
@@ -3915,14 +4142,16 @@ def cmd_seal(args) -> dict:
         raise ManifestError(seal_flag_message(str(exc))) from None
     raw = (json.dumps(manifest, indent=2) + "\n").encode()
     os.makedirs(base, exist_ok=True)
+    # private (0600) like every file this program writes: a readable manifest lets anyone confirm a guess of a
+    # short source by its sha256; --use-umask asks for the umask's mode instead (a team's shared folder)
+    mode = 0o666 & ~args.user_umask if args.use_umask else 0o600
     if args.force:
-        write_atomic(out, raw)
+        write_atomic(out, raw, mode)
     else:
         try:
-            write_exclusive(out, raw)  # never overwrites, even if the file appeared since the check above
+            write_exclusive(out, raw, mode)  # never overwrites, even if the file appeared since the check above
         except FileExistsError:
             raise ManifestError(f"{args.out} exists; pass --force to overwrite it") from None
-    os.chmod(out, 0o644)
     return {"jobId": args.job_id, "manifest": out, "manifestSha256": sha256_hex(raw), "items": items}
 
 
@@ -4018,14 +4247,26 @@ def cmd_jobs(args) -> dict:
     return {"jobs": [job_row(store) for store in stores]}
 
 
-def state_dirs_under(root: str) -> list:
-    """A StateDirStore for every folder directly under root that holds a job, by name."""
-    try:
-        names = sorted(os.listdir(root))
-    except OSError as exc:
-        raise UsageError(f"--root {root} cannot be listed ({exc.strerror}); name the folder that holds your state directories") from None
-    stores = [StateDirStore(os.path.join(root, n)) for n in names]
-    return [store for store in stores if store.has_job()]
+def state_dirs_under(roots: list) -> list:
+    """A StateDirStore for every state directory at any depth under the roots, in path order.
+
+    A folder is one when it holds a job.json file; nothing else is read to tell. Symlinked
+    folders are not followed (a link to a parent would loop), and a state directory's own
+    folder is not searched further.
+    """
+    found = []
+    for root in roots:
+        if not os.path.isdir(root):
+            raise UsageError(f"--root {root} is not a folder; name the folder that holds your state directories (at any depth)")
+        errors = []
+        for folder, subfolders, files in os.walk(root, onerror=errors.append, followlinks=False):
+            subfolders.sort()
+            if JOB_FILE in files and os.path.isfile(os.path.join(folder, JOB_FILE)):
+                found.append(folder)
+                subfolders.clear()
+        if errors and errors[0].filename == root:
+            raise UsageError(f"--root {root} cannot be listed ({errors[0].strerror}); name the folder that holds your state directories") from None
+    return [StateDirStore(folder) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
 def job_row(store) -> dict:
@@ -4150,8 +4391,8 @@ def verify_checks(snap: Snapshot) -> list:
 
     sealed = {}
 
-    def seals():
-        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job)
+    def seals():  # MCP items against the copies kept at sealing: verify never launches a program the state names
+        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed")
         return "version, program, dependencies, manifest and sources match"
 
     check("files", snap.store.check_whole)
@@ -4401,8 +4642,10 @@ def store_url_for(args, command: str) -> tuple[str, bool]:
     if getattr(args, "state_dir", None):
         raise UsageError(f"{command} works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
     if args.store:
+        check_store_url(args.store)
         return args.store, False
     if os.environ.get(STORE_ENV):
+        check_store_url(os.environ[STORE_ENV])
         return os.environ[STORE_ENV], True
     raise UsageError(f"{command} needs --store URL (or {STORE_ENV}): the shared PostgreSQL store that holds the jobs")
 
@@ -4474,7 +4717,7 @@ class Worker:
 
     def say(self, text: str) -> None:
         """One line on stderr per job transition: when, which worker, what."""
-        print(f"{now_utc()[:19]}Z work {self.host}:{self.pid} {text}", file=sys.stderr, flush=True)
+        print(f"{now_utc()[:19]}Z work {self.host}:{self.pid} {printable(text)}", file=sys.stderr, flush=True)
 
     def loop(self) -> None:
         """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
@@ -4665,8 +4908,26 @@ def text_document(command: str, out: dict, where, render) -> str:
     if command in ("jobs", "migrate", "work"):  # about a whole store or folder, not one job
         return "\n".join(render(out, where))
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, where)]
-    lines += [f"  {key}: {out[key]}" for key in ("next", "sealBroken", "html") if key in out]
+    for key in ("next", "sealBroken", "html"):
+        if key in out:
+            lines += labelled_lines(key, out[key])
     return "\n".join(lines)
+
+
+def labelled_lines(label: str, value) -> list:
+    """`  label: value`, a value of several lines (a next step with its alternatives, see next_lines) indented below."""
+    first, *rest = value if isinstance(value, list) else [value]
+    return [f"  {label}: {first}", *(f"      {line}" for line in rest)]
+
+
+def next_lines(out: dict) -> dict:
+    """The document with each `next` split into its lines (one suggestion a line), before printable() escapes line breaks."""
+    shown = dict(out)
+    if isinstance(shown.get("next"), str):
+        shown["next"] = shown["next"].split("\n")
+    if isinstance(shown.get("jobs"), list):
+        shown["jobs"] = [next_lines(j) if isinstance(j, dict) else j for j in shown["jobs"]]
+    return shown
 
 
 def result_lines(results: list, *, summaries: bool = False) -> list:
@@ -4740,7 +5001,7 @@ def text_status(out: dict, where) -> list:
     lines += result_lines(out.get("results"))
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
-        if call[2] == "pending" and where:
+        if call[2] == "pending" and where and out.get("phase") in ("uncertain-call", "cancelled"):  # never beside a live run's call
             lines.append(f"    reconcile: {reconcile_command(where, call[0])}")
     return lines
 
@@ -4834,15 +5095,28 @@ def jobs_table(jobs: list) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip()]
     for row, job in zip(rows, jobs):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-        lines.append(f"  next: {job['next']}")
+        lines += labelled_lines("next", job["next"])
     return "\n".join(lines)
 
 
-def escape(text) -> str:
-    """HTML-escape text for the review page (html is imported only when a page is written)."""
+# On the page every control and invisible format character is shown as its escape (as on a terminal),
+# except the line breaks and tabs a source's layout needs.
+PAGE_VISIBLE = {c: v for c, v in TERMINAL_CONTROLS.items() if c not in (9, 10, 13)}
+
+
+def escape_text(text) -> str:
+    """Text for the review page: markup escaped, bidi controls and invisible format characters shown as escapes
+    (html is imported only when a page is written). For attributes, the title and the source's own layout."""
     import html
 
-    return html.escape(text)
+    return html.escape(str(text).translate(PAGE_VISIBLE))
+
+
+def escape(text) -> str:
+    """Text as page content: escaped (escape_text), and its direction isolated in <bdi> so that right-to-left
+    text cannot reorder what stands around it (ASCII text has no right-to-left letter: it needs no isolation)."""
+    text = str(text)
+    return escape_text(text) if text.isascii() else f"<bdi>{escape_text(text)}</bdi>"
 
 
 def refuse_sealed_target(path: str, job: dict, store) -> None:
@@ -4867,7 +5141,7 @@ PAGE_CSS = (
     "mark{background:#ffe066}mark a{color:inherit}.bad{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}"
     ".pill{border-radius:1rem;padding:0 .5rem;border:1px solid currentColor}.wait{color:#8a5a00;font-weight:bold}"
     ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
-    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all}"
+    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all;white-space:pre-wrap}"
     "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
     "details.id{display:inline-block;vertical-align:top;max-width:100%}details.id summary{cursor:pointer}"
     "details.id[open] summary code{display:none}details.id .full{display:block;user-select:all}"
@@ -4890,7 +5164,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">",
         "<meta name='referrer' content='no-referrer'>",
-        f"<title>durable_job review: {e(job['jobId'])}</title><style>{PAGE_CSS}</style></head><body>",
+        f"<title>durable_job review: {escape_text(job['jobId'])}</title><style>{PAGE_CSS}</style></head><body>",
         f"<header><h1>{e(job['jobId'])}</h1>",
         f"<p><span class='pill {cls}'>{e(phase)}</span> draft {int(out['draftVersion'])} · "
         f"{len([r for r in snap.results if r.get('status') == 'validated'])}/{len(items) or len(snap.results)} validated · "
@@ -4928,7 +5202,7 @@ def long_id(value, keep: int = ID_SHOWN) -> str:
     text = str(value)
     if len(text) <= ID_WHOLE:
         return f"<code>{escape(text)}</code>"
-    return (f"<details class='id'><summary title='{escape(text)}'><code>{escape(text[:keep])}…{escape(text[-keep:])}</code></summary>"
+    return (f"<details class='id'><summary title='{escape_text(text)}'><code>{escape(text[:keep])}…{escape(text[-keep:])}</code></summary>"
             f"<code class='full'>{escape(text)}</code></details>")
 
 
@@ -4953,17 +5227,19 @@ def read_manifest_quiet(job: dict):
         return None
 
 
-def read_sources_quiet(job: dict) -> dict:
+def read_sources_quiet(job: dict, kept: dict) -> dict:
+    """{item id: text} of the sources that still match their seal; an MCP source from its kept copy (never launched)."""
     manifest = read_manifest_quiet(job)
     texts = {}
     if not manifest:
         return texts
     base = os.path.dirname(job["manifestPath"])
     for item in manifest["items"]:
-        if "path" not in item:
-            continue  # an MCP source is not re-read for a page
+        if "mcp" in item and item["id"] not in kept:
+            continue
         try:
-            texts[item["id"]] = check_source_bytes(item, read_file_source(base, item))
+            data = kept[item["id"]] if "mcp" in item else read_file_source(base, item)
+            texts[item["id"]] = check_source_bytes(item, data)
         except JobError:
             pass
     return texts
@@ -4983,12 +5259,12 @@ def highlight(source: str, citations: list, n: int) -> str:
             anchors.append((source.find(quote), c))
     out, pos = [], 0
     for start, end, c in sorted(spans):
-        out.append(escape(source[pos:start]))
+        out.append(escape_text(source[pos:start]))
         out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if pos <= at <= start)
-        out.append(f"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{escape(source[start:end])}</a></mark>")
+        out.append(f"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{escape_text(source[start:end])}</a></mark>")
         pos = end
     out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if at >= pos and not any(s <= at < e for s, e, _ in spans))
-    out.append(escape(source[pos:]))
+    out.append(escape_text(source[pos:]))
     return "".join(out)
 
 
@@ -5192,6 +5468,7 @@ SEAL_FLAGS = [
     flag("--mcp-env", action="append", metavar="NAME=VALUE", help="a setting for the MCP server, sealed in the manifest (repeatable; never a secret)"),
     flag("--mcp-pass-env", action="append", metavar="NAME", help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)"),
     flag("--force", action="store_true", help="overwrite an existing manifest"),
+    flag("--use-umask", action="store_true", help="create the manifest with your umask's mode (e.g. 0644) instead of private 0600"),
     flag("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)"),
 ]
 
@@ -5224,7 +5501,8 @@ COMMANDS = {
     "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG], state_dir=False),
     "verify": Command(cmd_verify, text_verify, refusal=verify_refusal),
     "jobs": Command(cmd_jobs, text_jobs, [
-        STORE_FLAG, flag("--root", type=path_argument, help="a folder whose subfolders are state directories")], state_dir=False),
+        STORE_FLAG, flag("--root", type=path_argument, action="append",
+                         help="a folder holding state directories at any depth (repeatable)")], state_dir=False),
     "migrate": Command(cmd_migrate, text_migrate, [
         STORE_FLAG,
         flag("--grant", action="append", metavar="ROLE", help="let ROLE run jobs in the store (repeatable); it needs no CREATE privilege")],
@@ -5247,16 +5525,34 @@ def help_command(command: str = "") -> str:
     return f"`{program_name()} {command + ' ' if command else ''}--help`"
 
 
+def version_text() -> str:
+    """What `--version` prints: the release, the bytes every job seals, the graph label and the dependency versions."""
+    deps = ", ".join(f"{name} {version}" for name, version in dependency_versions().items())
+    return (f"durable-job {__version__}\nprogram sha256 {code_sha256()} ({os.path.abspath(__file__)})\n"
+            f"graph version {VERSION}\ndependencies (sealed into every job): {deps}")
+
+
+class VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
 class HoldParser(argparse.ArgumentParser):
     """argparse that refuses bad flags with the project's one-line HOLD instead of exit 2 + usage."""
 
     def error(self, message):
-        raise UsageError(f"{message}; see {help_command(self.prog.removeprefix('durable_job.py').strip())}")
+        command = self.prog.partition(" ")[2]  # a subcommand's parser is named "<program> <command>"
+        raise UsageError(f"{message}; see {help_command(command)}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI parser: one subcommand per COMMANDS row; flags are never abbreviated."""
     parser = HoldParser(prog="durable-job" if program_name() == "durable-job" else "durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument("--version", action=VersionAction, help="print the program's version, sha256 and dependency versions, then exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND")
     for name, command in COMMANDS.items():
         about = command.run.__doc__.strip().split("\n")[0]
@@ -5301,28 +5597,11 @@ def refuse_unknown_flag(name: str, words: list) -> None:
         raise UsageError(f"unknown flag {flag_name} for {name}{abbreviated}; {advice} See {help_command(name)}")
 
 
-# Characters a terminal acts on instead of showing (C0/C1 controls, DEL, bidirectional overrides)
-TERMINAL_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(32), *range(127, 160)]}
-TERMINAL_CONTROLS.update({c: f"\\u{c:04x}" for c in [0x200e, 0x200f, *range(0x202a, 0x202f), *range(0x2066, 0x206a)]})
-TERMINAL_CONTROLS.update({10: "\\n", 13: "\\r", 9: "\\t"})
-
-
-def printable(value):
-    """The document with every string made safe to print on a terminal: model text cannot move the cursor or fake a line."""
-    if isinstance(value, str):
-        return value.translate(TERMINAL_CONTROLS)
-    if isinstance(value, dict):
-        return {k: printable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [printable(v) for v in value]
-    return value
-
-
 def emit(command: str, out: dict, fmt: str | None, where=None) -> None:
     """Print a command's document: its text on a terminal (or with --text), else the JSON."""
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
     if fmt == "text":
-        text = text_document(command, printable(out), where, COMMANDS[command].text)
+        text = text_document(command, printable(next_lines(out)), where, COMMANDS[command].text)
     else:
         text = json.dumps(out, indent=2, ensure_ascii=False)
     sys.stdout.write(redact(text) + "\n")
@@ -5348,8 +5627,29 @@ def after_stop(args) -> str:
     return f"run {command_for('status', args)}, then {command_for('resume', args)} (a pending call needs reconcile first)"
 
 
+def interrupted(args) -> str:
+    """What a first Ctrl-C tells at once: which call it left pending (it may have reached the provider) and what to run."""
+    store = known_store(args)
+    try:
+        snap = read_snapshot(store) if store is not None and store.has_job() else None
+    except Exception:  # the store is gone too, say: the plain advice is still right
+        snap = None
+    if snap is None:
+        return f"stopped by Ctrl-C; {after_stop(args)}"
+    snap.close()
+    pending = [r for r in snap.calls if r["status"] == "pending"]
+    if not pending:
+        return f"stopped by Ctrl-C; no model call was in flight: run {suggest('status', store=store)}, then {suggest('resume', store=store)}"
+    then = "then review and decide (nothing to resume)" if snap.waiting else f"then {suggest('resume', store=store)}"
+    first = pending[0]
+    more = f" (and {len(pending) - 1} more: `status` lists them)" if len(pending) > 1 else ""
+    return (f"stopped by Ctrl-C while call {first['operation_key']} for item {first['item_id']} was in flight{more}: it may have reached "
+            f"the provider and been billed, so it stays pending and nothing sends it again; check the provider's usage records, then "
+            f"{reconcile_command(store, first['operation_key'])}; {then}")
+
+
 def main(argv=None) -> int:
-    os.umask(0o077)
+    user_umask = os.umask(0o077)  # everything this program creates is private; seal --use-umask asks for the user's own
     _COMMAND_STORE.set(None)
     if os.environ.get(STORE_ENV):
         remember_secrets(os.environ[STORE_ENV])
@@ -5358,9 +5658,10 @@ def main(argv=None) -> int:
     args = None
     try:
         args = parse_command_line(argv)
+        args.user_umask = user_umask
         command = COMMANDS[args.command]
-        if args.command == "seal" and args.store:  # the start it suggests names the store
-            _COMMAND_STORE.set(PgStore(args.store, args.job_id))
+        if args.command == "seal" and (args.store or os.environ.get(STORE_ENV)):  # the start it suggests names the store
+            _COMMAND_STORE.set(PgStore(args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store))
         out = command.run(args)
         store = _COMMAND_STORE.get()
         if store is not None and args.command not in ("jobs", "work"):
@@ -5375,7 +5676,7 @@ def main(argv=None) -> int:
         print(f"HOLD: {type(exc).__name__}: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"HOLD: Interrupted: stopped by Ctrl-C; {after_stop(args)}", file=sys.stderr)
+        print(f"HOLD: Interrupted: {printable(' '.join(redact(interrupted(args)).split()))}", file=sys.stderr)
         return 2
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""

@@ -446,11 +446,11 @@ def test_job_json_and_receipt_are_fsynced_with_their_folder(tmp_path, monkeypatc
     state = os.path.realpath(ws.state)
     monkeypatch.setattr(os, "fsync", spy)
     ws.start().ok()
-    sealed = [n for n, p in enumerate(synced) if re.fullmatch(re.escape(state) + r"/job\.json\.\d+\.tmp", p)]
+    sealed = [n for n, p in enumerate(synced) if re.fullmatch(re.escape(state) + r"/\.job\.json\.[^/]+\.tmp", p)]
     assert len(sealed) == 1 and state in synced[sealed[0] + 1:], synced
     synced.clear()
     ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
-    receipt = [n for n, p in enumerate(synced) if re.fullmatch(re.escape(state) + r"/receipt\.json\.\d+\.tmp", p)]
+    receipt = [n for n, p in enumerate(synced) if re.fullmatch(re.escape(state) + r"/\.receipt\.json\.[^/]+\.tmp", p)]
     assert len(receipt) == 1 and state in synced[receipt[0] + 1:], synced
 
 

@@ -129,8 +129,8 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
-            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids", "echo-key-output", "trickle")
-                                 or behaviour.startswith("slow:"))
+            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids", "echo-key-output", "trickle",
+                                               "echo-key-escaped", "echo-key-split") or behaviour.startswith("slow:"))
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
@@ -140,6 +140,11 @@ class Handler(BaseHTTPRequestHandler):
                 out = {"not-json": NOT_JSON_TEXT, "incomplete": ""}.get(behaviour) if behaviour in ("not-json", "incomplete") else ok_text(text)
                 if behaviour == "echo-key-output":  # a model repeating what it was sent: the caller's key in a valid proposal
                     out = ok_text(text, " (sent with " + self.headers.get("Authorization", "").removeprefix("Bearer ") + ")")
+                if behaviour in ("echo-key-escaped", "echo-key-split"):  # the same key, spelled with JSON escapes (all, or every other character)
+                    key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    step = 1 if behaviour == "echo-key-escaped" else 2
+                    spelled = "".join(f"\\u{ord(c):04x}" if n % step == 0 else c for n, c in enumerate(key))
+                    out = ok_text(text, " (sent with KEY-HERE)").replace("KEY-HERE", spelled)
             self.write_log({
                 "seq": seq, "path": self.path,
                 "headers": {k.lower(): v for k, v in self.headers.items()},

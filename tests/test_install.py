@@ -90,3 +90,28 @@ def test_the_installed_commands_help_names_it_as_typed(installed, tmp_path):
     helped = durable_job_command(installed, "--help", cwd=str(tmp_path))
     assert helped.code == 0, helped.stderr
     assert helped.stdout.startswith("usage: durable-job "), helped.stdout[:80]
+
+
+def test_version_names_the_release_the_sealed_bytes_and_the_dependencies(installed, tmp_path):
+    """`--version` says what a job started now would seal: the release, the module's sha256, the pins."""
+    import durable_job as dj
+    from conftest import sha256
+
+    printed = durable_job_command(installed, "--version", cwd=str(tmp_path))
+    assert printed.code == 0, printed.stderr
+    with open(os.path.join(installed, "durable_job.py"), "rb") as fh:
+        digest = sha256(fh.read())
+    lines = printed.stdout.splitlines()
+    assert lines[0] == f"durable-job {dj.__version__}" and f"program sha256 {digest}" in lines[1]
+    assert f"graph version {dj.VERSION}" in lines
+    for name, version in dj.dependency_versions().items():
+        assert f"{name} {version}" in lines[3]
+
+
+@pytest.mark.parametrize("argv,command", [(["status", "--state-dirr", "x"], "status"), (["status", "--state-dir"], "status"),
+                                          (["decide", "--state-dir", "x"], "decide"), (["bogus"], "")])
+def test_the_installed_commands_hints_name_it_once(installed, tmp_path, argv, command):
+    held = durable_job_command(installed, *argv, cwd=str(tmp_path))
+    line = held.held("UsageError")
+    assert f"see `durable-job {command + ' ' if command else ''}--help`" in line.replace("See `", "see `"), line
+    assert "durable-job durable-job" not in line
