@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 N      ?= 6
 
-.PHONY: demo test system-deps bench crash-fuzz clean
+.PHONY: demo test system-deps bench crash-fuzz mutate clean
 
 # The runtime pins, then this project itself (editable: `durable-job` on the
 # venv's PATH runs this checkout's durable_job.py, the same bytes `python durable_job.py` runs).
@@ -32,6 +32,11 @@ test: $(VENV)/.dev system-deps
 
 bench: $(VENV)/.dev
 	$(PY) bench/bench.py
+
+# Each named mutant (mutate/mutants.py) applied alone to a copy of the repository; its guarantee's tests
+# must notice it. Slow (minutes), so not part of `make test`: run it after changing a guarantee or its tests.
+mutate: $(VENV)/.dev system-deps
+	$(PY) mutate/run.py $(MUTANTS)
 
 crash-fuzz: $(VENV)/.dev
 	DURABLE_JOB_FUZZ_JOBS=$(N) $(PY) -m pytest -q -n 0 tests/test_faults.py -k random_kills -s

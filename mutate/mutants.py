@@ -1,0 +1,230 @@
+"""The mutants `make mutate` runs: small, plausible bugs, each in the code of one guarantee the contract states.
+
+Each is an exact piece of durable_job.py (`old`, found exactly once) and what it becomes (`new`), with
+the tests that must notice: the guarantee's own tests in tests/test_guarantees.py first. The first six
+are the ones an independent mutation run found surviving the suite (issue 25); keep them.
+"""
+from dataclasses import dataclass, field
+
+G = "tests/test_guarantees.py"
+
+
+@dataclass
+class Mutant:
+    name: str
+    guarantee: str
+    old: str
+    new: str
+    tests: list = field(default_factory=list)
+
+
+MUTANTS = [
+    # --- the six an independent run found surviving ---------------------------------------------------------
+    Mutant("quote-case-insensitive", "validation: a quote is an exact substring of the source",
+           "    if quote not in source:\n", "    if quote.lower() not in source.lower():\n",
+           [f"{G}::test_a_quote_must_match_the_source_exactly_case_and_spacing_included"]),
+    Mutant("store-sources-unchecked", "seals: a store's sources are checked against their sha256 on every later command",
+           'texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}',
+           'texts = {item["id"]: bytes(data).decode("utf-8") for item, data in zip(manifest["items"], stored)}',
+           [f"{G}::test_a_stores_copies_of_the_manifest_and_sources_are_checked_on_every_later_command"]),
+    Mutant("retry-draft-in-second-transaction", "retry: the answer and its draft commit together",
+           '        record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})\n'
+           '        if then is not None:\n            then(db, key, output_text)\n',
+           '        record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})\n'
+           '    if then is not None:\n        then(db, key, output_text)\n',
+           [f"{G}::test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all"]),
+    Mutant("canonical-ascii", "operation key: the recipe never drifts (canonical JSON keeps non-ASCII as is)",
+           'json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)',
+           'json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)',
+           [f"{G}::test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift"]),
+    Mutant("run-lock-shared", "locks: one writer at a time on a state directory",
+           "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)",
+           [f"{G}::test_a_running_writer_refuses_every_other_writer_and_never_blocks_a_reader"]),
+    Mutant("store-receipt-of-any-job", "store: each job reads its own receipt",
+           '"SELECT receipt_json FROM durable_job.receipts WHERE job_id = %s", (self.job_id,)',
+           '"SELECT receipt_json FROM durable_job.receipts ORDER BY written_utc DESC LIMIT 1"',
+           [f"{G}::test_two_jobs_in_one_store_each_keep_their_own_calls_and_receipt"]),
+
+    # --- journal order and statuses ---------------------------------------------------------------------------
+    Mutant("pending-not-refused", "journal: a pending call is never sent again",
+           '        if row is not None and row["status"] == "pending":\n            raise UncertainCall',
+           '        if row is not None and row["status"] == "pending" and False:\n            raise UncertainCall',
+           [f"{G}::test_a_pending_call_is_committed_before_the_request_and_never_sent_again"]),
+    Mutant("server-error-rejected", "journal: a 5xx may have run: it stays pending",
+           'status = "rejected" if code in REFUSAL_STATUSES else "pending"',
+           'status = "rejected" if code is not None and code >= 400 else "pending"',
+           [f"{G}::test_each_provider_answer_is_journaled_with_its_status"]),
+    Mutant("429-pending", "journal: 429 is a definite refusal",
+           "REFUSAL_STATUSES = frozenset({400, 401, 403, 404, 422, 429})", "REFUSAL_STATUSES = frozenset({400, 401, 403, 404, 422})",
+           [f"{G}::test_each_provider_answer_is_journaled_with_its_status"]),
+    Mutant("late-answer-overwrites", "journal: an answer for a call reconciled meanwhile writes nothing",
+           "\"WHERE operation_key=? AND status='pending'\",\n            (output_text,",
+           "\"WHERE operation_key=?\",\n            (output_text,",
+           ["test_durable_job.py::test_complete_call_changes_only_a_pending_row_and_stores_no_key"]),
+    Mutant("parallel-results-out-of-order", "journal: parallel results are recorded in manifest order",
+           "    return [errors[n] for n in sorted(errors)]  # in the order the calls were given",
+           "    return [errors[n] for n in sorted(errors, reverse=True)]",
+           [f"{G}::test_of_several_parallel_failures_the_first_item_is_named_first"]),
+
+    # --- operation-key recipe ---------------------------------------------------------------------------------
+    Mutant("input-hash-without-version", "operation key: input hash is of {system, prompt, model, version}",
+           '{"system": SYSTEM, "prompt": prompt, "model": job["model"], "version": VERSION}',
+           '{"system": SYSTEM, "prompt": prompt, "model": job["model"]}',
+           [f"{G}::test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift"]),
+    Mutant("base-key-without-source", "operation key: base key binds the source's sha256",
+           '{"job": job["jobId"], "item": item["id"], "source": item["sha256"], "input": input_sha256(job, prompt)}',
+           '{"job": job["jobId"], "item": item["id"], "input": input_sha256(job, prompt)}',
+           [f"{G}::test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift"]),
+    Mutant("canonical-unsorted", "operation key: canonical JSON sorts its keys",
+           'json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)',
+           'json.dumps(value, separators=(",", ":"), ensure_ascii=False)',
+           [f"{G}::test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift"]),
+
+    # --- bounds -----------------------------------------------------------------------------------------------
+    Mutant("one-call-too-many", "bounds: never more rows than maxModelCalls",
+           '        if used >= manifest["maxModelCalls"]:', '        if used > manifest["maxModelCalls"]:',
+           [f"{G}::test_the_call_bounds_hold_across_items_retries_and_refusals"]),
+    Mutant("one-attempt-too-many", "bounds: never more attempts than maxAttemptsPerItem",
+           '        if attempt > manifest["maxAttemptsPerItem"]:', '        if attempt > manifest["maxAttemptsPerItem"] + 1:',
+           [f"{G}::test_the_call_bounds_hold_across_items_retries_and_refusals"]),
+    Mutant("source-bound-off-by-one", "bounds: a source is at most 3,000 bytes",
+           "    if len(data) > SOURCE_MAX_BYTES:\n        raise source_failure(name, f\"{item['path']} is {size} bytes",
+           "    if len(data) >= SOURCE_MAX_BYTES:\n        raise source_failure(name, f\"{item['path']} is {size} bytes",
+           [f"{G}::test_a_source_of_3000_bytes_is_accepted_and_3001_refused"]),
+    Mutant("max-model-calls-seven", "bounds: maxModelCalls is 1-6",
+           'if not _is_int(m["maxModelCalls"], 1, 6):', 'if not _is_int(m["maxModelCalls"], 1, 7):',
+           [f"{G}::test_every_manifest_bound_is_refused_one_past_its_end"]),
+    Mutant("concurrency-four", "bounds: maxConcurrentCalls is 1-3",
+           'not _is_int(m["maxConcurrentCalls"], 1, 3)', 'not _is_int(m["maxConcurrentCalls"], 1, 4)',
+           [f"{G}::test_every_manifest_bound_is_refused_one_past_its_end"]),
+    Mutant("summary-501", "validation: a summary is 1-500 characters",
+           "not summary.strip() or len(summary) > 500:", "not summary.strip() or len(summary) > 501:",
+           [f"{G}::test_each_answer_length_bound_holds_at_its_edge"]),
+    Mutant("quote-201", "validation: a quote is at most 200 characters",
+           "if not isinstance(quote, str) or len(quote) > 200:", "if not isinstance(quote, str) or len(quote) > 201:",
+           [f"{G}::test_each_answer_length_bound_holds_at_its_edge"]),
+    Mutant("claim-301", "validation: a claim is 1-300 characters",
+           "not claim.strip() or len(claim) > 300:", "not claim.strip() or len(claim) > 301:",
+           [f"{G}::test_each_answer_length_bound_holds_at_its_edge"]),
+    Mutant("four-citations", "validation: 1-3 citations",
+           "not 1 <= len(citations) <= 3:", "not 1 <= len(citations) <= 4:",
+           [f"{G}::test_each_answer_length_bound_holds_at_its_edge"]),
+    Mutant("quote-eleven", "validation: a quote is at least 12 characters",
+           "        ok_length = len(stripped) >= 12\n", "        ok_length = len(stripped) >= 11\n",
+           [f"{G}::test_each_answer_length_bound_holds_at_its_edge"]),
+    Mutant("progress-first-600", "prompt: at most the last 600 characters of progress",
+           'return "\\n".join(lines)[-PROGRESS_MAX_CHARS:]', 'return "\\n".join(lines)[:PROGRESS_MAX_CHARS]',
+           [f"{G}::test_the_prompt_carries_the_last_600_characters_of_validated_progress_only"]),
+
+    # --- validation rules -------------------------------------------------------------------------------------
+    Mutant("extra-keys-allowed", "validation: exactly itemId, summary, citations",
+           'if set(proposal) != {"itemId", "summary", "citations"}:', 'if not {"itemId", "summary", "citations"} <= set(proposal):',
+           [f"{G}::test_every_shape_rule_of_the_answer_is_enforced"]),
+    Mutant("other-item-id", "validation: itemId is the item's",
+           '    if proposal["itemId"] != item["id"]:', '    if not proposal["itemId"]:',
+           [f"{G}::test_every_shape_rule_of_the_answer_is_enforced"]),
+    Mutant("duplicate-keys-allowed", "validation: strict JSON (a duplicate key is refused)",
+           "value = json.loads(data, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)",
+           "value = json.loads(data, parse_constant=_reject_constant)",
+           [f"{G}::test_every_shape_rule_of_the_answer_is_enforced"]),
+    Mutant("punctuation-quote", "validation: a quote is not punctuation alone",
+           "    return ok_length and any(ch.isalnum() for ch in stripped)", "    return ok_length",
+           [f"{G}::test_every_shape_rule_of_the_answer_is_enforced"]),
+
+    # --- seals ------------------------------------------------------------------------------------------------
+    Mutant("program-seal-skipped", "seals: the program's bytes",
+           '    if job.get("codeSha256") != code_sha256():', '    if job.get("codeSha256") != code_sha256() and False:',
+           [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides"]),
+    Mutant("manifest-seal-skipped", "seals: the manifest's bytes",
+           '    if sha256_hex(raw) != job["manifestSha256"]:\n        raise SealError(f"Manifest bytes changed: {path}',
+           '    if sha256_hex(raw) != job["manifestSha256"] and False:\n        raise SealError(f"Manifest bytes changed: {path}',
+           [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides"]),
+    Mutant("source-hash-skipped", "seals: every source's sha256",
+           "    if actual != item[\"sha256\"]:\n", "    if actual != item[\"sha256\"] and False:\n",
+           [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides"]),
+    Mutant("dependency-seal-skipped", "seals: the dependency versions",
+           "        if sealed.get(name) != installed.get(name):", "        if sealed.get(name) != installed.get(name) and False:",
+           [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides"]),
+    Mutant("source-not-strict-utf8", "seals: a source is strict UTF-8",
+           '        text = data.decode("utf-8", errors="strict")', '        text = data.decode("utf-8", errors="replace")',
+           [f"{G}::test_a_source_that_is_not_strict_utf8_is_refused_even_when_its_hash_is_sealed"]),
+
+    # --- reconcile --------------------------------------------------------------------------------------------
+    Mutant("reconcile-any-status", "reconcile: only an exact pending key",
+           '        if row is None or row["status"] != "pending":\n            what = "no such operation"',
+           '        if row is None:\n            what = "no such operation"',
+           [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"]),
+    Mutant("reconcile-without-response-id", "reconcile: complete needs a response id",
+           '    if not isinstance(data.get("responseId"), str) or not data["responseId"].strip():',
+           '    if not isinstance(data.get("responseId", ""), str):',
+           [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"]),
+    Mutant("reconcile-output-unredacted", "secrets: a reconciled answer is stored redacted",
+           'update = ("completed", scrub(response["outputText"]),', 'update = ("completed", response["outputText"],',
+           [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"]),
+
+    # --- not-sent calls ---------------------------------------------------------------------------------------
+    Mutant("unsent-any-connection-error", "not sent: only a connection that never opened is no call",
+           "    if not isinstance(exc.__cause__, connect_phase_errors()):\n        return None\n", "",
+           [f"{G}::test_a_connection_that_never_opened_is_no_call_and_a_dropped_one_stays_pending"]),
+    Mutant("unsent-no-event", "not sent: the not-sent event keeps the record",
+           '        record_event(db, key, "not-sent", detail)', "        pass",
+           [f"{G}::test_a_connection_that_never_opened_is_no_call_and_a_dropped_one_stays_pending"]),
+
+    # --- decisions --------------------------------------------------------------------------------------------
+    Mutant("stale-decision-accepted", "decide: a decision bound to other results is refused",
+           "        if args.results_sha256 and args.results_sha256 != digest:", "        if args.results_sha256 and args.results_sha256 == 'x':",
+           [f"{G}::test_a_decision_is_bound_once_never_stale_and_never_accepts_a_failed_item"]),
+    Mutant("accept-with-failed", "decide: accept needs every item validated",
+           '        if args.decision == "accept" and failed:', '        if args.decision == "accept" and not failed and False:',
+           [f"{G}::test_a_decision_is_bound_once_never_stale_and_never_accepts_a_failed_item"]),
+
+    # --- receipt and verify -----------------------------------------------------------------------------------
+    Mutant("receipt-without-statuses", "receipt: it binds every field the contract lists",
+           '        "statuses": {r["itemId"]: r["status"] for r in results},\n        "final": final,',
+           '        "final": final,',
+           [f"{G}::test_the_receipt_holds_exactly_the_contracts_fields"]),
+    Mutant("verify-skips-attempt-order", "verify: attempts are contiguous from 1",
+           "        if attempts != list(range(1, len(attempts) + 1)):", "        if attempts != sorted(attempts):",
+           [f"{G}::test_verify_names_each_kind_of_rewritten_record"]),
+    Mutant("verify-skips-receipt-fields", "verify: the receipt is what the saved state gives",
+           "        if receipt.get(key) != value:\n", "        if receipt.get(key) != value and key == 'jobId':\n",
+           [f"{G}::test_verify_names_each_kind_of_rewritten_record"]),
+
+    # --- redaction and escaping ---------------------------------------------------------------------------------
+    Mutant("redact-escaped-spelling", "secrets: a secret spelled with JSON escapes is redacted",
+           '    if "\\\\" not in text or not secrets:\n        return text\n', "    return text\n",
+           ["tests/test_holes.py::test_a_key_the_model_spells_with_json_escapes_is_stored_and_shown_redacted"]),
+    Mutant("page-unescaped-quote", "page: every slice of a source is escaped",
+           "        out.append(f\"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{escape_text(source[start:end])}</a></mark>\")",
+           "        out.append(f\"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{source[start:end]}</a></mark>\")",
+           ["tests/test_review.py::test_highlight_escapes_markup_before_between_inside_and_after_the_quotes"]),
+    Mutant("terminal-controls-shown-raw", "output: control characters are escaped on a terminal",
+           "        return value.translate(TERMINAL_CONTROLS)", "        return value",
+           ["tests/test_review.py::test_model_text_cannot_drive_the_terminal"]),
+
+    # --- store addressing -------------------------------------------------------------------------------------
+    Mutant("public-url-keeps-password", "store: a password is never printed",
+           "            netloc = f\"{userinfo.partition(':')[0]}@{host}\"", "            netloc = f\"{userinfo}@{host}\"",
+           ["tests/test_store.py::test_no_password_in_any_output_error_or_stored_row"]),
+
+    # --- the worker's claim and stop ----------------------------------------------------------------------------
+    Mutant("worker-ignores-stop", "work: a stopping worker sends no new call",
+           "    if _WORK_STOP and _WORK_STOP[0].is_set():", "    if _WORK_STOP and _WORK_STOP[0].is_set() and False:",
+           ["tests/test_work.py::test_sigterm_mid_call_lets_the_call_finish_sends_nothing_new_and_exits"]),
+    Mutant("worker-retries-a-held-job", "work: a job that held in this worker is not tried again until it changes",
+           "            if not isinstance(exc, WorkerStopping):\n                self.failed[store.job_id] = self.mark_now(store, mark)",
+           "            if not isinstance(exc, WorkerStopping):\n                pass",
+           [f"{G}::test_a_worker_claims_only_what_needs_no_person"]),
+
+    # --- retry bounds -----------------------------------------------------------------------------------------
+    Mutant("retry-past-attempts", "retry: within maxAttemptsPerItem, refused before anything is sent",
+           '    if attempts >= manifest["maxAttemptsPerItem"]:\n        return f"item {item_id} has used all',
+           '    if attempts > manifest["maxAttemptsPerItem"]:\n        return f"item {item_id} has used all',
+           [f"{G}::test_a_retry_is_refused_at_its_bounds_before_anything_is_sent"]),
+    Mutant("retry-after-decision", "retry: only at review",
+           '    with open_job(store_for(args), "retry") as ctx:  # provider settings are checked below, once the retry may go\n'
+           '        draft, results = review_draft(ctx, args, "retry")',
+           '    with open_job(store_for(args), "retry") as ctx:  # provider settings are checked below, once the retry may go\n'
+           '        draft, results = current_draft(ctx.db, ctx.checkpoint()["values"]["results"])',
+           [f"{G}::test_a_retry_is_refused_at_its_bounds_before_anything_is_sent"]),
+]
