@@ -85,16 +85,15 @@ class Workspace:
                 return conn.execute(sql).fetchall()
             finally:
                 conn.close()
-        with self.pg_store() as store:
-            return store.read_journal().execute(sql).fetchall()
+        return store_journal(self.store, self.job_id(), sql)
 
     def pg_store(self):
-        """The job's PgStore for a test's own look, its connection closed afterwards."""
+        """The job's store (durable_job.open_store) for a test's own look, its connection closed afterwards."""
         import contextlib
 
         import durable_job
 
-        return contextlib.closing(durable_job.PgStore(self.store, self.job_id()))
+        return contextlib.closing(durable_job.open_store(store=self.store, job=self.job_id()))
 
     def has_job(self) -> bool:
         if self.store is None:
@@ -197,6 +196,42 @@ class Workspace:
                 return store.load_job()
         with open(os.path.join(self.state, "job.json")) as fh:
             return json.load(fh)
+
+
+# A test's own view of one job's journal rows in a store, under the state directory's table names, so that one
+# SQL text reads either backend (`rowid` is the store's insertion order, `seq`). The views live in the test's
+# connection only: durable_job itself never creates one.
+STORE_JOURNAL_VIEWS = {
+    "calls": "operation_key, base_key, attempt, item_id, input_sha256, status, output_text, response_id, request_id, "
+             "usage_json, created_utc, updated_utc, reconciliation_json, seq AS rowid",
+    "call_events": "id, operation_key, event, detail_json, at_utc",
+    "drafts": "version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc",
+    "outcomes": "kind, record_json, created_utc",
+}
+
+
+def store_journal(url: str, job_id: str, sql: str) -> list:
+    """Rows (read by name or position) of an SQLite-spelled journal query against one job of a store."""
+    import psycopg
+    class Row(tuple):
+        def __new__(cls, values, names):
+            row = super().__new__(cls, values)
+            row.names = names
+            return row
+
+        def __getitem__(self, key):
+            return tuple.__getitem__(self, self.names.index(key) if isinstance(key, str) else key)
+
+        def keys(self):
+            return list(self.names)
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT set_config('tests.job', %s, false)", (job_id,))
+        for view, columns in STORE_JOURNAL_VIEWS.items():
+            conn.execute(f"CREATE TEMP VIEW {view} AS SELECT {columns} FROM durable_job.{view} WHERE job_id = current_setting('tests.job')")
+        cursor = conn.execute(sql)
+        names = [c.name for c in cursor.description or []]
+        return [Row(r, names) for r in cursor.fetchall()]
 
 
 def store_rows(url: str) -> dict:

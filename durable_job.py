@@ -3,25 +3,44 @@
 
 One job reads one to three short, owner-approved sources, asks a model for one
 JSON proposal per source, checks every quoted citation against the source
-bytes and stops for a human decision. The operation journal (effects.sqlite)
-makes every model call happen at most once; a call whose outcome is unknown is
-never repeated behind the person's back. The contract is ../shared/SPEC.md.
+bytes and stops for a human decision. The operation journal makes every model
+call happen at most once; a call whose outcome is unknown is never repeated
+behind the person's back. The contract is docs/CONTRACT.md.
 
-This file is read top to bottom in sections: constants and contract, manifest
-sealing, state directory and lock, model adapters, journal (which calls the
-adapters), MCP sources, validation, graph, saved state read without langgraph,
-the storage seam (StateDirStore: the one way commands reach a job's storage),
-the PostgreSQL store (PgStore: the same seam over a team's shared database),
-opening a job and where it stands (open_job, review_state, phase and next),
-commands, verify and the receipt, output, CLI.
+The file reads top to bottom in sections, each using only what stands above it:
+
+ 1. Constants and contract: limits, file names, SYSTEM, the rows' types, the errors
+ 2. Text: canonical JSON, hashes, time, secrets and their redaction, printable text
+ 3. Manifest: parsing and every rule
+ 4. MCP sources: a resource read from a read-only MCP server
+ 5. Sources and seals: a source's bytes, the sealed job record, the program's seals
+ 6. Files and the run lock: atomic writes, the state directory, SQLite files
+ 7. Model adapters: fake and openai
+ 8. Validation of a proposal
+ 9. PostgreSQL driver: store addresses, the libpq reader, psycopg, advisory-lock keys
+10. Journal: the schema of both dialects, one journal API, the call protocol
+11. Checkpoints: LangGraph's serializer and the langgraph-free reader
+12. Stores: the Store interface, a state directory, a team's PostgreSQL store
+13. Graph: a run's Context and the LangGraph graph
+14. Where a job stands: open_job, snapshots, phase and next
+15. Review page: the HTML, every value escaped
+16. Receipt and verify
+17. Commands: the API the CLI, the workers and scripts call (open_store, start, status, ...)
+18. Workers: submit's queue run by `work`
+19. Output: text renderers
+20. CLI: argparse and main()
+
 Its own sha256 is sealed into every job, so a job is only ever continued by
 exactly the program that started it.
 """
 from __future__ import annotations
 
+import abc
 import argparse
+import contextlib
 import contextvars
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -29,15 +48,16 @@ import re  # json imports it: free
 import sqlite3
 import stat
 import sys
+import threading
 import time
+from typing import Any, Iterator, NotRequired, TypedDict, cast
 
 ###############################################################################
-# Constants and contract
+# 1. Constants and contract
 ###############################################################################
 
 __version__ = "1.1.0"  # the release (pyproject.toml reads it); VERSION below is the graph's label, sealed into every job
 VERSION = "durable-job-graph/1"
-SCHEMA_VERSION = 1
 SOURCE_MAX_BYTES = 3000
 MANIFEST_MAX_BYTES = 65536
 PROGRESS_MAX_CHARS = 600
@@ -48,9 +68,11 @@ DEFAULT_BUSY_TIMEOUT = 5.0  # seconds to wait for another process's SQLite lock 
 MAX_OUTPUT_TOKENS = 500
 REFUSAL_STATUSES = frozenset({400, 401, 403, 404, 422, 429})
 DEPENDENCIES = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "openai")
+STORE_DEPENDENCIES = ("langgraph-checkpoint-postgres", "psycopg")  # sealed too by a job in a store
 DECISIONS = ("accept", "reject", "hold")
 STORE_ENV = "DURABLE_JOB_STORE"  # names a PostgreSQL store when a command gives neither --state-dir nor --store
 NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job cannot go on as it is
+CALL_STATUSES = ("pending", "completed", "abandoned", "rejected")
 
 JOB_FILE = "job.json"
 EFFECTS_FILE = "effects.sqlite"
@@ -69,7 +91,6 @@ SYSTEM = (
     "copied character for character, at least 12 characters long. Use no tools and take "
     "no actions."
 )
-
 # Named fault-injection points (fake mode only): the process exits at once with
 # the code given, as if killed there. Tests and the README's runbook use them.
 CRASH_POINTS = {
@@ -83,7 +104,109 @@ CRASH_POINTS = {
     "after-reconcile": 98,    # reconcile committed, nothing printed yet
 }
 
-_OPERATION_KEY = contextvars.ContextVar("durable_job_operation_key", default=None)
+# The operation key of the call being made: call_model passes it to the openai adapter as a header. The
+# SPEC's call_model(job, item, source, prompt) takes no key, and tests patch it with that signature.
+_OPERATION_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("durable_job_operation_key", default=None)
+
+
+class McpSpec(TypedDict):
+    command: list[str]
+    uri: str
+    timeoutSeconds: NotRequired[float]
+    env: NotRequired[dict[str, str]]
+    passEnv: NotRequired[list[str]]
+
+
+class Item(TypedDict):
+    id: str
+    sha256: str
+    path: NotRequired[str]
+    mcp: NotRequired[McpSpec]
+
+
+class Manifest(TypedDict):
+    schemaVersion: int
+    jobId: str
+    approved: bool
+    approvedBy: str
+    mode: str
+    model: str
+    providerTransferApproved: NotRequired[bool]
+    maxModelCalls: int
+    maxAttemptsPerItem: int
+    maxConcurrentCalls: NotRequired[int]
+    items: list[Item]
+
+
+class Job(TypedDict):
+    """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
+
+    jobId: str
+    manifestPath: str
+    manifestSha256: str
+    mode: str
+    model: str
+    approvedBy: str
+    sources: dict[str, str]
+    threadId: str
+    version: str
+    codeSha256: str
+    dependencies: dict[str, str | None]
+    createdAtUtc: str
+
+
+class Citation(TypedDict):
+    quote: str
+    claim: str
+
+
+class Result(TypedDict):
+    """One item's result: validated (summary, citations, proposalSha256) or failed (reason)."""
+
+    itemId: str
+    sourceSha256: str
+    status: str
+    summary: NotRequired[str]
+    citations: NotRequired[list[Citation]]
+    proposalSha256: NotRequired[str]
+    reason: NotRequired[str]
+    revision: NotRequired[dict[str, Any]]
+    retry: NotRequired[dict[str, Any]]
+
+
+class CallRow(TypedDict):
+    """One row of the journal's `calls` table."""
+
+    operation_key: str
+    base_key: str
+    attempt: int
+    item_id: str
+    input_sha256: str
+    status: str
+    output_text: str | None
+    response_id: str | None
+    request_id: str | None
+    usage_json: str | None
+    created_utc: str
+    updated_utc: str
+    reconciliation_json: str | None
+
+
+class Holder(TypedDict):
+    """Who holds a job's writers' lock: {pid, command, sinceUtc[, host]}."""
+
+    pid: int | None
+    command: str
+    sinceUtc: str | None
+    host: NotRequired[str]
+
+
+class CheckpointState(TypedDict):
+    """The latest checkpoint as the reader sees it: the state's values, whether it waits at review, a saved decision."""
+
+    values: dict[str, Any]
+    waiting: bool
+    savedDecision: dict[str, Any] | None
 
 
 class JobError(Exception):
@@ -106,20 +229,44 @@ class StateError(JobError):
     """The state directory or one of its files cannot be used as it is."""
 
 
+
+
 class BusyError(JobError):
-    """Another durable_job command holds the state directory."""
+    """Another durable_job command holds the job.
+
+    The message ends "then run the command again"; the CLI quotes the command line that was
+    typed instead (with_command).
+    """
+
+    AGAIN = "run the command again"
+
+    def with_command(self, command: str) -> "BusyError":
+        return BusyError(str(self).replace(self.AGAIN, f"run {command} again"))
 
 
 class WorkerStopping(JobError):
     """A `work` process was told to stop (SIGTERM, Ctrl-C): no new call is sent; the job stays ready."""
 
 
+
+
 class UncertainCall(JobError):
-    """A model call may have reached the provider and has no recorded outcome."""
+    """A model call may have reached the provider and has no recorded outcome: nothing sends it again by itself."""
+
+    def __init__(self, message: str, *, item_id: str = "", operation_key: str = ""):
+        super().__init__(message)
+        self.item_id, self.operation_key = item_id, operation_key
 
 
 class ProviderError(JobError):
-    """The provider call failed; the journal says what is known about it."""
+    """The provider call failed; the journal says what is known about it.
+
+    `uncertain`: the call stays pending (its outcome is unknown); `not_sent`: it never left this machine.
+    """
+
+    def __init__(self, message: str, *, uncertain: bool = False, not_sent: bool = False):
+        super().__init__(message)
+        self.uncertain, self.not_sent = uncertain, not_sent
 
 
 class BudgetError(JobError):
@@ -133,6 +280,12 @@ class UsageError(JobError):
 class DecisionError(JobError):
     """A decision, revision or cancel cannot be recorded now."""
 
+
+
+
+###############################################################################
+# 2. Text: canonical JSON, hashes, time, secrets
+###############################################################################
 
 def now_utc() -> str:
     """Fixed-width UTC time with microseconds, so text order is time order."""
@@ -153,8 +306,11 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+
+
+@functools.cache
 def code_sha256() -> str:
-    """sha256 of this program's own bytes, as sealed into every job."""
+    """sha256 of this program's own bytes, as sealed into every job (read once per process: they cannot change under it)."""
     with open(os.path.abspath(__file__), "rb") as fh:
         return sha256_hex(fh.read())
 
@@ -170,7 +326,10 @@ def crash_point(name: str, job: dict | None = None) -> None:
     os._exit(CRASH_POINTS[name])
 
 
-_SECRETS: set = set()  # store passwords and mcp.passEnv values this process has seen: never printed, raised or stored
+
+# Secrets this process has seen besides the API key (store passwords, mcp.passEnv values): whatever text
+# may be stored or printed passes redact(), which needs them wherever it is called, a bare error included.
+SECRETS: set[str] = set()
 JSON_ESCAPE = re.compile(r'\\u([0-9a-fA-F]{4})|\\(["\\\\/bfnrt])')
 JSON_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
@@ -178,7 +337,7 @@ JSON_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n"
 def secrets_now() -> list:
     """What redact() removes: the API key in the environment and every secret remembered, longest first."""
     key = os.environ.get("OPENAI_API_KEY") or ""
-    return sorted({*([key] if len(key) >= 4 else []), *_SECRETS}, key=len, reverse=True)
+    return sorted({*([key] if len(key) >= 4 else []), *SECRETS}, key=len, reverse=True)
 
 
 def json_unescaped(text: str) -> str:
@@ -224,6 +383,18 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def storable(text):
+    """Text SQLite can store as UTF-8: a lone surrogate (possible via a JSON \\ud800 escape) becomes U+FFFD."""
+    if isinstance(text, str):
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def scrub(value):
+    """What may be stored of a provider-supplied string: text SQLite can hold, with the API key removed (None stays None)."""
+    return None if value is None else storable(redact(value))
+
+
 # Characters a terminal or a browser acts on instead of showing: C0/C1 controls, DEL, the bidirectional
 # controls (an override can make "TPECCA TON OD" read "DO NOT ACCEPT") and the invisible format characters
 # (zero-width space, word joiner, byte-order mark). Every output shows them as escapes instead.
@@ -243,21 +414,6 @@ def printable(value):
     if isinstance(value, list):
         return [printable(v) for v in value]
     return value
-
-
-###############################################################################
-# Manifest sealing
-###############################################################################
-
-MANIFEST_KEYS = {
-    "schemaVersion", "jobId", "approved", "approvedBy", "mode", "model",
-    "providerTransferApproved", "maxModelCalls", "maxAttemptsPerItem", "items",
-    "maxConcurrentCalls",
-}
-REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls"}
-ITEM_KEYS = {"id", "path", "sha256", "mcp"}
-MCP_KEYS = {"command", "uri", "timeoutSeconds", "env", "passEnv"}
-MCP_ENV_MAX = 32  # entries in mcp.env, and names in mcp.passEnv
 
 
 def _reject_duplicate_keys(pairs):
@@ -290,6 +446,21 @@ def strict_json(data: bytes | str):
         raise ValueError("holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
 
 
+###############################################################################
+# 3. Manifest
+###############################################################################
+
+MANIFEST_KEYS = {
+    "schemaVersion", "jobId", "approved", "approvedBy", "mode", "model",
+    "providerTransferApproved", "maxModelCalls", "maxAttemptsPerItem", "items",
+    "maxConcurrentCalls",
+}
+REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls"}
+ITEM_KEYS = {"id", "path", "sha256", "mcp"}
+MCP_KEYS = {"command", "uri", "timeoutSeconds", "env", "passEnv"}
+MCP_ENV_MAX = 32  # entries in mcp.env, and names in mcp.passEnv
+
+
 def _is_int(value, low: int, high: int) -> bool:
     return type(value) is int and low <= value <= high
 
@@ -298,7 +469,9 @@ def _check_text(value, low: int, high: int) -> bool:
     return isinstance(value, str) and low <= len(value.strip()) and len(value) <= high and "\x00" not in value
 
 
-def read_manifest(path: str) -> tuple[dict, bytes]:
+
+
+def read_manifest(path: str) -> tuple[Manifest, bytes]:
     """Read, parse and check a manifest file; return (manifest, raw bytes)."""
     try:
         st = os.stat(path)
@@ -310,12 +483,17 @@ def read_manifest(path: str) -> tuple[dict, bytes]:
         raise ManifestError(f"Manifest {path} is {st.st_size} bytes, over {MANIFEST_MAX_BYTES}; a manifest names at most 3 short items")
     with open(path, "rb") as fh:
         raw = fh.read(MANIFEST_MAX_BYTES + 1)
+    return parse_manifest(raw, path), raw
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """A manifest's bytes, parsed and checked against every rule."""
     try:
         manifest = strict_json(raw)
     except ValueError as exc:
-        raise ManifestError(f"Manifest {path} is not valid JSON ({clip(exc, 120)}); fix the file or write a new one with `durable_job.py seal`") from None
+        raise ManifestError(f"Manifest {where} is not valid JSON ({clip(exc, 120)}); fix the file or write a new one with `durable_job.py seal`") from None
     check_manifest(manifest)
-    return manifest, raw
+    return cast(Manifest, manifest)
 
 
 def check_manifest(m) -> None:
@@ -427,6 +605,144 @@ def check_mcp_env(spec: dict, name: str) -> None:
         raise ManifestError(f"Manifest item {name} mcp names {both[0]} in both env and passEnv; keep one (passEnv for a secret)")
 
 
+
+###############################################################################
+# 4. MCP sources (optional dependency)
+###############################################################################
+
+
+def read_mcp_source(item: Item, base_dir: str | None = None) -> bytes:
+    """Read one text resource from a read-only MCP server over stdio; only resources/read is sent.
+
+    The server runs with the manifest's folder as its working directory (so relative argv means the
+    same thing at start and at every later command), the SDK's minimal default environment, and its
+    stderr sent to the null device; the whole launch-initialise-read is bounded by the timeout.
+    """
+    spec = item["mcp"]
+    name = item["id"]
+    try:
+        import logging
+
+        import anyio
+        from mcp import ClientSession
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+    except ImportError:
+        raise SourceError(f"Source {name} is an MCP resource but the mcp package is not installed; install it with `pip install -r requirements-mcp.txt` (mcp==2.3.0)") from None
+    timeout = mcp_timeout(spec)
+    command, uri = spec["command"], spec["uri"]
+    server = f"MCP server {command[0]!r}"
+    if base_dir is not None and not os.path.isdir(base_dir):
+        raise SourceError(f"Source {name}: the manifest's folder {base_dir} does not exist, and the MCP server runs there; create it first")
+    env, secrets = mcp_environment(item, get_default_environment())
+    for noisy in ("mcp", "asyncio"):  # the SDK logs server trouble on stderr; the one HOLD line says it instead
+        logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
+
+    async def read():
+        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=base_dir, env=env)
+        with open(os.devnull, "w") as devnull:
+            async with stdio_client(params, errlog=devnull) as (reader, writer):
+                async with ClientSession(reader, writer) as session:
+                    await session.initialize()
+                    return await session.read_resource(uri)
+
+    async def bounded():
+        # anyio's own deadline, not asyncio.wait_for: the SDK's shielded shutdown then still stops the server
+        with anyio.fail_after(timeout):
+            return await read()
+
+    try:
+        result = anyio.run(bounded)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the SDK wraps failures in exception groups: judge the innermost one
+        raise mcp_failure(name, server, uri, timeout, mcp_leaf_error(exc), secrets) from None
+    return mcp_text_bytes(name, uri, result)
+
+
+def mcp_failure(name: str, server: str, uri: str, timeout: float, leaf: BaseException, secrets: list) -> BaseException:
+    """The one SourceError a failed MCP read is, by its innermost cause (an interrupt is passed on as it is)."""
+    if isinstance(leaf, (KeyboardInterrupt, SystemExit)):
+        return leaf
+    code, message = getattr(leaf, "code", None), hide_values(str(getattr(leaf, "message", "") or leaf), secrets)
+    if isinstance(leaf, TimeoutError):
+        return SourceError(f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)")
+    if isinstance(leaf, OSError):
+        return SourceError(f"Source {name}: {server} could not be launched ({leaf.strerror or leaf}); fix mcp.command (an argv list, run without a shell)")
+    if code == -32000:  # CONNECTION_CLOSED
+        return SourceError(f"Source {name}: {server} closed the connection before answering {uri} (it exited or is not an MCP stdio server); fix mcp.command or the server")
+    if code == -32002 or (code == -32602 and any(w in message.lower() for w in ("not found", "unknown resource", "no resource"))):
+        return SourceError(f"Source {name}: MCP resource {uri} does not exist on {server} ({clip(message, 120)}); check mcp.uri")
+    if isinstance(code, int):
+        return SourceError(f"Source {name}: {server} refused to read {uri} (error {code}: {clip(message, 120)}); check the uri and the server")
+    return SourceError(f"Source {name}: MCP resource {uri} could not be read ({clip(hide_values(f'{type(leaf).__name__}: {leaf}', secrets), 160)}); check the uri and the server")
+
+
+def mcp_environment(item: dict, default: dict) -> tuple[dict, list]:
+    """The server's whole environment: the SDK's minimal default, then mcp.env, then mcp.passEnv's
+    variables copied from ours (a missing one is refused before anything launches); and the passed values."""
+    spec = item["mcp"]
+    missing = [key for key in spec.get("passEnv", []) if key not in os.environ]
+    if missing:
+        raise SourceError(f"Source {item['id']}: its MCP server needs {missing[0]} from the environment (mcp.passEnv), "
+                          f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)")
+    passed = {key: os.environ[key] for key in spec.get("passEnv", [])}
+    SECRETS.update(v for v in passed.values() if len(v) >= 4)  # never stored or shown, whatever echoes one
+    return {**default, **spec.get("env", {}), **passed}, [v for v in passed.values() if len(v) >= 4]
+
+
+def hide_values(text: str, secrets: list) -> str:
+    """text with every value passed through mcp.passEnv replaced: a server's error may echo one."""
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, "[redacted]")
+    return text
+
+
+def mcp_timeout(spec: dict) -> float:
+    """Seconds for one MCP read: mcp.timeoutSeconds, else DURABLE_JOB_MCP_TIMEOUT, else DEFAULT_MCP_TIMEOUT."""
+    if "timeoutSeconds" in spec:
+        return float(spec["timeoutSeconds"])
+    raw = os.environ.get("DURABLE_JOB_MCP_TIMEOUT")
+    if not raw:
+        return DEFAULT_MCP_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 120:
+        raise SourceError(f"DURABLE_JOB_MCP_TIMEOUT={clip(raw, 20)!r} is not a number of seconds from 0 to 120")
+    return value
+
+
+def mcp_leaf_error(exc: BaseException) -> BaseException:
+    """The first innermost exception of a (nested) exception group that is not a mere cancellation."""
+    import asyncio
+
+    leaves, stack = [], [exc]
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, BaseExceptionGroup) and e.exceptions:
+            stack[:0] = list(e.exceptions)
+        else:
+            leaves.append(e)
+    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
+
+
+def mcp_text_bytes(name: str, uri: str, result) -> bytes:
+    """Exactly one text content is accepted; a blob (binary) resource is refused, never decoded."""
+    contents = list(getattr(result, "contents", []) or [])
+    if len(contents) != 1:
+        raise SourceError(f"Source {name}: MCP resource {uri} returned {len(contents)} contents, expected exactly one text")
+    text = getattr(contents[0], "text", None)
+    if not isinstance(text, str):
+        raise SourceError(f"Source {name}: MCP resource {uri} is not text (binary blob resources are refused); serve it as text")
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+
+###############################################################################
+# 5. Sources and seals
+###############################################################################
+
 def source_failure(item_id: str, detail: str) -> SourceError:
     return SourceError(f"Source bound/hash/size failure: {item_id} ({detail})")
 
@@ -479,7 +795,9 @@ def check_source_bytes(item: dict, data: bytes) -> str:
     return text
 
 
-def load_sources(manifest: dict, manifest_path: str, *, mcp="launch") -> dict:
+
+
+def load_sources(manifest: Manifest, manifest_path: str, *, mcp: str | dict = "launch") -> dict[str, str]:
     """Read and check every source once; return {item id: text} decoded from the sealed bytes.
 
     An MCP item's resource is read by launching its server (mcp="launch"), skipped
@@ -503,39 +821,40 @@ def load_sources(manifest: dict, manifest_path: str, *, mcp="launch") -> dict:
     return texts
 
 
-def dependency_versions() -> dict:
-    """Installed versions of the libraries whose behaviour the recovery story relies on.
+@functools.cache
+def dependency_versions(names: tuple = DEPENDENCIES) -> dict[str, str | None]:
+    """Installed versions of the libraries whose behaviour the recovery story relies on (once per process).
 
     Read from the `<name>-<version>.dist-info` folder names on sys.path (what pip
     writes), which costs a few directory listings instead of importing
     importlib.metadata; anything unusual falls back to importlib.metadata.
     """
-    wanted = {name.replace("-", "_").lower(): name for name in DEPENDENCIES}
-    versions = {}
+    wanted = {name.replace("-", "_").lower(): name for name in names}
+    versions: dict[str, str | None] = {}
     for entry in sys.path:
         try:
-            names = os.listdir(entry or ".")
+            folders = os.listdir(entry or ".")
         except OSError:
             continue
-        for folder in names:
+        for folder in folders:
             if folder.endswith(".dist-info"):
                 dist, _, version = folder[: -len(".dist-info")].partition("-")
                 name = wanted.get(dist.replace("-", "_").replace(".", "_").lower())
                 if name and name not in versions:
                     versions[name] = version
-    if len(versions) < len(DEPENDENCIES):
+    if len(versions) < len(names):
         from importlib import metadata
 
-        for name in DEPENDENCIES:
+        for name in names:
             if name not in versions:
                 try:
                     versions[name] = metadata.version(name)
                 except metadata.PackageNotFoundError:
                     versions[name] = None
-    return {name: versions[name] for name in DEPENDENCIES}
+    return {name: versions[name] for name in names}
 
 
-def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
+def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES) -> Job:
     import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
 
     return {
@@ -549,24 +868,12 @@ def new_job(manifest: dict, manifest_path: str, raw: bytes) -> dict:
         "threadId": str(uuid.uuid4()),
         "version": VERSION,
         "codeSha256": code_sha256(),
-        "dependencies": dependency_versions(),
+        "dependencies": dependency_versions(dependencies),
         "createdAtUtc": now_utc(),
     }
 
 
-def check_seals(job: dict, *, mcp="launch"):
-    """Re-check, in the contract's order, everything job.json seals; return (manifest, texts)."""
-    check_program_seals(job)
-    path = job["manifestPath"]
-    raw = sealed_manifest_bytes(path)
-    if sha256_hex(raw) != job["manifestSha256"]:
-        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or {NEW_JOB}")
-    manifest, _ = read_manifest(path)
-    check_job_matches_manifest(job, manifest)
-    return manifest, load_sources(manifest, path, mcp=mcp)
-
-
-def check_program_seals(job: dict) -> None:
+def check_program_seals(job: Job) -> None:
     """The seals every machine checks itself: the graph version, this program's bytes, the dependencies."""
     if job.get("version") != VERSION:
         raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}")
@@ -575,9 +882,19 @@ def check_program_seals(job: dict) -> None:
     check_dependency_seal(job)
 
 
+def check_dependency_seal(job: Job) -> None:
+    """Every sealed dependency version is the installed one (a store job's PostgreSQL libraries too, when it sealed them)."""
+    sealed = job.get("dependencies")
+    if not isinstance(sealed, dict):
+        raise SealError(f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
+    names = DEPENDENCIES + tuple(name for name in STORE_DEPENDENCIES if name in sealed)
+    installed = dependency_versions(names)
+    for name in names:
+        if sealed.get(name) != installed.get(name):
+            raise SealError(f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}")
+
+
 SEALED_COPIES = ("jobId", "mode", "model", "approvedBy")  # job.json's copies of the manifest, used without re-reading it
-
-
 def check_job_matches_manifest(job: dict, manifest: dict) -> None:
     """job.json is never rewritten: its copies of the manifest must still say what the sealed manifest says."""
     expected = {key: manifest[key] for key in SEALED_COPIES}
@@ -586,6 +903,20 @@ def check_job_matches_manifest(job: dict, manifest: dict) -> None:
         if job.get(key) != value:
             raise SealError(f"job.json changed: its {key} is {clip(json.dumps(job.get(key)), 80)} but the sealed manifest says "
                             f"{clip(json.dumps(value), 80)}; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
+
+
+
+
+def check_file_seals(job: Job, *, mcp: str | dict = "launch") -> tuple[Manifest, dict[str, str]]:
+    """Every seal of a job whose manifest and sources are files, in the contract's order; (manifest, texts)."""
+    check_program_seals(job)
+    path = job["manifestPath"]
+    raw = sealed_manifest_bytes(path)
+    if sha256_hex(raw) != job["manifestSha256"]:
+        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or {NEW_JOB}")
+    manifest = parse_manifest(raw, path)
+    check_job_matches_manifest(job, manifest)
+    return manifest, load_sources(manifest, path, mcp=mcp)
 
 
 def sealed_manifest_bytes(path: str) -> bytes:
@@ -601,20 +932,9 @@ def sealed_manifest_bytes(path: str) -> bytes:
                     f"restore the approved manifest at that path, or {NEW_JOB}")
 
 
-def check_dependency_seal(job: dict) -> None:
-    sealed = job.get("dependencies")
-    if not isinstance(sealed, dict):
-        raise SealError(f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
-    installed = dependency_versions()
-    for name in DEPENDENCIES:
-        if sealed.get(name) != installed.get(name):
-            raise SealError(f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}")
-
-
 ###############################################################################
-# State directory and lock
+# 6. Files and the run lock: the state directory's own storage
 ###############################################################################
-
 
 def job_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, name)
@@ -640,6 +960,20 @@ def ensure_state_dir(state_dir: str) -> None:
     check_state_dir_safe(state_dir)
 
 
+def check_empty_state_dir(state_dir: str, resume: str) -> None:
+    if not os.path.exists(state_dir):
+        return
+    if not os.path.isdir(state_dir):
+        raise StateError(f"State directory {state_dir} is not a directory; pass a new directory path")
+    extra = [n for n in os.listdir(state_dir) if n not in (LOCK_FILE, MCP_SOURCES_FILE) and not n.endswith(".tmp")]
+    if JOB_FILE in extra:  # a concurrent start sealed its job after this one looked for job.json
+        raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `{resume}`")
+    if extra:
+        raise StateError(f"State directory {state_dir} holds no job.json but is not empty ({extra[0]}, …); choose a new or empty --state-dir")
+
+
+
+
 class RunLock:
     """An exclusive, non-blocking OS lock on run.lock, held by every writing command.
 
@@ -647,15 +981,16 @@ class RunLock:
     can name a run in progress (see lock_holder).
     """
 
-    def __init__(self, state_dir: str, command: str):
+    def __init__(self, state_dir: str, command: str, no_job: "StateError"):
         self.state_dir = state_dir
         self.path = job_path(state_dir, LOCK_FILE)
         self.command = command
-        self.fd = None
+        self.no_job = no_job  # the refusal when the directory holds no job (for every command but start)
+        self.fd: int | None = None
 
     def __enter__(self):
         if self.command != "start" and not os.path.exists(job_path(self.state_dir, JOB_FILE)):
-            raise no_job(self.state_dir)  # a mistyped --state-dir: say so, and leave no run.lock behind in it
+            raise self.no_job  # a mistyped --state-dir: say so, and leave no run.lock behind in it
         check_state_dir_safe(self.state_dir)  # every writing command: private, and ours (start created it; others found job.json in it)
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
@@ -666,7 +1001,7 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
             who = f" ({holder['command']}, pid {holder['pid']})" if holder else ""
-            raise BusyError(f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then run {run_again(self.command)} again") from None
+            raise BusyError(f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then {BusyError.AGAIN}") from None
         try:
             os.ftruncate(self.fd, 0)
             os.write(self.fd, f"{os.getpid()} {self.command} {now_utc()}\n".encode())
@@ -681,8 +1016,6 @@ class RunLock:
 
 
 LOCK_PROBE_RETRIES = 5  # a `status` probing the lock holds it for microseconds: a writer meeting that probe tries again
-
-
 def take_flock(fd: int) -> bool:
     """Take the exclusive lock without waiting for a real holder; a read-only probe in the way is waited out."""
     for attempt in range(LOCK_PROBE_RETRIES):
@@ -695,7 +1028,9 @@ def take_flock(fd: int) -> bool:
     return False
 
 
-def lock_note(path: str) -> dict | None:
+
+
+def lock_note(path: str) -> Holder | None:
     """What run.lock says about its last holder: {pid, command, sinceUtc}, or None."""
     try:
         with open(path, "r", encoding="utf-8", errors="replace") as fh:
@@ -706,7 +1041,7 @@ def lock_note(path: str) -> dict | None:
     return {"pid": int(pid), "command": command, "sinceUtc": since or None} if pid.isdigit() else None
 
 
-def lock_holder(state_dir: str) -> dict | None:
+def lock_holder(state_dir: str) -> Holder | None:
     """The writing command that holds run.lock right now ({pid, command, sinceUtc}), or None. Never waits.
 
     It tries a shared lock on its own descriptor, without creating the file, and
@@ -799,17 +1134,16 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
-def no_job(state_dir: str) -> StateError:
-    return StateError(f"No job in {state_dir}: {JOB_FILE} is missing; check --state-dir, or run `{suggest('start', '--manifest', 'MANIFEST', store=StateDirStore(state_dir))}` first")
 
 
-def load_job(state_dir: str) -> dict:
+def load_job_file(state_dir: str, no_job: StateError) -> Job:
+    """job.json, parsed and checked for its keys (no_job when there is none)."""
     path = job_path(state_dir, JOB_FILE)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(1 << 20)
     except FileNotFoundError:
-        raise no_job(state_dir) from None
+        raise no_job from None
     except OSError as exc:
         raise StateError(f"{path} cannot be read ({exc.strerror}); check the state directory's permissions") from None
     try:
@@ -819,234 +1153,18 @@ def load_job(state_dir: str) -> dict:
     needed = ("jobId", "manifestPath", "manifestSha256", "mode", "model", "threadId", "version", "codeSha256", "createdAtUtc")
     if not isinstance(job, dict) or any(k not in job for k in needed):
         raise StateError(f"{path} is damaged (keys missing); it is left as it is: restore it from a backup or {NEW_JOB}")
-    return job
+    return cast(Job, job)
 
 
-###############################################################################
-# Model adapters
-###############################################################################
-
-
-def call_model(job, item, source, prompt, *, operation_key=None):
-    """Dispatch one model call; return (output_text, response_id, request_id, usage).
-
-    The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
-    """
-    if job["mode"] == "openai":
-        return openai_call(job, item, source, prompt, operation_key=operation_key or _OPERATION_KEY.get())
-    return fake_call(job, item, source, prompt)
-
-
-def fake_call(job, item, source, prompt):
-    """Deterministic offline proposal: the source's first line, quoted once."""
-    first = source.split("\n", 1)[0].strip()[:FAKE_SUMMARY_MAX] or source.strip()[:FAKE_SUMMARY_MAX]
-    quote = "NOT IN SOURCE" if os.environ.get("DURABLE_JOB_FAKE_OUTPUT") == "invalid-citation" else first
-    proposal = {"itemId": item["id"], "summary": first, "citations": [{"quote": quote, "claim": "The source's first line states this."}]}
-    text = json.dumps(proposal, ensure_ascii=False)
-    digest = sha256_hex(canonical({"model": job["model"], "prompt": prompt}))
-    usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4}
-    return text, f"fake-resp-{digest[:24]}", f"fake-req-{digest[24:40]}", usage
-
-
-DEADLINE_GRACE_SECONDS = 5.0  # beyond the SDK's per-wait timeout, for the whole request
-
-
-def within_deadline(call, seconds: float):
-    """call() with a bound on its whole duration: the SDK's timeout bounds each wait, so an answer
-    that trickles in byte by byte could otherwise hold the run forever. On the deadline the call is
-    left behind (a daemon thread that dies with the process) and its row stays pending."""
-    import threading
-
-    outcome = {}
-
-    def run():
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the caller, as if raised there
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise TimeoutError(f"no complete answer within {seconds:g} s (DURABLE_JOB_OPENAI_TIMEOUT plus {DEADLINE_GRACE_SECONDS:g} s)")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-def openai_timeout() -> float:
-    raw = os.environ.get("DURABLE_JOB_OPENAI_TIMEOUT")
-    if raw is None or raw == "":
-        return DEFAULT_OPENAI_TIMEOUT
+def receipt_outcome(path: str) -> str | None:
+    """The outcome receipt.json records ("decided" when it cannot be read: the careful answer), or None without one."""
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 600:
-        raise JobError(f"DURABLE_JOB_OPENAI_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 30 s default")
-    return value
-
-
-def require_api_key() -> None:
-    """The provider settings a request needs, checked before any pending row: a local mistake is never an uncertain call."""
-    key = os.environ.get("OPENAI_API_KEY", "")
-    if not key.strip():
-        raise JobError("OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again")
-    if any(not 33 <= ord(ch) < 127 for ch in key):
-        raise JobError("OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again")
-    base_url = os.environ.get("OPENAI_BASE_URL")
-    if base_url and not base_url.lower().startswith(("http://", "https://")):
-        raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
-
-
-_WARMED: dict = {}
-
-
-OPENAI_WARM_MODULES = (
-    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
-    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
-    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
-)
-
-# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
-OPENAI_WARM_RESPONSE = {
-    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
-    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
-    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
-    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
-    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
-    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
-}
-
-
-def prepare_openai():
-    """Import the SDK and the modules its first request loads, before any pending row.
-
-    Once per process, under a lock: a `work` process runs jobs in threads, and
-    rebuilding the Response model while another thread parses an answer is unsafe.
-    """
-    if "openai" in _WARMED:
-        return _WARMED["openai"]
-    import threading
-
-    with _WARMED.setdefault("lock", threading.Lock()):
-        if "openai" not in _WARMED:
-            warm_openai()
-    return _WARMED["openai"]
-
-
-def warm_openai() -> None:
-    try:
-        import openai
-    except ImportError as exc:
-        raise JobError(f"The openai SDK cannot be imported ({exc}); install it with `pip install -r requirements.txt`") from None
-    import importlib
-
-    for name in OPENAI_WARM_MODULES:  # what the SDK would otherwise load during the first request
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # another SDK layout: only the uncertain window grows
-    try:  # build the Response model's schema now, not between the answer and its journal row
-        from openai.types.responses import Response
-
-        Response.model_rebuild(force=True)
-        from openai._models import construct_type
-
-        # Parsing a response builds (and caches) one pydantic TypeAdapter per union field, ~0.2 s of
-        # CPU on the first answer, repeated by every concurrent worker: build them once, here.
-        construct_type(type_=Response, value=OPENAI_WARM_RESPONSE)
-    except Exception:
-        pass
-    _WARMED["openai"] = openai
-
-
-def tls_settings() -> dict:
-    """The HTTP client's default TLS context, built once per process (reading the CA bundle costs ~25 ms a client).
-
-    The same context the client would build itself (its transport's create_ssl_context with
-    the defaults), shared by the calls of a `work` process; {} where the transport has no such function.
-    """
-    if "tls" not in _WARMED:
-        transport = sys.modules.get("httpx2") or sys.modules.get("httpx")
-        make = getattr(transport, "create_ssl_context", None)
-        _WARMED["tls"] = {"verify": make()} if make else {}
-    return _WARMED["tls"]
-
-
-def openai_call(job, item, source, prompt, *, operation_key=None):
-    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
-    openai = prepare_openai()
-    timeout = openai_timeout()
-    # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=timeout,
-                           http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
-    kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
-    headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
-    if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
-        headers["X-Durable-Job-Thread"] = job["threadId"]
-    if headers:
-        kwargs["extra_headers"] = headers
-    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
-    usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
-    return response.output_text, response.id, getattr(response, "_request_id", None), usage
-
-
-###############################################################################
-# Journal (effects.sqlite)
-###############################################################################
-
-MIGRATIONS = [
-    ("m001_calls", """
-        CREATE TABLE calls (
-            operation_key TEXT PRIMARY KEY,
-            base_key TEXT NOT NULL,
-            attempt INTEGER NOT NULL,
-            item_id TEXT NOT NULL,
-            input_sha256 TEXT NOT NULL,
-            status TEXT NOT NULL,
-            output_text TEXT,
-            response_id TEXT,
-            request_id TEXT,
-            usage_json TEXT,
-            created_utc TEXT NOT NULL,
-            updated_utc TEXT NOT NULL,
-            reconciliation_json TEXT
-        );
-        CREATE INDEX calls_base ON calls (base_key, attempt);
-    """),
-    ("m002_call_events", """
-        CREATE TABLE call_events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            operation_key TEXT NOT NULL,
-            event TEXT NOT NULL,
-            detail_json TEXT,
-            at_utc TEXT NOT NULL
-        );
-    """),
-    ("m003_drafts", """
-        CREATE TABLE drafts (
-            version INTEGER PRIMARY KEY,
-            item_id TEXT NOT NULL,
-            results_json TEXT NOT NULL,
-            results_sha256 TEXT NOT NULL,
-            reviewer TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            change_json TEXT NOT NULL,
-            created_utc TEXT NOT NULL
-        );
-    """),
-    ("m004_outcomes", """
-        CREATE TABLE outcomes (
-            kind TEXT PRIMARY KEY,
-            record_json TEXT NOT NULL,
-            created_utc TEXT NOT NULL
-        );
-    """),
-]
+        with open(path, "rb") as fh:
+            return strict_json(fh.read(1 << 20)).get("outcome", "decided")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, AttributeError):
+        return "decided"
 
 
 def uri_path(path: str) -> str:
@@ -1116,61 +1234,6 @@ def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
         raise StateError(f"{path} cannot be used ({text}); {advice}") from None
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Apply the append-only list of numbered migrations that are not yet applied."""
-    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)")
-    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-    for name, sql in MIGRATIONS:
-        if name in done:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in sql.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, now_utc()))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-
-def ledger(path: str) -> sqlite3.Connection:
-    """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL.
-
-    The name is the SPEC's; everywhere else this file calls it the journal.
-    """
-    conn = connect_sqlite(path)
-    try:
-        migrate(conn)
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or {NEW_JOB}") from None
-    return conn
-
-
-def query(db: sqlite3.Connection, sql: str, params=()):
-    """Run a SELECT whose rows are read by column name; the connection itself keeps plain tuples."""
-    if not isinstance(db, sqlite3.Connection):
-        return db.execute(sql, params)  # a store's journal: its rows are read by name or position already
-    cursor = db.cursor()
-    cursor.row_factory = sqlite3.Row
-    return cursor.execute(sql, params)
-
-
-def read_journal(path: str) -> sqlite3.Connection | None:
-    """Open the journal read-only for status and inspect; None when it does not exist yet."""
-    if not os.path.exists(path):
-        return None
-    return connect_sqlite(path, readonly=True)
-
-
-def table_exists(db: sqlite3.Connection, name: str) -> bool:
-    if not isinstance(db, sqlite3.Connection):
-        return True  # a store's journal tables exist once its schema is set up (checked when it is opened)
-    return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
-
-
 def sqlite_damage(path: str) -> str | None:
     """Why an existing SQLite file is visibly damaged (not SQLite, cut short), or None. Reads 100 bytes only."""
     try:
@@ -1217,163 +1280,169 @@ def check_state_files(state_dir: str) -> None:
         raise StateError(f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or {NEW_JOB}")
 
 
-def receipt_outcome(path: str) -> str | None:
-    """The outcome receipt.json records ("decided" when it cannot be read: the careful answer), or None without one."""
+
+###############################################################################
+# 7. Model adapters
+###############################################################################
+
+def call_model(job, item, source, prompt, *, operation_key=None):
+    """Dispatch one model call; return (output_text, response_id, request_id, usage).
+
+    The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
+    """
+    if job["mode"] == "openai":
+        return openai_call(job, item, source, prompt, operation_key=operation_key or _OPERATION_KEY.get())
+    return fake_call(job, item, source, prompt)
+
+
+def fake_call(job, item, source, prompt):
+    """Deterministic offline proposal: the source's first line, quoted once."""
+    first = source.split("\n", 1)[0].strip()[:FAKE_SUMMARY_MAX] or source.strip()[:FAKE_SUMMARY_MAX]
+    quote = "NOT IN SOURCE" if os.environ.get("DURABLE_JOB_FAKE_OUTPUT") == "invalid-citation" else first
+    proposal = {"itemId": item["id"], "summary": first, "citations": [{"quote": quote, "claim": "The source's first line states this."}]}
+    text = json.dumps(proposal, ensure_ascii=False)
+    digest = sha256_hex(canonical({"model": job["model"], "prompt": prompt}))
+    usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4, "total_tokens": (len(prompt) + len(text)) // 4}
+    return text, f"fake-resp-{digest[:24]}", f"fake-req-{digest[24:40]}", usage
+
+
+DEADLINE_GRACE_SECONDS = 5.0  # beyond the SDK's per-wait timeout, for the whole request
+def within_deadline(call, seconds: float):
+    """call() with a bound on its whole duration: the SDK's timeout bounds each wait, so an answer
+    that trickles in byte by byte could otherwise hold the run forever. On the deadline the call is
+    left behind (a daemon thread that dies with the process) and its row stays pending."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller, as if raised there
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no complete answer within {seconds:g} s (DURABLE_JOB_OPENAI_TIMEOUT plus {DEADLINE_GRACE_SECONDS:g} s)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def openai_timeout() -> float:
+    raw = os.environ.get("DURABLE_JOB_OPENAI_TIMEOUT")
+    if raw is None or raw == "":
+        return DEFAULT_OPENAI_TIMEOUT
     try:
-        with open(path, "rb") as fh:
-            return strict_json(fh.read(1 << 20)).get("outcome", "decided")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, AttributeError):
-        return "decided"
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 600:
+        raise JobError(f"DURABLE_JOB_OPENAI_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 30 s default")
+    return value
 
 
-class transaction:
-    """BEGIN IMMEDIATE ... COMMIT on an autocommit connection; ROLLBACK on error."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self.db = db
-
-    def __enter__(self):
-        self.db.execute("BEGIN IMMEDIATE")
-        return self.db
-
-    def __exit__(self, exc_type, *rest):
-        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+def require_api_key() -> None:
+    """The provider settings a request needs, checked before any pending row: a local mistake is never an uncertain call."""
+    key = os.environ.get("OPENAI_API_KEY", "")
+    if not key.strip():
+        raise JobError("OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again")
+    if any(not 33 <= ord(ch) < 127 for ch in key):
+        raise JobError("OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again")
+    base_url = os.environ.get("OPENAI_BASE_URL")
+    if base_url and not base_url.lower().startswith(("http://", "https://")):
+        raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
 
 
-def record_event(db, key: str, event: str, detail: dict | None = None) -> None:
-    db.execute(
-        "INSERT INTO call_events (operation_key, event, detail_json, at_utc) VALUES (?, ?, ?, ?)",
-        (key, event, None if detail is None else redact(json.dumps(detail, sort_keys=True)), now_utc()),
-    )
+OPENAI_WARM_MODULES = (
+    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
+    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
+    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
+)
+# A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
+OPENAI_WARM_RESPONSE = {
+    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
+    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
+    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
+    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
+    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
+    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
+}
+
+_OPENAI_LOCK = threading.Lock()  # a `work` process runs jobs in threads: the SDK is warmed by one of them
 
 
-def input_sha256(job: dict, prompt: str) -> str:
-    return sha256_hex(canonical({"system": SYSTEM, "prompt": prompt, "model": job["model"], "version": VERSION}))
+def prepare_openai():
+    """The openai SDK, imported and warmed before any pending row (once per process, under a lock).
 
-
-def base_key(job: dict, item: dict, prompt: str) -> str:
-    return sha256_hex(canonical({"job": job["jobId"], "item": item["id"], "source": item["sha256"], "input": input_sha256(job, prompt)}))
-
-
-def latest_attempt(db, base: str):
-    return query(db, "SELECT * FROM calls WHERE base_key = ? ORDER BY attempt DESC LIMIT 1", (base,)).fetchone()
-
-
-def uncertain_message(item_id: str, key: str) -> str:
-    return (f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
-            f"nothing is sent again automatically. Inspect with `{suggest('status')}`, check the provider's usage records, then "
-            f"`{reconcile_command(None, key)}` and `{suggest('resume')}`")
-
-
-def claim_attempt(db, job: dict, manifest: dict, item: dict, prompt: str, retry: dict | None = None):
-    """Decide what to do for this work: ('reuse', output) or ('call', operation key), pending committed.
-
-    `retry` (the `retry` command: who asks and why) spends the next attempt even
-    after a completed one, and is journaled as a `retry` event beside the dispatch.
+    Rebuilding the Response model while another thread parses an answer is unsafe, so
+    the first caller warms it and the others wait for that.
     """
-    base = base_key(job, item, prompt)
-    digest = input_sha256(job, prompt)
-    with transaction(db):
-        row = latest_attempt(db, base)
-        if row is not None and row["status"] == "completed" and retry is None:
-            return "reuse", row["output_text"]
-        if row is not None and row["status"] == "pending":
-            raise UncertainCall(uncertain_message(item["id"], row["operation_key"]))
-        attempt = 1 if row is None else row["attempt"] + 1
-        if attempt > manifest["maxAttemptsPerItem"]:
-            raise BudgetError(f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it")
-        used = db.execute("SELECT count(*) FROM calls").fetchone()[0]
-        if used >= manifest["maxModelCalls"]:
-            raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
-        key = f"{base}:{attempt}"
-        stamp = now_utc()
-        db.execute(
-            "INSERT INTO calls (operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc) "
-            "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
-            (key, base, attempt, item["id"], digest, stamp, stamp),
-        )
-        record_event(db, key, "dispatch", {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model")})
-        if retry is not None:
-            record_event(db, key, "retry", retry)
-    return "call", key
+    with _OPENAI_LOCK:
+        return warm_openai()
 
 
-def storable(text):
-    """Text SQLite can store as UTF-8: a lone surrogate (possible via a JSON \\ud800 escape) becomes U+FFFD."""
-    if isinstance(text, str):
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
+@functools.cache
+def warm_openai():
+    try:
+        import openai
+    except ImportError as exc:
+        raise JobError(f"The openai SDK cannot be imported ({exc}); install it with `pip install -r requirements.txt`") from None
+    import importlib
+
+    for name in OPENAI_WARM_MODULES:  # what the SDK would otherwise load during the first request
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # another SDK layout: only the uncertain window grows
+    try:  # build the Response model's schema now, not between the answer and its journal row
+        from openai.types.responses import Response
+
+        Response.model_rebuild(force=True)
+        from openai._models import construct_type
+
+        # Parsing a response builds (and caches) one pydantic TypeAdapter per union field, ~0.2 s of
+        # CPU on the first answer, repeated by every concurrent worker: build them once, here.
+        construct_type(type_=Response, value=OPENAI_WARM_RESPONSE)
+    except Exception:
+        pass
+    return openai
 
 
-def scrub(value):
-    """What may be stored of a provider-supplied string: text SQLite can hold, with the API key removed (None stays None)."""
-    return None if value is None else storable(redact(value))
+@functools.cache
+def tls_settings() -> dict:
+    """The HTTP client's default TLS context, built once per process (reading the CA bundle costs ~25 ms a client).
 
-
-def complete_call(db, key: str, output_text: str, response_id, request_id, usage, then=None) -> None:
-    """Commit a call's answer; `then(db, key, output_text)` runs in the same transaction (a retry's draft).
-
-    Only a pending row takes an answer: one a person reconciled meanwhile keeps
-    what they recorded, and this answer is refused with nothing written.
+    The same context the client would build itself (its transport's create_ssl_context with
+    the defaults), shared by the calls of a `work` process; {} where the transport has no such function.
     """
-    output_text, response_id, request_id = scrub(output_text), scrub(response_id), scrub(request_id)
-    with transaction(db):
-        updated = db.execute(
-            "UPDATE calls SET status='completed', output_text=?, response_id=?, request_id=?, usage_json=?, updated_utc=? "
-            "WHERE operation_key=? AND status='pending'",
-            (output_text, response_id, request_id, None if usage is None else scrub(json.dumps(usage, sort_keys=True)), now_utc(), key),
-        ).rowcount
-        if updated != 1:
-            row = db.execute("SELECT status FROM calls WHERE operation_key=?", (key,)).fetchone()
-            raise StateError(f"call {key} is {row[0] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
-                             f"was on the way (response {response_id}); that answer is not used and nothing was written: run status")
-        record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})
-        if then is not None:
-            then(db, key, output_text)
+    transport = sys.modules.get("httpx2") or sys.modules.get("httpx")
+    make = getattr(transport, "create_ssl_context", None)
+    return {"verify": make()} if make else {}
 
 
-def fail_call(db, key: str, exc: BaseException) -> str:
-    """Record a provider exception; return what the journal now says of the call.
-
-    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
-    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
-    else the row stays `pending`: the call may have reached the provider.
-    """
-    url = unsent_url(exc)
-    if url is not None:
-        forget_unsent_call(db, key, exc, url)
-        return "not-sent"
-    code = getattr(exc, "status_code", None)
-    code = code if type(code) is int else None
-    request_id = getattr(exc, "request_id", None)
-    request_id = scrub(request_id) if isinstance(request_id, str) else None
-    status = "rejected" if code in REFUSAL_STATUSES else "pending"
-    detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc), 300), "requestId": request_id}
-    with transaction(db):
-        updated = db.execute(
-            "UPDATE calls SET status=?, request_id=COALESCE(?, request_id), reconciliation_json=CASE WHEN ?='rejected' THEN ? ELSE reconciliation_json END, updated_utc=? "
-            "WHERE operation_key=? AND status='pending'",
-            (status, request_id, status, json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None, now_utc(), key),
-        ).rowcount
-        if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
-            record_event(db, key, "rejected" if status == "rejected" else "error", detail)
-    return status
+def openai_call(job, item, source, prompt, *, operation_key=None):
+    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
+    openai = prepare_openai()
+    timeout = openai_timeout()
+    # redirects off: one operation key is one request, to the configured base URL and nowhere else
+    client = openai.OpenAI(max_retries=0, timeout=timeout,
+                           http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
+    kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
+    headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
+    if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
+        headers["X-Durable-Job-Thread"] = job["threadId"]
+    if headers:
+        kwargs["extra_headers"] = headers
+    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
+    return response.output_text, response.id, getattr(response, "_request_id", None), usage
 
 
-def forget_unsent_call(db, key: str, exc: BaseException, url: str) -> None:
-    """No call happened: remove the pending row and record why, in one transaction.
-
-    The row was the latest attempt (a pending row always is), so the attempts stay contiguous and
-    the next run takes the same operation key again; the event history keeps the audit trail.
-    """
-    cause = exc.__cause__
-    detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url,
-              "message": clip(redact(cause or exc), 300)}
-    with transaction(db):
-        db.execute("DELETE FROM calls WHERE operation_key=? AND status='pending'", (key,))
-        record_event(db, key, "not-sent", detail)
 
 
 def unsent_url(exc: BaseException) -> str | None:
@@ -1388,7 +1457,7 @@ def unsent_url(exc: BaseException) -> str | None:
     off, so the failing connection is the only one the call ever tried: no pooled or earlier
     connection could have carried the request first.
     """
-    openai = _WARMED.get("openai")
+    openai = sys.modules.get("openai")
     if openai is None or not isinstance(exc, openai.APIConnectionError):
         return None
     if not isinstance(exc.__cause__, connect_phase_errors()):
@@ -1411,232 +1480,10 @@ def connect_phase_errors() -> tuple:
     return tuple(errors)
 
 
-def find_call(db, key: str):
-    """The journal row of one operation key, or None."""
-    return query(db, "SELECT * FROM calls WHERE operation_key=?", (key,)).fetchone()
-
-
-def reconcile_call(db, key: str, status: str, output_text, response_id, request_id, record: dict, then=None) -> None:
-    """A person's resolution of a pending call (completed from their record, or abandoned), with its event;
-    `then(db)` runs in the same transaction (a retry's draft)."""
-    with transaction(db):
-        db.execute(
-            "UPDATE calls SET status=?, output_text=?, response_id=?, request_id=?, reconciliation_json=?, updated_utc=? "
-            "WHERE operation_key=? AND status='pending'",
-            (status, output_text, response_id, request_id, json.dumps(record, sort_keys=True), record["reconciledAtUtc"], key))
-        record_event(db, key, "reconciled", record)
-        if then is not None:
-            then(db)
-
-
-def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None, on_complete=None):
-    """Return the model output for this work, calling the provider at most once per operation key.
-
-    A provider exception is journaled (pending, rejected, or not sent) and then propagates
-    unchanged, as the provider raised it; `call_or_hold` turns it into the CLI's one HOLD line.
-    `say`, when given, receives one progress line: whether a call is made or a journaled result reused.
-    `retry` and `on_complete` serve the `retry` command: see claim_attempt and complete_call.
-    """
-    if job.get("mode") == "openai":
-        prepare_openai()  # import the SDK before the pending row, so the uncertain window stays small
-    action, value = claim_attempt(db, job, manifest, item, prompt, retry)
-    if action == "reuse":
-        if say:
-            say(f"item {item['id']}: reused the completed call in the journal (no new call)")
-        return value
-    key = value
-    if say:
-        say(f"item {item['id']}: model call {key}")
-    crash_point("after-pending", job)
-    token = _OPERATION_KEY.set(key)
-    try:
-        output_text, response_id, request_id, usage = call_model(job, item, source, prompt)
-    except Exception as exc:
-        fail_call(db, key, exc)
-        raise
-    finally:
-        _OPERATION_KEY.reset(token)
-    output_text = scrub(output_text)  # what is journaled is exactly what the graph sees (never the key)
-    crash_point("before-ledger", job)
-    complete_call(db, key, output_text, response_id, request_id, usage, on_complete)
-    crash_point("after-ledger", job)
-    return output_text
-
-
-def call_or_hold(db, job, manifest, item, source, prompt, say=None, **retry):
-    """get_or_call for the graph: the provider's own exception becomes the one HOLD line, from what
-    the journal recorded of it (the operation key, and pending or rejected), with the runbook step.
-    `retry` holds get_or_call's retry keywords, for the `retry` command."""
-    try:
-        return get_or_call(db, job, manifest, item, source, prompt, say, **retry)
-    except (JobError, sqlite3.Error):
-        raise
-    except Exception as exc:
-        url = unsent_url(exc)
-        if url is not None:
-            raise not_sent_failure(item["id"], url, exc) from None
-        row = latest_attempt(db, base_key(job, item, prompt))
-        if row is None or last_event(db, row["operation_key"]) not in ("error", "rejected"):
-            raise  # not a provider failure the journal recorded (a bug, a closed stderr): main() reports it as it is
-        code = getattr(exc, "status_code", None)
-        raise provider_failure(item["id"], row["operation_key"], row["status"], code, exc) from None
-
-
-def last_event(db, key: str) -> str | None:
-    row = db.execute("SELECT event FROM call_events WHERE operation_key = ? ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-    return None if row is None else row[0]
-
-
-def provider_failure(item_id: str, key: str, status: str, code, exc) -> JobError:
-    message = clip(redact(exc), 200)
-    if status == "rejected":
-        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. Nothing was produced; fix the cause, then `{suggest('resume')}`: it takes the next attempt if maxAttemptsPerItem allows one, else marks the item failed for review")
-    error = ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, so {key} stays pending: check the provider's usage records, then `{reconcile_command(None, key)}`")
-    error.uncertain = True  # what a person must see first when several parallel calls failed
-    return error
-
-
-def not_sent_failure(item_id: str, url: str, exc: BaseException) -> JobError:
-    cause = exc.__cause__ or exc
-    why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
-    error = ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
-                          f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), then `{suggest('resume')}`")
-    error.not_sent = True
-    return error
-
 
 ###############################################################################
-# MCP sources (optional dependency)
+# 8. Validation of a proposal
 ###############################################################################
-
-
-def read_mcp_source(item: dict, base_dir: str | None = None) -> bytes:
-    """Read one text resource from a read-only MCP server over stdio; only resources/read is sent.
-
-    The server runs with the manifest's folder as its working directory (so relative argv means the
-    same thing at start and at every later command), the SDK's minimal default environment, and its
-    stderr sent to the null device; the whole launch-initialise-read is bounded by the timeout.
-    """
-    spec = item["mcp"]
-    name = item["id"]
-    try:
-        import logging
-
-        import anyio
-        from mcp import ClientSession
-        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
-    except ImportError:
-        raise SourceError(f"Source {name} is an MCP resource but the mcp package is not installed; install it with `pip install -r requirements-mcp.txt` (mcp==2.3.0)") from None
-    timeout = mcp_timeout(spec)
-    command, uri = spec["command"], spec["uri"]
-    server = f"MCP server {command[0]!r}"
-    if base_dir is not None and not os.path.isdir(base_dir):
-        raise SourceError(f"Source {name}: the manifest's folder {base_dir} does not exist, and the MCP server runs there; create it first")
-    env, secrets = mcp_environment(item, get_default_environment())
-    for noisy in ("mcp", "asyncio"):  # the SDK logs server trouble on stderr; the one HOLD line says it instead
-        logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
-
-    async def read():
-        params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=base_dir, env=env)
-        with open(os.devnull, "w") as devnull:
-            async with stdio_client(params, errlog=devnull) as (reader, writer):
-                async with ClientSession(reader, writer) as session:
-                    await session.initialize()
-                    return await session.read_resource(uri)
-
-    async def bounded():
-        # anyio's own deadline, not asyncio.wait_for: the SDK's shielded shutdown then still stops the server
-        with anyio.fail_after(timeout):
-            return await read()
-
-    try:
-        result = anyio.run(bounded)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as exc:  # the SDK wraps failures in exception groups: judge the innermost one
-        leaf = mcp_leaf_error(exc)
-        if isinstance(leaf, (KeyboardInterrupt, SystemExit)):
-            raise leaf from None
-        code, message = getattr(leaf, "code", None), hide_values(str(getattr(leaf, "message", "") or leaf), secrets)
-        if isinstance(leaf, TimeoutError):
-            raise SourceError(f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)") from None
-        if isinstance(leaf, OSError):
-            raise SourceError(f"Source {name}: {server} could not be launched ({leaf.strerror or leaf}); fix mcp.command (an argv list, run without a shell)") from None
-        if code == -32000:  # CONNECTION_CLOSED
-            raise SourceError(f"Source {name}: {server} closed the connection before answering {uri} (it exited or is not an MCP stdio server); fix mcp.command or the server") from None
-        if code == -32002 or (code == -32602 and any(w in message.lower() for w in ("not found", "unknown resource", "no resource"))):
-            raise SourceError(f"Source {name}: MCP resource {uri} does not exist on {server} ({clip(message, 120)}); check mcp.uri") from None
-        if isinstance(code, int):
-            raise SourceError(f"Source {name}: {server} refused to read {uri} (error {code}: {clip(message, 120)}); check the uri and the server") from None
-        raise SourceError(f"Source {name}: MCP resource {uri} could not be read ({clip(hide_values(f'{type(leaf).__name__}: {leaf}', secrets), 160)}); check the uri and the server") from None
-    return mcp_text_bytes(name, uri, result)
-
-
-def mcp_environment(item: dict, default: dict) -> tuple[dict, list]:
-    """The server's whole environment: the SDK's minimal default, then mcp.env, then mcp.passEnv's
-    variables copied from ours (a missing one is refused before anything launches); and the passed values."""
-    spec = item["mcp"]
-    missing = [key for key in spec.get("passEnv", []) if key not in os.environ]
-    if missing:
-        raise SourceError(f"Source {item['id']}: its MCP server needs {missing[0]} from the environment (mcp.passEnv), "
-                          f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)")
-    passed = {key: os.environ[key] for key in spec.get("passEnv", [])}
-    _SECRETS.update(v for v in passed.values() if len(v) >= 4)  # never stored or shown, whatever echoes one
-    return {**default, **spec.get("env", {}), **passed}, [v for v in passed.values() if len(v) >= 4]
-
-
-def hide_values(text: str, secrets: list) -> str:
-    """text with every value passed through mcp.passEnv replaced: a server's error may echo one."""
-    for value in sorted(secrets, key=len, reverse=True):
-        text = text.replace(value, "[redacted]")
-    return text
-
-
-def mcp_timeout(spec: dict) -> float:
-    """Seconds for one MCP read: mcp.timeoutSeconds, else DURABLE_JOB_MCP_TIMEOUT, else DEFAULT_MCP_TIMEOUT."""
-    if "timeoutSeconds" in spec:
-        return float(spec["timeoutSeconds"])
-    raw = os.environ.get("DURABLE_JOB_MCP_TIMEOUT")
-    if not raw:
-        return DEFAULT_MCP_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 120:
-        raise SourceError(f"DURABLE_JOB_MCP_TIMEOUT={clip(raw, 20)!r} is not a number of seconds from 0 to 120")
-    return value
-
-
-def mcp_leaf_error(exc: BaseException) -> BaseException:
-    """The first innermost exception of a (nested) exception group that is not a mere cancellation."""
-    import asyncio
-
-    leaves, stack = [], [exc]
-    while stack:
-        e = stack.pop(0)
-        if isinstance(e, BaseExceptionGroup) and e.exceptions:
-            stack[:0] = list(e.exceptions)
-        else:
-            leaves.append(e)
-    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
-
-
-def mcp_text_bytes(name: str, uri: str, result) -> bytes:
-    """Exactly one text content is accepted; a blob (binary) resource is refused, never decoded."""
-    contents = list(getattr(result, "contents", []) or [])
-    if len(contents) != 1:
-        raise SourceError(f"Source {name}: MCP resource {uri} returned {len(contents)} contents, expected exactly one text")
-    text = getattr(contents[0], "text", None)
-    if not isinstance(text, str):
-        raise SourceError(f"Source {name}: MCP resource {uri} is not text (binary blob resources are refused); serve it as text")
-    return text.encode("utf-8", errors="surrogatepass")
-
-
-###############################################################################
-# Validation of a proposal
-###############################################################################
-
 
 def progress_text(results) -> str:
     """At most the last 600 characters of progress: validated items only, never model prose."""
@@ -1738,706 +1585,7 @@ def results_sha256(results) -> str:
 
 
 ###############################################################################
-# Graph
-###############################################################################
-
-
-STATE_KEYS = ("index", "results", "raw", "result", "final")
-
-
-def state_schema():
-    """The checkpointed thread state: plain JSON values only, so it can be read without langgraph."""
-    from typing import Any, TypedDict
-
-    return TypedDict("State", {"index": int, "results": list, "raw": Any, "result": Any, "final": Any}, total=False)
-
-
-def initial_state() -> dict:
-    return {"index": 0, "results": [], "raw": None, "result": None, "final": None}
-
-
-def review_bundle(ctx_job: dict, results: list, draft: int = 1) -> dict:
-    bundle = {
-        "jobId": ctx_job["jobId"],
-        "manifestSha256": ctx_job["manifestSha256"],
-        "codeSha256": ctx_job["codeSha256"],
-        "version": ctx_job["version"],
-        "resultsSha256": results_sha256(results),
-        "statuses": {r["itemId"]: r["status"] for r in results},
-    }
-    if draft > 1:
-        bundle["draftVersion"] = draft
-    return bundle
-
-
-def build_graph(ctx: Context, checkpoints=None):
-    """prepare → (next item? model : accept); model → validate → advance → prepare."""
-    from langgraph.graph import END, START, StateGraph
-    from langgraph.types import interrupt
-
-    def prepare(state):
-        return {}
-
-    def route(state):
-        return "model" if state["index"] < len(ctx.items) else "accept"
-
-    def model(state):
-        item = ctx.items[state["index"]]
-        refuse_if_stopping(ctx.job)
-        if ctx.concurrency > 1:
-            prefetch(ctx, ctx.items[state["index"]:])
-        prior = [] if ctx.concurrency > 1 else state["results"]
-        prompt = model_input(item, ctx.sources[item["id"]], prior)
-        say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
-        try:
-            return {"raw": call_or_hold(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, say)}
-        except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
-            return {"raw": None, "result": unanswered(item, exc)}
-
-    def validate(state):
-        item = ctx.items[state["index"]]
-        result = state.get("result") or check_proposal(state["raw"], item, ctx.sources[item["id"]])
-        ctx.say(f"item {item['id']}: {result['status']}")
-        return {"result": result}
-
-    def advance(state):
-        crash_point("after-validate", ctx.job)
-        return {"index": state["index"] + 1, "results": state["results"] + [state["result"]], "raw": None, "result": None}
-
-    def accept(state):
-        crash_point("before-review", ctx.job)
-        draft, results = current_draft(ctx.db, state["results"])
-        bundle = review_bundle(ctx.job, results, draft)
-        decision = interrupt(bundle)
-        return {"final": {**bundle, **decision}}
-
-    graph = StateGraph(state_schema())
-    for name, fn in (("prepare", prepare), ("model", model), ("validate", validate), ("advance", advance), ("accept", accept)):
-        graph.add_node(name, fn)
-    graph.add_edge(START, "prepare")
-    graph.add_conditional_edges("prepare", route, ["model", "accept"])
-    graph.add_edge("model", "validate")
-    graph.add_edge("validate", "advance")
-    graph.add_edge("advance", "prepare")
-    graph.add_edge("accept", END)
-    return graph.compile(checkpointer=ctx.store.checkpointer(checkpoints))
-
-
-def checkpoints_connection(state_dir: str) -> sqlite3.Connection:
-    """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode.
-
-    SqliteSaver stores a task's writes with one executemany and then commits:
-    that is atomic only inside a transaction. In autocommit mode a kill between
-    rows left some of a task's writes without its `branch:to:` write, and the
-    next run then ended the graph mid-way, exiting 0 short of the review.
-    """
-    conn = connect_sqlite(job_path(state_dir, CHECKPOINTS_FILE))
-    conn.isolation_level = "DEFERRED"
-    return conn
-
-
-def open_checkpointer(state_dir: str, conn: sqlite3.Connection | None = None):
-    """LangGraph's SqliteSaver over checkpoints.sqlite (on conn when the caller opened it already)."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
-    saver = SqliteSaver(conn or checkpoints_connection(state_dir), serde=checkpoint_serializer())
-    try:
-        saver.setup()
-    except sqlite3.DatabaseError as exc:
-        path = job_path(state_dir, CHECKPOINTS_FILE)
-        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or {NEW_JOB}") from None
-    return saver
-
-
-JSON_TYPE_TAG = "json"  # how checkpoint_serializer tags a plain value (JsonPlusSerializer reads the tag too)
-
-
-def exactly_json(value) -> bool:
-    """True when JSON holds value exactly: str-keyed dicts, lists and tuples, str, int, float, bool, None (no subclasses).
-
-    A tuple comes back a list, as it does from LangGraph's msgpack.
-    """
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        kind = type(v)
-        if kind is dict:
-            if any(type(k) is not str for k in v):
-                return False
-            stack.extend(v.values())
-        elif kind is list or kind is tuple:
-            stack.extend(v)
-        elif kind not in (str, int, float, bool, type(None)):
-            return False
-    return True
-
-
-def checkpoint_serializer():
-    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json").
-
-    Everything this program keeps in its state is plain JSON, so its
-    checkpoints can be read with sqlite3 and jq, and status and inspect decode
-    them with the json module (no msgpack import). LangGraph's own objects (an
-    Interrupt, ...) and anything JSON cannot hold exactly (NaN, a non-str key,
-    a subclass such as an enum, a lone surrogate) keep LangGraph's msgpack.
-    """
-    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-    class JsonFirstSerializer(JsonPlusSerializer):
-        def dumps_typed(self, obj):
-            if obj is not None and exactly_json(obj):
-                try:
-                    return JSON_TYPE_TAG, json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
-                except ValueError:  # NaN or infinity, or a lone surrogate UTF-8 cannot encode
-                    pass
-            return super().dumps_typed(obj)
-
-        def loads_typed(self, data):
-            if data[0] == JSON_TYPE_TAG:
-                return json.loads(data[1])  # exactly what was written: no LangChain object revival
-            return super().loads_typed(data)
-
-    return JsonFirstSerializer()
-
-
-NO_CALL_LEFT = "no model call left"  # how a failed result says the bounds allowed its item no call
-
-
-def unanswered(item: dict, refusal: BudgetError) -> dict:
-    """The failed result of an item the bounds allow no call for: reviewed like any failed item."""
-    reason = f"{NO_CALL_LEFT}: {refusal}; revise the item, or decide reject or hold"
-    return {"itemId": item["id"], "sourceSha256": item["sha256"], "status": "failed", "reason": clip(reason, 250)}
-
-
-def prefetch(ctx: Context, items: list) -> None:
-    """From a model step, run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
-    if ctx.job.get("mode") == "openai":
-        prepare_openai()  # warm the SDK once here: concurrent workers would each repeat it, serialised on the GIL
-
-    def one(item):
-        db = ctx.store.journal()
-        try:
-            prompt = model_input(item, ctx.sources[item["id"]], [])
-            call_or_hold(db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say)
-        except BudgetError:
-            pass  # the item's own model step meets the same refusal and marks it failed
-        finally:
-            db.close()
-
-    errors = run_daemon_threads([(contextvars.copy_context().run, one, item) for item in items], ctx.concurrency)
-    if errors:
-        raise first_of(errors)
-
-
-def run_daemon_threads(calls: list, limit: int) -> list:
-    """Run each (fn, *args) with at most `limit` at once in daemon threads; return the exceptions they raised.
-
-    Daemon threads, not a ThreadPoolExecutor: on Ctrl-C the command ends at once (its HOLD line says
-    which calls stay pending) instead of waiting, after the line, for every request in flight.
-    """
-    import threading
-
-    errors: dict = {}
-    slots = threading.BoundedSemaphore(limit)
-
-    def run(n, fn, *args):
-        try:
-            fn(*args)
-        except BaseException as exc:  # handed to the caller, as if raised there
-            errors[n] = exc
-        finally:
-            slots.release()
-
-    threads = []
-    for n, (fn, *args) in enumerate(calls):
-        while not slots.acquire(timeout=0.2):  # a timed wait: the main thread stays free to take Ctrl-C
-            pass
-        thread = threading.Thread(target=run, args=(n, fn, *args), daemon=True)
-        thread.start()
-        threads.append(thread)
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.2)
-    return [errors[n] for n in sorted(errors)]  # in the order the calls were given
-
-
-def first_of(errors: list) -> BaseException:
-    """The error a person must act on first (an unknown outcome before a refusal), naming how many more there are."""
-    errors = sorted(errors, key=lambda e: not (isinstance(e, UncertainCall) or getattr(e, "uncertain", False)))
-    first = errors[0]
-    if len(errors) == 1 or not isinstance(first, JobError):
-        return first
-    if all(getattr(e, "not_sent", False) for e in errors):  # nothing left this machine: the journal lists none of them
-        more = type(first)(f"{first} (and {len(errors) - 1} more of this run's parallel calls were not sent either)")
-        more.not_sent = True
-        return more
-    more = type(first)(f"{first} (and {len(errors) - 1} more of this run's parallel calls failed: `status` lists every call)")
-    more.uncertain = getattr(first, "uncertain", False)
-    return more
-
-
-def run_graph(ctx: Context, resume_value=None) -> dict:
-    """Continue the thread: from its sealed beginning when no checkpoint exists yet.
-
-    No call goes out before the checkpoint file is open (its write lock tried:
-    a locked or read-only file refuses the run first) and the graph is built.
-    """
-    checkpoints = ctx.store.checkpoint_connection()
-    try:
-        return invoke_graph(ctx, checkpoints, resume_value)
-    finally:
-        checkpoints.close()  # a `work` process runs many jobs: each run gives its connection back
-
-
-def invoke_graph(ctx: Context, checkpoints, resume_value) -> dict:
-    from langgraph.types import Command
-
-    app = build_graph(ctx, checkpoints)
-    config = ctx.config()
-    try:
-        if resume_value is not None:
-            app.invoke(Command(resume=resume_value), config, durability="sync")
-        elif not app.get_state(config).values:
-            app.invoke(initial_state(), config, durability="sync")
-        else:
-            app.invoke(None, config, durability="sync")
-    except JobError:
-        raise
-    except ctx.store.failures as exc:
-        raise ctx.store.run_failure(exc) from None
-    return app.get_state(config)
-
-
-###############################################################################
-# Saved state, read without running anything
-###############################################################################
-
-
-# LangGraph internals the reader below depends on: none of them is public API.
-# Checked against langgraph 1.2.16, langgraph-checkpoint 4.3.2 and
-# langgraph-checkpoint-sqlite 3.1.2 (the versions job.json seals). After an
-# upgrade, run test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says:
-# it compares this reader with LangGraph's own get_state.
-# - SqliteSaver's tables: `checkpoints` (thread_id, checkpoint_ns, checkpoint_id,
-#   type, checkpoint) and `writes` (... task_id, channel, type, value). A
-#   checkpoint_id is a uuid6, so its text order is time order (SqliteSaver's
-#   own get_tuple takes the latest the same way).
-# - A checkpoint is a map whose `channel_values` holds the state's own
-#   channels (STATE_KEYS) beside LangGraph's routing channels (`branch:to:<node>`),
-#   which the reader skips. checkpoint_serializer stores it, and every plain
-#   write, as JSON; the reader decodes msgpack only for what JSON could not hold.
-# - A write on `__interrupt__` beside the latest checkpoint: the thread waits at
-#   an interrupt(); on `__resume__`: a resume value (a decision) saved for it.
-# - JsonPlusSerializer's type tags: "msgpack" for a value, "null" for None. It
-#   stores LangGraph's own objects (an Interrupt, a delta snapshot, ...) as msgpack
-#   ext types; the reader decodes none of them, and refuses one found in a value it reads.
-LG_CHECKPOINTS_TABLE = "checkpoints"
-LG_WRITES_TABLE = "writes"
-LG_ROOT_NAMESPACE = ""  # checkpoint_ns of the top-level graph
-LG_CHANNEL_VALUES = "channel_values"
-LG_INTERRUPT_CHANNEL = "__interrupt__"
-LG_RESUME_CHANNEL = "__resume__"
-LG_MSGPACK_TYPE = "msgpack"
-LG_NULL_TYPE = "null"
-
-
-def read_checkpoint(state_dir: str, job: dict) -> dict:
-    """Latest checkpoint values of the job's thread, plus whether it waits at review.
-
-    Read straight from checkpoints.sqlite with ormsgpack, so status and inspect
-    need no langgraph import (about 1.5 s saved per command); values are plain
-    JSON types, decoded exactly.
-    """
-    path = job_path(state_dir, CHECKPOINTS_FILE)
-    empty = {"values": {}, "waiting": False, "savedDecision": None}
-    if not os.path.exists(path):
-        return empty
-    conn = connect_sqlite(path, readonly=True)
-    try:
-        if not table_exists(conn, LG_CHECKPOINTS_TABLE):
-            return empty
-        row = conn.execute(
-            f"SELECT checkpoint_id, type, checkpoint FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id=? AND checkpoint_ns=? "
-            "ORDER BY checkpoint_id DESC LIMIT 1", (job["threadId"], LG_ROOT_NAMESPACE)).fetchone()
-        if row is None:
-            return empty
-        channels = decode_checkpoint(row[1], row[2], path).get(LG_CHANNEL_VALUES, {})
-        values = {key: plain_value(channels[key], key, path) for key in STATE_KEYS if key in channels}
-        waiting = conn.execute(
-            f"SELECT 1 FROM {LG_WRITES_TABLE} WHERE thread_id=? AND checkpoint_ns=? AND checkpoint_id=? AND channel=? LIMIT 1",
-            (job["threadId"], LG_ROOT_NAMESPACE, row[0], LG_INTERRUPT_CHANNEL)).fetchone() is not None and not values.get("final")
-        saved = saved_decision(conn, job["threadId"], row[0], path) if waiting else None
-    except sqlite3.DatabaseError as exc:
-        raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
-    finally:
-        conn.close()
-    return {"values": values, "waiting": waiting and saved is None, "savedDecision": saved}
-
-
-def saved_decision(conn, thread_id: str, checkpoint_id: str, path: str) -> dict | None:
-    """A decision that a `decide` saved but did not finish recording (it was killed), else None.
-
-    LangGraph keeps the resume value (and, once the review node has returned, its
-    `final` write) beside the checkpoint that waits at review, and the thread's
-    next run applies them whatever a later `decide` asks. So that decision is
-    already made: status and inspect show it, decide, revise and cancel refuse,
-    and `resume` finishes recording it.
-    """
-    rows = conn.execute(
-        f"SELECT channel, type, value FROM {LG_WRITES_TABLE} WHERE thread_id=? AND checkpoint_ns=? AND checkpoint_id=? "
-        "AND channel IN ('final', ?) ORDER BY channel = 'final' DESC, task_id DESC",
-        (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, LG_RESUME_CHANNEL)).fetchall()
-    for channel, kind, blob in rows:
-        value = plain_value(decode_checkpoint(kind, blob, path), channel, path)
-        if isinstance(value, list) and value:  # a task's resume values, one per interrupt
-            value = value[-1]
-        if isinstance(value, dict) and value.get("decision"):
-            return value
-    return None
-
-
-class LangGraphObject:
-    """A value LangGraph stored as a msgpack ext type (one of its own objects): kept opaque, never guessed."""
-
-    def __init__(self, code: int):
-        self.code = code
-
-
-def decode_checkpoint(kind: str, blob: bytes | None, path: str = CHECKPOINTS_FILE):
-    """One serialized checkpoint or write, as checkpoint_serializer wrote it (see the LG_* names above)."""
-    if kind == LG_NULL_TYPE:
-        return None
-    if kind == JSON_TYPE_TAG:
-        try:
-            return json.loads(blob)
-        except ValueError as exc:
-            raise StateError(f"{path} holds a checkpoint that is not valid JSON ({exc}); it is left untouched: restore it from a backup") from None
-    if kind != LG_MSGPACK_TYPE:
-        raise StateError(f"{path} holds a value of serializer type {kind!r}, where this program's state is json or msgpack only; "
-                         "it is left untouched: restore it from a backup")
-    import ormsgpack  # only for a value JSON could not hold: status usually never loads it (about 13 ms)
-
-    try:
-        return ormsgpack.unpackb(blob, ext_hook=lambda code, data: LangGraphObject(code))
-    except ValueError as exc:
-        raise StateError(f"{path} holds a checkpoint that is not valid msgpack ({exc}); it is left untouched: restore it from a backup") from None
-
-
-def plain_value(value, channel: str, path: str):
-    """The value itself, refused if it holds a LangGraph object: the state's channels hold plain JSON values only."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, LangGraphObject):
-            raise StateError(f"{path} stores channel {channel!r} as a LangGraph object (msgpack ext {v.code}), not the plain value "
-                             "this program writes; was it written by another LangGraph version? Restore the sealed ones (`pip install -r requirements.txt`)")
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return value
-
-
-def current_draft(db, model_results: list) -> tuple[int, list]:
-    """The results under review: the latest revised draft, else the model's (draft 1)."""
-    if db is None or not table_exists(db, "drafts"):
-        return 1, list(model_results)
-    row = db.execute("SELECT version, results_json FROM drafts ORDER BY version DESC LIMIT 1").fetchone()
-    if row is None:
-        return 1, list(model_results)
-    return row[0], json.loads(row[1])
-
-
-def draft_history(db) -> list:
-    if db is None or not table_exists(db, "drafts"):
-        return []
-    return [
-        {"version": r["version"], "itemId": r["item_id"], "resultsSha256": r["results_sha256"],
-         "previousResultsSha256": json.loads(r["change_json"]).get("previousResultsSha256"), "reviewer": r["reviewer"],
-         "reason": r["reason"], "change": json.loads(r["change_json"]), "createdUtc": r["created_utc"]}
-        for r in query(db, "SELECT * FROM drafts ORDER BY version")
-    ]
-
-
-def journal_outcome(db, kind: str):
-    """The terminal outcome of this kind the journal records (a cancel), else None."""
-    if db is None or not table_exists(db, "outcomes"):
-        return None
-    row = db.execute("SELECT record_json FROM outcomes WHERE kind=?", (kind,)).fetchone()
-    return json.loads(row[0]) if row else None
-
-
-def add_draft(db, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
-    """A person's revision: the whole results list as the next draft version."""
-    with transaction(db):
-        db.execute("INSERT INTO drafts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   (version, item_id, json.dumps(results), results_sha256(results), reviewer, reason, json.dumps(change), stamp))
-
-
-def record_cancel(db, record: dict) -> None:
-    with transaction(db):
-        db.execute("INSERT INTO outcomes VALUES ('cancel', ?, ?)", (json.dumps(record, sort_keys=True), record["cancelledAtUtc"]))
-
-
-def call_rows(db) -> list:
-    if db is None or not table_exists(db, "calls"):
-        return []
-    return list(query(db, "SELECT * FROM calls ORDER BY created_utc, rowid"))
-
-
-def seal_report(store, job: dict) -> str | None:
-    """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look (verify does)."""
-    try:
-        store.check_seals(job, mcp="skip")
-    except JobError as exc:
-        return str(exc)
-    return None
-
-
-###############################################################################
-# Storage seam: how commands reach a job's state
-###############################################################################
-
-
-class StateDirStore:
-    """A job kept in a state directory (the embedded default): the one way commands reach its storage.
-
-    Commands hold a store, never a path of the state directory or an sqlite3
-    connection of their own. Through it they open and lock a job (open_job),
-    read the sealed job record and keep the receipt, get the journal's
-    connection (read by the journal functions above), the LangGraph
-    checkpointer, and the langgraph-free reading of the latest checkpoint.
-    Another backend (a shared database store) provides these same methods and
-    `store_for` picks it from the command line; no `cmd_*` function changes.
-    """
-
-    def __init__(self, state_dir: str):
-        self.root = state_dir
-
-    def close(self) -> None:
-        """Nothing to close: every operation opens and closes its own files."""
-
-    # -- naming the job ------------------------------------------------------
-
-    def address(self) -> list:
-        """The flags that name this job in a command a person can paste anywhere."""
-        return ["--state-dir", os.path.abspath(self.root)]
-
-    def where(self) -> str:
-        """The job's place, for messages."""
-        return self.root
-
-    def receipt_location(self) -> str:
-        return os.path.join(os.path.abspath(self.root), RECEIPT_FILE)
-
-    def holds_path(self, path: str) -> bool:
-        """Whether path would land inside the job's storage (a review page must not)."""
-        return os.path.dirname(os.path.realpath(path)) == os.path.realpath(self.root)
-
-    def new_job_hint(self) -> str:
-        """The fix when a request is not the job this place holds."""
-        return "use a new --state-dir for this request"
-
-    def sealed_copies(self, job: dict) -> tuple:
-        """For the review page: (manifest or None, {item id: text} of the sources that still match), never raising."""
-        return read_manifest_quiet(job), read_sources_quiet(job, self.kept_mcp_sources())
-
-    def output_fields(self) -> dict:
-        """What every command's output adds about where the job is kept (nothing for a state directory)."""
-        return {}
-
-    # -- the sealed job record -------------------------------------------------
-
-    def has_job(self) -> bool:
-        return os.path.exists(job_path(self.root, JOB_FILE))
-
-    def load_job(self) -> dict:
-        return load_job(self.root)
-
-    def check_seals(self, job: dict, *, mcp="launch"):
-        """Every seal of the job record, in the contract's order; (manifest, source texts). The manifest is read at its sealed path.
-
-        mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out.
-        """
-        return check_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp)
-
-    def kept_mcp_sources(self) -> dict:
-        """{item id: bytes} of the MCP resources read when the job was sealed ({} when none were kept)."""
-        try:
-            with open(job_path(self.root, MCP_SOURCES_FILE), "rb") as fh:
-                kept = strict_json(fh.read(1 << 20))
-            return {k: v.encode("utf-8", "surrogatepass") for k, v in kept["items"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return {}
-
-    def prepare_new(self) -> None:
-        """Before a new job is sealed: an empty (or new, private) place for it."""
-        check_empty_state_dir(self.root)
-        ensure_state_dir(self.root)
-
-    def seal_job(self, job: dict, manifest_bytes: bytes, sources: dict) -> None:
-        """Write the job record once, never over another (the lock is held).
-
-        The manifest and sources stay where they are (the record names the
-        manifest's path); a store that keeps them itself takes them from here.
-        """
-        if self.has_job():
-            raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{suggest('resume', store=self)}`")
-        manifest = strict_json(manifest_bytes)
-        kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
-        if kept:  # before job.json: a job is sealed only with its MCP resources kept (verify checks them offline)
-            write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
-        write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
-
-    # -- the writers' lock -----------------------------------------------------
-
-    def lock(self, command: str) -> RunLock:
-        return RunLock(self.root, command)
-
-    def holder(self) -> dict | None:
-        """Who holds the writers' lock right now, without taking it (for status and inspect)."""
-        return lock_holder(self.root)
-
-    # -- the journal -----------------------------------------------------------
-
-    def check_files(self) -> None:
-        """Before a writer opens them: refuse damaged, truncated or lost journal or checkpoint storage."""
-        check_state_files(self.root)
-
-    def journal(self) -> sqlite3.Connection:
-        """The journal, open for writing (the lock is held)."""
-        return ledger(job_path(self.root, EFFECTS_FILE))
-
-    def read_journal(self) -> sqlite3.Connection | None:
-        """The journal, read-only, or None when it does not exist yet."""
-        return read_journal(job_path(self.root, EFFECTS_FILE))
-
-    # -- checkpoints -----------------------------------------------------------
-
-    def checkpoint_connection(self) -> sqlite3.Connection:
-        """Opened (its write lock tried) before a run sends anything."""
-        return checkpoints_connection(self.root)
-
-    def checkpointer(self, conn=None):
-        return open_checkpointer(self.root, conn)
-
-    def read_checkpoint(self, job: dict) -> dict:
-        """The latest checkpoint without langgraph: {values, waiting, savedDecision}."""
-        return read_checkpoint(self.root, job)
-
-    failures = (sqlite3.DatabaseError,)  # the storage errors a run can meet: run_failure names them
-
-    def run_failure(self, exc: BaseException) -> StateError:
-        """A storage error met while the graph ran, naming the file: the checkpoints when it came from the saver."""
-        import traceback
-
-        frames = traceback.extract_tb(exc.__traceback__)
-        in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
-        failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
-        return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{suggest('status', store=self)}`, then `{suggest('resume', store=self)}` once the cause is fixed")
-
-    # -- the receipt -----------------------------------------------------------
-
-    def has_receipt(self) -> bool:
-        return os.path.exists(job_path(self.root, RECEIPT_FILE))
-
-    def write_receipt(self, receipt: dict) -> None:
-        write_atomic(job_path(self.root, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
-
-    def read_receipt(self) -> bytes | None:
-        try:
-            with open(job_path(self.root, RECEIPT_FILE), "rb") as fh:
-                return fh.read()
-        except FileNotFoundError:
-            return None
-
-    # -- verify ----------------------------------------------------------------
-
-    def check_whole(self) -> str:
-        check_state_dir_safe(self.root)
-        check_state_files(self.root)
-        return "state directory private; journal and checkpoint files whole"
-
-
-# The job the running command works on: the messages it raises suggest commands for exactly this job.
-_COMMAND_STORE = contextvars.ContextVar("durable_job_command_store", default=None)
-# The command line main() is running: a busy job's refusal says to run exactly it again.
-_COMMAND_LINE = contextvars.ContextVar("durable_job_command_line", default=None)
-
-
-def run_again(command: str) -> str:
-    """The command line as the person typed it, quoted to paste (the bare command name outside main())."""
-    import shlex
-
-    argv = _COMMAND_LINE.get()
-    return f"`{program_name()} {shlex.join(argv)}`" if argv else f"`{command}`"
-
-
-def store_for(args):
-    """The store a command line names, remembered for the commands its messages suggest.
-
-    `--state-dir DIR` is a state directory; `--store URL` (or DURABLE_JOB_STORE
-    when neither is given) is the shared PostgreSQL store, with the job named by
-    `--job` (start: the manifest's jobId).
-    """
-    state_dir, url = getattr(args, "state_dir", None), getattr(args, "store", None)
-    job_id = getattr(args, "job", None)
-    if state_dir and url:
-        raise UsageError("give --state-dir DIR or --store URL, not both")
-    from_env = False
-    if not state_dir and not url:
-        url, from_env = os.environ.get(STORE_ENV), True
-        if not url:
-            raise UsageError(f"name the job: --state-dir DIR, or --store URL --job JOB_ID (or set {STORE_ENV} to the store's URL)")
-    if state_dir:
-        if job_id:
-            raise UsageError("--job names a job in a --store; a --state-dir holds one job: drop --job")
-        store = StateDirStore(state_dir)
-    else:
-        if getattr(args, "manifest", None):  # start: the job is the manifest's
-            manifest_id = read_manifest(args.manifest)[0]["jobId"]
-            if job_id and job_id != manifest_id:
-                raise UsageError(f"--job {job_id!r} is not the manifest's jobId {manifest_id!r}; drop --job (start takes the manifest's)")
-            job_id = manifest_id
-        if not job_id:
-            raise UsageError(f"--store needs --job JOB_ID (list the store's jobs with `{program_name()} jobs --store URL`)")
-        store = PgStore(url, job_id, from_env=from_env)
-    _COMMAND_STORE.set(store)
-    return store
-
-
-def program_name() -> str:
-    """This program as the person ran it, to paste: `durable-job` when installed, else `python <the script>`."""
-    import shlex
-
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    if os.path.basename(argv0) == "durable-job":
-        return "durable-job"
-    if os.path.basename(argv0) == os.path.basename(__file__):
-        return f"python {shlex.quote(argv0)}"
-    return f"python {shlex.quote(os.path.abspath(__file__))}"  # imported and run from another program: the file itself
-
-
-def suggest(command: str, *flags: str, store=None) -> str:
-    """A complete command to paste into a shell: the program, the command, the job's address, every flag quoted.
-
-    Placeholders a person fills in are written in capitals (YOU, WHY) or as the
-    choices to pick from ('complete|abandon').
-    """
-    import shlex
-
-    store = store if store is not None else _COMMAND_STORE.get()
-    address = store.address() if store is not None else ["--state-dir", "DIR"]
-    return " ".join([program_name(), command] + [shlex.quote(w) for w in (*address, *flags)])
-
-
-def as_store(where):
-    """A store from a store, a state directory path, or None (the running command's)."""
-    return StateDirStore(where) if isinstance(where, str) else where
-
-
-###############################################################################
-# PostgreSQL store (--store URL --job ID): one shared database for a team
+# 9. PostgreSQL driver: store addresses, the libpq reader, advisory-lock keys
 ###############################################################################
 
 STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
@@ -2445,7 +1593,317 @@ PG_REQUIREMENTS = "requirements-postgres.txt"
 SETUP_LOCK_KEY = 0x6475726A6F627331  # "durjobs1": the advisory lock that serialises first-use setup and migrate
 CHECKPOINT_MIGRATION = 9  # the highest checkpoint_migrations row langgraph-checkpoint-postgres 3.2.0 writes
 SETUP_WAIT_SECONDS = 60.0
+LIBPQ_MIN_VERSION = 120000  # PQlibVersion() of the oldest libpq the reader speaks to (12.0); older: psycopg reads
+DRIVER_ENV = "DURABLE_JOB_PG_DRIVER"  # "psycopg": read through psycopg, never libpq directly
 
+
+def need_psycopg():
+    """psycopg, or a HOLD naming the optional requirements file."""
+    try:
+        import psycopg
+    except ImportError:
+        raise UsageError(f"a --store URL needs PostgreSQL support, which is not installed: pip install -r {PG_REQUIREMENTS}") from None
+    return psycopg
+
+
+STORE_URL_SCHEMES = ("postgresql://", "postgres://")
+def check_store_url(url: str) -> None:
+    """A store is named by a postgresql:// URL only: a libpq keyword string could carry a password
+    that this program would then have to find and hide in every form it prints."""
+    if not isinstance(url, str) or not url.lower().startswith(STORE_URL_SCHEMES):
+        raise UsageError("the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
+                         "keyword string (host=… user=…); put the password in PGPASSWORD or ~/.pgpass, never in the address")
+
+
+def public_url(url: str) -> str:
+    """The store URL with any password removed (user:secret@host → user@host, password=… dropped)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}@{host}"
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() != "password"])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "postgresql://[unparseable URL]"
+
+
+
+
+def remember_secrets(url: str) -> None:
+    """Note a store address's password so that redact() removes it from every output, error and stored record.
+
+    The password is found by the driver's own parser (libpq's PQconninfoParse, else psycopg's
+    conninfo_to_dict), in the URL's user info or its query, and in a keyword string too (which
+    check_store_url then refuses), plus the URL's own spelling of it.
+    """
+    from urllib.parse import parse_qsl, unquote, urlsplit
+
+    secrets = [conninfo_password(url) or ""]
+    try:
+        parts = urlsplit(url)
+        userinfo = parts.netloc.rpartition("@")[0]
+        secrets += [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
+    except ValueError:
+        pass
+    for secret in secrets:
+        if len(secret) >= 3:
+            SECRETS.update({secret, unquote(secret)})
+
+
+def conninfo_password(conninfo: str) -> str | None:
+    """The password a libpq connection string (URL or keywords) carries, as libpq itself reads it; None without one."""
+    lib = load_libpq()
+    if lib is None:
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+        except ImportError:
+            return None
+        try:
+            return conninfo_to_dict(conninfo).get("password")
+        except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
+            return None
+    import ctypes
+
+    class Option(ctypes.Structure):  # libpq-fe.h's PQconninfoOption
+        _fields_ = [("keyword", ctypes.c_char_p), ("envvar", ctypes.c_char_p), ("compiled", ctypes.c_char_p),
+                    ("val", ctypes.c_char_p), ("label", ctypes.c_char_p), ("dispchar", ctypes.c_char_p), ("dispsize", ctypes.c_int)]
+
+    error = ctypes.c_void_p()
+    options = lib.PQconninfoParse(conninfo.encode("utf-8", "surrogateescape"), ctypes.byref(error))
+    if error:
+        lib.PQfreemem(error)
+    if not options:
+        return None
+    try:
+        entries = ctypes.cast(options, ctypes.POINTER(Option))
+        n = 0
+        while entries[n].keyword is not None:
+            if entries[n].keyword == b"password" and entries[n].val is not None:
+                return entries[n].val.decode("utf-8", "replace")
+            n += 1
+        return None
+    finally:
+        lib.PQconninfoFree(options)
+
+
+def lock_key(thread_id: str) -> int:
+    """The job's advisory-lock key: the first 64 bits of its threadId uuid, as PostgreSQL's signed bigint."""
+    return int.from_bytes(bytes.fromhex(thread_id.replace("-", ""))[:8], "big", signed=True)
+
+
+
+
+def name_lock_key(text: str) -> int:
+    """A 64-bit advisory-lock key for a name (a jobId being sealed): sha256, not the 32-bit hashtext()."""
+    return int.from_bytes(bytes.fromhex(sha256_hex(text.encode("utf-8"))[:16]), "big", signed=True)
+
+
+class LibpqError(Exception):
+    """A libpq failure on the read path (the fast reader's own psycopg.Error)."""
+
+
+
+
+@functools.cache
+def load_libpq():
+    """libpq as psycopg[binary] ships it (loaded with ctypes), or None: then readers use psycopg itself.
+
+    Importing psycopg costs a read-only command more than the rest of its run
+    (about 0.1 s: asyncio, its type system); status, inspect and jobs need only
+    a few text queries, so they speak to libpq directly. Writers use psycopg.
+    None also when DURABLE_JOB_PG_DRIVER=psycopg, or the library is older than
+    LIBPQ_MIN_VERSION.
+    """
+    if os.environ.get(DRIVER_ENV) == "psycopg":
+        return None
+    for entry in sys.path:
+        folder = os.path.join(entry or ".", "psycopg_binary.libs")
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith("libpq") and ".so" in n]
+        except OSError:
+            continue
+        if names and os.path.isdir(os.path.join(entry or ".", "psycopg")):
+            import ctypes
+
+            try:
+                lib = ctypes.CDLL(os.path.join(folder, sorted(names)[-1]))
+            except OSError:
+                return None
+            declare_libpq(lib, ctypes)
+            return lib if lib.PQlibVersion() >= LIBPQ_MIN_VERSION else None
+    return None
+
+
+def declare_libpq(lib, ctypes) -> None:
+    P, S, I = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    for name, res, args in (("PQconnectdbParams", P, [ctypes.POINTER(S), ctypes.POINTER(S), I]), ("PQstatus", I, [P]),
+                            ("PQerrorMessage", S, [P]), ("PQfinish", None, [P]), ("PQlibVersion", I, []),
+                            ("PQexecParams", P, [P, S, I, P, ctypes.POINTER(S), P, P, I]), ("PQresultStatus", I, [P]),
+                            ("PQresultErrorMessage", S, [P]), ("PQntuples", I, [P]), ("PQnfields", I, [P]),
+                            ("PQfname", S, [P, I]), ("PQftype", ctypes.c_uint, [P, I]), ("PQgetisnull", I, [P, I, I]),
+                            ("PQgetvalue", P, [P, I, I]), ("PQgetlength", I, [P, I, I]), ("PQcmdTuples", S, [P]),
+                            ("PQclear", None, [P]), ("PQconninfoParse", P, [S, ctypes.POINTER(P)]),
+                            ("PQconninfoFree", None, [P]), ("PQfreemem", None, [P])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+
+
+def pg_text(value):
+    """A parameter in PostgreSQL's text form."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return b"\\x" + bytes(value).hex().encode()
+    if isinstance(value, (list, tuple)):
+        return ("{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value) + "}").encode()
+    return str(value).encode("utf-8")
+
+
+def pg_value(oid: int, raw: bytes):
+    """A result value from its text form, as psycopg would give it (the types the store's reads return)."""
+    if oid in (20, 21, 23, 26):
+        return int(raw)
+    if oid == 16:
+        return raw == b"t"
+    if oid == 17:
+        return bytes.fromhex(raw[2:].decode())
+    if oid in (114, 3802):
+        return json.loads(raw)
+    return raw.decode("utf-8")
+
+
+
+
+class LibpqConnection:
+    """The few calls a reader makes, straight to libpq: text parameters ($n), text results decoded by type, dict rows."""
+
+    def __init__(self, lib, url: str, name: str):
+        import ctypes
+
+        self.lib, self.ctypes = lib, ctypes
+        keys = (ctypes.c_char_p * 4)(b"dbname", b"application_name", b"connect_timeout", None)
+        values = (ctypes.c_char_p * 4)(url.encode(), name.encode(), b"10", None)
+        self.conn = lib.PQconnectdbParams(keys, values, 1)
+        if lib.PQstatus(self.conn) != 0:
+            message = (lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
+            lib.PQfinish(self.conn)
+            self.conn = None
+            raise LibpqError(message.strip())
+
+    def execute(self, statement: str, params: list) -> tuple[list[dict], int]:
+        lib, ctypes = self.lib, self.ctypes
+        values = (ctypes.c_char_p * max(1, len(params)))(*[pg_text(p) for p in params])
+        res = lib.PQexecParams(self.conn, statement.encode("utf-8"), len(params), None, values, None, None, 0)
+        try:
+            status = lib.PQresultStatus(res)
+            if status not in (1, 2):  # PGRES_COMMAND_OK, PGRES_TUPLES_OK
+                message = (lib.PQresultErrorMessage(res) or lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
+                raise LibpqError(message.strip() or "the connection was lost")
+            fields = lib.PQnfields(res)
+            names = [lib.PQfname(res, c).decode() for c in range(fields)]
+            oids = [lib.PQftype(res, c) for c in range(fields)]
+            rows = [{names[c]: None if lib.PQgetisnull(res, r, c) else
+                     pg_value(oids[c], ctypes.string_at(lib.PQgetvalue(res, r, c), lib.PQgetlength(res, r, c)))
+                     for c in range(fields)} for r in range(lib.PQntuples(res))]
+            done = lib.PQcmdTuples(res)
+            return rows, int(done) if done else -1
+        finally:
+            lib.PQclear(res)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.lib.PQfinish(self.conn)
+            self.conn = None
+
+
+def holder_name(command: str) -> str:
+    """The lock connection's application_name: how `status` and `jobs` name the holder (command, pid, since, host).
+
+    PostgreSQL keeps 63 bytes of it, so the host (the short name) comes last and is cut to fit.
+    """
+    import socket
+
+    head = f"durable_job {command} {os.getpid()} {now_utc()[:19]}Z"
+    host = "".join(ch for ch in socket.gethostname().split(".")[0] if 33 <= ord(ch) < 127)
+    return f"{head} {host}"[:63] if host else head
+
+
+
+
+def parse_holder_name(name) -> Holder:
+    """{pid, command, sinceUtc[, host]} from a holder_name, or an unknown holder."""
+    words = (name or "").split()
+    if len(words) in (4, 5) and words[0] == "durable_job" and words[2].isdigit():
+        holder: Holder = {"pid": int(words[2]), "command": words[1], "sinceUtc": words[3]}
+        if len(words) == 5:
+            holder["host"] = words[4]
+        return holder
+    return {"pid": None, "command": "unknown", "sinceUtc": None}
+
+
+###############################################################################
+# 10. Journal: the schema of both dialects, one journal API, the call protocol
+###############################################################################
+
+# The state directory's journal (effects.sqlite), as numbered, append-only migrations.
+MIGRATIONS = [
+    ("m001_calls", """
+        CREATE TABLE calls (
+            operation_key TEXT PRIMARY KEY,
+            base_key TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            item_id TEXT NOT NULL,
+            input_sha256 TEXT NOT NULL,
+            status TEXT NOT NULL,
+            output_text TEXT,
+            response_id TEXT,
+            request_id TEXT,
+            usage_json TEXT,
+            created_utc TEXT NOT NULL,
+            updated_utc TEXT NOT NULL,
+            reconciliation_json TEXT
+        );
+        CREATE INDEX calls_base ON calls (base_key, attempt);
+    """),
+    ("m002_call_events", """
+        CREATE TABLE call_events (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            operation_key TEXT NOT NULL,
+            event TEXT NOT NULL,
+            detail_json TEXT,
+            at_utc TEXT NOT NULL
+        );
+    """),
+    ("m003_drafts", """
+        CREATE TABLE drafts (
+            version INTEGER PRIMARY KEY,
+            item_id TEXT NOT NULL,
+            results_json TEXT NOT NULL,
+            results_sha256 TEXT NOT NULL,
+            reviewer TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            change_json TEXT NOT NULL,
+            created_utc TEXT NOT NULL
+        );
+    """),
+    ("m004_outcomes", """
+        CREATE TABLE outcomes (
+            kind TEXT PRIMARY KEY,
+            record_json TEXT NOT NULL,
+            created_utc TEXT NOT NULL
+        );
+    """),
+]
+
+# The store's own schema: the same journal tables keyed by job_id beside the jobs and receipts. Literal
+# DDL per dialect, kept append-only like the above; tests/test_guarantees.py checks that both dialects'
+# journal tables have the same columns.
 # The store's own schema, as numbered, append-only migrations (the state directory's MIGRATIONS plus the job key).
 PG_MIGRATIONS = [
     ("m001_jobs", """
@@ -2515,366 +1973,1069 @@ PG_MIGRATIONS = [
     """),
 ]
 
-# The journal's tables as this job's rows. The journal functions above are written once, for SQLite; on a
-# store connection each of these is a TEMP VIEW over the job-keyed table, filtered to the job, whose job_id
-# column defaults to it: `SELECT … FROM calls` reads this job's calls and `INSERT INTO drafts VALUES (…)`
-# writes one of its drafts, with the very same SQL text (PostgreSQL updates simple views itself).
-JOURNAL_VIEWS = {
-    "calls": "operation_key, base_key, attempt, item_id, input_sha256, status, output_text, response_id, request_id, "
-             "usage_json, created_utc, updated_utc, reconciliation_json, job_id, seq AS rowid",
-    "call_events": "id, operation_key, event, detail_json, at_utc, job_id",
-    "drafts": "version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc, job_id",
-    "outcomes": "kind, record_json, created_utc, job_id",
-}
 
+class Dialect:
+    """How one journal statement is spelled on a backend: its tables, the job it is scoped to, its placeholders.
 
-def need_psycopg():
-    """psycopg, or a HOLD naming the optional requirements file."""
-    try:
-        import psycopg
-    except ImportError:
-        raise UsageError(f"a --store URL needs PostgreSQL support, which is not installed: pip install -r {PG_REQUIREMENTS}") from None
-    return psycopg
-
-
-def public_url(url: str) -> str:
-    """The store URL with any password removed (user:secret@host → user@host, password=… dropped)."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, host = netloc.rpartition("@")
-            netloc = f"{userinfo.partition(':')[0]}@{host}"
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() != "password"])
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return "postgresql://[unparseable URL]"
-
-
-STORE_URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def check_store_url(url: str) -> None:
-    """A store is named by a postgresql:// URL only: a libpq keyword string could carry a password
-    that this program would then have to find and hide in every form it prints."""
-    if not isinstance(url, str) or not url.lower().startswith(STORE_URL_SCHEMES):
-        raise UsageError("the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
-                         "keyword string (host=… user=…); put the password in PGPASSWORD or ~/.pgpass, never in the address")
-
-
-def remember_secrets(url: str) -> None:
-    """Note a store address's password so that redact() removes it from every output, error and stored record.
-
-    The password is found by the driver's own parser (libpq's PQconninfoParse, else psycopg's
-    conninfo_to_dict), in the URL's user info or its query, and in a keyword string too (which
-    check_store_url then refuses), plus the URL's own spelling of it.
+    A statement is written once, as a template: `{calls}` (and each journal table) is the
+    table, `{where}` the whole job filter (` WHERE job_id = …`) and `{scope}` the same as
+    the start of a longer condition (`job_id = … AND `), both empty in a state directory,
+    whose journal is one job's; `{job_col}` and `{job_val}` are the job column of an INSERT,
+    `{row_order}` the column that orders rows as they were inserted, and `{p.NAME}` a
+    bound parameter. No value is ever spelled into SQL text.
     """
-    from urllib.parse import parse_qsl, unquote, urlsplit
 
-    secrets = [conninfo_password(url) or ""]
-    try:
-        parts = urlsplit(url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        secrets += [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
-    except ValueError:
-        pass
-    for secret in secrets:
-        if len(secret) >= 3:
-            _SECRETS.update({secret, unquote(secret)})
+    TABLES = ("calls", "call_events", "drafts", "outcomes")
 
+    def __init__(self, schema: str, placeholder, row_order: str, begin: str):
+        self.schema, self.placeholder, self.row_order, self.begin = schema, placeholder, row_order, begin
+        self.rendered: dict[str, tuple[str, list[str]]] = {}
 
-def conninfo_password(conninfo: str) -> str | None:
-    """The password a libpq connection string (URL or keywords) carries, as libpq itself reads it; None without one."""
-    lib = load_libpq()
-    if lib is None:
-        try:
-            from psycopg.conninfo import conninfo_to_dict
-        except ImportError:
-            return None
-        try:
-            return conninfo_to_dict(conninfo).get("password")
-        except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
-            return None
-    import ctypes
-
-    class Option(ctypes.Structure):  # libpq-fe.h's PQconninfoOption
-        _fields_ = [("keyword", ctypes.c_char_p), ("envvar", ctypes.c_char_p), ("compiled", ctypes.c_char_p),
-                    ("val", ctypes.c_char_p), ("label", ctypes.c_char_p), ("dispchar", ctypes.c_char_p), ("dispsize", ctypes.c_int)]
-
-    error = ctypes.c_void_p()
-    options = lib.PQconninfoParse(conninfo.encode("utf-8", "surrogateescape"), ctypes.byref(error))
-    if error:
-        lib.PQfreemem(error)
-    if not options:
-        return None
-    try:
-        entries = ctypes.cast(options, ctypes.POINTER(Option))
-        n = 0
-        while entries[n].keyword is not None:
-            if entries[n].keyword == b"password" and entries[n].val is not None:
-                return entries[n].val.decode("utf-8", "replace")
-            n += 1
-        return None
-    finally:
-        lib.PQconninfoFree(options)
+    def render(self, template: str) -> tuple[str, list[str]]:
+        """The statement as this backend runs it, and its parameters' names in placeholder order (made once)."""
+        if template not in self.rendered:
+            names: list[str] = []
+            self.rendered[template] = (template.format_map(_Fields(self, _Params(self.placeholder, names))), names)
+        return self.rendered[template]
 
 
-def lock_key(thread_id: str) -> int:
-    """The job's advisory-lock key: the first 64 bits of its threadId uuid, as PostgreSQL's signed bigint."""
-    return int.from_bytes(bytes.fromhex(thread_id.replace("-", ""))[:8], "big", signed=True)
+class _Fields(dict):
+    """The template fields of one rendering, each made only when the template names it."""
+
+    def __init__(self, dialect: Dialect, params: "_Params"):
+        super().__init__(p=params, row_order=dialect.row_order)
+        self.dialect, self.params = dialect, params
+
+    def __missing__(self, key: str) -> str:
+        scoped = bool(self.dialect.schema)
+        if key in Dialect.TABLES:
+            return f"{self.dialect.schema}.{key}" if scoped else key
+        if key == "where":
+            return f" WHERE job_id = {self.params.job_id}" if scoped else ""
+        if key == "scope":
+            return f"job_id = {self.params.job_id} AND " if scoped else ""
+        if key == "job_col":
+            return "job_id, " if scoped else ""
+        if key == "job_val":
+            return f"{self.params.job_id}, " if scoped else ""
+        raise KeyError(key)
 
 
-def text_key(text: str) -> int:
-    """A 64-bit advisory-lock key for a name (a jobId being sealed): sha256, not the 32-bit hashtext()."""
-    return int.from_bytes(bytes.fromhex(sha256_hex(text.encode("utf-8"))[:16]), "big", signed=True)
+class _Params:
+    """`{p.NAME}` in a template: the backend's placeholder for parameter NAME (each name numbered once)."""
+
+    def __init__(self, placeholder, names: list):
+        self._placeholder, self._names = placeholder, names
+
+    def __getattr__(self, name: str) -> str:
+        if name not in self._names:
+            self._names.append(name)
+        return self._placeholder(name, self._names.index(name) + 1)
 
 
-def pg_row_factory(cursor):
-    """Rows read by column name or position, as the journal functions read sqlite3.Row."""
-    names = {c.name: n for n, c in enumerate(cursor.description or [])}
-    return lambda values: PgRow(values, names)
+SQLITE = Dialect("", lambda name, n: f":{name}", "rowid", "BEGIN IMMEDIATE")
+PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
+LIBPQ = Dialect(STORE_SCHEMA, lambda name, n: f"${n}", "seq", "BEGIN")
 
 
-class PgRow(tuple):
-    def __new__(cls, values, names):
-        row = super().__new__(cls, values)
-        row.names = names
-        return row
+class Journal(abc.ABC):
+    """One job's operation journal on one connection: statements written once (see Dialect), rows as dicts.
 
-    def __getitem__(self, key):
-        return tuple.__getitem__(self, self.names[key] if isinstance(key, str) else key)
-
-    def keys(self):
-        return list(self.names)
-
-
-class LibpqError(Exception):
-    """A libpq failure on the read path (the fast reader's own psycopg.Error)."""
-
-
-_LIBPQ = []
-
-
-def load_libpq():
-    """libpq as psycopg[binary] ships it (loaded with ctypes), or None: then readers use psycopg itself.
-
-    Importing psycopg costs a read-only command more than the rest of its run
-    (about 0.25 s: asyncio, its type system); status, inspect and jobs need only
-    a few text queries, so they speak to libpq directly. Writers use psycopg.
+    Threads may share it (parallel calls journal on the connection that holds a store
+    job's lock): a statement, or a whole `with journal.transaction():`, holds `guard`,
+    so each claim counts and inserts alone.
     """
-    if _LIBPQ:
-        return _LIBPQ[0]
-    lib = None
-    for entry in sys.path:
-        folder = os.path.join(entry or ".", "psycopg_binary.libs")
-        try:
-            names = [n for n in os.listdir(folder) if n.startswith("libpq") and ".so" in n]
-        except OSError:
-            continue
-        if names and os.path.isdir(os.path.join(entry or ".", "psycopg")):
-            import ctypes
 
+    dialect: Dialect
+
+    def __init__(self, job_id: str = ""):
+        self.job_id = job_id
+        self.guard = threading.RLock()
+
+    def rows(self, template: str, **params) -> list[dict]:
+        return self.run(template, params)[0]
+
+    def row(self, template: str, **params) -> dict | None:
+        found = self.rows(template, **params)
+        return found[0] if found else None
+
+    def change(self, template: str, **params) -> int:
+        """Run a writing statement; the number of rows it changed."""
+        return self.run(template, params)[1]
+
+    def run(self, template: str, params: dict) -> tuple[list[dict], int]:
+        sql, names = self.dialect.render(template)
+        values = {**params, "job_id": self.job_id}
+        with self.guard:
+            return self.execute(sql, names, [values[name] for name in names])
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Journal"]:
+        """BEGIN … COMMIT around the block (ROLLBACK on any error), the statements of other threads kept out."""
+        with self.guard:
+            self.execute(self.dialect.begin, [], [])
             try:
-                lib = ctypes.CDLL(os.path.join(folder, sorted(names)[-1]))
-            except OSError:
-                lib = None
-            else:
-                declare_libpq(lib, ctypes)
-            break
-    _LIBPQ.append(lib)
-    return lib
+                yield self
+            except BaseException:
+                self.execute("ROLLBACK", [], [])
+                raise
+            self.execute("COMMIT", [], [])
+
+    @abc.abstractmethod
+    def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
+        """Run one statement; (rows as dicts, rows changed)."""
+
+    def has_table(self, name: str) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Close the connection if the journal owns it."""
 
 
-def declare_libpq(lib, ctypes) -> None:
-    P, S, I = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    for name, res, args in (("PQconnectdbParams", P, [ctypes.POINTER(S), ctypes.POINTER(S), I]), ("PQstatus", I, [P]),
-                            ("PQerrorMessage", S, [P]), ("PQfinish", None, [P]),
-                            ("PQexecParams", P, [P, S, I, P, ctypes.POINTER(S), P, P, I]), ("PQresultStatus", I, [P]),
-                            ("PQresultErrorMessage", S, [P]), ("PQntuples", I, [P]), ("PQnfields", I, [P]),
-                            ("PQfname", S, [P, I]), ("PQftype", ctypes.c_uint, [P, I]), ("PQgetisnull", I, [P, I, I]),
-                            ("PQgetvalue", P, [P, I, I]), ("PQgetlength", I, [P, I, I]), ("PQcmdTuples", S, [P]),
-                            ("PQclear", None, [P]), ("PQconninfoParse", P, [S, ctypes.POINTER(P)]),
-                            ("PQconninfoFree", None, [P]), ("PQfreemem", None, [P])):
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
+class SqliteJournal(Journal):
+    """A state directory's journal: effects.sqlite on an autocommit sqlite3 connection."""
+
+    dialect = SQLITE
+
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True):
+        super().__init__()
+        self.conn, self.owns = conn, owns
+        self.tables: set | None = None
+
+    def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
+        cursor = self.conn.cursor()
+        cursor.row_factory = lambda cur, row: {d[0]: v for d, v in zip(cur.description, row)}
+        cursor.execute(sql, dict(zip(names, values)))
+        return cursor.fetchall(), cursor.rowcount
+
+    def has_table(self, name: str) -> bool:
+        """Whether the journal has this table (one written by an older program may lack a later migration's)."""
+        if self.tables is None:
+            self.tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        return name in self.tables
+
+    def close(self) -> None:
+        if self.owns:
+            self.conn.close()
 
 
-def pg_text(value):
-    """A parameter in PostgreSQL's text form."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return b"\\x" + bytes(value).hex().encode()
-    if isinstance(value, (list, tuple)):
-        return ("{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value) + "}").encode()
-    return str(value).encode("utf-8")
+class PgJournal(Journal):
+    """A job's journal in a store, on a psycopg connection (writers) or a libpq reader.
 
-
-def pg_value(oid: int, raw: bytes):
-    """A result value from its text form, as psycopg would give it (the types the store's reads return)."""
-    if oid in (20, 21, 23, 26):
-        return int(raw)
-    if oid == 16:
-        return raw == b"t"
-    if oid == 17:
-        return bytes.fromhex(raw[2:].decode())
-    if oid in (114, 3802):
-        return json.loads(raw)
-    return raw.decode("utf-8")
-
-
-class LibpqResult:
-    def __init__(self, rows, rowcount):
-        self.rows, self.rowcount = rows, rowcount
-
-    def fetchone(self):
-        return self.rows[0] if self.rows else None
-
-    def fetchall(self):
-        return list(self.rows)
-
-    def __iter__(self):
-        return iter(self.rows)
-
-
-class LibpqConnection:
-    """The few calls a reader makes, straight to libpq: text parameters ($n), text results decoded by type."""
-
-    def __init__(self, lib, url: str, name: str):
-        import ctypes
-
-        self.lib, self.ctypes = lib, ctypes
-        keys = (ctypes.c_char_p * 4)(b"dbname", b"application_name", b"connect_timeout", None)
-        values = (ctypes.c_char_p * 4)(url.encode(), name.encode(), b"10", None)
-        self.conn = lib.PQconnectdbParams(keys, values, 1)
-        if lib.PQstatus(self.conn) != 0:
-            message = (lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
-            lib.PQfinish(self.conn)
-            self.conn = None
-            raise LibpqError(message.strip())
-
-    def execute(self, statement: str, params=None):
-        import re
-
-        lib, ctypes = self.lib, self.ctypes
-        params = list(params or [])
-        if params:
-            count = iter(range(1, len(params) + 1))
-            statement = re.sub("%s", lambda m: f"${next(count)}", statement)
-        values = (ctypes.c_char_p * max(1, len(params)))(*[pg_text(p) for p in params])
-        res = lib.PQexecParams(self.conn, statement.encode("utf-8"), len(params), None, values, None, None, 0)
-        try:
-            status = lib.PQresultStatus(res)
-            if status not in (1, 2):  # PGRES_COMMAND_OK, PGRES_TUPLES_OK
-                message = (lib.PQresultErrorMessage(res) or lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
-                raise LibpqError(message.strip() or "the connection was lost")
-            fields = lib.PQnfields(res)
-            names = {lib.PQfname(res, c).decode(): c for c in range(fields)}
-            oids = [lib.PQftype(res, c) for c in range(fields)]
-            rows = []
-            for r in range(lib.PQntuples(res)):
-                rows.append(PgRow([None if lib.PQgetisnull(res, r, c) else
-                                   pg_value(oids[c], ctypes.string_at(lib.PQgetvalue(res, r, c), lib.PQgetlength(res, r, c)))
-                                   for c in range(fields)], names))
-            done = lib.PQcmdTuples(res)
-            return LibpqResult(rows, int(done) if done else -1)
-        finally:
-            lib.PQclear(res)
-
-    def close(self):
-        if self.conn is not None:
-            self.lib.PQfinish(self.conn)
-            self.conn = None
-
-
-class PgJournal:
-    """A store connection speaking the journal functions' SQLite dialect (`?`, BEGIN IMMEDIATE), bound to one job.
-
-    Threads share it (parallel calls journal on the connection that holds the
-    job's lock): a transaction holds `guard` from BEGIN to COMMIT/ROLLBACK, so
-    each claim counts and inserts alone, as BEGIN IMMEDIATE does in SQLite.
-    Any database error becomes a StateError naming the store: a dropped
+    Any database error becomes the store's StateError (`on_error`): a dropped
     connection has lost the job's lock with it, and is never reopened.
     """
 
-    def __init__(self, store, conn, shared: bool):
-        import threading
+    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True):
+        super().__init__(job_id)
+        self.conn, self.on_error, self.owns = conn, on_error, owns
+        self.dialect = LIBPQ if isinstance(conn, LibpqConnection) else PSYCOPG
 
-        self.store, self.conn, self.shared = store, conn, shared
-        self.guard = threading.RLock()
+    def for_job(self, job_id: str) -> "PgJournal":
+        """The same connection, scoped to another job (a listing reads every job on one connection)."""
+        return PgJournal(self.conn, job_id, self.on_error, owns=False)
 
-    def bind(self, job_id: str) -> "PgJournal":
-        """Point the journal views at one job. The job id reaches PostgreSQL only as a bound parameter (a
-        session setting the views read with current_setting()), never as SQL text: no quoting to get wrong."""
-        self.run("SELECT set_config('durable_job.job_id', %s, false)", (job_id,))
-        for view, columns in JOURNAL_VIEWS.items():
-            self.run(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {columns} FROM durable_job.{view} "
-                     "WHERE job_id = current_setting('durable_job.job_id')")
-            self.run(f"ALTER VIEW {view} ALTER COLUMN job_id SET DEFAULT current_setting('durable_job.job_id')")
-        return self
-
-    def execute(self, statement: str, params=()):
-        word = statement.strip().split(None, 1)[0].upper()
-        if word == "BEGIN":
-            self.guard.acquire()
-            try:
-                return self.run("BEGIN")
-            except BaseException:
-                self.guard.release()
-                raise
-        if word in ("COMMIT", "ROLLBACK"):
-            try:
-                return self.run(word)
-            finally:
-                self.guard.release()
-        with self.guard:
-            return self.run(statement.replace("?", "%s"), params)
-
-    def run(self, statement, params=()):
+    def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
         try:
-            return self.conn.execute(statement, params or None)
+            if self.dialect is LIBPQ:
+                return self.conn.execute(sql, values)
+            cursor = self.conn.execute(sql, dict(zip(names, values)) if names else None)
+            return (cursor.fetchall() if cursor.description else []), cursor.rowcount
         except LibpqError as exc:
-            raise self.store.failure(exc) from None
+            raise self.on_error(exc) from None
         except Exception as exc:
-            if isinstance(exc, PgStore.failures):  # psycopg.Error, once psycopg is loaded
-                raise self.store.failure(exc) from None
+            psycopg = sys.modules.get("psycopg")
+            if psycopg is not None and isinstance(exc, psycopg.Error):
+                raise self.on_error(exc) from None
             raise
 
     def alive(self) -> None:
         """Raise unless the connection (and so the job's lock) is still there."""
-        with self.guard:
-            self.run("SELECT 1")
+        self.rows("SELECT 1 AS up")
 
-    def close(self):
-        if not self.shared:
+    def close(self) -> None:
+        if self.owns:
             self.conn.close()
 
 
-def holder_name(command: str) -> str:
-    """The lock connection's application_name: how `status` and `jobs` name the holder (command, pid, since, host).
+def as_journal(db) -> Journal:
+    """A Journal from a Journal or a plain sqlite3 connection (what the SPEC's ledger() returns)."""
+    return SqliteJournal(db, owns=False) if isinstance(db, sqlite3.Connection) else db
 
-    PostgreSQL keeps 63 bytes of it, so the host (the short name) comes last and is cut to fit.
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the append-only list of numbered migrations that are not yet applied."""
+    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)")
+    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    for name, sql in MIGRATIONS:
+        if name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in sql.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, now_utc()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+
+def ledger(path: str) -> sqlite3.Connection:
+    """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL.
+
+    The name is the SPEC's; everywhere else this file calls it the journal.
     """
-    import socket
+    conn = connect_sqlite(path)
+    try:
+        migrate(conn)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or {NEW_JOB}") from None
+    return conn
 
-    head = f"durable_job {command} {os.getpid()} {now_utc()[:19]}Z"
-    host = "".join(ch for ch in socket.gethostname().split(".")[0] if 33 <= ord(ch) < 127)
-    return f"{head} {host}"[:63] if host else head
 
 
-def parse_holder_name(name) -> dict:
-    """{pid, command, sinceUtc[, host]} from a holder_name, or an unknown holder."""
-    words = (name or "").split()
-    if len(words) in (4, 5) and words[0] == "durable_job" and words[2].isdigit():
-        holder = {"pid": int(words[2]), "command": words[1], "sinceUtc": words[3]}
-        if len(words) == 5:
-            holder["host"] = words[4]
-        return holder
-    return {"pid": None, "command": "unknown", "sinceUtc": None}
+
+def read_journal(path: str) -> SqliteJournal | None:
+    """The journal read-only, for status and inspect; None when it does not exist yet."""
+    if not os.path.exists(path):
+        return None
+    return SqliteJournal(connect_sqlite(path, readonly=True))
+
+
+def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
+    journal.change("INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc) "
+                   "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at})",
+                   key=key, event=event, detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)), at=now_utc())
+
+
+def input_sha256(job: dict, prompt: str) -> str:
+    return sha256_hex(canonical({"system": SYSTEM, "prompt": prompt, "model": job["model"], "version": VERSION}))
+
+
+def base_key(job: dict, item: dict, prompt: str) -> str:
+    return sha256_hex(canonical({"job": job["jobId"], "item": item["id"], "source": item["sha256"], "input": input_sha256(job, prompt)}))
+
+
+
+
+def latest_attempt(journal: Journal, base: str) -> CallRow | None:
+    return cast("CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1", base=base))
+
+
+def find_call(journal: Journal, key: str) -> CallRow | None:
+    """The journal row of one operation key, or None."""
+    return cast("CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}operation_key = {p.key}", key=key))
+
+
+def call_rows(journal: Journal | None) -> list[CallRow]:
+    """Every call, in creation order."""
+    if journal is None or not journal.has_table("calls"):
+        return []
+    return cast("list[CallRow]", journal.rows("SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"))
+
+
+def uncertain_refusal(item_id: str, key: str) -> UncertainCall:
+    return UncertainCall(f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
+                         "nothing is sent again automatically", item_id=item_id, operation_key=key)
+
+
+def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, retry: dict | None = None) -> tuple[str, Any]:
+    """Decide what to do for this work: ('reuse', output) or ('call', operation key), pending committed.
+
+    `retry` (the `retry` command: who asks and why) spends the next attempt even
+    after a completed one, and is journaled as a `retry` event beside the dispatch.
+    """
+    journal = as_journal(db)
+    base = base_key(job, item, prompt)
+    digest = input_sha256(job, prompt)
+    with journal.transaction():
+        row = latest_attempt(journal, base)
+        if row is not None and row["status"] == "completed" and retry is None:
+            return "reuse", row["output_text"]
+        if row is not None and row["status"] == "pending":
+            raise uncertain_refusal(item["id"], row["operation_key"])
+        attempt = 1 if row is None else row["attempt"] + 1
+        if attempt > manifest["maxAttemptsPerItem"]:
+            raise BudgetError(f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it")
+        used = journal.rows("SELECT count(*) AS n FROM {calls}{where}")[0]["n"]
+        if used >= manifest["maxModelCalls"]:
+            raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
+        key = f"{base}:{attempt}"
+        stamp = now_utc()
+        journal.change("INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc) "
+                       "VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp})",
+                       key=key, base=base, attempt=attempt, item=item["id"], digest=digest, stamp=stamp)
+        record_event(journal, key, "dispatch", {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model")})
+        if retry is not None:
+            record_event(journal, key, "retry", retry)
+    return "call", key
+
+
+def complete_call(db, key: str, output_text: str, response_id, request_id, usage, then=None) -> None:
+    """Commit a call's answer; `then(journal, key, output_text)` runs in the same transaction (a retry's draft).
+
+    Only a pending row takes an answer: one a person reconciled meanwhile keeps
+    what they recorded, and this answer is refused with nothing written.
+    """
+    journal = as_journal(db)
+    output_text, response_id, request_id = scrub(output_text), scrub(response_id), scrub(request_id)
+    with journal.transaction():
+        updated = journal.change(
+            "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
+            "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'",
+            output=output_text, response=response_id, request=request_id, stamp=now_utc(), key=key,
+            usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True)))
+        if updated != 1:
+            row = find_call(journal, key)
+            raise StateError(f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
+                             f"was on the way (response {response_id}); that answer is not used and nothing was written: run status")
+        record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
+        if then is not None:
+            then(journal, key, output_text)
+
+
+def fail_call(db, key: str, exc: BaseException) -> str:
+    """Record a provider exception; return what the journal now says of the call.
+
+    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
+    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
+    else the row stays `pending`: the call may have reached the provider.
+    """
+    journal = as_journal(db)
+    url = unsent_url(exc)
+    if url is not None:
+        forget_unsent_call(journal, key, exc, url)
+        return "not-sent"
+    code = getattr(exc, "status_code", None)
+    code = code if type(code) is int else None
+    request_id = getattr(exc, "request_id", None)
+    request_id = scrub(request_id) if isinstance(request_id, str) else None
+    status = "rejected" if code in REFUSAL_STATUSES else "pending"
+    detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc), 300), "requestId": request_id}
+    with journal.transaction():
+        updated = journal.change(
+            "UPDATE {calls} SET status = {p.status}, request_id = COALESCE({p.request}, request_id), "
+            "reconciliation_json = COALESCE({p.refusal}, reconciliation_json), updated_utc = {p.stamp} "
+            "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
+            status=status, request=request_id, stamp=now_utc(), key=key,
+            refusal=json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None)
+        if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
+            record_event(journal, key, "rejected" if status == "rejected" else "error", detail)
+    return status
+
+
+def forget_unsent_call(journal: Journal, key: str, exc: BaseException, url: str) -> None:
+    """No call happened: remove the pending row and record why, in one transaction.
+
+    The row was the latest attempt (a pending row always is), so the attempts stay contiguous and
+    the next run takes the same operation key again; the event history keeps the audit trail.
+    """
+    cause = exc.__cause__
+    detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url,
+              "message": clip(redact(cause or exc), 300)}
+    with journal.transaction():
+        journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
+        record_event(journal, key, "not-sent", detail)
+
+
+def reconcile_call(journal: Journal, key: str, status: str, output_text, response_id, request_id, record: dict, then=None) -> None:
+    """A person's resolution of a pending call (completed from their record, or abandoned), with its event;
+    `then(journal)` runs in the same transaction (a retry's draft)."""
+    with journal.transaction():
+        journal.change("UPDATE {calls} SET status = {p.status}, output_text = {p.output}, response_id = {p.response}, "
+                       "request_id = {p.request}, reconciliation_json = {p.record}, updated_utc = {p.stamp} "
+                       "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
+                       status=status, output=output_text, response=response_id, request=request_id,
+                       record=json.dumps(record, sort_keys=True), stamp=record["reconciledAtUtc"], key=key)
+        record_event(journal, key, "reconciled", record)
+        if then is not None:
+            then(journal)
+
+
+def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None, on_complete=None):
+    """Return the model output for this work, calling the provider at most once per operation key.
+
+    A provider exception is journaled (pending, rejected, or not sent) and then propagates
+    unchanged, as the provider raised it; the graph's call_or_hold turns it into the CLI's one HOLD
+    line. `say`, when given, receives one progress line: whether a call is made or a journaled
+    result reused. `retry` and `on_complete` serve the `retry` command: see claim_attempt and complete_call.
+    """
+    journal = as_journal(db)
+    if job.get("mode") == "openai":
+        prepare_openai()  # import the SDK before the pending row, so the uncertain window stays small
+    action, value = claim_attempt(journal, job, manifest, item, prompt, retry)
+    if action == "reuse":
+        if say:
+            say(f"item {item['id']}: reused the completed call in the journal (no new call)")
+        return value
+    key = value
+    if say:
+        say(f"item {item['id']}: model call {key}")
+    crash_point("after-pending", job)
+    token = _OPERATION_KEY.set(key)
+    try:
+        output_text, response_id, request_id, usage = call_model(job, item, source, prompt)
+    except Exception as exc:
+        fail_call(journal, key, exc)
+        raise
+    finally:
+        _OPERATION_KEY.reset(token)
+    output_text = scrub(output_text)  # what is journaled is exactly what the graph sees (never the key)
+    crash_point("before-ledger", job)
+    complete_call(journal, key, output_text, response_id, request_id, usage, on_complete)
+    crash_point("after-ledger", job)
+    return output_text
+
+
+def last_event(journal: Journal, key: str) -> str | None:
+    row = journal.row("SELECT event FROM {call_events} WHERE {scope}operation_key = {p.key} ORDER BY id DESC LIMIT 1", key=key)
+    return None if row is None else row["event"]
+
+
+def call_events(journal: Journal | None) -> list[dict]:
+    """Every event, in order, with its detail decoded."""
+    if journal is None:
+        return []
+    return [{**e, "detail": json.loads(e["detail_json"] or "null") or {}}
+            for e in journal.rows("SELECT operation_key, event, detail_json FROM {call_events}{where} ORDER BY id")]
+
+
+def current_draft(journal: Journal | None, model_results: list) -> tuple[int, list]:
+    """The results under review: the latest revised draft, else the model's (draft 1)."""
+    if journal is None or not journal.has_table("drafts"):
+        return 1, list(model_results)
+    row = journal.row("SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1")
+    if row is None:
+        return 1, list(model_results)
+    return row["version"], json.loads(row["results_json"])
+
+
+def draft_rows(journal: Journal | None) -> list[dict]:
+    if journal is None or not journal.has_table("drafts"):
+        return []
+    return journal.rows("SELECT * FROM {drafts}{where} ORDER BY version")
+
+
+def draft_history(journal: Journal | None) -> list:
+    return [
+        {"version": r["version"], "itemId": r["item_id"], "resultsSha256": r["results_sha256"],
+         "previousResultsSha256": json.loads(r["change_json"]).get("previousResultsSha256"), "reviewer": r["reviewer"],
+         "reason": r["reason"], "change": json.loads(r["change_json"]), "createdUtc": r["created_utc"]}
+        for r in draft_rows(journal)
+    ]
+
+
+def insert_draft(journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
+    """One draft row (inside the caller's transaction, or alone)."""
+    journal.change("INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc) "
+                   "VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp})",
+                   version=version, item=item_id, results=json.dumps(results), digest=results_sha256(results), reviewer=reviewer,
+                   reason=reason, change=json.dumps(change), stamp=stamp)
+
+
+def journal_outcome(journal: Journal | None, kind: str):
+    """The terminal outcome of this kind the journal records (a cancel), else None."""
+    if journal is None or not journal.has_table("outcomes"):
+        return None
+    row = journal.row("SELECT record_json FROM {outcomes} WHERE {scope}kind = {p.kind}", kind=kind)
+    return json.loads(row["record_json"]) if row else None
+
+
+def record_cancel(journal: Journal, record: dict) -> None:
+    journal.change("INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc) VALUES ({job_val}'cancel', {p.record}, {p.stamp})",
+                   record=json.dumps(record, sort_keys=True), stamp=record["cancelledAtUtc"])
+
+
+def retry_request(journal: Journal, key: str) -> dict | None:
+    """Who asked for this call by `retry`, and why (its `retry` event), or None for a call the graph made."""
+    # the latest: a retry that was not sent (no call happened) leaves its key to the next retry
+    row = journal.row("SELECT detail_json FROM {call_events} WHERE {scope}operation_key = {p.key} AND event = 'retry' "
+                      "ORDER BY id DESC LIMIT 1", key=key)
+    return json.loads(row["detail_json"]) if row else None
+
+
+def retry_keys(journal: Journal | None) -> set:
+    if journal is None or not journal.has_table("call_events"):
+        return set()
+    return {r["operation_key"] for r in journal.rows("SELECT operation_key FROM {call_events} WHERE {scope}event = 'retry'")}
+
+
+def latest_rejected(calls: list) -> bool:
+    """Whether some item's latest attempt was refused by the provider: a person fixes the cause and resumes."""
+    latest = {}
+    for r in calls:  # creation order: the last row of a base key is its latest attempt
+        latest[r["base_key"]] = r["status"]
+    return "rejected" in latest.values()
+###############################################################################
+# 11. Checkpoints: LangGraph's serializer and the langgraph-free reader
+###############################################################################
+
+STATE_KEYS = ("index", "results", "raw", "result", "final")  # the thread state's own channels (see state_schema)
+JSON_TYPE_TAG = "json"  # how checkpoint_serializer tags a plain value (JsonPlusSerializer reads the tag too)
+def exactly_json(value) -> bool:
+    """True when JSON holds value exactly: str-keyed dicts, lists and tuples, str, int, float, bool, None (no subclasses).
+
+    A tuple comes back a list, as it does from LangGraph's msgpack.
+    """
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        kind = type(v)
+        if kind is dict:
+            if any(type(k) is not str for k in v):
+                return False
+            stack.extend(v.values())
+        elif kind is list or kind is tuple:
+            stack.extend(v)
+        elif kind not in (str, int, float, bool, type(None)):
+            return False
+    return True
+
+
+def checkpoint_serializer():
+    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json").
+
+    Everything this program keeps in its state is plain JSON, so its
+    checkpoints can be read with sqlite3 and jq, and status and inspect decode
+    them with the json module (no msgpack import). LangGraph's own objects (an
+    Interrupt, ...) and anything JSON cannot hold exactly (NaN, a non-str key,
+    a subclass such as an enum, a lone surrogate) keep LangGraph's msgpack.
+    """
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class JsonFirstSerializer(JsonPlusSerializer):
+        def dumps_typed(self, obj):
+            if obj is not None and exactly_json(obj):
+                try:
+                    return JSON_TYPE_TAG, json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+                except ValueError:  # NaN or infinity, or a lone surrogate UTF-8 cannot encode
+                    pass
+            return super().dumps_typed(obj)
+
+        def loads_typed(self, data):
+            if data[0] == JSON_TYPE_TAG:
+                return json.loads(data[1])  # exactly what was written: no LangChain object revival
+            return super().loads_typed(data)
+
+    return JsonFirstSerializer()
+
+
+
+# LangGraph internals the reader below depends on: none of them is public API.
+# Checked against langgraph 1.2.16, langgraph-checkpoint 4.3.2 and
+# langgraph-checkpoint-sqlite 3.1.2 (the versions job.json seals), and
+# langgraph-checkpoint-postgres 3.2.0. After an upgrade, run
+# test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says:
+# it compares this reader with LangGraph's own get_state.
+# - SqliteSaver's tables: `checkpoints` (thread_id, checkpoint_ns, checkpoint_id,
+#   type, checkpoint) and `writes` (... task_id, channel, type, value).
+#   PostgresSaver's: `checkpoints` (the checkpoint as JSON, simple channel values
+#   inline), `checkpoint_blobs` (lists and dicts, by channel and version) and
+#   `checkpoint_writes` (... blob). A checkpoint_id is a uuid6, so its text order is
+#   time order (the savers' own get_tuple take the latest the same way).
+# - A checkpoint is a map whose `channel_values` holds the state's own
+#   channels (STATE_KEYS) beside LangGraph's routing channels (`branch:to:<node>`),
+#   which the reader skips. checkpoint_serializer stores it, and every plain
+#   write, as JSON; the reader decodes msgpack only for what JSON could not hold.
+# - A write on `__interrupt__` beside the latest checkpoint: the thread waits at
+#   an interrupt(); on `__resume__`: a resume value (a decision) saved for it.
+# - JsonPlusSerializer's type tags: "msgpack" for a value, "null" for None. It
+#   stores LangGraph's own objects (an Interrupt, a delta snapshot, ...) as msgpack
+#   ext types; the reader decodes none of them, and refuses one found in a value it reads.
+# LangGraph internals the reader below depends on: none of them is public API.
+# Checked against langgraph 1.2.16, langgraph-checkpoint 4.3.2 and
+# langgraph-checkpoint-sqlite 3.1.2 (the versions job.json seals). After an
+# upgrade, run test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says:
+# it compares this reader with LangGraph's own get_state.
+# - SqliteSaver's tables: `checkpoints` (thread_id, checkpoint_ns, checkpoint_id,
+#   type, checkpoint) and `writes` (... task_id, channel, type, value). A
+#   checkpoint_id is a uuid6, so its text order is time order (SqliteSaver's
+#   own get_tuple takes the latest the same way).
+# - A checkpoint is a map whose `channel_values` holds the state's own
+#   channels (STATE_KEYS) beside LangGraph's routing channels (`branch:to:<node>`),
+#   which the reader skips. checkpoint_serializer stores it, and every plain
+#   write, as JSON; the reader decodes msgpack only for what JSON could not hold.
+# - A write on `__interrupt__` beside the latest checkpoint: the thread waits at
+#   an interrupt(); on `__resume__`: a resume value (a decision) saved for it.
+# - JsonPlusSerializer's type tags: "msgpack" for a value, "null" for None. It
+#   stores LangGraph's own objects (an Interrupt, a delta snapshot, ...) as msgpack
+#   ext types; the reader decodes none of them, and refuses one found in a value it reads.
+LG_CHECKPOINTS_TABLE = "checkpoints"
+LG_WRITES_TABLE = "writes"
+LG_ROOT_NAMESPACE = ""  # checkpoint_ns of the top-level graph
+LG_CHANNEL_VALUES = "channel_values"
+LG_INTERRUPT_CHANNEL = "__interrupt__"
+LG_RESUME_CHANNEL = "__resume__"
+LG_MSGPACK_TYPE = "msgpack"
+LG_NULL_TYPE = "null"
+LG_CHANNEL_VERSIONS = "channel_versions"
+LG_EMPTY_TYPE = "empty"  # PostgresSaver's blob type for a channel with no value
+LG_SAVED_CHANNELS = (LG_INTERRUPT_CHANNEL, "final", LG_RESUME_CHANNEL)  # the writes the reader looks at
+
+
+class LangGraphObject:
+    """A value LangGraph stored as a msgpack ext type (one of its own objects): kept opaque, never guessed."""
+
+    def __init__(self, code: int):
+        self.code = code
+
+
+def decode_checkpoint(kind: str, blob: bytes | None, path: str = CHECKPOINTS_FILE):
+    """One serialized checkpoint or write, as checkpoint_serializer wrote it (see the LG_* names above)."""
+    if kind == LG_NULL_TYPE:
+        return None
+    if kind == JSON_TYPE_TAG:
+        try:
+            return json.loads(blob)
+        except ValueError as exc:
+            raise StateError(f"{path} holds a checkpoint that is not valid JSON ({exc}); it is left untouched: restore it from a backup") from None
+    if kind != LG_MSGPACK_TYPE:
+        raise StateError(f"{path} holds a value of serializer type {kind!r}, where this program's state is json or msgpack only; "
+                         "it is left untouched: restore it from a backup")
+    import ormsgpack  # only for a value JSON could not hold: status usually never loads it (about 13 ms)
+
+    try:
+        return ormsgpack.unpackb(blob, ext_hook=lambda code, data: LangGraphObject(code))
+    except ValueError as exc:
+        raise StateError(f"{path} holds a checkpoint that is not valid msgpack ({exc}); it is left untouched: restore it from a backup") from None
+
+
+def plain_value(value, channel: str, path: str):
+    """The value itself, refused if it holds a LangGraph object: the state's channels hold plain JSON values only."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, LangGraphObject):
+            raise StateError(f"{path} stores channel {channel!r} as a LangGraph object (msgpack ext {v.code}), not the plain value "
+                             "this program writes; was it written by another LangGraph version? Restore the sealed ones (`pip install -r requirements.txt`)")
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return value
+
+
+
+
+class CheckpointRows(abc.ABC):
+    """Where a store keeps LangGraph's checkpoints, as read_checkpoint needs them: two reads, no langgraph."""
+
+    where: str  # names the storage in messages
+
+    @abc.abstractmethod
+    def latest(self, thread_id: str) -> tuple[str, dict] | None:
+        """(checkpoint_id, the state's channel values) of the thread's latest root checkpoint, or None."""
+
+    @abc.abstractmethod
+    def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
+        """(channel, type, value) of that checkpoint's writes on LG_SAVED_CHANNELS: `final` first, then the latest task's."""
+
+
+def read_checkpoint(rows: CheckpointRows | None, thread_id: str) -> CheckpointState:
+    """Latest checkpoint values of the job's thread, whether it waits at review, and a decision saved for it.
+
+    Read straight from the savers' tables, so status and inspect need no langgraph
+    import (about 1.5 s saved per command); values are plain JSON types, decoded exactly.
+    """
+    empty: CheckpointState = {"values": {}, "waiting": False, "savedDecision": None}
+    latest = rows.latest(thread_id) if rows is not None else None
+    if latest is None:
+        return empty
+    checkpoint_id, values = latest
+    writes = rows.writes(thread_id, checkpoint_id)
+    waiting = any(channel == LG_INTERRUPT_CHANNEL for channel, _, _ in writes) and not values.get("final")
+    saved = saved_decision(writes, rows.where) if waiting else None
+    return {"values": values, "waiting": waiting and saved is None, "savedDecision": saved}
+
+
+def saved_decision(writes: list, where: str) -> dict | None:
+    """A decision that a `decide` saved but did not finish recording (it was killed), else None.
+
+    LangGraph keeps the resume value (and, once the review node has returned, its
+    `final` write) beside the checkpoint that waits at review, and the thread's
+    next run applies them whatever a later `decide` asks. So that decision is
+    already made: status and inspect show it, decide, revise and cancel refuse,
+    and `resume` finishes recording it.
+    """
+    for channel, kind, blob in writes:
+        if channel == LG_INTERRUPT_CHANNEL or kind == LG_NULL_TYPE or not blob:
+            continue
+        value = plain_value(decode_checkpoint(kind, bytes(blob), where), channel, where)
+        if isinstance(value, list) and value:  # a task's resume values, one per interrupt
+            value = value[-1]
+        if isinstance(value, dict) and value.get("decision"):
+            return value
+    return None
+
+
+class SqliteCheckpointRows(CheckpointRows):
+    """checkpoints.sqlite, as SqliteSaver writes it (the whole checkpoint serialized in one value)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str):
+        self.conn, self.where = conn, path
+
+    def latest(self, thread_id: str) -> tuple[str, dict] | None:
+        row = self.conn.execute(
+            f"SELECT checkpoint_id, type, checkpoint FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? "
+            "ORDER BY checkpoint_id DESC LIMIT 1", (thread_id, LG_ROOT_NAMESPACE)).fetchone()
+        if row is None:
+            return None
+        channels = decode_checkpoint(row[1], row[2], self.where).get(LG_CHANNEL_VALUES, {})
+        return row[0], {key: plain_value(channels[key], key, self.where) for key in STATE_KEYS if key in channels}
+
+    def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
+        return self.conn.execute(
+            f"SELECT channel, type, value FROM {LG_WRITES_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
+            "AND channel IN (?, ?, ?) ORDER BY channel = 'final' DESC, task_id DESC",
+            (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, *LG_SAVED_CHANNELS)).fetchall()
+
+
+class PgCheckpointRows(CheckpointRows):
+    """PostgresSaver's tables in a store: simple values inline in the checkpoint's JSON, lists and dicts in checkpoint_blobs."""
+
+    def __init__(self, journal: PgJournal, where: str):
+        self.journal, self.where = journal, where
+
+    def latest(self, thread_id: str) -> tuple[str, dict] | None:
+        row = self.journal.row("SELECT checkpoint_id, checkpoint FROM durable_job.checkpoints WHERE thread_id = {p.thread} "
+                               "AND checkpoint_ns = {p.ns} ORDER BY checkpoint_id DESC LIMIT 1", thread=thread_id, ns=LG_ROOT_NAMESPACE)
+        if row is None:
+            return None
+        checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
+        inline, versions = checkpoint.get(LG_CHANNEL_VALUES) or {}, checkpoint.get(LG_CHANNEL_VERSIONS) or {}
+        values = {key: inline[key] for key in STATE_KEYS if key in inline}
+        wanted = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
+        if wanted:
+            for blob in self.journal.rows(
+                    "SELECT channel, type, blob FROM durable_job.checkpoint_blobs WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
+                    "AND channel = ANY({p.channels}) AND version = ANY({p.versions})",
+                    thread=thread_id, ns=LG_ROOT_NAMESPACE, channels=list(wanted), versions=list(wanted.values())):
+                if wanted.get(blob["channel"]) is not None and blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
+                    values[blob["channel"]] = plain_value(decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where), blob["channel"], self.where)
+        return row["checkpoint_id"], values
+
+    def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
+        return [(w["channel"], w["type"], w["blob"]) for w in self.journal.rows(
+            "SELECT channel, type, blob FROM durable_job.checkpoint_writes WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
+            "AND checkpoint_id = {p.checkpoint} AND channel = ANY({p.channels}) ORDER BY channel = 'final' DESC, task_id DESC",
+            thread=thread_id, ns=LG_ROOT_NAMESPACE, checkpoint=checkpoint_id, channels=list(LG_SAVED_CHANNELS))]
+
+
+###############################################################################
+# 12. Stores: the one interface commands reach a job through
+###############################################################################
+
+# Note to maintainers: every command reaches a job only through a Store. A state
+# directory (StateDirStore) and a team's PostgreSQL store (PgStore) implement the
+# same interface; `mypy` checks both. A store also knows how a person names its
+# job (address) and the program (program), so every command it suggests is
+# complete and paste-ready; nothing about the running command lives elsewhere.
+
+
+def default_program() -> str:
+    """This file as a command to paste: `python /path/durable_job.py`."""
+    import shlex
+
+    return f"python {shlex.quote(os.path.abspath(__file__))}"
+
+
+def program_name() -> str:
+    """This program as the person ran it, to paste: `durable-job` when installed, else `python <the script>`."""
+    import shlex
+
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if os.path.basename(argv0) == "durable-job":
+        return "durable-job"
+    if os.path.basename(argv0) == os.path.basename(__file__):
+        return f"python {shlex.quote(argv0)}"
+    return default_program()  # imported and run from another program: the file itself
+
+
+def command_line(program: str, command: str, address: list, *flags: str) -> str:
+    """A complete command to paste into a shell: the program, the command, the job's address, every flag quoted.
+
+    Placeholders a person fills in are written in capitals (YOU, WHY) or as the
+    choices to pick from ('complete|abandon').
+    """
+    import shlex
+
+    return " ".join([program, command] + [shlex.quote(w) for w in (*address, *flags)])
+
+
+class Store(abc.ABC):
+    """A job's storage, and how a person names it. Commands hold a Store, never a path or a connection of their own."""
+
+    program: str  # the program as suggestions name it
+
+    # -- naming the job ------------------------------------------------------
+
+    @abc.abstractmethod
+    def address(self) -> list:
+        """The flags that name this job in a command a person can paste anywhere."""
+
+    def suggest(self, command: str, *flags: str) -> str:
+        """The complete command `command` for this job, paste-ready."""
+        return command_line(self.program, command, self.address(), *flags)
+
+    @abc.abstractmethod
+    def where(self) -> str:
+        """The job's place, for messages."""
+
+    @abc.abstractmethod
+    def receipt_location(self) -> str: ...
+
+    @abc.abstractmethod
+    def holds_path(self, path: str) -> bool:
+        """Whether path would land inside the job's storage (a review page must not)."""
+
+    @abc.abstractmethod
+    def new_job_hint(self) -> str:
+        """The fix when a request is not the job this place holds."""
+
+    @abc.abstractmethod
+    def sealed_copies(self, job: Job) -> tuple:
+        """For the review page: (manifest or None, {item id: text} of the sources that still match), never raising."""
+
+    def output_fields(self) -> dict:
+        """What every command's output adds about where the job is kept."""
+        return {}
+
+    # -- the sealed job record -------------------------------------------------
+
+    @abc.abstractmethod
+    def has_job(self) -> bool: ...
+
+    @abc.abstractmethod
+    def load_job(self) -> Job: ...
+
+    @abc.abstractmethod
+    def check_seals(self, job: Job, *, mcp: str = "launch") -> tuple[Manifest, dict[str, str]]:
+        """Every seal of the job record, in the contract's order; (manifest, source texts).
+
+        mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out.
+        """
+
+    @abc.abstractmethod
+    def prepare_new(self) -> None:
+        """Before a new job is sealed: an empty place for it."""
+
+    @abc.abstractmethod
+    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
+        """Write the job record once, never over another (the lock is held)."""
+
+    # -- the writers' lock -----------------------------------------------------
+
+    @abc.abstractmethod
+    def lock(self, command: str) -> contextlib.AbstractContextManager:
+        """The job's writers' lock for `command`, refused at once (BusyError) while another holds it."""
+
+    @abc.abstractmethod
+    def holder(self) -> Holder | None:
+        """Who holds the writers' lock right now, without taking it (for status and inspect)."""
+
+    # -- the journal -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def check_files(self) -> None:
+        """Before a writer opens them: refuse damaged or lost storage."""
+
+    @abc.abstractmethod
+    def journal(self) -> Journal:
+        """The journal, open for writing (the lock is held)."""
+
+    @abc.abstractmethod
+    def read_journal(self) -> Journal | None:
+        """The journal for reading, or None when it does not exist yet."""
+
+    # -- checkpoints -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def checkpoint_connection(self):
+        """Opened (its write lock tried) before a run sends anything."""
+
+    @abc.abstractmethod
+    def checkpointer(self, conn):
+        """LangGraph's saver on that connection."""
+
+    @abc.abstractmethod
+    def read_checkpoint(self, job: Job) -> CheckpointState:
+        """The latest checkpoint without langgraph."""
+
+    @abc.abstractmethod
+    def storage_errors(self) -> tuple:
+        """The storage exceptions a run can meet (run_failure names them)."""
+
+    @abc.abstractmethod
+    def run_failure(self, exc: BaseException) -> StateError: ...
+
+    # -- the receipt -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def has_receipt(self) -> bool: ...
+
+    @abc.abstractmethod
+    def write_receipt(self, receipt: dict) -> None: ...
+
+    @abc.abstractmethod
+    def read_receipt(self) -> bytes | None: ...
+
+    # -- verify ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def check_whole(self) -> str:
+        """verify's `files` check: the storage itself is sound."""
+
+    def close(self) -> None:
+        """Close what the store holds open (a read connection)."""
+
+
+class StateDirStore(Store):
+    """A job kept in a state directory (the embedded default)."""
+
+    def __init__(self, state_dir: str, program: str | None = None):
+        self.root = state_dir
+        self.program = program or default_program()
+
+    def address(self) -> list:
+        return ["--state-dir", os.path.abspath(self.root)]
+
+    def where(self) -> str:
+        return self.root
+
+    def receipt_location(self) -> str:
+        return os.path.join(os.path.abspath(self.root), RECEIPT_FILE)
+
+    def holds_path(self, path: str) -> bool:
+        return os.path.dirname(os.path.realpath(path)) == os.path.realpath(self.root)
+
+    def new_job_hint(self) -> str:
+        return "use a new --state-dir for this request"
+
+    def sealed_copies(self, job: Job) -> tuple:
+        return read_manifest_quiet(job), read_sources_quiet(job, self.kept_mcp_sources())
+
+    def no_job(self) -> StateError:
+        return StateError(f"No job in {self.root}: {JOB_FILE} is missing; check --state-dir, or run "
+                          f"`{self.suggest('start', '--manifest', 'MANIFEST')}` first")
+
+    def has_job(self) -> bool:
+        return os.path.exists(job_path(self.root, JOB_FILE))
+
+    def load_job(self) -> Job:
+        return load_job_file(self.root, self.no_job())
+
+    def check_seals(self, job: Job, *, mcp: str = "launch") -> tuple[Manifest, dict[str, str]]:
+        """The manifest is read at its sealed path; MCP items launched, skipped or checked against their kept copies."""
+        return check_file_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp)
+
+    def kept_mcp_sources(self) -> dict:
+        """{item id: bytes} of the MCP resources read when the job was sealed ({} when none were kept)."""
+        try:
+            with open(job_path(self.root, MCP_SOURCES_FILE), "rb") as fh:
+                kept = strict_json(fh.read(1 << 20))
+            return {k: v.encode("utf-8", "surrogatepass") for k, v in kept["items"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def prepare_new(self) -> None:
+        check_empty_state_dir(self.root, self.suggest("resume"))
+        ensure_state_dir(self.root)
+
+    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
+        """job.json, linked into place so that it never replaces another; the manifest and sources stay where they are,
+        apart from MCP resources' text, kept beside it first (verify checks them without launching a server)."""
+        if self.has_job():
+            raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{self.suggest('resume')}`")
+        manifest = parse_manifest(manifest_bytes, job["manifestPath"])
+        kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
+        if kept:
+            write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
+        write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
+
+    def lock(self, command: str) -> RunLock:
+        return RunLock(self.root, command, self.no_job())
+
+    def holder(self) -> Holder | None:
+        return lock_holder(self.root)
+
+    def check_files(self) -> None:
+        check_state_files(self.root)
+
+    def journal(self) -> SqliteJournal:
+        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE)))
+
+    def read_journal(self) -> SqliteJournal | None:
+        return read_journal(job_path(self.root, EFFECTS_FILE))
+
+    def checkpoint_connection(self) -> sqlite3.Connection:
+        """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode.
+
+        SqliteSaver stores a task's writes with one executemany and then commits:
+        that is atomic only inside a transaction. In autocommit mode a kill between
+        rows left some of a task's writes without its `branch:to:` write, and the
+        next run then ended the graph mid-way, exiting 0 short of the review.
+        """
+        conn = connect_sqlite(job_path(self.root, CHECKPOINTS_FILE))
+        conn.isolation_level = "DEFERRED"
+        return conn
+
+    def checkpointer(self, conn):
+        """LangGraph's SqliteSaver over checkpoints.sqlite."""
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        saver = SqliteSaver(conn, serde=checkpoint_serializer())
+        try:
+            saver.setup()
+        except sqlite3.DatabaseError as exc:
+            path = job_path(self.root, CHECKPOINTS_FILE)
+            raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or {NEW_JOB}") from None
+        return saver
+
+    def read_checkpoint(self, job: Job) -> CheckpointState:
+        path = job_path(self.root, CHECKPOINTS_FILE)
+        if not os.path.exists(path):
+            return read_checkpoint(None, job["threadId"])
+        conn = connect_sqlite(path, readonly=True)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            return read_checkpoint(SqliteCheckpointRows(conn, path) if LG_CHECKPOINTS_TABLE in tables else None, job["threadId"])
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
+        finally:
+            conn.close()
+
+    def storage_errors(self) -> tuple:
+        return (sqlite3.DatabaseError,)
+
+    def run_failure(self, exc: BaseException) -> StateError:
+        """A storage error met while the graph ran, naming the file: the checkpoints when it came from the saver."""
+        import traceback
+
+        frames = traceback.extract_tb(exc.__traceback__)
+        in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
+        failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
+        return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{self.suggest('status')}`, then `{self.suggest('resume')}` once the cause is fixed")
+
+    def has_receipt(self) -> bool:
+        return os.path.exists(job_path(self.root, RECEIPT_FILE))
+
+    def write_receipt(self, receipt: dict) -> None:
+        write_atomic(job_path(self.root, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
+
+    def read_receipt(self) -> bytes | None:
+        try:
+            with open(job_path(self.root, RECEIPT_FILE), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def check_whole(self) -> str:
+        check_state_dir_safe(self.root)
+        check_state_files(self.root)
+        return "state directory private; journal and checkpoint files whole"
 
 
 class PgLock:
@@ -2885,28 +3046,28 @@ class PgLock:
     keyed by its jobId until the job row exists, then the job's own.
     """
 
-    def __init__(self, store, command: str):
+    def __init__(self, store: "PgStore", command: str):
         self.store, self.command = store, command
 
     def __enter__(self):
         store = self.store
         conn = store.connect(holder_name(self.command), writer=True)
         try:
-            store.ensure_schema(conn)
-            journal = PgJournal(store, conn, shared=True)
+            journal = PgJournal(conn, store.job_id, store.failure)
+            store.ensure_schema(journal)
             if self.command in ("start", "submit") and not store.has_job(journal):
-                key = text_key(f"start {store.job_id}")
+                key = name_lock_key(f"start {store.job_id}")
             else:
                 key = lock_key(store.load_job(journal)["threadId"])
             if not store.try_lock(journal, key):
                 holder = store.holder(journal)
                 who = f" ({holder['command']}, pid {holder['pid']}, since {holder['sinceUtc']})" if holder else ""
                 raise BusyError(f"Job {store.job_id} busy: another durable_job command{who} holds it in {store.public}; "
-                                f"wait for it to finish, then run {run_again(self.command)} again")
+                                f"wait for it to finish, then {BusyError.AGAIN}")
         except BaseException:
             conn.close()
             raise
-        store.writer = journal.bind(store.job_id)
+        store.writer = journal
         return self
 
     def __exit__(self, *exc):
@@ -2918,34 +3079,41 @@ class PgLock:
                 pass
 
 
-class PgStore:
-    """A job in a shared PostgreSQL store (`--store URL --job ID`): the same seam as StateDirStore.
+class PgStore(Store):
+    """A job in a shared PostgreSQL store (`--store URL --job ID`).
 
     A `jobs` row holds the sealed job record, the manifest's bytes and every
     source's bytes, so after `start` no machine needs those files; the journal
     tables hold the job's rows beside other jobs'; LangGraph's PostgresSaver
     keeps the checkpoints (thread id = the job's threadId), all in the schema
     `durable_job`. Writers hold the job's advisory lock on the journal's
-    connection; readers never wait for it.
+    connection; readers never wait for it, and write nothing.
     """
 
-    failures = ()  # set to (psycopg.Error,) once psycopg is loaded: the storage errors a run can meet
-
-    def __init__(self, url: str, job_id: str, *, from_env: bool = False):
+    def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None):
         remember_secrets(url)
         check_store_url(url)
         self.url, self.job_id, self.from_env = url, job_id, from_env
+        self.program = program or default_program()
         self.public = public_url(url)
-        self.writer = None   # the locked journal while a writing command runs
-        self.reader = None   # one read connection for status, inspect, jobs
-        self.row = None
+        self.writer: PgJournal | None = None   # the locked journal while a writing command runs
+        self.reader: PgJournal | None = None   # one read connection for status, inspect, jobs
+        self.row: dict | None = None
 
-    # -- naming the job ------------------------------------------------------
+    def for_job(self, job_id: str) -> "PgStore":
+        """The same store, naming another job (its reads on this store's read connection)."""
+        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program)
+        other.reader = self.reader.for_job(job_id) if self.reader is not None else None
+        return other
 
     def address(self) -> list:
         if self.from_env:  # DURABLE_JOB_STORE supplies the URL (and its password) on every machine
             return ["--job", self.job_id]
         return ["--store", self.public, "--job", self.job_id]
+
+    def store_address(self) -> list:
+        """The store's own flags, without a job (what `work` and `jobs` take)."""
+        return [] if self.from_env else ["--store", self.public]
 
     def where(self) -> str:
         return f"store {self.public}"
@@ -2959,7 +3127,7 @@ class PgStore:
     def new_job_hint(self) -> str:
         return "a jobId names one job in the store: give this request a new jobId in its manifest"
 
-    def sealed_copies(self, job: dict) -> tuple:
+    def sealed_copies(self, job: Job) -> tuple:
         """The store's own copies (so a page made on any machine shows the sources), or what still matches."""
         try:
             return self.stored_copies(job)
@@ -2969,41 +3137,21 @@ class PgStore:
     def output_fields(self) -> dict:
         return {"store": self.public}
 
-    @classmethod
-    def all_jobs(cls, url: str, *, from_env: bool = False) -> list:
-        """A PgStore for every job in the store, oldest first, all reading on one connection."""
-        lister = cls(url, "", from_env=from_env)
-        _COMMAND_STORE.set(lister)
-        db = lister.db()
-        if db.run("SELECT to_regclass('durable_job.jobs')").fetchone()[0] is None:
-            return []
-        stores = []
-        for row in db.run("SELECT job_id FROM durable_job.jobs ORDER BY created_utc, job_id").fetchall():
-            store = cls(url, row[0], from_env=from_env)
-            store.reader = db
-            stores.append(store)
-        return stores
-
     # -- connections -----------------------------------------------------------
 
     def failure(self, exc) -> StateError:
         return StateError(f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split())), 240)}); a lost connection "
-                          f"loses the job's lock and is never reopened: nothing is retried: run `{suggest('status', store=self)}`, "
-                          f"then `{suggest('resume', store=self)}` once the store is reachable")
+                          f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
+                          f"then `{self.suggest('resume')}` once the store is reachable")
 
-    def connect(self, name: str, *, writer: bool = False, dict_rows: bool = False):
-        """A new autocommit connection; the lock's own has TCP keepalives so a lost host frees the lock."""
+    def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True):
+        """A new autocommit psycopg connection with dict rows; the lock's own has TCP keepalives so a lost host frees the lock."""
         psycopg = need_psycopg()
-        PgStore.failures = (psycopg.Error,)
-        extra = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
-        if dict_rows:
-            from psycopg.rows import dict_row
+        from psycopg.rows import dict_row
 
-            factory = dict_row
-        else:
-            factory = pg_row_factory
+        extra = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
         try:
-            return psycopg.connect(self.url, autocommit=True, row_factory=factory, prepare_threshold=0,
+            return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, prepare_threshold=0,
                                    application_name=name[:63], connect_timeout=10, **extra)
         except psycopg.Error as exc:
             raise self.unreachable(exc) from None
@@ -3013,13 +3161,12 @@ class PgStore:
                           f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again")
 
     def close(self) -> None:
-        """Close the read connection (main() does, once its command is over; so does a long-lived caller)."""
         reader, self.reader = self.reader, None
-        if reader is not None:
+        if reader is not None and reader.owns:
             reader.conn.close()
 
     def db(self) -> PgJournal:
-        """The writer's journal while locked, else the shared read connection (opened once)."""
+        """The writer's journal while locked, else the read connection (opened once, libpq or psycopg)."""
         if self.writer is not None:
             return self.writer
         if self.reader is None:
@@ -3032,68 +3179,67 @@ class PgStore:
                     conn = LibpqConnection(lib, self.url, name)
                 except LibpqError as exc:
                     raise self.unreachable(exc) from None
-            self.reader = PgJournal(self, conn, shared=True)
+            self.reader = PgJournal(conn, self.job_id, self.failure)
         return self.reader
 
-    def schema_state(self, db) -> tuple[set, int | None]:
+    def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
         """(journal migrations applied, highest checkpoint migration) in the store, ({}, None) before setup."""
-        row = db.run("SELECT to_regclass('durable_job._migrations') IS NOT NULL, to_regclass('durable_job.checkpoint_migrations') IS NOT NULL").fetchone()
-        done = {r[0] for r in db.run("SELECT name FROM durable_job._migrations")} if row[0] else set()
-        highest = db.run("SELECT max(v) FROM durable_job.checkpoint_migrations").fetchone()[0] if row[1] else None
+        row = db.rows("SELECT to_regclass('durable_job._migrations') IS NOT NULL AS journal, "
+                      "to_regclass('durable_job.checkpoint_migrations') IS NOT NULL AS checkpoints")[0]
+        done = {r["name"] for r in db.rows("SELECT name FROM durable_job._migrations")} if row["journal"] else set()
+        highest = db.rows("SELECT max(v) AS v FROM durable_job.checkpoint_migrations")[0]["v"] if row["checkpoints"] else None
         return done, highest
 
-    def ready(self, db) -> bool:
+    def ready(self, db: PgJournal) -> bool:
         done, highest = self.schema_state(db)
         return done >= {name for name, _ in PG_MIGRATIONS} and highest is not None and highest >= CHECKPOINT_MIGRATION
 
-    def ensure_schema(self, conn) -> None:
-        """Set the schema up on first use, serialised by polling an advisory lock (a blocking one deadlocks
-        against PostgresSaver's CREATE INDEX CONCURRENTLY); a role that may not create it is told who can."""
-        db = PgJournal(self, conn, shared=True)
-        if self.ready(db):
-            return
-        migrate_store(self, conn)
+    def ensure_schema(self, journal: PgJournal) -> None:
+        """Set the schema up on first use (migrate_store); a role that may not create it is told who can."""
+        if not self.ready(journal):
+            migrate_store(self, journal.conn)
 
     # -- the sealed job record -------------------------------------------------
 
-    def load_row(self, db=None):
+    def load_row(self, db: PgJournal | None = None) -> dict | None:
         db = db or self.db()
-        if db.run("SELECT to_regclass('durable_job.jobs')").fetchone()[0] is None:
+        if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
             return None
-        row = db.run("SELECT record_json, manifest, manifest_sha256, array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) "
-                     "FROM durable_job.jobs WHERE job_id = %s", (self.job_id,)).fetchone()
-        return None if row is None else (row[0], bytes(row[1]), row[2], [bytes.fromhex(h) for h in row[3] or []])
+        return db.row("SELECT record_json, manifest, manifest_sha256, "
+                      "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
+                      "FROM durable_job.jobs WHERE job_id = {p.job}", job=self.job_id)
 
-    def has_job(self, db=None) -> bool:
+    def has_job(self, db: PgJournal | None = None) -> bool:
         return self.load_row(db) is not None
 
-    def load_job(self, db=None) -> dict:
+    def load_job(self, db: PgJournal | None = None) -> Job:
         row = self.row = self.load_row(db)
         if row is None:
-            raise StateError(f"No job {self.job_id!r} in the store {self.public}; check --job (`{program_name()} jobs` lists them), "
-                             f"or run `{suggest('start', '--manifest', 'MANIFEST', store=self)}` first")
+            raise StateError(f"No job {self.job_id!r} in the store {self.public}; check --job (`{self.program} jobs` lists them), "
+                             f"or run `{self.suggest('start', '--manifest', 'MANIFEST')}` first")
         try:
-            job = strict_json(row[0])
+            job = strict_json(row["record_json"])
         except ValueError as exc:
             raise StateError(f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}") from None
-        return job
+        return cast(Job, job)
 
-    def check_seals(self, job: dict, *, mcp="sealed"):
+    def check_seals(self, job: Job, *, mcp: str = "sealed") -> tuple[Manifest, dict[str, str]]:
         """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
         check_program_seals(job)
         return self.stored_copies(job)
 
-    def stored_copies(self, job: dict):
+    def stored_copies(self, job: Job) -> tuple[Manifest, dict[str, str]]:
         """The manifest and source texts the job row holds, each checked against its sha256."""
-        row = self.row or self.load_row()
-        raw = bytes(row[1])
-        if sha256_hex(raw) != job["manifestSha256"] or row[2] != job["manifestSha256"]:
+        if self.row is None:
+            self.load_job()  # reads the row, or refuses naming the job
+        row = cast(dict, self.row)
+        raw = bytes(row["manifest"])
+        if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
             raise SealError(f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
                             f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}")
-        manifest = strict_json(raw)
-        check_manifest(manifest)
+        manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
         check_job_matches_manifest(job, manifest)
-        stored = list(row[3] or [])
+        stored = [bytes.fromhex(h) for h in row["sources"] or []]
         if len(stored) != len(manifest["items"]):
             raise source_failure(manifest["items"][0]["id"], f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup")
         texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}
@@ -3102,44 +3248,44 @@ class PgStore:
     def prepare_new(self) -> None:
         need_psycopg()
 
-    def seal_job(self, job: dict, manifest_bytes: bytes, sources: dict) -> None:
+    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
         """Insert the job row once (manifest and source bytes with it), then hold the job's own lock."""
-        manifest = strict_json(manifest_bytes)
+        assert self.writer is not None
+        manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
-        cur = self.writer.run(
+        # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
+        # the session runs with standard_conforming_strings off, and the store would keep other bytes
+        cursor = self.writer.conn.execute(
             "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc) "
-            # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
-            # the session runs with standard_conforming_strings off, and the store would keep other bytes
             "VALUES (%s, %s, %s, %b, %s, %b, %s) ON CONFLICT (job_id) DO NOTHING",
             (job["jobId"], job["threadId"], json.dumps(job, indent=2) + "\n", manifest_bytes, job["manifestSha256"], data, job["createdAtUtc"]))
-        if cur.rowcount != 1:
-            raise BusyError(f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{suggest('resume', store=self)}`")
-        self.row = (json.dumps(job), manifest_bytes, job["manifestSha256"], data)
+        if cursor.rowcount != 1:
+            raise BusyError(f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{self.suggest('resume')}`")
+        self.row = {"record_json": json.dumps(job), "manifest": manifest_bytes, "manifest_sha256": job["manifestSha256"],
+                    "sources": [d.hex() for d in data]}
         if not self.try_lock(self.writer, lock_key(job["threadId"])):
-            raise BusyError(f"Job {self.job_id} busy: another command holds its new thread's lock; run `{suggest('status', store=self)}`")
+            raise BusyError(f"Job {self.job_id} busy: another command holds its new thread's lock; run `{self.suggest('status')}`")
 
     # -- the writers' lock -----------------------------------------------------
 
     def lock(self, command: str) -> PgLock:
         return PgLock(self, command)
 
-    def try_lock(self, db, key: int) -> bool:
-        return bool(db.run("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+    def try_lock(self, db: PgJournal, key: int) -> bool:
+        return bool(db.rows("SELECT pg_try_advisory_lock({p.key}) AS taken", key=key)[0]["taken"])
 
-    def holder(self, db=None) -> dict | None:
+    def holder(self, db: PgJournal | None = None) -> Holder | None:
         """The writing command holding the job's lock now ({pid, command, sinceUtc}), from pg_locks; never waits."""
         db = db or self.db()
         row = self.row or self.load_row(db)
         if row is None:
             return None
-        key = lock_key(strict_json(row[0])["threadId"]) & 0xFFFFFFFFFFFFFFFF
-        found = db.run(
+        key = lock_key(strict_json(row["record_json"])["threadId"]) & 0xFFFFFFFFFFFFFFFF
+        found = db.row(
             "SELECT a.application_name FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1",
-            (key >> 32, key & 0xFFFFFFFF)).fetchone()
-        if found is None:
-            return None
-        return parse_holder_name(found[0])
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {p.high}::bigint::oid AND l.objid = {p.low}::bigint::oid "
+            "AND l.objsubid = 1", high=key >> 32, low=key & 0xFFFFFFFF)
+        return None if found is None else parse_holder_name(found["application_name"])
 
     # -- the journal -----------------------------------------------------------
 
@@ -3154,75 +3300,45 @@ class PgStore:
             raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
         return self.writer
 
-    def read_journal(self) -> PgJournal | None:
-        return self.db().bind(self.job_id)
+    def read_journal(self) -> PgJournal:
+        return self.db()
 
     # -- checkpoints -----------------------------------------------------------
 
     def checkpoint_connection(self):
-        conn = self.connect(f"durable_job checkpoints {os.getpid()}", dict_rows=True)
+        conn = self.connect(f"durable_job checkpoints {os.getpid()}")
         conn.execute("SET search_path TO durable_job")
         return conn
 
-    def checkpointer(self, conn=None):
+    def checkpointer(self, conn):
         """PostgresSaver (autocommit, dict rows, prepare_threshold=0) that checks the lock is still held before each write."""
         from langgraph.checkpoint.postgres import PostgresSaver
 
         if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
             raise StateError(f"langgraph-checkpoint-postgres is not the pinned version (its schema reaches {len(PostgresSaver.MIGRATIONS) - 1}, "
                              f"this program knows {CHECKPOINT_MIGRATION}): pip install -r {PG_REQUIREMENTS}")
-        writer = self.writer
+        store = self
 
         class LockedSaver(PostgresSaver):
             def put(self, *a, **kw):
-                writer.alive()
+                store.journal().alive()  # refused outside the lock, and once the lock's connection is gone
                 return super().put(*a, **kw)
 
             def put_writes(self, *a, **kw):
-                writer.alive()
+                store.journal().alive()
                 return super().put_writes(*a, **kw)
 
-        return LockedSaver(conn or self.checkpoint_connection(), serde=checkpoint_serializer())
+        return LockedSaver(conn, serde=checkpoint_serializer())
 
-    def read_checkpoint(self, job: dict) -> dict:
-        """The latest checkpoint without langgraph: simple values inline in its JSON, lists and dicts in checkpoint_blobs."""
+    def read_checkpoint(self, job: Job) -> CheckpointState:
         db = self.db()
-        where = f"the checkpoint tables of job {self.job_id} in {self.public}"
-        empty = {"values": {}, "waiting": False, "savedDecision": None}
-        if db.run("SELECT to_regclass('durable_job.checkpoints')").fetchone()[0] is None:
-            return empty
-        thread = job["threadId"]
-        row = db.run("SELECT checkpoint_id, checkpoint FROM durable_job.checkpoints WHERE thread_id = %s AND checkpoint_ns = '' "
-                     "ORDER BY checkpoint_id DESC LIMIT 1", (thread,)).fetchone()
-        if row is None:
-            return empty
-        checkpoint = row[1] if isinstance(row[1], dict) else json.loads(row[1])
-        inline = checkpoint.get("channel_values") or {}
-        versions = checkpoint.get("channel_versions") or {}
-        values = {key: inline[key] for key in STATE_KEYS if key in inline}
-        wanted = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
-        if wanted:
-            for channel, kind, blob in db.run(
-                    "SELECT channel, type, blob FROM durable_job.checkpoint_blobs WHERE thread_id = %s AND checkpoint_ns = '' "
-                    "AND channel = ANY(%s) AND version = ANY(%s)", (thread, list(wanted), list(wanted.values()))):
-                if wanted.get(channel) is not None and kind != "empty" and blob is not None:
-                    values[channel] = plain_value(decode_checkpoint(kind, bytes(blob), where), channel, where)
-        writes = db.run("SELECT channel, type, blob, task_id FROM durable_job.checkpoint_writes WHERE thread_id = %s AND checkpoint_ns = '' "
-                        "AND checkpoint_id = %s AND channel IN ('__interrupt__', 'final', '__resume__') "
-                        "ORDER BY channel = 'final' DESC, task_id DESC", (thread, row[0])).fetchall()
-        waiting = any(w[0] == "__interrupt__" for w in writes) and not values.get("final")
-        saved = None
-        if waiting:
-            for channel, kind, blob, _ in writes:
-                if channel == "__interrupt__" or kind == "null" or not blob:
-                    continue
-                value = plain_value(decode_checkpoint(kind, bytes(blob), where), channel, where)
-                if isinstance(value, list) and value:
-                    value = value[-1]
-                if isinstance(value, dict) and value.get("decision"):
-                    saved = value
-                    break
-        return {"values": values, "waiting": waiting and saved is None, "savedDecision": saved}
+        if db.rows("SELECT to_regclass('durable_job.checkpoints') IS NOT NULL AS made")[0]["made"] is False:
+            return read_checkpoint(None, job["threadId"])
+        return read_checkpoint(PgCheckpointRows(db, f"the checkpoint tables of job {self.job_id} in {self.public}"), job["threadId"])
+
+    def storage_errors(self) -> tuple:
+        psycopg = sys.modules.get("psycopg")
+        return (psycopg.Error,) if psycopg is not None else ()
 
     def run_failure(self, exc: BaseException) -> StateError:
         return self.failure(exc)
@@ -3233,24 +3349,24 @@ class PgStore:
         return self.read_receipt() is not None
 
     def write_receipt(self, receipt: dict) -> None:
-        self.journal().execute(
-            "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc) VALUES (?, ?, ?) "
+        self.journal().change(
+            "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc) VALUES ({p.job_id}, {p.receipt}, {p.stamp}) "
             "ON CONFLICT (job_id) DO UPDATE SET receipt_json = EXCLUDED.receipt_json, written_utc = EXCLUDED.written_utc",
-            (self.job_id, json.dumps(receipt, indent=2, sort_keys=True) + "\n", now_utc()))
+            receipt=json.dumps(receipt, indent=2, sort_keys=True) + "\n", stamp=now_utc())
 
     def read_receipt(self) -> bytes | None:
         db = self.db()
-        if db.run("SELECT to_regclass('durable_job.receipts')").fetchone()[0] is None:
+        if db.rows("SELECT to_regclass('durable_job.receipts') IS NOT NULL AS made")[0]["made"] is False:
             return None
-        row = db.run("SELECT receipt_json FROM durable_job.receipts WHERE job_id = %s", (self.job_id,)).fetchone()
-        return None if row is None else row[0].encode("utf-8")
+        row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
+        return None if row is None else row["receipt_json"].encode("utf-8")
 
     # -- verify ----------------------------------------------------------------
 
     def check_whole(self) -> str:
         db = self.db()
         if not self.ready(db):
-            raise StateError(f"The store {self.public} is not set up to this program's schema: run `{program_name()} migrate --store {self.public}`")
+            raise StateError(f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`")
         self.check_seals(self.load_job(db), mcp="skip")
         return "store schema current; the job row's manifest and source bytes match their sha256"
 
@@ -3265,12 +3381,13 @@ def migrate_store(store: PgStore, conn) -> dict:
     """
     import psycopg
 
-    db = PgJournal(store, conn, shared=True)
+    db = PgJournal(conn, "", store.failure, owns=False)
     deadline = time.monotonic() + SETUP_WAIT_SECONDS
-    while not db.run("SELECT pg_try_advisory_lock(%s)", (SETUP_LOCK_KEY,)).fetchone()[0]:
+    while not store.try_lock(db, SETUP_LOCK_KEY):
         if time.monotonic() > deadline:
-            raise BusyError(f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; run the command again")
+            raise BusyError(f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}")
         time.sleep(0.05)
+    migrate = command_line(store.program, "migrate", ["--store", store.public])
     try:
         if store.ready(db):
             done, highest = store.schema_state(db)
@@ -3278,7 +3395,7 @@ def migrate_store(store: PgStore, conn) -> dict:
         try:
             conn.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
             conn.execute("CREATE TABLE IF NOT EXISTS durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)")
-            done = {r[0] for r in conn.execute("SELECT name FROM durable_job._migrations")}
+            done = {r["name"] for r in conn.execute("SELECT name FROM durable_job._migrations")}
             for name, statements in PG_MIGRATIONS:
                 if name in done:
                     continue
@@ -3293,7 +3410,7 @@ def migrate_store(store: PgStore, conn) -> dict:
                 PostgresSaver(cp).setup()
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StateError(f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
-                             f"an administrator runs `{program_name()} migrate --store {store.public}` once (as the database owner), "
+                             f"an administrator runs `{migrate}` once (as the database owner), "
                              f"and grants this role use of schema durable_job") from None
         except psycopg.Error as exc:
             raise store.failure(exc) from None
@@ -3301,26 +3418,47 @@ def migrate_store(store: PgStore, conn) -> dict:
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
     finally:
         try:
-            db.run("SELECT pg_advisory_unlock(%s)", (SETUP_LOCK_KEY,))
+            db.rows("SELECT pg_advisory_unlock({p.key}) AS freed", key=SETUP_LOCK_KEY)
         except JobError:
             pass
 
 
+def grant_store(store: PgStore, conn, role: str) -> None:
+    """What a role that runs jobs needs: the schema's use, rows of its tables read and written, its sequences. No CREATE."""
+    import psycopg
+    from psycopg import sql
+
+    who = sql.Identifier(role)
+    try:
+        for statement in ("GRANT USAGE ON SCHEMA durable_job TO {}",
+                          "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
+                          "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}"):
+            conn.execute(sql.SQL(statement).format(who))
+    except psycopg.Error as exc:
+        raise StateError(f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner") from None
+
+
 ###############################################################################
-# Opening a job, and where it stands
+# 13. Graph: a run's Context and the LangGraph graph
 ###############################################################################
 
 
 class Context:
-    """Everything a run needs, checked before the graph starts (open_job builds it); nodes only read it."""
+    """Everything a run needs, checked before the graph starts (open_job builds it); nodes only read it.
 
-    def __init__(self, store, job: dict, manifest: dict | None, sources: dict | None, db):
+    `stop` is the stopping `work` process's event (None otherwise): once it is set, a
+    model step sends no new call. `say` prints one progress line, for a person at a terminal.
+    """
+
+    def __init__(self, store: Store, job: Job, manifest: Manifest | None, sources: dict | None, journal: Journal,
+                 stop: threading.Event | None = None):
         self.store = store
         self.job = job
         self.manifest = manifest
-        self.sources = sources
-        self.db = db
-        self.items = manifest["items"] if manifest else []
+        self.sources: dict[str, str] = sources or {}
+        self.journal = journal
+        self.stop = stop
+        self.items: list[Item] = manifest["items"] if manifest else []
         self.concurrency = (manifest or {}).get("maxConcurrentCalls", 1)
         self.progress = sys.stderr.isatty()
 
@@ -3332,75 +3470,15 @@ class Context:
         if self.progress:
             print(printable(f"[{self.job['jobId']}] {text}"), file=sys.stderr, flush=True)
 
-    def checkpoint(self) -> dict:
+    def checkpoint(self) -> CheckpointState:
         """The saved checkpoint as it is now (langgraph-free)."""
         return self.store.read_checkpoint(self.job)
 
-    def review(self, checkpoint: dict | None = None) -> str:
-        return review_state(checkpoint or self.checkpoint(), call_rows(self.db), journal_outcome(self.db, "cancel"))
+    def review(self, checkpoint: CheckpointState | None = None) -> str:
+        return review_state(checkpoint or self.checkpoint(), call_rows(self.journal), journal_outcome(self.journal, "cancel"))
 
 
-FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
-
-
-class open_job:
-    """Lock a job for a writing command and load it with the checks it asks for; `with open_job(...) as ctx`.
-
-    In this order: the lock; the sealed job record; its seals (version, program,
-    dependencies, manifest, sources) unless seals=False (ending a job needs no
-    sound inputs); damaged storage; then what the job is: a cancelled job goes no
-    further unless cancelled_ok, and only a command that may call the model
-    (calls_model=True) on a job not decided or being decided has its provider
-    settings checked: a finished job says what it is, not that a key is missing.
-    """
-
-    def __init__(self, store, command: str, *, seals: bool = True, calls_model: bool = False, cancelled_ok: bool = False):
-        self.store, self.command = store, command
-        self.seals, self.calls_model, self.cancelled_ok = seals, calls_model, cancelled_ok
-        self.lock = None
-        self.ctx = None
-
-    def __enter__(self) -> Context:
-        self.lock = self.store.lock(self.command)
-        self.lock.__enter__()
-        try:
-            job = self.store.load_job()
-            manifest, sources = self.store.check_seals(job) if self.seals else (None, None)
-            self.ctx = attach(self.store, job, manifest, sources)
-            state = self.ctx.review()
-            if state == "cancelled" and not self.cancelled_ok:
-                raise cancelled_error(job, journal_outcome(self.ctx.db, "cancel"))
-            if self.calls_model and state not in FINISHING and job["mode"] == "openai":
-                check_provider_settings()
-            return self.ctx
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-
-    def __exit__(self, *exc):
-        if self.ctx is not None:
-            self.ctx.db.close()
-            self.ctx = None
-        self.lock.__exit__(*exc)
-
-
-def attach(store, job: dict, manifest: dict | None, sources: dict | None) -> Context:
-    """A run's context over a checked job (the lock held): storage checked, the journal open."""
-    store.check_files()
-    return Context(store, job, manifest, sources, store.journal())
-
-
-def check_provider_settings() -> None:
-    """Provider settings a run that may call the model needs, checked before anything is sent."""
-    require_api_key()
-    openai_timeout()
-
-
-def cancelled_error(job: dict, record: dict) -> DecisionError:
-    return DecisionError(f"Job {job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}")
-
-
-def review_state(checkpoint: dict, calls: list, cancel: dict | None) -> str:
+def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) -> str:
     """Where a job stands with its review, from saved state alone: the one answer every command uses.
 
     "cancelled"; "decided" (a final decision recorded); "deciding" (a decide saved
@@ -3422,9 +3500,321 @@ def review_state(checkpoint: dict, calls: list, cancel: dict | None) -> str:
     return "before-review"
 
 
+def state_schema():
+    """The checkpointed thread state: plain JSON values only, so it can be read without langgraph."""
+    from typing import Any, TypedDict
+
+    return TypedDict("State", {"index": int, "results": list, "raw": Any, "result": Any, "final": Any}, total=False)
+
+
+def initial_state() -> dict:
+    return {"index": 0, "results": [], "raw": None, "result": None, "final": None}
+
+
+
+
+def review_bundle(job: Job, results: list, draft: int = 1) -> dict:
+    bundle = {
+        "jobId": job["jobId"],
+        "manifestSha256": job["manifestSha256"],
+        "codeSha256": job["codeSha256"],
+        "version": job["version"],
+        "resultsSha256": results_sha256(results),
+        "statuses": {r["itemId"]: r["status"] for r in results},
+    }
+    if draft > 1:
+        bundle["draftVersion"] = draft
+    return bundle
+
+
+def build_graph(ctx: Context, checkpoints):
+    """prepare → (next item? model : accept); model → validate → advance → prepare."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    def prepare(state):
+        return {}
+
+    def route(state):
+        return "model" if state["index"] < len(ctx.items) else "accept"
+
+    def model(state):
+        item = ctx.items[state["index"]]
+        refuse_if_stopping(ctx)
+        if ctx.concurrency > 1:
+            prefetch(ctx, ctx.items[state["index"]:])
+        prior = [] if ctx.concurrency > 1 else state["results"]
+        prompt = model_input(item, ctx.sources[item["id"]], prior)
+        say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
+        try:
+            return {"raw": call_or_hold(ctx, ctx.journal, item, prompt, say)}
+        except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
+            return {"raw": None, "result": unanswered(item, exc)}
+
+    def validate(state):
+        item = ctx.items[state["index"]]
+        result = state.get("result") or check_proposal(state["raw"], item, ctx.sources[item["id"]])
+        ctx.say(f"item {item['id']}: {result['status']}")
+        return {"result": result}
+
+    def advance(state):
+        crash_point("after-validate", ctx.job)
+        return {"index": state["index"] + 1, "results": state["results"] + [state["result"]], "raw": None, "result": None}
+
+    def accept(state):
+        crash_point("before-review", ctx.job)
+        draft, results = current_draft(ctx.journal, state["results"])
+        bundle = review_bundle(ctx.job, results, draft)
+        decision = interrupt(bundle)
+        return {"final": {**bundle, **decision}}
+
+    graph = StateGraph(state_schema())
+    for name, fn in (("prepare", prepare), ("model", model), ("validate", validate), ("advance", advance), ("accept", accept)):
+        graph.add_node(name, fn)
+    graph.add_edge(START, "prepare")
+    graph.add_conditional_edges("prepare", route, ["model", "accept"])
+    graph.add_edge("model", "validate")
+    graph.add_edge("validate", "advance")
+    graph.add_edge("advance", "prepare")
+    graph.add_edge("accept", END)
+    return graph.compile(checkpointer=ctx.store.checkpointer(checkpoints))
+
+
+def refuse_if_stopping(ctx: Context) -> None:
+    """Before a model step of a run inside a stopping `work`: send nothing new, leave the job ready."""
+    if ctx.stop is not None and ctx.stop.is_set():
+        raise WorkerStopping(f"Job {ctx.job['jobId']}: the worker is stopping, so no new call was sent; the job is ready for the next `work` or `resume`")
+
+
+NO_CALL_LEFT = "no model call left"  # how a failed result says the bounds allowed its item no call
+def unanswered(item: dict, refusal: BudgetError) -> dict:
+    """The failed result of an item the bounds allow no call for: reviewed like any failed item."""
+    reason = f"{NO_CALL_LEFT}: {refusal}; revise the item, or decide reject or hold"
+    return {"itemId": item["id"], "sourceSha256": item["sha256"], "status": "failed", "reason": clip(reason, 250)}
+
+
+
+
+def prefetch(ctx: Context, items: list) -> None:
+    """From a model step, run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
+    if ctx.job.get("mode") == "openai":
+        prepare_openai()  # warm the SDK once here: concurrent workers would each repeat it, serialised on the GIL
+
+    def one(item):
+        journal = ctx.store.journal()
+        try:
+            prompt = model_input(item, ctx.sources[item["id"]], [])
+            call_or_hold(ctx, journal, item, prompt, ctx.say)
+        except BudgetError:
+            pass  # the item's own model step meets the same refusal and marks it failed
+        finally:
+            if journal is not ctx.journal:
+                journal.close()
+
+    errors = run_daemon_threads([(contextvars.copy_context().run, one, item) for item in items], ctx.concurrency)
+    if errors:
+        raise first_of(errors)
+
+
+def run_daemon_threads(calls: list, limit: int) -> list:
+    """Run each (fn, *args) with at most `limit` at once in daemon threads; return the exceptions they raised.
+
+    Daemon threads, not a ThreadPoolExecutor: on Ctrl-C the command ends at once (its HOLD line says
+    which calls stay pending) instead of waiting, after the line, for every request in flight.
+    """
+    import threading
+
+    errors: dict = {}
+    slots = threading.BoundedSemaphore(limit)
+
+    def run(n, fn, *args):
+        try:
+            fn(*args)
+        except BaseException as exc:  # handed to the caller, as if raised there
+            errors[n] = exc
+        finally:
+            slots.release()
+
+    threads = []
+    for n, (fn, *args) in enumerate(calls):
+        while not slots.acquire(timeout=0.2):  # a timed wait: the main thread stays free to take Ctrl-C
+            pass
+        thread = threading.Thread(target=run, args=(n, fn, *args), daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)
+    return [errors[n] for n in sorted(errors)]  # in the order the calls were given
+
+
+
+
+def first_of(errors: list) -> BaseException:
+    """The error a person must act on first (an unknown outcome before a refusal), naming how many more there are."""
+    errors = sorted(errors, key=lambda e: not (isinstance(e, UncertainCall) or getattr(e, "uncertain", False)))
+    first = errors[0]
+    if len(errors) == 1 or not isinstance(first, JobError):
+        return first
+    if all(getattr(e, "not_sent", False) for e in errors):  # nothing left this machine: the journal lists none of them
+        return ProviderError(f"{first} (and {len(errors) - 1} more of this run's parallel calls were not sent either)", not_sent=True)
+    more = f"{first} (and {len(errors) - 1} more of this run's parallel calls failed: `status` lists every call)"
+    if isinstance(first, ProviderError):
+        return ProviderError(more, uncertain=first.uncertain)
+    return type(first)(more)
+
+
+def uncertain_message(store: Store, item_id: str, key: str) -> str:
+    """UNCERTAIN_CALL and what to do, with this job's paste-ready commands."""
+    return (f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
+            f"nothing is sent again automatically. Inspect with `{store.suggest('status')}`, check the provider's usage records, then "
+            f"`{reconcile_command(store, key)}` and `{store.suggest('resume')}`")
+
+
+def reconcile_command(store: Store, key: str) -> str:
+    """The ready-to-paste reconcile command for one pending call (pick the action, fill in YOU and WHY)."""
+    return store.suggest("reconcile", "--operation-key", key, "--action", "complete|abandon", "--reviewer", "YOU", "--reason", "WHY")
+
+
+def call_or_hold(ctx: Context, journal: Journal, item: Item, prompt: str, say=None, **retry):
+    """get_or_call for a run: the provider's own exception becomes the one HOLD line, from what the
+    journal recorded of it (the operation key, and pending or rejected), with the runbook step.
+    `retry` holds get_or_call's retry keywords, for the `retry` command."""
+    source = ctx.sources[item["id"]]
+    try:
+        return get_or_call(journal, ctx.job, ctx.manifest, item, source, prompt, say, **retry)
+    except UncertainCall as exc:
+        raise UncertainCall(uncertain_message(ctx.store, exc.item_id, exc.operation_key),
+                            item_id=exc.item_id, operation_key=exc.operation_key) from None
+    except (JobError, sqlite3.Error):
+        raise
+    except Exception as exc:
+        url = unsent_url(exc)
+        if url is not None:
+            raise not_sent_failure(ctx.store, item["id"], url, exc) from None
+        row = latest_attempt(journal, base_key(ctx.job, item, prompt))
+        if row is None or last_event(journal, row["operation_key"]) not in ("error", "rejected"):
+            raise  # not a provider failure the journal recorded (a bug, a closed stderr): main() reports it as it is
+        raise provider_failure(ctx.store, item["id"], row["operation_key"], row["status"], getattr(exc, "status_code", None), exc) from None
+
+
+def provider_failure(store: Store, item_id: str, key: str, status: str, code, exc) -> ProviderError:
+    message = clip(redact(exc), 200)
+    if status == "rejected":
+        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. "
+                             f"Nothing was produced; fix the cause, then `{store.suggest('resume')}`: it takes the next attempt if "
+                             f"maxAttemptsPerItem allows one, else marks the item failed for review")
+    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, "
+                         f"so {key} stays pending: check the provider's usage records, then `{reconcile_command(store, key)}`",
+                         uncertain=True)  # what a person must see first when several parallel calls failed
+
+
+def not_sent_failure(store: Store, item_id: str, url: str, exc: BaseException) -> ProviderError:
+    cause = exc.__cause__ or exc
+    why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
+    return ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
+                         f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), "
+                         f"then `{store.suggest('resume')}`", not_sent=True)
+
+
+def run_graph(ctx: Context, resume_value=None):
+    """Continue the thread: from its sealed beginning when no checkpoint exists yet.
+
+    No call goes out before the checkpoint file is open (its write lock tried:
+    a locked or read-only file refuses the run first) and the graph is built.
+    """
+    checkpoints = ctx.store.checkpoint_connection()
+    try:
+        return invoke_graph(ctx, checkpoints, resume_value)
+    finally:
+        checkpoints.close()  # a `work` process runs many jobs: each run gives its connection back
+
+
+def invoke_graph(ctx: Context, checkpoints, resume_value):
+    from langgraph.types import Command
+
+    app = build_graph(ctx, checkpoints)
+    config = ctx.config()
+    try:
+        if resume_value is not None:
+            app.invoke(Command(resume=resume_value), config, durability="sync")
+        elif not app.get_state(config).values:
+            app.invoke(initial_state(), config, durability="sync")
+        else:
+            app.invoke(None, config, durability="sync")
+    except JobError:
+        raise
+    except ctx.store.storage_errors() as exc:
+        raise ctx.store.run_failure(exc) from None
+    return app.get_state(config)
+
+
+###############################################################################
+# 14. Where a job stands: open_job, snapshots, phase and next
+###############################################################################
+
+FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
+
+
+class open_job:
+    """Lock a job for a writing command and load it with the checks it asks for; `with open_job(...) as ctx`.
+
+    In this order: the lock; the sealed job record; its seals (version, program,
+    dependencies, manifest, sources) unless seals=False (ending a job needs no
+    sound inputs); damaged storage; then what the job is: a cancelled job goes no
+    further unless cancelled_ok, and only a command that may call the model
+    (calls_model=True) on a job not decided or being decided has its provider
+    settings checked: a finished job says what it is, not that a key is missing.
+    """
+
+    def __init__(self, store: Store, command: str, *, seals: bool = True, calls_model: bool = False, cancelled_ok: bool = False,
+                 stop: threading.Event | None = None):
+        self.store, self.command, self.stop = store, command, stop
+        self.seals, self.calls_model, self.cancelled_ok = seals, calls_model, cancelled_ok
+        self.lock: Any = None
+        self.ctx: Context | None = None
+
+    def __enter__(self) -> Context:
+        self.lock = self.store.lock(self.command)
+        self.lock.__enter__()
+        try:
+            job = self.store.load_job()
+            manifest, sources = self.store.check_seals(job) if self.seals else (None, None)
+            self.ctx = attach(self.store, job, manifest, sources, self.stop)
+            state = self.ctx.review()
+            if state == "cancelled" and not self.cancelled_ok:
+                raise cancelled_error(job, journal_outcome(self.ctx.journal, "cancel"))
+            if self.calls_model and state not in FINISHING and job["mode"] == "openai":
+                check_provider_settings()
+            return self.ctx
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.journal.close()
+            self.ctx = None
+        self.lock.__exit__(*exc)
+
+
+def attach(store: Store, job: Job, manifest: Manifest | None, sources: dict | None, stop: threading.Event | None = None) -> Context:
+    """A run's context over a checked job (the lock held): storage checked, the journal open."""
+    store.check_files()
+    return Context(store, job, manifest, sources, store.journal(), stop)
+
+
+def check_provider_settings() -> None:
+    """Provider settings a run that may call the model needs, checked before anything is sent."""
+    require_api_key()
+    openai_timeout()
+
+
+def cancelled_error(job: dict, record: dict) -> DecisionError:
+    return DecisionError(f"Job {job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}")
+
+
 RUNNING_COMMANDS = ("start", "resume", "retry", "work")  # the writers that run the graph and may have a call in flight
-
-
 def job_phase(review: str, checkpoint: dict, holder: dict | None) -> str:
     """The phase status and inspect report: the review state, told apart by whether a run is live.
 
@@ -3447,14 +3837,16 @@ def checkpoint_of(state) -> dict:
     return {"values": values, "waiting": bool(state.interrupts) and not values.get("final"), "savedDecision": None}
 
 
+
+
 class Snapshot:
     """One consistent read of a job's saved state (job record, journal, checkpoint, lock holder); read_snapshot makes one."""
 
-    def __init__(self, store, job: dict, db, checkpoint: dict, calls: list, cancel: dict | None, draft: tuple[int, list],
-                 holder: dict | None, has_receipt: bool):
+    def __init__(self, store: Store, job: Job, journal: Journal | None, checkpoint: CheckpointState, calls: list[CallRow],
+                 cancel: dict | None, draft: tuple[int, list], holder: Holder | None, has_receipt: bool):
         self.store = store
         self.job = job
-        self.db = db
+        self.journal = journal
         self.checkpoint = checkpoint
         self.values = checkpoint["values"]
         self.waiting = checkpoint["waiting"]
@@ -3469,25 +3861,25 @@ class Snapshot:
         self.draft, self.results = draft
         self.has_receipt = has_receipt
 
-    def close(self):
-        if self.db is not None:
-            self.db.close()
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
 
 
-def read_snapshot(store) -> Snapshot:
+def read_snapshot(store: Store) -> Snapshot:
     """Read a job's saved state without the lock and without langgraph."""
     job = store.load_job()
     holder = store.holder()  # before the reads: a run that ends meanwhile is then seen ended, not the other way round
-    db = store.read_journal()
+    journal = store.read_journal()
     try:
         checkpoint = store.read_checkpoint(job)
         model_results = list(checkpoint["values"].get("results") or [])
         at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
-        draft = current_draft(db, model_results) if at_review else (1, model_results)
-        return Snapshot(store, job, db, checkpoint, call_rows(db), journal_outcome(db, "cancel"), draft, holder, store.has_receipt())
+        draft = current_draft(journal, model_results) if at_review else (1, model_results)
+        return Snapshot(store, job, journal, checkpoint, call_rows(journal), journal_outcome(journal, "cancel"), draft, holder, store.has_receipt())
     except BaseException:
-        if db is not None:
-            db.close()
+        if journal is not None:
+            journal.close()
         raise
 
 
@@ -3495,8 +3887,10 @@ def in_flight(snap: Snapshot) -> list:
     return [{"operationKey": r["operation_key"], "itemId": r["item_id"]} for r in snap.calls if r["status"] == "pending"]
 
 
+
+
 def next_step(snap: Snapshot, broken: str | None = None) -> str:
-    """The one answer to "what now?" that status, inspect and the review page print (a paste-ready command)."""
+    """The one answer to "what now?" that status, inspect and the review page print (paste-ready commands, one a line)."""
     step = next_for_phase(snap)
     if broken and snap.phase not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
         return f"restore what sealBroken names, or {NEW_JOB}; then: {step}"
@@ -3504,35 +3898,33 @@ def next_step(snap: Snapshot, broken: str | None = None) -> str:
 
 
 def next_for_phase(snap: Snapshot) -> str:
+    store = snap.store
     pending = [r for r in snap.calls if r["status"] == "pending"]
-    resume = suggest("resume", store=snap.store)
+    resume = store.suggest("resume")
     if snap.phase == "cancelled":
         if pending:  # nothing more runs, but the call's outcome still matters for accounting
             return (f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
-                    f"{reconcile_command(snap.store, pending[0]['operation_key'])}")
+                    f"{reconcile_command(store, pending[0]['operation_key'])}")
         return "cancelled: nothing more runs"
     if snap.phase == "decided":
         return f"decided: {snap.final.get('decision')}" + ("" if snap.has_receipt else f"; receipt.json is missing: {resume} rewrites it")
     if snap.phase == "deciding":
         return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.phase == "awaiting-review":
-        return review_next(snap.store, snap.results, snap.calls, read_manifest_quiet(snap.job))
+        return review_next(store, snap.results, snap.calls, read_manifest_quiet(snap.job))
     if snap.phase == "running":
-        holder = snap.holder
+        holder = cast(Holder, snap.holder)
         calls = "".join(f"; call {c['operationKey']} for item {c['itemId']} is in flight" for c in in_flight(snap))
         host = f" on {holder['host']}" if holder.get("host") else ""
         return (f"wait: {holder['command']} (pid {holder['pid']}{host}, since {holder['sinceUtc']}) is running{calls}; "
-                f"run {suggest('status', store=snap.store)} again once it has finished")
+                f"run {store.suggest('status')} again once it has finished")
     if snap.phase == "uncertain-call":
         key = pending[0]["operation_key"]
         if snap.waiting:  # a retry's call at review: reconciling it is the whole fix, there is nothing to resume
             return (f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: a retry's call; check the provider's usage, then "
-                    f"{reconcile_command(snap.store, key)}; then review and decide (nothing to resume): {suggest('inspect', store=snap.store)}")
-        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(snap.store, key)}; then {resume}"
-    latest = {}
-    for r in snap.calls:  # creation order: the last row of a base key is its latest attempt
-        latest[r["base_key"]] = r
-    if any(r["status"] == "rejected" for r in latest.values()):
+                    f"{reconcile_command(store, key)}; then review and decide (nothing to resume): {store.suggest('inspect')}")
+        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(store, key)}; then {resume}"
+    if latest_rejected(snap.calls):
         return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
     return resume
 
@@ -3543,35 +3935,19 @@ def where_it_stands(snap: Snapshot, out: dict) -> dict:
     out["phase"] = snap.phase
     out["next"] = next_step(snap, broken)
     if snap.phase == "running":
-        out["running"] = {**snap.holder, "calls": in_flight(snap)}
+        out["running"] = {**cast(Holder, snap.holder), "calls": in_flight(snap)}
     if broken:
         out["sealBroken"] = broken
     return out
 
 
-###############################################################################
-# Commands
-###############################################################################
-
-
-def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
-    """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
-    values = state.values
-    draft, results = current_draft(ctx.db, values.get("results") or [])
-    waiting = ctx.review(checkpoint_of(state)) == "awaiting-review"
-    out = {
-        "jobId": ctx.job["jobId"],
-        "index": values.get("index", 0),
-        "results": [result_brief(r) for r in results],
-        "final": values.get("final"),
-        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.store, results)}] if waiting else [],
-    }
-    failed = failed_items(ctx.store, results, call_rows(ctx.db), ctx.manifest) if waiting else []
-    if failed:
-        out["failedItems"] = failed
-    if existing is not None:
-        out["existing"] = existing
-    return out
+def seal_report(store: Store, job: Job) -> str | None:
+    """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look."""
+    try:
+        store.check_seals(job, mcp="skip")
+    except JobError as exc:
+        return str(exc)
+    return None
 
 
 def result_brief(r: dict) -> dict:
@@ -3582,7 +3958,9 @@ def result_brief(r: dict) -> dict:
     return brief
 
 
-def failed_items(where, results: list, calls: list, manifest: dict | None) -> list:
+
+
+def failed_items(store: Store, results: list, calls: list, manifest: Manifest | None) -> list:
     """For each failed item at review: why, and the ready-to-paste ways on (retry within the bounds, revise by hand).
 
     An invalid proposal is never retried automatically; `retry` spends the
@@ -3599,15 +3977,15 @@ def failed_items(where, results: list, calls: list, manifest: dict | None) -> li
         if refusal:
             entry["retryRefused"] = refusal
         else:
-            entry["retryCommand"] = retry_command(where, r["itemId"])
-        entry["reviseCommand"] = revise_command(where, r["itemId"])
+            entry["retryCommand"] = retry_command(store, r["itemId"])
+        entry["reviseCommand"] = revise_command(store, r["itemId"])
         out.append(entry)
     return out
 
 
-def failed_field(where, results: list, calls: list, manifest: dict | None) -> dict:
+def failed_field(store: Store, results: list, calls: list, manifest: Manifest | None) -> dict:
     """{"failedItems": [...]} for an output when any item failed, else nothing."""
-    failed = failed_items(where, results, calls, manifest)
+    failed = failed_items(store, results, calls, manifest)
     return {"failedItems": failed} if failed else {}
 
 
@@ -3624,10 +4002,12 @@ def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
     return None
 
 
-def review_next(where, results: list, calls: list, manifest: dict | None) -> str:
+
+
+def review_next(store: Store, results: list, calls: list, manifest: Manifest | None) -> str:
     """What to do at review: decide, or first act on a failed item (retry it, revise it, or decide reject or hold)."""
-    decide = decide_command(where, results)
-    failed = failed_items(where, results, calls, manifest)
+    decide = decide_command(store, results)
+    failed = failed_items(store, results, calls, manifest)
     if not failed:
         return decide
     first = failed[0]
@@ -3639,52 +4019,754 @@ def review_next(where, results: list, calls: list, manifest: dict | None) -> str
     return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
 
 
-def retry_command(where, item_id: str) -> str:
-    return suggest("retry", "--item", item_id, "--reviewer", "YOU", "--reason", "WHY", store=as_store(where))
+def retry_command(store: Store, item_id: str) -> str:
+    return store.suggest("retry", "--item", item_id, "--reviewer", "YOU", "--reason", "WHY")
 
 
-def revise_command(where, item_id: str) -> str:
-    return suggest("revise", "--item", item_id, "--summary-file", "SUMMARY.txt", "--citations-file", "CITATIONS.json",
-                   "--reviewer", "YOU", "--reason", "WHY", store=as_store(where))
+def revise_command(store: Store, item_id: str) -> str:
+    return store.suggest("revise", "--item", item_id, "--summary-file", "SUMMARY.txt", "--citations-file", "CITATIONS.json",
+                         "--reviewer", "YOU", "--reason", "WHY")
 
 
-def reconcile_command(where, key: str) -> str:
-    """The ready-to-paste reconcile command for one pending call (pick the action, fill in YOU and WHY)."""
-    return suggest("reconcile", "--operation-key", key, "--action", "complete|abandon", "--reviewer", "YOU", "--reason", "WHY",
-                   store=as_store(where))
-
-
-def decide_command(where, results: list) -> str:
+def decide_command(store: Store, results: list) -> str:
     """The ready-to-paste bound decision for these results; accept is offered only when every item validated."""
     choices = "accept|reject|hold" if all(r["status"] == "validated" for r in results) else "reject|hold"
-    return suggest("decide", "--decision", choices, "--reviewer", "YOU", "--reason", "WHY", "--results-sha256", results_sha256(results),
-                   store=as_store(where))
+    return store.suggest("decide", "--decision", choices, "--reviewer", "YOU", "--reason", "WHY", "--results-sha256", results_sha256(results))
 
 
-def cmd_start(args) -> dict:
-    """Seal the manifest and run the job until the review interrupt."""
-    store = store_for(args)
-    manifest, raw = read_manifest(args.manifest)
+def describe_saved(decision: dict) -> str:
+    return (f"a decision is already saved ({decision.get('decision')} by {decision.get('reviewer')} at "
+            f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished")
+
+
+
+
+def refuse_if_decision_saved(checkpoint: CheckpointState, store: Store, command: str) -> None:
+    saved = checkpoint["savedDecision"]
+    if saved:
+        raise DecisionError(f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
+                            f"Run `{store.suggest('resume')}` to finish recording it, then inspect the receipt")
+
+
+def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
+    """The saved checkpoint, refused unless the thread waits at the review interrupt, naming what it waits for instead."""
+    checkpoint = ctx.checkpoint()
+    state = ctx.review(checkpoint)
+    values = checkpoint["values"]
+    if state == "decided":
+        missing = "" if ctx.store.has_receipt() else f"; its receipt.json is missing: `{ctx.store.suggest('resume')}` rewrites it"
+        raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}")
+    refuse_if_decision_saved(checkpoint, ctx.store, command)
+    if state == "pending":
+        pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
+        uncertain = uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"])
+        if checkpoint["waiting"]:  # a retry's call: its answer may yet become the next draft
+            raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain}")
+        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review but for {uncertain}")
+    if state != "awaiting-review":
+        done = len(values.get("results") or [])
+        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review ({done} of {len(ctx.items)} items have a result); run `{ctx.store.suggest('resume')}` first")
+    return checkpoint
+
+
+def refuse_if_retry_pending(ctx: Context) -> None:
+    """At review no graph node calls the model, so a retry's pending call would pass a resume unseen: stop on it."""
+    pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
+    if pending and ctx.checkpoint()["waiting"]:
+        raise UncertainCall(uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"]))
+###############################################################################
+# 15. Review page: the HTML, every value escaped
+###############################################################################
+
+# Note to maintainers: the page is built only with h() and hjoin(). A value reaches
+# the page only as an argument of h(), which escapes it unless it is Html already
+# (markup this section wrote): so no code path can put an unescaped value on it.
+
+# On the page every control and invisible format character is shown as its escape (as on a terminal),
+# except the line breaks and tabs a source's layout needs.
+PAGE_VISIBLE = {c: v for c, v in TERMINAL_CONTROLS.items() if c not in (9, 10, 13)}
+
+
+class Html(str):
+    """Markup this section wrote, or text already escaped: what the page is made of."""
+
+
+def escape_text(text) -> Html:
+    """Text for the review page: markup escaped, bidi controls and invisible format characters shown as escapes
+    (html is imported only when a page is written). For attributes and the source's own layout."""
+    import html
+
+    return Html(html.escape(str(text).translate(PAGE_VISIBLE)))
+
+
+def escape(text) -> Html:
+    """Text as page content: escaped (escape_text), and its direction isolated in <bdi> so that right-to-left
+    text cannot reorder what stands around it (ASCII text has no right-to-left letter: it needs no isolation)."""
+    text = str(text)
+    return escape_text(text) if text.isascii() else Html(f"<bdi>{escape_text(text)}</bdi>")
+
+
+def h(template: str, *values) -> Html:
+    """The markup template with each value in its place, escaped (escape) unless it is Html already."""
+    return Html(template.format(*(v if isinstance(v, Html) else escape(v) for v in values)))
+
+
+def hjoin(parts, separator: str = "") -> Html:
+    """Html pieces joined (each must be Html: text reaches the page only through h())."""
+    parts = list(parts)
+    assert all(isinstance(p, Html) for p in parts), "a page piece that is not Html"
+    return Html(separator.join(parts))
+
+
+def refuse_sealed_target(path: str, job: Job, store: Store) -> None:
+    """A read-only command must never write over the job: its state directory, its manifest or a source."""
+    target = os.path.realpath(path)
+    if store.holds_path(path):
+        raise UsageError(f"--html {path} is inside the state directory {store.where()}; write the page somewhere else")
+    manifest = read_manifest_quiet(job) or {}
+    base = os.path.dirname(job["manifestPath"])
+    sealed = [job["manifestPath"]] + [os.path.join(base, i["path"]) for i in manifest.get("items", []) if "path" in i]
+    if target in {os.path.realpath(p) for p in sealed}:
+        raise UsageError(f"--html {path} is a file the job seals (its manifest or a source); write the page somewhere else")
+
+
+PAGE_CSS = (
+    "*{box-sizing:border-box}"
+    "body{font:16px/1.45 system-ui,sans-serif;margin:0 auto;padding:.75rem;max-width:60rem;color:#111;background:#fff;overflow-wrap:anywhere}"
+    "h1{font-size:1.5rem;margin:.25rem 0}h2{font-size:1.15rem;margin:.25rem 0 .5rem}"
+    "header p{margin:.3rem 0}.meta{color:#444;font-size:.9rem}dl{margin:.25rem 0}dt{font-weight:bold}dd{margin:0 0 .4rem 0}"
+    "section{border:1px solid #ccc;border-radius:8px;padding:.75rem;margin:.75rem 0}"
+    "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.5rem;border-radius:6px;margin:.5rem 0}"
+    "mark{background:#ffe066}mark a{color:inherit}.bad{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}"
+    ".pill{border-radius:1rem;padding:0 .5rem;border:1px solid currentColor}.wait{color:#8a5a00;font-weight:bold}"
+    ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
+    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all;white-space:pre-wrap}"
+    "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
+    "details.id{display:inline-block;vertical-align:top;max-width:100%}details.id summary{cursor:pointer}"
+    "details.id[open] summary code{display:none}details.id .full{display:block;user-select:all}"
+    ".raw summary{cursor:pointer;font-weight:bold}"
+)
+
+
+def write_html(path: str, snap: Snapshot, out: dict) -> None:
+    """One self-contained review page (no network, no external assets, no script); every string escaped."""
+    manifest, sources = snap.store.sealed_copies(snap.job)
+    manifest = manifest or {}
+    items = {i["id"]: i for i in manifest.get("items", [])}
+    job = snap.job
+    phase = snap.phase
+    cls = {"decided": "ok", "awaiting-review": "wait", "cancelled": "bad", "uncertain-call": "bad"}.get(phase, "wait")
+    owner = job.get("approvedBy") or manifest.get("approvedBy") or "?"
+    validated = len([r for r in snap.results if r.get("status") == "validated"])
+    parts = [
+        Html("<!doctype html><html lang='en'><head><meta charset='utf-8'>"),
+        Html("<meta name='viewport' content='width=device-width, initial-scale=1'>"),
+        Html("<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"),
+        Html("<meta name='referrer' content='no-referrer'>"),
+        h("<title>durable_job review: {}</title><style>{}</style></head><body>", escape_text(job["jobId"]), Html(PAGE_CSS)),
+        h("<header><h1>{}</h1>", job["jobId"]),
+        h("<p><span class='pill {}'>{}</span> draft {} · {}/{} validated · <a href='#decide'>next step</a></p>",
+          cls, phase, int(out["draftVersion"]), validated, len(items) or len(snap.results)),
+        h("<p class='meta'>mode {} · model {} · approved by {}</p>", job.get("mode"), job.get("model"), owner),
+        h("<details><summary>seals</summary><dl class='meta'><dt>resultsSha256</dt><dd><code>{}</code></dd>"
+          "<dt>manifest</dt><dd><code>{}</code><br><code>{}</code></dd>"
+          "<dt>program</dt><dd><code>{}</code> ({})</dd><dt>created</dt><dd>{}</dd></dl></details>",
+          out["resultsSha256"], job["manifestPath"], job["manifestSha256"], job["codeSha256"], job["version"], job["createdAtUtc"]),
+    ]
+    if out.get("sealBroken"):
+        parts.append(h("<p class='bad'>Seal broken: {}</p>", out["sealBroken"]))
+    parts.append(Html("</header><main>"))
+    results = {r["itemId"]: r for r in snap.results}
+    order = list(items) + [i for i in results if i not in items]
+    raw = answered_calls(snap)
+    ways = {f["itemId"]: f for f in failed_items(snap.store, snap.results, snap.calls, manifest or None)} if snap.waiting and not snap.cancel else {}
+    for n, item_id in enumerate(order):
+        parts.append(item_section(n, results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
+                                  sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id)))
+    parts.append(journal_section(snap))
+    parts.append(history_section(out.get("drafts") or []))
+    parts.append(decision_section(snap, out))
+    parts.append(Html("</main></body></html>"))
+    write_atomic(path, hjoin(parts, "\n").encode("utf-8"))
+
+
+ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
+ID_SHOWN = 14  # characters kept at each end of a longer id on the page
+
+
+def long_id(value, keep: int = ID_SHOWN) -> Html:
+    """An id or hash on the page: a short one as it is; a long one clipped to its two ends, the full
+    value one tap away (a <details>, no script) and selectable; the title shows it on hover. A
+    400-character response id otherwise fills 17 lines of a phone screen."""
+    text = str(value)
+    if len(text) <= ID_WHOLE:
+        return h("<code>{}</code>", text)
+    return h("<details class='id'><summary title='{}'><code>{}…{}</code></summary><code class='full'>{}</code></details>",
+             escape_text(text), text[:keep], text[-keep:], text)
+
+
+def answered_calls(snap: Snapshot) -> dict:
+    """item id → the journal row whose answer gave the item's current result: a retry's own call, else the item's
+    latest completed call the graph used. The review page shows a failed item's raw output from it."""
+    retries = retry_keys(snap.journal)
+    out = {}
+    for r in snap.results:
+        key = (r.get("retry") or {}).get("operationKey")
+        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"
+                and (c["operation_key"] == key if key else c["operation_key"] not in retries)]
+        if done:
+            out[r["itemId"]] = done[-1]
+    return out
+
+
+def read_manifest_quiet(job: Job) -> Manifest | None:
+    try:
+        return read_manifest(job["manifestPath"])[0]
+    except JobError:
+        return None
+
+
+def read_sources_quiet(job: Job, kept: dict) -> dict:
+    """{item id: text} of the sources that still match their seal; an MCP source from its kept copy (never launched)."""
+    manifest = read_manifest_quiet(job)
+    texts: dict[str, str] = {}
+    if not manifest:
+        return texts
+    base = os.path.dirname(job["manifestPath"])
+    for item in manifest["items"]:
+        if "mcp" in item and item["id"] not in kept:
+            continue
+        try:
+            data = kept[item["id"]] if "mcp" in item else read_file_source(base, item)
+            texts[item["id"]] = check_source_bytes(item, data)
+        except JobError:
+            pass
+    return texts
+
+
+def highlight(source: str, citations: list, n: int) -> Html:
+    """The source with each cited quote marked and linked to its claim (first non-overlapping occurrence)."""
+    spans: list[tuple[int, int, int]] = []
+    anchors: list[tuple[int, int]] = []
+    for c, cite in enumerate(citations):
+        quote = cite.get("quote") or ""
+        at = source.find(quote) if quote else -1
+        while at >= 0 and any(s < at + len(quote) and at < e for s, e, _ in spans):
+            at = source.find(quote, at + 1)
+        if at >= 0:
+            spans.append((at, at + len(quote), c))
+        elif quote and quote in source:  # overlaps an earlier quote everywhere: anchor it where it starts
+            anchors.append((source.find(quote), c))
+    out, pos = [], 0
+    for start, end, c in sorted(spans):
+        out.append(escape_text(source[pos:start]))
+        out.extend(h("<span id='q{}-{}'></span>", n, a) for at, a in anchors if pos <= at <= start)
+        out.append(h("<mark id='q{}-{}'><a href='#c{}-{}'>{}</a></mark>", n, c, n, c, escape_text(source[start:end])))
+        pos = end
+    out.extend(h("<span id='q{}-{}'></span>", n, a) for at, a in anchors if at >= pos and not any(s <= at < e for s, e, _ in spans))
+    out.append(escape_text(source[pos:]))
+    return hjoin(out)
+
+
+def item_section(n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> Html:
+    cls = "ok" if r["status"] == "validated" else "bad"
+    where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
+    parts = [h("<section id='item{}'><h2>{} <span class='{}'>{}</span></h2>", n, r["itemId"], cls, r["status"]),
+             h("<p class='meta'>source <code>{}</code> · sha256 {}</p>", where, long_id(r["sourceSha256"]))]
+    if r.get("revision"):
+        rev = r["revision"]
+        parts.append(h("<p class='wait'>Edited by {} in draft {}: {}</p>", rev.get("reviewer"), int(rev.get("draftVersion") or 0), rev.get("reason")))
+    if r.get("retry"):
+        rt = r["retry"]
+        parts.append(h("<p class='wait'>Retried by {} in draft {} (attempt {}): {}</p>", rt.get("reviewer"), int(rt.get("draftVersion") or 0),
+                       int(rt.get("attempt") or 0), rt.get("reason")))
+    if r["status"] == "validated":
+        parts.append(h("<p><b>Summary:</b> {}</p><ol>", r["summary"]))
+        for c, cite in enumerate(r["citations"]):
+            parts.append(h("<li id='c{}-{}'><a href='#q{}-{}'>“{}”</a> — {}</li>", n, c, n, c, cite["quote"], cite["claim"]))
+        parts.append(Html("</ol>"))
+    elif r["status"] == "failed":
+        parts.append(h("<p class='bad'>Failed: {}</p>", r.get("reason", "")))
+        parts.append(failed_help(call, ways))
+    else:
+        parts.append(Html("<p class='note'>No result yet: see the journal and the next step below.</p>"))
+    if source is not None:
+        cites = r.get("citations") if r["status"] == "validated" else []
+        parts.append(h("<pre>{}</pre>", highlight(source, cites or [], n)))
+    else:
+        parts.append(Html("<p class='bad'>Source not shown: it cannot be read here (an MCP source, or it no longer matches its seal).</p>"))
+    parts.append(Html("</section>"))
+    return hjoin(parts)
+
+
+def failed_help(call, ways: dict | None) -> Html:
+    """A failed item's raw model output (escaped, from the journal) and the ways on: retry within the bounds, or revise."""
+    parts = []
+    if call is not None:
+        output = call["output_text"]
+        shown = h("<pre>{}</pre>", output) if output else Html("<p class='note'>(empty: the provider returned no text)</p>")
+        parts.append(h("<details class='raw' open><summary>The model's raw output (attempt {}, from the journal)</summary>{}</details>",
+                       int(call["attempt"]), shown))
+    if ways:
+        if "retryCommand" in ways:
+            parts.append(h("<p>Retry it: spends its next model call (never done automatically):</p><code class='cmd'>{}</code>", ways["retryCommand"]))
+        else:
+            parts.append(h("<p class='note'>No retry: {}.</p>", ways["retryRefused"]))
+        parts.append(h("<p>Or revise it by hand:</p><code class='cmd'>{}</code>", ways["reviseCommand"]))
+    return hjoin(parts)
+
+
+def usage_text(usage_json) -> str:
+    if not usage_json:
+        return ""
+    try:
+        usage = json.loads(usage_json)
+    except ValueError:
+        return str(usage_json)
+    if not isinstance(usage, dict):
+        return str(usage_json)
+    names = (("input_tokens", "input"), ("output_tokens", "output"), ("total_tokens", "total"))
+    shown = [f"{usage[k]} {label}" for k, label in names if isinstance(usage.get(k), int)]
+    return "tokens: " + " · ".join(shown) if shown else json.dumps(usage, sort_keys=True)
+
+
+
+
+def journal_section(snap: Snapshot) -> Html:
+    if not snap.calls:
+        return Html("<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>")
+    rows = []
+    retries = retry_keys(snap.journal)
+    for r in snap.calls:
+        cls = {"completed": "ok", "pending": "bad", "rejected": "bad"}.get(r["status"], "wait")
+        retried = " (retry)" if r["operation_key"] in retries else ""
+        row = [h("<div class='call'><b>{}</b> attempt {}{} <span class='{}'>{}</span>", r["item_id"], int(r["attempt"]), retried, cls, r["status"]),
+               h("<br>{}", long_id(r["operation_key"]))]
+        if r["response_id"] or r["request_id"]:
+            row.append(h("<br>response {} · request {}", long_id(r["response_id"] or "–"), long_id(r["request_id"] or "–")))
+        if r["usage_json"]:
+            row.append(h("<br>{}", usage_text(r["usage_json"])))
+        row.append(h("<br><span class='note'>{} → {}</span>", r["created_utc"], r["updated_utc"]))
+        if r["reconciliation_json"]:
+            try:
+                rec = json.loads(r["reconciliation_json"])
+                row.append(h("<br><span class='note'>reconciled: {} by {}: {}</span>", rec.get("action"), rec.get("reviewer"), rec.get("reason"))
+                           if "reviewer" in rec else h("<br><span class='note'>{}</span>", clip(r["reconciliation_json"], 300)))
+            except ValueError:
+                pass
+        if r["status"] == "pending":
+            row.append(h("<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
+                         "<code class='cmd'>{}</code>", reconcile_command(snap.store, r["operation_key"])))
+        row.append(Html("</div>"))
+        rows.append(hjoin(row))
+    return h("<section id='journal'><h2>Journal</h2>{}</section>", hjoin(rows))
+
+
+def history_section(drafts: list) -> Html:
+    if not drafts:
+        return Html("<section id='drafts'><h2>Drafts</h2><p>Draft 1: the model's results, unrevised.</p></section>")
+    rows = []
+    for d in drafts:
+        before, after = d["change"].get("before", {}), d["change"].get("after", {})
+        retry = d["change"].get("retry")
+        how = f"retried (attempt {int(retry.get('attempt') or 0)})" if retry else "edited"
+        shown_after = (h("<br>after ({}): {}", after.get("status"), after.get("reason")) if after.get("status") == "failed" else
+                       h("<br>after: {} <span class='note'>({} citation(s))</span>", after.get("summary"), len(after.get("citations") or [])))
+        rows.append(h("<li><b>v{}</b>: {} {} by {} — {} <span class='note'>({})</span><br>before ({}): {}{}"
+                      "<br><span class='note'>resultsSha256 {}</span></li>",
+                      int(d["version"]), d["itemId"], how, d["reviewer"], d["reason"], d["createdUtc"], before.get("status"),
+                      before.get("summary") or before.get("reason") or "", shown_after, long_id(d["resultsSha256"])))
+    return h("<section id='drafts'><h2>Drafts</h2><p class='note'>v1 is the model's results; every later version is a person's edit, "
+             "or the answer to a person's retry, validated like model output.</p><ol>{}</ol></section>", hjoin(rows))
+
+
+def decision_section(snap: Snapshot, out: dict) -> Html:
+    if snap.final:
+        f = snap.final
+        bound = (h("bound to resultsSha256 <code>{}</code>", f.get("boundResultsSha256")) if f.get("bound") or f.get("boundResultsSha256")
+                 else Html("not bound to a results hash"))
+        return h("<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p></section>",
+                 f.get("decision"), f.get("reviewer"), f.get("reason"), f.get("decidedAtUtc"), f.get("draftVersion", 1), bound)
+    if snap.cancel:
+        pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
+        extra = hjoin(h("<p>Pending call kept for accounting:</p><code class='cmd'>{}</code>", reconcile_command(snap.store, k)) for k in pending)
+        return h("<section id='decide'><h2>Cancelled</h2><p>by {}: {} <span class='note'>({})</span></p><p>Nothing more runs.</p>{}</section>",
+                 snap.cancel["reviewer"], snap.cancel["reason"], snap.cancel.get("cancelledAtUtc", ""), extra)
+    if out.get("decideCommand"):
+        return h("<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
+                 "<code class='cmd'>{}</code><p class='note'>Choose one of the decisions offered, and put your name and your reason "
+                 "in place of YOU and WHY.</p></section>", out["decideCommand"])
+    why = ("A decision was saved, but the decide that saved it stopped before it finished." if snap.saved_decision
+           else "A run is in progress." if snap.phase == "running"
+           else "The job is not waiting for review yet.")
+    return h("<section id='decide'><h2>Next step</h2><p>{}</p><p><code class='cmd'>{}</code></p></section>", why, out.get("next") or next_step(snap))
+###############################################################################
+# 16. Receipt and verify
+###############################################################################
+
+# What a terminal outcome leaves behind (receipt.json, or the store's receipts row), and the
+# offline checks `verify` runs over everything a job keeps: each returns its line of the report.
+
+def receipt_head(final: dict | None, cancel: dict | None) -> dict:
+    """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
+    who = final or cancel or {}
+    return {"decision": (final or {}).get("decision"), "reviewer": who.get("reviewer"), "reason": who.get("reason"),
+            "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
+
+
+def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
+    """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
+    fields = {
+        "outcome": "decided" if final else "cancelled" if cancel else None,
+        **receipt_head(final, cancel),
+        "jobId": job["jobId"],
+        "threadId": job["threadId"],
+        "manifestPath": job["manifestPath"],
+        "manifestSha256": job["manifestSha256"],
+        "codeSha256": job["codeSha256"],
+        "version": job["version"],
+        "dependencies": job.get("dependencies"),
+        "resultsSha256": results_sha256(results),
+        "draftVersion": draft,
+        "statuses": {r["itemId"]: r["status"] for r in results},
+        "final": final,
+    }
+    if cancel:
+        fields["cancel"] = cancel
+    return fields
+
+
+
+
+def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
+    """Write the receipt for a terminal outcome (decided or cancelled)."""
+    draft, results = current_draft(ctx.journal, (ctx.checkpoint()["values"].get("results") or []))
+    cancel = (extra or {}).get("cancel")
+    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}),
+               "writtenAtUtc": now_utc()}
+    ctx.store.write_receipt(receipt)
+    return receipt
+
+
+def verify_refusal(report: dict) -> SealError | None:
+    """A report with a failed check exits 2 after it is printed whole: one HOLD line naming the first problem."""
+    failed = [c for c in report["checks"] if not c["ok"]]
+    if failed:
+        return SealError(f"verify found {len(failed)} problem(s), first: {failed[0]['name']}: {failed[0]['detail']}")
+    return None
+
+
+def verify_checks(snap: Snapshot) -> list:
+    checks = []
+
+    def check(name, fn):
+        try:
+            detail = fn()
+            checks.append({"name": name, "ok": True, "detail": detail or "ok"})
+        except JobError as exc:
+            checks.append({"name": name, "ok": False, "detail": str(exc)})
+        except Exception as exc:  # damaged saved state must fail the check, never crash verify
+            checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
+
+    sealed = {}
+
+    def seals():  # MCP items against the copies kept at sealing: verify never launches a program the state names
+        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed")
+        return "version, program, dependencies, manifest and sources match"
+
+    check("files", snap.store.check_whole)
+    check("seals", seals)
+    check("journal", lambda: journal_invariants(snap.calls, retry_keys(snap.journal)))
+    check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
+    check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
+    check("events", lambda: events_invariants(snap, sealed.get("manifest")))
+    check("receipt", lambda: receipt_invariants(snap))
+    return checks
+
+
+def journal_invariants(calls, retries: set = frozenset()) -> str:
+    by_base = {}
+    for r in calls:
+        by_base.setdefault(r["base_key"], []).append(r)
+        if r["operation_key"] != f"{r['base_key']}:{r['attempt']}":
+            raise SealError(f"journal row {r['operation_key']} does not match its base key and attempt")
+        if r["status"] not in ("pending", "completed", "abandoned", "rejected"):
+            raise SealError(f"journal row {r['operation_key']} has unknown status {r['status']!r}")
+        if r["status"] == "completed" and (r["output_text"] is None or not r["response_id"]):  # "" is an empty answer, kept
+            raise SealError(f"completed row {r['operation_key']} has no output or response id")
+    for base, rows in by_base.items():
+        ordered = sorted(rows, key=lambda r: r["attempt"])
+        attempts = [r["attempt"] for r in ordered]
+        if attempts != list(range(1, len(attempts) + 1)):
+            raise SealError(f"attempts for {base[:16]}… are not contiguous: {attempts}")
+        # a next attempt is only ever taken after an abandoned or rejected one, or by a person's `retry`
+        # after a completed one: at most one pending, last
+        earlier = [r for r, after in zip(ordered, ordered[1:]) if r["status"] not in ("abandoned", "rejected")
+                   and not (r["status"] == "completed" and after["operation_key"] in retries)]
+        if earlier:
+            raise SealError(f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})")
+    return f"{len(calls)} calls, {len(by_base)} operations"
+
+
+def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
+    """Every saved result is what its journaled output gives when checked again (sources permitting)."""
+    results = snap.model_results
+    if snap.final:
+        draft, current = current_draft(snap.journal, results)
+        if snap.final.get("resultsSha256") != results_sha256(current):
+            raise SealError("the final decision's resultsSha256 does not match the saved results")
+    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
+    retries = retry_keys(snap.journal)  # a retry's answer is a later draft (drafts_invariants), not the graph's result
+    for r in results:
+        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed" and c["operation_key"] not in retries]
+        if not done and r.get("status") == "failed" and str(r.get("reason", "")).startswith(NO_CALL_LEFT):
+            check_no_call_left(snap.calls, r["itemId"], manifest)
+            continue
+        if not done:
+            raise SealError(f"item {r.get('itemId')} has a saved result but no completed call in the journal")
+        output = done[-1]["output_text"]
+        if texts is not None and r.get("itemId") in items:
+            if check_proposal(output, items[r["itemId"]], texts[r["itemId"]]) != r:
+                raise SealError(f"item {r['itemId']}'s saved result differs from its journaled output checked again against the source")
+        elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output))) != r.get("proposalSha256"):
+            raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
+    return f"{len(results)} results, resultsSha256 {results_sha256(snap.results)}"
+
+
+def check_no_call_left(calls: list, item_id: str, manifest: dict | None) -> None:
+    """An item failed for want of a call: the journal must show the bound that refused it."""
+    if manifest is None:
+        return
+    attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
+    if attempts < manifest["maxAttemptsPerItem"] and len(calls) < manifest["maxModelCalls"]:
+        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds")
+    if any(c["item_id"] == item_id and c["status"] in ("pending", "completed") for c in calls):
+        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
+
+
+def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
+    """Every journal row is what its own event history gives, and within the manifest's items and bounds."""
+    history = {}
+    for e in call_events(snap.journal):
+        history.setdefault(e["operation_key"], []).append((e["event"], e["detail"]))
+    if manifest is not None:
+        items = {i["id"] for i in manifest["items"]}
+        if len(snap.calls) > manifest["maxModelCalls"]:
+            raise SealError(f"the journal holds {len(snap.calls)} calls, over the manifest's maxModelCalls {manifest['maxModelCalls']}")
+        for r in snap.calls:
+            if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
+                raise SealError(f"journal row {r['operation_key']} is for item {r['item_id']!r} attempt {r['attempt']}, outside the manifest's items and bounds")
+    for r in snap.calls:
+        events = after_unsent(r["operation_key"], history.pop(r["operation_key"], []))
+        if not events or events[0][0] != "dispatch":
+            raise SealError(f"journal row {r['operation_key']} has no dispatch event: it was not made by a run")
+        status, ids = "pending", None
+        for event, detail in events[1:]:
+            if event == "completed":
+                status, ids = "completed", (detail.get("responseId"), detail.get("requestId"))
+            elif event == "rejected":
+                status = "rejected"
+            elif event == "reconciled":
+                status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
+        if status != r["status"] or (ids is not None and tuple(scrub(i) for i in ids) != (r["response_id"], r["request_id"])):
+            raise SealError(f"journal row {r['operation_key']} says {r['status']} but its events say {status}" +
+                            ("" if status != r["status"] else " with other response or request ids"))
+    history = {key: events for key, events in history.items() if after_unsent(key, events)}
+    if history:
+        raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
+    return f"{len(snap.calls)} calls, each what its events give, within the bounds" if manifest else f"{len(snap.calls)} calls, each what its events give"
+
+
+def after_unsent(key: str, events: list) -> list:
+    """An operation's events after its last attempt that was never sent (whose row was removed).
+
+    Each such attempt is exactly `dispatch` then `not-sent` (with a person's `retry` between them
+    when the `retry` command asked for it): a call with any other outcome recorded is never forgotten.
+    """
+    while any(event == "not-sent" for event, _ in events):
+        end = next(n for n, (event, _) in enumerate(events) if event == "not-sent")
+        if [event for event, _ in events[:end + 1]] not in (["dispatch", "not-sent"], ["dispatch", "retry", "not-sent"]):
+            raise SealError(f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed")
+        events = events[end + 1:]
+    return events
+
+
+def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
+    """Every revision changed one item of the draft before it, by the recorded person, into a result valid against its source."""
+    rows = draft_rows(snap.journal)
+    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
+    before = snap.model_results
+    folded = set()
+    for version, row in enumerate(rows, 2):
+        where = f"draft {row['version']}"
+        if row["version"] != version:
+            raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
+        after = json.loads(row["results_json"])
+        if results_sha256(after) != row["results_sha256"] or json.loads(row["change_json"]).get("previousResultsSha256") != results_sha256(before):
+            raise SealError(f"{where}: its stored hashes do not match its results and the draft before it")
+        changed = [n for n, (a, b) in enumerate(zip(before, after)) if a != b]
+        if len(after) != len(before) or [r["itemId"] for r in after] != [r["itemId"] for r in before] or \
+                [after[n]["itemId"] for n in changed] != [row["item_id"]]:
+            raise SealError(f"{where}: it changes more than its one item {row['item_id']}")
+        edited = dict(after[changed[0]])
+        retry = json.loads(row["change_json"]).get("retry")
+        if retry is not None:
+            folded.add(retry_draft_invariant(snap, row, edited, retry, items, texts))
+            before = after
+            continue
+        stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
+        if edited.pop("revision", None) != stamp:
+            raise SealError(f"{where}: the edited result does not name the person, reason and time the journal recorded")
+        if texts is not None and row["item_id"] in items:
+            proposal = {"itemId": row["item_id"], "summary": edited.get("summary"), "citations": edited.get("citations")}
+            if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]]) != edited:
+                raise SealError(f"{where}: item {row['item_id']}'s edit is not what validating it against the source gives")
+        before = after
+    answered = {c["operation_key"] for c in snap.calls if c["status"] == "completed"} & retry_keys(snap.journal)
+    if answered - folded and not snap.cancel:  # only a cancel may leave a reconciled retry's answer out of the drafts
+        raise SealError(f"retried call {sorted(answered - folded)[0]} was answered but is in no draft")
+    return f"{len(rows)} revision(s), each one item validated against its source (or a retry's checked answer)" if rows else "no revisions"
+
+
+def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None) -> str:
+    """A retry's draft: its item's result is the retried call's journaled answer, checked against the source."""
+    where = f"draft {row['version']}"
+    key = retry.get("operationKey")
+    call = next((c for c in snap.calls if c["operation_key"] == key), None)
+    request = retry_request(snap.journal, key) if call is not None else None
+    if call is None or call["status"] != "completed" or call["item_id"] != row["item_id"] or request is None:
+        raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of item {row['item_id']} in the journal")
+    stamp = {"draftVersion": row["version"], "operationKey": key, "attempt": call["attempt"], "reviewer": row["reviewer"],
+             "reason": row["reason"], "retriedAtUtc": row["created_utc"]}
+    if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
+        raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
+    if texts is not None and row["item_id"] in items:
+        if check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]]) != edited:
+            raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
+    return key
+
+
+def receipt_invariants(snap: Snapshot) -> str:
+    raw = snap.store.read_receipt()
+    terminal = snap.final or snap.cancel
+    if raw is None:
+        if terminal:
+            fix = f"`{snap.store.suggest('resume')}` rewrites it" if snap.final else f"`{snap.store.suggest('cancel', '--reviewer', 'YOU', '--reason', 'WHY')}` again finishes it"
+            raise SealError(f"the job has a terminal outcome but receipt.json is missing; {fix}")
+        return "no terminal outcome yet"
+    receipt = strict_json(raw)
+    if not isinstance(receipt, dict):
+        raise SealError("receipt.json is not a JSON object")
+    if receipt.get("jobId") != snap.job["jobId"] or receipt.get("codeSha256") != snap.job["codeSha256"]:
+        raise SealError("receipt.json does not belong to this job")
+    if snap.final and receipt.get("final") != snap.final:
+        raise SealError("receipt.json's decision differs from the checkpoint's")
+    draft, results = current_draft(snap.journal, snap.model_results)
+    expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results)
+    for key, value in expected.items():
+        if receipt.get(key) != value:
+            raise SealError(f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}")
+    return f"receipt for outcome {receipt.get('outcome')}"
+
+
+
+###############################################################################
+# 17. Commands: the API the CLI, the workers and scripts call
+###############################################################################
+
+# Note to maintainers: each command is one function over a Store (open_store makes one)
+# taking plain values and returning the dict the CLI prints; `cmd_*` in the CLI section
+# only parse flags and call these, and a `work` process runs each job through resume().
+#
+#     import durable_job as dj
+#     store = dj.open_store(state_dir="~/jobs/q3/state")
+#     dj.start(store, "~/jobs/q3/manifest.json")
+#     out = dj.status(store)                # {"jobId", "calls", "results", "phase", "next", ...}
+#     dj.decide(store, decision="hold", reviewer="dana", reason="…", results_sha256=out_of_inspect)
+
+
+def open_store(*, state_dir: str | None = None, store: str | None = None, job: str | None = None,
+               program: str | None = None, from_env: bool = False) -> Store:
+    """The Store a command works on: a state directory, or a job (`job`, its jobId) in the PostgreSQL store at URL `store`.
+
+    `program` is how suggested commands name this program (default: `python <this file>`);
+    `from_env` says the URL came from DURABLE_JOB_STORE, so suggestions leave it out.
+    A store's job may be named later by start and submit (the manifest's jobId).
+    """
+    if state_dir and store:
+        raise UsageError("give --state-dir DIR or --store URL, not both")
+    if state_dir:
+        if job:
+            raise UsageError("--job names a job in a --store; a --state-dir holds one job: drop --job")
+        return StateDirStore(os.path.expanduser(state_dir), program)
+    if not store:
+        raise UsageError(f"name the job: --state-dir DIR, or --store URL --job JOB_ID (or set {STORE_ENV} to the store's URL)")
+    return PgStore(store, job or "", from_env=from_env, program=program)
+
+
+def for_manifest(store: Store, manifest: Manifest) -> Store:
+    """The store naming the manifest's job (start and submit in a PostgreSQL store take the manifest's jobId)."""
+    if not isinstance(store, PgStore):
+        return store
+    if store.job_id and store.job_id != manifest["jobId"]:
+        raise UsageError(f"--job {store.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)")
+    return store if store.job_id else store.for_job(manifest["jobId"])
+
+
+def need_job_id(store: Store) -> None:
+    if isinstance(store, PgStore) and not store.job_id:
+        raise UsageError(f"--store needs --job JOB_ID (list the store's jobs with `{store.program} jobs --store URL`)")
+
+
+def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
+    """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
+    values = state.values
+    draft, results = current_draft(ctx.journal, values.get("results") or [])
+    waiting = ctx.review(checkpoint_of(state)) == "awaiting-review"
+    out = {
+        "jobId": ctx.job["jobId"],
+        "index": values.get("index", 0),
+        "results": [result_brief(r) for r in results],
+        "final": values.get("final"),
+        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.store, results)}] if waiting else [],
+    }
+    failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if waiting else []
+    if failed:
+        out["failedItems"] = failed
+    if existing is not None:
+        out["existing"] = existing
+    return out
+
+
+def start(store: Store, manifest_path: str, *, say=None) -> dict:
+    """Seal the manifest and run the job until the review interrupt; the same job continues as resume would."""
+    manifest, raw = read_manifest(manifest_path)
+    store = for_manifest(store, manifest)
     if store.has_job():
         # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
         check_same_job(store, manifest, raw)
-        return cmd_resume(args, existing=True)
-    sources = load_sources(manifest, args.manifest)
+        return resume(store, existing=True)
+    sources = load_sources(manifest, manifest_path)
     if manifest["mode"] == "openai":
         check_provider_settings()
     store.prepare_new()
     with store.lock("start"):
-        job = new_job(manifest, args.manifest, raw)
+        job = new_job(manifest, manifest_path, raw, job_dependencies(store))
         store.seal_job(job, raw, sources)
         crash_point("after-seal", job)
         ctx = attach(store, job, manifest, sources)
         try:
             return run_output(ctx, run_graph(ctx), existing=False)
         finally:
-            ctx.db.close()
+            ctx.journal.close()
 
 
-def check_same_job(store, manifest: dict, raw: bytes) -> None:
+def job_dependencies(store: Store) -> tuple:
+    """The libraries a new job seals: a store's job also the PostgreSQL ones, whose behaviour its recovery relies on."""
+    return DEPENDENCIES + (STORE_DEPENDENCIES if isinstance(store, PgStore) else ())
+
+
+def check_same_job(store: Store, manifest: Manifest, raw: bytes) -> None:
     """Refuse a manifest that is not the sealed one, naming what differs: job id, owner, source data."""
     job = store.load_job()
     if job["jobId"] == manifest["jobId"] and job["manifestSha256"] == sha256_hex(raw):
@@ -3702,21 +4784,20 @@ def check_same_job(store, manifest: dict, raw: bytes) -> None:
                      f"this manifest differs in {', '.join(differs)}. Nothing was run; {store.new_job_hint()}")
 
 
-def check_empty_state_dir(state_dir: str) -> None:
-    if not os.path.exists(state_dir):
-        return
-    if not os.path.isdir(state_dir):
-        raise StateError(f"State directory {state_dir} is not a directory; pass a new directory path")
-    extra = [n for n in os.listdir(state_dir) if n not in (LOCK_FILE, MCP_SOURCES_FILE) and not n.endswith(".tmp")]
-    if JOB_FILE in extra:  # a concurrent start sealed its job after this one looked for job.json
-        raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `{suggest('resume')}`")
-    if extra:
-        raise StateError(f"State directory {state_dir} holds no job.json but is not empty ({extra[0]}, …); choose a new or empty --state-dir")
+def resume(store: Store, *, existing: bool | None = None, command: str = "resume", stop: threading.Event | None = None,
+           runnable_only: bool = False, on_claim=None) -> dict | None:
+    """Continue the job's thread; reuse completed calls; stop on an uncertain call.
 
-
-def cmd_resume(args, existing: bool | None = None) -> dict:
-    """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
-    with open_job(store_for(args), "resume", calls_model=True) as ctx:
+    A worker (command="work", runnable_only=True) runs the job only if, under its lock, it can go on
+    without a person (None otherwise; on_claim() is called once it is taken on), and sends no new
+    call once `stop` is set.
+    """
+    need_job_id(store)
+    with open_job(store, command, calls_model=True, stop=stop) as ctx:
+        if runnable_only and (ctx.review() != "before-review" or latest_rejected(call_rows(ctx.journal))):
+            return None  # it moved since it was listed (another worker, a person): under the lock, it is not runnable
+        if on_claim is not None:
+            on_claim()
         refuse_if_retry_pending(ctx)
         state = run_graph(ctx)
         if state.values.get("final") and not ctx.store.has_receipt():
@@ -3724,16 +4805,10 @@ def cmd_resume(args, existing: bool | None = None) -> dict:
         return run_output(ctx, state, existing=existing)
 
 
-def refuse_if_retry_pending(ctx: Context) -> None:
-    """At review no graph node calls the model, so a retry's pending call would pass a resume unseen: stop on it."""
-    pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
-    if pending and ctx.checkpoint()["waiting"]:
-        raise UncertainCall(uncertain_message(pending[0]["item_id"], pending[0]["operation_key"]))
-
-
-def cmd_status(args) -> dict:
+def status(store: Store) -> dict:
     """Show the journal's calls in creation order (read-only, no lock)."""
-    snap = read_snapshot(store_for(args))
+    need_job_id(store)
+    snap = read_snapshot(store)
     try:
         out = {
             "jobId": snap.job["jobId"],
@@ -3745,14 +4820,15 @@ def cmd_status(args) -> dict:
         snap.close()
 
 
-def cmd_inspect(args) -> dict:
+def inspect(store: Store, *, html: str | None = None) -> dict:
     """Show the sealed job, results, their hash and the final decision from saved state (runs nothing)."""
-    snap = read_snapshot(store_for(args))
+    need_job_id(store)
+    snap = read_snapshot(store)
     try:
         out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results), "final": snap.final}
         where_it_stands(snap, out)
         out["draftVersion"] = snap.draft
-        out["drafts"] = draft_history(snap.db)
+        out["drafts"] = draft_history(snap.journal)
         if snap.cancel:
             out["cancelled"] = snap.cancel
         if snap.saved_decision:
@@ -3760,44 +4836,47 @@ def cmd_inspect(args) -> dict:
         if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(snap.store, snap.results)
             out.update(failed_field(snap.store, snap.results, snap.calls, read_manifest_quiet(snap.job)))
-        if args.html:
-            refuse_sealed_target(args.html, snap.job, snap.store)
-            write_html(args.html, snap, out)
-            out["html"] = os.path.abspath(args.html)
+        if html:
+            refuse_sealed_target(html, snap.job, snap.store)
+            write_html(html, snap, out)
+            out["html"] = os.path.abspath(html)
         return out
     finally:
         snap.close()
 
 
-def cmd_reconcile(args) -> dict:
+def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, reason: str, response_file: str | None = None) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    need_text(args.reviewer, "--reviewer")
-    need_text(args.reason, "--reason")
-    if args.action == "complete":  # read before the job's lock is taken: a file that cannot be read holds nothing up
-        response, digest = read_response_file(args.response_file)
-    elif args.response_file:
+    need_job_id(store)
+    need_text(reviewer, "--reviewer")
+    need_text(reason, "--reason")
+    if action not in ("complete", "abandon"):
+        raise UsageError(f"--action {action!r}: give complete or abandon")
+    if action == "complete":  # read before the job's lock is taken: a file that cannot be read holds nothing up
+        response, digest = read_response_file(response_file)
+    elif response_file:
         raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
-    with open_job(store_for(args), "reconcile", cancelled_ok=True) as ctx:  # a cancelled job's pending call still counts
-        row = find_call(ctx.db, args.operation_key)
+    with open_job(store, "reconcile", cancelled_ok=True) as ctx:  # a cancelled job's pending call still counts
+        row = find_call(ctx.journal, operation_key)
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
-            raise DecisionError(f"Operation {args.operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
-        record = {"action": args.action, "reviewer": args.reviewer, "reason": args.reason, "reconciledAtUtc": now_utc()}
-        if args.action == "complete":
+            raise DecisionError(f"Operation {operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
+        record = {"action": action, "reviewer": reviewer, "reason": reason, "reconciledAtUtc": now_utc()}
+        if action == "complete":
             record["responseFileSha256"] = digest
             update = ("completed", scrub(response["outputText"]), scrub(response["responseId"]), scrub(response.get("requestId")) or row["request_id"])
         else:
             update = ("abandoned", None, None, row["request_id"])
-        retry = retry_request(ctx.db, args.operation_key)
-        fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.db, "cancel")
-        drafted = {}
+        retry = retry_request(ctx.journal, operation_key)
+        fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.journal, "cancel")
+        drafted: dict = {}
 
-        def draft_the_retry(db):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
-            drafted.update(retry_draft(db, ctx.store, ctx.job, ctx.manifest, ctx.sources, args.operation_key, update[1], retry))
+        def draft_the_retry(journal):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
+            drafted.update(retry_draft(journal, ctx, operation_key, update[1], retry))
 
-        reconcile_call(ctx.db, args.operation_key, *update, record, then=draft_the_retry if fold else None)
+        reconcile_call(ctx.journal, operation_key, *update, record, then=draft_the_retry if fold else None)
         crash_point("after-reconcile", ctx.job)
-        out = {"jobId": ctx.job["jobId"], "operationKey": args.operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
+        out = {"jobId": ctx.job["jobId"], "operationKey": operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
         if drafted:
             new_results = drafted.pop("results")
             out.update(retryDraft=drafted, decideCommand=decide_command(ctx.store, new_results))
@@ -3806,13 +4885,9 @@ def cmd_reconcile(args) -> dict:
 
 RESPONSE_FILE_MAX_BYTES = 1 << 20
 TEXT_FILE_MAX_BYTES = 1 << 16
-
-
 NO_RESPONSE_ID = ("responseId is the provider's id of that answer (resp_…); when the provider's record has none (a self-hosted "
                   "gateway that logs no response id), give that record's own reference instead (its log line or request id) "
                   "and say so in --reason")
-
-
 def read_person_file(path, flag: str, limit: int, too_big: str) -> bytes:
     """A file a person passes (a response, a summary, citations): a regular file of at most limit bytes.
 
@@ -3862,20 +4937,29 @@ def need_text(value, flag: str) -> None:
         raise DecisionError(f"{flag} must be a non-empty text of at most 2000 characters")
 
 
-def cmd_decide(args) -> dict:
-    """Record the person's final decision once, while the job waits at review."""
-    with open_job(store_for(args), "decide") as ctx:  # a decision sends nothing
-        draft, results = review_draft(ctx, args, "decide")
+
+
+def decide(store: Store, *, decision: str, reviewer: str, reason: str, results_sha256: str | None = None) -> dict:
+    """Record the person's final decision once, while the job waits at review (bound to results_sha256 when given)."""
+    return record_decision(store, decision, reviewer, reason, bound=results_sha256)
+
+
+def record_decision(store: Store, decision: str, reviewer: str, reason: str, bound: str | None) -> dict:
+    need_job_id(store)
+    if decision not in DECISIONS:
+        raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
+    with open_job(store, "decide") as ctx:  # a decision sends nothing
+        draft, results = review_draft(ctx, reviewer, reason, "decide")
         digest = results_sha256(results)
-        if args.results_sha256 is not None and not is_sha256_hex(args.results_sha256):  # "$H" with H unset must not decide unbound
-            raise DecisionError(f"--results-sha256 {args.results_sha256!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out")
-        if args.results_sha256 and args.results_sha256 != digest:
+        if bound is not None and not is_sha256_hex(bound):  # "$H" with H unset must not decide unbound
+            raise DecisionError(f"--results-sha256 {bound!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out")
+        if bound and bound != digest:
             raise DecisionError(f"stale: results changed since review, now {digest}; inspect again and decide with --results-sha256 {digest}")
         failed = [r["itemId"] for r in results if r["status"] != "validated"]
-        if args.decision == "accept" and failed:
+        if decision == "accept" and failed:
             raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
-        value = {"decision": args.decision, "reviewer": args.reviewer, "reason": args.reason, "decidedAtUtc": now_utc(),
-                 "bound": bool(args.results_sha256), "boundResultsSha256": args.results_sha256 or None, "draftVersion": draft}
+        value = {"decision": decision, "reviewer": reviewer, "reason": reason, "decidedAtUtc": now_utc(),
+                 "bound": bool(bound), "boundResultsSha256": bound or None, "draftVersion": draft}
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
@@ -3883,92 +4967,67 @@ def cmd_decide(args) -> dict:
             write_receipt(ctx, final, "decided")
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
             raise DecisionError(f"Your decision was not recorded: the job holds {final.get('decision')!r} by {final.get('reviewer')} "
-                                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{suggest('inspect', store=ctx.store)}`")
+                                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{ctx.store.suggest('inspect')}`")
         return run_output(ctx, final_state)
 
 
-def review_draft(ctx: Context, args, command: str) -> tuple[int, list]:
-    """For decide and revise (the job open): reviewer and reason, a thread waiting at review; (draft, results)."""
-    need_text(args.reviewer, "--reviewer")
-    need_text(args.reason, "--reason")
+def review_draft(ctx: Context, reviewer: str, reason: str, command: str) -> tuple[int, list]:
+    """For decide, revise and retry (the job open): reviewer and reason, a thread waiting at review; (draft, results)."""
+    need_text(reviewer, "--reviewer")
+    need_text(reason, "--reason")
     checkpoint = waiting_checkpoint(ctx, command)
-    return current_draft(ctx.db, checkpoint["values"]["results"])
+    return current_draft(ctx.journal, checkpoint["values"]["results"])
 
 
-def waiting_checkpoint(ctx: Context, command: str) -> dict:
-    """The saved checkpoint, refused unless the thread waits at the review interrupt, naming what it waits for instead."""
-    checkpoint = ctx.checkpoint()
-    state = ctx.review(checkpoint)
-    values = checkpoint["values"]
-    if state == "decided":
-        missing = "" if ctx.store.has_receipt() else f"; its receipt.json is missing: `{suggest('resume', store=ctx.store)}` rewrites it"
-        raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}")
-    refuse_if_decision_saved(checkpoint, ctx.store, command)
-    if state == "pending":
-        pending = [r for r in call_rows(ctx.db) if r["status"] == "pending"]
-        if checkpoint["waiting"]:  # a retry's call: its answer may yet become the next draft
-            raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
-        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review but for {uncertain_message(pending[0]['item_id'], pending[0]['operation_key'])}")
-    if state != "awaiting-review":
-        done = len(values.get("results") or [])
-        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review ({done} of {len(ctx.items)} items have a result); run `{suggest('resume', store=ctx.store)}` first")
-    return checkpoint
+def item_position(results: list, item_id: str) -> int:
+    """Where an item stands in the results, refused when the job has no such item."""
+    position = next((n for n, r in enumerate(results) if r["itemId"] == item_id), None)
+    if position is None:
+        raise DecisionError(f"No item {item_id!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
+    return position
 
 
-def describe_saved(decision: dict) -> str:
-    return (f"a decision is already saved ({decision.get('decision')} by {decision.get('reviewer')} at "
-            f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished")
-
-
-def refuse_if_decision_saved(checkpoint: dict, store, command: str) -> None:
-    saved = checkpoint["savedDecision"]
-    if saved:
-        raise DecisionError(f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
-                            f"Run `{suggest('resume', store=store)}` to finish recording it, then inspect the receipt")
-
-
-def cmd_revise(args) -> dict:
+def revise(store: Store, *, item: str, summary_file: str, citations_file: str | None = None, reviewer: str, reason: str) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
-    need_text(args.reviewer, "--reviewer")
-    need_text(args.reason, "--reason")
-    summary, citations = read_revision_files(args)  # before the job's lock: a file that cannot be read holds nothing up
-    with open_job(store_for(args), "revise") as ctx:  # an edit sends nothing
-        draft, results = review_draft(ctx, args, "revise")
-        position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
-        if position is None:
-            raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
+    need_job_id(store)
+    need_text(reviewer, "--reviewer")
+    need_text(reason, "--reason")
+    summary, citations = read_revision_files(summary_file, citations_file)  # before the job's lock: a file that cannot be read holds nothing up
+    with open_job(store, "revise") as ctx:  # an edit sends nothing
+        draft, results = review_draft(ctx, reviewer, reason, "revise")
+        position = item_position(results, item)
         old = results[position]
-        proposal = revised_proposal(args.item, summary, citations, old)
-        item = ctx.items[position]
-        checked = check_proposal(json.dumps(proposal), item, ctx.sources[item["id"]])
+        proposal = revised_proposal(item, summary, citations, old)
+        checked = check_proposal(json.dumps(proposal), ctx.items[position], ctx.sources[ctx.items[position]["id"]])
         if checked["status"] != "validated":
-            raise DecisionError(f"Revision of {args.item} is invalid: {checked['reason']}; fix the files and run revise again")
+            raise DecisionError(f"Revision of {item} is invalid: {checked['reason']}; fix the files and run revise again")
         if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):
-            raise DecisionError(f"Revision of {args.item} changes nothing: its summary and citations are already exactly these (draft {draft}); edit the files, or decide on draft {draft}")
+            raise DecisionError(f"Revision of {item} changes nothing: its summary and citations are already exactly these (draft {draft}); edit the files, or decide on draft {draft}")
         stamp = now_utc()
         # the edited result says who changed it, in which version and why: every version hashes differently,
         # so a decision bound to an older version is refused even when an edit restores earlier words
-        checked["revision"] = {"draftVersion": draft + 1, "reviewer": args.reviewer, "reason": args.reason, "revisedAtUtc": stamp}
+        checked["revision"] = {"draftVersion": draft + 1, "reviewer": reviewer, "reason": reason, "revisedAtUtc": stamp}
         new_results = results[:position] + [checked] + results[position + 1:]
         digest = results_sha256(new_results)
         previous = results_sha256(results)
         change = {"before": {k: old.get(k) for k in ("status", "summary", "citations", "reason") if k in old},
                   "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]},
                   "previousResultsSha256": previous}
-        add_draft(ctx.db, draft + 1, args.item, new_results, args.reviewer, args.reason, change, stamp)
-        return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": args.item, "resultsSha256": digest,
-                "previousResultsSha256": previous, "reviewer": args.reviewer, "reason": args.reason,
+        with ctx.journal.transaction():
+            insert_draft(ctx.journal, draft + 1, item, new_results, reviewer, reason, change, stamp)
+        return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": item, "resultsSha256": digest,
+                "previousResultsSha256": previous, "reviewer": reviewer, "reason": reason,
                 "result": checked, "decideCommand": decide_command(ctx.store, new_results),
-                **failed_field(ctx.store, new_results, call_rows(ctx.db), ctx.manifest)}
+                **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest)}
 
 
-def read_revision_files(args) -> tuple[str, object]:
-    """revise's summary text and its citations (None when --citations-file is not given: the current ones are kept)."""
-    summary = read_text_file(args.summary_file, "--summary-file").replace("\r\n", "\n").strip("\n")  # as an editor saved it
-    if args.citations_file is None:
+def read_revision_files(summary_file: str, citations_file: str | None) -> tuple[str, object]:
+    """revise's summary text and its citations (None when no citations file is given: the current ones are kept)."""
+    summary = read_text_file(summary_file, "--summary-file").replace("\r\n", "\n").strip("\n")  # as an editor saved it
+    if citations_file is None:
         return summary, None
     try:
-        return summary, strict_json(read_text_file(args.citations_file, "--citations-file"))
+        return summary, strict_json(read_text_file(citations_file, "--citations-file"))
     except ValueError as exc:
         raise DecisionError(f"--citations-file is not valid JSON ({clip(exc, 80)}); write a list of {{\"quote\", \"claim\"}} objects") from None
 
@@ -3990,7 +5049,9 @@ def read_text_file(path: str, flag: str) -> str:
         raise DecisionError(f"{flag} {path} is not UTF-8; save it as UTF-8") from None
 
 
-def cmd_retry(args) -> dict:
+
+
+def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version.
 
     The job's thread stays where it is, waiting at the review interrupt: like
@@ -4001,63 +5062,48 @@ def cmd_retry(args) -> dict:
     within maxAttemptsPerItem and maxModelCalls, with the reviewer and reason
     in a `retry` event. Its answer and its draft are committed together.
     """
-    with open_job(store_for(args), "retry") as ctx:  # provider settings are checked below, once the retry may go
-        draft, results = review_draft(ctx, args, "retry")
-        position = next((n for n, r in enumerate(results) if r["itemId"] == args.item), None)
-        if position is None:
-            raise DecisionError(f"No item {args.item!r} in this job; items are {', '.join(r['itemId'] for r in results)}")
+    need_job_id(store)
+    with open_job(store, "retry") as ctx:  # provider settings are checked below, once the retry may go
+        draft, results = review_draft(ctx, reviewer, reason, "retry")
+        position = item_position(results, item)
         if results[position]["status"] != "failed":
-            raise DecisionError(f"Item {args.item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
-                                f"Edit it by hand instead: {revise_command(ctx.store, args.item)}")
-        item = ctx.items[position]
+            raise DecisionError(f"Item {item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
+                                f"Edit it by hand instead: {revise_command(ctx.store, item)}")
+        entry = ctx.items[position]
         model_results = ctx.checkpoint()["values"].get("results") or []
-        prompt = model_input(item, ctx.sources[item["id"]], [] if ctx.concurrency > 1 else model_results[:position])  # as the graph asked
-        refusal = retry_refusal(item["id"], call_rows(ctx.db), ctx.manifest)
+        prompt = model_input(entry, ctx.sources[entry["id"]], [] if ctx.concurrency > 1 else model_results[:position])  # as the graph asked
+        refusal = retry_refusal(entry["id"], call_rows(ctx.journal), ctx.manifest)
         if refusal:
-            raise BudgetError(f"Cannot retry item {item['id']}: {refusal}; nothing was sent. Revise it by hand: "
-                              f"{revise_command(ctx.store, item['id'])}; or decide reject or hold: {decide_command(ctx.store, results)}")
+            raise BudgetError(f"Cannot retry item {entry['id']}: {refusal}; nothing was sent. Revise it by hand: "
+                              f"{revise_command(ctx.store, entry['id'])}; or decide reject or hold: {decide_command(ctx.store, results)}")
         if ctx.job["mode"] == "openai":  # the job's state is judged first, the provider settings only for a call that may go
             check_provider_settings()
-        request = {"itemId": item["id"], "reviewer": args.reviewer, "reason": args.reason, "draftVersion": draft}
-        drafted = {}
+        request = {"itemId": entry["id"], "reviewer": reviewer, "reason": reason, "draftVersion": draft}
+        drafted: dict = {}
 
-        def record(db, key, output_text):
-            drafted.update(retry_draft(db, ctx.store, ctx.job, ctx.manifest, ctx.sources, key, output_text, request))
+        def record(journal, key, output_text):
+            drafted.update(retry_draft(journal, ctx, key, output_text, request))
 
         try:
-            call_or_hold(ctx.db, ctx.job, ctx.manifest, item, ctx.sources[item["id"]], prompt, ctx.say, retry=request, on_complete=record)
+            call_or_hold(ctx, ctx.journal, entry, prompt, say or ctx.say, retry=request, on_complete=record)
         except ProviderError as exc:
-            if getattr(exc, "uncertain", False):
+            if exc.uncertain:
                 raise
-            raise ProviderError(f"{exc}. At review `resume` changes nothing: once fixed, run this retry again (within the bounds), or revise the item") from None
+            raise ProviderError(f"{exc}. At review `resume` changes nothing: once fixed, run this retry again (within the bounds), or revise the item",
+                                not_sent=exc.not_sent) from None
         new_results = drafted.pop("results")
         out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(ctx.store, new_results)}
-        failed = failed_items(ctx.store, new_results, call_rows(ctx.db), ctx.manifest)
-        if failed:
-            out["failedItems"] = failed
+        out.update(failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest))
         return out
 
 
-def retry_request(db, key: str) -> dict | None:
-    """Who asked for this call by `retry`, and why (its `retry` event), or None for a call the graph made."""
-    # the latest: a retry that was not sent (no call happened) leaves its key to the next retry
-    row = db.execute("SELECT detail_json FROM call_events WHERE operation_key=? AND event='retry' ORDER BY id DESC LIMIT 1", (key,)).fetchone()
-    return json.loads(row[0]) if row else None
-
-
-def retry_keys(db) -> set:
-    if db is None or not table_exists(db, "call_events"):
-        return set()
-    return {r[0] for r in db.execute("SELECT operation_key FROM call_events WHERE event='retry'")}
-
-
-def retry_draft(db, store, job: dict, manifest: dict, sources: dict, key: str, output_text, request: dict) -> dict:
+def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: dict) -> dict:
     """Record a retried item's answer, checked like any proposal, as the next draft (inside the caller's transaction)."""
-    draft, results = current_draft(db, store.read_checkpoint(job)["values"].get("results") or [])
+    draft, results = current_draft(journal, ctx.checkpoint()["values"].get("results") or [])
     item_id = request["itemId"]
-    position = next(n for n, r in enumerate(results) if r["itemId"] == item_id)
-    item = next(i for i in manifest["items"] if i["id"] == item_id)
-    checked = check_proposal(output_text, item, sources[item_id])
+    position = item_position(results, item_id)
+    item = next(i for i in ctx.items if i["id"] == item_id)
+    checked = check_proposal(output_text, item, ctx.sources[item_id])
     stamp = now_utc()
     attempt = int(key.rsplit(":", 1)[1])
     checked["retry"] = {"draftVersion": draft + 1, "operationKey": key, "attempt": attempt,
@@ -4068,51 +5114,88 @@ def retry_draft(db, store, job: dict, manifest: dict, sources: dict, key: str, o
     shown = ("status", "summary", "citations", "reason")
     change = {"before": {k: old.get(k) for k in shown if k in old}, "after": {k: checked.get(k) for k in shown if k in checked},
               "previousResultsSha256": previous, "retry": {"operationKey": key, "attempt": attempt}}
-    db.execute("INSERT INTO drafts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-               (draft + 1, item_id, json.dumps(new_results), digest, request["reviewer"], request["reason"], json.dumps(change), stamp))
+    insert_draft(journal, draft + 1, item_id, new_results, request["reviewer"], request["reason"], change, stamp)
     return {"itemId": item_id, "operationKey": key, "attempt": attempt, "draftVersion": draft + 1, "resultsSha256": digest,
             "previousResultsSha256": previous, "reviewer": request["reviewer"], "reason": request["reason"],
             "result": checked, "results": new_results}
 
 
-def cmd_cancel(args) -> dict:
+def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
     """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards."""
-    with open_job(store_for(args), "cancel", seals=False, cancelled_ok=True) as ctx:  # ending a job needs no sound inputs
-        need_text(args.reviewer, "--reviewer")
-        need_text(args.reason, "--reason")
+    need_job_id(store)
+    with open_job(store, "cancel", seals=False, cancelled_ok=True) as ctx:  # ending a job needs no sound inputs
+        need_text(reviewer, "--reviewer")
+        need_text(reason, "--reason")
         checkpoint = ctx.checkpoint()
         state = ctx.review(checkpoint)
         if state == "decided":
             raise DecisionError(f"Final decision already recorded ({checkpoint['values']['final'].get('decision')}); a decided job cannot be cancelled")
         refuse_if_decision_saved(checkpoint, ctx.store, "cancel")
-        earlier = journal_outcome(ctx.db, "cancel")
+        earlier = journal_outcome(ctx.journal, "cancel")
         if earlier and ctx.store.has_receipt():
             raise DecisionError(f"Job already cancelled by {earlier['reviewer']} at {earlier['cancelledAtUtc']}; nothing more runs")
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
             write_receipt(ctx, None, "cancelled", {"cancel": earlier})
             return {"jobId": ctx.job["jobId"], "cancelled": earlier, "receiptRepaired": True}
-        record = {"reviewer": args.reviewer, "reason": args.reason, "cancelledAtUtc": now_utc(),
-                  "pendingCalls": [r["operation_key"] for r in call_rows(ctx.db) if r["status"] == "pending"]}
-        record_cancel(ctx.db, record)
+        record = {"reviewer": reviewer, "reason": reason, "cancelledAtUtc": now_utc(),
+                  "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"]}
+        with ctx.journal.transaction():
+            record_cancel(ctx.journal, record)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
         return {"jobId": ctx.job["jobId"], "cancelled": record}
 
 
-def cmd_seal(args) -> dict:
-    """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it)."""
-    out = os.path.abspath(args.out)
-    base = os.path.dirname(out)
-    if os.path.exists(out) and not args.force:
-        raise ManifestError(f"{args.out} exists; pass --force to overwrite it")
-    if args.mode == "openai" and not args.provider_transfer_approved:
+def seal(out: str, *, job_id: str, approved_by: str, mode: str, model: str, files=(), provider_transfer_approved: bool = False,
+         max_model_calls: int | None = None, max_attempts_per_item: int = 2, max_concurrent_calls: int | None = None,
+         mcp_command: str | None = None, mcp_uri: str | None = None, mcp_id: str | None = None, mcp_env=(), mcp_pass_env=(),
+         force: bool = False, file_mode: int = 0o600) -> dict:
+    """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it).
+
+    It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
+    """
+    target = os.path.abspath(out)
+    base = os.path.dirname(target)
+    if os.path.exists(target) and not force:
+        raise ManifestError(f"{out} exists; pass --force to overwrite it")
+    if mode == "openai" and not provider_transfer_approved:
         raise ManifestError("seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
                             "add it once the owner has approved sending the sources to the provider, or seal with --mode fake")
-    count = len(args.files) + bool(args.mcp_uri)
+    count = len(files) + bool(mcp_uri)
     if not 1 <= count <= 3:
         raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
-    if (args.mcp_env or args.mcp_pass_env) and not args.mcp_uri:
+    if (mcp_env or mcp_pass_env) and not mcp_uri:
         raise UsageError("--mcp-env and --mcp-pass-env set the MCP item's server environment: they need --mcp-uri and --mcp-command")
-    items = [seal_file_item(base, path, n) for n, path in enumerate(args.files, 1)]
+    items = seal_file_items(base, list(files))
+    if mcp_uri:
+        os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
+        items.append(seal_mcp_item(target, mcp_command, mcp_uri, mcp_id, mcp_env, mcp_pass_env, len(items) + 1))
+    manifest = {
+        "schemaVersion": 1, "jobId": job_id, "approved": True, "approvedBy": approved_by,
+        "mode": mode, "model": model, "providerTransferApproved": bool(provider_transfer_approved),
+        "maxModelCalls": max_model_calls if max_model_calls is not None else min(6, 2 * max(1, len(items))),
+        "maxAttemptsPerItem": max_attempts_per_item, "items": items,
+    }
+    if max_concurrent_calls is not None:
+        manifest["maxConcurrentCalls"] = max_concurrent_calls
+    try:
+        check_manifest(manifest)
+    except ManifestError as exc:
+        raise ManifestError(seal_flag_message(str(exc))) from None
+    raw = (json.dumps(manifest, indent=2) + "\n").encode()
+    os.makedirs(base, exist_ok=True)
+    if force:
+        write_atomic(target, raw, file_mode)
+    else:
+        try:
+            write_exclusive(target, raw, file_mode)  # never overwrites, even if the file appeared since the check above
+        except FileExistsError:
+            raise ManifestError(f"{out} exists; pass --force to overwrite it") from None
+    return {"jobId": job_id, "manifest": target, "manifestSha256": sha256_hex(raw), "items": items}
+
+
+def seal_file_items(base: str, files: list) -> list:
+    """The file items of a new manifest, each id its file's stem (a longer relative path when two stems meet)."""
+    items = [seal_file_item(base, path, n) for n, path in enumerate(files, 1)]
     paths = [i["path"] for i in items]
     for path in paths:
         if paths.count(path) > 1:
@@ -4125,40 +5208,11 @@ def cmd_seal(args) -> dict:
             if len({t["id"] for t in twins}) < len(twins):
                 for twin in twins:
                     twin["id"] = twin["path"][-80:].lstrip("/")
-    if args.mcp_uri:
-        os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
-        items.append(seal_mcp_item(args, len(items) + 1))
-    manifest = {
-        "schemaVersion": 1, "jobId": args.job_id, "approved": True, "approvedBy": args.approved_by,
-        "mode": args.mode, "model": args.model, "providerTransferApproved": bool(args.provider_transfer_approved),
-        "maxModelCalls": args.max_model_calls if args.max_model_calls is not None else min(6, 2 * max(1, len(items))),
-        "maxAttemptsPerItem": args.max_attempts_per_item, "items": items,
-    }
-    if args.max_concurrent_calls is not None:
-        manifest["maxConcurrentCalls"] = args.max_concurrent_calls
-    try:
-        check_manifest(manifest)
-    except ManifestError as exc:
-        raise ManifestError(seal_flag_message(str(exc))) from None
-    raw = (json.dumps(manifest, indent=2) + "\n").encode()
-    os.makedirs(base, exist_ok=True)
-    # private (0600) like every file this program writes: a readable manifest lets anyone confirm a guess of a
-    # short source by its sha256; --use-umask asks for the umask's mode instead (a team's shared folder)
-    mode = 0o666 & ~args.user_umask if args.use_umask else 0o600
-    if args.force:
-        write_atomic(out, raw, mode)
-    else:
-        try:
-            write_exclusive(out, raw, mode)  # never overwrites, even if the file appeared since the check above
-        except FileExistsError:
-            raise ManifestError(f"{args.out} exists; pass --force to overwrite it") from None
-    return {"jobId": args.job_id, "manifest": out, "manifestSha256": sha256_hex(raw), "items": items}
+    return items
 
 
 SEAL_FLAG_OF_KEY = {"jobId": "--job-id", "approvedBy": "--approved-by", "model": "--model", "maxModelCalls": "--max-model-calls",
                     "maxAttemptsPerItem": "--max-attempts-per-item", "maxConcurrentCalls": "--max-concurrent-calls"}
-
-
 def seal_flag_message(message: str) -> str:
     """A manifest rule's refusal, worded for the seal flag a person typed ("--max-model-calls (the manifest's maxModelCalls) must ...")."""
     for key, flag_name in SEAL_FLAG_OF_KEY.items():
@@ -4187,21 +5241,23 @@ def manifest_path_for(base: str, path: str) -> str:
     return full
 
 
-def seal_mcp_item(args, n: int) -> dict:
-    if not args.mcp_command:
+
+
+def seal_mcp_item(target: str, mcp_command: str | None, mcp_uri: str, mcp_id: str | None, mcp_env, mcp_pass_env, n: int) -> Item:
+    if not mcp_command:
         raise ManifestError("--mcp-uri needs --mcp-command (the server's argv as one JSON list or a plain command)")
     try:
-        command = strict_json(args.mcp_command) if args.mcp_command.lstrip().startswith("[") else args.mcp_command.split()
+        command = strict_json(mcp_command) if mcp_command.lstrip().startswith("[") else mcp_command.split()
     except ValueError:
         raise ManifestError("--mcp-command must be a JSON list of strings or a plain command") from None
-    spec = {"command": command, "uri": args.mcp_uri}
-    if args.mcp_env:
-        spec["env"] = seal_mcp_env(args.mcp_env)
-    if args.mcp_pass_env:
-        spec["passEnv"] = list(args.mcp_pass_env)
-    item = {"id": args.mcp_id or f"mcp{n}", "mcp": spec, "sha256": "0" * 64}
+    spec: dict = {"command": command, "uri": mcp_uri}
+    if mcp_env:
+        spec["env"] = seal_mcp_env(list(mcp_env))
+    if mcp_pass_env:
+        spec["passEnv"] = list(mcp_pass_env)
+    item = cast(Item, {"id": mcp_id or f"mcp{n}", "mcp": spec, "sha256": "0" * 64})
     check_item(item, n)
-    data = read_mcp_source(item, os.path.dirname(os.path.abspath(args.out)))
+    data = read_mcp_source(item, os.path.dirname(target))
     item["sha256"] = sha256_hex(data)
     check_source_bytes(item, data)
     return item
@@ -4220,9 +5276,11 @@ def seal_mcp_env(pairs: list) -> dict:
     return env
 
 
-def cmd_verify(args) -> dict:
+
+
+def verify(store: Store) -> dict:
     """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
-    store = store_for(args)
+    need_job_id(store)
     if store.has_job():
         store.check_files()  # a damaged or lost database is named before anything reads it
     snap = read_snapshot(store)
@@ -4233,21 +5291,18 @@ def cmd_verify(args) -> dict:
     return {"jobId": snap.job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
-def cmd_jobs(args) -> dict:
-    """List every job in a store (--store URL) or in the state directories under a folder (--root DIR)."""
-    if args.root and args.store:
+def jobs(*, store: str | None = None, roots=(), program: str | None = None, from_env: bool = False) -> dict:
+    """List every job in a store (store=URL) or in the state directories under folders (roots)."""
+    if roots and store:
         raise UsageError("give --store URL or --root DIR, not both")
-    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
-    if url:
-        stores = PgStore.all_jobs(url, from_env=not args.store)
-    elif args.root:
-        stores = state_dirs_under(args.root)
-    else:
-        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
-    return {"jobs": [job_row(store) for store in stores]}
+    if store:
+        return {"jobs": store_job_rows(PgStore(store, "", from_env=from_env, program=program))}
+    if roots:
+        return {"jobs": [job_row(found) for found in state_dirs_under(list(roots), program)]}
+    raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
 
 
-def state_dirs_under(roots: list) -> list:
+def state_dirs_under(roots: list, program: str | None = None) -> list:
     """A StateDirStore for every state directory at any depth under the roots, in path order.
 
     A folder is one when it holds a job.json file; nothing else is read to tell. Symlinked
@@ -4258,7 +5313,7 @@ def state_dirs_under(roots: list) -> list:
     for root in roots:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root} is not a folder; name the folder that holds your state directories (at any depth)")
-        errors = []
+        errors: list = []
         for folder, subfolders, files in os.walk(root, onerror=errors.append, followlinks=False):
             subfolders.sort()
             if JOB_FILE in files and os.path.isfile(os.path.join(folder, JOB_FILE)):
@@ -4266,14 +5321,13 @@ def state_dirs_under(roots: list) -> list:
                 subfolders.clear()
         if errors and errors[0].filename == root:
             raise UsageError(f"--root {root} cannot be listed ({errors[0].strerror}); name the folder that holds your state directories") from None
-    return [StateDirStore(folder) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
+    return [StateDirStore(folder, program) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
-def job_row(store) -> dict:
+def job_row(store: Store, snap: Snapshot | None = None) -> dict:
     """One line of `jobs`: where a job stands and the command that takes it on."""
-    token = _COMMAND_STORE.set(store)
     try:
-        snap = read_snapshot(store)
+        snap = snap or read_snapshot(store)
         try:
             out = where_it_stands(snap, {})
         finally:
@@ -4287,327 +5341,48 @@ def job_row(store) -> dict:
     except JobError as exc:
         return {"jobId": getattr(store, "job_id", None) or store.where(), "phase": "unreadable", "next": str(exc),
                 "approvedBy": None, "mode": None, "createdAtUtc": None}
-    finally:
-        _COMMAND_STORE.reset(token)
 
 
-def cmd_migrate(args) -> dict:
-    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
-    url = args.store or os.environ.get(STORE_ENV)
-    if not url:
-        raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
-    store = PgStore(url, "", from_env=not args.store)
-    conn = store.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
+def store_job_rows(lister: PgStore) -> list:
+    """Every job of a store, oldest first, all read on one connection."""
+    db = lister.db()
     try:
-        result = migrate_store(store, conn)
-        for role in args.grant or []:
-            grant_store(store, conn, role)
+        if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
+            return []
+        ids = [r["job_id"] for r in db.rows("SELECT job_id FROM durable_job.jobs ORDER BY created_utc, job_id")]
+        return [job_row(lister.for_job(job_id)) for job_id in ids]
+    finally:
+        lister.close()
+
+
+def migrate_schema(store: str, *, grant=(), program: str | None = None, from_env: bool = False) -> dict:
+    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
+    target = PgStore(store, "", from_env=from_env, program=program)
+    conn = target.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
+    try:
+        result = migrate_store(target, conn)
+        for role in grant:
+            grant_store(target, conn, role)
     finally:
         conn.close()
-    return {"store": store.public, "schema": STORE_SCHEMA, **result, "granted": list(args.grant or [])}
-
-
-def grant_store(store: PgStore, conn, role: str) -> None:
-    """What a role that runs jobs needs: the schema's use, rows of its tables read and written, its sequences. No CREATE."""
-    import psycopg
-    from psycopg import sql
-
-    who = sql.Identifier(role)
-    try:
-        for statement in ("GRANT USAGE ON SCHEMA durable_job TO {}",
-                          "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
-                          "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}"):
-            conn.execute(sql.SQL(statement).format(who))
-    except psycopg.Error as exc:
-        raise StateError(f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner") from None
-
-
+    return {"store": target.public, "schema": STORE_SCHEMA, **result, "granted": list(grant)}
 ###############################################################################
-# Verify and the receipt
-###############################################################################
-
-# What a terminal outcome leaves behind (receipt.json, or the store's receipts row), and the
-# offline checks `verify` runs over everything a job keeps: each returns its line of the report.
-
-
-def receipt_head(final: dict | None, cancel: dict | None) -> dict:
-    """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
-    who = final or cancel or {}
-    return {"decision": (final or {}).get("decision"), "reviewer": who.get("reviewer"), "reason": who.get("reason"),
-            "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
-
-
-def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
-    """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
-    fields = {
-        "outcome": "decided" if final else "cancelled" if cancel else None,
-        **receipt_head(final, cancel),
-        "jobId": job["jobId"],
-        "threadId": job["threadId"],
-        "manifestPath": job["manifestPath"],
-        "manifestSha256": job["manifestSha256"],
-        "codeSha256": job["codeSha256"],
-        "version": job["version"],
-        "dependencies": job.get("dependencies"),
-        "resultsSha256": results_sha256(results),
-        "draftVersion": draft,
-        "statuses": {r["itemId"]: r["status"] for r in results},
-        "final": final,
-    }
-    if cancel:
-        fields["cancel"] = cancel
-    return fields
-
-
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
-    """Write receipt.json atomically for a terminal outcome (decided or cancelled)."""
-    draft, results = current_draft(ctx.db, (ctx.checkpoint()["values"].get("results") or []))
-    cancel = (extra or {}).get("cancel")
-    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}),
-               "writtenAtUtc": now_utc()}
-    ctx.store.write_receipt(receipt)
-    return receipt
-
-
-def verify_refusal(report: dict) -> SealError | None:
-    """A report with a failed check exits 2 after it is printed whole: one HOLD line naming the first problem."""
-    failed = [c for c in report["checks"] if not c["ok"]]
-    if failed:
-        return SealError(f"verify found {len(failed)} problem(s), first: {failed[0]['name']}: {failed[0]['detail']}")
-    return None
-
-
-def verify_checks(snap: Snapshot) -> list:
-    checks = []
-
-    def check(name, fn):
-        try:
-            detail = fn()
-            checks.append({"name": name, "ok": True, "detail": detail or "ok"})
-        except JobError as exc:
-            checks.append({"name": name, "ok": False, "detail": str(exc)})
-        except Exception as exc:  # damaged saved state must fail the check, never crash verify
-            checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
-
-    sealed = {}
-
-    def seals():  # MCP items against the copies kept at sealing: verify never launches a program the state names
-        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed")
-        return "version, program, dependencies, manifest and sources match"
-
-    check("files", snap.store.check_whole)
-    check("seals", seals)
-    check("journal", lambda: journal_invariants(snap.calls, retry_keys(snap.db)))
-    check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
-    check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
-    check("events", lambda: events_invariants(snap, sealed.get("manifest")))
-    check("receipt", lambda: receipt_invariants(snap))
-    return checks
-
-
-def journal_invariants(calls, retries: set = frozenset()) -> str:
-    by_base = {}
-    for r in calls:
-        by_base.setdefault(r["base_key"], []).append(r)
-        if r["operation_key"] != f"{r['base_key']}:{r['attempt']}":
-            raise SealError(f"journal row {r['operation_key']} does not match its base key and attempt")
-        if r["status"] not in ("pending", "completed", "abandoned", "rejected"):
-            raise SealError(f"journal row {r['operation_key']} has unknown status {r['status']!r}")
-        if r["status"] == "completed" and (r["output_text"] is None or not r["response_id"]):  # "" is an empty answer, kept
-            raise SealError(f"completed row {r['operation_key']} has no output or response id")
-    for base, rows in by_base.items():
-        ordered = sorted(rows, key=lambda r: r["attempt"])
-        attempts = [r["attempt"] for r in ordered]
-        if attempts != list(range(1, len(attempts) + 1)):
-            raise SealError(f"attempts for {base[:16]}… are not contiguous: {attempts}")
-        # a next attempt is only ever taken after an abandoned or rejected one, or by a person's `retry`
-        # after a completed one: at most one pending, last
-        earlier = [r for r, after in zip(ordered, ordered[1:]) if r["status"] not in ("abandoned", "rejected")
-                   and not (r["status"] == "completed" and after["operation_key"] in retries)]
-        if earlier:
-            raise SealError(f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})")
-    return f"{len(calls)} calls, {len(by_base)} operations"
-
-
-def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
-    """Every saved result is what its journaled output gives when checked again (sources permitting)."""
-    results = snap.model_results
-    if snap.final:
-        draft, current = current_draft(snap.db, results)
-        if snap.final.get("resultsSha256") != results_sha256(current):
-            raise SealError("the final decision's resultsSha256 does not match the saved results")
-    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
-    retries = retry_keys(snap.db)  # a retry's answer is a later draft (drafts_invariants), not the graph's result
-    for r in results:
-        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed" and c["operation_key"] not in retries]
-        if not done and r.get("status") == "failed" and str(r.get("reason", "")).startswith(NO_CALL_LEFT):
-            check_no_call_left(snap.calls, r["itemId"], manifest)
-            continue
-        if not done:
-            raise SealError(f"item {r.get('itemId')} has a saved result but no completed call in the journal")
-        output = done[-1]["output_text"]
-        if texts is not None and r.get("itemId") in items:
-            if check_proposal(output, items[r["itemId"]], texts[r["itemId"]]) != r:
-                raise SealError(f"item {r['itemId']}'s saved result differs from its journaled output checked again against the source")
-        elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output))) != r.get("proposalSha256"):
-            raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
-    return f"{len(results)} results, resultsSha256 {results_sha256(snap.results)}"
-
-
-def check_no_call_left(calls: list, item_id: str, manifest: dict | None) -> None:
-    """An item failed for want of a call: the journal must show the bound that refused it."""
-    if manifest is None:
-        return
-    attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
-    if attempts < manifest["maxAttemptsPerItem"] and len(calls) < manifest["maxModelCalls"]:
-        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds")
-    if any(c["item_id"] == item_id and c["status"] in ("pending", "completed") for c in calls):
-        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
-
-
-def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
-    """Every journal row is what its own event history gives, and within the manifest's items and bounds."""
-    history = {}
-    for e in query(snap.db, "SELECT operation_key, event, detail_json FROM call_events ORDER BY id") if snap.db is not None else []:
-        history.setdefault(e["operation_key"], []).append((e["event"], json.loads(e["detail_json"] or "null") or {}))
-    if manifest is not None:
-        items = {i["id"] for i in manifest["items"]}
-        if len(snap.calls) > manifest["maxModelCalls"]:
-            raise SealError(f"the journal holds {len(snap.calls)} calls, over the manifest's maxModelCalls {manifest['maxModelCalls']}")
-        for r in snap.calls:
-            if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
-                raise SealError(f"journal row {r['operation_key']} is for item {r['item_id']!r} attempt {r['attempt']}, outside the manifest's items and bounds")
-    for r in snap.calls:
-        events = after_unsent(r["operation_key"], history.pop(r["operation_key"], []))
-        if not events or events[0][0] != "dispatch":
-            raise SealError(f"journal row {r['operation_key']} has no dispatch event: it was not made by a run")
-        status, ids = "pending", None
-        for event, detail in events[1:]:
-            if event == "completed":
-                status, ids = "completed", (detail.get("responseId"), detail.get("requestId"))
-            elif event == "rejected":
-                status = "rejected"
-            elif event == "reconciled":
-                status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
-        if status != r["status"] or (ids is not None and tuple(scrub(i) for i in ids) != (r["response_id"], r["request_id"])):
-            raise SealError(f"journal row {r['operation_key']} says {r['status']} but its events say {status}" +
-                            ("" if status != r["status"] else " with other response or request ids"))
-    history = {key: events for key, events in history.items() if after_unsent(key, events)}
-    if history:
-        raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
-    return f"{len(snap.calls)} calls, each what its events give, within the bounds" if manifest else f"{len(snap.calls)} calls, each what its events give"
-
-
-def after_unsent(key: str, events: list) -> list:
-    """An operation's events after its last attempt that was never sent (whose row was removed).
-
-    Each such attempt is exactly `dispatch` then `not-sent` (with a person's `retry` between them
-    when the `retry` command asked for it): a call with any other outcome recorded is never forgotten.
-    """
-    while any(event == "not-sent" for event, _ in events):
-        end = next(n for n, (event, _) in enumerate(events) if event == "not-sent")
-        if [event for event, _ in events[:end + 1]] not in (["dispatch", "not-sent"], ["dispatch", "retry", "not-sent"]):
-            raise SealError(f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed")
-        events = events[end + 1:]
-    return events
-
-
-def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
-    """Every revision changed one item of the draft before it, by the recorded person, into a result valid against its source."""
-    rows = list(query(snap.db, "SELECT * FROM drafts ORDER BY version")) if snap.db is not None and table_exists(snap.db, "drafts") else []
-    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
-    before = snap.model_results
-    folded = set()
-    for version, row in enumerate(rows, 2):
-        where = f"draft {row['version']}"
-        if row["version"] != version:
-            raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
-        after = json.loads(row["results_json"])
-        if results_sha256(after) != row["results_sha256"] or json.loads(row["change_json"]).get("previousResultsSha256") != results_sha256(before):
-            raise SealError(f"{where}: its stored hashes do not match its results and the draft before it")
-        changed = [n for n, (a, b) in enumerate(zip(before, after)) if a != b]
-        if len(after) != len(before) or [r["itemId"] for r in after] != [r["itemId"] for r in before] or \
-                [after[n]["itemId"] for n in changed] != [row["item_id"]]:
-            raise SealError(f"{where}: it changes more than its one item {row['item_id']}")
-        edited = dict(after[changed[0]])
-        retry = json.loads(row["change_json"]).get("retry")
-        if retry is not None:
-            folded.add(retry_draft_invariant(snap, row, edited, retry, items, texts))
-            before = after
-            continue
-        stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
-        if edited.pop("revision", None) != stamp:
-            raise SealError(f"{where}: the edited result does not name the person, reason and time the journal recorded")
-        if texts is not None and row["item_id"] in items:
-            proposal = {"itemId": row["item_id"], "summary": edited.get("summary"), "citations": edited.get("citations")}
-            if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]]) != edited:
-                raise SealError(f"{where}: item {row['item_id']}'s edit is not what validating it against the source gives")
-        before = after
-    answered = {c["operation_key"] for c in snap.calls if c["status"] == "completed"} & retry_keys(snap.db)
-    if answered - folded and not snap.cancel:  # only a cancel may leave a reconciled retry's answer out of the drafts
-        raise SealError(f"retried call {sorted(answered - folded)[0]} was answered but is in no draft")
-    return f"{len(rows)} revision(s), each one item validated against its source (or a retry's checked answer)" if rows else "no revisions"
-
-
-def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None) -> str:
-    """A retry's draft: its item's result is the retried call's journaled answer, checked against the source."""
-    where = f"draft {row['version']}"
-    key = retry.get("operationKey")
-    call = next((c for c in snap.calls if c["operation_key"] == key), None)
-    request = retry_request(snap.db, key) if call is not None else None
-    if call is None or call["status"] != "completed" or call["item_id"] != row["item_id"] or request is None:
-        raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of item {row['item_id']} in the journal")
-    stamp = {"draftVersion": row["version"], "operationKey": key, "attempt": call["attempt"], "reviewer": row["reviewer"],
-             "reason": row["reason"], "retriedAtUtc": row["created_utc"]}
-    if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
-        raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
-    if texts is not None and row["item_id"] in items:
-        if check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]]) != edited:
-            raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
-    return key
-
-
-def receipt_invariants(snap: Snapshot) -> str:
-    raw = snap.store.read_receipt()
-    terminal = snap.final or snap.cancel
-    if raw is None:
-        if terminal:
-            fix = f"`{suggest('resume', store=snap.store)}` rewrites it" if snap.final else f"`{suggest('cancel', '--reviewer', 'YOU', '--reason', 'WHY', store=snap.store)}` again finishes it"
-            raise SealError(f"the job has a terminal outcome but receipt.json is missing; {fix}")
-        return "no terminal outcome yet"
-    receipt = strict_json(raw)
-    if not isinstance(receipt, dict):
-        raise SealError("receipt.json is not a JSON object")
-    if receipt.get("jobId") != snap.job["jobId"] or receipt.get("codeSha256") != snap.job["codeSha256"]:
-        raise SealError("receipt.json does not belong to this job")
-    if snap.final and receipt.get("final") != snap.final:
-        raise SealError("receipt.json's decision differs from the checkpoint's")
-    draft, results = current_draft(snap.db, snap.model_results)
-    expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results)
-    for key, value in expected.items():
-        if receipt.get(key) != value:
-            raise SealError(f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}")
-    return f"receipt for outcome {receipt.get('outcome')}"
-
-
-###############################################################################
-# Workers: submit and work (a queue over the shared store)
+# 18. Workers: submit and work (a queue over the shared store)
 ###############################################################################
 #
 # `submit` seals a job into a store and runs nothing; any number of `work`
 # processes, on any machines, run the store's jobs. PostgreSQL is the only
 # coordination: a worker claims a job by taking the job's own advisory lock
 # (the lock every writing command takes), so two workers never run one job and
-# a killed worker's job is free again at once. The journal's protocol is the
-# one `resume` follows: a `pending` row commits before its request, so whatever
-# is killed when, no operation key reaches the provider twice, and a call whose
-# outcome is unknown waits for a person.
+# a killed worker's job is free again at once. A worker runs each job through
+# resume(), so the journal's protocol is exactly the one a person's `resume`
+# follows: a `pending` row commits before its request, so whatever is killed
+# when, no operation key reaches the provider twice, and a call whose outcome
+# is unknown waits for a person.
 
 WORK_IDLE_FIRST = 0.5   # seconds a polling worker first waits when nothing is runnable
 WORK_IDLE_MAX = 30.0    # the back-off's ceiling
 WORK_MAX_CONCURRENCY = 8
-_WORK_STOP: list = []   # the stop event of the running `work` command, if any: its runs send no new call once it is set
-
 # The store's jobs a worker may take on, oldest first. A prefilter only (the
 # decision is made under the job's lock): its lock free (lock_key's two 32-bit
 # halves, as pg_locks shows a bigint advisory lock), no pending call, not
@@ -4631,38 +5406,20 @@ ORDER BY j.created_utc, j.job_id
 """
 
 
-def refuse_if_stopping(job: dict) -> None:
-    """Before a model step of a run inside a stopping `work`: send nothing new, leave the job ready."""
-    if _WORK_STOP and _WORK_STOP[0].is_set():
-        raise WorkerStopping(f"Job {job['jobId']}: the worker is stopping, so no new call was sent; the job is ready for the next `work` or `resume`")
-
-
-def store_url_for(args, command: str) -> tuple[str, bool]:
-    """(URL, from the environment?) of the store a queue command names; a state directory has no queue."""
-    if getattr(args, "state_dir", None):
-        raise UsageError(f"{command} works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
-    if args.store:
-        check_store_url(args.store)
-        return args.store, False
-    if os.environ.get(STORE_ENV):
-        check_store_url(os.environ[STORE_ENV])
-        return os.environ[STORE_ENV], True
-    raise UsageError(f"{command} needs --store URL (or {STORE_ENV}): the shared PostgreSQL store that holds the jobs")
-
-
-def cmd_submit(args) -> dict:
+def submit(store: Store, manifest_path: str) -> dict:
     """Seal a job into a store as start does, and run nothing: a `work` process runs it."""
-    store_url_for(args, "submit")
-    store = store_for(args)
-    manifest, raw = read_manifest(args.manifest)
+    if not isinstance(store, PgStore):
+        raise UsageError(f"submit works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
+    manifest, raw = read_manifest(manifest_path)
+    store = cast(PgStore, for_manifest(store, manifest))
     existing = store.has_job()
     if existing:
         check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
     else:
-        sources = load_sources(manifest, args.manifest)
+        sources = load_sources(manifest, manifest_path)
         store.prepare_new()
         with store.lock("submit"):
-            job = new_job(manifest, args.manifest, raw)
+            job = new_job(manifest, manifest_path, raw, job_dependencies(store))
             store.seal_job(job, raw, sources)
             crash_point("after-seal", job)
     snap = read_snapshot(store)
@@ -4671,10 +5428,7 @@ def cmd_submit(args) -> dict:
     finally:
         snap.close()
     if out["phase"] in ("not-started", "ready"):
-        import shlex
-
-        flags = " ".join(shlex.quote(w) for w in store.address()[:-2])  # the store's address without --job
-        work = " ".join(filter(None, [program_name(), "work", flags, "--until-idle"]))
+        work = command_line(store.program, "work", store.store_address(), "--until-idle")
         out["next"] = f"a worker runs it: {work} (or run it here: {out['next']})"
     return out
 
@@ -4684,31 +5438,24 @@ def needs_person(snap: Snapshot) -> bool:
     return snap.phase not in ("not-started", "ready") or latest_rejected(snap.calls)
 
 
-def latest_rejected(calls: list) -> bool:
-    """Whether some item's latest attempt was refused by the provider: a person fixes the cause and resumes."""
-    latest = {}
-    for r in calls:  # creation order: the last row of a base key is its latest attempt
-        latest[r["base_key"]] = r["status"]
-    return "rejected" in latest.values()
-
-
 def progress_mark(snap: Snapshot) -> tuple:
     """What changes when a job moves: a worker that failed on a job tries it again only once this differs."""
     return (snap.phase, len(snap.calls), tuple(r["status"] for r in snap.calls), snap.values.get("index"), len(snap.model_results))
 
 
+
+
 class Worker:
     """One `work` process: up to `concurrency` threads, each claiming a runnable job and running it to its next stop."""
 
-    def __init__(self, url: str, from_env: bool, concurrency: int, until_idle: bool):
+    def __init__(self, store: PgStore, concurrency: int, until_idle: bool, stop: threading.Event | None = None):
         import socket
-        import threading
 
-        self.url, self.from_env, self.concurrency, self.until_idle = url, from_env, concurrency, until_idle
-        self.public = public_url(url)
+        self.store, self.concurrency, self.until_idle = store, concurrency, until_idle
+        self.public = store.public
         self.host = socket.gethostname().split(".")[0]
         self.pid = os.getpid()
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()
         self.guard = threading.Lock()
         self.busy: set = set()      # jobs this process runs right now
         self.failed: dict = {}      # job id -> progress_mark when it last failed here
@@ -4721,7 +5468,7 @@ class Worker:
 
     def loop(self) -> None:
         """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
-        reader = PgStore(self.url, "", from_env=self.from_env)
+        reader = self.store.for_job("")
         idle = WORK_IDLE_FIRST
         try:
             while not self.stop.is_set():
@@ -4737,9 +5484,9 @@ class Worker:
 
     def candidates(self, reader: PgStore) -> list:
         db = reader.db()
-        if db.run("SELECT to_regclass('durable_job.checkpoint_writes')").fetchone()[0] is None:
+        if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
             return []  # a store not set up yet holds no job
-        return [r[0] for r in db.run(RUNNABLE_SQL)]
+        return [r["job_id"] for r in db.rows(RUNNABLE_SQL)]
 
     def run_one(self, reader: PgStore) -> bool:
         """Run the first runnable job this thread can claim; False when there is none."""
@@ -4751,44 +5498,36 @@ class Worker:
                     continue
                 self.busy.add(job_id)
             try:
-                if self.try_job(job_id, reader):
+                if self.try_job(reader.for_job(job_id)):
                     return True
             finally:
                 with self.guard:
                     self.busy.discard(job_id)
         return False
 
-    def try_job(self, job_id: str, reader: PgStore) -> bool:
-        store = PgStore(self.url, job_id, from_env=self.from_env)
-        store.reader = reader.db()  # the thread's read connection (closed with the reader, not here)
-        token = _COMMAND_STORE.set(store)  # the messages a run raises suggest commands for this job
+    def try_job(self, store: PgStore) -> bool:
+        """Run the job if, as read, it needs no person and has not failed here as it stands."""
         try:
-            try:
-                snap = read_snapshot(store)
-            except JobError:
-                return False  # unreadable: `jobs` and `status` say why
-            try:
-                mark = progress_mark(snap)
-            finally:
-                snap.close()
-            if needs_person(snap) or self.failed.get(job_id) == mark:
-                return False
-            return self.run_job(store, snap.phase, mark)
-        finally:
-            _COMMAND_STORE.reset(token)
+            snap = read_snapshot(store)
+        except JobError:
+            return False  # unreadable: `jobs` and `status` say why
+        snap.close()
+        mark = progress_mark(snap)
+        if needs_person(snap) or self.failed.get(store.job_id) == mark:
+            return False
+        return self.run_job(store, snap.phase, mark)
 
     def run_job(self, store: PgStore, phase: str, mark: tuple) -> bool:
-        """Claim the job (its advisory lock) and run it exactly as `resume` would; False if it was not ours to run."""
+        """Claim the job (its advisory lock) and run it as `resume`; False if it was not ours to run."""
         job_id, began = store.job_id, time.monotonic()
         record = {"jobId": job_id, "from": phase}
+        worker_store = PgStore(store.url, job_id, from_env=store.from_env, program=store.program)  # its own connections
         try:
-            with open_job(store, "work", calls_model=True) as ctx:
-                if ctx.review() != "before-review" or latest_rejected(call_rows(ctx.db)):
-                    return False  # it moved since we looked (another worker, a person): under the lock, it is not runnable
-                self.say(f"job {job_id}: claimed ({phase})")
-                state = run_graph(ctx)
-                record["to"] = ctx.review(checkpoint_of(state))
-                record["results"] = [r["status"] for r in state.values.get("results") or []]
+            out = resume(worker_store, command="work", stop=self.stop, runnable_only=True, on_claim=lambda: self.say(f"job {job_id}: claimed ({phase})"))
+            if out is None:
+                return False  # it moved since we looked (another worker, a person): under the lock, it is not runnable
+            record["to"] = self.phase_now(store)
+            record["results"] = [r["status"] for r in out["results"]]
         except BusyError:
             return False  # another worker (or a person's command) holds it: not a transition
         except JobError as exc:
@@ -4800,6 +5539,8 @@ class Worker:
             record["to"] = self.phase_now(store)
             record["hold"] = f"InternalError: {type(exc).__name__}: {clip(redact(exc), 200)}"
             self.failed[store.job_id] = self.mark_now(store, mark)
+        finally:
+            worker_store.close()
         record["seconds"] = round(time.monotonic() - began, 3)
         with self.guard:
             self.runs.append(record)
@@ -4830,6 +5571,42 @@ class Worker:
         snap.close()
         return progress_mark(snap)
 
+    def run(self, signals: bool = True) -> dict:
+        """Run the threads until they end (idle with until_idle, or stopped); the summary `work` prints.
+
+        With signals, SIGTERM and Ctrl-C stop it gracefully: no new job, no new call, the call in flight
+        ends within its timeout; a second signal exits at once, leaving that call pending as a kill would.
+        """
+        import signal
+
+        stopped: list = []
+
+        def on_signal(signum, frame):
+            if stopped:  # a second signal: go now, as a kill would; a call in flight stays pending
+                self.say("second signal: exiting now; a call in flight stays pending (status, then reconcile)")
+                os._exit(2)
+            stopped.append(signum)
+            self.say(f"{signal.Signals(signum).name}: taking no new job; letting in-flight calls end (a second signal exits at once)")
+            self.stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
+        self.say(f"started: store {self.public}, concurrency {self.concurrency}" + (", until idle" if self.until_idle else ", polling"))
+        try:
+            threads = [threading.Thread(target=contextvars.copy_context().run, args=(self.loop,), name=f"work-{n}", daemon=True)
+                       for n in range(self.concurrency)]
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)  # short joins: the main thread stays free to take a signal
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        out = self.summary(bool(stopped) or self.stop.is_set())
+        self.say(f"exiting: {len(self.runs)} run(s)" + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
+                 + (" (stopped by a signal)" if stopped else ""))
+        return out
+
     def summary(self, stopped: bool) -> dict:
         counts: dict = {}
         for r in self.runs:
@@ -4839,69 +5616,23 @@ class Worker:
                 "counts": counts, "runs": self.runs}
 
 
-def cmd_work(args) -> dict:
-    """Run the store's jobs that can go on without a person, each to its next stop, up to --concurrency at once."""
-    import signal
-    import threading
-
-    url, from_env = store_url_for(args, "work")
-    if not 1 <= args.concurrency <= WORK_MAX_CONCURRENCY:
-        raise UsageError(f"--concurrency {args.concurrency} is out of range: give 1 to {WORK_MAX_CONCURRENCY} jobs at once per worker")
+def work(store: Store, *, concurrency: int = 1, until_idle: bool = False, stop: threading.Event | None = None, signals: bool = True) -> dict:
+    """Run the store's jobs that can go on without a person, each to its next stop, up to `concurrency` at once."""
+    if not isinstance(store, PgStore):
+        raise UsageError(f"work works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
+    if not 1 <= concurrency <= WORK_MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {concurrency} is out of range: give 1 to {WORK_MAX_CONCURRENCY} jobs at once per worker")
     need_psycopg()
-    worker = Worker(url, from_env, args.concurrency, args.until_idle)
-    _WORK_STOP[:] = [worker.stop]
-    stopped = []
-
-    def on_signal(signum, frame):
-        if stopped:  # a second signal: go now, as a kill would; a call in flight stays pending
-            worker.say("second signal: exiting now; a call in flight stays pending (status, then reconcile)")
-            os._exit(2)
-        stopped.append(signum)
-        worker.say(f"{signal.Signals(signum).name}: taking no new job; letting in-flight calls end (a second signal exits at once)")
-        worker.stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    worker.say(f"started: store {worker.public}, concurrency {worker.concurrency}" + (", until idle" if worker.until_idle else ", polling"))
-    try:
-        threads = [threading.Thread(target=contextvars.copy_context().run, args=(worker.loop,), name=f"work-{n}", daemon=True)
-                   for n in range(worker.concurrency)]
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(0.2)  # short joins: the main thread stays free to take a signal
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        _WORK_STOP.clear()
-    out = worker.summary(bool(stopped))
-    worker.say(f"exiting: {len(worker.runs)} run(s)" + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
-               + (" (stopped by a signal)" if stopped else ""))
-    return out
-
-
-def text_work(out: dict, where) -> list:
-    lines = [f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
-             + (" (stopped by a signal)" if out["stopped"] else "")]
-    for r in out["runs"]:
-        lines.append(f"  {r['jobId']:<16} {r['from']} -> {r['to']}" + (f"  HOLD: {r['hold']}" if r.get("hold") else ""))
-    return lines
-
-
-def text_submit(out: dict, where) -> list:
-    said = "already in the store: reported as it stands" if out.get("existing") else "sealed into the store; nothing run"
-    return [f"  {said}", f"  phase: {out['phase']}"]
+    return Worker(store, concurrency, until_idle, stop).run(signals)
 
 
 ###############################################################################
-# Output: JSON, text and the review page
+# 19. Output: text renderers
 ###############################################################################
-
 
 # A command's text (on a terminal, or with --text) is its own renderer's lines
 # under one header; piped output stays the JSON document. The renderers are
 # listed with each command in COMMANDS (CLI section).
-
 
 def text_document(command: str, out: dict, where, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
@@ -4970,8 +5701,10 @@ def cancelled_line(record: dict) -> str:
     return f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}"
 
 
-def receipt_line(where) -> str:
-    return f"  receipt: {as_store(where).receipt_location()}"
+
+
+def receipt_line(store: Store) -> str:
+    return f"  receipt: {store.receipt_location()}"
 
 
 def text_run(out: dict, where) -> list:
@@ -5064,11 +5797,14 @@ def text_cancel(out: dict, where) -> list:
     return lines
 
 
-def text_seal(out: dict, where) -> list:
+
+
+def text_seal(out: dict, store) -> list:
     lines = [f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})"]
     for item in out.get("items") or []:
         lines.append(f"  {item['id']:<12} {item.get('path') or item.get('mcp', {}).get('uri')}  sha256 {item['sha256']}")
-    lines.append(f"  next: {suggest('start', '--manifest', out.get('manifest') or 'MANIFEST')}")
+    start_flags = ("--manifest", out.get("manifest") or "MANIFEST")
+    lines.append(f"  next: {store.suggest('start', *start_flags) if store else command_line(program_name(), 'start', ['--state-dir', 'DIR'], *start_flags)}")
     return lines
 
 
@@ -5085,6 +5821,19 @@ def text_migrate(out: dict, where) -> list:
             *(f"  granted {role} use of it" for role in out.get("granted") or [])]
 
 
+def text_work(out: dict, where) -> list:
+    lines = [f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
+             + (" (stopped by a signal)" if out["stopped"] else "")]
+    for r in out["runs"]:
+        lines.append(f"  {r['jobId']:<16} {r['from']} -> {r['to']}" + (f"  HOLD: {r['hold']}" if r.get("hold") else ""))
+    return lines
+
+
+def text_submit(out: dict, where) -> list:
+    said = "already in the store: reported as it stands" if out.get("existing") else "sealed into the store; nothing run"
+    return [f"  {said}", f"  phase: {out['phase']}"]
+
+
 def jobs_table(jobs: list) -> str:
     """`jobs` on a terminal: one row per job, the next step on the line below."""
     if not jobs:
@@ -5099,316 +5848,137 @@ def jobs_table(jobs: list) -> str:
     return "\n".join(lines)
 
 
-# On the page every control and invisible format character is shown as its escape (as on a terminal),
-# except the line breaks and tabs a source's layout needs.
-PAGE_VISIBLE = {c: v for c, v in TERMINAL_CONTROLS.items() if c not in (9, 10, 13)}
-
-
-def escape_text(text) -> str:
-    """Text for the review page: markup escaped, bidi controls and invisible format characters shown as escapes
-    (html is imported only when a page is written). For attributes, the title and the source's own layout."""
-    import html
-
-    return html.escape(str(text).translate(PAGE_VISIBLE))
-
-
-def escape(text) -> str:
-    """Text as page content: escaped (escape_text), and its direction isolated in <bdi> so that right-to-left
-    text cannot reorder what stands around it (ASCII text has no right-to-left letter: it needs no isolation)."""
-    text = str(text)
-    return escape_text(text) if text.isascii() else f"<bdi>{escape_text(text)}</bdi>"
-
-
-def refuse_sealed_target(path: str, job: dict, store) -> None:
-    """A read-only command must never write over the job: its state directory, its manifest or a source."""
-    target = os.path.realpath(path)
-    if store.holds_path(path):
-        raise UsageError(f"--html {path} is inside the state directory {store.where()}; write the page somewhere else")
-    manifest = read_manifest_quiet(job) or {}
-    base = os.path.dirname(job["manifestPath"])
-    sealed = [job["manifestPath"]] + [os.path.join(base, i["path"]) for i in manifest.get("items", []) if "path" in i]
-    if target in {os.path.realpath(p) for p in sealed}:
-        raise UsageError(f"--html {path} is a file the job seals (its manifest or a source); write the page somewhere else")
-
-
-PAGE_CSS = (
-    "*{box-sizing:border-box}"
-    "body{font:16px/1.45 system-ui,sans-serif;margin:0 auto;padding:.75rem;max-width:60rem;color:#111;background:#fff;overflow-wrap:anywhere}"
-    "h1{font-size:1.5rem;margin:.25rem 0}h2{font-size:1.15rem;margin:.25rem 0 .5rem}"
-    "header p{margin:.3rem 0}.meta{color:#444;font-size:.9rem}dl{margin:.25rem 0}dt{font-weight:bold}dd{margin:0 0 .4rem 0}"
-    "section{border:1px solid #ccc;border-radius:8px;padding:.75rem;margin:.75rem 0}"
-    "pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.5rem;border-radius:6px;margin:.5rem 0}"
-    "mark{background:#ffe066}mark a{color:inherit}.bad{color:#a00;font-weight:bold}.ok{color:#060;font-weight:bold}"
-    ".pill{border-radius:1rem;padding:0 .5rem;border:1px solid currentColor}.wait{color:#8a5a00;font-weight:bold}"
-    ".call{border-top:1px solid #ddd;padding:.4rem 0;font-size:.9rem}.call:first-of-type{border-top:0}"
-    "code{overflow-wrap:anywhere;font-size:.9em}.cmd{background:#eef;padding:.5rem;border-radius:6px;display:block;user-select:all;white-space:pre-wrap}"
-    "ol{padding-left:1.4rem}li{margin:.25rem 0}.note{color:#555;font-size:.85rem}"
-    "details.id{display:inline-block;vertical-align:top;max-width:100%}details.id summary{cursor:pointer}"
-    "details.id[open] summary code{display:none}details.id .full{display:block;user-select:all}"
-    ".raw summary{cursor:pointer;font-weight:bold}"
-)
-
-
-def write_html(path: str, snap: Snapshot, out: dict) -> None:
-    """One self-contained review page (no network, no external assets, no script); every string escaped."""
-    e = escape
-    manifest, sources = snap.store.sealed_copies(snap.job)
-    manifest = manifest or {}
-    items = {i["id"]: i for i in manifest.get("items", [])}
-    job = snap.job
-    phase = snap.phase
-    cls = {"decided": "ok", "awaiting-review": "wait", "cancelled": "bad", "uncertain-call": "bad"}.get(phase, "wait")
-    owner = job.get("approvedBy") or manifest.get("approvedBy") or "?"
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        "<meta name='referrer' content='no-referrer'>",
-        f"<title>durable_job review: {escape_text(job['jobId'])}</title><style>{PAGE_CSS}</style></head><body>",
-        f"<header><h1>{e(job['jobId'])}</h1>",
-        f"<p><span class='pill {cls}'>{e(phase)}</span> draft {int(out['draftVersion'])} · "
-        f"{len([r for r in snap.results if r.get('status') == 'validated'])}/{len(items) or len(snap.results)} validated · "
-        f"<a href='#decide'>next step</a></p>",
-        f"<p class='meta'>mode {e(str(job.get('mode')))} · model {e(str(job.get('model')))} · approved by {e(str(owner))}</p>",
-        f"<details><summary>seals</summary><dl class='meta'><dt>resultsSha256</dt><dd><code>{e(out['resultsSha256'])}</code></dd>"
-        f"<dt>manifest</dt><dd><code>{e(job['manifestPath'])}</code><br><code>{e(job['manifestSha256'])}</code></dd>"
-        f"<dt>program</dt><dd><code>{e(job['codeSha256'])}</code> ({e(job['version'])})</dd>"
-        f"<dt>created</dt><dd>{e(job['createdAtUtc'])}</dd></dl></details>",
-    ]
-    if out.get("sealBroken"):
-        parts.append(f"<p class='bad'>Seal broken: {e(out['sealBroken'])}</p>")
-    parts.append("</header><main>")
-    results = {r["itemId"]: r for r in snap.results}
-    order = list(items) + [i for i in results if i not in items]
-    raw = answered_calls(snap)
-    ways = {f["itemId"]: f for f in failed_items(snap.store, snap.results, snap.calls, manifest or None)} if snap.waiting and not snap.cancel else {}
-    for n, item_id in enumerate(order):
-        parts.append(item_section(n, results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
-                                  sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id)))
-    parts.append(journal_section(snap))
-    parts.append(history_section(out.get("drafts") or []))
-    parts.append(decision_section(snap, out))
-    parts.append("</main></body></html>")
-    write_atomic(path, "\n".join(parts).encode("utf-8"))
-
-
-ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
-ID_SHOWN = 14  # characters kept at each end of a longer id on the page
-
-def long_id(value, keep: int = ID_SHOWN) -> str:
-    """An id or hash on the page: a short one as it is; a long one clipped to its two ends, the full
-    value one tap away (a <details>, no script) and selectable; the title shows it on hover. A
-    400-character response id otherwise fills 17 lines of a phone screen."""
-    text = str(value)
-    if len(text) <= ID_WHOLE:
-        return f"<code>{escape(text)}</code>"
-    return (f"<details class='id'><summary title='{escape_text(text)}'><code>{escape(text[:keep])}…{escape(text[-keep:])}</code></summary>"
-            f"<code class='full'>{escape(text)}</code></details>")
-
-
-def answered_calls(snap: Snapshot) -> dict:
-    """item id → the journal row whose answer gave the item's current result: a retry's own call, else the item's
-    latest completed call the graph used. The review page shows a failed item's raw output from it."""
-    retries = retry_keys(snap.db)
-    out = {}
-    for r in snap.results:
-        key = (r.get("retry") or {}).get("operationKey")
-        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"
-                and (c["operation_key"] == key if key else c["operation_key"] not in retries)]
-        if done:
-            out[r["itemId"]] = done[-1]
-    return out
-
-
-def read_manifest_quiet(job: dict):
-    try:
-        return read_manifest(job["manifestPath"])[0]
-    except JobError:
-        return None
-
-
-def read_sources_quiet(job: dict, kept: dict) -> dict:
-    """{item id: text} of the sources that still match their seal; an MCP source from its kept copy (never launched)."""
-    manifest = read_manifest_quiet(job)
-    texts = {}
-    if not manifest:
-        return texts
-    base = os.path.dirname(job["manifestPath"])
-    for item in manifest["items"]:
-        if "mcp" in item and item["id"] not in kept:
-            continue
-        try:
-            data = kept[item["id"]] if "mcp" in item else read_file_source(base, item)
-            texts[item["id"]] = check_source_bytes(item, data)
-        except JobError:
-            pass
-    return texts
-
-
-def highlight(source: str, citations: list, n: int) -> str:
-    """The source with each cited quote marked and linked to its claim (first non-overlapping occurrence)."""
-    spans, anchors = [], []
-    for c, cite in enumerate(citations):
-        quote = cite.get("quote") or ""
-        at = source.find(quote) if quote else -1
-        while at >= 0 and any(s < at + len(quote) and at < e for s, e, _ in spans):
-            at = source.find(quote, at + 1)
-        if at >= 0:
-            spans.append((at, at + len(quote), c))
-        elif quote and quote in source:  # overlaps an earlier quote everywhere: anchor it where it starts
-            anchors.append((source.find(quote), c))
-    out, pos = [], 0
-    for start, end, c in sorted(spans):
-        out.append(escape_text(source[pos:start]))
-        out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if pos <= at <= start)
-        out.append(f"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{escape_text(source[start:end])}</a></mark>")
-        pos = end
-    out.extend(f"<span id='q{n}-{a}'></span>" for at, a in anchors if at >= pos and not any(s <= at < e for s, e, _ in spans))
-    out.append(escape_text(source[pos:]))
-    return "".join(out)
-
-
-def item_section(n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> str:
-    e = escape
-    cls = "ok" if r["status"] == "validated" else "bad"
-    where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
-    parts = [f"<section id='item{n}'><h2>{e(r['itemId'])} <span class='{cls}'>{e(r['status'])}</span></h2>",
-             f"<p class='meta'>source <code>{e(str(where))}</code> · sha256 {long_id(r['sourceSha256'])}</p>"]
-    if r.get("revision"):
-        rev = r["revision"]
-        parts.append(f"<p class='wait'>Edited by {e(str(rev.get('reviewer')))} in draft {int(rev.get('draftVersion') or 0)}: {e(str(rev.get('reason')))}</p>")
-    if r.get("retry"):
-        rt = r["retry"]
-        parts.append(f"<p class='wait'>Retried by {e(str(rt.get('reviewer')))} in draft {int(rt.get('draftVersion') or 0)} "
-                     f"(attempt {int(rt.get('attempt') or 0)}): {e(str(rt.get('reason')))}</p>")
-    if r["status"] == "validated":
-        parts.append(f"<p><b>Summary:</b> {e(r['summary'])}</p><ol>")
-        for c, cite in enumerate(r["citations"]):
-            parts.append(f"<li id='c{n}-{c}'><a href='#q{n}-{c}'>“{e(cite['quote'])}”</a> — {e(cite['claim'])}</li>")
-        parts.append("</ol>")
-    elif r["status"] == "failed":
-        parts.append(f"<p class='bad'>Failed: {e(r.get('reason', ''))}</p>")
-        parts.append(failed_help(call, ways))
-    else:
-        parts.append("<p class='note'>No result yet: see the journal and the next step below.</p>")
-    if source is not None:
-        cites = r.get("citations") if r["status"] == "validated" else []
-        parts.append(f"<pre>{highlight(source, cites or [], n)}</pre>")
-    else:
-        parts.append("<p class='bad'>Source not shown: it cannot be read here (an MCP source, or it no longer matches its seal).</p>")
-    parts.append("</section>")
-    return "".join(parts)
-
-
-def failed_help(call, ways: dict | None) -> str:
-    """A failed item's raw model output (escaped, from the journal) and the ways on: retry within the bounds, or revise."""
-    e = escape
-    parts = []
-    if call is not None:
-        output = call["output_text"]
-        shown = f"<pre>{e(output)}</pre>" if output else "<p class='note'>(empty: the provider returned no text)</p>"
-        parts.append(f"<details class='raw' open><summary>The model's raw output (attempt {int(call['attempt'])}, from the journal)</summary>"
-                     f"{shown}</details>")
-    if ways:
-        if "retryCommand" in ways:
-            parts.append("<p>Retry it: spends its next model call (never done automatically):</p>"
-                         f"<code class='cmd'>{e(ways['retryCommand'])}</code>")
-        else:
-            parts.append(f"<p class='note'>No retry: {e(ways['retryRefused'])}.</p>")
-        parts.append(f"<p>Or revise it by hand:</p><code class='cmd'>{e(ways['reviseCommand'])}</code>")
-    return "".join(parts)
-
-
-def usage_text(usage_json) -> str:
-    if not usage_json:
-        return ""
-    try:
-        usage = json.loads(usage_json)
-    except ValueError:
-        return str(usage_json)
-    if not isinstance(usage, dict):
-        return str(usage_json)
-    names = (("input_tokens", "input"), ("output_tokens", "output"), ("total_tokens", "total"))
-    shown = [f"{usage[k]} {label}" for k, label in names if isinstance(usage.get(k), int)]
-    return "tokens: " + " · ".join(shown) if shown else json.dumps(usage, sort_keys=True)
-
-
-def journal_section(snap: Snapshot) -> str:
-    e = escape
-    if not snap.calls:
-        return "<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>"
-    rows = []
-    retries = retry_keys(snap.db)
-    for r in snap.calls:
-        cls = {"completed": "ok", "pending": "bad", "rejected": "bad"}.get(r["status"], "wait")
-        retried = " (retry)" if r["operation_key"] in retries else ""
-        row = [f"<div class='call'><b>{e(r['item_id'])}</b> attempt {int(r['attempt'])}{retried} <span class='{cls}'>{e(r['status'])}</span>",
-               f"<br>{long_id(r['operation_key'])}"]
-        if r["response_id"] or r["request_id"]:
-            row.append(f"<br>response {long_id(r['response_id'] or '–')} · request {long_id(r['request_id'] or '–')}")
-        if r["usage_json"]:
-            row.append(f"<br>{e(usage_text(r['usage_json']))}")
-        row.append(f"<br><span class='note'>{e(r['created_utc'])} → {e(r['updated_utc'])}</span>")
-        if r["reconciliation_json"]:
-            try:
-                rec = json.loads(r["reconciliation_json"])
-                row.append(f"<br><span class='note'>reconciled: {e(str(rec.get('action')))} by {e(str(rec.get('reviewer')))}: {e(str(rec.get('reason')))}</span>"
-                           if "reviewer" in rec else f"<br><span class='note'>{e(clip(r['reconciliation_json'], 300))}</span>")
-            except ValueError:
-                pass
-        if r["status"] == "pending":
-            row.append("<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
-                       f"<code class='cmd'>{e(reconcile_command(snap.store, r['operation_key']))}</code>")
-        row.append("</div>")
-        rows.append("".join(row))
-    return f"<section id='journal'><h2>Journal</h2>{''.join(rows)}</section>"
-
-
-def history_section(drafts: list) -> str:
-    e = escape
-    if not drafts:
-        return "<section id='drafts'><h2>Drafts</h2><p>Draft 1: the model's results, unrevised.</p></section>"
-    rows = []
-    for d in drafts:
-        before, after = d["change"].get("before", {}), d["change"].get("after", {})
-        retry = d["change"].get("retry")
-        how = f"retried (attempt {int(retry.get('attempt') or 0)})" if retry else "edited"
-        rows.append(
-            f"<li><b>v{int(d['version'])}</b>: {e(d['itemId'])} {how} by {e(d['reviewer'])} — {e(d['reason'])} <span class='note'>({e(d['createdUtc'])})</span>"
-            f"<br>before ({e(str(before.get('status')))}): {e(str(before.get('summary') or before.get('reason') or ''))}"
-            + (f"<br>after ({e(str(after.get('status')))}): {e(str(after.get('reason')))}" if after.get("status") == "failed" else
-               f"<br>after: {e(str(after.get('summary')))} <span class='note'>({len(after.get('citations') or [])} citation(s))</span>") +
-            f"<br><span class='note'>resultsSha256 {long_id(d['resultsSha256'])}</span></li>")
-    return ("<section id='drafts'><h2>Drafts</h2><p class='note'>v1 is the model's results; every later version is a person's edit, "
-            f"or the answer to a person's retry, validated like model output.</p><ol>{''.join(rows)}</ol></section>")
-
-
-def decision_section(snap: Snapshot, out: dict) -> str:
-    e = escape
-    if snap.final:
-        f = snap.final
-        bound = (f"bound to resultsSha256 <code>{e(str(f.get('boundResultsSha256')))}</code>" if f.get("bound") or f.get("boundResultsSha256")
-                 else "not bound to a results hash")
-        return (f"<section id='decide'><h2>Decision</h2><p><b>{e(str(f.get('decision')))}</b> by {e(str(f.get('reviewer')))}: {e(str(f.get('reason')))}"
-                f" <span class='note'>({e(str(f.get('decidedAtUtc')))}, draft {e(str(f.get('draftVersion', 1)))}, {bound})</span></p></section>")
-    if snap.cancel:
-        pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
-        extra = "".join(f"<p>Pending call kept for accounting:</p><code class='cmd'>{e(reconcile_command(snap.store, k))}</code>" for k in pending)
-        return (f"<section id='decide'><h2>Cancelled</h2><p>by {e(snap.cancel['reviewer'])}: {e(snap.cancel['reason'])} "
-                f"<span class='note'>({e(snap.cancel.get('cancelledAtUtc', ''))})</span></p><p>Nothing more runs.</p>{extra}</section>")
-    if out.get("decideCommand"):
-        return ("<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
-                f"<code class='cmd'>{e(out['decideCommand'])}</code>"
-                "<p class='note'>Choose one of the decisions offered, and put your name and your reason in place of YOU and WHY.</p></section>")
-    why = ("A decision was saved, but the decide that saved it stopped before it finished." if snap.saved_decision
-           else "A run is in progress." if snap.phase == "running"
-           else "The job is not waiting for review yet.")
-    return f"<section id='decide'><h2>Next step</h2><p>{why}</p><p><code class='cmd'>{e(out.get('next') or next_step(snap))}</code></p></section>"
-
-
 ###############################################################################
-# CLI
+# 20. CLI: argparse and main()
 ###############################################################################
+
+# Each cmd_* parses nothing itself: it hands the parsed flags to its command in the API above.
+# main() adds what only the command line knows: the program as it was typed (every suggested
+# command names it), the user's umask, and the typed line a busy refusal says to paste again.
+
+
+def store_from(args) -> Store:
+    """The store a job command's flags name: --state-dir, or --store (or DURABLE_JOB_STORE) with --job.
+
+    Kept on args (args.opened) for main(): a store's output field, the commands a HOLD line suggests, closing it.
+    """
+    url, from_env = getattr(args, "store", None), False
+    if not getattr(args, "state_dir", None) and not url:
+        url, from_env = os.environ.get(STORE_ENV), True
+    store = open_store(state_dir=getattr(args, "state_dir", None), store=url, job=getattr(args, "job", None),
+                       program=args.program, from_env=from_env)
+    args.opened = store
+    return store
+
+
+def store_url_from(args, command: str) -> Store:
+    """The store a queue command (submit, work) names; a state directory has no queue."""
+    if getattr(args, "state_dir", None):
+        raise UsageError(f"{command} works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
+    if not args.store and not os.environ.get(STORE_ENV):
+        raise UsageError(f"{command} needs --store URL (or {STORE_ENV}): the shared PostgreSQL store that holds the jobs")
+    return store_from(args)
+
+
+def with_manifests_job(args, store: Store) -> Store:
+    """start and submit in a store name the manifest's job (read first, so that every message names it)."""
+    store = for_manifest(store, read_manifest(args.manifest)[0]) if isinstance(store, PgStore) else store
+    args.opened = store
+    return store
+
+
+def cmd_start(args) -> dict:
+    """Seal the manifest and run the job until the review interrupt."""
+    return start(with_manifests_job(args, store_from(args)), args.manifest)
+
+
+def cmd_resume(args) -> dict:
+    """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
+    return cast(dict, resume(store_from(args)))
+
+
+def cmd_status(args) -> dict:
+    """Show the journal's calls in creation order (read-only, no lock)."""
+    return status(store_from(args))
+
+
+def cmd_inspect(args) -> dict:
+    """Show the sealed job, results, their hash and the final decision from saved state (runs nothing)."""
+    return inspect(store_from(args), html=args.html)
+
+
+def cmd_reconcile(args) -> dict:
+    """Resolve one pending call: complete it from a response file, or abandon it."""
+    return reconcile(store_from(args), operation_key=args.operation_key, action=args.action, reviewer=args.reviewer,
+                     reason=args.reason, response_file=args.response_file)
+
+
+def cmd_decide(args) -> dict:
+    """Record the person's final decision once, while the job waits at review."""
+    return decide(store_from(args), decision=args.decision, reviewer=args.reviewer, reason=args.reason, results_sha256=args.results_sha256)
+
+
+def cmd_revise(args) -> dict:
+    """Edit one item while the job awaits review: a new draft version, validated like model output."""
+    return revise(store_from(args), item=args.item, summary_file=args.summary_file, citations_file=args.citations_file,
+                  reviewer=args.reviewer, reason=args.reason)
+
+
+def cmd_retry(args) -> dict:
+    """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
+    return retry(store_from(args), item=args.item, reviewer=args.reviewer, reason=args.reason)
+
+
+def cmd_cancel(args) -> dict:
+    """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards."""
+    return cancel(store_from(args), reviewer=args.reviewer, reason=args.reason)
+
+
+def cmd_seal(args) -> dict:
+    """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it)."""
+    if args.store or os.environ.get(STORE_ENV):  # the start it suggests names the store
+        args.opened = PgStore(args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store, program=args.program)
+    return seal(args.out, job_id=args.job_id, approved_by=args.approved_by, mode=args.mode, model=args.model, files=args.files,
+                provider_transfer_approved=args.provider_transfer_approved, max_model_calls=args.max_model_calls,
+                max_attempts_per_item=args.max_attempts_per_item, max_concurrent_calls=args.max_concurrent_calls,
+                mcp_command=args.mcp_command, mcp_uri=args.mcp_uri, mcp_id=args.mcp_id, mcp_env=args.mcp_env or (),
+                mcp_pass_env=args.mcp_pass_env or (), force=args.force,
+                # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
+                file_mode=0o666 & ~args.user_umask if args.use_umask else 0o600)
+
+
+def cmd_verify(args) -> dict:
+    """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
+    return verify(store_from(args))
+
+
+def cmd_jobs(args) -> dict:
+    """List every job in a store (--store URL) or in the state directories under a folder (--root DIR)."""
+    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    if args.root and args.store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    return jobs(store=url, roots=args.root or (), program=args.program, from_env=not args.store)
+
+
+def cmd_migrate(args) -> dict:
+    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
+    url = args.store or os.environ.get(STORE_ENV)
+    if not url:
+        raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
+    return migrate_schema(url, grant=args.grant or (), program=args.program, from_env=not args.store)
+
+
+def cmd_submit(args) -> dict:
+    """Seal a job into a store as start does, and run nothing: a `work` process runs it."""
+    return submit(with_manifests_job(args, store_url_from(args, "submit")), args.manifest)
+
+
+def cmd_work(args) -> dict:
+    """Run the store's jobs that can go on without a person, each to its next stop, up to --concurrency at once."""
+    store = store_url_from(args, "work")
+    args.opened = None  # a worker's output names its store itself
+    return work(store, concurrency=args.concurrency, until_idle=args.until_idle)
+
 
 class Command:
     """One CLI command: the function that runs it, its text renderer, its own flags.
@@ -5471,7 +6041,6 @@ SEAL_FLAGS = [
     flag("--use-umask", action="store_true", help="create the manifest with your umask's mode (e.g. 0644) instead of private 0600"),
     flag("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)"),
 ]
-
 # To add a command: write cmd_NAME (its docstring's first line is its help) and
 # text_NAME, then add one row here with the flags it takes beyond the common ones.
 COMMANDS = {
@@ -5516,10 +6085,7 @@ COMMANDS = {
         flag("--concurrency", type=int, default=1, metavar="N", help=f"run up to N jobs at once in this process (1-{WORK_MAX_CONCURRENCY}, default 1)")],
         state_dir=False),
 }
-
 CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate", "work")  # a failure in these leaves nothing to resume
-
-
 def help_command(command: str = "") -> str:
     """The command that lists a command's flags (or all commands)."""
     return f"`{program_name()} {command + ' ' if command else ''}--help`"
@@ -5597,29 +6163,40 @@ def refuse_unknown_flag(name: str, words: list) -> None:
         raise UsageError(f"unknown flag {flag_name} for {name}{abbreviated}; {advice} See {help_command(name)}")
 
 
-def emit(command: str, out: dict, fmt: str | None, where=None) -> None:
+
+
+def emit(command: str, out: dict, fmt: str | None, store=None) -> None:
     """Print a command's document: its text on a terminal (or with --text), else the JSON."""
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
     if fmt == "text":
-        text = text_document(command, printable(next_lines(out)), where, COMMANDS[command].text)
+        text = text_document(command, printable(next_lines(out)), store, COMMANDS[command].text)
     else:
         text = json.dumps(out, indent=2, ensure_ascii=False)
     sys.stdout.write(redact(text) + "\n")
     sys.stdout.flush()
 
 
-def known_store(args):
+def run_again(argv: list) -> str:
+    """The command line as the person typed it, quoted to paste."""
+    import shlex
+
+    return f"`{program_name()} {shlex.join(argv)}`"
+
+
+def known_store(args) -> Store | None:
     """The job the failed command named, if it got that far (None before its command line was read)."""
-    store = _COMMAND_STORE.get()
+    if args is None:
+        return None
+    store = getattr(args, "opened", None)
     if store is None and getattr(args, "state_dir", None):
-        store = StateDirStore(args.state_dir)
+        store = StateDirStore(args.state_dir, program_name())
     return store
 
 
 def command_for(command: str, args) -> str:
     """The command for the job the failed command named, ready to paste; its bare name before the job is known."""
     store = known_store(args)
-    return suggest(command, store=store) if store is not None else f"`{command}`"
+    return store.suggest(command) if store is not None else f"`{command}`"
 
 
 def after_stop(args) -> str:
@@ -5634,13 +6211,13 @@ def interrupted(args) -> str:
         snap = read_snapshot(store) if store is not None and store.has_job() else None
     except Exception:  # the store is gone too, say: the plain advice is still right
         snap = None
-    if snap is None:
+    if snap is None or store is None:
         return f"stopped by Ctrl-C; {after_stop(args)}"
     snap.close()
     pending = [r for r in snap.calls if r["status"] == "pending"]
     if not pending:
-        return f"stopped by Ctrl-C; no model call was in flight: run {suggest('status', store=store)}, then {suggest('resume', store=store)}"
-    then = "then review and decide (nothing to resume)" if snap.waiting else f"then {suggest('resume', store=store)}"
+        return f"stopped by Ctrl-C; no model call was in flight: run {store.suggest('status')}, then {store.suggest('resume')}"
+    then = "then review and decide (nothing to resume)" if snap.waiting else f"then {store.suggest('resume')}"
     first = pending[0]
     more = f" (and {len(pending) - 1} more: `status` lists them)" if len(pending) > 1 else ""
     return (f"stopped by Ctrl-C while call {first['operation_key']} for item {first['item_id']} was in flight{more}: it may have reached "
@@ -5648,22 +6225,22 @@ def interrupted(args) -> str:
             f"{reconcile_command(store, first['operation_key'])}; {then}")
 
 
+def hold_line(exc: JobError) -> str:
+    return f"HOLD: {type(exc).__name__}: {printable(' '.join(redact(exc).split()))}"
+
+
 def main(argv=None) -> int:
     user_umask = os.umask(0o077)  # everything this program creates is private; seal --use-umask asks for the user's own
-    _COMMAND_STORE.set(None)
     if os.environ.get(STORE_ENV):
         remember_secrets(os.environ[STORE_ENV])
     argv = sys.argv[1:] if argv is None else list(argv)
-    _COMMAND_LINE.set(argv)
     args = None
     try:
         args = parse_command_line(argv)
-        args.user_umask = user_umask
+        args.user_umask, args.program, args.opened = user_umask, program_name(), None
         command = COMMANDS[args.command]
-        if args.command == "seal" and (args.store or os.environ.get(STORE_ENV)):  # the start it suggests names the store
-            _COMMAND_STORE.set(PgStore(args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store))
         out = command.run(args)
-        store = _COMMAND_STORE.get()
+        store = args.opened
         if store is not None and args.command not in ("jobs", "work"):
             out = {**out, **store.output_fields()}  # a store's job says which store (no password)
         emit(args.command, out, args.fmt, store)
@@ -5671,9 +6248,11 @@ def main(argv=None) -> int:
         if refusal:
             raise refusal
         return 0
+    except BusyError as exc:
+        print(hold_line(exc.with_command(run_again(argv))), file=sys.stderr)
+        return 2
     except JobError as exc:
-        message = printable(" ".join(redact(exc).split()))
-        print(f"HOLD: {type(exc).__name__}: {message}", file=sys.stderr)
+        print(hold_line(exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"HOLD: Interrupted: {printable(' '.join(redact(interrupted(args)).split()))}", file=sys.stderr)
@@ -5690,14 +6269,9 @@ def main(argv=None) -> int:
               "and set DURABLE_JOB_DEBUG=1 for a traceback to report", file=sys.stderr)
         return 2
     finally:
-        close_command_store()
-
-
-def close_command_store() -> None:
-    """Close what the command's store still holds open (a store's read connection): none outlives main()."""
-    store = _COMMAND_STORE.get()
-    if store is not None:
-        store.close()
+        opened = known_store(args)
+        if opened is not None:
+            opened.close()  # a store's read connection: none outlives main()
 
 
 if __name__ == "__main__":

@@ -312,7 +312,8 @@ def test_get_or_call_calls_once_and_reuses(tmp_path, monkeypatch):
     assert dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p") == "out"
     assert dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p") == "out"
     assert len(calls) == 1
-    row = dj.query(db, "SELECT * FROM calls").fetchone()
+    db.row_factory = sqlite3.Row
+    row = db.execute("SELECT * FROM calls").fetchone()
     assert row["status"] == "completed" and row["response_id"] == "resp" and json.loads(row["usage_json"]) == {"total_tokens": 3}
     digest = dj.sha256_hex(dj.canonical({"system": dj.SYSTEM, "prompt": "p", "model": "m", "version": dj.VERSION}))
     base = dj.sha256_hex(dj.canonical({"job": "j", "item": "alpha", "source": ITEM["sha256"], "input": digest}))
@@ -718,7 +719,8 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
     for name in ("base_key", "item_id", "input_sha256", "status", "created_utc", "updated_utc"):
         assert info[name] == ("TEXT", 1, 0), name
     assert dj.ledger(os.path.join(ws.state, "effects.sqlite")).execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    saver = dj.StateDirStore(ws.state).checkpointer()
+    store = dj.open_store(state_dir=ws.state)
+    saver = store.checkpointer(store.checkpoint_connection())
     assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
     inspected = ws.run("inspect").ok()
     assert inspected["job"] == job
@@ -803,10 +805,12 @@ def langgraph_view(ws):
     """What LangGraph itself says about the saved thread (the reference for the langgraph-free reader)."""
     job = ws.job()
     manifest = json.load(open(ws.manifest))
-    store = dj.PgStore(ws.store, job["jobId"]) if ws.store else dj.StateDirStore(ws.state)
+    store = dj.open_store(store=ws.store, job=job["jobId"]) if ws.store else dj.open_store(state_dir=ws.state)
     ctx = dj.Context(store, job, manifest, dj.load_sources(manifest, ws.manifest), store.read_journal())
-    state = dj.build_graph(ctx).get_state(ctx.config())
-    ctx.db.close()
+    checkpoints = store.checkpoint_connection()
+    state = dj.build_graph(ctx, checkpoints).get_state(ctx.config())
+    checkpoints.close()
+    ctx.journal.close()
     if ws.store:
         store.close()
     return job, dict(state.values), bool(state.interrupts) and not state.values.get("final")
@@ -826,7 +830,7 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
         with ws.pg_store() as store:
             saved = store.read_checkpoint(job)
     else:
-        saved = dj.read_checkpoint(ws.state, job)
+        saved = dj.open_store(state_dir=ws.state).read_checkpoint(job)
     assert saved["values"] == values and saved["waiting"] == waiting
     assert waiting == (moment == "awaiting-review")
     inspected = ws.run("inspect").ok()
@@ -851,7 +855,7 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
     conn.commit()
     assert conn.execute("SELECT count(*) FROM checkpoints WHERE type = 'msgpack'").fetchone()[0] == len(conn.execute("SELECT 1 FROM checkpoints").fetchall())
     conn.close()
-    assert dj.read_checkpoint(ws.state, job) == saved
+    assert dj.open_store(state_dir=ws.state).read_checkpoint(job) == saved
 
 
 def test_the_checkpoint_serializer_stores_json_only_what_json_holds_exactly():

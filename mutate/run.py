@@ -77,7 +77,9 @@ def run_one(mutant, timeout: float) -> tuple:
             return "STALE", mutant, stale, 0.0
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        argv = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--no-header", "-rf", *mutant.tests]
+        # a temporary root of its own: two pytest sessions sharing /tmp/pytest-of-USER prune each other's folders
+        argv = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--no-header", "-rf",
+                f"--basetemp={os.path.join(folder, '.pytest-tmp')}", *mutant.tests]
         try:
             proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:

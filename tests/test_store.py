@@ -231,22 +231,22 @@ def test_no_command_leaves_a_connection_open_behind_it(store_url, tmp_path):
 
 def test_without_the_bundled_libpq_reads_go_through_psycopg_and_say_the_same(ws_store):
     """psycopg installed without its binary package ships no libpq to load: status, inspect and jobs then read
-    through psycopg itself, with the same answers. The runner marks the bundled libpq as not found, as load_libpq
-    records it, in a real process (a single-process patch could not show which modules the command imported)."""
+    through psycopg itself, with the same answers. DURABLE_JOB_PG_DRIVER=psycopg makes a real process read that
+    way (a single-process patch could not show which modules the command imported)."""
     ws = ws_store
     ws.start().ok()
     code = ("import json, sys\n"
             f"sys.path.insert(0, {os.path.dirname(PROGRAM)!r})\n"
             "import durable_job\n"
-            "if sys.argv[1] == 'fallback': durable_job._LIBPQ.append(None)\n"
             "code = durable_job.main(sys.argv[2:])\n"
             "print(json.dumps(['psycopg' in sys.modules, code]), file=sys.stderr)\n")
     for argv in (["status", "--store", ws.store, "--job", "journey"], ["inspect", "--store", ws.store, "--job", "journey"],
                  ["jobs", "--store", ws.store]):
         answers = {}
         for path in ("fast", "fallback"):
+            env = {**clean_env(), **({"DURABLE_JOB_PG_DRIVER": "psycopg"} if path == "fallback" else {})}
             proc = subprocess.run([sys.executable, "-c", code, path, *argv, "--json"], capture_output=True, text=True,
-                                  env=clean_env(), timeout=60)
+                                  env=env, timeout=60)
             imported, exit_code = json.loads(proc.stderr.strip().splitlines()[-1])
             assert exit_code == 0 and imported == (path == "fallback"), (argv, path, proc.stderr)
             answers[path] = json.loads(proc.stdout)
