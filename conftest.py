@@ -10,6 +10,7 @@ point (it ends the process), another program (`program=`), a `timeout=` the test
 PYTHON* variable (read only as an interpreter starts), a workspace made with `inprocess=False`, and
 every `popen` (kills and races).
 """
+
 import contextlib
 import gc
 import hashlib
@@ -32,12 +33,14 @@ TESTS = os.path.join(REPO, "tests")
 sys.path.insert(0, TESTS)
 sys.path.insert(0, REPO)
 
-ALPHA = ("STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
-         "The report is synthetic test input and describes no real event.\n")
-BETA = ("STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
-        "The report is synthetic test input and describes no real event.\n")
-GAMMA = ("STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\n"
-         "The report is synthetic test input and describes no real event.\n")
+ALPHA = (
+    "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
+    "The report is synthetic test input and describes no real event.\n"
+)
+BETA = "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\nThe report is synthetic test input and describes no real event.\n"
+GAMMA = (
+    "STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\nThe report is synthetic test input and describes no real event.\n"
+)
 FAKE_KEY = "sk-test-" + "k3y" * 6  # a made-up key: never a real secret
 
 
@@ -125,9 +128,18 @@ class Workspace:
             self.write_source(f"{item_id}.txt", text)
             data = text.encode("utf-8") if isinstance(text, str) else text
             items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": sha256(data)})
-        manifest = {"schemaVersion": 1, "jobId": "journey", "approved": True, "approvedBy": "owner@example.test",
-                    "mode": "fake", "model": "fake-structural-1", "providerTransferApproved": False,
-                    "maxModelCalls": 6, "maxAttemptsPerItem": 2, "items": items}
+        manifest = {
+            "schemaVersion": 1,
+            "jobId": "journey",
+            "approved": True,
+            "approvedBy": "owner@example.test",
+            "mode": "fake",
+            "model": "fake-structural-1",
+            "providerTransferApproved": False,
+            "maxModelCalls": 6,
+            "maxAttemptsPerItem": 2,
+            "items": items,
+        }
         manifest.update(overrides)
         if manifest["mode"] == "openai" and "providerTransferApproved" not in overrides:
             manifest["providerTransferApproved"] = True
@@ -157,8 +169,9 @@ class Workspace:
         startup = [k for k in {**self.env, **(env or {})} if k.startswith("PYTHON")]  # read by an interpreter as it starts
         if inprocess and program is None and timeout is None and "DURABLE_JOB_FAKE_CRASH" not in full_env and not startup:
             return run_inprocess(argv, full_env, cwd=self.root)
-        proc = subprocess.run([sys.executable, program or PROGRAM, *argv], capture_output=True, text=True,
-                              env=full_env, timeout=timeout or 120, cwd=self.root)
+        proc = subprocess.run(
+            [sys.executable, program or PROGRAM, *argv], capture_output=True, text=True, env=full_env, timeout=timeout or 120, cwd=self.root
+        )
         return Result(proc)
 
     def popen(self, *args, env=None, program=None) -> subprocess.Popen:
@@ -167,8 +180,9 @@ class Workspace:
         full_env.update(self.env)
         full_env.update(env or {})
         # its own process group (and session): kill_group then reaches every process the command started
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=self.root,
-                                start_new_session=True)
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=self.root, start_new_session=True
+        )
 
     def start(self, **kw) -> "Result":
         return self.run("start", "--manifest", self.manifest, **kw)
@@ -203,7 +217,7 @@ class Workspace:
 # connection only: durable_job itself never creates one.
 STORE_JOURNAL_VIEWS = {
     "calls": "operation_key, base_key, attempt, item_id, input_sha256, status, output_text, response_id, request_id, "
-             "usage_json, created_utc, updated_utc, reconciliation_json, seq AS rowid",
+    "usage_json, created_utc, updated_utc, reconciliation_json, seq AS rowid",
     "call_events": "id, operation_key, event, detail_json, at_utc",
     "drafts": "version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc",
     "outcomes": "kind, record_json, created_utc",
@@ -213,6 +227,7 @@ STORE_JOURNAL_VIEWS = {
 def store_journal(url: str, job_id: str, sql: str) -> list:
     """Rows (read by name or position) of an SQLite-spelled journal query against one job of a store."""
     import psycopg
+
     class Row(tuple):
         def __new__(cls, values, names):
             row = super().__new__(cls, values)
@@ -239,8 +254,12 @@ def store_rows(url: str) -> dict:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        tables = [name for (name,) in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'durable_job' AND table_type = 'BASE TABLE'")]
+        tables = [
+            name
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'durable_job' AND table_type = 'BASE TABLE'"
+            )
+        ]
         assert tables, f"no durable_job tables in {url}"
         return {name: sorted(map(repr, conn.execute(f'SELECT * FROM durable_job."{name}"').fetchall())) for name in sorted(tables)}
 
@@ -319,8 +338,7 @@ def set_environ(env: dict) -> None:
 
 def clean_env() -> dict:
     """The machine's environment without any provider or crash settings leaking in."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
@@ -440,8 +458,12 @@ def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
 
 def hold_in_another_process(code: str) -> subprocess.Popen:
     """Run code (which prints 'locked' once it holds its lock) in another interpreter until its stdin closes."""
-    proc = subprocess.Popen([sys.executable, "-c", code + "print('locked', flush=True)\nsys.stdin.read()\n"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code + "print('locked', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "locked"
     return proc
 
@@ -452,14 +474,15 @@ def hold_run_lock(state_dir) -> subprocess.Popen:
         "import fcntl, os, sys\n"
         f"fd = os.open({os.path.join(str(state_dir), 'run.lock')!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-        "os.ftruncate(fd, 0); os.write(fd, f'{os.getpid()} decide\\n'.encode())\n")
+        "os.ftruncate(fd, 0); os.write(fd, f'{os.getpid()} decide\\n'.encode())\n"
+    )
 
 
 def hold_sqlite_lock(path) -> subprocess.Popen:
     """Another process holding BEGIN EXCLUSIVE on path until its stdin closes."""
-    return hold_in_another_process("import sqlite3, sys\n"
-                                   f"c = sqlite3.connect({path!r}, isolation_level=None)\n"
-                                   "c.execute('BEGIN EXCLUSIVE')\n")
+    return hold_in_another_process(
+        f"import sqlite3, sys\nc = sqlite3.connect({path!r}, isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\n"
+    )
 
 
 def wait_for(predicate, timeout=20.0, interval=0.01):
@@ -482,6 +505,29 @@ def copy_program(root, transform=None) -> str:
     return path
 
 
-__all__ = ["REPO", "PROGRAM", "TESTS", "ALPHA", "BETA", "GAMMA", "FAKE_KEY", "BOTH", "new_store", "Workspace", "Result",
-           "Provider", "openai_workspace", "free_port", "clean_env", "run_inprocess", "kill_group", "hold_run_lock",
-           "hold_sqlite_lock", "wait_for", "copy_program", "sha256", "shutil", "store_rows"]
+__all__ = [
+    "ALPHA",
+    "BETA",
+    "BOTH",
+    "FAKE_KEY",
+    "GAMMA",
+    "PROGRAM",
+    "REPO",
+    "TESTS",
+    "Provider",
+    "Result",
+    "Workspace",
+    "clean_env",
+    "copy_program",
+    "free_port",
+    "hold_run_lock",
+    "hold_sqlite_lock",
+    "kill_group",
+    "new_store",
+    "openai_workspace",
+    "run_inprocess",
+    "sha256",
+    "shutil",
+    "store_rows",
+    "wait_for",
+]

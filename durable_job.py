@@ -33,6 +33,7 @@ The file reads top to bottom in sections, each using only what stands above it:
 Its own sha256 is sealed into every job, so a job is only ever continued by
 exactly the program that started it.
 """
+
 from __future__ import annotations
 
 import abc
@@ -42,6 +43,7 @@ import contextvars
 import fcntl
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re  # json imports it: free
@@ -50,7 +52,8 @@ import stat
 import sys
 import threading
 import time
-from typing import Any, Iterator, NotRequired, TypedDict, cast
+from collections.abc import Iterator
+from typing import Any, NotRequired, TypedDict, cast
 
 ###############################################################################
 # 1. Constants and contract
@@ -94,14 +97,14 @@ SYSTEM = (
 # Named fault-injection points (fake mode only): the process exits at once with
 # the code given, as if killed there. Tests and the README's runbook use them.
 CRASH_POINTS = {
-    "before-ledger": 91,      # provider answered, `completed` not yet committed
-    "after-ledger": 92,       # `completed` committed
-    "after-seal": 93,         # job.json sealed, no checkpoint yet
-    "after-pending": 94,      # `pending` committed, request not yet sent
-    "after-validate": 95,     # an item validated, its advance not yet checkpointed
-    "before-review": 96,      # last advance saved, review interrupt not yet saved
-    "after-decide": 97,       # decision saved, nothing printed yet
-    "after-reconcile": 98,    # reconcile committed, nothing printed yet
+    "before-ledger": 91,  # provider answered, `completed` not yet committed
+    "after-ledger": 92,  # `completed` committed
+    "after-seal": 93,  # job.json sealed, no checkpoint yet
+    "after-pending": 94,  # `pending` committed, request not yet sent
+    "after-validate": 95,  # an item validated, its advance not yet checkpointed
+    "before-review": 96,  # last advance saved, review interrupt not yet saved
+    "after-decide": 97,  # decision saved, nothing printed yet
+    "after-reconcile": 98,  # reconcile committed, nothing printed yet
 }
 
 # The operation key of the call being made: call_model passes it to the openai adapter as a header. The
@@ -229,8 +232,6 @@ class StateError(JobError):
     """The state directory or one of its files cannot be used as it is."""
 
 
-
-
 class BusyError(JobError):
     """Another durable_job command holds the job.
 
@@ -240,14 +241,12 @@ class BusyError(JobError):
 
     AGAIN = "run the command again"
 
-    def with_command(self, command: str) -> "BusyError":
+    def with_command(self, command: str) -> BusyError:
         return BusyError(str(self).replace(self.AGAIN, f"run {command} again"))
 
 
 class WorkerStopping(JobError):
     """A `work` process was told to stop (SIGTERM, Ctrl-C): no new call is sent; the job stays ready."""
-
-
 
 
 class UncertainCall(JobError):
@@ -281,11 +280,10 @@ class DecisionError(JobError):
     """A decision, revision or cancel cannot be recorded now."""
 
 
-
-
 ###############################################################################
 # 2. Text: canonical JSON, hashes, time, secrets
 ###############################################################################
+
 
 def now_utc() -> str:
     """Fixed-width UTC time with microseconds, so text order is time order."""
@@ -306,8 +304,6 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-
-
 @functools.cache
 def code_sha256() -> str:
     """sha256 of this program's own bytes, as sealed into every job (read once per process: they cannot change under it)."""
@@ -315,7 +311,7 @@ def code_sha256() -> str:
         return sha256_hex(fh.read())
 
 
-def crash_point(name: str, job: dict | None = None) -> None:
+def crash_point(name: str, job: Job | dict | None = None) -> None:
     """Exit at once with the point's code when DURABLE_JOB_FAKE_CRASH names it (fake mode only)."""
     if os.environ.get("DURABLE_JOB_FAKE_CRASH") != name:
         return
@@ -324,7 +320,6 @@ def crash_point(name: str, job: dict | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(CRASH_POINTS[name])
-
 
 
 # Secrets this process has seen besides the API key (store passwords, mcp.passEnv values): whatever text
@@ -378,7 +373,7 @@ def _redact_strings(value):
     return value
 
 
-def clip(text: str, limit: int) -> str:
+def clip(text: object, limit: int) -> str:
     text = str(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -398,8 +393,7 @@ def scrub(value):
 # Characters a terminal or a browser acts on instead of showing: C0/C1 controls, DEL, the bidirectional
 # controls (an override can make "TPECCA TON OD" read "DO NOT ACCEPT") and the invisible format characters
 # (zero-width space, word joiner, byte-order mark). Every output shows them as escapes instead.
-INVISIBLE_FORMAT = [0x061C, 0x180E, 0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2060, 0x2065),
-                    *range(0x2066, 0x206A), 0xFEFF]
+INVISIBLE_FORMAT = [0x061C, 0x180E, 0x200B, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2060, 0x2065), *range(0x2066, 0x206A), 0xFEFF]
 TERMINAL_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(32), *range(127, 160)]}
 TERMINAL_CONTROLS.update({c: f"\\u{c:04x}" for c in INVISIBLE_FORMAT})
 TERMINAL_CONTROLS.update({10: "\\n", 13: "\\r", 9: "\\t"})
@@ -451,8 +445,16 @@ def strict_json(data: bytes | str):
 ###############################################################################
 
 MANIFEST_KEYS = {
-    "schemaVersion", "jobId", "approved", "approvedBy", "mode", "model",
-    "providerTransferApproved", "maxModelCalls", "maxAttemptsPerItem", "items",
+    "schemaVersion",
+    "jobId",
+    "approved",
+    "approvedBy",
+    "mode",
+    "model",
+    "providerTransferApproved",
+    "maxModelCalls",
+    "maxAttemptsPerItem",
+    "items",
     "maxConcurrentCalls",
 }
 REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls"}
@@ -467,8 +469,6 @@ def _is_int(value, low: int, high: int) -> bool:
 
 def _check_text(value, low: int, high: int) -> bool:
     return isinstance(value, str) and low <= len(value.strip()) and len(value) <= high and "\x00" not in value
-
-
 
 
 def read_manifest(path: str) -> tuple[Manifest, bytes]:
@@ -491,7 +491,9 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
     try:
         manifest = strict_json(raw)
     except ValueError as exc:
-        raise ManifestError(f"Manifest {where} is not valid JSON ({clip(exc, 120)}); fix the file or write a new one with `durable_job.py seal`") from None
+        raise ManifestError(
+            f"Manifest {where} is not valid JSON ({clip(exc, 120)}); fix the file or write a new one with `durable_job.py seal`"
+        ) from None
     check_manifest(manifest)
     return cast(Manifest, manifest)
 
@@ -502,7 +504,9 @@ def check_manifest(m) -> None:
         raise ManifestError(f"Manifest must be a JSON object, not {type(m).__name__}; see the README for the keys")
     unknown = sorted(set(m) - MANIFEST_KEYS)
     if unknown:
-        raise ManifestError(f"Manifest has unknown key {clip(repr(unknown[0]), 60)}; remove it or fix its spelling (known keys: {', '.join(sorted(MANIFEST_KEYS))})")
+        raise ManifestError(
+            f"Manifest has unknown key {clip(repr(unknown[0]), 60)}; remove it or fix its spelling (known keys: {', '.join(sorted(MANIFEST_KEYS))})"
+        )
     missing = sorted(REQUIRED_MANIFEST_KEYS - set(m))
     if missing:
         raise ManifestError(f"Manifest is missing key {missing[0]!r}; add it (see the README)")
@@ -521,7 +525,9 @@ def check_manifest(m) -> None:
     if "providerTransferApproved" in m and type(m["providerTransferApproved"]) is not bool:
         raise ManifestError("Manifest providerTransferApproved must be true or false")
     if m["mode"] == "openai" and m.get("providerTransferApproved") is not True:
-        raise ManifestError("Manifest providerTransferApproved must be true when mode is openai: the owner has not approved sending the sources to the provider")
+        raise ManifestError(
+            "Manifest providerTransferApproved must be true when mode is openai: the owner has not approved sending the sources to the provider"
+        )
     if not _is_int(m["maxModelCalls"], 1, 6):
         raise ManifestError("Manifest maxModelCalls must be an integer from 1 to 6 (true/false is not an integer)")
     if not _is_int(m["maxAttemptsPerItem"], 1, 2):
@@ -548,7 +554,9 @@ def check_item(item, n: int) -> None:
         raise ManifestError(f"Manifest item {n} must be an object with id, path and sha256")
     unknown = sorted(set(item) - ITEM_KEYS)
     if unknown:
-        raise ManifestError(f"Manifest item {n} has unknown key {clip(repr(unknown[0]), 60)}; an item has only id, path (or mcp) and sha256")
+        raise ManifestError(
+            f"Manifest item {n} has unknown key {clip(repr(unknown[0]), 60)}; an item has only id, path (or mcp) and sha256"
+        )
     if not (isinstance(item.get("id"), str) and 1 <= len(item["id"]) <= 80 and item["id"].strip() and item["id"].isprintable()):
         raise ManifestError(f"Manifest item {n} id must be a printable string of 1-80 characters")
     name = item["id"]
@@ -560,14 +568,18 @@ def check_item(item, n: int) -> None:
     if "path" in item:
         path = item["path"]
         if not (isinstance(path, str) and path and "\x00" not in path and len(path) <= 1024):
-            raise ManifestError(f"Manifest item {name} path must be a non-empty path string (absolute, or relative to the manifest's folder)")
+            raise ManifestError(
+                f"Manifest item {name} path must be a non-empty path string (absolute, or relative to the manifest's folder)"
+            )
     else:
         check_mcp_spec(item["mcp"], name)
 
 
 def check_mcp_spec(spec, name: str) -> None:
     if not isinstance(spec, dict) or set(spec) - MCP_KEYS or not {"command", "uri"} <= set(spec):
-        raise ManifestError(f'Manifest item {name} mcp must be {{"command": [argv...], "uri": "..."}} (optional timeoutSeconds, env, passEnv)')
+        raise ManifestError(
+            f'Manifest item {name} mcp must be {{"command": [argv...], "uri": "..."}} (optional timeoutSeconds, env, passEnv)'
+        )
     cmd = spec["command"]
     if not (isinstance(cmd, list) and 1 <= len(cmd) <= 32 and all(isinstance(a, str) and a and "\x00" not in a for a in cmd)):
         raise ManifestError(f"Manifest item {name} mcp.command must be a list of 1-32 non-empty strings (argv, no shell)")
@@ -580,8 +592,13 @@ def check_mcp_spec(spec, name: str) -> None:
 
 def is_env_name(value) -> bool:
     """A portable environment variable name: ASCII letters, digits and _, not starting with a digit."""
-    return (isinstance(value, str) and 1 <= len(value) <= 128 and value.isascii() and not value[0].isdigit()
-            and all(c.isalnum() or c == "_" for c in value))
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= 128
+        and value.isascii()
+        and not value[0].isdigit()
+        and all(c.isalnum() or c == "_" for c in value)
+    )
 
 
 def check_mcp_env(spec: dict, name: str) -> None:
@@ -589,21 +606,26 @@ def check_mcp_env(spec: dict, name: str) -> None:
     copied from the caller's environment at each launch (for secrets: their values are never written)."""
     env = spec.get("env", {})
     if not (isinstance(env, dict) and len(env) <= MCP_ENV_MAX and all(is_env_name(k) for k in env)):
-        raise ManifestError(f'Manifest item {name} mcp.env must be an object of at most {MCP_ENV_MAX} environment variables, {{"NAME": "value"}} (names: letters, digits and _, not starting with a digit)')
+        raise ManifestError(
+            f'Manifest item {name} mcp.env must be an object of at most {MCP_ENV_MAX} environment variables, {{"NAME": "value"}} (names: letters, digits and _, not starting with a digit)'
+        )
     for key, value in env.items():
         if not (isinstance(value, str) and "\x00" not in value and len(value) <= 4096):
             raise ManifestError(f"Manifest item {name} mcp.env.{key} must be a string (at most 4096 characters, no NUL)")
     if "OPENAI_API_KEY" in env:
-        raise ManifestError(f"Manifest item {name} mcp.env names OPENAI_API_KEY: a secret never goes into the manifest; list it in mcp.passEnv instead")
+        raise ManifestError(
+            f"Manifest item {name} mcp.env names OPENAI_API_KEY: a secret never goes into the manifest; list it in mcp.passEnv instead"
+        )
     passed = spec.get("passEnv", [])
     if not (isinstance(passed, list) and len(passed) <= MCP_ENV_MAX and all(is_env_name(k) for k in passed)):
-        raise ManifestError(f'Manifest item {name} mcp.passEnv must be a list of at most {MCP_ENV_MAX} environment variable names, ["NAME"] (letters, digits and _, not starting with a digit)')
+        raise ManifestError(
+            f'Manifest item {name} mcp.passEnv must be a list of at most {MCP_ENV_MAX} environment variable names, ["NAME"] (letters, digits and _, not starting with a digit)'
+        )
     if len(set(passed)) < len(passed):
         raise ManifestError(f"Manifest item {name} mcp.passEnv names a variable twice; name each once")
     both = sorted(set(env) & set(passed))
     if both:
         raise ManifestError(f"Manifest item {name} mcp names {both[0]} in both env and passEnv; keep one (passEnv for a secret)")
-
 
 
 ###############################################################################
@@ -627,7 +649,9 @@ def read_mcp_source(item: Item, base_dir: str | None = None) -> bytes:
         from mcp import ClientSession
         from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
     except ImportError:
-        raise SourceError(f"Source {name} is an MCP resource but the mcp package is not installed; install it with `pip install -r requirements-mcp.txt` (mcp==2.3.0)") from None
+        raise SourceError(
+            f"Source {name} is an MCP resource but the mcp package is not installed; install it with `pip install -r requirements-mcp.txt` (mcp==2.3.0)"
+        ) from None
     timeout = mcp_timeout(spec)
     command, uri = spec["command"], spec["uri"]
     server = f"MCP server {command[0]!r}"
@@ -640,10 +664,9 @@ def read_mcp_source(item: Item, base_dir: str | None = None) -> bytes:
     async def read():
         params = StdioServerParameters(command=command[0], args=list(command[1:]), cwd=base_dir, env=env)
         with open(os.devnull, "w") as devnull:
-            async with stdio_client(params, errlog=devnull) as (reader, writer):
-                async with ClientSession(reader, writer) as session:
-                    await session.initialize()
-                    return await session.read_resource(uri)
+            async with stdio_client(params, errlog=devnull) as (reader, writer), ClientSession(reader, writer) as session:
+                await session.initialize()
+                return await session.read_resource(uri)
 
     async def bounded():
         # anyio's own deadline, not asyncio.wait_for: the SDK's shielded shutdown then still stops the server
@@ -665,26 +688,38 @@ def mcp_failure(name: str, server: str, uri: str, timeout: float, leaf: BaseExce
         return leaf
     code, message = getattr(leaf, "code", None), hide_values(str(getattr(leaf, "message", "") or leaf), secrets)
     if isinstance(leaf, TimeoutError):
-        return SourceError(f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)")
+        return SourceError(
+            f"Source {name}: {server} timed out: no answer for {uri} within {timeout:g} s; check the server, or raise mcp.timeoutSeconds (or DURABLE_JOB_MCP_TIMEOUT)"
+        )
     if isinstance(leaf, OSError):
-        return SourceError(f"Source {name}: {server} could not be launched ({leaf.strerror or leaf}); fix mcp.command (an argv list, run without a shell)")
+        return SourceError(
+            f"Source {name}: {server} could not be launched ({leaf.strerror or leaf}); fix mcp.command (an argv list, run without a shell)"
+        )
     if code == -32000:  # CONNECTION_CLOSED
-        return SourceError(f"Source {name}: {server} closed the connection before answering {uri} (it exited or is not an MCP stdio server); fix mcp.command or the server")
+        return SourceError(
+            f"Source {name}: {server} closed the connection before answering {uri} (it exited or is not an MCP stdio server); fix mcp.command or the server"
+        )
     if code == -32002 or (code == -32602 and any(w in message.lower() for w in ("not found", "unknown resource", "no resource"))):
         return SourceError(f"Source {name}: MCP resource {uri} does not exist on {server} ({clip(message, 120)}); check mcp.uri")
     if isinstance(code, int):
-        return SourceError(f"Source {name}: {server} refused to read {uri} (error {code}: {clip(message, 120)}); check the uri and the server")
-    return SourceError(f"Source {name}: MCP resource {uri} could not be read ({clip(hide_values(f'{type(leaf).__name__}: {leaf}', secrets), 160)}); check the uri and the server")
+        return SourceError(
+            f"Source {name}: {server} refused to read {uri} (error {code}: {clip(message, 120)}); check the uri and the server"
+        )
+    return SourceError(
+        f"Source {name}: MCP resource {uri} could not be read ({clip(hide_values(f'{type(leaf).__name__}: {leaf}', secrets), 160)}); check the uri and the server"
+    )
 
 
-def mcp_environment(item: dict, default: dict) -> tuple[dict, list]:
+def mcp_environment(item: Item, default: dict) -> tuple[dict, list]:
     """The server's whole environment: the SDK's minimal default, then mcp.env, then mcp.passEnv's
     variables copied from ours (a missing one is refused before anything launches); and the passed values."""
     spec = item["mcp"]
     missing = [key for key in spec.get("passEnv", []) if key not in os.environ]
     if missing:
-        raise SourceError(f"Source {item['id']}: its MCP server needs {missing[0]} from the environment (mcp.passEnv), "
-                          f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)")
+        raise SourceError(
+            f"Source {item['id']}: its MCP server needs {missing[0]} from the environment (mcp.passEnv), "
+            f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)"
+        )
     passed = {key: os.environ[key] for key in spec.get("passEnv", [])}
     SECRETS.update(v for v in passed.values() if len(v) >= 4)  # never stored or shown, whatever echoes one
     return {**default, **spec.get("env", {}), **passed}, [v for v in passed.values() if len(v) >= 4]
@@ -697,7 +732,7 @@ def hide_values(text: str, secrets: list) -> str:
     return text
 
 
-def mcp_timeout(spec: dict) -> float:
+def mcp_timeout(spec: McpSpec) -> float:
     """Seconds for one MCP read: mcp.timeoutSeconds, else DURABLE_JOB_MCP_TIMEOUT, else DEFAULT_MCP_TIMEOUT."""
     if "timeoutSeconds" in spec:
         return float(spec["timeoutSeconds"])
@@ -738,16 +773,16 @@ def mcp_text_bytes(name: str, uri: str, result) -> bytes:
     return text.encode("utf-8", errors="surrogatepass")
 
 
-
 ###############################################################################
 # 5. Sources and seals
 ###############################################################################
+
 
 def source_failure(item_id: str, detail: str) -> SourceError:
     return SourceError(f"Source bound/hash/size failure: {item_id} ({detail})")
 
 
-def read_file_source(base_dir: str, item: dict) -> bytes:
+def read_file_source(base_dir: str, item: Item) -> bytes:
     """Read a path item's raw bytes: a regular file, at most SOURCE_MAX_BYTES.
 
     The path is absolute or relative to base_dir (the manifest's folder), and symlinks are
@@ -759,7 +794,9 @@ def read_file_source(base_dir: str, item: dict) -> bytes:
     try:
         resolved = os.path.realpath(joined, strict=True)
     except OSError as exc:
-        raise SourceError(f"Source {name} path {item['path']!r} cannot be resolved ({exc.strerror or exc}); restore the approved file") from None
+        raise SourceError(
+            f"Source {name} path {item['path']!r} cannot be resolved ({exc.strerror or exc}); restore the approved file"
+        ) from None
     try:
         if not stat.S_ISREG(os.stat(resolved).st_mode):  # never open a FIFO or a device at all
             raise SourceError(f"Source {name} {item['path']!r} is not a regular file; point the item at the approved file")
@@ -777,7 +814,7 @@ def read_file_source(base_dir: str, item: dict) -> bytes:
     return data
 
 
-def check_source_bytes(item: dict, data: bytes) -> str:
+def check_source_bytes(item: Item, data: bytes) -> str:
     """Apply the size, hash and strict UTF-8 rules to a source's bytes; return its text."""
     name = item["id"]
     if len(data) > SOURCE_MAX_BYTES:
@@ -785,16 +822,19 @@ def check_source_bytes(item: dict, data: bytes) -> str:
     actual = sha256_hex(data)
     if actual != item["sha256"]:
         what = f"MCP resource {item['mcp']['uri']}" if "mcp" in item else "the source"
-        raise source_failure(name, f"{what} changed since sealing: sha256 is {actual}, the manifest seals {item['sha256']}; restore the approved bytes or seal a new manifest")
+        raise source_failure(
+            name,
+            f"{what} changed since sealing: sha256 is {actual}, the manifest seals {item['sha256']}; restore the approved bytes or seal a new manifest",
+        )
     try:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError as exc:
         raise SourceError(f"Source {name} is not strict UTF-8 (byte {exc.start}); re-save it as UTF-8 and seal it again") from None
     if "\x00" in text:
-        raise SourceError(f"Source {name} holds a NUL byte (byte {data.index(0)}): a text source has none, is it a binary file? Approve the text itself and seal it again")
+        raise SourceError(
+            f"Source {name} holds a NUL byte (byte {data.index(0)}): a text source has none, is it a binary file? Approve the text itself and seal it again"
+        )
     return text
-
-
 
 
 def load_sources(manifest: Manifest, manifest_path: str, *, mcp: str | dict = "launch") -> dict[str, str]:
@@ -812,8 +852,10 @@ def load_sources(manifest: Manifest, manifest_path: str, *, mcp: str | dict = "l
             continue
         if "mcp" in item and isinstance(mcp, dict):
             if item["id"] not in mcp:
-                raise SealError(f"MCP source not kept: not verified offline: item {item['id']}'s sealed resource was not kept "
-                                f"with this job (a job started before copies were kept); its server is never launched to check it")
+                raise SealError(
+                    f"MCP source not kept: not verified offline: item {item['id']}'s sealed resource was not kept "
+                    f"with this job (a job started before copies were kept); its server is never launched to check it"
+                )
             data = mcp[item["id"]]
         else:
             data = read_mcp_source(item, base) if "mcp" in item else read_file_source(base, item)
@@ -876,9 +918,13 @@ def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tu
 def check_program_seals(job: Job) -> None:
     """The seals every machine checks itself: the graph version, this program's bytes, the dependencies."""
     if job.get("version") != VERSION:
-        raise SealError(f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}")
+        raise SealError(
+            f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}"
+        )
     if job.get("codeSha256") != code_sha256():
-        raise SealError(f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}")
+        raise SealError(
+            f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}"
+        )
     check_dependency_seal(job)
 
 
@@ -886,25 +932,31 @@ def check_dependency_seal(job: Job) -> None:
     """Every sealed dependency version is the installed one (a store job's PostgreSQL libraries too, when it sealed them)."""
     sealed = job.get("dependencies")
     if not isinstance(sealed, dict):
-        raise SealError(f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
+        raise SealError(
+            f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}"
+        )
     names = DEPENDENCIES + tuple(name for name in STORE_DEPENDENCIES if name in sealed)
     installed = dependency_versions(names)
     for name in names:
         if sealed.get(name) != installed.get(name):
-            raise SealError(f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}")
+            raise SealError(
+                f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}"
+            )
 
 
 SEALED_COPIES = ("jobId", "mode", "model", "approvedBy")  # job.json's copies of the manifest, used without re-reading it
-def check_job_matches_manifest(job: dict, manifest: dict) -> None:
+
+
+def check_job_matches_manifest(job: Job, manifest: Manifest) -> None:
     """job.json is never rewritten: its copies of the manifest must still say what the sealed manifest says."""
-    expected = {key: manifest[key] for key in SEALED_COPIES}
+    expected: dict[str, Any] = {key: manifest[key] for key in SEALED_COPIES}  # type: ignore[literal-required]
     expected["sources"] = {i["id"]: i["sha256"] for i in manifest["items"]}
     for key, value in expected.items():
         if job.get(key) != value:
-            raise SealError(f"job.json changed: its {key} is {clip(json.dumps(job.get(key)), 80)} but the sealed manifest says "
-                            f"{clip(json.dumps(value), 80)}; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}")
-
-
+            raise SealError(
+                f"job.json changed: its {key} is {clip(json.dumps(job.get(key)), 80)} but the sealed manifest says "
+                f"{clip(json.dumps(value), 80)}; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}"
+            )
 
 
 def check_file_seals(job: Job, *, mcp: str | dict = "launch") -> tuple[Manifest, dict[str, str]]:
@@ -913,7 +965,9 @@ def check_file_seals(job: Job, *, mcp: str | dict = "launch") -> tuple[Manifest,
     path = job["manifestPath"]
     raw = sealed_manifest_bytes(path)
     if sha256_hex(raw) != job["manifestSha256"]:
-        raise SealError(f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or {NEW_JOB}")
+        raise SealError(
+            f"Manifest bytes changed: {path} now has sha256 {sha256_hex(raw)}, the job sealed {job['manifestSha256']}; restore the approved manifest at that path, or {NEW_JOB}"
+        )
     manifest = parse_manifest(raw, path)
     check_job_matches_manifest(job, manifest)
     return manifest, load_sources(manifest, path, mcp=mcp)
@@ -928,13 +982,16 @@ def sealed_manifest_bytes(path: str) -> bytes:
         problem = "not a regular file"
     except OSError as exc:
         problem = exc.strerror or str(exc)
-    raise SealError(f"Manifest bytes changed: the sealed manifest {path} cannot be read ({problem}); "
-                    f"restore the approved manifest at that path, or {NEW_JOB}")
+    raise SealError(
+        f"Manifest bytes changed: the sealed manifest {path} cannot be read ({problem}); "
+        f"restore the approved manifest at that path, or {NEW_JOB}"
+    )
 
 
 ###############################################################################
 # 6. Files and the run lock: the state directory's own storage
 ###############################################################################
+
 
 def job_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, name)
@@ -948,7 +1005,9 @@ def check_state_dir_safe(state_dir: str) -> None:
     if st.st_uid != os.geteuid():
         raise StateError(f"State directory {state_dir} is owned by uid {st.st_uid}, not you; use your own --state-dir")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StateError(f"State directory {state_dir} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); run chmod 700 {state_dir}")
+        raise StateError(
+            f"State directory {state_dir} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); run chmod 700 {state_dir}"
+        )
 
 
 def ensure_state_dir(state_dir: str) -> None:
@@ -967,11 +1026,13 @@ def check_empty_state_dir(state_dir: str, resume: str) -> None:
         raise StateError(f"State directory {state_dir} is not a directory; pass a new directory path")
     extra = [n for n in os.listdir(state_dir) if n not in (LOCK_FILE, MCP_SOURCES_FILE) and not n.endswith(".tmp")]
     if JOB_FILE in extra:  # a concurrent start sealed its job after this one looked for job.json
-        raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `{resume}`")
+        raise BusyError(
+            f"State directory busy: another durable_job command (start) sealed a job in {state_dir} while this start was checking it; wait for it to finish, then run `{resume}`"
+        )
     if extra:
-        raise StateError(f"State directory {state_dir} holds no job.json but is not empty ({extra[0]}, …); choose a new or empty --state-dir")
-
-
+        raise StateError(
+            f"State directory {state_dir} holds no job.json but is not empty ({extra[0]}, …); choose a new or empty --state-dir"
+        )
 
 
 class RunLock:
@@ -981,7 +1042,7 @@ class RunLock:
     can name a run in progress (see lock_holder).
     """
 
-    def __init__(self, state_dir: str, command: str, no_job: "StateError"):
+    def __init__(self, state_dir: str, command: str, no_job: StateError):
         self.state_dir = state_dir
         self.path = job_path(state_dir, LOCK_FILE)
         self.command = command
@@ -1001,7 +1062,9 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
             who = f" ({holder['command']}, pid {holder['pid']})" if holder else ""
-            raise BusyError(f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then {BusyError.AGAIN}") from None
+            raise BusyError(
+                f"State directory busy: another durable_job command{who} holds {self.path}; wait for it to finish, then {BusyError.AGAIN}"
+            ) from None
         try:
             os.ftruncate(self.fd, 0)
             os.write(self.fd, f"{os.getpid()} {self.command} {now_utc()}\n".encode())
@@ -1016,6 +1079,8 @@ class RunLock:
 
 
 LOCK_PROBE_RETRIES = 5  # a `status` probing the lock holds it for microseconds: a writer meeting that probe tries again
+
+
 def take_flock(fd: int) -> bool:
     """Take the exclusive lock without waiting for a real holder; a read-only probe in the way is waited out."""
     for attempt in range(LOCK_PROBE_RETRIES):
@@ -1028,12 +1093,10 @@ def take_flock(fd: int) -> bool:
     return False
 
 
-
-
 def lock_note(path: str) -> Holder | None:
     """What run.lock says about its last holder: {pid, command, sinceUtc}, or None."""
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             pid, _, rest = fh.read(200).strip().partition(" ")
     except OSError:
         return None
@@ -1086,20 +1149,24 @@ def write_temp(path: str, data: bytes, mode: int = 0o600) -> str:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (permissions, free space), then run the command again") from None
+        raise StateError(
+            f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (permissions, free space), then run the command again"
+        ) from None
     try:
         try:
             if mode != 0o600:
                 os.fchmod(fd, mode)
             view = memoryview(data)
             while view:  # os.write may write only part of the data on a nearly full disk
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as exc:
         _remove(tmp)
-        raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (free disk space, say), then run the command again") from None
+        raise StateError(
+            f"{path} cannot be written ({exc.strerror}); nothing was changed: fix the cause (free disk space, say), then run the command again"
+        ) from None
     return tmp
 
 
@@ -1130,10 +1197,10 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
         os.replace(tmp, path)
     except OSError as exc:  # a directory in the way, say: the temporary file goes, the target stays as it was
         _remove(tmp)
-        raise StateError(f"{path} cannot be written ({exc.strerror}); nothing was changed: name a file you may write, then run the command again") from None
+        raise StateError(
+            f"{path} cannot be written ({exc.strerror}); nothing was changed: name a file you may write, then run the command again"
+        ) from None
     fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
 
 
 def load_job_file(state_dir: str, no_job: StateError) -> Job:
@@ -1209,7 +1276,9 @@ def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
     timeout = busy_timeout()
     try:
         if readonly:
-            conn = sqlite3.connect(f"file:{uri_path(path)}?mode=ro{immutable_suffix(path)}", uri=True, timeout=timeout, check_same_thread=False)
+            conn = sqlite3.connect(
+                f"file:{uri_path(path)}?mode=ro{immutable_suffix(path)}", uri=True, timeout=timeout, check_same_thread=False
+            )
         else:
             conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -1270,20 +1339,24 @@ def check_state_files(state_dir: str) -> None:
         return os.path.getsize(p) if os.path.exists(p) else 0
 
     if size(checkpoints) and not size(effects):
-        raise StateError(f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or {NEW_JOB}")
+        raise StateError(
+            f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or {NEW_JOB}"
+        )
     receipt = job_path(state_dir, RECEIPT_FILE)
     if size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided":
         # Calls journaled before the first checkpoint are normal (a crash there, or parallel calls sent
         # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A
         # decided job, though, had a decision that lived only in the lost checkpoints (a cancel lives
         # in the journal, and may come before any checkpoint).
-        raise StateError(f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or {NEW_JOB}")
-
+        raise StateError(
+            f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or {NEW_JOB}"
+        )
 
 
 ###############################################################################
 # 7. Model adapters
 ###############################################################################
+
 
 def call_model(job, item, source, prompt, *, operation_key=None):
     """Dispatch one model call; return (output_text, response_id, request_id, usage).
@@ -1307,6 +1380,8 @@ def fake_call(job, item, source, prompt):
 
 
 DEADLINE_GRACE_SECONDS = 5.0  # beyond the SDK's per-wait timeout, for the whole request
+
+
 def within_deadline(call, seconds: float):
     """call() with a bound on its whole duration: the SDK's timeout bounds each wait, so an answer
     that trickles in byte by byte could otherwise hold the run forever. On the deadline the call is
@@ -1348,29 +1423,68 @@ def require_api_key() -> None:
     """The provider settings a request needs, checked before any pending row: a local mistake is never an uncertain call."""
     key = os.environ.get("OPENAI_API_KEY", "")
     if not key.strip():
-        raise JobError("OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again")
+        raise JobError(
+            "OPENAI_API_KEY is not set: openai mode needs the key in the environment (it is never stored); export it and run the command again"
+        )
     if any(not 33 <= ord(ch) < 127 for ch in key):
-        raise JobError("OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again")
+        raise JobError(
+            "OPENAI_API_KEY holds a space, a line break or another character an HTTP header cannot carry; export the key alone and run the command again"
+        )
     base_url = os.environ.get("OPENAI_BASE_URL")
     if base_url and not base_url.lower().startswith(("http://", "https://")):
-        raise JobError(f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again")
+        raise JobError(
+            f"OPENAI_BASE_URL={clip(base_url, 80)!r} is not an http:// or https:// URL; export the provider's full URL (for example https://host/v1) and run the command again"
+        )
 
 
 OPENAI_WARM_MODULES = (
-    "openai.resources.responses.responses", "openai.lib.streaming.responses", "openai.lib._parsing._responses",
-    "openai.pagination", "httpcore2", "httpcore2._sync.connection_pool", "httpcore2._sync.http11",
-    "httpcore2._backends.sync", "h11", "truststore", "anyio.streams.tls",
+    "openai.resources.responses.responses",
+    "openai.lib.streaming.responses",
+    "openai.lib._parsing._responses",
+    "openai.pagination",
+    "httpcore2",
+    "httpcore2._sync.connection_pool",
+    "httpcore2._sync.http11",
+    "httpcore2._backends.sync",
+    "h11",
+    "truststore",
+    "anyio.streams.tls",
 )
 # A minimal Responses-API answer whose fields reach every union type the SDK validates while parsing.
 OPENAI_WARM_RESPONSE = {
-    "id": "resp_warm", "object": "response", "created_at": 0, "status": "completed", "model": "warm",
-    "output": [{"type": "message", "id": "msg_warm", "status": "completed", "role": "assistant",
-                "content": [{"type": "output_text", "text": "", "annotations": []}]}],
-    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], "instructions": "warm", "metadata": {},
-    "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
-              "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0},
-    "error": None, "incomplete_details": None, "text": {"format": {"type": "text"}},
-    "temperature": 1.0, "top_p": 1.0, "store": False, "max_output_tokens": 1,
+    "id": "resp_warm",
+    "object": "response",
+    "created_at": 0,
+    "status": "completed",
+    "model": "warm",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_warm",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "", "annotations": []}],
+        }
+    ],
+    "parallel_tool_calls": False,
+    "tool_choice": "auto",
+    "tools": [],
+    "instructions": "warm",
+    "metadata": {},
+    "usage": {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 0,
+    },
+    "error": None,
+    "incomplete_details": None,
+    "text": {"format": {"type": "text"}},
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "store": False,
+    "max_output_tokens": 1,
 }
 
 _OPENAI_LOCK = threading.Lock()  # a `work` process runs jobs in threads: the SDK is warmed by one of them
@@ -1430,8 +1544,7 @@ def openai_call(job, item, source, prompt, *, operation_key=None):
     openai = prepare_openai()
     timeout = openai_timeout()
     # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=timeout,
-                           http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
+    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
     kwargs = dict(model=job["model"], instructions=SYSTEM, input=prompt, max_output_tokens=MAX_OUTPUT_TOKENS, store=False)
     headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
     if job.get("threadId"):  # operation keys repeat across jobs started from one manifest; the thread does not
@@ -1441,8 +1554,6 @@ def openai_call(job, item, source, prompt, *, operation_key=None):
     response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
     usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
     return response.output_text, response.id, getattr(response, "_request_id", None), usage
-
-
 
 
 def unsent_url(exc: BaseException) -> str | None:
@@ -1480,10 +1591,10 @@ def connect_phase_errors() -> tuple:
     return tuple(errors)
 
 
-
 ###############################################################################
 # 8. Validation of a proposal
 ###############################################################################
+
 
 def progress_text(results) -> str:
     """At most the last 600 characters of progress: validated items only, never model prose."""
@@ -1509,10 +1620,7 @@ def model_input(item, source, results):
 def meaningful_quote(quote: str, source: str) -> bool:
     stripped = quote.strip()
     whole = source.strip()
-    if len(whole) < 12:
-        ok_length = stripped == whole and bool(whole)
-    else:
-        ok_length = len(stripped) >= 12
+    ok_length = (stripped == whole and bool(whole)) if len(whole) < 12 else len(stripped) >= 12  # a short source: all of it
     return ok_length and any(ch.isalnum() for ch in stripped)
 
 
@@ -1555,6 +1663,7 @@ def citation_problem(cite, source: str) -> str | None:
 def check_proposal(raw, item, source):
     """Validate one model output against the source; never raises for any output."""
     base = {"itemId": item["id"], "sourceSha256": item["sha256"]}
+    problem: str | None
     try:
         if not isinstance(raw, str):
             problem = f"model output is {type(raw).__name__}, not text"
@@ -1607,12 +1716,16 @@ def need_psycopg():
 
 
 STORE_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
 def check_store_url(url: str) -> None:
     """A store is named by a postgresql:// URL only: a libpq keyword string could carry a password
     that this program would then have to find and hide in every form it prints."""
     if not isinstance(url, str) or not url.lower().startswith(STORE_URL_SCHEMES):
-        raise UsageError("the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
-                         "keyword string (host=… user=…); put the password in PGPASSWORD or ~/.pgpass, never in the address")
+        raise UsageError(
+            "the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
+            "keyword string (host=… user=…); put the password in PGPASSWORD or ~/.pgpass, never in the address"
+        )
 
 
 def public_url(url: str) -> str:
@@ -1629,8 +1742,6 @@ def public_url(url: str) -> str:
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:
         return "postgresql://[unparseable URL]"
-
-
 
 
 def remember_secrets(url: str) -> None:
@@ -1663,14 +1774,21 @@ def conninfo_password(conninfo: str) -> str | None:
         except ImportError:
             return None
         try:
-            return conninfo_to_dict(conninfo).get("password")
+            return cast("str | None", conninfo_to_dict(conninfo).get("password"))
         except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
             return None
     import ctypes
 
     class Option(ctypes.Structure):  # libpq-fe.h's PQconninfoOption
-        _fields_ = [("keyword", ctypes.c_char_p), ("envvar", ctypes.c_char_p), ("compiled", ctypes.c_char_p),
-                    ("val", ctypes.c_char_p), ("label", ctypes.c_char_p), ("dispchar", ctypes.c_char_p), ("dispsize", ctypes.c_int)]
+        _fields_ = [
+            ("keyword", ctypes.c_char_p),
+            ("envvar", ctypes.c_char_p),
+            ("compiled", ctypes.c_char_p),
+            ("val", ctypes.c_char_p),
+            ("label", ctypes.c_char_p),
+            ("dispchar", ctypes.c_char_p),
+            ("dispsize", ctypes.c_int),
+        ]
 
     error = ctypes.c_void_p()
     options = lib.PQconninfoParse(conninfo.encode("utf-8", "surrogateescape"), ctypes.byref(error))
@@ -1695,8 +1813,6 @@ def lock_key(thread_id: str) -> int:
     return int.from_bytes(bytes.fromhex(thread_id.replace("-", ""))[:8], "big", signed=True)
 
 
-
-
 def name_lock_key(text: str) -> int:
     """A 64-bit advisory-lock key for a name (a jobId being sealed): sha256, not the 32-bit hashtext()."""
     return int.from_bytes(bytes.fromhex(sha256_hex(text.encode("utf-8"))[:16]), "big", signed=True)
@@ -1704,8 +1820,6 @@ def name_lock_key(text: str) -> int:
 
 class LibpqError(Exception):
     """A libpq failure on the read path (the fast reader's own psycopg.Error)."""
-
-
 
 
 @functools.cache
@@ -1739,15 +1853,29 @@ def load_libpq():
 
 
 def declare_libpq(lib, ctypes) -> None:
-    P, S, I = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    for name, res, args in (("PQconnectdbParams", P, [ctypes.POINTER(S), ctypes.POINTER(S), I]), ("PQstatus", I, [P]),
-                            ("PQerrorMessage", S, [P]), ("PQfinish", None, [P]), ("PQlibVersion", I, []),
-                            ("PQexecParams", P, [P, S, I, P, ctypes.POINTER(S), P, P, I]), ("PQresultStatus", I, [P]),
-                            ("PQresultErrorMessage", S, [P]), ("PQntuples", I, [P]), ("PQnfields", I, [P]),
-                            ("PQfname", S, [P, I]), ("PQftype", ctypes.c_uint, [P, I]), ("PQgetisnull", I, [P, I, I]),
-                            ("PQgetvalue", P, [P, I, I]), ("PQgetlength", I, [P, I, I]), ("PQcmdTuples", S, [P]),
-                            ("PQclear", None, [P]), ("PQconninfoParse", P, [S, ctypes.POINTER(P)]),
-                            ("PQconninfoFree", None, [P]), ("PQfreemem", None, [P])):
+    P, S, N = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int  # pointer, string, int
+    for name, res, args in (
+        ("PQconnectdbParams", P, [ctypes.POINTER(S), ctypes.POINTER(S), N]),
+        ("PQstatus", N, [P]),
+        ("PQerrorMessage", S, [P]),
+        ("PQfinish", None, [P]),
+        ("PQlibVersion", N, []),
+        ("PQexecParams", P, [P, S, N, P, ctypes.POINTER(S), P, P, N]),
+        ("PQresultStatus", N, [P]),
+        ("PQresultErrorMessage", S, [P]),
+        ("PQntuples", N, [P]),
+        ("PQnfields", N, [P]),
+        ("PQfname", S, [P, N]),
+        ("PQftype", ctypes.c_uint, [P, N]),
+        ("PQgetisnull", N, [P, N, N]),
+        ("PQgetvalue", P, [P, N, N]),
+        ("PQgetlength", N, [P, N, N]),
+        ("PQcmdTuples", S, [P]),
+        ("PQclear", None, [P]),
+        ("PQconninfoParse", P, [S, ctypes.POINTER(P)]),
+        ("PQconninfoFree", None, [P]),
+        ("PQfreemem", None, [P]),
+    ):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
 
@@ -1778,8 +1906,6 @@ def pg_value(oid: int, raw: bytes):
     return raw.decode("utf-8")
 
 
-
-
 class LibpqConnection:
     """The few calls a reader makes, straight to libpq: text parameters ($n), text results decoded by type, dict rows."""
 
@@ -1808,9 +1934,15 @@ class LibpqConnection:
             fields = lib.PQnfields(res)
             names = [lib.PQfname(res, c).decode() for c in range(fields)]
             oids = [lib.PQftype(res, c) for c in range(fields)]
-            rows = [{names[c]: None if lib.PQgetisnull(res, r, c) else
-                     pg_value(oids[c], ctypes.string_at(lib.PQgetvalue(res, r, c), lib.PQgetlength(res, r, c)))
-                     for c in range(fields)} for r in range(lib.PQntuples(res))]
+            rows = [
+                {
+                    names[c]: None
+                    if lib.PQgetisnull(res, r, c)
+                    else pg_value(oids[c], ctypes.string_at(lib.PQgetvalue(res, r, c), lib.PQgetlength(res, r, c)))
+                    for c in range(fields)
+                }
+                for r in range(lib.PQntuples(res))
+            ]
             done = lib.PQcmdTuples(res)
             return rows, int(done) if done else -1
         finally:
@@ -1834,8 +1966,6 @@ def holder_name(command: str) -> str:
     return f"{head} {host}"[:63] if host else head
 
 
-
-
 def parse_holder_name(name) -> Holder:
     """{pid, command, sinceUtc[, host]} from a holder_name, or an unknown holder."""
     words = (name or "").split()
@@ -1853,7 +1983,9 @@ def parse_holder_name(name) -> Holder:
 
 # The state directory's journal (effects.sqlite), as numbered, append-only migrations.
 MIGRATIONS = [
-    ("m001_calls", """
+    (
+        "m001_calls",
+        """
         CREATE TABLE calls (
             operation_key TEXT PRIMARY KEY,
             base_key TEXT NOT NULL,
@@ -1870,8 +2002,11 @@ MIGRATIONS = [
             reconciliation_json TEXT
         );
         CREATE INDEX calls_base ON calls (base_key, attempt);
-    """),
-    ("m002_call_events", """
+    """,
+    ),
+    (
+        "m002_call_events",
+        """
         CREATE TABLE call_events (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             operation_key TEXT NOT NULL,
@@ -1879,8 +2014,11 @@ MIGRATIONS = [
             detail_json TEXT,
             at_utc TEXT NOT NULL
         );
-    """),
-    ("m003_drafts", """
+    """,
+    ),
+    (
+        "m003_drafts",
+        """
         CREATE TABLE drafts (
             version INTEGER PRIMARY KEY,
             item_id TEXT NOT NULL,
@@ -1891,14 +2029,18 @@ MIGRATIONS = [
             change_json TEXT NOT NULL,
             created_utc TEXT NOT NULL
         );
-    """),
-    ("m004_outcomes", """
+    """,
+    ),
+    (
+        "m004_outcomes",
+        """
         CREATE TABLE outcomes (
             kind TEXT PRIMARY KEY,
             record_json TEXT NOT NULL,
             created_utc TEXT NOT NULL
         );
-    """),
+    """,
+    ),
 ]
 
 # The store's own schema: the same journal tables keyed by job_id beside the jobs and receipts. Literal
@@ -1906,7 +2048,9 @@ MIGRATIONS = [
 # journal tables have the same columns.
 # The store's own schema, as numbered, append-only migrations (the state directory's MIGRATIONS plus the job key).
 PG_MIGRATIONS = [
-    ("m001_jobs", """
+    (
+        "m001_jobs",
+        """
         CREATE TABLE durable_job.jobs (
             job_id TEXT PRIMARY KEY,
             thread_id TEXT NOT NULL UNIQUE,
@@ -1916,8 +2060,11 @@ PG_MIGRATIONS = [
             sources BYTEA[] NOT NULL,
             created_utc TEXT NOT NULL
         )
-    """),
-    ("m002_journal", """
+    """,
+    ),
+    (
+        "m002_journal",
+        """
         CREATE TABLE durable_job.calls (
             operation_key TEXT NOT NULL,
             base_key TEXT NOT NULL,
@@ -1970,7 +2117,8 @@ PG_MIGRATIONS = [
             receipt_json TEXT NOT NULL,
             written_utc TEXT NOT NULL
         )
-    """),
+    """,
+    ),
 ]
 
 
@@ -2002,7 +2150,7 @@ class Dialect:
 class _Fields(dict):
     """The template fields of one rendering, each made only when the template names it."""
 
-    def __init__(self, dialect: Dialect, params: "_Params"):
+    def __init__(self, dialect: Dialect, params: _Params):
         super().__init__(p=params, row_order=dialect.row_order)
         self.dialect, self.params = dialect, params
 
@@ -2070,7 +2218,7 @@ class Journal(abc.ABC):
             return self.execute(sql, names, [values[name] for name in names])
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Journal"]:
+    def transaction(self) -> Iterator[Journal]:
         """BEGIN … COMMIT around the block (ROLLBACK on any error), the statements of other threads kept out."""
         with self.guard:
             self.execute(self.dialect.begin, [], [])
@@ -2088,7 +2236,7 @@ class Journal(abc.ABC):
     def has_table(self, name: str) -> bool:
         return True
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a journal on a connection it does not own closes nothing)
         """Close the connection if the journal owns it."""
 
 
@@ -2131,7 +2279,7 @@ class PgJournal(Journal):
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.dialect = LIBPQ if isinstance(conn, LibpqConnection) else PSYCOPG
 
-    def for_job(self, job_id: str) -> "PgJournal":
+    def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
         return PgJournal(self.conn, job_id, self.on_error, owns=False)
 
@@ -2196,8 +2344,6 @@ def ledger(path: str) -> sqlite3.Connection:
     return conn
 
 
-
-
 def read_journal(path: str) -> SqliteJournal | None:
     """The journal read-only, for status and inspect; None when it does not exist yet."""
     if not os.path.exists(path):
@@ -2206,23 +2352,28 @@ def read_journal(path: str) -> SqliteJournal | None:
 
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
-    journal.change("INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc) "
-                   "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at})",
-                   key=key, event=event, detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)), at=now_utc())
+    journal.change(
+        "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc) "
+        "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at})",
+        key=key,
+        event=event,
+        detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)),
+        at=now_utc(),
+    )
 
 
-def input_sha256(job: dict, prompt: str) -> str:
+def input_sha256(job: Job, prompt: str) -> str:
     return sha256_hex(canonical({"system": SYSTEM, "prompt": prompt, "model": job["model"], "version": VERSION}))
 
 
-def base_key(job: dict, item: dict, prompt: str) -> str:
+def base_key(job: Job, item: Item, prompt: str) -> str:
     return sha256_hex(canonical({"job": job["jobId"], "item": item["id"], "source": item["sha256"], "input": input_sha256(job, prompt)}))
 
 
-
-
 def latest_attempt(journal: Journal, base: str) -> CallRow | None:
-    return cast("CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1", base=base))
+    return cast(
+        "CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1", base=base)
+    )
 
 
 def find_call(journal: Journal, key: str) -> CallRow | None:
@@ -2238,8 +2389,12 @@ def call_rows(journal: Journal | None) -> list[CallRow]:
 
 
 def uncertain_refusal(item_id: str, key: str) -> UncertainCall:
-    return UncertainCall(f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
-                         "nothing is sent again automatically", item_id=item_id, operation_key=key)
+    return UncertainCall(
+        f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
+        "nothing is sent again automatically",
+        item_id=item_id,
+        operation_key=key,
+    )
 
 
 def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, retry: dict | None = None) -> tuple[str, Any]:
@@ -2259,15 +2414,24 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             raise uncertain_refusal(item["id"], row["operation_key"])
         attempt = 1 if row is None else row["attempt"] + 1
         if attempt > manifest["maxAttemptsPerItem"]:
-            raise BudgetError(f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it")
+            raise BudgetError(
+                f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it"
+            )
         used = journal.rows("SELECT count(*) AS n FROM {calls}{where}")[0]["n"]
         if used >= manifest["maxModelCalls"]:
             raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
         key = f"{base}:{attempt}"
         stamp = now_utc()
-        journal.change("INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc) "
-                       "VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp})",
-                       key=key, base=base, attempt=attempt, item=item["id"], digest=digest, stamp=stamp)
+        journal.change(
+            "INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc) "
+            "VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp})",
+            key=key,
+            base=base,
+            attempt=attempt,
+            item=item["id"],
+            digest=digest,
+            stamp=stamp,
+        )
         record_event(journal, key, "dispatch", {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model")})
         if retry is not None:
             record_event(journal, key, "retry", retry)
@@ -2286,12 +2450,19 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
         updated = journal.change(
             "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
             "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'",
-            output=output_text, response=response_id, request=request_id, stamp=now_utc(), key=key,
-            usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True)))
+            output=output_text,
+            response=response_id,
+            request=request_id,
+            stamp=now_utc(),
+            key=key,
+            usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True)),
+        )
         if updated != 1:
             row = find_call(journal, key)
-            raise StateError(f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
-                             f"was on the way (response {response_id}); that answer is not used and nothing was written: run status")
+            raise StateError(
+                f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
+                f"was on the way (response {response_id}); that answer is not used and nothing was written: run status"
+            )
         record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
         if then is not None:
             then(journal, key, output_text)
@@ -2320,8 +2491,12 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             "UPDATE {calls} SET status = {p.status}, request_id = COALESCE({p.request}, request_id), "
             "reconciliation_json = COALESCE({p.refusal}, reconciliation_json), updated_utc = {p.stamp} "
             "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
-            status=status, request=request_id, stamp=now_utc(), key=key,
-            refusal=json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None)
+            status=status,
+            request=request_id,
+            stamp=now_utc(),
+            key=key,
+            refusal=json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None,
+        )
         if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
             record_event(journal, key, "rejected" if status == "rejected" else "error", detail)
     return status
@@ -2334,8 +2509,7 @@ def forget_unsent_call(journal: Journal, key: str, exc: BaseException, url: str)
     the next run takes the same operation key again; the event history keeps the audit trail.
     """
     cause = exc.__cause__
-    detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url,
-              "message": clip(redact(cause or exc), 300)}
+    detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url, "message": clip(redact(cause or exc), 300)}
     with journal.transaction():
         journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
         record_event(journal, key, "not-sent", detail)
@@ -2345,11 +2519,18 @@ def reconcile_call(journal: Journal, key: str, status: str, output_text, respons
     """A person's resolution of a pending call (completed from their record, or abandoned), with its event;
     `then(journal)` runs in the same transaction (a retry's draft)."""
     with journal.transaction():
-        journal.change("UPDATE {calls} SET status = {p.status}, output_text = {p.output}, response_id = {p.response}, "
-                       "request_id = {p.request}, reconciliation_json = {p.record}, updated_utc = {p.stamp} "
-                       "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
-                       status=status, output=output_text, response=response_id, request=request_id,
-                       record=json.dumps(record, sort_keys=True), stamp=record["reconciledAtUtc"], key=key)
+        journal.change(
+            "UPDATE {calls} SET status = {p.status}, output_text = {p.output}, response_id = {p.response}, "
+            "request_id = {p.request}, reconciliation_json = {p.record}, updated_utc = {p.stamp} "
+            "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
+            status=status,
+            output=output_text,
+            response=response_id,
+            request=request_id,
+            record=json.dumps(record, sort_keys=True),
+            stamp=record["reconciledAtUtc"],
+            key=key,
+        )
         record_event(journal, key, "reconciled", record)
         if then is not None:
             then(journal)
@@ -2399,8 +2580,10 @@ def call_events(journal: Journal | None) -> list[dict]:
     """Every event, in order, with its detail decoded."""
     if journal is None:
         return []
-    return [{**e, "detail": json.loads(e["detail_json"] or "null") or {}}
-            for e in journal.rows("SELECT operation_key, event, detail_json FROM {call_events}{where} ORDER BY id")]
+    return [
+        {**e, "detail": json.loads(e["detail_json"] or "null") or {}}
+        for e in journal.rows("SELECT operation_key, event, detail_json FROM {call_events}{where} ORDER BY id")
+    ]
 
 
 def current_draft(journal: Journal | None, model_results: list) -> tuple[int, list]:
@@ -2421,19 +2604,34 @@ def draft_rows(journal: Journal | None) -> list[dict]:
 
 def draft_history(journal: Journal | None) -> list:
     return [
-        {"version": r["version"], "itemId": r["item_id"], "resultsSha256": r["results_sha256"],
-         "previousResultsSha256": json.loads(r["change_json"]).get("previousResultsSha256"), "reviewer": r["reviewer"],
-         "reason": r["reason"], "change": json.loads(r["change_json"]), "createdUtc": r["created_utc"]}
+        {
+            "version": r["version"],
+            "itemId": r["item_id"],
+            "resultsSha256": r["results_sha256"],
+            "previousResultsSha256": json.loads(r["change_json"]).get("previousResultsSha256"),
+            "reviewer": r["reviewer"],
+            "reason": r["reason"],
+            "change": json.loads(r["change_json"]),
+            "createdUtc": r["created_utc"],
+        }
         for r in draft_rows(journal)
     ]
 
 
 def insert_draft(journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
     """One draft row (inside the caller's transaction, or alone)."""
-    journal.change("INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc) "
-                   "VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp})",
-                   version=version, item=item_id, results=json.dumps(results), digest=results_sha256(results), reviewer=reviewer,
-                   reason=reason, change=json.dumps(change), stamp=stamp)
+    journal.change(
+        "INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc) "
+        "VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp})",
+        version=version,
+        item=item_id,
+        results=json.dumps(results),
+        digest=results_sha256(results),
+        reviewer=reviewer,
+        reason=reason,
+        change=json.dumps(change),
+        stamp=stamp,
+    )
 
 
 def journal_outcome(journal: Journal | None, kind: str):
@@ -2445,15 +2643,19 @@ def journal_outcome(journal: Journal | None, kind: str):
 
 
 def record_cancel(journal: Journal, record: dict) -> None:
-    journal.change("INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc) VALUES ({job_val}'cancel', {p.record}, {p.stamp})",
-                   record=json.dumps(record, sort_keys=True), stamp=record["cancelledAtUtc"])
+    journal.change(
+        "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc) VALUES ({job_val}'cancel', {p.record}, {p.stamp})",
+        record=json.dumps(record, sort_keys=True),
+        stamp=record["cancelledAtUtc"],
+    )
 
 
 def retry_request(journal: Journal, key: str) -> dict | None:
     """Who asked for this call by `retry`, and why (its `retry` event), or None for a call the graph made."""
     # the latest: a retry that was not sent (no call happened) leaves its key to the next retry
-    row = journal.row("SELECT detail_json FROM {call_events} WHERE {scope}operation_key = {p.key} AND event = 'retry' "
-                      "ORDER BY id DESC LIMIT 1", key=key)
+    row = journal.row(
+        "SELECT detail_json FROM {call_events} WHERE {scope}operation_key = {p.key} AND event = 'retry' ORDER BY id DESC LIMIT 1", key=key
+    )
     return json.loads(row["detail_json"]) if row else None
 
 
@@ -2469,12 +2671,16 @@ def latest_rejected(calls: list) -> bool:
     for r in calls:  # creation order: the last row of a base key is its latest attempt
         latest[r["base_key"]] = r["status"]
     return "rejected" in latest.values()
+
+
 ###############################################################################
 # 11. Checkpoints: LangGraph's serializer and the langgraph-free reader
 ###############################################################################
 
 STATE_KEYS = ("index", "results", "raw", "result", "final")  # the thread state's own channels (see state_schema)
 JSON_TYPE_TAG = "json"  # how checkpoint_serializer tags a plain value (JsonPlusSerializer reads the tag too)
+
+
 def exactly_json(value) -> bool:
     """True when JSON holds value exactly: str-keyed dicts, lists and tuples, str, int, float, bool, None (no subclasses).
 
@@ -2521,7 +2727,6 @@ def checkpoint_serializer():
             return super().loads_typed(data)
 
     return JsonFirstSerializer()
-
 
 
 # LangGraph internals the reader below depends on: none of them is public API.
@@ -2583,7 +2788,7 @@ class LangGraphObject:
         self.code = code
 
 
-def decode_checkpoint(kind: str, blob: bytes | None, path: str = CHECKPOINTS_FILE):
+def decode_checkpoint(kind: str, blob: Any, path: str = CHECKPOINTS_FILE):
     """One serialized checkpoint or write, as checkpoint_serializer wrote it (see the LG_* names above)."""
     if kind == LG_NULL_TYPE:
         return None
@@ -2591,16 +2796,22 @@ def decode_checkpoint(kind: str, blob: bytes | None, path: str = CHECKPOINTS_FIL
         try:
             return json.loads(blob)
         except ValueError as exc:
-            raise StateError(f"{path} holds a checkpoint that is not valid JSON ({exc}); it is left untouched: restore it from a backup") from None
+            raise StateError(
+                f"{path} holds a checkpoint that is not valid JSON ({exc}); it is left untouched: restore it from a backup"
+            ) from None
     if kind != LG_MSGPACK_TYPE:
-        raise StateError(f"{path} holds a value of serializer type {kind!r}, where this program's state is json or msgpack only; "
-                         "it is left untouched: restore it from a backup")
+        raise StateError(
+            f"{path} holds a value of serializer type {kind!r}, where this program's state is json or msgpack only; "
+            "it is left untouched: restore it from a backup"
+        )
     import ormsgpack  # only for a value JSON could not hold: status usually never loads it (about 13 ms)
 
     try:
         return ormsgpack.unpackb(blob, ext_hook=lambda code, data: LangGraphObject(code))
     except ValueError as exc:
-        raise StateError(f"{path} holds a checkpoint that is not valid msgpack ({exc}); it is left untouched: restore it from a backup") from None
+        raise StateError(
+            f"{path} holds a checkpoint that is not valid msgpack ({exc}); it is left untouched: restore it from a backup"
+        ) from None
 
 
 def plain_value(value, channel: str, path: str):
@@ -2609,15 +2820,15 @@ def plain_value(value, channel: str, path: str):
     while stack:
         v = stack.pop()
         if isinstance(v, LangGraphObject):
-            raise StateError(f"{path} stores channel {channel!r} as a LangGraph object (msgpack ext {v.code}), not the plain value "
-                             "this program writes; was it written by another LangGraph version? Restore the sealed ones (`pip install -r requirements.txt`)")
+            raise StateError(
+                f"{path} stores channel {channel!r} as a LangGraph object (msgpack ext {v.code}), not the plain value "
+                "this program writes; was it written by another LangGraph version? Restore the sealed ones (`pip install -r requirements.txt`)"
+            )
         if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
     return value
-
-
 
 
 class CheckpointRows(abc.ABC):
@@ -2641,7 +2852,9 @@ def read_checkpoint(rows: CheckpointRows | None, thread_id: str) -> CheckpointSt
     import (about 1.5 s saved per command); values are plain JSON types, decoded exactly.
     """
     empty: CheckpointState = {"values": {}, "waiting": False, "savedDecision": None}
-    latest = rows.latest(thread_id) if rows is not None else None
+    if rows is None:
+        return empty
+    latest = rows.latest(thread_id)
     if latest is None:
         return empty
     checkpoint_id, values = latest
@@ -2680,7 +2893,9 @@ class SqliteCheckpointRows(CheckpointRows):
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
         row = self.conn.execute(
             f"SELECT checkpoint_id, type, checkpoint FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? "
-            "ORDER BY checkpoint_id DESC LIMIT 1", (thread_id, LG_ROOT_NAMESPACE)).fetchone()
+            "ORDER BY checkpoint_id DESC LIMIT 1",
+            (thread_id, LG_ROOT_NAMESPACE),
+        ).fetchone()
         if row is None:
             return None
         channels = decode_checkpoint(row[1], row[2], self.where).get(LG_CHANNEL_VALUES, {})
@@ -2690,7 +2905,8 @@ class SqliteCheckpointRows(CheckpointRows):
         return self.conn.execute(
             f"SELECT channel, type, value FROM {LG_WRITES_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
             "AND channel IN (?, ?, ?) ORDER BY channel = 'final' DESC, task_id DESC",
-            (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, *LG_SAVED_CHANNELS)).fetchall()
+            (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, *LG_SAVED_CHANNELS),
+        ).fetchall()
 
 
 class PgCheckpointRows(CheckpointRows):
@@ -2700,8 +2916,12 @@ class PgCheckpointRows(CheckpointRows):
         self.journal, self.where = journal, where
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
-        row = self.journal.row("SELECT checkpoint_id, checkpoint FROM durable_job.checkpoints WHERE thread_id = {p.thread} "
-                               "AND checkpoint_ns = {p.ns} ORDER BY checkpoint_id DESC LIMIT 1", thread=thread_id, ns=LG_ROOT_NAMESPACE)
+        row = self.journal.row(
+            "SELECT checkpoint_id, checkpoint FROM durable_job.checkpoints WHERE thread_id = {p.thread} "
+            "AND checkpoint_ns = {p.ns} ORDER BY checkpoint_id DESC LIMIT 1",
+            thread=thread_id,
+            ns=LG_ROOT_NAMESPACE,
+        )
         if row is None:
             return None
         checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
@@ -2710,18 +2930,31 @@ class PgCheckpointRows(CheckpointRows):
         wanted = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
         if wanted:
             for blob in self.journal.rows(
-                    "SELECT channel, type, blob FROM durable_job.checkpoint_blobs WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
-                    "AND channel = ANY({p.channels}) AND version = ANY({p.versions})",
-                    thread=thread_id, ns=LG_ROOT_NAMESPACE, channels=list(wanted), versions=list(wanted.values())):
+                "SELECT channel, type, blob FROM durable_job.checkpoint_blobs WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
+                "AND channel = ANY({p.channels}) AND version = ANY({p.versions})",
+                thread=thread_id,
+                ns=LG_ROOT_NAMESPACE,
+                channels=list(wanted),
+                versions=list(wanted.values()),
+            ):
                 if wanted.get(blob["channel"]) is not None and blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
-                    values[blob["channel"]] = plain_value(decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where), blob["channel"], self.where)
+                    values[blob["channel"]] = plain_value(
+                        decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where), blob["channel"], self.where
+                    )
         return row["checkpoint_id"], values
 
     def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
-        return [(w["channel"], w["type"], w["blob"]) for w in self.journal.rows(
-            "SELECT channel, type, blob FROM durable_job.checkpoint_writes WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
-            "AND checkpoint_id = {p.checkpoint} AND channel = ANY({p.channels}) ORDER BY channel = 'final' DESC, task_id DESC",
-            thread=thread_id, ns=LG_ROOT_NAMESPACE, checkpoint=checkpoint_id, channels=list(LG_SAVED_CHANNELS))]
+        return [
+            (w["channel"], w["type"], w["blob"])
+            for w in self.journal.rows(
+                "SELECT channel, type, blob FROM durable_job.checkpoint_writes WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
+                "AND checkpoint_id = {p.checkpoint} AND channel = ANY({p.channels}) ORDER BY channel = 'final' DESC, task_id DESC",
+                thread=thread_id,
+                ns=LG_ROOT_NAMESPACE,
+                checkpoint=checkpoint_id,
+                channels=list(LG_SAVED_CHANNELS),
+            )
+        ]
 
 
 ###############################################################################
@@ -2888,7 +3121,7 @@ class Store(abc.ABC):
     def check_whole(self) -> str:
         """verify's `files` check: the storage itself is sound."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
 
 
@@ -2918,8 +3151,10 @@ class StateDirStore(Store):
         return read_manifest_quiet(job), read_sources_quiet(job, self.kept_mcp_sources())
 
     def no_job(self) -> StateError:
-        return StateError(f"No job in {self.root}: {JOB_FILE} is missing; check --state-dir, or run "
-                          f"`{self.suggest('start', '--manifest', 'MANIFEST')}` first")
+        return StateError(
+            f"No job in {self.root}: {JOB_FILE} is missing; check --state-dir, or run "
+            f"`{self.suggest('start', '--manifest', 'MANIFEST')}` first"
+        )
 
     def has_job(self) -> bool:
         return os.path.exists(job_path(self.root, JOB_FILE))
@@ -2948,7 +3183,9 @@ class StateDirStore(Store):
         """job.json, linked into place so that it never replaces another; the manifest and sources stay where they are,
         apart from MCP resources' text, kept beside it first (verify checks them without launching a server)."""
         if self.has_job():
-            raise BusyError(f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{self.suggest('resume')}`")
+            raise BusyError(
+                f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{self.suggest('resume')}`"
+            )
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
         if kept:
@@ -3017,7 +3254,9 @@ class StateDirStore(Store):
         frames = traceback.extract_tb(exc.__traceback__)
         in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
         failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
-        return StateError(f"State file {failed} failed during the run ({exc}); nothing is retried: run `{self.suggest('status')}`, then `{self.suggest('resume')}` once the cause is fixed")
+        return StateError(
+            f"State file {failed} failed during the run ({exc}); nothing is retried: run `{self.suggest('status')}`, then `{self.suggest('resume')}` once the cause is fixed"
+        )
 
     def has_receipt(self) -> bool:
         return os.path.exists(job_path(self.root, RECEIPT_FILE))
@@ -3046,7 +3285,7 @@ class PgLock:
     keyed by its jobId until the job row exists, then the job's own.
     """
 
-    def __init__(self, store: "PgStore", command: str):
+    def __init__(self, store: PgStore, command: str):
         self.store, self.command = store, command
 
     def __enter__(self):
@@ -3062,8 +3301,10 @@ class PgLock:
             if not store.try_lock(journal, key):
                 holder = store.holder(journal)
                 who = f" ({holder['command']}, pid {holder['pid']}, since {holder['sinceUtc']})" if holder else ""
-                raise BusyError(f"Job {store.job_id} busy: another durable_job command{who} holds it in {store.public}; "
-                                f"wait for it to finish, then {BusyError.AGAIN}")
+                raise BusyError(
+                    f"Job {store.job_id} busy: another durable_job command{who} holds it in {store.public}; "
+                    f"wait for it to finish, then {BusyError.AGAIN}"
+                )
         except BaseException:
             conn.close()
             raise
@@ -3096,11 +3337,11 @@ class PgStore(Store):
         self.url, self.job_id, self.from_env = url, job_id, from_env
         self.program = program or default_program()
         self.public = public_url(url)
-        self.writer: PgJournal | None = None   # the locked journal while a writing command runs
-        self.reader: PgJournal | None = None   # one read connection for status, inspect, jobs
+        self.writer: PgJournal | None = None  # the locked journal while a writing command runs
+        self.reader: PgJournal | None = None  # one read connection for status, inspect, jobs
         self.row: dict | None = None
 
-    def for_job(self, job_id: str) -> "PgStore":
+    def for_job(self, job_id: str) -> PgStore:
         """The same store, naming another job (its reads on this store's read connection)."""
         other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program)
         other.reader = self.reader.for_job(job_id) if self.reader is not None else None
@@ -3140,9 +3381,11 @@ class PgStore(Store):
     # -- connections -----------------------------------------------------------
 
     def failure(self, exc) -> StateError:
-        return StateError(f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split())), 240)}); a lost connection "
-                          f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
-                          f"then `{self.suggest('resume')}` once the store is reachable")
+        return StateError(
+            f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split())), 240)}); a lost connection "
+            f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
+            f"then `{self.suggest('resume')}` once the store is reachable"
+        )
 
     def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True):
         """A new autocommit psycopg connection with dict rows; the lock's own has TCP keepalives so a lost host frees the lock."""
@@ -3151,14 +3394,23 @@ class PgStore(Store):
 
         extra = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
         try:
-            return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, prepare_threshold=0,
-                                   application_name=name[:63], connect_timeout=10, **extra)
+            return psycopg.connect(
+                self.url,
+                autocommit=True,
+                row_factory=dict_row,
+                prepare_threshold=0,
+                application_name=name[:63],
+                connect_timeout=10,
+                **extra,
+            )
         except psycopg.Error as exc:
             raise self.unreachable(exc) from None
 
     def unreachable(self, exc) -> StateError:
-        return StateError(f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split())), 240)}); "
-                          f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again")
+        return StateError(
+            f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split())), 240)}); "
+            f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again"
+        )
 
     def close(self) -> None:
         reader, self.reader = self.reader, None
@@ -3184,8 +3436,10 @@ class PgStore(Store):
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
         """(journal migrations applied, highest checkpoint migration) in the store, ({}, None) before setup."""
-        row = db.rows("SELECT to_regclass('durable_job._migrations') IS NOT NULL AS journal, "
-                      "to_regclass('durable_job.checkpoint_migrations') IS NOT NULL AS checkpoints")[0]
+        row = db.rows(
+            "SELECT to_regclass('durable_job._migrations') IS NOT NULL AS journal, "
+            "to_regclass('durable_job.checkpoint_migrations') IS NOT NULL AS checkpoints"
+        )[0]
         done = {r["name"] for r in db.rows("SELECT name FROM durable_job._migrations")} if row["journal"] else set()
         highest = db.rows("SELECT max(v) AS v FROM durable_job.checkpoint_migrations")[0]["v"] if row["checkpoints"] else None
         return done, highest
@@ -3205,9 +3459,12 @@ class PgStore(Store):
         db = db or self.db()
         if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
             return None
-        return db.row("SELECT record_json, manifest, manifest_sha256, "
-                      "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
-                      "FROM durable_job.jobs WHERE job_id = {p.job}", job=self.job_id)
+        return db.row(
+            "SELECT record_json, manifest, manifest_sha256, "
+            "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
+            "FROM durable_job.jobs WHERE job_id = {p.job}",
+            job=self.job_id,
+        )
 
     def has_job(self, db: PgJournal | None = None) -> bool:
         return self.load_row(db) is not None
@@ -3215,12 +3472,16 @@ class PgStore(Store):
     def load_job(self, db: PgJournal | None = None) -> Job:
         row = self.row = self.load_row(db)
         if row is None:
-            raise StateError(f"No job {self.job_id!r} in the store {self.public}; check --job (`{self.program} jobs` lists them), "
-                             f"or run `{self.suggest('start', '--manifest', 'MANIFEST')}` first")
+            raise StateError(
+                f"No job {self.job_id!r} in the store {self.public}; check --job (`{self.program} jobs` lists them), "
+                f"or run `{self.suggest('start', '--manifest', 'MANIFEST')}` first"
+            )
         try:
             job = strict_json(row["record_json"])
         except ValueError as exc:
-            raise StateError(f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}") from None
+            raise StateError(
+                f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}"
+            ) from None
         return cast(Job, job)
 
     def check_seals(self, job: Job, *, mcp: str = "sealed") -> tuple[Manifest, dict[str, str]]:
@@ -3235,13 +3496,18 @@ class PgStore(Store):
         row = cast(dict, self.row)
         raw = bytes(row["manifest"])
         if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
-            raise SealError(f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
-                            f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}")
+            raise SealError(
+                f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
+                f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}"
+            )
         manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
         check_job_matches_manifest(job, manifest)
         stored = [bytes.fromhex(h) for h in row["sources"] or []]
         if len(stored) != len(manifest["items"]):
-            raise source_failure(manifest["items"][0]["id"], f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup")
+            raise source_failure(
+                manifest["items"][0]["id"],
+                f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup",
+            )
         texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}
         return manifest, texts
 
@@ -3258,11 +3524,26 @@ class PgStore(Store):
         cursor = self.writer.conn.execute(
             "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc) "
             "VALUES (%s, %s, %s, %b, %s, %b, %s) ON CONFLICT (job_id) DO NOTHING",
-            (job["jobId"], job["threadId"], json.dumps(job, indent=2) + "\n", manifest_bytes, job["manifestSha256"], data, job["createdAtUtc"]))
+            (
+                job["jobId"],
+                job["threadId"],
+                json.dumps(job, indent=2) + "\n",
+                manifest_bytes,
+                job["manifestSha256"],
+                data,
+                job["createdAtUtc"],
+            ),
+        )
         if cursor.rowcount != 1:
-            raise BusyError(f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{self.suggest('resume')}`")
-        self.row = {"record_json": json.dumps(job), "manifest": manifest_bytes, "manifest_sha256": job["manifestSha256"],
-                    "sources": [d.hex() for d in data]}
+            raise BusyError(
+                f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{self.suggest('resume')}`"
+            )
+        self.row = {
+            "record_json": json.dumps(job),
+            "manifest": manifest_bytes,
+            "manifest_sha256": job["manifestSha256"],
+            "sources": [d.hex() for d in data],
+        }
         if not self.try_lock(self.writer, lock_key(job["threadId"])):
             raise BusyError(f"Job {self.job_id} busy: another command holds its new thread's lock; run `{self.suggest('status')}`")
 
@@ -3284,7 +3565,10 @@ class PgStore(Store):
         found = db.row(
             "SELECT a.application_name FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {p.high}::bigint::oid AND l.objid = {p.low}::bigint::oid "
-            "AND l.objsubid = 1", high=key >> 32, low=key & 0xFFFFFFFF)
+            "AND l.objsubid = 1",
+            high=key >> 32,
+            low=key & 0xFFFFFFFF,
+        )
         return None if found is None else parse_holder_name(found["application_name"])
 
     # -- the journal -----------------------------------------------------------
@@ -3315,8 +3599,10 @@ class PgStore(Store):
         from langgraph.checkpoint.postgres import PostgresSaver
 
         if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
-            raise StateError(f"langgraph-checkpoint-postgres is not the pinned version (its schema reaches {len(PostgresSaver.MIGRATIONS) - 1}, "
-                             f"this program knows {CHECKPOINT_MIGRATION}): pip install -r {PG_REQUIREMENTS}")
+            raise StateError(
+                f"langgraph-checkpoint-postgres is not the pinned version (its schema reaches {len(PostgresSaver.MIGRATIONS) - 1}, "
+                f"this program knows {CHECKPOINT_MIGRATION}): pip install -r {PG_REQUIREMENTS}"
+            )
         store = self
 
         class LockedSaver(PostgresSaver):
@@ -3352,7 +3638,9 @@ class PgStore(Store):
         self.journal().change(
             "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc) VALUES ({p.job_id}, {p.receipt}, {p.stamp}) "
             "ON CONFLICT (job_id) DO UPDATE SET receipt_json = EXCLUDED.receipt_json, written_utc = EXCLUDED.written_utc",
-            receipt=json.dumps(receipt, indent=2, sort_keys=True) + "\n", stamp=now_utc())
+            receipt=json.dumps(receipt, indent=2, sort_keys=True) + "\n",
+            stamp=now_utc(),
+        )
 
     def read_receipt(self) -> bytes | None:
         db = self.db()
@@ -3366,7 +3654,9 @@ class PgStore(Store):
     def check_whole(self) -> str:
         db = self.db()
         if not self.ready(db):
-            raise StateError(f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`")
+            raise StateError(
+                f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`"
+            )
         self.check_seals(self.load_job(db), mcp="skip")
         return "store schema current; the job row's manifest and source bytes match their sha256"
 
@@ -3385,7 +3675,9 @@ def migrate_store(store: PgStore, conn) -> dict:
     deadline = time.monotonic() + SETUP_WAIT_SECONDS
     while not store.try_lock(db, SETUP_LOCK_KEY):
         if time.monotonic() > deadline:
-            raise BusyError(f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}")
+            raise BusyError(
+                f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}"
+            )
         time.sleep(0.05)
     migrate = command_line(store.program, "migrate", ["--store", store.public])
     try:
@@ -3409,9 +3701,11 @@ def migrate_store(store: PgStore, conn) -> dict:
             with store.checkpoint_connection() as cp:
                 PostgresSaver(cp).setup()
         except psycopg.errors.InsufficientPrivilege as exc:
-            raise StateError(f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
-                             f"an administrator runs `{migrate}` once (as the database owner), "
-                             f"and grants this role use of schema durable_job") from None
+            raise StateError(
+                f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
+                f"an administrator runs `{migrate}` once (as the database owner), "
+                f"and grants this role use of schema durable_job"
+            ) from None
         except psycopg.Error as exc:
             raise store.failure(exc) from None
         done, highest = store.schema_state(db)
@@ -3430,12 +3724,16 @@ def grant_store(store: PgStore, conn, role: str) -> None:
 
     who = sql.Identifier(role)
     try:
-        for statement in ("GRANT USAGE ON SCHEMA durable_job TO {}",
-                          "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
-                          "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}"):
+        for statement in (
+            "GRANT USAGE ON SCHEMA durable_job TO {}",
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
+            "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}",
+        ):
             conn.execute(sql.SQL(statement).format(who))
     except psycopg.Error as exc:
-        raise StateError(f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner") from None
+        raise StateError(
+            f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner"
+        ) from None
 
 
 ###############################################################################
@@ -3450,8 +3748,9 @@ class Context:
     model step sends no new call. `say` prints one progress line, for a person at a terminal.
     """
 
-    def __init__(self, store: Store, job: Job, manifest: Manifest | None, sources: dict | None, journal: Journal,
-                 stop: threading.Event | None = None):
+    def __init__(
+        self, store: Store, job: Job, manifest: Manifest | None, sources: dict | None, journal: Journal, stop: threading.Event | None = None
+    ):
         self.store = store
         self.job = job
         self.manifest = manifest
@@ -3459,7 +3758,7 @@ class Context:
         self.journal = journal
         self.stop = stop
         self.items: list[Item] = manifest["items"] if manifest else []
-        self.concurrency = (manifest or {}).get("maxConcurrentCalls", 1)
+        self.concurrency = manifest.get("maxConcurrentCalls", 1) if manifest else 1
         self.progress = sys.stderr.isatty()
 
     def config(self) -> dict:
@@ -3500,21 +3799,26 @@ def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) 
     return "before-review"
 
 
-def state_schema():
-    """The checkpointed thread state: plain JSON values only, so it can be read without langgraph."""
-    from typing import Any, TypedDict
+class ThreadState(TypedDict, total=False):
+    """The checkpointed thread state (its channels are STATE_KEYS): plain JSON values only, read without langgraph."""
 
-    return TypedDict("State", {"index": int, "results": list, "raw": Any, "result": Any, "final": Any}, total=False)
+    index: int
+    results: list
+    raw: Any
+    result: Any
+    final: Any
+
+
+def state_schema():
+    return ThreadState
 
 
 def initial_state() -> dict:
     return {"index": 0, "results": [], "raw": None, "result": None, "final": None}
 
 
-
-
 def review_bundle(job: Job, results: list, draft: int = 1) -> dict:
-    bundle = {
+    bundle: dict[str, Any] = {
         "jobId": job["jobId"],
         "manifestSha256": job["manifestSha256"],
         "codeSha256": job["codeSha256"],
@@ -3542,7 +3846,7 @@ def build_graph(ctx: Context, checkpoints):
         item = ctx.items[state["index"]]
         refuse_if_stopping(ctx)
         if ctx.concurrency > 1:
-            prefetch(ctx, ctx.items[state["index"]:])
+            prefetch(ctx, ctx.items[state["index"] :])
         prior = [] if ctx.concurrency > 1 else state["results"]
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
@@ -3583,16 +3887,18 @@ def build_graph(ctx: Context, checkpoints):
 def refuse_if_stopping(ctx: Context) -> None:
     """Before a model step of a run inside a stopping `work`: send nothing new, leave the job ready."""
     if ctx.stop is not None and ctx.stop.is_set():
-        raise WorkerStopping(f"Job {ctx.job['jobId']}: the worker is stopping, so no new call was sent; the job is ready for the next `work` or `resume`")
+        raise WorkerStopping(
+            f"Job {ctx.job['jobId']}: the worker is stopping, so no new call was sent; the job is ready for the next `work` or `resume`"
+        )
 
 
 NO_CALL_LEFT = "no model call left"  # how a failed result says the bounds allowed its item no call
+
+
 def unanswered(item: dict, refusal: BudgetError) -> dict:
     """The failed result of an item the bounds allow no call for: reviewed like any failed item."""
     reason = f"{NO_CALL_LEFT}: {refusal}; revise the item, or decide reject or hold"
     return {"itemId": item["id"], "sourceSha256": item["sha256"], "status": "failed", "reason": clip(reason, 250)}
-
-
 
 
 def prefetch(ctx: Context, items: list) -> None:
@@ -3648,8 +3954,6 @@ def run_daemon_threads(calls: list, limit: int) -> list:
     return [errors[n] for n in sorted(errors)]  # in the order the calls were given
 
 
-
-
 def first_of(errors: list) -> BaseException:
     """The error a person must act on first (an unknown outcome before a refusal), naming how many more there are."""
     errors = sorted(errors, key=lambda e: not (isinstance(e, UncertainCall) or getattr(e, "uncertain", False)))
@@ -3666,9 +3970,11 @@ def first_of(errors: list) -> BaseException:
 
 def uncertain_message(store: Store, item_id: str, key: str) -> str:
     """UNCERTAIN_CALL and what to do, with this job's paste-ready commands."""
-    return (f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
-            f"nothing is sent again automatically. Inspect with `{store.suggest('status')}`, check the provider's usage records, then "
-            f"`{reconcile_command(store, key)}` and `{store.suggest('resume')}`")
+    return (
+        f"UNCERTAIN_CALL {item_id} {key}: this call may have reached the provider and may have been billed; "
+        f"nothing is sent again automatically. Inspect with `{store.suggest('status')}`, check the provider's usage records, then "
+        f"`{reconcile_command(store, key)}` and `{store.suggest('resume')}`"
+    )
 
 
 def reconcile_command(store: Store, key: str) -> str:
@@ -3684,8 +3990,9 @@ def call_or_hold(ctx: Context, journal: Journal, item: Item, prompt: str, say=No
     try:
         return get_or_call(journal, ctx.job, ctx.manifest, item, source, prompt, say, **retry)
     except UncertainCall as exc:
-        raise UncertainCall(uncertain_message(ctx.store, exc.item_id, exc.operation_key),
-                            item_id=exc.item_id, operation_key=exc.operation_key) from None
+        raise UncertainCall(
+            uncertain_message(ctx.store, exc.item_id, exc.operation_key), item_id=exc.item_id, operation_key=exc.operation_key
+        ) from None
     except (JobError, sqlite3.Error):
         raise
     except Exception as exc:
@@ -3701,20 +4008,27 @@ def call_or_hold(ctx: Context, journal: Journal, item: Item, prompt: str, say=No
 def provider_failure(store: Store, item_id: str, key: str, status: str, code, exc) -> ProviderError:
     message = clip(redact(exc), 200)
     if status == "rejected":
-        return ProviderError(f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. "
-                             f"Nothing was produced; fix the cause, then `{store.suggest('resume')}`: it takes the next attempt if "
-                             f"maxAttemptsPerItem allows one, else marks the item failed for review")
-    return ProviderError(f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, "
-                         f"so {key} stays pending: check the provider's usage records, then `{reconcile_command(store, key)}`",
-                         uncertain=True)  # what a person must see first when several parallel calls failed
+        return ProviderError(
+            f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. "
+            f"Nothing was produced; fix the cause, then `{store.suggest('resume')}`: it takes the next attempt if "
+            f"maxAttemptsPerItem allows one, else marks the item failed for review"
+        )
+    return ProviderError(
+        f"Model call for item {item_id} failed with {type(exc).__name__}: {message.rstrip('.')}. The outcome is unknown, "
+        f"so {key} stays pending: check the provider's usage records, then `{reconcile_command(store, key)}`",
+        uncertain=True,
+    )  # what a person must see first when several parallel calls failed
 
 
 def not_sent_failure(store: Store, item_id: str, url: str, exc: BaseException) -> ProviderError:
     cause = exc.__cause__ or exc
     why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
-    return ProviderError(f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
-                         f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), "
-                         f"then `{store.suggest('resume')}`", not_sent=True)
+    return ProviderError(
+        f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
+        f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), "
+        f"then `{store.suggest('resume')}`",
+        not_sent=True,
+    )
 
 
 def run_graph(ctx: Context, resume_value=None):
@@ -3767,8 +4081,16 @@ class open_job:
     settings checked: a finished job says what it is, not that a key is missing.
     """
 
-    def __init__(self, store: Store, command: str, *, seals: bool = True, calls_model: bool = False, cancelled_ok: bool = False,
-                 stop: threading.Event | None = None):
+    def __init__(
+        self,
+        store: Store,
+        command: str,
+        *,
+        seals: bool = True,
+        calls_model: bool = False,
+        cancelled_ok: bool = False,
+        stop: threading.Event | None = None,
+    ):
         self.store, self.command, self.stop = store, command, stop
         self.seals, self.calls_model, self.cancelled_ok = seals, calls_model, cancelled_ok
         self.lock: Any = None
@@ -3810,12 +4132,16 @@ def check_provider_settings() -> None:
     openai_timeout()
 
 
-def cancelled_error(job: dict, record: dict) -> DecisionError:
-    return DecisionError(f"Job {job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}")
+def cancelled_error(job: Job, record: dict) -> DecisionError:
+    return DecisionError(
+        f"Job {job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}"
+    )
 
 
 RUNNING_COMMANDS = ("start", "resume", "retry", "work")  # the writers that run the graph and may have a call in flight
-def job_phase(review: str, checkpoint: dict, holder: dict | None) -> str:
+
+
+def job_phase(review: str, checkpoint: CheckpointState, holder: Holder | dict | None) -> str:
     """The phase status and inspect report: the review state, told apart by whether a run is live.
 
     A pending call whose run still holds the lock is in flight (`running`); only
@@ -3831,19 +4157,27 @@ def job_phase(review: str, checkpoint: dict, holder: dict | None) -> str:
     return "ready" if checkpoint["values"] else "not-started"
 
 
-def checkpoint_of(state) -> dict:
+def checkpoint_of(state) -> CheckpointState:
     """LangGraph's own view of the thread after a run, in read_checkpoint's shape."""
     values = dict(state.values)
     return {"values": values, "waiting": bool(state.interrupts) and not values.get("final"), "savedDecision": None}
 
 
-
-
 class Snapshot:
     """One consistent read of a job's saved state (job record, journal, checkpoint, lock holder); read_snapshot makes one."""
 
-    def __init__(self, store: Store, job: Job, journal: Journal | None, checkpoint: CheckpointState, calls: list[CallRow],
-                 cancel: dict | None, draft: tuple[int, list], holder: Holder | None, has_receipt: bool):
+    def __init__(
+        self,
+        store: Store,
+        job: Job,
+        journal: Journal | None,
+        checkpoint: CheckpointState,
+        calls: list[CallRow],
+        cancel: dict | None,
+        draft: tuple[int, list],
+        holder: Holder | None,
+        has_receipt: bool,
+    ):
         self.store = store
         self.job = job
         self.journal = journal
@@ -3876,7 +4210,9 @@ def read_snapshot(store: Store) -> Snapshot:
         model_results = list(checkpoint["values"].get("results") or [])
         at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
         draft = current_draft(journal, model_results) if at_review else (1, model_results)
-        return Snapshot(store, job, journal, checkpoint, call_rows(journal), journal_outcome(journal, "cancel"), draft, holder, store.has_receipt())
+        return Snapshot(
+            store, job, journal, checkpoint, call_rows(journal), journal_outcome(journal, "cancel"), draft, holder, store.has_receipt()
+        )
     except BaseException:
         if journal is not None:
             journal.close()
@@ -3885,8 +4221,6 @@ def read_snapshot(store: Store) -> Snapshot:
 
 def in_flight(snap: Snapshot) -> list:
     return [{"operationKey": r["operation_key"], "itemId": r["item_id"]} for r in snap.calls if r["status"] == "pending"]
-
-
 
 
 def next_step(snap: Snapshot, broken: str | None = None) -> str:
@@ -3903,11 +4237,15 @@ def next_for_phase(snap: Snapshot) -> str:
     resume = store.suggest("resume")
     if snap.phase == "cancelled":
         if pending:  # nothing more runs, but the call's outcome still matters for accounting
-            return (f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
-                    f"{reconcile_command(store, pending[0]['operation_key'])}")
+            return (
+                f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
+                f"{reconcile_command(store, pending[0]['operation_key'])}"
+            )
         return "cancelled: nothing more runs"
     if snap.phase == "decided":
-        return f"decided: {snap.final.get('decision')}" + ("" if snap.has_receipt else f"; receipt.json is missing: {resume} rewrites it")
+        return f"decided: {cast(dict, snap.final).get('decision')}" + (
+            "" if snap.has_receipt else f"; receipt.json is missing: {resume} rewrites it"
+        )
     if snap.phase == "deciding":
         return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.phase == "awaiting-review":
@@ -3916,14 +4254,20 @@ def next_for_phase(snap: Snapshot) -> str:
         holder = cast(Holder, snap.holder)
         calls = "".join(f"; call {c['operationKey']} for item {c['itemId']} is in flight" for c in in_flight(snap))
         host = f" on {holder['host']}" if holder.get("host") else ""
-        return (f"wait: {holder['command']} (pid {holder['pid']}{host}, since {holder['sinceUtc']}) is running{calls}; "
-                f"run {store.suggest('status')} again once it has finished")
+        return (
+            f"wait: {holder['command']} (pid {holder['pid']}{host}, since {holder['sinceUtc']}) is running{calls}; "
+            f"run {store.suggest('status')} again once it has finished"
+        )
     if snap.phase == "uncertain-call":
         key = pending[0]["operation_key"]
         if snap.waiting:  # a retry's call at review: reconciling it is the whole fix, there is nothing to resume
-            return (f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: a retry's call; check the provider's usage, then "
-                    f"{reconcile_command(store, key)}; then review and decide (nothing to resume): {store.suggest('inspect')}")
-        return f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(store, key)}; then {resume}"
+            return (
+                f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: a retry's call; check the provider's usage, then "
+                f"{reconcile_command(store, key)}; then review and decide (nothing to resume): {store.suggest('inspect')}"
+            )
+        return (
+            f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(store, key)}; then {resume}"
+        )
     if latest_rejected(snap.calls):
         return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
     return resume
@@ -3958,8 +4302,6 @@ def result_brief(r: dict) -> dict:
     return brief
 
 
-
-
 def failed_items(store: Store, results: list, calls: list, manifest: Manifest | None) -> list:
     """For each failed item at review: why, and the ready-to-paste ways on (retry within the bounds, revise by hand).
 
@@ -3989,7 +4331,7 @@ def failed_field(store: Store, results: list, calls: list, manifest: Manifest | 
     return {"failedItems": failed} if failed else {}
 
 
-def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
+def retry_refusal(item_id: str, calls: list, manifest: Manifest) -> str | None:
     """Which bound forbids another call for this item, or None when a retry may be sent."""
     pending = [c for c in calls if c["status"] == "pending"]
     if pending:
@@ -4000,8 +4342,6 @@ def retry_refusal(item_id: str, calls: list, manifest: dict) -> str | None:
     if len(calls) >= manifest["maxModelCalls"]:
         return f"the journal already holds {len(calls)} call(s), the manifest's maxModelCalls {manifest['maxModelCalls']}"
     return None
-
-
 
 
 def review_next(store: Store, results: list, calls: list, manifest: Manifest | None) -> str:
@@ -4024,28 +4364,44 @@ def retry_command(store: Store, item_id: str) -> str:
 
 
 def revise_command(store: Store, item_id: str) -> str:
-    return store.suggest("revise", "--item", item_id, "--summary-file", "SUMMARY.txt", "--citations-file", "CITATIONS.json",
-                         "--reviewer", "YOU", "--reason", "WHY")
+    return store.suggest(
+        "revise",
+        "--item",
+        item_id,
+        "--summary-file",
+        "SUMMARY.txt",
+        "--citations-file",
+        "CITATIONS.json",
+        "--reviewer",
+        "YOU",
+        "--reason",
+        "WHY",
+    )
 
 
 def decide_command(store: Store, results: list) -> str:
     """The ready-to-paste bound decision for these results; accept is offered only when every item validated."""
     choices = "accept|reject|hold" if all(r["status"] == "validated" for r in results) else "reject|hold"
-    return store.suggest("decide", "--decision", choices, "--reviewer", "YOU", "--reason", "WHY", "--results-sha256", results_sha256(results))
+    return store.suggest(
+        "decide", "--decision", choices, "--reviewer", "YOU", "--reason", "WHY", "--results-sha256", results_sha256(results)
+    )
 
 
-def describe_saved(decision: dict) -> str:
-    return (f"a decision is already saved ({decision.get('decision')} by {decision.get('reviewer')} at "
-            f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished")
-
-
+def describe_saved(decision: dict | None) -> str:
+    decision = decision or {}
+    return (
+        f"a decision is already saved ({decision.get('decision')} by {decision.get('reviewer')} at "
+        f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished"
+    )
 
 
 def refuse_if_decision_saved(checkpoint: CheckpointState, store: Store, command: str) -> None:
     saved = checkpoint["savedDecision"]
     if saved:
-        raise DecisionError(f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
-                            f"Run `{store.suggest('resume')}` to finish recording it, then inspect the receipt")
+        raise DecisionError(
+            f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
+            f"Run `{store.suggest('resume')}` to finish recording it, then inspect the receipt"
+        )
 
 
 def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
@@ -4055,7 +4411,9 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
     values = checkpoint["values"]
     if state == "decided":
         missing = "" if ctx.store.has_receipt() else f"; its receipt.json is missing: `{ctx.store.suggest('resume')}` rewrites it"
-        raise DecisionError(f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}")
+        raise DecisionError(
+            f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}"
+        )
     refuse_if_decision_saved(checkpoint, ctx.store, command)
     if state == "pending":
         pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
@@ -4065,7 +4423,9 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
         raise DecisionError(f"Cannot {command} yet: the job is not waiting for review but for {uncertain}")
     if state != "awaiting-review":
         done = len(values.get("results") or [])
-        raise DecisionError(f"Cannot {command} yet: the job is not waiting for review ({done} of {len(ctx.items)} items have a result); run `{ctx.store.suggest('resume')}` first")
+        raise DecisionError(
+            f"Cannot {command} yet: the job is not waiting for review ({done} of {len(ctx.items)} items have a result); run `{ctx.store.suggest('resume')}` first"
+        )
     return checkpoint
 
 
@@ -4074,6 +4434,8 @@ def refuse_if_retry_pending(ctx: Context) -> None:
     pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
     if pending and ctx.checkpoint()["waiting"]:
         raise UncertainCall(uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"]))
+
+
 ###############################################################################
 # 15. Review page: the HTML, every value escaped
 ###############################################################################
@@ -4123,7 +4485,7 @@ def refuse_sealed_target(path: str, job: Job, store: Store) -> None:
     target = os.path.realpath(path)
     if store.holds_path(path):
         raise UsageError(f"--html {path} is inside the state directory {store.where()}; write the page somewhere else")
-    manifest = read_manifest_quiet(job) or {}
+    manifest: Any = read_manifest_quiet(job) or {}
     base = os.path.dirname(job["manifestPath"])
     sealed = [job["manifestPath"]] + [os.path.join(base, i["path"]) for i in manifest.get("items", []) if "path" in i]
     if target in {os.path.realpath(p) for p in sealed}:
@@ -4165,13 +4527,26 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
         Html("<meta name='referrer' content='no-referrer'>"),
         h("<title>durable_job review: {}</title><style>{}</style></head><body>", escape_text(job["jobId"]), Html(PAGE_CSS)),
         h("<header><h1>{}</h1>", job["jobId"]),
-        h("<p><span class='pill {}'>{}</span> draft {} · {}/{} validated · <a href='#decide'>next step</a></p>",
-          cls, phase, int(out["draftVersion"]), validated, len(items) or len(snap.results)),
+        h(
+            "<p><span class='pill {}'>{}</span> draft {} · {}/{} validated · <a href='#decide'>next step</a></p>",
+            cls,
+            phase,
+            int(out["draftVersion"]),
+            validated,
+            len(items) or len(snap.results),
+        ),
         h("<p class='meta'>mode {} · model {} · approved by {}</p>", job.get("mode"), job.get("model"), owner),
-        h("<details><summary>seals</summary><dl class='meta'><dt>resultsSha256</dt><dd><code>{}</code></dd>"
-          "<dt>manifest</dt><dd><code>{}</code><br><code>{}</code></dd>"
-          "<dt>program</dt><dd><code>{}</code> ({})</dd><dt>created</dt><dd>{}</dd></dl></details>",
-          out["resultsSha256"], job["manifestPath"], job["manifestSha256"], job["codeSha256"], job["version"], job["createdAtUtc"]),
+        h(
+            "<details><summary>seals</summary><dl class='meta'><dt>resultsSha256</dt><dd><code>{}</code></dd>"
+            "<dt>manifest</dt><dd><code>{}</code><br><code>{}</code></dd>"
+            "<dt>program</dt><dd><code>{}</code> ({})</dd><dt>created</dt><dd>{}</dd></dl></details>",
+            out["resultsSha256"],
+            job["manifestPath"],
+            job["manifestSha256"],
+            job["codeSha256"],
+            job["version"],
+            job["createdAtUtc"],
+        ),
     ]
     if out.get("sealBroken"):
         parts.append(h("<p class='bad'>Seal broken: {}</p>", out["sealBroken"]))
@@ -4179,10 +4554,22 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     results = {r["itemId"]: r for r in snap.results}
     order = list(items) + [i for i in results if i not in items]
     raw = answered_calls(snap)
-    ways = {f["itemId"]: f for f in failed_items(snap.store, snap.results, snap.calls, manifest or None)} if snap.waiting and not snap.cancel else {}
+    ways = (
+        {f["itemId"]: f for f in failed_items(snap.store, snap.results, snap.calls, cast("Manifest | None", manifest or None))}
+        if snap.waiting and not snap.cancel
+        else {}
+    )
     for n, item_id in enumerate(order):
-        parts.append(item_section(n, results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
-                                  sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id)))
+        parts.append(
+            item_section(
+                n,
+                results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
+                sources.get(item_id),
+                items.get(item_id, {}),
+                raw.get(item_id),
+                ways.get(item_id),
+            )
+        )
     parts.append(journal_section(snap))
     parts.append(history_section(out.get("drafts") or []))
     parts.append(decision_section(snap, out))
@@ -4201,8 +4588,13 @@ def long_id(value, keep: int = ID_SHOWN) -> Html:
     text = str(value)
     if len(text) <= ID_WHOLE:
         return h("<code>{}</code>", text)
-    return h("<details class='id'><summary title='{}'><code>{}…{}</code></summary><code class='full'>{}</code></details>",
-             escape_text(text), text[:keep], text[-keep:], text)
+    return h(
+        "<details class='id'><summary title='{}'><code>{}…{}</code></summary><code class='full'>{}</code></details>",
+        escape_text(text),
+        text[:keep],
+        text[-keep:],
+        text,
+    )
 
 
 def answered_calls(snap: Snapshot) -> dict:
@@ -4212,8 +4604,13 @@ def answered_calls(snap: Snapshot) -> dict:
     out = {}
     for r in snap.results:
         key = (r.get("retry") or {}).get("operationKey")
-        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed"
-                and (c["operation_key"] == key if key else c["operation_key"] not in retries)]
+        done = [
+            c
+            for c in snap.calls
+            if c["item_id"] == r.get("itemId")
+            and c["status"] == "completed"
+            and (c["operation_key"] == key if key else c["operation_key"] not in retries)
+        ]
         if done:
             out[r["itemId"]] = done[-1]
     return out
@@ -4271,15 +4668,26 @@ def highlight(source: str, citations: list, n: int) -> Html:
 def item_section(n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> Html:
     cls = "ok" if r["status"] == "validated" else "bad"
     where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
-    parts = [h("<section id='item{}'><h2>{} <span class='{}'>{}</span></h2>", n, r["itemId"], cls, r["status"]),
-             h("<p class='meta'>source <code>{}</code> · sha256 {}</p>", where, long_id(r["sourceSha256"]))]
+    parts = [
+        h("<section id='item{}'><h2>{} <span class='{}'>{}</span></h2>", n, r["itemId"], cls, r["status"]),
+        h("<p class='meta'>source <code>{}</code> · sha256 {}</p>", where, long_id(r["sourceSha256"])),
+    ]
     if r.get("revision"):
         rev = r["revision"]
-        parts.append(h("<p class='wait'>Edited by {} in draft {}: {}</p>", rev.get("reviewer"), int(rev.get("draftVersion") or 0), rev.get("reason")))
+        parts.append(
+            h("<p class='wait'>Edited by {} in draft {}: {}</p>", rev.get("reviewer"), int(rev.get("draftVersion") or 0), rev.get("reason"))
+        )
     if r.get("retry"):
         rt = r["retry"]
-        parts.append(h("<p class='wait'>Retried by {} in draft {} (attempt {}): {}</p>", rt.get("reviewer"), int(rt.get("draftVersion") or 0),
-                       int(rt.get("attempt") or 0), rt.get("reason")))
+        parts.append(
+            h(
+                "<p class='wait'>Retried by {} in draft {} (attempt {}): {}</p>",
+                rt.get("reviewer"),
+                int(rt.get("draftVersion") or 0),
+                int(rt.get("attempt") or 0),
+                rt.get("reason"),
+            )
+        )
     if r["status"] == "validated":
         parts.append(h("<p><b>Summary:</b> {}</p><ol>", r["summary"]))
         for c, cite in enumerate(r["citations"]):
@@ -4305,11 +4713,21 @@ def failed_help(call, ways: dict | None) -> Html:
     if call is not None:
         output = call["output_text"]
         shown = h("<pre>{}</pre>", output) if output else Html("<p class='note'>(empty: the provider returned no text)</p>")
-        parts.append(h("<details class='raw' open><summary>The model's raw output (attempt {}, from the journal)</summary>{}</details>",
-                       int(call["attempt"]), shown))
+        parts.append(
+            h(
+                "<details class='raw' open><summary>The model's raw output (attempt {}, from the journal)</summary>{}</details>",
+                int(call["attempt"]),
+                shown,
+            )
+        )
     if ways:
         if "retryCommand" in ways:
-            parts.append(h("<p>Retry it: spends its next model call (never done automatically):</p><code class='cmd'>{}</code>", ways["retryCommand"]))
+            parts.append(
+                h(
+                    "<p>Retry it: spends its next model call (never done automatically):</p><code class='cmd'>{}</code>",
+                    ways["retryCommand"],
+                )
+            )
         else:
             parts.append(h("<p class='note'>No retry: {}.</p>", ways["retryRefused"]))
         parts.append(h("<p>Or revise it by hand:</p><code class='cmd'>{}</code>", ways["reviseCommand"]))
@@ -4330,8 +4748,6 @@ def usage_text(usage_json) -> str:
     return "tokens: " + " · ".join(shown) if shown else json.dumps(usage, sort_keys=True)
 
 
-
-
 def journal_section(snap: Snapshot) -> Html:
     if not snap.calls:
         return Html("<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>")
@@ -4340,8 +4756,17 @@ def journal_section(snap: Snapshot) -> Html:
     for r in snap.calls:
         cls = {"completed": "ok", "pending": "bad", "rejected": "bad"}.get(r["status"], "wait")
         retried = " (retry)" if r["operation_key"] in retries else ""
-        row = [h("<div class='call'><b>{}</b> attempt {}{} <span class='{}'>{}</span>", r["item_id"], int(r["attempt"]), retried, cls, r["status"]),
-               h("<br>{}", long_id(r["operation_key"]))]
+        row = [
+            h(
+                "<div class='call'><b>{}</b> attempt {}{} <span class='{}'>{}</span>",
+                r["item_id"],
+                int(r["attempt"]),
+                retried,
+                cls,
+                r["status"],
+            ),
+            h("<br>{}", long_id(r["operation_key"])),
+        ]
         if r["response_id"] or r["request_id"]:
             row.append(h("<br>response {} · request {}", long_id(r["response_id"] or "–"), long_id(r["request_id"] or "–")))
         if r["usage_json"]:
@@ -4350,13 +4775,21 @@ def journal_section(snap: Snapshot) -> Html:
         if r["reconciliation_json"]:
             try:
                 rec = json.loads(r["reconciliation_json"])
-                row.append(h("<br><span class='note'>reconciled: {} by {}: {}</span>", rec.get("action"), rec.get("reviewer"), rec.get("reason"))
-                           if "reviewer" in rec else h("<br><span class='note'>{}</span>", clip(r["reconciliation_json"], 300)))
+                row.append(
+                    h("<br><span class='note'>reconciled: {} by {}: {}</span>", rec.get("action"), rec.get("reviewer"), rec.get("reason"))
+                    if "reviewer" in rec
+                    else h("<br><span class='note'>{}</span>", clip(r["reconciliation_json"], 300))
+                )
             except ValueError:
                 pass
         if r["status"] == "pending":
-            row.append(h("<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
-                         "<code class='cmd'>{}</code>", reconcile_command(snap.store, r["operation_key"])))
+            row.append(
+                h(
+                    "<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
+                    "<code class='cmd'>{}</code>",
+                    reconcile_command(snap.store, r["operation_key"]),
+                )
+            )
         row.append(Html("</div>"))
         rows.append(hjoin(row))
     return h("<section id='journal'><h2>Journal</h2>{}</section>", hjoin(rows))
@@ -4370,36 +4803,84 @@ def history_section(drafts: list) -> Html:
         before, after = d["change"].get("before", {}), d["change"].get("after", {})
         retry = d["change"].get("retry")
         how = f"retried (attempt {int(retry.get('attempt') or 0)})" if retry else "edited"
-        shown_after = (h("<br>after ({}): {}", after.get("status"), after.get("reason")) if after.get("status") == "failed" else
-                       h("<br>after: {} <span class='note'>({} citation(s))</span>", after.get("summary"), len(after.get("citations") or [])))
-        rows.append(h("<li><b>v{}</b>: {} {} by {} — {} <span class='note'>({})</span><br>before ({}): {}{}"
-                      "<br><span class='note'>resultsSha256 {}</span></li>",
-                      int(d["version"]), d["itemId"], how, d["reviewer"], d["reason"], d["createdUtc"], before.get("status"),
-                      before.get("summary") or before.get("reason") or "", shown_after, long_id(d["resultsSha256"])))
-    return h("<section id='drafts'><h2>Drafts</h2><p class='note'>v1 is the model's results; every later version is a person's edit, "
-             "or the answer to a person's retry, validated like model output.</p><ol>{}</ol></section>", hjoin(rows))
+        shown_after = (
+            h("<br>after ({}): {}", after.get("status"), after.get("reason"))
+            if after.get("status") == "failed"
+            else h("<br>after: {} <span class='note'>({} citation(s))</span>", after.get("summary"), len(after.get("citations") or []))
+        )
+        rows.append(
+            h(
+                "<li><b>v{}</b>: {} {} by {} — {} <span class='note'>({})</span><br>before ({}): {}{}"
+                "<br><span class='note'>resultsSha256 {}</span></li>",
+                int(d["version"]),
+                d["itemId"],
+                how,
+                d["reviewer"],
+                d["reason"],
+                d["createdUtc"],
+                before.get("status"),
+                before.get("summary") or before.get("reason") or "",
+                shown_after,
+                long_id(d["resultsSha256"]),
+            )
+        )
+    return h(
+        "<section id='drafts'><h2>Drafts</h2><p class='note'>v1 is the model's results; every later version is a person's edit, "
+        "or the answer to a person's retry, validated like model output.</p><ol>{}</ol></section>",
+        hjoin(rows),
+    )
 
 
 def decision_section(snap: Snapshot, out: dict) -> Html:
     if snap.final:
         f = snap.final
-        bound = (h("bound to resultsSha256 <code>{}</code>", f.get("boundResultsSha256")) if f.get("bound") or f.get("boundResultsSha256")
-                 else Html("not bound to a results hash"))
-        return h("<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p></section>",
-                 f.get("decision"), f.get("reviewer"), f.get("reason"), f.get("decidedAtUtc"), f.get("draftVersion", 1), bound)
+        bound = (
+            h("bound to resultsSha256 <code>{}</code>", f.get("boundResultsSha256"))
+            if f.get("bound") or f.get("boundResultsSha256")
+            else Html("not bound to a results hash")
+        )
+        return h(
+            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p></section>",
+            f.get("decision"),
+            f.get("reviewer"),
+            f.get("reason"),
+            f.get("decidedAtUtc"),
+            f.get("draftVersion", 1),
+            bound,
+        )
     if snap.cancel:
         pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
-        extra = hjoin(h("<p>Pending call kept for accounting:</p><code class='cmd'>{}</code>", reconcile_command(snap.store, k)) for k in pending)
-        return h("<section id='decide'><h2>Cancelled</h2><p>by {}: {} <span class='note'>({})</span></p><p>Nothing more runs.</p>{}</section>",
-                 snap.cancel["reviewer"], snap.cancel["reason"], snap.cancel.get("cancelledAtUtc", ""), extra)
+        extra = hjoin(
+            h("<p>Pending call kept for accounting:</p><code class='cmd'>{}</code>", reconcile_command(snap.store, k)) for k in pending
+        )
+        return h(
+            "<section id='decide'><h2>Cancelled</h2><p>by {}: {} <span class='note'>({})</span></p><p>Nothing more runs.</p>{}</section>",
+            snap.cancel["reviewer"],
+            snap.cancel["reason"],
+            snap.cancel.get("cancelledAtUtc", ""),
+            extra,
+        )
     if out.get("decideCommand"):
-        return h("<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
-                 "<code class='cmd'>{}</code><p class='note'>Choose one of the decisions offered, and put your name and your reason "
-                 "in place of YOU and WHY.</p></section>", out["decideCommand"])
-    why = ("A decision was saved, but the decide that saved it stopped before it finished." if snap.saved_decision
-           else "A run is in progress." if snap.phase == "running"
-           else "The job is not waiting for review yet.")
-    return h("<section id='decide'><h2>Next step</h2><p>{}</p><p><code class='cmd'>{}</code></p></section>", why, out.get("next") or next_step(snap))
+        return h(
+            "<section id='decide'><h2>Decide</h2><p>Bound to exactly these results: it is refused if they change.</p>"
+            "<code class='cmd'>{}</code><p class='note'>Choose one of the decisions offered, and put your name and your reason "
+            "in place of YOU and WHY.</p></section>",
+            out["decideCommand"],
+        )
+    why = (
+        "A decision was saved, but the decide that saved it stopped before it finished."
+        if snap.saved_decision
+        else "A run is in progress."
+        if snap.phase == "running"
+        else "The job is not waiting for review yet."
+    )
+    return h(
+        "<section id='decide'><h2>Next step</h2><p>{}</p><p><code class='cmd'>{}</code></p></section>",
+        why,
+        out.get("next") or next_step(snap),
+    )
+
+
 ###############################################################################
 # 16. Receipt and verify
 ###############################################################################
@@ -4407,14 +4888,20 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
 # What a terminal outcome leaves behind (receipt.json, or the store's receipts row), and the
 # offline checks `verify` runs over everything a job keeps: each returns its line of the report.
 
+
 def receipt_head(final: dict | None, cancel: dict | None) -> dict:
     """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
     who = final or cancel or {}
-    return {"decision": (final or {}).get("decision"), "reviewer": who.get("reviewer"), "reason": who.get("reason"),
-            "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"), "bound": bool((final or {}).get("bound"))}
+    return {
+        "decision": (final or {}).get("decision"),
+        "reviewer": who.get("reviewer"),
+        "reason": who.get("reason"),
+        "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
+        "bound": bool((final or {}).get("bound")),
+    }
 
 
-def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
+def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
     """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
     fields = {
         "outcome": "decided" if final else "cancelled" if cancel else None,
@@ -4436,14 +4923,11 @@ def receipt_fields(job: dict, final: dict | None, cancel: dict | None, draft: in
     return fields
 
 
-
-
 def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
     """Write the receipt for a terminal outcome (decided or cancelled)."""
     draft, results = current_draft(ctx.journal, (ctx.checkpoint()["values"].get("results") or []))
     cancel = (extra or {}).get("cancel")
-    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}),
-               "writtenAtUtc": now_utc()}
+    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc()}
     ctx.store.write_receipt(receipt)
     return receipt
 
@@ -4468,7 +4952,7 @@ def verify_checks(snap: Snapshot) -> list:
         except Exception as exc:  # damaged saved state must fail the check, never crash verify
             checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
 
-    sealed = {}
+    sealed: dict[str, Any] = {}
 
     def seals():  # MCP items against the copies kept at sealing: verify never launches a program the state names
         sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed")
@@ -4484,8 +4968,8 @@ def verify_checks(snap: Snapshot) -> list:
     return checks
 
 
-def journal_invariants(calls, retries: set = frozenset()) -> str:
-    by_base = {}
+def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:
+    by_base: dict[str, list] = {}
     for r in calls:
         by_base.setdefault(r["base_key"], []).append(r)
         if r["operation_key"] != f"{r['base_key']}:{r['attempt']}":
@@ -4501,24 +4985,31 @@ def journal_invariants(calls, retries: set = frozenset()) -> str:
             raise SealError(f"attempts for {base[:16]}… are not contiguous: {attempts}")
         # a next attempt is only ever taken after an abandoned or rejected one, or by a person's `retry`
         # after a completed one: at most one pending, last
-        earlier = [r for r, after in zip(ordered, ordered[1:]) if r["status"] not in ("abandoned", "rejected")
-                   and not (r["status"] == "completed" and after["operation_key"] in retries)]
+        earlier = [
+            r
+            for r, after in itertools.pairwise(ordered)
+            if r["status"] not in ("abandoned", "rejected") and not (r["status"] == "completed" and after["operation_key"] in retries)
+        ]
         if earlier:
-            raise SealError(f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})")
+            raise SealError(
+                f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})"
+            )
     return f"{len(calls)} calls, {len(by_base)} operations"
 
 
-def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
+def results_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: dict | None = None) -> str:
     """Every saved result is what its journaled output gives when checked again (sources permitting)."""
     results = snap.model_results
     if snap.final:
-        draft, current = current_draft(snap.journal, results)
+        _, current = current_draft(snap.journal, results)
         if snap.final.get("resultsSha256") != results_sha256(current):
             raise SealError("the final decision's resultsSha256 does not match the saved results")
-    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
+    items = {i["id"]: i for i in (manifest["items"] if manifest else [])}
     retries = retry_keys(snap.journal)  # a retry's answer is a later draft (drafts_invariants), not the graph's result
     for r in results:
-        done = [c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed" and c["operation_key"] not in retries]
+        done = [
+            c for c in snap.calls if c["item_id"] == r.get("itemId") and c["status"] == "completed" and c["operation_key"] not in retries
+        ]
         if not done and r.get("status") == "failed" and str(r.get("reason", "")).startswith(NO_CALL_LEFT):
             check_no_call_left(snap.calls, r["itemId"], manifest)
             continue
@@ -4528,25 +5019,27 @@ def results_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict
         if texts is not None and r.get("itemId") in items:
             if check_proposal(output, items[r["itemId"]], texts[r["itemId"]]) != r:
                 raise SealError(f"item {r['itemId']}'s saved result differs from its journaled output checked again against the source")
-        elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output))) != r.get("proposalSha256"):
+        elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output or ""))) != r.get("proposalSha256"):
             raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
     return f"{len(results)} results, resultsSha256 {results_sha256(snap.results)}"
 
 
-def check_no_call_left(calls: list, item_id: str, manifest: dict | None) -> None:
+def check_no_call_left(calls: list, item_id: str, manifest: Manifest | None) -> None:
     """An item failed for want of a call: the journal must show the bound that refused it."""
     if manifest is None:
         return
     attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
     if attempts < manifest["maxAttemptsPerItem"] and len(calls) < manifest["maxModelCalls"]:
-        raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds")
+        raise SealError(
+            f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds"
+        )
     if any(c["item_id"] == item_id and c["status"] in ("pending", "completed") for c in calls):
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
 
 
-def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
+def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
     """Every journal row is what its own event history gives, and within the manifest's items and bounds."""
-    history = {}
+    history: dict[str, list] = {}
     for e in call_events(snap.journal):
         history.setdefault(e["operation_key"], []).append((e["event"], e["detail"]))
     if manifest is not None:
@@ -4555,7 +5048,9 @@ def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
             raise SealError(f"the journal holds {len(snap.calls)} calls, over the manifest's maxModelCalls {manifest['maxModelCalls']}")
         for r in snap.calls:
             if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
-                raise SealError(f"journal row {r['operation_key']} is for item {r['item_id']!r} attempt {r['attempt']}, outside the manifest's items and bounds")
+                raise SealError(
+                    f"journal row {r['operation_key']} is for item {r['item_id']!r} attempt {r['attempt']}, outside the manifest's items and bounds"
+                )
     for r in snap.calls:
         events = after_unsent(r["operation_key"], history.pop(r["operation_key"], []))
         if not events or events[0][0] != "dispatch":
@@ -4569,12 +5064,18 @@ def events_invariants(snap: Snapshot, manifest: dict | None = None) -> str:
             elif event == "reconciled":
                 status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
         if status != r["status"] or (ids is not None and tuple(scrub(i) for i in ids) != (r["response_id"], r["request_id"])):
-            raise SealError(f"journal row {r['operation_key']} says {r['status']} but its events say {status}" +
-                            ("" if status != r["status"] else " with other response or request ids"))
+            raise SealError(
+                f"journal row {r['operation_key']} says {r['status']} but its events say {status}"
+                + ("" if status != r["status"] else " with other response or request ids")
+            )
     history = {key: events for key, events in history.items() if after_unsent(key, events)}
     if history:
         raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
-    return f"{len(snap.calls)} calls, each what its events give, within the bounds" if manifest else f"{len(snap.calls)} calls, each what its events give"
+    return (
+        f"{len(snap.calls)} calls, each what its events give, within the bounds"
+        if manifest
+        else f"{len(snap.calls)} calls, each what its events give"
+    )
 
 
 def after_unsent(key: str, events: list) -> list:
@@ -4585,16 +5086,18 @@ def after_unsent(key: str, events: list) -> list:
     """
     while any(event == "not-sent" for event, _ in events):
         end = next(n for n, (event, _) in enumerate(events) if event == "not-sent")
-        if [event for event, _ in events[:end + 1]] not in (["dispatch", "not-sent"], ["dispatch", "retry", "not-sent"]):
-            raise SealError(f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed")
-        events = events[end + 1:]
+        if [event for event, _ in events[: end + 1]] not in (["dispatch", "not-sent"], ["dispatch", "retry", "not-sent"]):
+            raise SealError(
+                f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed"
+            )
+        events = events[end + 1 :]
     return events
 
 
-def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict | None = None) -> str:
+def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: dict | None = None) -> str:
     """Every revision changed one item of the draft before it, by the recorded person, into a result valid against its source."""
     rows = draft_rows(snap.journal)
-    items = {i["id"]: i for i in (manifest or {}).get("items", [])}
+    items = {i["id"]: i for i in (manifest["items"] if manifest else [])}
     before = snap.model_results
     folded = set()
     for version, row in enumerate(rows, 2):
@@ -4602,11 +5105,16 @@ def drafts_invariants(snap: Snapshot, manifest: dict | None = None, texts: dict 
         if row["version"] != version:
             raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
         after = json.loads(row["results_json"])
-        if results_sha256(after) != row["results_sha256"] or json.loads(row["change_json"]).get("previousResultsSha256") != results_sha256(before):
+        if results_sha256(after) != row["results_sha256"] or json.loads(row["change_json"]).get("previousResultsSha256") != results_sha256(
+            before
+        ):
             raise SealError(f"{where}: its stored hashes do not match its results and the draft before it")
         changed = [n for n, (a, b) in enumerate(zip(before, after)) if a != b]
-        if len(after) != len(before) or [r["itemId"] for r in after] != [r["itemId"] for r in before] or \
-                [after[n]["itemId"] for n in changed] != [row["item_id"]]:
+        if (
+            len(after) != len(before)
+            or [r["itemId"] for r in after] != [r["itemId"] for r in before]
+            or [after[n]["itemId"] for n in changed] != [row["item_id"]]
+        ):
             raise SealError(f"{where}: it changes more than its one item {row['item_id']}")
         edited = dict(after[changed[0]])
         retry = json.loads(row["change_json"]).get("retry")
@@ -4633,17 +5141,26 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
     where = f"draft {row['version']}"
     key = retry.get("operationKey")
     call = next((c for c in snap.calls if c["operation_key"] == key), None)
-    request = retry_request(snap.journal, key) if call is not None else None
+    request = retry_request(cast(Journal, snap.journal), str(key)) if call is not None else None
     if call is None or call["status"] != "completed" or call["item_id"] != row["item_id"] or request is None:
         raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of item {row['item_id']} in the journal")
-    stamp = {"draftVersion": row["version"], "operationKey": key, "attempt": call["attempt"], "reviewer": row["reviewer"],
-             "reason": row["reason"], "retriedAtUtc": row["created_utc"]}
+    stamp = {
+        "draftVersion": row["version"],
+        "operationKey": key,
+        "attempt": call["attempt"],
+        "reviewer": row["reviewer"],
+        "reason": row["reason"],
+        "retriedAtUtc": row["created_utc"],
+    }
     if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
         raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
-    if texts is not None and row["item_id"] in items:
-        if check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]]) != edited:
-            raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
-    return key
+    if (
+        texts is not None
+        and row["item_id"] in items
+        and check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]]) != edited
+    ):
+        raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
+    return str(key)
 
 
 def receipt_invariants(snap: Snapshot) -> str:
@@ -4651,7 +5168,11 @@ def receipt_invariants(snap: Snapshot) -> str:
     terminal = snap.final or snap.cancel
     if raw is None:
         if terminal:
-            fix = f"`{snap.store.suggest('resume')}` rewrites it" if snap.final else f"`{snap.store.suggest('cancel', '--reviewer', 'YOU', '--reason', 'WHY')}` again finishes it"
+            fix = (
+                f"`{snap.store.suggest('resume')}` rewrites it"
+                if snap.final
+                else f"`{snap.store.suggest('cancel', '--reviewer', 'YOU', '--reason', 'WHY')}` again finishes it"
+            )
             raise SealError(f"the job has a terminal outcome but receipt.json is missing; {fix}")
         return "no terminal outcome yet"
     receipt = strict_json(raw)
@@ -4665,9 +5186,10 @@ def receipt_invariants(snap: Snapshot) -> str:
     expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results)
     for key, value in expected.items():
         if receipt.get(key) != value:
-            raise SealError(f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}")
+            raise SealError(
+                f"receipt.json {key} is {clip(json.dumps(receipt.get(key)), 80)}, the saved state gives {clip(json.dumps(value), 80)}"
+            )
     return f"receipt for outcome {receipt.get('outcome')}"
-
 
 
 ###############################################################################
@@ -4685,8 +5207,9 @@ def receipt_invariants(snap: Snapshot) -> str:
 #     dj.decide(store, decision="hold", reviewer="dana", reason="…", results_sha256=out_of_inspect)
 
 
-def open_store(*, state_dir: str | None = None, store: str | None = None, job: str | None = None,
-               program: str | None = None, from_env: bool = False) -> Store:
+def open_store(
+    *, state_dir: str | None = None, store: str | None = None, job: str | None = None, program: str | None = None, from_env: bool = False
+) -> Store:
     """The Store a command works on: a state directory, or a job (`job`, its jobId) in the PostgreSQL store at URL `store`.
 
     `program` is how suggested commands name this program (default: `python <this file>`);
@@ -4709,7 +5232,9 @@ def for_manifest(store: Store, manifest: Manifest) -> Store:
     if not isinstance(store, PgStore):
         return store
     if store.job_id and store.job_id != manifest["jobId"]:
-        raise UsageError(f"--job {store.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)")
+        raise UsageError(
+            f"--job {store.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)"
+        )
     return store if store.job_id else store.for_job(manifest["jobId"])
 
 
@@ -4745,7 +5270,7 @@ def start(store: Store, manifest_path: str, *, say=None) -> dict:
     if store.has_job():
         # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
         check_same_job(store, manifest, raw)
-        return resume(store, existing=True)
+        return cast(dict, resume(store, existing=True))
     sources = load_sources(manifest, manifest_path)
     if manifest["mode"] == "openai":
         check_provider_settings()
@@ -4780,12 +5305,21 @@ def check_same_job(store: Store, manifest: Manifest, raw: bytes) -> None:
         differs.append("source data (items or their sha256)")
     if not differs:
         differs.append(f"manifest bytes (sha256 {sha256_hex(raw)[:16]}…)")
-    raise StateError(f"Existing job {job['jobId']!r} in {store.where()} (manifest sha256 {job['manifestSha256'][:16]}…) belongs to another request: "
-                     f"this manifest differs in {', '.join(differs)}. Nothing was run; {store.new_job_hint()}")
+    raise StateError(
+        f"Existing job {job['jobId']!r} in {store.where()} (manifest sha256 {job['manifestSha256'][:16]}…) belongs to another request: "
+        f"this manifest differs in {', '.join(differs)}. Nothing was run; {store.new_job_hint()}"
+    )
 
 
-def resume(store: Store, *, existing: bool | None = None, command: str = "resume", stop: threading.Event | None = None,
-           runnable_only: bool = False, on_claim=None) -> dict | None:
+def resume(
+    store: Store,
+    *,
+    existing: bool | None = None,
+    command: str = "resume",
+    stop: threading.Event | None = None,
+    runnable_only: bool = False,
+    on_claim=None,
+) -> dict | None:
     """Continue the job's thread; reuse completed calls; stop on an uncertain call.
 
     A worker (command="work", runnable_only=True) runs the job only if, under its lock, it can go on
@@ -4864,7 +5398,12 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         record = {"action": action, "reviewer": reviewer, "reason": reason, "reconciledAtUtc": now_utc()}
         if action == "complete":
             record["responseFileSha256"] = digest
-            update = ("completed", scrub(response["outputText"]), scrub(response["responseId"]), scrub(response.get("requestId")) or row["request_id"])
+            update = (
+                "completed",
+                scrub(response["outputText"]),
+                scrub(response["responseId"]),
+                scrub(response.get("requestId")) or row["request_id"],
+            )
         else:
             update = ("abandoned", None, None, row["request_id"])
         retry = retry_request(ctx.journal, operation_key)
@@ -4872,11 +5411,17 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         drafted: dict = {}
 
         def draft_the_retry(journal):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
-            drafted.update(retry_draft(journal, ctx, operation_key, update[1], retry))
+            drafted.update(retry_draft(journal, ctx, operation_key, update[1], cast(dict, retry)))
 
         reconcile_call(ctx.journal, operation_key, *update, record, then=draft_the_retry if fold else None)
         crash_point("after-reconcile", ctx.job)
-        out = {"jobId": ctx.job["jobId"], "operationKey": operation_key, "itemId": row["item_id"], "status": update[0], "reconciliation": record}
+        out = {
+            "jobId": ctx.job["jobId"],
+            "operationKey": operation_key,
+            "itemId": row["item_id"],
+            "status": update[0],
+            "reconciliation": record,
+        }
         if drafted:
             new_results = drafted.pop("results")
             out.update(retryDraft=drafted, decideCommand=decide_command(ctx.store, new_results))
@@ -4885,9 +5430,13 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
 
 RESPONSE_FILE_MAX_BYTES = 1 << 20
 TEXT_FILE_MAX_BYTES = 1 << 16
-NO_RESPONSE_ID = ("responseId is the provider's id of that answer (resp_…); when the provider's record has none (a self-hosted "
-                  "gateway that logs no response id), give that record's own reference instead (its log line or request id) "
-                  "and say so in --reason")
+NO_RESPONSE_ID = (
+    "responseId is the provider's id of that answer (resp_…); when the provider's record has none (a self-hosted "
+    "gateway that logs no response id), give that record's own reference instead (its log line or request id) "
+    "and say so in --reason"
+)
+
+
 def read_person_file(path, flag: str, limit: int, too_big: str) -> bytes:
     """A file a person passes (a response, a summary, citations): a regular file of at most limit bytes.
 
@@ -4897,7 +5446,9 @@ def read_person_file(path, flag: str, limit: int, too_big: str) -> bytes:
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
-            raise DecisionError(f"{flag} {path} is not a regular file (a FIFO, a device or a folder); save the content to a file and pass that")
+            raise DecisionError(
+                f"{flag} {path} is not a regular file (a FIFO, a device or a folder); save the content to a file and pass that"
+            )
         if st.st_size > limit:
             raise DecisionError(f"{flag} {path} is over {limit} bytes; {too_big}")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
@@ -4914,17 +5465,27 @@ def read_person_file(path, flag: str, limit: int, too_big: str) -> bytes:
 
 def read_response_file(path) -> tuple[dict, str]:
     if not path:
-        raise DecisionError(f"--action complete needs --response-file F: a JSON file with outputText and responseId (optional requestId); {NO_RESPONSE_ID}")
-    raw = read_person_file(path, "Response file", RESPONSE_FILE_MAX_BYTES,  # its sha256 is kept with the record
-                           "a model answer here is at most 500 tokens: save only its outputText, responseId and requestId")
+        raise DecisionError(
+            f"--action complete needs --response-file F: a JSON file with outputText and responseId (optional requestId); {NO_RESPONSE_ID}"
+        )
+    raw = read_person_file(
+        path,
+        "Response file",
+        RESPONSE_FILE_MAX_BYTES,  # its sha256 is kept with the record
+        "a model answer here is at most 500 tokens: save only its outputText, responseId and requestId",
+    )
     try:
         data = strict_json(raw)
     except ValueError as exc:
-        raise DecisionError(f"Response file {path} is not valid JSON ({clip(exc, 80)}); write {{\"outputText\": …, \"responseId\": …}}") from None
+        raise DecisionError(
+            f'Response file {path} is not valid JSON ({clip(exc, 80)}); write {{"outputText": …, "responseId": …}}'
+        ) from None
     if not isinstance(data, dict) or set(data) - {"outputText", "responseId", "requestId"}:
         raise DecisionError(f"Response file {path} must be an object with outputText, responseId and optional requestId only")
     if not isinstance(data.get("outputText"), str) or not data["outputText"].strip():
-        raise DecisionError(f"Response file {path} needs a non-empty string outputText: the answer's text exactly as the provider's record holds it")
+        raise DecisionError(
+            f"Response file {path} needs a non-empty string outputText: the answer's text exactly as the provider's record holds it"
+        )
     if not isinstance(data.get("responseId"), str) or not data["responseId"].strip():
         raise DecisionError(f"Response file {path} needs a non-empty string responseId: {NO_RESPONSE_ID}")
     if "requestId" in data and data["requestId"] is not None and not isinstance(data["requestId"], str):
@@ -4935,8 +5496,6 @@ def read_response_file(path) -> tuple[dict, str]:
 def need_text(value, flag: str) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > 2000:
         raise DecisionError(f"{flag} must be a non-empty text of at most 2000 characters")
-
-
 
 
 def decide(store: Store, *, decision: str, reviewer: str, reason: str, results_sha256: str | None = None) -> dict:
@@ -4952,22 +5511,35 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
         draft, results = review_draft(ctx, reviewer, reason, "decide")
         digest = results_sha256(results)
         if bound is not None and not is_sha256_hex(bound):  # "$H" with H unset must not decide unbound
-            raise DecisionError(f"--results-sha256 {bound!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out")
+            raise DecisionError(
+                f"--results-sha256 {bound!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out"
+            )
         if bound and bound != digest:
-            raise DecisionError(f"stale: results changed since review, now {digest}; inspect again and decide with --results-sha256 {digest}")
+            raise DecisionError(
+                f"stale: results changed since review, now {digest}; inspect again and decide with --results-sha256 {digest}"
+            )
         failed = [r["itemId"] for r in results if r["status"] != "validated"]
         if decision == "accept" and failed:
             raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
-        value = {"decision": decision, "reviewer": reviewer, "reason": reason, "decidedAtUtc": now_utc(),
-                 "bound": bool(bound), "boundResultsSha256": bound or None, "draftVersion": draft}
+        value = {
+            "decision": decision,
+            "reviewer": reviewer,
+            "reason": reason,
+            "decidedAtUtc": now_utc(),
+            "bound": bool(bound),
+            "boundResultsSha256": bound or None,
+            "draftVersion": draft,
+        }
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
         if final:
             write_receipt(ctx, final, "decided")
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
-            raise DecisionError(f"Your decision was not recorded: the job holds {final.get('decision')!r} by {final.get('reviewer')} "
-                                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{ctx.store.suggest('inspect')}`")
+            raise DecisionError(
+                f"Your decision was not recorded: the job holds {final.get('decision')!r} by {final.get('reviewer')} "
+                f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{ctx.store.suggest('inspect')}`"
+            )
         return run_output(ctx, final_state)
 
 
@@ -4992,7 +5564,9 @@ def revise(store: Store, *, item: str, summary_file: str, citations_file: str | 
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
-    summary, citations = read_revision_files(summary_file, citations_file)  # before the job's lock: a file that cannot be read holds nothing up
+    summary, citations = read_revision_files(
+        summary_file, citations_file
+    )  # before the job's lock: a file that cannot be read holds nothing up
     with open_job(store, "revise") as ctx:  # an edit sends nothing
         draft, results = review_draft(ctx, reviewer, reason, "revise")
         position = item_position(results, item)
@@ -5002,23 +5576,35 @@ def revise(store: Store, *, item: str, summary_file: str, citations_file: str | 
         if checked["status"] != "validated":
             raise DecisionError(f"Revision of {item} is invalid: {checked['reason']}; fix the files and run revise again")
         if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):
-            raise DecisionError(f"Revision of {item} changes nothing: its summary and citations are already exactly these (draft {draft}); edit the files, or decide on draft {draft}")
+            raise DecisionError(
+                f"Revision of {item} changes nothing: its summary and citations are already exactly these (draft {draft}); edit the files, or decide on draft {draft}"
+            )
         stamp = now_utc()
         # the edited result says who changed it, in which version and why: every version hashes differently,
         # so a decision bound to an older version is refused even when an edit restores earlier words
         checked["revision"] = {"draftVersion": draft + 1, "reviewer": reviewer, "reason": reason, "revisedAtUtc": stamp}
-        new_results = results[:position] + [checked] + results[position + 1:]
+        new_results = [*results[:position], checked, *results[position + 1 :]]
         digest = results_sha256(new_results)
         previous = results_sha256(results)
-        change = {"before": {k: old.get(k) for k in ("status", "summary", "citations", "reason") if k in old},
-                  "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]},
-                  "previousResultsSha256": previous}
+        change = {
+            "before": {k: old.get(k) for k in ("status", "summary", "citations", "reason") if k in old},
+            "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]},
+            "previousResultsSha256": previous,
+        }
         with ctx.journal.transaction():
             insert_draft(ctx.journal, draft + 1, item, new_results, reviewer, reason, change, stamp)
-        return {"jobId": ctx.job["jobId"], "draftVersion": draft + 1, "itemId": item, "resultsSha256": digest,
-                "previousResultsSha256": previous, "reviewer": reviewer, "reason": reason,
-                "result": checked, "decideCommand": decide_command(ctx.store, new_results),
-                **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest)}
+        return {
+            "jobId": ctx.job["jobId"],
+            "draftVersion": draft + 1,
+            "itemId": item,
+            "resultsSha256": digest,
+            "previousResultsSha256": previous,
+            "reviewer": reviewer,
+            "reason": reason,
+            "result": checked,
+            "decideCommand": decide_command(ctx.store, new_results),
+            **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
+        }
 
 
 def read_revision_files(summary_file: str, citations_file: str | None) -> tuple[str, object]:
@@ -5029,14 +5615,14 @@ def read_revision_files(summary_file: str, citations_file: str | None) -> tuple[
     try:
         return summary, strict_json(read_text_file(citations_file, "--citations-file"))
     except ValueError as exc:
-        raise DecisionError(f"--citations-file is not valid JSON ({clip(exc, 80)}); write a list of {{\"quote\", \"claim\"}} objects") from None
+        raise DecisionError(f'--citations-file is not valid JSON ({clip(exc, 80)}); write a list of {{"quote", "claim"}} objects') from None
 
 
 def revised_proposal(item_id: str, summary: str, citations, old: dict) -> dict:
     if citations is None and old.get("citations"):
         citations = old["citations"]
     elif citations is None:
-        raise DecisionError(f"Item {item_id} has no valid citations to keep; pass --citations-file with a list of {{\"quote\", \"claim\"}}")
+        raise DecisionError(f'Item {item_id} has no valid citations to keep; pass --citations-file with a list of {{"quote", "claim"}}')
     return {"itemId": item_id, "summary": summary, "citations": citations}
 
 
@@ -5047,8 +5633,6 @@ def read_text_file(path: str, flag: str) -> str:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
         raise DecisionError(f"{flag} {path} is not UTF-8; save it as UTF-8") from None
-
-
 
 
 def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> dict:
@@ -5067,15 +5651,19 @@ def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> d
         draft, results = review_draft(ctx, reviewer, reason, "retry")
         position = item_position(results, item)
         if results[position]["status"] != "failed":
-            raise DecisionError(f"Item {item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
-                                f"Edit it by hand instead: {revise_command(ctx.store, item)}")
+            raise DecisionError(
+                f"Item {item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
+                f"Edit it by hand instead: {revise_command(ctx.store, item)}"
+            )
         entry = ctx.items[position]
         model_results = ctx.checkpoint()["values"].get("results") or []
         prompt = model_input(entry, ctx.sources[entry["id"]], [] if ctx.concurrency > 1 else model_results[:position])  # as the graph asked
-        refusal = retry_refusal(entry["id"], call_rows(ctx.journal), ctx.manifest)
+        refusal = retry_refusal(entry["id"], call_rows(ctx.journal), cast(Manifest, ctx.manifest))
         if refusal:
-            raise BudgetError(f"Cannot retry item {entry['id']}: {refusal}; nothing was sent. Revise it by hand: "
-                              f"{revise_command(ctx.store, entry['id'])}; or decide reject or hold: {decide_command(ctx.store, results)}")
+            raise BudgetError(
+                f"Cannot retry item {entry['id']}: {refusal}; nothing was sent. Revise it by hand: "
+                f"{revise_command(ctx.store, entry['id'])}; or decide reject or hold: {decide_command(ctx.store, results)}"
+            )
         if ctx.job["mode"] == "openai":  # the job's state is judged first, the provider settings only for a call that may go
             check_provider_settings()
         request = {"itemId": entry["id"], "reviewer": reviewer, "reason": reason, "draftVersion": draft}
@@ -5089,8 +5677,10 @@ def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> d
         except ProviderError as exc:
             if exc.uncertain:
                 raise
-            raise ProviderError(f"{exc}. At review `resume` changes nothing: once fixed, run this retry again (within the bounds), or revise the item",
-                                not_sent=exc.not_sent) from None
+            raise ProviderError(
+                f"{exc}. At review `resume` changes nothing: once fixed, run this retry again (within the bounds), or revise the item",
+                not_sent=exc.not_sent,
+            ) from None
         new_results = drafted.pop("results")
         out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(ctx.store, new_results)}
         out.update(failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest))
@@ -5106,18 +5696,37 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
     checked = check_proposal(output_text, item, ctx.sources[item_id])
     stamp = now_utc()
     attempt = int(key.rsplit(":", 1)[1])
-    checked["retry"] = {"draftVersion": draft + 1, "operationKey": key, "attempt": attempt,
-                        "reviewer": request["reviewer"], "reason": request["reason"], "retriedAtUtc": stamp}
+    checked["retry"] = {
+        "draftVersion": draft + 1,
+        "operationKey": key,
+        "attempt": attempt,
+        "reviewer": request["reviewer"],
+        "reason": request["reason"],
+        "retriedAtUtc": stamp,
+    }
     old = results[position]
-    new_results = results[:position] + [checked] + results[position + 1:]
+    new_results = [*results[:position], checked, *results[position + 1 :]]
     digest, previous = results_sha256(new_results), results_sha256(results)
     shown = ("status", "summary", "citations", "reason")
-    change = {"before": {k: old.get(k) for k in shown if k in old}, "after": {k: checked.get(k) for k in shown if k in checked},
-              "previousResultsSha256": previous, "retry": {"operationKey": key, "attempt": attempt}}
+    change = {
+        "before": {k: old.get(k) for k in shown if k in old},
+        "after": {k: checked.get(k) for k in shown if k in checked},
+        "previousResultsSha256": previous,
+        "retry": {"operationKey": key, "attempt": attempt},
+    }
     insert_draft(journal, draft + 1, item_id, new_results, request["reviewer"], request["reason"], change, stamp)
-    return {"itemId": item_id, "operationKey": key, "attempt": attempt, "draftVersion": draft + 1, "resultsSha256": digest,
-            "previousResultsSha256": previous, "reviewer": request["reviewer"], "reason": request["reason"],
-            "result": checked, "results": new_results}
+    return {
+        "itemId": item_id,
+        "operationKey": key,
+        "attempt": attempt,
+        "draftVersion": draft + 1,
+        "resultsSha256": digest,
+        "previousResultsSha256": previous,
+        "reviewer": request["reviewer"],
+        "reason": request["reason"],
+        "result": checked,
+        "results": new_results,
+    }
 
 
 def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
@@ -5129,7 +5738,9 @@ def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
         checkpoint = ctx.checkpoint()
         state = ctx.review(checkpoint)
         if state == "decided":
-            raise DecisionError(f"Final decision already recorded ({checkpoint['values']['final'].get('decision')}); a decided job cannot be cancelled")
+            raise DecisionError(
+                f"Final decision already recorded ({checkpoint['values']['final'].get('decision')}); a decided job cannot be cancelled"
+            )
         refuse_if_decision_saved(checkpoint, ctx.store, "cancel")
         earlier = journal_outcome(ctx.journal, "cancel")
         if earlier and ctx.store.has_receipt():
@@ -5137,18 +5748,38 @@ def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
             write_receipt(ctx, None, "cancelled", {"cancel": earlier})
             return {"jobId": ctx.job["jobId"], "cancelled": earlier, "receiptRepaired": True}
-        record = {"reviewer": reviewer, "reason": reason, "cancelledAtUtc": now_utc(),
-                  "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"]}
+        record = {
+            "reviewer": reviewer,
+            "reason": reason,
+            "cancelledAtUtc": now_utc(),
+            "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
+        }
         with ctx.journal.transaction():
             record_cancel(ctx.journal, record)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
         return {"jobId": ctx.job["jobId"], "cancelled": record}
 
 
-def seal(out: str, *, job_id: str, approved_by: str, mode: str, model: str, files=(), provider_transfer_approved: bool = False,
-         max_model_calls: int | None = None, max_attempts_per_item: int = 2, max_concurrent_calls: int | None = None,
-         mcp_command: str | None = None, mcp_uri: str | None = None, mcp_id: str | None = None, mcp_env=(), mcp_pass_env=(),
-         force: bool = False, file_mode: int = 0o600) -> dict:
+def seal(
+    out: str,
+    *,
+    job_id: str,
+    approved_by: str,
+    mode: str,
+    model: str,
+    files=(),
+    provider_transfer_approved: bool = False,
+    max_model_calls: int | None = None,
+    max_attempts_per_item: int = 2,
+    max_concurrent_calls: int | None = None,
+    mcp_command: str | None = None,
+    mcp_uri: str | None = None,
+    mcp_id: str | None = None,
+    mcp_env=(),
+    mcp_pass_env=(),
+    force: bool = False,
+    file_mode: int = 0o600,
+) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it).
 
     It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
@@ -5158,8 +5789,10 @@ def seal(out: str, *, job_id: str, approved_by: str, mode: str, model: str, file
     if os.path.exists(target) and not force:
         raise ManifestError(f"{out} exists; pass --force to overwrite it")
     if mode == "openai" and not provider_transfer_approved:
-        raise ManifestError("seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
-                            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake")
+        raise ManifestError(
+            "seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
+            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake"
+        )
     count = len(files) + bool(mcp_uri)
     if not 1 <= count <= 3:
         raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
@@ -5170,10 +5803,16 @@ def seal(out: str, *, job_id: str, approved_by: str, mode: str, model: str, file
         os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
         items.append(seal_mcp_item(target, mcp_command, mcp_uri, mcp_id, mcp_env, mcp_pass_env, len(items) + 1))
     manifest = {
-        "schemaVersion": 1, "jobId": job_id, "approved": True, "approvedBy": approved_by,
-        "mode": mode, "model": model, "providerTransferApproved": bool(provider_transfer_approved),
+        "schemaVersion": 1,
+        "jobId": job_id,
+        "approved": True,
+        "approvedBy": approved_by,
+        "mode": mode,
+        "model": model,
+        "providerTransferApproved": bool(provider_transfer_approved),
         "maxModelCalls": max_model_calls if max_model_calls is not None else min(6, 2 * max(1, len(items))),
-        "maxAttemptsPerItem": max_attempts_per_item, "items": items,
+        "maxAttemptsPerItem": max_attempts_per_item,
+        "items": items,
     }
     if max_concurrent_calls is not None:
         manifest["maxConcurrentCalls"] = max_concurrent_calls
@@ -5211,8 +5850,16 @@ def seal_file_items(base: str, files: list) -> list:
     return items
 
 
-SEAL_FLAG_OF_KEY = {"jobId": "--job-id", "approvedBy": "--approved-by", "model": "--model", "maxModelCalls": "--max-model-calls",
-                    "maxAttemptsPerItem": "--max-attempts-per-item", "maxConcurrentCalls": "--max-concurrent-calls"}
+SEAL_FLAG_OF_KEY = {
+    "jobId": "--job-id",
+    "approvedBy": "--approved-by",
+    "model": "--model",
+    "maxModelCalls": "--max-model-calls",
+    "maxAttemptsPerItem": "--max-attempts-per-item",
+    "maxConcurrentCalls": "--max-concurrent-calls",
+}
+
+
 def seal_flag_message(message: str) -> str:
     """A manifest rule's refusal, worded for the seal flag a person typed ("--max-model-calls (the manifest's maxModelCalls) must ...")."""
     for key, flag_name in SEAL_FLAG_OF_KEY.items():
@@ -5221,10 +5868,14 @@ def seal_flag_message(message: str) -> str:
     return message
 
 
-def seal_file_item(base: str, path: str, n: int) -> dict:
+def seal_file_item(base: str, path: str, n: int) -> Item:
     if not os.path.lexists(path):
         raise SourceError(f"{path} does not exist; name an existing source file (a path from here)")
-    item = {"id": (os.path.splitext(os.path.basename(path))[0] or f"item{n}")[:80], "path": manifest_path_for(base, path), "sha256": "0" * 64}
+    item: Item = {
+        "id": (os.path.splitext(os.path.basename(path))[0] or f"item{n}")[:80],
+        "path": manifest_path_for(base, path),
+        "sha256": "0" * 64,
+    }
     data = read_file_source(base, item)
     item["sha256"] = sha256_hex(data)
     check_source_bytes(item, data)
@@ -5239,8 +5890,6 @@ def manifest_path_for(base: str, path: str) -> str:
     if os.path.commonpath([base, full]) == base:
         return os.path.relpath(full, base)
     return full
-
-
 
 
 def seal_mcp_item(target: str, mcp_command: str | None, mcp_uri: str, mcp_id: str | None, mcp_env, mcp_pass_env, n: int) -> Item:
@@ -5269,13 +5918,13 @@ def seal_mcp_env(pairs: list) -> dict:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not is_env_name(key):
-            raise UsageError(f"--mcp-env {clip(pair.split('=')[0], 40)!r}... must be NAME=VALUE with a variable name (letters, digits and _); for a secret use --mcp-pass-env NAME")
+            raise UsageError(
+                f"--mcp-env {clip(pair.split('=')[0], 40)!r}... must be NAME=VALUE with a variable name (letters, digits and _); for a secret use --mcp-pass-env NAME"
+            )
         if key in env:
             raise UsageError(f"--mcp-env names {key} twice; give each variable once")
         env[key] = value
     return env
-
-
 
 
 def verify(store: Store) -> dict:
@@ -5320,7 +5969,9 @@ def state_dirs_under(roots: list, program: str | None = None) -> list:
                 found.append(folder)
                 subfolders.clear()
         if errors and errors[0].filename == root:
-            raise UsageError(f"--root {root} cannot be listed ({errors[0].strerror}); name the folder that holds your state directories") from None
+            raise UsageError(
+                f"--root {root} cannot be listed ({errors[0].strerror}); name the folder that holds your state directories"
+            ) from None
     return [StateDirStore(folder, program) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
@@ -5333,14 +5984,26 @@ def job_row(store: Store, snap: Snapshot | None = None) -> dict:
         finally:
             snap.close()
         job = snap.job
-        row = {"jobId": job["jobId"], "phase": out["phase"], "next": out["next"], "approvedBy": job.get("approvedBy"),
-               "mode": job.get("mode"), "createdAtUtc": job.get("createdAtUtc")}
+        row = {
+            "jobId": job["jobId"],
+            "phase": out["phase"],
+            "next": out["next"],
+            "approvedBy": job.get("approvedBy"),
+            "mode": job.get("mode"),
+            "createdAtUtc": job.get("createdAtUtc"),
+        }
         if out["phase"] == "running":  # which process (a `work` worker or a person's command), on which host
             row["runningBy"] = {k: out["running"].get(k) for k in ("command", "host", "pid", "sinceUtc")}
         return row
     except JobError as exc:
-        return {"jobId": getattr(store, "job_id", None) or store.where(), "phase": "unreadable", "next": str(exc),
-                "approvedBy": None, "mode": None, "createdAtUtc": None}
+        return {
+            "jobId": getattr(store, "job_id", None) or store.where(),
+            "phase": "unreadable",
+            "next": str(exc),
+            "approvedBy": None,
+            "mode": None,
+            "createdAtUtc": None,
+        }
 
 
 def store_job_rows(lister: PgStore) -> list:
@@ -5366,6 +6029,8 @@ def migrate_schema(store: str, *, grant=(), program: str | None = None, from_env
     finally:
         conn.close()
     return {"store": target.public, "schema": STORE_SCHEMA, **result, "granted": list(grant)}
+
+
 ###############################################################################
 # 18. Workers: submit and work (a queue over the shared store)
 ###############################################################################
@@ -5380,8 +6045,8 @@ def migrate_schema(store: str, *, grant=(), program: str | None = None, from_env
 # when, no operation key reaches the provider twice, and a call whose outcome
 # is unknown waits for a person.
 
-WORK_IDLE_FIRST = 0.5   # seconds a polling worker first waits when nothing is runnable
-WORK_IDLE_MAX = 30.0    # the back-off's ceiling
+WORK_IDLE_FIRST = 0.5  # seconds a polling worker first waits when nothing is runnable
+WORK_IDLE_MAX = 30.0  # the back-off's ceiling
 WORK_MAX_CONCURRENCY = 8
 # The store's jobs a worker may take on, oldest first. A prefilter only (the
 # decision is made under the job's lock): its lock free (lock_key's two 32-bit
@@ -5443,8 +6108,6 @@ def progress_mark(snap: Snapshot) -> tuple:
     return (snap.phase, len(snap.calls), tuple(r["status"] for r in snap.calls), snap.values.get("index"), len(snap.model_results))
 
 
-
-
 class Worker:
     """One `work` process: up to `concurrency` threads, each claiming a runnable job and running it to its next stop."""
 
@@ -5457,9 +6120,9 @@ class Worker:
         self.pid = os.getpid()
         self.stop = stop or threading.Event()
         self.guard = threading.Lock()
-        self.busy: set = set()      # jobs this process runs right now
-        self.failed: dict = {}      # job id -> progress_mark when it last failed here
-        self.runs: list = []        # one record per finished run
+        self.busy: set = set()  # jobs this process runs right now
+        self.failed: dict = {}  # job id -> progress_mark when it last failed here
+        self.runs: list = []  # one record per finished run
         self.started = time.monotonic()
 
     def say(self, text: str) -> None:
@@ -5520,10 +6183,16 @@ class Worker:
     def run_job(self, store: PgStore, phase: str, mark: tuple) -> bool:
         """Claim the job (its advisory lock) and run it as `resume`; False if it was not ours to run."""
         job_id, began = store.job_id, time.monotonic()
-        record = {"jobId": job_id, "from": phase}
+        record: dict[str, Any] = {"jobId": job_id, "from": phase}
         worker_store = PgStore(store.url, job_id, from_env=store.from_env, program=store.program)  # its own connections
         try:
-            out = resume(worker_store, command="work", stop=self.stop, runnable_only=True, on_claim=lambda: self.say(f"job {job_id}: claimed ({phase})"))
+            out = resume(
+                worker_store,
+                command="work",
+                stop=self.stop,
+                runnable_only=True,
+                on_claim=lambda: self.say(f"job {job_id}: claimed ({phase})"),
+            )
             if out is None:
                 return False  # it moved since we looked (another worker, a person): under the lock, it is not runnable
             record["to"] = self.phase_now(store)
@@ -5557,7 +6226,7 @@ class Worker:
         except JobError:
             return "unreadable"
         snap.close()
-        holder = snap.holder or {}
+        holder: dict[str, Any] = dict(snap.holder or {})
         ours = holder.get("pid") == self.pid and self.host.startswith(holder.get("host", ""))  # the name may cut the host short
         if snap.phase == "running" and ours:
             return job_phase(snap.review, snap.checkpoint, None)
@@ -5592,8 +6261,10 @@ class Worker:
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
         self.say(f"started: store {self.public}, concurrency {self.concurrency}" + (", until idle" if self.until_idle else ", polling"))
         try:
-            threads = [threading.Thread(target=contextvars.copy_context().run, args=(self.loop,), name=f"work-{n}", daemon=True)
-                       for n in range(self.concurrency)]
+            threads = [
+                threading.Thread(target=contextvars.copy_context().run, args=(self.loop,), name=f"work-{n}", daemon=True)
+                for n in range(self.concurrency)
+            ]
             for t in threads:
                 t.start()
             while any(t.is_alive() for t in threads):
@@ -5603,20 +6274,32 @@ class Worker:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         out = self.summary(bool(stopped) or self.stop.is_set())
-        self.say(f"exiting: {len(self.runs)} run(s)" + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
-                 + (" (stopped by a signal)" if stopped else ""))
+        self.say(
+            f"exiting: {len(self.runs)} run(s)"
+            + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
+            + (" (stopped by a signal)" if stopped else "")
+        )
         return out
 
     def summary(self, stopped: bool) -> dict:
         counts: dict = {}
         for r in self.runs:
             counts[r["to"]] = counts.get(r["to"], 0) + 1
-        return {"store": self.public, "worker": {"host": self.host, "pid": self.pid}, "concurrency": self.concurrency,
-                "untilIdle": self.until_idle, "stopped": stopped, "seconds": round(time.monotonic() - self.started, 3),
-                "counts": counts, "runs": self.runs}
+        return {
+            "store": self.public,
+            "worker": {"host": self.host, "pid": self.pid},
+            "concurrency": self.concurrency,
+            "untilIdle": self.until_idle,
+            "stopped": stopped,
+            "seconds": round(time.monotonic() - self.started, 3),
+            "counts": counts,
+            "runs": self.runs,
+        }
 
 
-def work(store: Store, *, concurrency: int = 1, until_idle: bool = False, stop: threading.Event | None = None, signals: bool = True) -> dict:
+def work(
+    store: Store, *, concurrency: int = 1, until_idle: bool = False, stop: threading.Event | None = None, signals: bool = True
+) -> dict:
     """Run the store's jobs that can go on without a person, each to its next stop, up to `concurrency` at once."""
     if not isinstance(store, PgStore):
         raise UsageError(f"work works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
@@ -5633,6 +6316,7 @@ def work(store: Store, *, concurrency: int = 1, until_idle: bool = False, stop: 
 # A command's text (on a terminal, or with --text) is its own renderer's lines
 # under one header; piped output stays the JSON document. The renderers are
 # listed with each command in COMMANDS (CLI section).
+
 
 def text_document(command: str, out: dict, where, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
@@ -5661,7 +6345,7 @@ def next_lines(out: dict) -> dict:
     return shown
 
 
-def result_lines(results: list, *, summaries: bool = False) -> list:
+def result_lines(results: list | None, *, summaries: bool = False) -> list:
     lines = []
     for r in results or []:
         extra = f" — {r.get('reason')}" if r.get("reason") else ""
@@ -5701,8 +6385,6 @@ def cancelled_line(record: dict) -> str:
     return f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}"
 
 
-
-
 def receipt_line(store: Store) -> str:
     return f"  receipt: {store.receipt_location()}"
 
@@ -5711,7 +6393,9 @@ def text_run(out: dict, where) -> list:
     """start and resume: each item's status, a recorded decision, or the review it waits for."""
     lines = []
     if out.get("existing") is True:
-        lines.append("  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would")
+        lines.append(
+            "  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would"
+        )
     lines += result_lines(out.get("results"))
     lines += final_lines(out.get("final"))
     lines += failed_lines(out)
@@ -5748,8 +6432,10 @@ def text_inspect(out: dict, where) -> list:
     lines += final_lines(out.get("final"))
     saved = out.get("savedDecision")
     if saved:
-        lines.append(f"  saved, not yet finished: {saved.get('decision')} by {saved.get('reviewer')} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
-                     " (`resume` finishes recording it)")
+        lines.append(
+            f"  saved, not yet finished: {saved.get('decision')} by {saved.get('reviewer')} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
+            " (`resume` finishes recording it)"
+        )
     if out.get("cancelled"):
         lines.append(cancelled_line(out["cancelled"]))
     lines += failed_lines(out)
@@ -5760,29 +6446,39 @@ def text_inspect(out: dict, where) -> list:
 
 def text_reconcile(out: dict, where) -> list:
     rec = out["reconciliation"]
-    lines = [f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"]
+    lines = [
+        f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"
+    ]
     drafted = out.get("retryDraft")
     if drafted:
         why = f" — {drafted['result']['reason']}" if drafted["result"].get("reason") else ""
-        lines.append(f"  it was a retry: its answer is now draft {drafted['draftVersion']}, {drafted['itemId']} {drafted['result']['status']}{why}")
+        lines.append(
+            f"  it was a retry: its answer is now draft {drafted['draftVersion']}, {drafted['itemId']} {drafted['result']['status']}{why}"
+        )
         lines.append(f"  next: {out['decideCommand']}")
     return lines
 
 
 def text_revise(out: dict, where) -> list:
-    return [f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
-            f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
-            *failed_lines(out), f"  next: {out['decideCommand']}"]
+    return [
+        f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
+        f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
+        *failed_lines(out),
+        f"  next: {out['decideCommand']}",
+    ]
 
 
 def text_retry(out: dict, where) -> list:
     """The retried call, the new draft it made, and what is still failed."""
     result = out.get("result") or {}
     why = f" — {result['reason']}" if result.get("reason") else ""
-    return [f"  {out['itemId']} retried by {out.get('reviewer')}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
-            f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
-            f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
-            *failed_lines(out), f"  next: {out['decideCommand']}"]
+    return [
+        f"  {out['itemId']} retried by {out.get('reviewer')}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
+        f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
+        f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
+        *failed_lines(out),
+        f"  next: {out['decideCommand']}",
+    ]
 
 
 def text_cancel(out: dict, where) -> list:
@@ -5797,14 +6493,14 @@ def text_cancel(out: dict, where) -> list:
     return lines
 
 
-
-
 def text_seal(out: dict, store) -> list:
     lines = [f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})"]
     for item in out.get("items") or []:
         lines.append(f"  {item['id']:<12} {item.get('path') or item.get('mcp', {}).get('uri')}  sha256 {item['sha256']}")
     start_flags = ("--manifest", out.get("manifest") or "MANIFEST")
-    lines.append(f"  next: {store.suggest('start', *start_flags) if store else command_line(program_name(), 'start', ['--state-dir', 'DIR'], *start_flags)}")
+    lines.append(
+        f"  next: {store.suggest('start', *start_flags) if store else command_line(program_name(), 'start', ['--state-dir', 'DIR'], *start_flags)}"
+    )
     return lines
 
 
@@ -5817,13 +6513,17 @@ def text_jobs(out: dict, where) -> list:
 
 
 def text_migrate(out: dict, where) -> list:
-    return [f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
-            *(f"  granted {role} use of it" for role in out.get("granted") or [])]
+    return [
+        f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
+        *(f"  granted {role} use of it" for role in out.get("granted") or []),
+    ]
 
 
 def text_work(out: dict, where) -> list:
-    lines = [f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
-             + (" (stopped by a signal)" if out["stopped"] else "")]
+    lines = [
+        f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
+        + (" (stopped by a signal)" if out["stopped"] else "")
+    ]
     for r in out["runs"]:
         lines.append(f"  {r['jobId']:<16} {r['from']} -> {r['to']}" + (f"  HOLD: {r['hold']}" if r.get("hold") else ""))
     return lines
@@ -5865,8 +6565,9 @@ def store_from(args) -> Store:
     url, from_env = getattr(args, "store", None), False
     if not getattr(args, "state_dir", None) and not url:
         url, from_env = os.environ.get(STORE_ENV), True
-    store = open_store(state_dir=getattr(args, "state_dir", None), store=url, job=getattr(args, "job", None),
-                       program=args.program, from_env=from_env)
+    store = open_store(
+        state_dir=getattr(args, "state_dir", None), store=url, job=getattr(args, "job", None), program=args.program, from_env=from_env
+    )
     args.opened = store
     return store
 
@@ -5909,8 +6610,14 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    return reconcile(store_from(args), operation_key=args.operation_key, action=args.action, reviewer=args.reviewer,
-                     reason=args.reason, response_file=args.response_file)
+    return reconcile(
+        store_from(args),
+        operation_key=args.operation_key,
+        action=args.action,
+        reviewer=args.reviewer,
+        reason=args.reason,
+        response_file=args.response_file,
+    )
 
 
 def cmd_decide(args) -> dict:
@@ -5920,8 +6627,14 @@ def cmd_decide(args) -> dict:
 
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
-    return revise(store_from(args), item=args.item, summary_file=args.summary_file, citations_file=args.citations_file,
-                  reviewer=args.reviewer, reason=args.reason)
+    return revise(
+        store_from(args),
+        item=args.item,
+        summary_file=args.summary_file,
+        citations_file=args.citations_file,
+        reviewer=args.reviewer,
+        reason=args.reason,
+    )
 
 
 def cmd_retry(args) -> dict:
@@ -5938,13 +6651,26 @@ def cmd_seal(args) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it)."""
     if args.store or os.environ.get(STORE_ENV):  # the start it suggests names the store
         args.opened = PgStore(args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store, program=args.program)
-    return seal(args.out, job_id=args.job_id, approved_by=args.approved_by, mode=args.mode, model=args.model, files=args.files,
-                provider_transfer_approved=args.provider_transfer_approved, max_model_calls=args.max_model_calls,
-                max_attempts_per_item=args.max_attempts_per_item, max_concurrent_calls=args.max_concurrent_calls,
-                mcp_command=args.mcp_command, mcp_uri=args.mcp_uri, mcp_id=args.mcp_id, mcp_env=args.mcp_env or (),
-                mcp_pass_env=args.mcp_pass_env or (), force=args.force,
-                # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
-                file_mode=0o666 & ~args.user_umask if args.use_umask else 0o600)
+    return seal(
+        args.out,
+        job_id=args.job_id,
+        approved_by=args.approved_by,
+        mode=args.mode,
+        model=args.model,
+        files=args.files,
+        provider_transfer_approved=args.provider_transfer_approved,
+        max_model_calls=args.max_model_calls,
+        max_attempts_per_item=args.max_attempts_per_item,
+        max_concurrent_calls=args.max_concurrent_calls,
+        mcp_command=args.mcp_command,
+        mcp_uri=args.mcp_uri,
+        mcp_id=args.mcp_id,
+        mcp_env=args.mcp_env or (),
+        mcp_pass_env=args.mcp_pass_env or (),
+        force=args.force,
+        # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
+        file_mode=0o666 & ~args.user_umask if args.use_umask else 0o600,
+    )
 
 
 def cmd_verify(args) -> dict:
@@ -6035,11 +6761,26 @@ SEAL_FLAGS = [
     flag("--mcp-command", help="MCP server argv (JSON list or plain command) for one MCP item"),
     flag("--mcp-uri", help="the MCP resource uri for that item"),
     flag("--mcp-id", help="the MCP item's id (default mcpN)"),
-    flag("--mcp-env", action="append", metavar="NAME=VALUE", help="a setting for the MCP server, sealed in the manifest (repeatable; never a secret)"),
-    flag("--mcp-pass-env", action="append", metavar="NAME", help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)"),
+    flag(
+        "--mcp-env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a setting for the MCP server, sealed in the manifest (repeatable; never a secret)",
+    ),
+    flag(
+        "--mcp-pass-env",
+        action="append",
+        metavar="NAME",
+        help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)",
+    ),
     flag("--force", action="store_true", help="overwrite an existing manifest"),
     flag("--use-umask", action="store_true", help="create the manifest with your umask's mode (e.g. 0644) instead of private 0600"),
-    flag("files", nargs="*", type=path_argument, help="source files (recorded relative to the manifest's folder when inside it, else absolute)"),
+    flag(
+        "files",
+        nargs="*",
+        type=path_argument,
+        help="source files (recorded relative to the manifest's folder when inside it, else absolute)",
+    ),
 ]
 # To add a command: write cmd_NAME (its docstring's first line is its help) and
 # text_NAME, then add one row here with the flags it takes beyond the common ones.
@@ -6047,45 +6788,96 @@ COMMANDS = {
     "start": Command(cmd_start, text_run, [flag("--manifest", required=True, type=path_argument, help="the approved manifest JSON file")]),
     "resume": Command(cmd_resume, text_run),
     "status": Command(cmd_status, text_status),
-    "inspect": Command(cmd_inspect, text_inspect, [
-        flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE")]),
-    "reconcile": Command(cmd_reconcile, text_reconcile, [
-        flag("--operation-key", required=True, help="the exact pending key shown by status"),
-        flag("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon"),
-        flag("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete"),
-        *WHO_FLAGS]),
-    "decide": Command(cmd_decide, text_decide, [
-        *WHO_FLAGS,
-        flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
-        flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")]),
-    "revise": Command(cmd_revise, text_revise, [
-        *WHO_FLAGS,
-        flag("--item", required=True, help="the item id to edit"),
-        flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
-        flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations")]),
+    "inspect": Command(
+        cmd_inspect,
+        text_inspect,
+        [flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE")],
+    ),
+    "reconcile": Command(
+        cmd_reconcile,
+        text_reconcile,
+        [
+            flag("--operation-key", required=True, help="the exact pending key shown by status"),
+            flag("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon"),
+            flag("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete"),
+            *WHO_FLAGS,
+        ],
+    ),
+    "decide": Command(
+        cmd_decide,
+        text_decide,
+        [
+            *WHO_FLAGS,
+            flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
+            flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)"),
+        ],
+    ),
+    "revise": Command(
+        cmd_revise,
+        text_revise,
+        [
+            *WHO_FLAGS,
+            flag("--item", required=True, help="the item id to edit"),
+            flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
+            flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations"),
+        ],
+    ),
     "cancel": Command(cmd_cancel, text_cancel, WHO_FLAGS),
-    "retry": Command(cmd_retry, text_retry, [
-        *WHO_FLAGS,
-        flag("--item", required=True, help="the failed item whose next model call to spend")]),
+    "retry": Command(
+        cmd_retry, text_retry, [*WHO_FLAGS, flag("--item", required=True, help="the failed item whose next model call to spend")]
+    ),
     "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG], state_dir=False),
     "verify": Command(cmd_verify, text_verify, refusal=verify_refusal),
-    "jobs": Command(cmd_jobs, text_jobs, [
-        STORE_FLAG, flag("--root", type=path_argument, action="append",
-                         help="a folder holding state directories at any depth (repeatable)")], state_dir=False),
-    "migrate": Command(cmd_migrate, text_migrate, [
-        STORE_FLAG,
-        flag("--grant", action="append", metavar="ROLE", help="let ROLE run jobs in the store (repeatable); it needs no CREATE privilege")],
-        state_dir=False),
-    "submit": Command(cmd_submit, text_submit, [
-        flag("--manifest", required=True, type=path_argument, help="the approved manifest JSON file"),
-        STORE_FLAG, flag("--job", metavar="JOB_ID", help="the manifest's jobId (checked)")], state_dir=False),
-    "work": Command(cmd_work, text_work, [
-        STORE_FLAG,
-        flag("--until-idle", action="store_true", help="exit 0 once no job is runnable (default: keep polling, with back-off)"),
-        flag("--concurrency", type=int, default=1, metavar="N", help=f"run up to N jobs at once in this process (1-{WORK_MAX_CONCURRENCY}, default 1)")],
-        state_dir=False),
+    "jobs": Command(
+        cmd_jobs,
+        text_jobs,
+        [
+            STORE_FLAG,
+            flag("--root", type=path_argument, action="append", help="a folder holding state directories at any depth (repeatable)"),
+        ],
+        state_dir=False,
+    ),
+    "migrate": Command(
+        cmd_migrate,
+        text_migrate,
+        [
+            STORE_FLAG,
+            flag(
+                "--grant", action="append", metavar="ROLE", help="let ROLE run jobs in the store (repeatable); it needs no CREATE privilege"
+            ),
+        ],
+        state_dir=False,
+    ),
+    "submit": Command(
+        cmd_submit,
+        text_submit,
+        [
+            flag("--manifest", required=True, type=path_argument, help="the approved manifest JSON file"),
+            STORE_FLAG,
+            flag("--job", metavar="JOB_ID", help="the manifest's jobId (checked)"),
+        ],
+        state_dir=False,
+    ),
+    "work": Command(
+        cmd_work,
+        text_work,
+        [
+            STORE_FLAG,
+            flag("--until-idle", action="store_true", help="exit 0 once no job is runnable (default: keep polling, with back-off)"),
+            flag(
+                "--concurrency",
+                type=int,
+                default=1,
+                metavar="N",
+                help=f"run up to N jobs at once in this process (1-{WORK_MAX_CONCURRENCY}, default 1)",
+            ),
+        ],
+        state_dir=False,
+    ),
 }
 CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate", "work")  # a failure in these leaves nothing to resume
+
+
 def help_command(command: str = "") -> str:
     """The command that lists a command's flags (or all commands)."""
     return f"`{program_name()} {command + ' ' if command else ''}--help`"
@@ -6094,8 +6886,10 @@ def help_command(command: str = "") -> str:
 def version_text() -> str:
     """What `--version` prints: the release, the bytes every job seals, the graph label and the dependency versions."""
     deps = ", ".join(f"{name} {version}" for name, version in dependency_versions().items())
-    return (f"durable-job {__version__}\nprogram sha256 {code_sha256()} ({os.path.abspath(__file__)})\n"
-            f"graph version {VERSION}\ndependencies (sealed into every job): {deps}")
+    return (
+        f"durable-job {__version__}\nprogram sha256 {code_sha256()} ({os.path.abspath(__file__)})\n"
+        f"graph version {VERSION}\ndependencies (sealed into every job): {deps}"
+    )
 
 
 class VersionAction(argparse.Action):
@@ -6117,7 +6911,9 @@ class HoldParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI parser: one subcommand per COMMANDS row; flags are never abbreviated."""
-    parser = HoldParser(prog="durable-job" if program_name() == "durable-job" else "durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser = HoldParser(
+        prog="durable-job" if program_name() == "durable-job" else "durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     parser.add_argument("--version", action=VersionAction, help="print the program's version, sha256 and dependency versions, then exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND")
     for name, command in COMMANDS.items():
@@ -6127,8 +6923,12 @@ def build_parser() -> argparse.ArgumentParser:
             for names, options in ADDRESS_FLAGS:
                 p.add_argument(*names, **options)
         output = p.add_mutually_exclusive_group()
-        output.add_argument("--json", dest="fmt", action="store_const", const="json", help="print the JSON document (the default when piped)")
-        output.add_argument("--text", dest="fmt", action="store_const", const="text", help="print a readable summary (the default on a terminal)")
+        output.add_argument(
+            "--json", dest="fmt", action="store_const", const="json", help="print the JSON document (the default when piped)"
+        )
+        output.add_argument(
+            "--text", dest="fmt", action="store_const", const="text", help="print a readable summary (the default on a terminal)"
+        )
         for names, options in command.flags:
             p.add_argument(*names, **options)
     return parser
@@ -6161,8 +6961,6 @@ def refuse_unknown_flag(name: str, words: list) -> None:
         close = difflib.get_close_matches(flag_name, known, n=1, cutoff=0.6)
         advice = f"did you mean {close[0]}?" if close else f"it takes {', '.join(k for k in known if k.startswith('--'))}."
         raise UsageError(f"unknown flag {flag_name} for {name}{abbreviated}; {advice} See {help_command(name)}")
-
-
 
 
 def emit(command: str, out: dict, fmt: str | None, store=None) -> None:
@@ -6220,9 +7018,11 @@ def interrupted(args) -> str:
     then = "then review and decide (nothing to resume)" if snap.waiting else f"then {store.suggest('resume')}"
     first = pending[0]
     more = f" (and {len(pending) - 1} more: `status` lists them)" if len(pending) > 1 else ""
-    return (f"stopped by Ctrl-C while call {first['operation_key']} for item {first['item_id']} was in flight{more}: it may have reached "
-            f"the provider and been billed, so it stays pending and nothing sends it again; check the provider's usage records, then "
-            f"{reconcile_command(store, first['operation_key'])}; {then}")
+    return (
+        f"stopped by Ctrl-C while call {first['operation_key']} for item {first['item_id']} was in flight{more}: it may have reached "
+        f"the provider and been billed, so it stays pending and nothing sends it again; check the provider's usage records, then "
+        f"{reconcile_command(store, first['operation_key'])}; {then}"
+    )
 
 
 def hold_line(exc: JobError) -> str:
@@ -6260,13 +7060,19 @@ def main(argv=None) -> int:
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         then = "run the command again" if argv and argv[0] in CHANGES_NO_JOB else after_stop(args)
-        print(f"HOLD: StateError: {redact(exc.strerror or exc)}{where}; nothing was changed after the failing step: fix the cause, {then}", file=sys.stderr)
+        print(
+            f"HOLD: StateError: {redact(exc.strerror or exc)}{where}; nothing was changed after the failing step: fix the cause, {then}",
+            file=sys.stderr,
+        )
         return 2
     except Exception as exc:  # a bug: still one line, and the saved state is left as it is
         if os.environ.get("DURABLE_JOB_DEBUG"):
             raise
-        print(f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {command_for('status', args)}, "
-              "and set DURABLE_JOB_DEBUG=1 for a traceback to report", file=sys.stderr)
+        print(
+            f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {command_for('status', args)}, "
+            "and set DURABLE_JOB_DEBUG=1 for a traceback to report",
+            file=sys.stderr,
+        )
         return 2
     finally:
         opened = known_store(args)

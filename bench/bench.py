@@ -46,6 +46,7 @@ repository). Every command runs as a subprocess of this interpreter.
 Exit status: 0 after reporting (a MISS is reported, not failed), 1 with
 --strict when a target is missed, 2 when a command itself failed (no figure).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,11 +72,11 @@ LATENCY = "slow:1"
 
 SOURCES = {
     "alpha": "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
-             "The report is synthetic test input and describes no real event.\n",
+    "The report is synthetic test input and describes no real event.\n",
     "beta": "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
-            "The report is synthetic test input and describes no real event.\n",
+    "The report is synthetic test input and describes no real event.\n",
     "gamma": "STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\n"
-             "The report is synthetic test input and describes no real event.\n",
+    "The report is synthetic test input and describes no real event.\n",
 }
 
 # The SQL `status` runs against the journal, done by a bare interpreter: the
@@ -102,10 +103,12 @@ CACHED_STATUS = "status via python -m (cached bytecode)"
 INSTALLED_STATUS = "durable-job status (installed)"
 
 
-def same_status(doc: dict, status: "Run") -> bool:
+def same_status(doc: dict, status: Run) -> bool:
     """The same answer as `python durable_job.py status`, but for the program each suggested command names."""
+
     def plain(d):
         return {k: v for k, v in d.items() if k != "next"}
+
     return plain(doc) == plain(json.loads(status.stdout))
 
 
@@ -205,8 +208,9 @@ class Bench:
         shutil.copy2(os.path.join(REPO, DEMO_MANIFEST), os.path.join(self.work, DEMO_MANIFEST))
         shutil.copytree(os.path.join(REPO, DEMO_FIXTURES), os.path.join(self.work, DEMO_FIXTURES))
         # the bytecode `python -m durable_job` loads instead of compiling (the owner's option, not the SPEC's invocation)
-        subprocess.run([self.py, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", self.program],
-                       check=True, env=self.env)
+        subprocess.run(
+            [self.py, "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)", self.program], check=True, env=self.env
+        )
         self.install_copy()
 
     def install_copy(self) -> None:
@@ -217,8 +221,23 @@ class Bench:
         for name in ("pyproject.toml", "README.md", "requirements.txt"):
             shutil.copy2(os.path.join(REPO, name), project)
         self.site = os.path.join(self.root, "site")
-        proc = subprocess.run([self.py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                               "--no-build-isolation", "--target", self.site, project], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                self.py,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                self.site,
+                project,
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise BenchError(f"pip install of the project failed: {proc.stderr.strip()[-800:]}")
         self.installed_env = clean_env(PYTHONPATH=self.site)
@@ -226,9 +245,12 @@ class Bench:
     def start_demo(self, name: str | None) -> tuple[str, Run]:
         state = self.new_state("demo")
         os.makedirs(os.path.dirname(state))
-        result = self.cli(name or "setup", "start", "--manifest", DEMO_MANIFEST, "--state-dir", state, "--json",
-                          record=name is not None)
-        expect_json(result, "start", lambda d: None if d.get("interrupt") and len(d.get("results", [])) == 2 else "not waiting at review with 2 results")
+        result = self.cli(name or "setup", "start", "--manifest", DEMO_MANIFEST, "--state-dir", state, "--json", record=name is not None)
+        expect_json(
+            result,
+            "start",
+            lambda d: None if d.get("interrupt") and len(d.get("results", [])) == 2 else "not waiting at review with 2 results",
+        )
         return state, result
 
     # -- the demo job --------------------------------------------------------
@@ -238,27 +260,61 @@ class Bench:
         journal = os.path.join(demo_state, "effects.sqlite")
         self.record("python -c pass", run([self.py, "-c", "pass"], cwd=self.work, env=self.env, label="python -c pass"))
         self.record("python + 1 SQLite read", run([self.py, "-c", SQLITE_READ, journal], cwd=self.work, env=self.env, label="sqlite read"))
-        self.record("python + compile durable_job.py", run([self.py, "-c", COMPILE, self.program], cwd=self.work, env=self.env, label="compile"))
-        self.record("import langgraph.graph", run([self.py, "-c", "import langgraph.graph"], cwd=self.work, env=self.env, label="import langgraph.graph"))
+        self.record(
+            "python + compile durable_job.py", run([self.py, "-c", COMPILE, self.program], cwd=self.work, env=self.env, label="compile")
+        )
+        self.record(
+            "import langgraph.graph",
+            run([self.py, "-c", "import langgraph.graph"], cwd=self.work, env=self.env, label="import langgraph.graph"),
+        )
         fresh, _ = self.start_demo("start")
         status = self.cli("status", "status", "--state-dir", demo_state, "--json")
         expect_json(status, "status", lambda d: None if len(d.get("calls", [])) == 2 else "expected 2 calls")
-        cached = self.record(CACHED_STATUS, run([self.py, "-m", "durable_job", "status", "--state-dir", demo_state, "--json"],
-                                                cwd=self.work, env=self.env, label=CACHED_STATUS))
+        cached = self.record(
+            CACHED_STATUS,
+            run(
+                [self.py, "-m", "durable_job", "status", "--state-dir", demo_state, "--json"],
+                cwd=self.work,
+                env=self.env,
+                label=CACHED_STATUS,
+            ),
+        )
         expect_json(cached, CACHED_STATUS, lambda d: None if same_status(d, status) else "differs from status")
-        installed = self.record(INSTALLED_STATUS, run([os.path.join(self.site, "bin", "durable-job"), "status", "--state-dir", demo_state, "--json"],
-                                                      cwd=self.work, env=self.installed_env, label=INSTALLED_STATUS))
+        installed = self.record(
+            INSTALLED_STATUS,
+            run(
+                [os.path.join(self.site, "bin", "durable-job"), "status", "--state-dir", demo_state, "--json"],
+                cwd=self.work,
+                env=self.installed_env,
+                label=INSTALLED_STATUS,
+            ),
+        )
         expect_json(installed, INSTALLED_STATUS, lambda d: None if same_status(d, status) else "differs from status")
         inspect = self.cli("inspect", "inspect", "--state-dir", demo_state, "--json")
-        expect_json(inspect, "inspect", lambda d: None if d.get("resultsSha256") and not d.get("sealBroken") else "no resultsSha256 or a broken seal")
+        expect_json(
+            inspect,
+            "inspect",
+            lambda d: None if d.get("resultsSha256") and not d.get("sealBroken") else "no resultsSha256 or a broken seal",
+        )
         self.cli("inspect --html", "inspect", "--state-dir", demo_state, "--html", html_path, "--json")
         if not os.path.getsize(html_path):
             raise BenchError("inspect --html wrote an empty page")
         self.cli("verify", "verify", "--state-dir", demo_state, "--json")
         resume = self.cli("resume (waiting job)", "resume", "--state-dir", demo_state, "--json")
         expect_json(resume, "resume", lambda d: None if d.get("interrupt") else "not waiting at review")
-        decide = self.cli("decide", "decide", "--state-dir", fresh, "--decision", "hold", "--reviewer", "bench",
-                          "--reason", "benchmark run: nothing to approve", "--json")
+        decide = self.cli(
+            "decide",
+            "decide",
+            "--state-dir",
+            fresh,
+            "--decision",
+            "hold",
+            "--reviewer",
+            "bench",
+            "--reason",
+            "benchmark run: nothing to approve",
+            "--json",
+        )
         expect_json(decide, "decide", lambda d: None if (d.get("final") or {}).get("decision") == "hold" else "no final hold")
 
     def demo(self) -> None:
@@ -287,7 +343,9 @@ class Bench:
         start = self.cli(name, "start", "--manifest", manifest, *address, "--json", record=False)
         expect_json(start, f"{name} start", lambda d: None if d.get("interrupt") else "not waiting at review")
         where = address + (["--job", job_id] if "--store" in address else [])
-        decide = self.cli(name, "decide", *where, "--decision", "hold", "--reviewer", "bench", "--reason", "benchmark", "--json", record=False)
+        decide = self.cli(
+            name, "decide", *where, "--decision", "hold", "--reviewer", "bench", "--reason", "benchmark", "--json", record=False
+        )
         expect_json(decide, f"{name} decide", lambda d: None if (d.get("final") or {}).get("decision") == "hold" else "no final hold")
         self.record(name, Run(start.seconds + decide.seconds, start.cpu + decide.cpu, 0, max(start.maxrss_kib, decide.maxrss_kib), "", ""))
 
@@ -311,7 +369,9 @@ class Bench:
                 self.whole_job(DIR_JOB, ["--state-dir", self.new_state("whole")], f"bench-{n}")
                 self.cli(DIR_STATUS, "status", "--state-dir", state, "--json")
                 out = self.cli(STORE_STATUS, "status", "--store", url, "--job", "bench-store-job", "--json")
-                expect_json(out, STORE_STATUS, lambda d: None if len(d.get("calls", [])) == 2 and d.get("store") == url else "expected 2 calls")
+                expect_json(
+                    out, STORE_STATUS, lambda d: None if len(d.get("calls", [])) == 2 and d.get("store") == url else "expected 2 calls"
+                )
                 if saved:
                     self.times, self.cpu, self.rss = saved
         finally:
@@ -325,9 +385,15 @@ class Bench:
         behaviour = os.path.join(folder, "behaviour.json")
         with open(behaviour, "w", encoding="utf-8") as fh:
             json.dump(latency, fh)
-        proc = subprocess.Popen([self.py, PROVIDER, "--log", os.path.join(folder, "provider.log"), "--behaviour-file", behaviour],
-                                cwd=folder, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            [self.py, PROVIDER, "--log", os.path.join(folder, "provider.log"), "--behaviour-file", behaviour],
+            cwd=folder,
+            env=clean_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         line = proc.stdout.readline().strip()
         if not line.startswith("READY "):
             proc.kill()
@@ -344,10 +410,19 @@ class Bench:
             with open(os.path.join(folder, f"{item_id}.txt"), "wb") as fh:
                 fh.write(data)
             items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": hashlib.sha256(data).hexdigest()})
-        manifest = {"schemaVersion": 1, "jobId": f"bench-latency-c{concurrency}", "approved": True,
-                    "approvedBy": "bench@example.test", "mode": "openai", "model": "gpt-bench",
-                    "providerTransferApproved": True, "maxModelCalls": 6, "maxAttemptsPerItem": 2,
-                    "maxConcurrentCalls": concurrency, "items": items}
+        manifest = {
+            "schemaVersion": 1,
+            "jobId": f"bench-latency-c{concurrency}",
+            "approved": True,
+            "approvedBy": "bench@example.test",
+            "mode": "openai",
+            "model": "gpt-bench",
+            "providerTransferApproved": True,
+            "maxModelCalls": 6,
+            "maxAttemptsPerItem": 2,
+            "maxConcurrentCalls": concurrency,
+            "items": items,
+        }
         path = os.path.join(folder, f"manifest-c{concurrency}.json")
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2)
@@ -367,10 +442,18 @@ class Bench:
                     name = f"3 items @ 1 s, concurrency {c}"
                     state = self.new_state(f"latency-c{c}")
                     os.makedirs(os.path.dirname(state))
-                    result = self.cli(name, "start", "--manifest", manifests[c], "--state-dir", state, "--json",
-                                      env=env, cwd=os.path.dirname(state))
-                    expect_json(result, name, lambda d: None if d.get("interrupt") and [r["status"] for r in d["results"]] == ["validated"] * 3
-                                else f"expected 3 validated results, got {[r.get('status') for r in d.get('results', [])]}")
+                    result = self.cli(
+                        name, "start", "--manifest", manifests[c], "--state-dir", state, "--json", env=env, cwd=os.path.dirname(state)
+                    )
+                    expect_json(
+                        result,
+                        name,
+                        lambda d: (
+                            None
+                            if d.get("interrupt") and [r["status"] for r in d["results"]] == ["validated"] * 3
+                            else f"expected 3 validated results, got {[r.get('status') for r in d.get('results', [])]}"
+                        ),
+                    )
         finally:
             proc.terminate()
             try:
@@ -378,7 +461,6 @@ class Bench:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
 
     # -- 40 one-item jobs run by 1, 2, 4, 8 `work` processes (issue 14) ------
 
@@ -391,14 +473,25 @@ class Bench:
             fh.write(data)
         paths = []
         for n in range(count):
-            manifest = {"schemaVersion": 1, "jobId": f"work-{n:02d}", "approved": True, "approvedBy": "bench@example.test",
-                        "mode": "openai", "model": "gpt-bench", "providerTransferApproved": True, "maxModelCalls": 2,
-                        "maxAttemptsPerItem": 1, "items": [{"id": "alpha", "path": "alpha.txt", "sha256": hashlib.sha256(data).hexdigest()}]}
+            manifest = {
+                "schemaVersion": 1,
+                "jobId": f"work-{n:02d}",
+                "approved": True,
+                "approvedBy": "bench@example.test",
+                "mode": "openai",
+                "model": "gpt-bench",
+                "providerTransferApproved": True,
+                "maxModelCalls": 2,
+                "maxAttemptsPerItem": 1,
+                "items": [{"id": "alpha", "path": "alpha.txt", "sha256": hashlib.sha256(data).hexdigest()}],
+            }
             paths.append(os.path.join(folder, f"work-{n:02d}.json"))
             with open(paths[-1], "w", encoding="utf-8") as fh:
                 json.dump(manifest, fh)
-        code = ("import sys, durable_job; url = sys.argv[1]\n"
-                "sys.exit(max(durable_job.main(['submit', '--manifest', m, '--store', url, '--json']) for m in sys.argv[2:]))")
+        code = (
+            "import sys, durable_job; url = sys.argv[1]\n"
+            "sys.exit(max(durable_job.main(['submit', '--manifest', m, '--store', url, '--json']) for m in sys.argv[2:]))"
+        )
         run([self.py, "-c", code, url, *paths], cwd=self.work, env=self.env, label="submit 40 jobs")
 
     def workers(self) -> None:
@@ -428,9 +521,13 @@ class Bench:
         """`count` `work --until-idle` processes started together; the figure is the wall time until the last exits."""
         argv = [self.py, self.program, "work", "--store", url, "--until-idle", "--json"]
         began = time.perf_counter()
-        procs = [subprocess.Popen(argv, cwd=self.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(count)]
-        runs, cpu, rss = 0, 0.0, 0
+        procs = [
+            subprocess.Popen(
+                argv, cwd=self.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(count)
+        ]
+        runs = 0
         for p in procs:
             out, err = p.communicate(timeout=600)  # a small summary and a line per transition: the pipes never fill
             if p.returncode != 0:
@@ -440,8 +537,11 @@ class Bench:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # every worker has been waited for: their CPU is in here
         cpu = usage.ru_utime + usage.ru_stime - self.children_cpu
         self.children_cpu += cpu
-        jobs = expect_json(run([self.py, self.program, "jobs", "--store", url, "--json"], cwd=self.work, env=self.env, label="jobs"), "jobs",
-                           lambda d: None if [j["phase"] for j in d["jobs"]] == ["awaiting-review"] * WORK_JOBS else "not every job at review")
+        jobs = expect_json(
+            run([self.py, self.program, "jobs", "--store", url, "--json"], cwd=self.work, env=self.env, label="jobs"),
+            "jobs",
+            lambda d: None if [j["phase"] for j in d["jobs"]] == ["awaiting-review"] * WORK_JOBS else "not every job at review",
+        )
         if runs != WORK_JOBS or len(jobs["jobs"]) != WORK_JOBS:
             raise BenchError(f"{count} workers ran {runs} jobs, expected {WORK_JOBS}")
         self.record(work_figure(count), Run(seconds, cpu, 0, 0, "", ""))  # cpu: all the workers' user+sys together
@@ -494,8 +594,14 @@ ROWS = [
     (DIR_STATUS, None, None),
     (STORE_STATUS, DIR_STATUS, 1.5),
 ]
-RSS_ROWS = [("python -c pass", None), ("status", "resume (waiting job)"), (INSTALLED_STATUS, "resume (waiting job)"), ("inspect", "resume (waiting job)"),
-            ("import langgraph.graph", None), ("resume (waiting job)", None)]
+RSS_ROWS = [
+    ("python -c pass", None),
+    ("status", "resume (waiting job)"),
+    (INSTALLED_STATUS, "resume (waiting job)"),
+    ("inspect", "resume (waiting job)"),
+    ("import langgraph.graph", None),
+    ("resume (waiting job)", None),
+]
 
 
 def table(headers, rows, right) -> str:
@@ -522,13 +628,31 @@ def report(bench: Bench) -> int:
         verdict = "-" if target is None else ("PASS" if ratio <= target else "MISS")
         if verdict == "MISS":
             misses.append(f"{name} / {base} = {ratio:.2f}x > {target}x")
-        rows.append([name, f"{med[name]:.1f}", f"{min(bench.times[name]) * 1000:.1f}", cpu[name], n, base, f"{med[base]:.1f}",
-                     f"{ratio:.2f}x", "-" if target is None else f"<= {target}x", verdict])
+        rows.append(
+            [
+                name,
+                f"{med[name]:.1f}",
+                f"{min(bench.times[name]) * 1000:.1f}",
+                cpu[name],
+                n,
+                base,
+                f"{med[base]:.1f}",
+                f"{ratio:.2f}x",
+                "-" if target is None else f"<= {target}x",
+                verdict,
+            ]
+        )
     print()
-    print(f"durable_job benchmark — Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
-          f"{os.cpu_count()} CPUs; medians of {bench.runs} runs (1 s-latency jobs: {bench.latency_runs})")
+    print(
+        f"durable_job benchmark — Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} CPUs; medians of {bench.runs} runs (1 s-latency jobs: {bench.latency_runs})"
+    )
     print()
-    print(table(["figure", "median ms", "min ms", "cpu ms", "n", "baseline", "base ms", "ratio", "target", "result"], rows, {1, 2, 3, 4, 6, 7}))
+    print(
+        table(
+            ["figure", "median ms", "min ms", "cpu ms", "n", "baseline", "base ms", "ratio", "target", "result"], rows, {1, 2, 3, 4, 6, 7}
+        )
+    )
     print("(ms: wall time of the whole child process; cpu ms: its user+sys time; ratio: median / baseline median)")
     rss_rows = []
     for name, base in RSS_ROWS:
@@ -543,8 +667,10 @@ def report(bench: Bench) -> int:
     print()
     load = bench.load
     if load and max(load) > 0.5 * (os.cpu_count() or 1):
-        print(f"Note: load average was {load[0]:.2f} before and {load[1]:.2f} after on {os.cpu_count()} CPUs: "
-              "other work shared the machine, so wall times are noisy (cpu ms is steadier).")
+        print(
+            f"Note: load average was {load[0]:.2f} before and {load[1]:.2f} after on {os.cpu_count()} CPUs: "
+            "other work shared the machine, so wall times are noisy (cpu ms is steadier)."
+        )
     if misses:
         print("MISS: " + "; ".join(misses))
     else:

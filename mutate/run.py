@@ -18,6 +18,7 @@ STALE: after a refactor, update its `old` text. Exit 0 only when every mutant is
 It is slow (minutes: each mutant runs real processes) and is not part of `make test`; run it after
 changing a guarantee's code or its tests, and before a refactor that moves code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,21 @@ def run_one(mutant, timeout: float) -> tuple:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         # a temporary root of its own: two pytest sessions sharing /tmp/pytest-of-USER prune each other's folders
-        argv = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", "--no-header", "-rf",
-                f"--basetemp={os.path.join(folder, '.pytest-tmp')}", *mutant.tests]
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            "--no-header",
+            "-rf",
+            f"--basetemp={os.path.join(folder, '.pytest-tmp')}",
+            *mutant.tests,
+        ]
         try:
             proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -123,8 +137,10 @@ def main(argv=None) -> int:
             outcomes.append(verdict)
             print(f"{verdict:<9} {mutant.name:<{width}}  {seconds:5.0f} s  {detail}", flush=True)
     killed = outcomes.count("killed")
-    print(f"\n{killed}/{len(outcomes)} killed ({killed / len(outcomes):.0%}) in {time.monotonic() - began:.0f} s"
-          + "".join(f"; {outcomes.count(v)} {v}" for v in ("SURVIVED", "STALE", "ERROR") if v in outcomes))
+    print(
+        f"\n{killed}/{len(outcomes)} killed ({killed / len(outcomes):.0%}) in {time.monotonic() - began:.0f} s"
+        + "".join(f"; {outcomes.count(v)} {v}" for v in ("SURVIVED", "STALE", "ERROR") if v in outcomes)
+    )
     return 0 if killed == len(outcomes) else 1
 
 

@@ -32,13 +32,14 @@ import time
 
 import anyio
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 
-ALPHA = ("STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
-         "The report is synthetic test input and describes no real event.\n")
-BETA = ("STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
-        "The report is synthetic test input and describes no real event.\n")
+ALPHA = (
+    "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
+    "The report is synthetic test input and describes no real event.\n"
+)
+BETA = "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\nThe report is synthetic test input and describes no real event.\n"
 BIG = "x" * 3000 + "\n"
 BLOB = b"\x89PNG\r\n\x1a\n\x00\x01binary"
 STDERR_NOISE = "mcp_server.py: STDERR NOISE that must never reach the CLI's output"
@@ -130,8 +131,11 @@ class LoggingStdin:
             raise StopAsyncIteration
         try:
             msg = json.loads(line)
-            record = {"method": msg.get("method", "<response>" if "result" in msg or "error" in msg else "<unknown>"),
-                      "id": msg.get("id"), "params": msg.get("params")}
+            record = {
+                "method": msg.get("method", "<response>" if "result" in msg or "error" in msg else "<unknown>"),
+                "id": msg.get("id"),
+                "params": msg.get("params"),
+            }
         except ValueError:
             record = {"method": "<unparseable>", "raw": line[:200]}
         log_line(self.log, record)

@@ -8,6 +8,7 @@ outside its folder; `fsync=off` is fine because the tests kill clients, never th
     server = PgServer.start(folder)   # server.url: postgresql://durable@127.0.0.1:PORT/durable
     server.stop()
 """
+
 from __future__ import annotations
 
 import glob
@@ -52,7 +53,7 @@ class PgServer:
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
 
     @classmethod
-    def start(cls, folder: str) -> "PgServer":
+    def start(cls, folder: str) -> PgServer:
         folder = os.path.abspath(folder)
         os.makedirs(folder, exist_ok=True)
         as_root = os.geteuid() == 0
@@ -81,9 +82,29 @@ class PgServer:
 
     def sql(self, user: str, statements: str, db: str = "durable") -> str:
         """Run SQL as `user` through psql; returns its output (raises on error)."""
-        proc = subprocess.run([pg_bin("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h", "127.0.0.1",
-                               "-p", str(self.port), "-U", user, "-d", db, "-c", statements],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                pg_bin("psql"),
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-At",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                user,
+                "-d",
+                db,
+                "-c",
+                statements,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"psql failed: {proc.stderr.strip()}")
         return proc.stdout

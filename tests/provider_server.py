@@ -35,7 +35,7 @@ def input_text(value):
 def ok_text(text, echo=""):
     """Build the deterministic JSON answer text for an "ok" request (`echo` appended to its summary)."""
     lines = text.split("\n")
-    item_id = next((ln[len("Item: "):].strip() for ln in lines if ln.startswith("Item: ")), None)
+    item_id = next((ln[len("Item: ") :].strip() for ln in lines if ln.startswith("Item: ")), None)
     if item_id is None or "<<<SOURCE" not in lines:
         return '{"note": "no item"}'
     start = lines.index("<<<SOURCE") + 1
@@ -69,19 +69,39 @@ def choose_behaviour(path, text, seq):
 def response_object(rid, body, text, out, incomplete=False):
     """Build a Response object the openai SDK can parse: completed, or incomplete with no output at all."""
     usage_in, usage_out = len(text) // 4, len(out) // 4
-    message = {"type": "message", "id": "msg_" + rid, "status": "completed", "role": "assistant",
-               "content": [{"type": "output_text", "text": out, "annotations": []}]}
+    message = {
+        "type": "message",
+        "id": "msg_" + rid,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": out, "annotations": []}],
+    }
     return {
-        "id": rid, "object": "response", "created_at": int(time.time()), "status": "incomplete" if incomplete else "completed",
-        "model": body.get("model"), "output": [] if incomplete else [message], "parallel_tool_calls": False,
-        "tool_choice": "auto", "tools": [],
-        "usage": {"input_tokens": usage_in, "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens": usage_out, "output_tokens_details": {"reasoning_tokens": 0},
-                  "total_tokens": usage_in + usage_out},
-        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if incomplete else "completed",
+        "model": body.get("model"),
+        "output": [] if incomplete else [message],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": usage_in,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": usage_out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": usage_in + usage_out,
+        },
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "instructions": body.get("instructions"),
-        "metadata": {}, "temperature": 1.0, "top_p": 1.0, "text": {"format": {"type": "text"}},
-        "store": body.get("store"), "max_output_tokens": body.get("max_output_tokens"),
+        "metadata": {},
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "text": {"format": {"type": "text"}},
+        "store": body.get("store"),
+        "max_output_tokens": body.get("max_output_tokens"),
     }
 
 
@@ -129,31 +149,62 @@ class Handler(BaseHTTPRequestHandler):
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
-            answers = known and (behaviour in ("ok", "not-json", "incomplete", "drop", "hang", "echo-key-ids", "echo-key-output", "trickle",
-                                               "echo-key-escaped", "echo-key-split") or behaviour.startswith("slow:"))
+            answers = known and (
+                behaviour
+                in (
+                    "ok",
+                    "not-json",
+                    "incomplete",
+                    "drop",
+                    "hang",
+                    "echo-key-ids",
+                    "echo-key-output",
+                    "trickle",
+                    "echo-key-escaped",
+                    "echo-key-split",
+                )
+                or behaviour.startswith("slow:")
+            )
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
                 rid = f"resp_{digest}_{seq}"
                 if behaviour == "echo-key-ids":  # a careless server: the caller's key inside its ids
                     rid = "resp-" + self.headers.get("Authorization", "").removeprefix("Bearer ")
-                out = {"not-json": NOT_JSON_TEXT, "incomplete": ""}.get(behaviour) if behaviour in ("not-json", "incomplete") else ok_text(text)
+                out = (
+                    {"not-json": NOT_JSON_TEXT, "incomplete": ""}.get(behaviour)
+                    if behaviour in ("not-json", "incomplete")
+                    else ok_text(text)
+                )
                 if behaviour == "echo-key-output":  # a model repeating what it was sent: the caller's key in a valid proposal
                     out = ok_text(text, " (sent with " + self.headers.get("Authorization", "").removeprefix("Bearer ") + ")")
-                if behaviour in ("echo-key-escaped", "echo-key-split"):  # the same key, spelled with JSON escapes (all, or every other character)
+                if behaviour in (
+                    "echo-key-escaped",
+                    "echo-key-split",
+                ):  # the same key, spelled with JSON escapes (all, or every other character)
                     key = self.headers.get("Authorization", "").removeprefix("Bearer ")
                     step = 1 if behaviour == "echo-key-escaped" else 2
                     spelled = "".join(f"\\u{ord(c):04x}" if n % step == 0 else c for n, c in enumerate(key))
                     out = ok_text(text, " (sent with KEY-HERE)").replace("KEY-HERE", spelled)
-            self.write_log({
-                "seq": seq, "path": self.path,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
-                "body": body, "model": fields.get("model"), "instructions": fields.get("instructions"),
-                "input": fields.get("input"), "store": fields.get("store"),
-                "max_output_tokens": fields.get("max_output_tokens"), "tools": fields.get("tools"),
-                "client_request_id": client_id, "behaviour": behaviour, "response_id": rid,
-                "output_text": out, "time": time.time(),
-            })
+            self.write_log(
+                {
+                    "seq": seq,
+                    "path": self.path,
+                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                    "body": body,
+                    "model": fields.get("model"),
+                    "instructions": fields.get("instructions"),
+                    "input": fields.get("input"),
+                    "store": fields.get("store"),
+                    "max_output_tokens": fields.get("max_output_tokens"),
+                    "tools": fields.get("tools"),
+                    "client_request_id": client_id,
+                    "behaviour": behaviour,
+                    "response_id": rid,
+                    "output_text": out,
+                    "time": time.time(),
+                }
+            )
         self.dispatch(behaviour, seq, rid, fields, text, out)
 
     def count_log_lines(self):
@@ -204,7 +255,7 @@ class Handler(BaseHTTPRequestHandler):
                 if self.server.stopping.wait(1.0):
                     break
                 try:
-                    self.wfile.write(data[n:n + 1])
+                    self.wfile.write(data[n : n + 1])
                     self.wfile.flush()
                 except OSError:
                     break

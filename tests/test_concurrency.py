@@ -1,12 +1,12 @@
 """Bounded parallel calls (maxConcurrentCalls > 1): overlapping requests, manifest-order results, same guarantees."""
+
 import json
 import os
 import signal
 import time
 
-from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Provider, free_port, hold_sqlite_lock, kill_group, openai_workspace, wait_for
-
 import durable_job as dj
+from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Provider, free_port, hold_sqlite_lock, kill_group, openai_workspace, wait_for
 
 THREE = {"alpha": ALPHA, "beta": BETA, "gamma": GAMMA}
 
@@ -66,8 +66,9 @@ def test_parallel_calls_to_a_port_where_nothing_listens_are_no_calls_and_resume_
     port = free_port()
     ws.write_manifest(sources=THREE, mode="openai", model="gpt-test", maxConcurrentCalls=3, maxAttemptsPerItem=1, maxModelCalls=3)
     ws.env.update({"OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "DURABLE_JOB_OPENAI_TIMEOUT": "5"})
-    ws.start().held("was not sent", f"127.0.0.1:{port}/v1/responses", "OPENAI_BASE_URL",
-                    "and 2 more of this run's parallel calls were not sent either")
+    ws.start().held(
+        "was not sent", f"127.0.0.1:{port}/v1/responses", "OPENAI_BASE_URL", "and 2 more of this run's parallel calls were not sent either"
+    )
     assert ws.db_rows() == []
     provider = Provider(tmp_path, port=port)
     try:
@@ -147,8 +148,19 @@ def test_killed_while_parallel_calls_are_in_flight_then_recovered(ws, provider):
             import json
 
             json.dump({"outputText": logged[key]["output_text"], "responseId": logged[key]["response_id"]}, fh)
-        ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops",
-               "--reason", "answer found in the provider log", "--response-file", answer).ok()
+        ws.run(
+            "reconcile",
+            "--operation-key",
+            key,
+            "--action",
+            "complete",
+            "--reviewer",
+            "ops",
+            "--reason",
+            "answer found in the provider log",
+            "--response-file",
+            answer,
+        ).ok()
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["validated"] * 3
     assert len(provider.requests()) == 3, "recovery sent nothing again"

@@ -6,6 +6,8 @@ observers the program does not control: in fake mode a wrapper that loads durabl
 logs every call into the fake provider (plus the journal's call_events), in openai mode the loopback
 server's own request log.
 """
+
+import itertools
 import json
 import os
 import random
@@ -17,9 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import BOTH, new_store, PROGRAM, Provider, Workspace, kill_group, openai_workspace, wait_for
-
 import durable_job
+from conftest import BOTH, PROGRAM, Provider, Workspace, kill_group, new_store, openai_workspace, wait_for
 
 BUSY = ("State directory busy", "another durable_job command")
 
@@ -159,16 +160,17 @@ def assert_journal_consistent(ws: Workspace, items: list, requests_per_key: Coun
         assert n <= 1, f"operation {key} reached the provider {n} times"
         assert key in keys, f"the provider saw {key}, which the journal never recorded"
     event_id = {(e["operation_key"], e["event"]): e["id"] for e in events}
-    for base, attempts in by_base.items():
+    for attempts in by_base.values():
         attempts.sort(key=lambda r: r["attempt"])
         assert [r["attempt"] for r in attempts] == list(range(1, len(attempts) + 1)), f"lost or skipped attempt: {attempts}"
-        for earlier, later in zip(attempts, attempts[1:]):
+        for earlier, later in itertools.pairwise(attempts):
             assert earlier["status"] in ("abandoned", "rejected"), f"attempt {later['attempt']} after a {earlier['status']} one"
             if earlier["status"] == "abandoned":
                 record = json.loads(earlier["reconciliation_json"])
                 assert record["action"] == "abandon" and record["reviewer"]
-                assert event_id[(earlier["operation_key"], "reconciled")] < event_id[(later["operation_key"], "dispatch")], \
+                assert event_id[(earlier["operation_key"], "reconciled")] < event_id[(later["operation_key"], "dispatch")], (
                     "a second attempt was dispatched before the abandon was recorded"
+                )
     completed = Counter(r["item_id"] for r in rows if r["status"] == "completed")
     assert completed == Counter(items), f"each item needs exactly one completed call, journal has {dict(completed)}"
     assert not any(r["status"] == "pending" for r in rows)
@@ -196,8 +198,12 @@ def fake_baseline(tmp_path_factory):
     inspect = ws.run("inspect").ok()
     assert decided["final"]["resultsSha256"] == inspect["resultsSha256"]
     assert len(obs.records("request")) == 2
-    return {"resultsSha256": inspect["resultsSha256"], "results": inspect["results"],
-            "statuses": inspect["final"]["statuses"], "decision": "accept"}
+    return {
+        "resultsSha256": inspect["resultsSha256"],
+        "results": inspect["results"],
+        "statuses": inspect["final"]["statuses"],
+        "decision": "accept",
+    }
 
 
 ###############################################################################
@@ -244,9 +250,22 @@ def reach_crash(ws: Workspace, obs: Observer, point: str) -> None:
         crash(ws.run("decide", "--decision", "accept", "--reviewer", "rev", "--reason", "looks right", env=at), point)
     else:  # reconcile: first a pending row, then a kill inside the reconcile that abandons it
         crash(obs.run(ws, "start", "--manifest", ws.manifest, env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}), "after-pending")
-        (key, *_), = status_calls(ws)
-        crash(ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev",
-                     "--reason", "never sent: killed before the request", env=at), point)
+        ((key, *_),) = status_calls(ws)
+        crash(
+            ws.run(
+                "reconcile",
+                "--operation-key",
+                key,
+                "--action",
+                "abandon",
+                "--reviewer",
+                "rev",
+                "--reason",
+                "never sent: killed before the request",
+                env=at,
+            ),
+            point,
+        )
 
 
 def runbook(ws: Workspace, obs: Observer, strategy: str, point: str) -> dict:
@@ -259,31 +278,50 @@ def runbook(ws: Workspace, obs: Observer, strategy: str, point: str) -> dict:
         before = (journal(ws)[0], len(obs.records()))
         obs.run(ws, "resume").held(f"UNCERTAIN_CALL {item} {key}")
         assert (journal(ws)[0], len(obs.records())) == before
-    for key, item, *_ in pending:
+    for key, _item, *_ in pending:
         if strategy == "complete":
-            answer, = [r for r in obs.records("answer") if r["key"] == key]
+            (answer,) = [r for r in obs.records("answer") if r["key"] == key]
             response = os.path.join(ws.root, "response.json")
             with open(response, "w") as fh:
-                json.dump({"outputText": answer["outputText"], "responseId": answer["responseId"],
-                           "requestId": answer["requestId"]}, fh)
-            out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "rev",
-                         "--reason", "the provider's record shows its answer", "--response-file", response).ok()
+                json.dump({"outputText": answer["outputText"], "responseId": answer["responseId"], "requestId": answer["requestId"]}, fh)
+            out = ws.run(
+                "reconcile",
+                "--operation-key",
+                key,
+                "--action",
+                "complete",
+                "--reviewer",
+                "rev",
+                "--reason",
+                "the provider's record shows its answer",
+                "--response-file",
+                response,
+            ).ok()
             assert out["status"] == "completed"
         else:
-            out = ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev",
-                         "--reason", "no provider record can settle it").ok()
+            out = ws.run(
+                "reconcile",
+                "--operation-key",
+                key,
+                "--action",
+                "abandon",
+                "--reviewer",
+                "rev",
+                "--reason",
+                "no provider record can settle it",
+            ).ok()
             assert out["status"] == "abandoned"
     if point == "after-reconcile":
         # the person cannot know whether the killed reconcile took: running it again is refused, harmlessly
-        (key, _, row_status, *_), = status["calls"]
+        ((key, _, row_status, *_),) = status["calls"]
         assert row_status == "abandoned"
-        ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev",
-               "--reason", "again").held("cannot be reconciled", "it is abandoned")
+        ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev", "--reason", "again").held(
+            "cannot be reconciled", "it is abandoned"
+        )
     if point == "after-decide":
         # the decision is recorded: a second decide is refused, resume repairs the missing receipt
         assert ws.receipt() is None
-        ws.run("decide", "--decision", "reject", "--reviewer", "other", "--reason", "second try").held(
-            "Final decision already recorded")
+        ws.run("decide", "--decision", "reject", "--reviewer", "other", "--reason", "second try").held("Final decision already recorded")
         out = obs.run(ws, "resume").ok()
         assert ws.receipt() is not None, "resume on a decided job must write the missing receipt.json"
         assert out["final"]["decision"] == "accept" and out["interrupt"] == []
@@ -312,8 +350,11 @@ def assert_end_state(ws: Workspace, obs: Observer, baseline: dict, final_out: di
     for row in rows:
         if row["status"] == "completed":  # by the program or by reconcile: exactly what the provider answered
             answer = answers[row["operation_key"]]
-            assert (row["output_text"], row["response_id"], row["request_id"]) == \
-                (answer["outputText"], answer["responseId"], answer["requestId"])
+            assert (row["output_text"], row["response_id"], row["request_id"]) == (
+                answer["outputText"],
+                answer["responseId"],
+                answer["requestId"],
+            )
     abandoned = sum(r["status"] == "abandoned" for r in rows)
     assert sum(requests.values()) <= len(baseline["statuses"]) + abandoned
 
@@ -354,8 +395,7 @@ def test_crash_points_are_ignored_in_openai_mode(ws, provider):
         assert len(out["interrupt"]) == 1
         assert [c[2] for c in status_calls(ws)] == ["completed", "completed"]
         assert len(provider.requests()) == 2 * (n + 1)
-    out = ws.run("decide", "--decision", "hold", "--reviewer", "rev", "--reason", "x",
-                 env={"DURABLE_JOB_FAKE_CRASH": "after-decide"}).ok()
+    out = ws.run("decide", "--decision", "hold", "--reviewer", "rev", "--reason", "x", env={"DURABLE_JOB_FAKE_CRASH": "after-decide"}).ok()
     assert out["final"]["decision"] == "hold"
 
 
@@ -479,7 +519,8 @@ def test_a_decision_saved_by_a_killed_decide_is_shown_kept_and_finished_by_resum
     # a second reviewer cannot be silently overridden by the saved decision, nor override it
     bob = ("--reviewer", "bob", "--reason", "second look")
     ws.run("decide", "--decision", "reject", *bob, "--results-sha256", seen["resultsSha256"]).held(
-        "Cannot decide", "accept by alice", "resume --state-dir")
+        "Cannot decide", "accept by alice", "resume --state-dir"
+    )
     ws.write_source("summary.txt", "A new summary for alpha.")
     ws.run("revise", "--item", "alpha", "--summary-file", os.path.join(ws.src, "summary.txt"), *bob).held("Cannot revise", "alice")
     ws.run("cancel", *bob).held("Cannot cancel", "alice")
@@ -610,8 +651,10 @@ class FuzzJob:
                 shown = f"index={doc.get('index')} results={len(doc.get('results') or [])} interrupt={len(doc.get('interrupt') or [])}"
             except ValueError:
                 shown = f"stdout not JSON: {out[:80]!r}"
-        self.note(f"{args[0]} plan={plan and (plan[0], round(plan[1], 3))} after {time.monotonic() - began:.2f}s -> "
-                  f"{'KILLED' if killed else proc.returncode} {shown}{err.strip()[:160]}")
+        self.note(
+            f"{args[0]} plan={plan and (plan[0], round(plan[1], 3))} after {time.monotonic() - began:.2f}s -> "
+            f"{'KILLED' if killed else proc.returncode} {shown}{err.strip()[:160]}"
+        )
         return proc.returncode, out, err, killed
 
     def recover(self) -> None:
@@ -630,14 +673,35 @@ class FuzzJob:
             if record is not None and record["response_id"]:
                 response = os.path.join(self.ws.root, f"response-{key[:12]}.json")
                 with open(response, "w") as fh:
-                    json.dump({"outputText": record["output_text"], "responseId": record["response_id"],
-                               "requestId": f"req_{record['seq']}"}, fh)
-                r = self.ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "fuzz",
-                                "--reason", "server log shows the answer", "--response-file", response)
+                    json.dump(
+                        {"outputText": record["output_text"], "responseId": record["response_id"], "requestId": f"req_{record['seq']}"}, fh
+                    )
+                r = self.ws.run(
+                    "reconcile",
+                    "--operation-key",
+                    key,
+                    "--action",
+                    "complete",
+                    "--reviewer",
+                    "fuzz",
+                    "--reason",
+                    "server log shows the answer",
+                    "--response-file",
+                    response,
+                )
                 self.counts["completed_from_log"] += 1
             else:
-                r = self.ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "fuzz",
-                                "--reason", "server log never received it")
+                r = self.ws.run(
+                    "reconcile",
+                    "--operation-key",
+                    key,
+                    "--action",
+                    "abandon",
+                    "--reviewer",
+                    "fuzz",
+                    "--reason",
+                    "server log never received it",
+                )
                 self.counts["abandoned"] += 1
             self.check_output(r.stdout, r.stderr)
             r.ok()
@@ -693,8 +757,11 @@ class FuzzJob:
         for row in rows:
             if row["status"] == "completed":  # exactly what the server sent
                 sent = by_key[row["operation_key"]]
-                assert (row["output_text"], row["response_id"], row["request_id"]) == \
-                    (sent["output_text"], sent["response_id"], f"req_{sent['seq']}")
+                assert (row["output_text"], row["response_id"], row["request_id"]) == (
+                    sent["output_text"],
+                    sent["response_id"],
+                    f"req_{sent['seq']}",
+                )
         self.counts["server_calls"] += len(log)
         self.counts["journal_rows"] += len(rows)
         self.counts["max_calls_per_key"] = max(per_key.values(), default=0)
@@ -720,8 +787,11 @@ def openai_baseline(root) -> tuple[dict, float]:
         provider.stop()
 
 
-@pytest.mark.parametrize("concurrency,backend", [(1, "dir"), (3, "dir"), (1, "store"), (3, "store")],
-                         ids=["sequential", "maxConcurrentCalls-3", "store-sequential", "store-maxConcurrentCalls-3"])
+@pytest.mark.parametrize(
+    "concurrency,backend",
+    [(1, "dir"), (3, "dir"), (1, "store"), (3, "store")],
+    ids=["sequential", "maxConcurrentCalls-3", "store-sequential", "store-maxConcurrentCalls-3"],
+)
 def test_random_kills_over_real_http(tmp_path, request, concurrency, backend):
     """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies.
 
@@ -734,17 +804,23 @@ def test_random_kills_over_real_http(tmp_path, request, concurrency, backend):
     baseline, duration = openai_baseline(tmp_path / "baseline")
     workers = max(1, min(jobs, (os.cpu_count() or 2)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(lambda n=n: FuzzJob(tmp_path / f"job{n}", n, seed + n, duration, baseline,
-                                                    concurrency=concurrency, store=store).drive())
-                   for n in range(jobs)]
+        futures = [
+            pool.submit(
+                lambda n=n: FuzzJob(tmp_path / f"job{n}", n, seed + n, duration, baseline, concurrency=concurrency, store=store).drive()
+            )
+            for n in range(jobs)
+        ]
         counts = [f.result() for f in futures]
     total = sum(counts, Counter())
     total["max_calls_per_key"] = max(c["max_calls_per_key"] for c in counts)
-    print(f"crash-fuzz summary: concurrency={concurrency} seed={seed} jobs={total['jobs']} launches={total['launches']} kills={total['kills']} "
-          f"(uniform={total['kills_uniform']} after_server_got_request={total['kills_server']} after_pending={total['kills_pending']}) "
-          f"completed_from_log={total['completed_from_log']} abandoned={total['abandoned']} "
-          f"exhausted={total['exhausted']} server_calls={total['server_calls']} journal_rows={total['journal_rows']} "
-          f"max_calls_per_key={total['max_calls_per_key']} tracebacks=0 seconds={time.monotonic() - began:.1f}", flush=True)
+    print(
+        f"crash-fuzz summary: concurrency={concurrency} seed={seed} jobs={total['jobs']} launches={total['launches']} kills={total['kills']} "
+        f"(uniform={total['kills_uniform']} after_server_got_request={total['kills_server']} after_pending={total['kills_pending']}) "
+        f"completed_from_log={total['completed_from_log']} abandoned={total['abandoned']} "
+        f"exhausted={total['exhausted']} server_calls={total['server_calls']} journal_rows={total['journal_rows']} "
+        f"max_calls_per_key={total['max_calls_per_key']} tracebacks=0 seconds={time.monotonic() - began:.1f}",
+        flush=True,
+    )
     assert total["jobs"] == jobs and total["max_calls_per_key"] <= 1
 
 
@@ -758,8 +834,7 @@ def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120) ->
     [(args, code, stdout, stderr, seconds from the go signal to exit)] in launch order."""
     barrier = os.path.join(ws.root, f"barrier-{time.monotonic_ns()}")
     os.makedirs(barrier)
-    procs = [ws.popen(*args, program=obs.program, env=obs.env(FAULTS_BARRIER=barrier, **(env or {})))
-             for args in commands]
+    procs = [ws.popen(*args, program=obs.program, env=obs.env(FAULTS_BARRIER=barrier, **(env or {}))) for args in commands]
     wait_for(lambda: len([n for n in os.listdir(barrier) if n.startswith("ready.")]) == len(procs), timeout=60)
     go = time.monotonic()
     open(os.path.join(barrier, "go"), "w").close()
@@ -784,7 +859,7 @@ def split_race(results: list):
     others = [r for r in results if r not in busy]
     assert len(others) == 1, "exactly one command may proceed:\n" + "\n".join(f"{r[0][0]} exit {r[1]}: {r[3].strip()}" for r in results)
     winner = others[0]
-    for args, code, stdout, stderr, seconds in busy:
+    for args, _code, stdout, stderr, seconds in busy:
         lines = stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("HOLD: BusyError: ") and stdout == ""
         assert seconds < winner[4], f"{args[0]} was refused only after {seconds:.2f}s, when the winner had finished"
@@ -823,7 +898,7 @@ def test_race_start_start_when_the_seal_is_already_visible(ws, provider, tmp_pat
     results = race(ws, obs, [("start", "--manifest", ws.manifest)] * 4)
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
-    for args, code, stdout, stderr, seconds in results:
+    for _args, code, stdout, stderr, _seconds in results:
         assert_held(code, stdout, stderr, *BUSY)
     log = provider.requests()
     assert len(log) == 2
@@ -838,8 +913,9 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
     obs = Observer(tmp_path)
     folder = os.path.join(ws.root, "pause")
     os.makedirs(folder)
-    late = ws.popen("start", "--manifest", ws.manifest, program=obs.program,
-                    env=obs.env(FAULTS_PAUSE_BEFORE=f"check_empty_state_dir:{folder}"))
+    late = ws.popen(
+        "start", "--manifest", ws.manifest, program=obs.program, env=obs.env(FAULTS_PAUSE_BEFORE=f"check_empty_state_dir:{folder}")
+    )
     wait_for(lambda: os.path.exists(os.path.join(folder, "paused")), timeout=60)
     first = ws.popen("start", "--manifest", ws.manifest)
     wait_for(lambda: os.path.exists(os.path.join(ws.state, "job.json")), timeout=60)
@@ -877,7 +953,10 @@ def test_race_resume_resume(ws, provider, tmp_path):
     assert len(log) == 3 and max(per_key.values()) == 1
     rows = assert_journal_consistent(ws, ["alpha", "beta"], per_key)
     assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [
-        ("alpha", 1, "rejected"), ("alpha", 2, "completed"), ("beta", 1, "completed")]
+        ("alpha", 1, "rejected"),
+        ("alpha", 2, "completed"),
+        ("beta", 1, "completed"),
+    ]
 
 
 @BOTH
@@ -885,8 +964,7 @@ def test_race_decide_decide(ws, tmp_path, fake_baseline):
     obs = Observer(tmp_path)
     obs.run(ws, "start", "--manifest", ws.manifest).ok()
     decisions = ["accept", "reject", "hold", "accept", "reject", "hold"]
-    commands = [("decide", "--decision", d, "--reviewer", f"reviewer{n}", "--reason", f"race {n}")
-                for n, d in enumerate(decisions)]
+    commands = [("decide", "--decision", d, "--reviewer", f"reviewer{n}", "--reason", f"race {n}") for n, d in enumerate(decisions)]
     results = race(ws, obs, commands, env={"FAULTS_HOLD_LOCK": "0.5"})
     winner, busy = split_race(results)
     assert winner[1] == 0
@@ -896,8 +974,7 @@ def test_race_decide_decide(ws, tmp_path, fake_baseline):
     inspect = ws.run("inspect").ok()
     assert inspect["final"] == final and inspect["resultsSha256"] == fake_baseline["resultsSha256"]
     assert ws.receipt()["final"] == final
-    ws.run("decide", "--decision", "accept", "--reviewer", "late", "--reason", "after the race").held(
-        "Final decision already recorded")
+    ws.run("decide", "--decision", "accept", "--reviewer", "late", "--reason", "after the race").held("Final decision already recorded")
     assert ws.run("verify").ok()["ok"] is True
     assert len(obs.records("request")) == 2
 
@@ -906,7 +983,7 @@ def test_race_decide_decide(ws, tmp_path, fake_baseline):
 def test_race_reconcile_resume(ws, tmp_path, fake_baseline):
     obs = Observer(tmp_path)
     crash(obs.run(ws, "start", "--manifest", ws.manifest, env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}), "after-pending")
-    (key, item, status, *_), = status_calls(ws)
+    ((key, item, status, *_),) = status_calls(ws)
     assert status == "pending"
     reconcile = ("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev", "--reason", "never sent")
     results = race(ws, obs, [reconcile, ("resume",), reconcile, ("resume",)], env={"FAULTS_HOLD_LOCK": "0.5"})
@@ -927,4 +1004,7 @@ def test_race_reconcile_resume(ws, tmp_path, fake_baseline):
     requests = Counter(r["key"] for r in obs.records("request"))
     rows = assert_journal_consistent(ws, ["alpha", "beta"], requests)
     assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [
-        ("alpha", 1, "abandoned"), ("alpha", 2, "completed"), ("beta", 1, "completed")]
+        ("alpha", 1, "abandoned"),
+        ("alpha", 2, "completed"),
+        ("beta", 1, "completed"),
+    ]

@@ -5,19 +5,17 @@ escapes, a password in a libpq keyword string, SQL built from a job id, forged w
 right-to-left override on the review page, a FIFO passed as a response file, and a state directory
 whose manifest names a program that `verify` would run.
 """
+
 import json
 import os
 import re
-import signal
 import stat
-import subprocess
 import sys
-import time
 
 import pytest
-
-from conftest import BOTH, FAKE_KEY, PROGRAM, Workspace, clean_env, hold_run_lock, openai_workspace, store_rows, wait_for
 from test_review import parse_page
+
+from conftest import BOTH, FAKE_KEY, Workspace, hold_run_lock, openai_workspace, store_rows
 
 VICTIM_TEXT = "root's private notes: the only copy\n"
 
@@ -59,8 +57,20 @@ def test_symlinks_planted_at_the_old_temporary_names_change_nothing_but_the_targ
     page, manifest = str(shared / "review.html"), str(shared / "manifest.json")
     links += [plant(page, target), plant(manifest, target)]
     ws.run("inspect", "--html", page).ok()
-    seal = ("seal", "--out", manifest, "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m",
-            os.path.join(ws.src, "alpha.txt"))
+    seal = (
+        "seal",
+        "--out",
+        manifest,
+        "--job-id",
+        "j",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        os.path.join(ws.src, "alpha.txt"),
+    )
     ws.run(*seal).ok()
     ws.run(*seal, "--force").ok()
     ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
@@ -80,8 +90,21 @@ def test_a_target_that_is_itself_a_symlink_is_replaced_and_its_target_left_alone
     ws.run("inspect", "--html", page).ok()
     manifest = str(tmp_path / "m.json")
     os.symlink(target, manifest)
-    ws.run("seal", "--out", manifest, "--force", "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m",
-           os.path.join(ws.src, "alpha.txt")).ok()
+    ws.run(
+        "seal",
+        "--out",
+        manifest,
+        "--force",
+        "--job-id",
+        "j",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        os.path.join(ws.src, "alpha.txt"),
+    ).ok()
     assert_untouched(target)
     assert not os.path.islink(page) and "<!doctype html>" in open(page).read()
     assert not os.path.islink(manifest) and json.load(open(manifest))["jobId"] == "j"
@@ -116,7 +139,7 @@ def unescaped(text: str) -> str:
 def assert_key_nowhere(*texts: str) -> None:
     for text in texts:
         for form in (text, unescaped(text), unescaped(text.replace("\\\\", "\\"))):
-            assert FAKE_KEY not in form, form[max(0, form.find(FAKE_KEY) - 80):][:200]
+            assert FAKE_KEY not in form, form[max(0, form.find(FAKE_KEY) - 80) :][:200]
 
 
 def saved_texts(ws: Workspace) -> list:
@@ -147,8 +170,15 @@ def test_a_key_the_model_spells_with_json_escapes_is_stored_and_shown_redacted(w
     ws.run("inspect", "--html", page).ok()
     decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "quotes match").ok()
     assert ws.run("verify").ok()["ok"] is True
-    assert_key_nowhere(*saved_texts(ws), open(page).read(), json.dumps(started), json.dumps(inspected),
-                       ws.run("status").stdout, ws.run("inspect", "--text").stdout, json.dumps(decided))
+    assert_key_nowhere(
+        *saved_texts(ws),
+        open(page).read(),
+        json.dumps(started),
+        json.dumps(inspected),
+        ws.run("status").stdout,
+        ws.run("inspect", "--text").stdout,
+        json.dumps(decided),
+    )
 
 
 def test_a_passed_mcp_secret_in_model_output_is_redacted_like_the_key():
@@ -173,10 +203,15 @@ def test_a_keyword_string_store_address_is_refused_without_printing_its_password
     keywords = f"host=127.0.0.1 port={store_url.split(':')[2].split('/')[0]} user=durable password={secret} dbname=x"
     ws = Workspace(tmp_path, store=keywords)
     ws.write_manifest()
-    runs = [ws.start(), ws.run("status", "--job", "journey"), ws.run("jobs", "--store", keywords),
-            ws.run("migrate", "--store", keywords), ws.run("submit", "--manifest", ws.manifest, "--store", keywords),
-            ws.run("work", "--store", keywords, "--until-idle"),
-            ws.run("status", "--job", "journey", state=False, env={"DURABLE_JOB_STORE": keywords})]
+    runs = [
+        ws.start(),
+        ws.run("status", "--job", "journey"),
+        ws.run("jobs", "--store", keywords),
+        ws.run("migrate", "--store", keywords),
+        ws.run("submit", "--manifest", ws.manifest, "--store", keywords),
+        ws.run("work", "--store", keywords, "--until-idle"),
+        ws.run("status", "--job", "journey", state=False, env={"DURABLE_JOB_STORE": keywords}),
+    ]
     for result in runs:
         line = result.held("UsageError", "postgresql:// URL", "PGPASSWORD or ~/.pgpass")
         assert secret not in result.stdout + result.stderr, line
@@ -236,7 +271,9 @@ def test_a_job_id_with_a_newline_or_a_terminal_escape_cannot_forge_a_worker_log_
     lines = done.stderr.splitlines()
     assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ work [^ ]+:\d+ ", line) for line in lines), lines
     assert not any(line.startswith("2026-12-01T00:00:00Z work evil:1") for line in lines)
-    assert any("job q1\\n2026-12-01T00:00:00Z work evil:1 job payroll: claimed (ready)\\x1b]0;owned\\x07: claimed" in line for line in lines)
+    assert any(
+        "job q1\\n2026-12-01T00:00:00Z work evil:1 job payroll: claimed (ready)\\x1b]0;owned\\x07: claimed" in line for line in lines
+    )
 
 
 # --- 7. a right-to-left override cannot spoof the review page ---------------------------------------------------
@@ -267,8 +304,20 @@ def test_a_fifo_as_a_response_summary_or_citations_file_is_refused_before_the_lo
     before = ws.state_bytes()
     holder = hold_run_lock(ws.state)  # another command holds the job: a refusal that names the file came before the lock
     try:
-        reconcile = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--response-file", fifo,
-                           "--reviewer", "r", "--reason", "x", timeout=30)
+        reconcile = ws.run(
+            "reconcile",
+            "--operation-key",
+            key,
+            "--action",
+            "complete",
+            "--response-file",
+            fifo,
+            "--reviewer",
+            "r",
+            "--reason",
+            "x",
+            timeout=30,
+        )
         reconcile.held("DecisionError", f"Response file {fifo} is not a regular file")
     finally:
         holder.stdin.close()
@@ -286,10 +335,12 @@ def marker_server(ws: Workspace) -> tuple:
     marks = os.path.join(ws.root, "launched.log")
     wrapper = os.path.join(ws.root, "server.py")
     with open(wrapper, "w") as fh:
-        fh.write("import os, runpy, sys\n"
-                 f"open({marks!r}, 'a').write(f'uid={{os.getuid()}}\\n')\n"
-                 f"sys.argv = [{os.path.join(os.path.dirname(__file__), 'mcp_server.py')!r}, '--log', {os.path.join(ws.root, 'mcp.log')!r}]\n"
-                 f"runpy.run_path(sys.argv[0], run_name='__main__')\n")
+        fh.write(
+            "import os, runpy, sys\n"
+            f"open({marks!r}, 'a').write(f'uid={{os.getuid()}}\\n')\n"
+            f"sys.argv = [{os.path.join(os.path.dirname(__file__), 'mcp_server.py')!r}, '--log', {os.path.join(ws.root, 'mcp.log')!r}]\n"
+            f"runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        )
     return [sys.executable, wrapper], marks
 
 
@@ -302,7 +353,9 @@ def test_verify_status_inspect_and_jobs_never_launch_the_manifests_mcp_server(ws
 
     command, marks = marker_server(ws)
     manifest = ws.manifest_dict(sources={"alpha": "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review.\n"})
-    manifest["items"].append({"id": "beta", "mcp": {"command": command, "uri": "docs://beta", "timeoutSeconds": 60}, "sha256": sha256(BETA)})
+    manifest["items"].append(
+        {"id": "beta", "mcp": {"command": command, "uri": "docs://beta", "timeoutSeconds": 60}, "sha256": sha256(BETA)}
+    )
     ws.write_manifest(manifest)
     ws.start().ok()
     assert launches(marks) == 1

@@ -3,6 +3,7 @@
 The command runs the same single module, so a job started as `python durable_job.py`
 continues as `durable-job` (and back): the seal compares the module's bytes.
 """
+
 import os
 import shutil
 import subprocess
@@ -24,9 +25,24 @@ def installed(tmp_path_factory) -> str:
     for name in PROJECT_FILES:
         shutil.copy(os.path.join(REPO, name), project / name)
     target = root / "site"
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                           "--no-deps", "--no-build-isolation", "--target", str(target), str(project)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return str(target)
 
@@ -60,16 +76,26 @@ def test_a_job_started_as_a_script_continues_as_the_installed_command_and_back(w
     status = durable_job_command(installed, "status", "--state-dir", ws.state, cwd=ws.root).ok()
     assert status["phase"] == "awaiting-review"
     assert status["next"].startswith("durable-job decide "), status["next"]
-    decided = durable_job_command(installed, "decide", "--state-dir", ws.state, "--decision", "hold",
-                                  "--reviewer", "rev", "--reason", "installed command decides", cwd=ws.root).ok()
+    decided = durable_job_command(
+        installed,
+        "decide",
+        "--state-dir",
+        ws.state,
+        "--decision",
+        "hold",
+        "--reviewer",
+        "rev",
+        "--reason",
+        "installed command decides",
+        cwd=ws.root,
+    ).ok()
     assert decided["final"]["decision"] == "hold"
     # and the script verifies what the installed command recorded
     assert ws.run("verify").code == 0
 
 
 def test_the_installed_command_starts_a_job_the_script_resumes(ws, installed):
-    crashed = durable_job_command(installed, "start", "--manifest", ws.manifest, "--state-dir", ws.state,
-                                  cwd=ws.root)
+    crashed = durable_job_command(installed, "start", "--manifest", ws.manifest, "--state-dir", ws.state, cwd=ws.root)
     assert crashed.code == 0, crashed.stderr
     assert ws.run("resume").ok()["interrupt"]
     assert ws.job()["codeSha256"] == __import__("conftest").sha256(open(os.path.join(REPO, "durable_job.py"), "rb").read())
@@ -108,8 +134,15 @@ def test_version_names_the_release_the_sealed_bytes_and_the_dependencies(install
         assert f"{name} {version}" in lines[3]
 
 
-@pytest.mark.parametrize("argv,command", [(["status", "--state-dirr", "x"], "status"), (["status", "--state-dir"], "status"),
-                                          (["decide", "--state-dir", "x"], "decide"), (["bogus"], "")])
+@pytest.mark.parametrize(
+    "argv,command",
+    [
+        (["status", "--state-dirr", "x"], "status"),
+        (["status", "--state-dir"], "status"),
+        (["decide", "--state-dir", "x"], "decide"),
+        (["bogus"], ""),
+    ],
+)
 def test_the_installed_commands_hints_name_it_once(installed, tmp_path, argv, command):
     held = durable_job_command(installed, *argv, cwd=str(tmp_path))
     line = held.held("UsageError")

@@ -5,6 +5,7 @@ receives to its own log *before* the SDK handles it: that log is the witness of 
 sent. It also offers a `delete_everything` tool, which writes a marker file if it is ever called,
 and prints noise on its stderr, which must never reach the CLI's output.
 """
+
 import json
 import os
 import subprocess
@@ -17,8 +18,8 @@ import durable_job
 from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, TESTS, Result, Workspace, clean_env, sha256
 
 SERVER = os.path.join(TESTS, "mcp_server.py")
-BIG = "x" * 3000 + "\n"                         # mcp_server.py's docs://big: one byte over the bound
-BLOB = b"\x89PNG\r\n\x1a\n\x00\x01binary"       # mcp_server.py's docs://blob
+BIG = "x" * 3000 + "\n"  # mcp_server.py's docs://big: one byte over the bound
+BLOB = b"\x89PNG\r\n\x1a\n\x00\x01binary"  # mcp_server.py's docs://blob
 READ_ONLY_SESSION = ["initialize", "notifications/initialized", "resources/read"]
 
 
@@ -103,17 +104,51 @@ def by_id(results: list) -> dict:
 
 def test_seal_writes_an_mcp_manifest_into_a_folder_it_creates(ws, docs):
     out = os.path.join(ws.root, "new", "folder", "manifest.json")
-    sealed = ws.run("seal", "--out", out, "--job-id", "mcp-new", "--approved-by", "o", "--mode", "fake", "--model", "m",
-                    "--mcp-command", json.dumps(docs.command()), "--mcp-uri", "docs://beta", "--mcp-id", "beta").ok()
+    sealed = ws.run(
+        "seal",
+        "--out",
+        out,
+        "--job-id",
+        "mcp-new",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        "--mcp-command",
+        json.dumps(docs.command()),
+        "--mcp-uri",
+        "docs://beta",
+        "--mcp-id",
+        "beta",
+    ).ok()
     assert sealed["manifest"] == out and sealed["items"][0]["sha256"] == sha256(BETA)
 
 
 def test_seal_then_a_full_job_with_one_file_item_and_one_mcp_item(ws, docs):
     """seal reads the resource and records its hash; start and decide each re-read it; only resources/read is sent."""
-    sealed = ws.run("seal", "--out", ws.manifest, "--force", "--job-id", "mcp-journey",
-                    "--approved-by", "owner@example.test", "--mode", "fake", "--model", "fake-structural-1",
-                    "--mcp-command", json.dumps(docs.command()), "--mcp-uri", "docs://beta", "--mcp-id", "beta",
-                    os.path.join(ws.src, "alpha.txt")).ok()
+    sealed = ws.run(
+        "seal",
+        "--out",
+        ws.manifest,
+        "--force",
+        "--job-id",
+        "mcp-journey",
+        "--approved-by",
+        "owner@example.test",
+        "--mode",
+        "fake",
+        "--model",
+        "fake-structural-1",
+        "--mcp-command",
+        json.dumps(docs.command()),
+        "--mcp-uri",
+        "docs://beta",
+        "--mcp-id",
+        "beta",
+        os.path.join(ws.src, "alpha.txt"),
+    ).ok()
     with open(ws.manifest, encoding="utf-8") as fh:
         manifest = json.load(fh)
     assert manifest["items"] == [
@@ -158,7 +193,8 @@ def test_a_resource_changed_between_start_and_resume_stops_the_job_like_a_change
     docs.serve_alpha(ALPHA + "one more line\n")  # ... and a later decide re-checks it too
     before = ws.state_bytes()
     ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").held(
-        "Source bound/hash/size failure: alpha", "changed since sealing")
+        "Source bound/hash/size failure: alpha", "changed since sealing"
+    )
     assert ws.state_bytes() == before
     docs.assert_read_only("docs://alpha", launches=4)
 
@@ -207,18 +243,48 @@ def test_a_server_gets_its_sealed_env_and_passed_secrets_and_nothing_else(ws, do
     served = os.path.join(ws.root, "report-for-server.txt")
     with open(served, "w") as fh:
         fh.write(BETA)
-    caller = {"OPENAI_API_KEY": FAKE_KEY, "DOCS_TOKEN": SECRET_TOKEN, "DOCS_PATH": "/caller/own/value",
-              "CALLER_ONLY_SETTING": "x"}
+    caller = {"OPENAI_API_KEY": FAKE_KEY, "DOCS_TOKEN": SECRET_TOKEN, "DOCS_PATH": "/caller/own/value", "CALLER_ONLY_SETTING": "x"}
     ws.env.update(caller)
-    seal = ["seal", "--job-id", "mcp-env", "--approved-by", "owner@example.test", "--mode", "fake", "--model", "fake-structural-1",
-            "--mcp-command", json.dumps(docs.command())]
+    seal = [
+        "seal",
+        "--job-id",
+        "mcp-env",
+        "--approved-by",
+        "owner@example.test",
+        "--mode",
+        "fake",
+        "--model",
+        "fake-structural-1",
+        "--mcp-command",
+        json.dumps(docs.command()),
+    ]
     names_out = os.path.join(ws.src, "names.json")
-    sealed = ws.run(*seal, "--out", names_out, "--mcp-uri", "docs://env-names", "--mcp-id", "names",
-                    "--mcp-env", "DOCS_MODE=audit", "--mcp-pass-env", "DOCS_TOKEN").ok()
+    sealed = ws.run(
+        *seal,
+        "--out",
+        names_out,
+        "--mcp-uri",
+        "docs://env-names",
+        "--mcp-id",
+        "names",
+        "--mcp-env",
+        "DOCS_MODE=audit",
+        "--mcp-pass-env",
+        "DOCS_TOKEN",
+    ).ok()
     names_item = sealed["items"][0]
     assert names_item["mcp"]["env"] == {"DOCS_MODE": "audit"} and names_item["mcp"]["passEnv"] == ["DOCS_TOKEN"]
-    report_item = ws.run(*seal, "--out", os.path.join(ws.src, "report.json"), "--mcp-uri", "docs://env-file",
-                         "--mcp-id", "report", "--mcp-env", f"DOCS_PATH={served}").ok()["items"][0]
+    report_item = ws.run(
+        *seal,
+        "--out",
+        os.path.join(ws.src, "report.json"),
+        "--mcp-uri",
+        "docs://env-file",
+        "--mcp-id",
+        "report",
+        "--mcp-env",
+        f"DOCS_PATH={served}",
+    ).ok()["items"][0]
     assert report_item["sha256"] == sha256(BETA)  # the server read the file its sealed DOCS_PATH names
     mcp_manifest(ws, report_item, names_item)
     with open(ws.manifest, "rb") as fh:
@@ -231,20 +297,26 @@ def test_a_server_gets_its_sealed_env_and_passed_secrets_and_nothing_else(ws, do
     allowed = set(get_default_environment()) | {"DOCS_MODE", "DOCS_TOKEN", "LC_CTYPE"}  # LC_CTYPE: Python's C-locale coercion
     assert {"DOCS_MODE", "DOCS_TOKEN"} <= seen and seen <= allowed, seen
     assert not seen & {"OPENAI_API_KEY", "DOCS_PATH", "CALLER_ONLY_SETTING", "PYTHONDONTWRITEBYTECODE"}
-    for where, data in (("manifest", manifest_bytes), ("state", all_state_bytes(ws)),
-                        ("output", (json.dumps(sealed) + started.stdout + started.stderr).encode())):
+    for where, data in (
+        ("manifest", manifest_bytes),
+        ("state", all_state_bytes(ws)),
+        ("output", (json.dumps(sealed) + started.stdout + started.stderr).encode()),
+    ):
         assert SECRET_TOKEN.encode() not in data, f"the passed secret is in the {where}"
 
-    ws.run("seal", *seal[1:], "--out", names_out, "--force", "--mcp-uri", "docs://env-names",
-           "--mcp-env", "NOT A NAME=x").held("UsageError", "--mcp-env", "NAME=VALUE", "--mcp-pass-env")
+    ws.run("seal", *seal[1:], "--out", names_out, "--force", "--mcp-uri", "docs://env-names", "--mcp-env", "NOT A NAME=x").held(
+        "UsageError", "--mcp-env", "NAME=VALUE", "--mcp-pass-env"
+    )
     ws.run(*seal[:9], "--out", names_out, "--force", "--mcp-pass-env", "DOCS_TOKEN", os.path.join(ws.src, "names.json")).held(
-        "--mcp-pass-env", "need --mcp-uri")
+        "--mcp-pass-env", "need --mcp-uri"
+    )
 
 
 def test_the_api_key_reaches_only_a_server_that_names_it_in_pass_env(ws, docs):
     no, yes = ("OPENAI_API_KEY visible to this MCP server: no\n", "OPENAI_API_KEY visible to this MCP server: yes\n")
-    mcp_manifest(ws, docs.item("unasked", "docs://key-visible", no),
-                 docs.item("asked", "docs://key-visible", yes, passEnv=["OPENAI_API_KEY"]))
+    mcp_manifest(
+        ws, docs.item("unasked", "docs://key-visible", no), docs.item("asked", "docs://key-visible", yes, passEnv=["OPENAI_API_KEY"])
+    )
     out = ws.start(env={"OPENAI_API_KEY": FAKE_KEY}).ok()
     assert [r["status"] for r in out["results"]] == ["validated", "validated"]
     saved = by_id(ws.run("inspect").ok()["results"])
@@ -258,8 +330,11 @@ def test_a_missing_pass_env_variable_holds_naming_it_and_launches_and_calls_noth
     ws.env.update(provider.env())
     result = ws.start()
     assert result.code == 2
-    result.held("HOLD: SourceError: Source names", "needs DOCS_TOKEN from the environment (mcp.passEnv)",
-                "export DOCS_TOKEN and run the command again")
+    result.held(
+        "HOLD: SourceError: Source names",
+        "needs DOCS_TOKEN from the environment (mcp.passEnv)",
+        "export DOCS_TOKEN and run the command again",
+    )
     assert not os.path.exists(ws.state) and provider.requests() == [] and docs.sessions() == []
     out = ws.start(env={"DOCS_TOKEN": SECRET_TOKEN}).ok()  # the fix: export it
     assert [r["status"] for r in out["results"]] == ["validated", "validated"]
@@ -282,11 +357,36 @@ def test_a_passed_secret_that_the_servers_error_echoes_is_never_printed(ws, docs
 
 FAILURES = {
     # name: (uri, served bytes the manifest seals, extra mcp keys, phrases in the HOLD line)
-    "cannot-launch": ("docs://beta", BETA, {}, ["HOLD: SourceError: Source doc:", "'/nonexistent/mcp-server' could not be launched", "No such file or directory"]),
-    "server-exits": ("docs://beta", BETA, {}, ["HOLD: SourceError: Source doc:", "closed the connection before answering docs://beta", "not an MCP stdio server"]),
-    "timeout": ("docs://slow", ALPHA, {"timeoutSeconds": 1}, ["HOLD: SourceError: Source doc:", "timed out", "docs://slow within 1 s", "mcp.timeoutSeconds"]),
-    "no-such-resource": ("docs://nope", ALPHA, {}, ["HOLD: SourceError: Source doc:", "MCP resource docs://nope does not exist", "check mcp.uri"]),
-    "bytes-changed": ("docs://beta", ALPHA, {}, ["HOLD: SourceError: Source bound/hash/size failure: doc", "docs://beta changed since sealing", sha256(BETA)]),
+    "cannot-launch": (
+        "docs://beta",
+        BETA,
+        {},
+        ["HOLD: SourceError: Source doc:", "'/nonexistent/mcp-server' could not be launched", "No such file or directory"],
+    ),
+    "server-exits": (
+        "docs://beta",
+        BETA,
+        {},
+        ["HOLD: SourceError: Source doc:", "closed the connection before answering docs://beta", "not an MCP stdio server"],
+    ),
+    "timeout": (
+        "docs://slow",
+        ALPHA,
+        {"timeoutSeconds": 1},
+        ["HOLD: SourceError: Source doc:", "timed out", "docs://slow within 1 s", "mcp.timeoutSeconds"],
+    ),
+    "no-such-resource": (
+        "docs://nope",
+        ALPHA,
+        {},
+        ["HOLD: SourceError: Source doc:", "MCP resource docs://nope does not exist", "check mcp.uri"],
+    ),
+    "bytes-changed": (
+        "docs://beta",
+        ALPHA,
+        {},
+        ["HOLD: SourceError: Source bound/hash/size failure: doc", "docs://beta changed since sealing", sha256(BETA)],
+    ),
     "not-text": ("docs://blob", BLOB, {}, ["HOLD: SourceError: Source doc:", "docs://blob is not text"]),
     "over-3000-bytes": ("docs://big", BIG, {}, ["HOLD: SourceError: Source bound/hash/size failure: doc", "3001 bytes, over 3000"]),
     "seal-not-text": ("docs://blob", BLOB, {}, ["HOLD: SourceError: Source mcp1:", "docs://blob is not text"]),
@@ -309,21 +409,36 @@ def failure_runs(tmp_path_factory) -> dict:
         if case == "server-exits":
             item["mcp"]["command"] = [sys.executable, "-c", "import sys; print('starting', file=sys.stderr); sys.exit(3)"]
         if case.startswith("seal-"):
-            args = ["seal", "--out", ws.manifest, "--job-id", "j", "--approved-by", "o", "--mode", "fake", "--model", "m",
-                    "--mcp-command", json.dumps(docs.command()), "--mcp-uri", uri]
+            args = [
+                "seal",
+                "--out",
+                ws.manifest,
+                "--job-id",
+                "j",
+                "--approved-by",
+                "o",
+                "--mode",
+                "fake",
+                "--model",
+                "m",
+                "--mcp-command",
+                json.dumps(docs.command()),
+                "--mcp-uri",
+                uri,
+            ]
         else:
             mcp_manifest(ws, item, files={"alpha": ALPHA})
             args = ["start", "--manifest", ws.manifest, "--state-dir", ws.state]
         env = clean_env()
         env["DURABLE_JOB_MCP_TIMEOUT"] = "60"  # only the timeout case may time out, however loaded the machine
-        proc = subprocess.Popen([sys.executable, PROGRAM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env, cwd=ws.root)
+        proc = subprocess.Popen(
+            [sys.executable, PROGRAM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ws.root
+        )
         runs[case] = (ws, docs, proc, time.monotonic())
     done = {}
     for case, (ws, docs, proc, t0) in runs.items():
         stdout, stderr = proc.communicate(timeout=180)
-        done[case] = (ws, docs, Result(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)),
-                      time.monotonic() - t0)
+        done[case] = (ws, docs, Result(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)), time.monotonic() - t0)
     return done
 
 
@@ -384,11 +499,12 @@ def test_mcp_not_installed_holds_with_how_to_install_it(ws, docs, tmp_path):
     """The one allowed trick: a PYTHONPATH stub whose `import mcp` fails, as on a machine without it."""
     stub = tmp_path / "no-mcp" / "mcp"
     stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text('raise ImportError("No module named \'mcp\' (test stub)")\n')
+    (stub / "__init__.py").write_text("raise ImportError(\"No module named 'mcp' (test stub)\")\n")
     mcp_manifest(ws, docs.item("doc", "docs://beta", BETA), files={"alpha": ALPHA})
     result = ws.start(env={"PYTHONPATH": str(stub.parent)})
-    result.held("HOLD: SourceError: Source doc is an MCP resource but the mcp package is not installed",
-                "pip install -r requirements-mcp.txt")
+    result.held(
+        "HOLD: SourceError: Source doc is an MCP resource but the mcp package is not installed", "pip install -r requirements-mcp.txt"
+    )
     assert not os.path.exists(ws.state)
     assert docs.sessions() == []  # nothing was launched
 
@@ -397,28 +513,31 @@ def test_a_file_only_job_never_imports_mcp(ws, tmp_path):
     """mcp is optional: with it missing, a manifest of files still runs."""
     stub = tmp_path / "no-mcp" / "mcp"
     stub.mkdir(parents=True)
-    (stub / "__init__.py").write_text('raise ImportError("No module named \'mcp\' (test stub)")\n')
+    (stub / "__init__.py").write_text("raise ImportError(\"No module named 'mcp' (test stub)\")\n")
     out = ws.start(env={"PYTHONPATH": str(stub.parent)}).ok()
     assert {r["status"] for r in out["results"]} == {"validated"}
 
 
-@pytest.mark.parametrize("spec, phrase", [
-    ({"command": "python server.py", "uri": "docs://alpha"}, "mcp.command must be a list"),
-    ({"command": [], "uri": "docs://alpha"}, "mcp.command must be a list"),
-    ({"command": ["x"], "uri": ""}, "mcp.uri must be a non-empty string"),
-    ({"command": ["x"], "uri": "docs://alpha", "environment": {}}, "mcp must be"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": ["DOCS_PATH=x"]}, "mcp.env must be an object"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": {"1BAD": "x"}}, "mcp.env must be an object"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": {"A-B": "x"}}, "mcp.env must be an object"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": {"DOCS_PATH": 3}}, "mcp.env.DOCS_PATH must be a string"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": {"OPENAI_API_KEY": "sk-x"}}, "list it in mcp.passEnv"),
-    ({"command": ["x"], "uri": "docs://alpha", "passEnv": "DOCS_TOKEN"}, "mcp.passEnv must be a list"),
-    ({"command": ["x"], "uri": "docs://alpha", "passEnv": ["DOCS TOKEN"]}, "mcp.passEnv must be a list"),
-    ({"command": ["x"], "uri": "docs://alpha", "passEnv": ["T", "T"]}, "names a variable twice"),
-    ({"command": ["x"], "uri": "docs://alpha", "env": {"T": "1"}, "passEnv": ["T"]}, "in both env and passEnv"),
-    ({"command": ["x"], "uri": "docs://alpha", "timeoutSeconds": True}, "timeoutSeconds must be a number"),
-    ({"command": ["x"], "uri": "docs://alpha", "timeoutSeconds": 0}, "timeoutSeconds must be a number"),
-])
+@pytest.mark.parametrize(
+    "spec, phrase",
+    [
+        ({"command": "python server.py", "uri": "docs://alpha"}, "mcp.command must be a list"),
+        ({"command": [], "uri": "docs://alpha"}, "mcp.command must be a list"),
+        ({"command": ["x"], "uri": ""}, "mcp.uri must be a non-empty string"),
+        ({"command": ["x"], "uri": "docs://alpha", "environment": {}}, "mcp must be"),
+        ({"command": ["x"], "uri": "docs://alpha", "env": ["DOCS_PATH=x"]}, "mcp.env must be an object"),
+        ({"command": ["x"], "uri": "docs://alpha", "env": {"1BAD": "x"}}, "mcp.env must be an object"),
+        ({"command": ["x"], "uri": "docs://alpha", "env": {"A-B": "x"}}, "mcp.env must be an object"),
+        ({"command": ["x"], "uri": "docs://alpha", "env": {"DOCS_PATH": 3}}, "mcp.env.DOCS_PATH must be a string"),
+        ({"command": ["x"], "uri": "docs://alpha", "env": {"OPENAI_API_KEY": "sk-x"}}, "list it in mcp.passEnv"),
+        ({"command": ["x"], "uri": "docs://alpha", "passEnv": "DOCS_TOKEN"}, "mcp.passEnv must be a list"),
+        ({"command": ["x"], "uri": "docs://alpha", "passEnv": ["DOCS TOKEN"]}, "mcp.passEnv must be a list"),
+        ({"command": ["x"], "uri": "docs://alpha", "passEnv": ["T", "T"]}, "names a variable twice"),
+        ({"command": ["x"], "uri": "docs://alpha", "env": {"T": "1"}, "passEnv": ["T"]}, "in both env and passEnv"),
+        ({"command": ["x"], "uri": "docs://alpha", "timeoutSeconds": True}, "timeoutSeconds must be a number"),
+        ({"command": ["x"], "uri": "docs://alpha", "timeoutSeconds": 0}, "timeoutSeconds must be a number"),
+    ],
+)
 def test_a_malformed_mcp_item_is_refused_before_anything_is_launched(ws, spec, phrase):
     mcp_manifest(ws, {"id": "doc", "mcp": spec, "sha256": sha256(ALPHA)}, files={"alpha": ALPHA})
     ws.start().held("ManifestError", phrase)
@@ -426,8 +545,11 @@ def test_a_malformed_mcp_item_is_refused_before_anything_is_launched(ws, spec, p
 
 
 def test_an_item_with_both_path_and_mcp_is_refused(ws):
-    mcp_manifest(ws, {"id": "doc", "path": "alpha.txt", "mcp": {"command": ["x"], "uri": "docs://a"}, "sha256": sha256(ALPHA)},
-                 files={"alpha": ALPHA})
+    mcp_manifest(
+        ws,
+        {"id": "doc", "path": "alpha.txt", "mcp": {"command": ["x"], "uri": "docs://a"}, "sha256": sha256(ALPHA)},
+        files={"alpha": ALPHA},
+    )
     ws.start().held("exactly one of path or mcp")
 
 
@@ -448,12 +570,11 @@ def test_the_test_server_offers_a_tool_and_its_log_would_record_a_call(ws, docs)
     async def session_calling_the_tool():
         params = StdioServerParameters(command=sys.executable, args=docs.command()[1:])
         with open(os.devnull, "w") as devnull:
-            async with stdio_client(params, errlog=devnull) as (reader, writer):
-                async with ClientSession(reader, writer) as session:
-                    await session.initialize()
-                    tools = await session.list_tools()
-                    await session.call_tool("delete_everything", {"confirm": True})
-                    return [t.name for t in tools.tools]
+            async with stdio_client(params, errlog=devnull) as (reader, writer), ClientSession(reader, writer) as session:
+                await session.initialize()
+                tools = await session.list_tools()
+                await session.call_tool("delete_everything", {"confirm": True})
+                return [t.name for t in tools.tools]
 
     names = anyio.run(misbehave)
     assert names == ["delete_everything"]

@@ -4,6 +4,7 @@ The contract page in the repository, `jobs --root` on the README's own layout, C
 call, what `status` offers while a run holds the job, a gateway that logs no response id, `seal` with
 DURABLE_JOB_STORE set, and a `next` step of one command a line.
 """
+
 import json
 import os
 import re
@@ -12,11 +13,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-from conftest import ALPHA, PROGRAM, REPO, Workspace, clean_env, openai_workspace, wait_for
-
 import durable_job as dj
+from conftest import ALPHA, PROGRAM, REPO, Workspace, clean_env, openai_workspace, wait_for
 
 CONTRACT = os.path.join(REPO, "docs", "CONTRACT.md")
 
@@ -55,15 +53,31 @@ def test_the_contract_page_names_every_command_flag_manifest_key_journal_column_
         assert f"`{error.__name__}`" in page, error.__name__
     for point in dj.CRASH_POINTS:
         assert f"`{point}`" in page, point
-    for phrase in ("UNCERTAIN_CALL", "Checkpoint graph version changed", "Executable bytes changed", "Final decision already recorded",
-                   "Cannot accept", "Source bound/hash/size failure", "stale: results changed since review"):
+    for phrase in (
+        "UNCERTAIN_CALL",
+        "Checkpoint graph version changed",
+        "Executable bytes changed",
+        "Final decision already recorded",
+        "Cannot accept",
+        "Source bound/hash/size failure",
+        "stale: results changed since review",
+    ):
         assert phrase in page, phrase
 
 
 def test_the_contract_page_states_the_answer_format_the_model_must_return():
     page = contract_text()
-    for rule in ("itemId", "summary", "citations", "quote", "claim", "1-500 characters", "at least 12 characters",
-                 "exact substring", "1-3 citations"):
+    for rule in (
+        "itemId",
+        "summary",
+        "citations",
+        "quote",
+        "claim",
+        "1-500 characters",
+        "at least 12 characters",
+        "exact substring",
+        "1-3 citations",
+    ):
         assert rule in page, rule
 
 
@@ -131,7 +145,7 @@ def test_ctrl_c_during_a_retry_ends_at_once_and_names_review_not_resume(tmp_path
     line = err.strip().splitlines()[-1]
     assert "stays pending" in line and line.endswith("then review and decide (nothing to resume)"), line
     status = ws.run("status").ok()
-    assert status["phase"] == "uncertain-call" and f"resume --state-dir" not in status["next"]
+    assert status["phase"] == "uncertain-call" and "resume --state-dir" not in status["next"]
     assert "review and decide (nothing to resume)" in status["next"]
 
 
@@ -143,8 +157,14 @@ def test_ctrl_c_stops_a_worker_gracefully_says_so_at_once_and_a_second_one_exits
     provider.behave("slow:30")
     log = tmp_path / "worker.log"
     with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, PROGRAM, "work", "--store", store_url], stdout=subprocess.PIPE, stderr=err,
-                                text=True, env={**clean_env(), **w.env}, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, PROGRAM, "work", "--store", store_url],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**clean_env(), **w.env},
+            start_new_session=True,
+        )
     wait_for(lambda: len(provider.requests()) >= 1, timeout=60)
     os.killpg(proc.pid, signal.SIGINT)
     wait_for(lambda: "SIGINT: taking no new job; letting in-flight calls end (a second signal exits at once)" in log.read_text(), timeout=3)
@@ -181,19 +201,35 @@ def test_reconcile_without_a_response_id_says_what_to_give_instead(ws):
     answer = os.path.join(ws.root, "answer.json")
     with open(answer, "w") as fh:
         json.dump({"outputText": "{}"}, fh)
-    line = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer,
-                  "--reviewer", "r", "--reason", "x").held("responseId")
+    line = ws.run(
+        "reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer, "--reviewer", "r", "--reason", "x"
+    ).held("responseId")
     assert "self-hosted gateway" in line and "--reason" in line and "log line" in line
     ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "r", "--reason", "x").held(
-        "needs --response-file", "self-hosted gateway")
+        "needs --response-file", "self-hosted gateway"
+    )
 
 
 # --- 16. seal with DURABLE_JOB_STORE set -------------------------------------------------------------------------
 
 
 def test_seal_with_a_store_in_the_environment_suggests_the_stores_start(ws, store_url):
-    out = ws.run("seal", "--out", os.path.join(ws.root, "m.json"), "--job-id", "q9", "--approved-by", "o", "--mode", "fake",
-                 "--model", "m", os.path.join(ws.src, "alpha.txt"), "--text", env={"DURABLE_JOB_STORE": store_url}).stdout
+    out = ws.run(
+        "seal",
+        "--out",
+        os.path.join(ws.root, "m.json"),
+        "--job-id",
+        "q9",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        os.path.join(ws.src, "alpha.txt"),
+        "--text",
+        env={"DURABLE_JOB_STORE": store_url},
+    ).stdout
     nxt = [line for line in out.splitlines() if line.strip().startswith("next:")]
     assert nxt == [f"  next: python {PROGRAM} start --job q9 --manifest {os.path.join(ws.root, 'm.json')}"], out
     assert "--state-dir" not in out
@@ -202,8 +238,8 @@ def test_seal_with_a_store_in_the_environment_suggests_the_stores_start(ws, stor
 def test_the_readmes_revise_example_gives_the_citations_file():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
         readme = fh.read()
-    example = readme[readme.index("durable_job.py revise "):]
-    example = example[:example.index("\n\n")]
+    example = readme[readme.index("durable_job.py revise ") :]
+    example = example[: example.index("\n\n")]
     assert "--citations-file" in example, example
 
 

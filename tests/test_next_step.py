@@ -3,6 +3,7 @@ and the commands every HOLD line and `next` suggest, pasted as they are printed.
 
 Each journey here failed on the program before issue 15 (items 1, 3, 5, 6 and 8).
 """
+
 import os
 import re
 import shlex
@@ -188,9 +189,27 @@ def test_commands_reach_a_jobs_storage_only_through_its_store():
 
     import durable_job as dj
 
-    storage = {"sqlite3", "ledger", "read_journal", "connect_sqlite", "RunLock", "job_path", "load_job_file", "check_state_files",
-               "SqliteJournal", "PgJournal", "StateDirStore", "PgStore", "SqliteCheckpointRows", "PgCheckpointRows",
-               "JOB_FILE", "EFFECTS_FILE", "CHECKPOINTS_FILE", "RECEIPT_FILE", "LOCK_FILE"}
+    storage = {
+        "sqlite3",
+        "ledger",
+        "read_journal",
+        "connect_sqlite",
+        "RunLock",
+        "job_path",
+        "load_job_file",
+        "check_state_files",
+        "SqliteJournal",
+        "PgJournal",
+        "StateDirStore",
+        "PgStore",
+        "SqliteCheckpointRows",
+        "PgCheckpointRows",
+        "JOB_FILE",
+        "EFFECTS_FILE",
+        "CHECKPOINTS_FILE",
+        "RECEIPT_FILE",
+        "LOCK_FILE",
+    }
     with open(dj.__file__, encoding="utf-8") as fh:
         tree = {f.name: f for f in ast.parse(fh.read()).body if isinstance(f, ast.FunctionDef)}
     api = ("start", "resume", "status", "inspect", "reconcile", "decide", "revise", "retry", "cancel", "verify")

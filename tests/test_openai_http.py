@@ -9,6 +9,7 @@ the exact arguments of the one request shape.
 Each CLI run that executes the graph costs about 3 s of start-up, so the
 journeys that only read a finished job share one module-scoped run.
 """
+
 import json
 import os
 import sqlite3
@@ -53,15 +54,17 @@ def journal(ws: Workspace) -> list:
 def events(ws: Workspace, key: str) -> list:
     conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
     try:
-        return [(e, json.loads(d) if d else None)
-                for e, d in conn.execute("SELECT event, detail_json FROM call_events WHERE operation_key=? ORDER BY id", (key,))]
+        return [
+            (e, json.loads(d) if d else None)
+            for e, d in conn.execute("SELECT event, detail_json FROM call_events WHERE operation_key=? ORDER BY id", (key,))
+        ]
     finally:
         conn.close()
 
 
 def assert_no_key(ws: Workspace, *outputs: str) -> None:
     """Neither the key nor a fragment of it is in any byte of the state directory or in any output."""
-    fragment = FAKE_KEY[len("sk-test-"):][:9]
+    fragment = FAKE_KEY[len("sk-test-") :][:9]
     for dirpath, _, files in os.walk(ws.state):
         for name in files:
             with open(os.path.join(dirpath, name), "rb") as fh:
@@ -75,8 +78,7 @@ def response_file(ws: Workspace, logged: dict) -> str:
     """What a person writes from the provider's log line for a lost answer."""
     path = os.path.join(ws.root, "recovered-response.json")
     with open(path, "w") as fh:
-        json.dump({"outputText": logged["output_text"], "responseId": logged["response_id"],
-                   "requestId": f"req_{logged['seq']}"}, fh)
+        json.dump({"outputText": logged["output_text"], "responseId": logged["response_id"], "requestId": f"req_{logged['seq']}"}, fh)
     return path
 
 
@@ -166,8 +168,7 @@ def test_operation_key_travels_as_x_client_request_id(reviewed):
 def test_api_key_is_never_stored_or_printed_on_success(reviewed):
     """The key reached the server (Authorization) but no byte of the state or any output holds it."""
     assert all(r["headers"]["authorization"] == f"Bearer {FAKE_KEY}" for r in reviewed.provider.requests())
-    assert_no_key(reviewed.ws, reviewed.start.stdout, reviewed.start.stderr, reviewed.status.stdout,
-                  reviewed.inspect.stdout)
+    assert_no_key(reviewed.ws, reviewed.start.stdout, reviewed.start.stderr, reviewed.status.stdout, reviewed.inspect.stdout)
 
 
 # ---------------------------------------------------------------------------
@@ -217,8 +218,19 @@ def test_timed_out_call_is_reconciled_from_the_provider_log_and_never_resent(ws,
     # (resume's UNCERTAIN_CALL refusal is shown for a 500 above, and for drop and hang in process below)
 
     answer = response_file(ws, logged)
-    rec = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops@example.test",
-                 "--reason", "provider log shows the answer", "--response-file", answer).ok()
+    rec = ws.run(
+        "reconcile",
+        "--operation-key",
+        key,
+        "--action",
+        "complete",
+        "--reviewer",
+        "ops@example.test",
+        "--reason",
+        "provider log shows the answer",
+        "--response-file",
+        answer,
+    ).ok()
     assert rec["status"] == "completed" and rec["itemId"] == "alpha"
 
     out = ws.run("resume").ok()
@@ -227,7 +239,11 @@ def test_timed_out_call_is_reconciled_from_the_provider_log_and_never_resent(ws,
     assert len(requests) == 2 and requests[1]["client_request_id"] != key  # only beta was sent
     alpha = journal(ws)[0]
     assert (alpha["status"], alpha["output_text"], alpha["response_id"], alpha["request_id"]) == (
-        "completed", logged["output_text"], logged["response_id"], "req_1")
+        "completed",
+        logged["output_text"],
+        logged["response_id"],
+        "req_1",
+    )
     with open(answer, "rb") as fh:
         assert json.loads(alpha["reconciliation_json"])["responseFileSha256"] == sha256(fh.read())
 
@@ -268,8 +284,15 @@ def test_a_connection_that_never_opened_is_no_call_and_resume_after_the_fix_just
     url = f"http://127.0.0.1:{port}/v1"
     ws.write_manifest(mode="openai", model="gpt-test", maxAttemptsPerItem=1, maxModelCalls=2)
     ws.env.update({"OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": url, "DURABLE_JOB_OPENAI_TIMEOUT": "5"})
-    line = ws.start().held("ProviderError", "item alpha was not sent", f"{url}/responses", "never opened",
-                           "no attempt was spent", "Check OPENAI_BASE_URL", "resume")
+    line = ws.start().held(
+        "ProviderError",
+        "item alpha was not sent",
+        f"{url}/responses",
+        "never opened",
+        "no attempt was spent",
+        "Check OPENAI_BASE_URL",
+        "resume",
+    )
     assert "pending" not in line and "reconcile" not in line and "may have been billed" not in line
     assert journal(ws) == []  # no uncertain row, no attempt spent
     conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
@@ -332,9 +355,12 @@ def test_get_or_call_forgets_a_request_that_never_left_and_raises_the_sdks_error
     monkeypatch.setenv("DURABLE_JOB_OPENAI_TIMEOUT", "1")
     port = int(provider.base_url.rsplit(":", 1)[1].split("/")[0])
     stack = contextlib.ExitStack()
-    url = {"refused": lambda: f"http://127.0.0.1:{free_port()}/v1", "no-such-name": lambda: "http://durable-job-test.invalid/v1",
-           "tls-to-plain-http": lambda: f"https://127.0.0.1:{port}/v1",
-           "connect-timeout": lambda: f"http://127.0.0.1:{full_backlog_port(stack)}/v1"}[where]()
+    url = {
+        "refused": lambda: f"http://127.0.0.1:{free_port()}/v1",
+        "no-such-name": lambda: "http://durable-job-test.invalid/v1",
+        "tls-to-plain-http": lambda: f"https://127.0.0.1:{port}/v1",
+        "connect-timeout": lambda: f"http://127.0.0.1:{full_backlog_port(stack)}/v1",
+    }[where]()
     monkeypatch.setenv("OPENAI_BASE_URL", url)
     db = durable_job.ledger(str(tmp_path / "effects.sqlite"))
     prompt = durable_job.model_input(ALPHA_ITEM, ALPHA, [])
@@ -401,7 +427,10 @@ def test_resume_after_a_refusal_takes_the_next_attempt_without_reconcile(refused
     assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
     rows = journal(refused.ws)
     assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [
-        ("alpha", 1, "rejected"), ("alpha", 2, "completed"), ("beta", 1, "completed")]
+        ("alpha", 1, "rejected"),
+        ("alpha", 2, "completed"),
+        ("beta", 1, "completed"),
+    ]
     assert [r["client_request_id"] for r in refused.provider.requests()] == [r["operation_key"] for r in rows]
 
 
@@ -417,7 +446,10 @@ def test_an_item_refused_on_every_allowed_attempt_reaches_review_as_failed(ws, p
     assert [r["status"] for r in out["results"]] == ["failed", "validated"] and out["interrupt"]
     assert "maxAttemptsPerItem" in ws.run("inspect").ok()["results"][0]["reason"]
     assert [(r["item_id"], r["attempt"], r["status"]) for r in journal(ws)] == [
-        ("alpha", 1, "rejected"), ("alpha", 2, "rejected"), ("beta", 1, "completed")]
+        ("alpha", 1, "rejected"),
+        ("alpha", 2, "rejected"),
+        ("beta", 1, "completed"),
+    ]
     assert len(provider.requests()) == 3
     # the earlier refusals no longer colour the next step once the job moved on
     following = ws.run("status").ok()["next"]  # alpha failed: revise it by hand (no attempt left to retry), or decide
@@ -435,8 +467,10 @@ def test_api_key_echoed_by_the_server_is_never_stored_or_printed(refused):
     refused.inspect_html.ok()
     with open(refused.page) as fh:
         page = fh.read()
-    outputs = [r.stdout + r.stderr for r in (refused.start, refused.status, refused.status_text, refused.inspect,
-                                             refused.inspect_html, refused.resume)]
+    outputs = [
+        r.stdout + r.stderr
+        for r in (refused.start, refused.status, refused.status_text, refused.inspect, refused.inspect_html, refused.resume)
+    ]
     assert_no_key(refused.ws, line, page, *outputs)
 
 
@@ -488,8 +522,9 @@ def test_rejected_attempt_counts_against_the_bounds(openai_env, tmp_path):
 # bad replies, secrets and refusals before anything is sent
 
 
-@pytest.mark.parametrize("reply,reason", [("not-json", "not valid JSON"), ("incomplete", "model output is empty")],
-                         ids=["prose", "incomplete-with-no-output"])
+@pytest.mark.parametrize(
+    "reply,reason", [("not-json", "not valid JSON"), ("incomplete", "model output is empty")], ids=["prose", "incomplete-with-no-output"]
+)
 def test_a_reply_that_is_not_a_proposal_fails_the_item_and_accept_is_refused(ws, provider, reply, reason):
     """Prose, or an incomplete answer with no output at all, marks the item failed (no crash); accept is refused."""
     openai_workspace(ws, provider)
@@ -501,8 +536,7 @@ def test_a_reply_that_is_not_a_proposal_fails_the_item_and_accept_is_refused(ws,
     row = journal(ws)[0]
     assert row["status"] == "completed" and row["response_id"]  # the call itself succeeded, and was billed
     assert row["output_text"] == provider.requests()[0]["output_text"]
-    ws.run("decide", "--decision", "accept", "--reviewer", "r@example.test", "--reason", "looks fine").held(
-        "Cannot accept", "alpha")
+    ws.run("decide", "--decision", "accept", "--reviewer", "r@example.test", "--reason", "looks fine").held("Cannot accept", "alpha")
     assert ws.run("status").ok()["phase"] == "awaiting-review"
     ws.run("decide", "--decision", "reject", "--reviewer", "r@example.test", "--reason", "alpha has no summary").ok()
     assert ws.run("verify").ok()["ok"] is True
@@ -557,11 +591,14 @@ def test_model_output_that_echoes_the_key_is_stored_and_shown_redacted(tmp_path,
     assert_no_key(ws, *shown, decided.stdout)
 
 
-@pytest.mark.parametrize("variable,value,phrase", [
-    ("OPENAI_API_KEY", FAKE_KEY + " ", "a space, a line break"),
-    ("OPENAI_API_KEY", FAKE_KEY + "\n", "a space, a line break"),
-    ("OPENAI_BASE_URL", "127.0.0.1:9/v1", "not an http:// or https:// URL"),
-])
+@pytest.mark.parametrize(
+    "variable,value,phrase",
+    [
+        ("OPENAI_API_KEY", FAKE_KEY + " ", "a space, a line break"),
+        ("OPENAI_API_KEY", FAKE_KEY + "\n", "a space, a line break"),
+        ("OPENAI_BASE_URL", "127.0.0.1:9/v1", "not an http:// or https:// URL"),
+    ],
+)
 def test_a_local_provider_setting_mistake_is_refused_before_any_pending_row(ws, provider, variable, value, phrase):
     """Such a request never leaves the process: it must not become an uncertain, possibly billed call."""
     openai_workspace(ws, provider)
@@ -674,6 +711,5 @@ def test_client_has_retries_off_and_request_has_exactly_the_contract_arguments(m
     client_class.assert_called_once_with(max_retries=0, timeout=timeout, http_client=kwargs["http_client"])
     assert type(kwargs["timeout"]) is float
     assert kwargs["http_client"].follow_redirects is False  # one operation key, one request, one host
-    create.assert_called_once_with(model="gpt-test", instructions=durable_job.SYSTEM, input=prompt,
-                                   max_output_tokens=500, store=False)
+    create.assert_called_once_with(model="gpt-test", instructions=durable_job.SYSTEM, input=prompt, max_output_tokens=500, store=False)
     assert result == ('{"x": 1}', "resp_mock", "req_mock", {"total_tokens": 7})

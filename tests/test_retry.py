@@ -4,19 +4,23 @@ on the review page, and the job's thread beside the operation key in every provi
 
 All through the real CLI in subprocesses, with the fake model, the loopback provider and Chromium.
 """
+
 import html
 import json
 import os
 import sqlite3
 
 import pytest
-
-from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, openai_workspace, store_rows
 from test_review import assert_self_contained_and_inert, parse_page, paste, png_pixels, run_argv, screenshot, write
 
+from conftest import BOTH, PROGRAM, Workspace, openai_workspace, store_rows
+
 INVALID = {"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}
-ANSWER = {"itemId": "alpha", "summary": "Alpha needs the owner's review.",
-          "citations": [{"quote": "Alpha report requires owner review", "claim": "The owner reviews it."}]}
+ANSWER = {
+    "itemId": "alpha",
+    "summary": "Alpha needs the owner's review.",
+    "citations": [{"quote": "Alpha report requires owner review", "claim": "The owner reviews it."}],
+}
 
 
 def retry(ws: Workspace, item="alpha", reviewer="dana", reason="the quote was wrong; try once more", *extra, env=None):
@@ -24,8 +28,9 @@ def retry(ws: Workspace, item="alpha", reviewer="dana", reason="the quote was wr
 
 
 def events(ws: Workspace, event: str) -> list:
-    return [(k, json.loads(d)) for k, d in ws.journal(
-        f"SELECT operation_key, detail_json FROM call_events WHERE event='{event}' ORDER BY id")]
+    return [
+        (k, json.loads(d)) for k, d in ws.journal(f"SELECT operation_key, detail_json FROM call_events WHERE event='{event}' ORDER BY id")
+    ]
 
 
 def checkpoint_rows(ws: Workspace) -> tuple:
@@ -60,8 +65,10 @@ def test_a_failed_items_reason_is_shown_wherever_its_status_is_and_next_offers_r
 
     # the ways on, ready to paste: retry (the next attempt is within the bounds), revise, or decide reject|hold
     retry_cmd = f"python {PROGRAM} retry --state-dir {ws.state} --item alpha --reviewer YOU --reason WHY"
-    revise_cmd = (f"python {PROGRAM} revise --state-dir {ws.state} --item alpha --summary-file SUMMARY.txt "
-                  "--citations-file CITATIONS.json --reviewer YOU --reason WHY")
+    revise_cmd = (
+        f"python {PROGRAM} revise --state-dir {ws.state} --item alpha --summary-file SUMMARY.txt "
+        "--citations-file CITATIONS.json --reviewer YOU --reason WHY"
+    )
     following = status["next"]
     assert following.startswith(f"item alpha failed ({reason}) (1 more failed: beta)")
     assert retry_cmd in following and revise_cmd in following
@@ -73,8 +80,19 @@ def test_a_failed_items_reason_is_shown_wherever_its_status_is_and_next_offers_r
     assert f"alpha failed: retry it (spends its next model call): {retry_cmd}" in text and f"or revise it by hand: {revise_cmd}" in text
 
     # revising alpha by hand: the revise output still shows the way on for beta
-    revised = ws.run("revise", "--item", "alpha", "--summary-file", write(ws, "s.txt", ANSWER["summary"]),
-                     "--citations-file", write(ws, "c.json", ANSWER["citations"]), "--reviewer", "rita", "--reason", "by hand").ok()
+    revised = ws.run(
+        "revise",
+        "--item",
+        "alpha",
+        "--summary-file",
+        write(ws, "s.txt", ANSWER["summary"]),
+        "--citations-file",
+        write(ws, "c.json", ANSWER["citations"]),
+        "--reviewer",
+        "rita",
+        "--reason",
+        "by hand",
+    ).ok()
     assert [f["itemId"] for f in revised["failedItems"]] == ["beta"]
     assert ws.run("status").ok()["next"].startswith("item beta failed")
 
@@ -95,10 +113,14 @@ def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
     assert out["previousResultsSha256"] == h1 and out["resultsSha256"] != h1
     assert out["result"]["status"] == "validated" and out["result"]["retry"]["reviewer"] == "dana"
     h2 = out["resultsSha256"]
-    assert ws.db_rows() == [(alpha_key, "alpha", "completed", 1), (beta_key, "beta", "completed", 1),
-                            (out["operationKey"], "alpha", "completed", 2)]
-    assert events(ws, "retry") == [(out["operationKey"], {"itemId": "alpha", "reviewer": "dana",
-                                                          "reason": "the quote was wrong; try once more", "draftVersion": 1})]
+    assert ws.db_rows() == [
+        (alpha_key, "alpha", "completed", 1),
+        (beta_key, "beta", "completed", 1),
+        (out["operationKey"], "alpha", "completed", 2),
+    ]
+    assert events(ws, "retry") == [
+        (out["operationKey"], {"itemId": "alpha", "reviewer": "dana", "reason": "the quote was wrong; try once more", "draftVersion": 1})
+    ]
     assert checkpoint_rows(ws) == checkpoints  # the thread still waits at review: the graph did not run
 
     inspected = ws.run("inspect").ok()
@@ -107,7 +129,9 @@ def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
     assert inspected["drafts"][0]["change"]["retry"] == {"operationKey": out["operationKey"], "attempt": 2}
     assert "(retried in draft 2 by dana, attempt 2)" in ws.run("inspect", "--text").stdout
 
-    ws.run("decide", "--decision", "hold", "--reviewer", "dana", "--reason", "x", "--results-sha256", h1).held(f"stale: results changed since review, now {h2}")
+    ws.run("decide", "--decision", "hold", "--reviewer", "dana", "--reason", "x", "--results-sha256", h1).held(
+        f"stale: results changed since review, now {h2}"
+    )
     ws.run("decide", "--decision", "accept", "--reviewer", "dana", "--reason", "x").held("Cannot accept", "beta")
     retry(ws).held("Item alpha is validated", "retry is for a failed item", "revise")
 
@@ -128,23 +152,36 @@ def test_a_retry_that_fails_again_is_still_a_new_draft_and_its_bound_is_then_nam
     text = retry(ws, "beta", "dana", "again", "--text", env=INVALID).stdout
     assert "now draft 3: beta failed — citation 1" in text
     before = ws.state_bytes()
-    line = retry(ws).held("BudgetError", "Cannot retry item alpha", "all 2 attempt(s)", "maxAttemptsPerItem",
-                          f"revise --state-dir {ws.state} --item alpha", "decide reject or hold", "nothing was sent")
+    line = retry(ws).held(
+        "BudgetError",
+        "Cannot retry item alpha",
+        "all 2 attempt(s)",
+        "maxAttemptsPerItem",
+        f"revise --state-dir {ws.state} --item alpha",
+        "decide reject or hold",
+        "nothing was sent",
+    )
     assert "--decision 'reject|hold'" in line
     assert ws.state_bytes() == before
     failed = ws.run("inspect").ok()["failedItems"]
     assert "retryCommand" not in failed[0] and "maxAttemptsPerItem" in failed[0]["retryRefused"]
-    assert " retry " not in ws.run("status").ok()["next"] and "alpha failed: no retry (item alpha has used all 2" in ws.run("inspect", "--text").stdout
+    assert (
+        " retry " not in ws.run("status").ok()["next"]
+        and "alpha failed: no retry (item alpha has used all 2" in ws.run("inspect", "--text").stdout
+    )
     assert ws.run("verify").ok()["ok"] is True
 
 
 # --- retry: refusals ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bounds, phrase", [
-    ({"maxAttemptsPerItem": 1}, "all 1 attempt(s) the manifest allows (maxAttemptsPerItem)"),
-    ({"maxModelCalls": 2}, "the journal already holds 2 call(s), the manifest's maxModelCalls 2"),
-])
+@pytest.mark.parametrize(
+    "bounds, phrase",
+    [
+        ({"maxAttemptsPerItem": 1}, "all 1 attempt(s) the manifest allows (maxAttemptsPerItem)"),
+        ({"maxModelCalls": 2}, "the journal already holds 2 call(s), the manifest's maxModelCalls 2"),
+    ],
+)
 def test_retry_beyond_the_bounds_is_refused_naming_the_bound_and_the_alternatives(ws, bounds, phrase):
     ws.write_manifest(**bounds)
     started_invalid(ws)
@@ -198,13 +235,26 @@ def test_a_retry_killed_after_its_pending_row_stops_everything_until_reconciled_
     retry(ws, "beta").held(f"UNCERTAIN_CALL alpha {key}")
     ws.run("resume").held(f"UNCERTAIN_CALL alpha {key}")
     ws.run("decide", "--decision", "hold", "--reviewer", "dana", "--reason", "x").held("Cannot decide now", f"UNCERTAIN_CALL alpha {key}")
-    ws.run("revise", "--item", "alpha", "--summary-file", write(ws, "s.txt", "A summary."), "--reviewer", "r", "--reason", "x").held("UNCERTAIN_CALL")
+    ws.run("revise", "--item", "alpha", "--summary-file", write(ws, "s.txt", "A summary."), "--reviewer", "r", "--reason", "x").held(
+        "UNCERTAIN_CALL"
+    )
     assert ws.state_bytes() == before and ws.run("inspect").ok()["draftVersion"] == 1
 
     # the provider's log had the answer: completing the call completes the retry
     answer = write(ws, "answer.json", {"outputText": json.dumps(ANSWER), "responseId": "resp_from_log"})
-    done = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer,
-                  "--reviewer", "olga", "--reason", "found in the usage log").ok()
+    done = ws.run(
+        "reconcile",
+        "--operation-key",
+        key,
+        "--action",
+        "complete",
+        "--response-file",
+        answer,
+        "--reviewer",
+        "olga",
+        "--reason",
+        "found in the usage log",
+    ).ok()
     assert done["retryDraft"]["draftVersion"] == 2 and done["retryDraft"]["result"]["status"] == "validated"
     assert done["retryDraft"]["reviewer"] == "dana"  # the draft is the retry's: who asked for it, and why
     inspected = ws.run("inspect").ok()
@@ -240,8 +290,9 @@ def test_a_job_cancelled_during_a_retrys_uncertain_call_keeps_its_results_when_t
     assert "retry --state-dir" not in json.dumps(ws.run("inspect").ok().get("failedItems"))  # reconcile first
     assert ws.run("cancel", "--reviewer", "olga", "--reason", "provider incident").ok()["cancelled"]["pendingCalls"] == [key]
     answer = write(ws, "answer.json", {"outputText": json.dumps(ANSWER), "responseId": "resp_from_log"})
-    out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer,
-                 "--reviewer", "olga", "--reason", "billed").ok()
+    out = ws.run(
+        "reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer, "--reviewer", "olga", "--reason", "billed"
+    ).ok()
     assert out["status"] == "completed" and "retryDraft" not in out
     assert ws.run("inspect").ok()["resultsSha256"] == h1
     assert ws.run("verify").ok()["ok"] is True
@@ -334,8 +385,19 @@ def page_after_reconcile(root, response_id: str, output_text: str) -> tuple:
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
     key = ws.db_rows()[0][0]
     answer = write(ws, "answer.json", {"outputText": output_text, "responseId": response_id, "requestId": "req_1"})
-    ws.run("reconcile", "--operation-key", key, "--action", "complete", "--response-file", answer,
-           "--reviewer", "olga", "--reason", "found in the usage log").ok()
+    ws.run(
+        "reconcile",
+        "--operation-key",
+        key,
+        "--action",
+        "complete",
+        "--response-file",
+        answer,
+        "--reviewer",
+        "olga",
+        "--reason",
+        "found in the usage log",
+    ).ok()
     ws.run("resume").ok()
     page = os.path.join(str(root), "review.html")
     ws.run("inspect", "--html", page).ok()
@@ -348,24 +410,25 @@ def test_review_page_shows_a_failed_items_raw_output_and_the_ways_on(tmp_path):
     page = parse_page(path)
     assert_self_contained_and_inert(page)
     assert raw in page.alltext and "<script>" not in page.raw
-    section = page.raw[page.raw.index("<section id='item0'>"):]
-    section = section[:section.index("</section>")]
+    section = page.raw[page.raw.index("<section id='item0'>") :]
+    section = section[: section.index("</section>")]
     assert "The model's raw output (attempt 1, from the journal)" in section and html.escape(raw) in section
     assert f"retry --state-dir {ws.state} --item alpha" in section and f"revise --state-dir {ws.state} --item alpha" in section
 
 
 def test_a_long_response_id_is_clipped_on_a_phone_with_the_full_value_one_tap_away(tmp_path):
     long_id = "resp_" + "0123456789abcdef" * 25  # 405 characters, as one provider sends
-    answer = json.dumps({"itemId": "alpha", "summary": "Alpha needs review.",
-                         "citations": [{"quote": "Alpha report requires owner review", "claim": "c"}]})
+    answer = json.dumps(
+        {"itemId": "alpha", "summary": "Alpha needs review.", "citations": [{"quote": "Alpha report requires owner review", "claim": "c"}]}
+    )
     _, long_page = page_after_reconcile(tmp_path / "long", long_id, answer)
     _, short_page = page_after_reconcile(tmp_path / "short", "resp_" + "0" * 20, answer)
     page = parse_page(long_page)
     assert_self_contained_and_inert(page)
     assert long_id in page.alltext  # the whole value is on the page, behind its clipped summary
     at = page.raw.index(long_id)
-    details = page.raw[page.raw.rindex("<details", 0, at):page.raw.index("</details>", at)]
-    summary = details[details.index("<summary"):details.index("</summary>")]
+    details = page.raw[page.raw.rindex("<details", 0, at) : page.raw.index("</details>", at)]
+    summary = details[details.index("<summary") : details.index("</summary>")]
     assert long_id not in summary.split(">", 1)[1] and "…" in summary and f"title='{long_id}'" in summary
 
     # rendered at 390 px, the long id costs no more height than a short one (it wrapped to 17 lines)

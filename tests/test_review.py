@@ -2,6 +2,7 @@
 cancel, receipts, the review page (parsed and rendered in headless Chromium), seal, and the
 terminal/text/JSON output — all through the real CLI in subprocesses.
 """
+
 import html
 import html.parser
 import json
@@ -35,10 +36,28 @@ def write(ws: Workspace, name: str, data) -> str:
     return path
 
 
-def revise(ws: Workspace, item="alpha", summary=REVISED_SUMMARY, citations=REVISED_CITATIONS,
-           reviewer="rita", reason="clearer wording", *extra, **kw):
-    args = ["revise", "--item", item, "--summary-file", write(ws, f"summary-{item}.txt", summary),
-            "--reviewer", reviewer, "--reason", reason, *extra]
+def revise(
+    ws: Workspace,
+    item="alpha",
+    summary=REVISED_SUMMARY,
+    citations=REVISED_CITATIONS,
+    reviewer="rita",
+    reason="clearer wording",
+    *extra,
+    **kw,
+):
+    args = [
+        "revise",
+        "--item",
+        item,
+        "--summary-file",
+        write(ws, f"summary-{item}.txt", summary),
+        "--reviewer",
+        reviewer,
+        "--reason",
+        reason,
+        *extra,
+    ]
     if citations is not None:
         args += ["--citations-file", write(ws, f"citations-{item}.json", citations)]
     return ws.run(*args, **kw)
@@ -107,11 +126,14 @@ def test_start_again_after_a_crash_resumes_exactly_like_resume(ws):
     assert [(r[1], r[2], r[3]) for r in other.db_rows()] == [("alpha", "completed", 1), ("beta", "completed", 1)]
 
 
-@pytest.mark.parametrize("change, phrase", [
-    ({"jobId": "another-request"}, "job id"),
-    ({"approvedBy": "someone-else@example.test"}, "owner (approvedBy)"),
-    ("source", "source data"),
-])
+@pytest.mark.parametrize(
+    "change, phrase",
+    [
+        ({"jobId": "another-request"}, "job id"),
+        ({"approvedBy": "someone-else@example.test"}, "owner (approvedBy)"),
+        ("source", "source data"),
+    ],
+)
 def test_start_on_a_directory_of_another_request_is_refused(ws, change, phrase):
     """A different job id, owner or source data: the directory belongs to that request; nothing changes."""
     ws.start().ok()
@@ -201,8 +223,12 @@ def test_oversized_and_empty_file_arguments_are_named_for_what_they_are(ws):
         fh.write("é" * 40000)  # valid UTF-8, 80 kB
     ws.run("revise", "--item", "alpha", "--summary-file", big, "--reviewer", "r", "--reason", "x").held("is over 65536 bytes")
     summary = write(ws, "s.txt", "A short summary.")
-    for argv in (["revise", "--item", "alpha", "--summary-file", summary, "--citations-file", "", "--reviewer", "r", "--reason", "x"],
-                 ["inspect", "--html", ""], ["status", "--state-dir", ""], ["start", "--manifest", " "]):
+    for argv in (
+        ["revise", "--item", "alpha", "--summary-file", summary, "--citations-file", "", "--reviewer", "r", "--reason", "x"],
+        ["inspect", "--html", ""],
+        ["status", "--state-dir", ""],
+        ["start", "--manifest", " "],
+    ):
         ws.run(*argv).held("UsageError", "is empty", "unset shell variable")
     assert ws.state_bytes() == before
 
@@ -215,8 +241,19 @@ def test_model_text_cannot_drive_the_terminal(ws, tmp_path):
     answer = {"itemId": "alpha", "summary": summary, "citations": [{"quote": "Alpha report requires owner review", "claim": "c\x1b[31m"}]}
     response = tmp_path / "answer.json"
     response.write_text(json.dumps({"outputText": json.dumps(answer), "responseId": "resp_1"}))
-    ws.run("reconcile", "--operation-key", key, "--action", "complete", "--reviewer", "ops\x1b[2J", "--reason", "found",
-           "--response-file", str(response)).ok()
+    ws.run(
+        "reconcile",
+        "--operation-key",
+        key,
+        "--action",
+        "complete",
+        "--reviewer",
+        "ops\x1b[2J",
+        "--reason",
+        "found",
+        "--response-file",
+        str(response),
+    ).ok()
     ws.run("resume").ok()
     assert ws.run("inspect").ok()["results"][0]["summary"] == summary  # the JSON keeps the exact text
     for argv in (("inspect", "--text"), ("status", "--text"), ("resume", "--text")):
@@ -245,7 +282,9 @@ def test_a_failing_verify_prints_its_report_in_the_format_asked_for(ws):
     text = ws.run("verify", "--text")
     text.held("receipt.json is missing", f"`python {PROGRAM} resume --state-dir {ws.state}` rewrites it")
     assert text.stdout.startswith("verify: job journey") and "FAIL" in text.stdout.upper() and "{" not in text.stdout
-    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held("already recorded", f"`python {PROGRAM} resume --state-dir {ws.state}` rewrites it")
+    ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").held(
+        "already recorded", f"`python {PROGRAM} resume --state-dir {ws.state}` rewrites it"
+    )
     ws.run("resume").ok()
     assert ws.run("verify").ok()["ok"] is True
 
@@ -278,7 +317,9 @@ def test_revise_makes_new_versions_keeps_history_and_binds_decisions(ws):
     assert beta["summary"] == "Beta has one unresolved field." and beta["citations"][0]["quote"] == BETA.splitlines()[0]
     history = inspected["drafts"]
     assert [(d["version"], d["itemId"], d["reviewer"], d["reason"]) for d in history] == [
-        (2, "alpha", "rita", "clearer wording"), (3, "beta", "sam", "shorter")]
+        (2, "alpha", "rita", "clearer wording"),
+        (3, "beta", "sam", "shorter"),
+    ]
     assert [d["resultsSha256"] for d in history] == [h2, h3]
     assert [d["previousResultsSha256"] for d in history] == [h1, h2]
     assert history[0]["change"]["before"]["summary"] == ALPHA.splitlines()[0]
@@ -313,19 +354,22 @@ def test_a_revision_that_changes_nothing_is_refused(ws):
     assert ws.state_bytes() == before
 
 
-@pytest.mark.parametrize("summary, citations, phrase", [
-    ("ok summary", [{"quote": "NOT IN THE SOURCE AT ALL", "claim": "x"}], "not an exact substring"),
-    ("ok summary", [{"quote": "Alpha repor", "claim": "11 characters"}], "not meaningful"),
-    ("ok summary", [{"quote": "   Alpha report   ", "claim": "12 after stripping"}], "not an exact substring"),
-    ("ok summary", [{"quote": "..............", "claim": "punctuation"}], "not meaningful"),
-    ("ok summary", [{"quote": "Alpha report requires owner", "claim": ""}], "claim must be"),
-    ("ok summary", [{"quote": "Alpha report requires owner", "claim": "c", "extra": 1}], "exactly quote and claim"),
-    ("ok summary", [{"quote": "Alpha report requires owner", "claim": "c"}] * 4, "1-3 citations"),
-    ("ok summary", [], "1-3 citations"),
-    ("  \n", REVISED_CITATIONS, "summary must be"),
-    ("x" * 501, REVISED_CITATIONS, "summary must be"),
-    ("ok summary", "{not json", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "summary, citations, phrase",
+    [
+        ("ok summary", [{"quote": "NOT IN THE SOURCE AT ALL", "claim": "x"}], "not an exact substring"),
+        ("ok summary", [{"quote": "Alpha repor", "claim": "11 characters"}], "not meaningful"),
+        ("ok summary", [{"quote": "   Alpha report   ", "claim": "12 after stripping"}], "not an exact substring"),
+        ("ok summary", [{"quote": "..............", "claim": "punctuation"}], "not meaningful"),
+        ("ok summary", [{"quote": "Alpha report requires owner", "claim": ""}], "claim must be"),
+        ("ok summary", [{"quote": "Alpha report requires owner", "claim": "c", "extra": 1}], "exactly quote and claim"),
+        ("ok summary", [{"quote": "Alpha report requires owner", "claim": "c"}] * 4, "1-3 citations"),
+        ("ok summary", [], "1-3 citations"),
+        ("  \n", REVISED_CITATIONS, "summary must be"),
+        ("x" * 501, REVISED_CITATIONS, "summary must be"),
+        ("ok summary", "{not json", "not valid JSON"),
+    ],
+)
 def test_revision_is_validated_exactly_like_model_output(ws, summary, citations, phrase):
     ws.start().ok()
     before = ws.state_bytes()
@@ -430,8 +474,19 @@ def test_cancel_with_a_pending_call_keeps_it_reconcilable_and_sends_nothing_new(
     assert f"reconcile --state-dir {ws.state} --operation-key {pending_key}" in text
 
     response = write(ws, "response.json", {"outputText": '{"itemId": "beta"}', "responseId": "resp_from_dashboard"})
-    done = ws.run("reconcile", "--operation-key", pending_key, "--action", "complete", "--response-file", response,
-                  "--reviewer", "olga", "--reason", "billed per the usage page").ok()
+    done = ws.run(
+        "reconcile",
+        "--operation-key",
+        pending_key,
+        "--action",
+        "complete",
+        "--response-file",
+        response,
+        "--reviewer",
+        "olga",
+        "--reason",
+        "billed per the usage page",
+    ).ok()
     assert done["status"] == "completed"
     assert [c[2:4] for c in ws.run("status").ok()["calls"]] == [["completed", status["calls"][0][3]], ["completed", "resp_from_dashboard"]]
     ws.run("resume").held("cancelled")
@@ -489,10 +544,12 @@ def test_receipt_binds_everything_a_later_reader_needs(ws):
 # --- the review page -----------------------------------------------------------------------------------
 
 HOSTILE_FIRST = '<script>alert("owned")</script><img src="http://evil.example/p.png" onerror="alert(1)"> Alpha says hi'
-HOSTILE = (HOSTILE_FIRST + "\n"
-           '</pre><iframe src="https://evil.example/frame"></iframe><a href="https://evil.example/">click</a>'
-           "<style>body{display:none}</style><link rel=stylesheet href=//evil.example/x.css>\n"
-           "&amp; &lt;b&gt; not bold <!-- comment --> ]]> '\" <base href=https://evil.example/>\n")
+HOSTILE = (
+    HOSTILE_FIRST + "\n"
+    '</pre><iframe src="https://evil.example/frame"></iframe><a href="https://evil.example/">click</a>'
+    "<style>body{display:none}</style><link rel=stylesheet href=//evil.example/x.css>\n"
+    "&amp; &lt;b&gt; not bold <!-- comment --> ]]> '\" <base href=https://evil.example/>\n"
+)
 
 
 class PageParser(html.parser.HTMLParser):
@@ -558,13 +615,19 @@ def test_a_review_page_that_cannot_be_written_or_would_overwrite_the_job_is_refu
 
 def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
     hostile_id = "<b>bold-id</b>"
-    manifest = ws.manifest_dict(sources={"alpha": HOSTILE, "beta": BETA}, jobId="<i>job</i>",
-                                approvedBy="<u>owner</u>", model="<em>model</em>")
+    manifest = ws.manifest_dict(
+        sources={"alpha": HOSTILE, "beta": BETA}, jobId="<i>job</i>", approvedBy="<u>owner</u>", model="<em>model</em>"
+    )
     ws.write_manifest(manifest)
     ws.start().ok()
-    revise(ws, "beta", "Beta <script>evil()</script> summary.",
-           [{"quote": "Beta report has one unresolved field", "claim": "<img src=x onerror=alert(2)>"}],
-           "<svg onload=alert(3)>", "reason <iframe src=//evil.example>").ok()
+    revise(
+        ws,
+        "beta",
+        "Beta <script>evil()</script> summary.",
+        [{"quote": "Beta report has one unresolved field", "claim": "<img src=x onerror=alert(2)>"}],
+        "<svg onload=alert(3)>",
+        "reason <iframe src=//evil.example>",
+    ).ok()
     page_path = os.path.join(ws.root, "review.html")
     out = ws.run("inspect", "--html", page_path).ok()
     assert out["html"] == page_path
@@ -573,9 +636,17 @@ def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
 
     text = page.alltext
     # every hostile string is shown as text
-    for literal in (HOSTILE_FIRST, '<a href="https://evil.example/">click</a>', "<i>job</i>", "<u>owner</u>",
-                    "<em>model</em>", "Beta <script>evil()</script> summary.", "<img src=x onerror=alert(2)>",
-                    "<svg onload=alert(3)>", "reason <iframe src=//evil.example>"):
+    for literal in (
+        HOSTILE_FIRST,
+        '<a href="https://evil.example/">click</a>',
+        "<i>job</i>",
+        "<u>owner</u>",
+        "<em>model</em>",
+        "Beta <script>evil()</script> summary.",
+        "<img src=x onerror=alert(2)>",
+        "<svg onload=alert(3)>",
+        "reason <iframe src=//evil.example>",
+    ):
         assert literal in text, literal
     assert hostile_id not in page.tags
     # header and status, the decide command with the hash
@@ -591,8 +662,8 @@ def test_review_page_escapes_a_hostile_source_and_shows_everything(ws):
     for row in ws.db_rows("SELECT response_id, status FROM calls"):
         assert row[0] in text and row[1] in text
     assert "total 1" in text or "tokens" in text
-    history = page.raw[page.raw.index("<h2>Drafts"):]
-    history = history[:history.index("</section>")]
+    history = page.raw[page.raw.index("<h2>Drafts") :]
+    history = history[: history.index("</section>")]
     assert "v2" in history and "rita" not in history and html.escape("<svg onload=alert(3)>") in history
     assert "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field." in history  # before → after
     assert html.escape("Beta <script>evil()</script> summary.") in history
@@ -602,8 +673,10 @@ def test_highlight_escapes_markup_before_between_inside_and_after_the_quotes():
     """Every slice of a source around its highlighted quotes is escaped: before the first quote, between two
     quotes, inside each, and after the last; the visible text is the source exactly, each quote marked once."""
     first, second = "first <s>quote</s> is here", "second <q>quote</q> is here"
-    source = (f"<script>alert(0)</script><b>lead</b> {first} <img src=x onerror=alert(1)><i>between</i> "
-              f"{second} <u>tail</u><iframe src=//evil.example></iframe>\n")
+    source = (
+        f"<script>alert(0)</script><b>lead</b> {first} <img src=x onerror=alert(1)><i>between</i> "
+        f"{second} <u>tail</u><iframe src=//evil.example></iframe>\n"
+    )
     marked = dj.highlight(source, [{"quote": first, "claim": "c"}, {"quote": second, "claim": "c"}], 3)
     page = PageParser()
     page.feed(marked)
@@ -636,9 +709,9 @@ def png_pixels(path: str):
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -649,7 +722,7 @@ def png_pixels(path: str):
     bpp = 3 if colour == 2 else 4
     raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for x in range(stride):
             a = line[x - bpp] if x >= bpp else 0
             b, c = prev[x], prev[x - bpp] if x >= bpp else 0
@@ -663,7 +736,7 @@ def png_pixels(path: str):
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
                 line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append([tuple(line[i:i + 3]) for i in range(0, stride, bpp)])
+        rows.append([tuple(line[i : i + 3]) for i in range(0, stride, bpp)])
         prev = line
     return width, height, rows
 
@@ -671,9 +744,18 @@ def png_pixels(path: str):
 def screenshot(page: str, png: str, tmp, size=(390, 844)) -> None:
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     assert os.path.exists(chromium), "Debian's chromium is needed: apt-get install -y chromium (.ci/run does it)"
-    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-            f"--user-data-dir={tmp}/chromium-profile", f"--screenshot={png}", f"--window-size={size[0]},{size[1]}",
-            "file://" + page]
+    argv = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={tmp}/chromium-profile",
+        f"--screenshot={png}",
+        f"--window-size={size[0]},{size[1]}",
+        "file://" + page,
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(tmp)})
     assert proc.returncode == 0 and os.path.exists(png), proc.stderr[-2000:]
 
@@ -694,8 +776,9 @@ def test_review_page_renders_on_a_phone_screen_in_headless_chromium(tmp_path):
     assert len(colours) > 50, "a blank or single-colour page"
     dark = sum(1 for p in pixels if sum(p) < 200)
     assert dark > 0.01 * len(pixels), "too little text on screen"
-    assert any(abs(r - 0xff) < 8 and abs(g - 0xe0) < 8 and abs(b - 0x66) < 8 for r, g, b in colours), \
+    assert any(abs(r - 0xFF) < 8 and abs(g - 0xE0) < 8 and abs(b - 0x66) < 8 for r, g, b in colours), (
         "the cited quote's highlight is visible on the first screen"
+    )
     # nothing is wider than the phone: the right-most column stays background
     assert len({row[-1] for row in rows}) <= 3
 
@@ -710,36 +793,98 @@ def test_seal_writes_a_valid_manifest_that_starts(ws):
         with open(os.path.join(folder, "docs", f"{name}.txt"), "w") as fh:
             fh.write(text)
     out = os.path.join(folder, "manifest.json")
-    sealed = ws.run("seal", "--out", out, "--job-id", "sealed-job", "--approved-by", "owner@example.test",
-                    "--mode", "openai", "--model", "gpt-test", "--provider-transfer-approved",
-                    "--max-model-calls", "3", "--max-attempts-per-item", "1",
-                    os.path.join(folder, "docs", "alpha.txt"), "job/docs/beta.txt").ok()
+    sealed = ws.run(
+        "seal",
+        "--out",
+        out,
+        "--job-id",
+        "sealed-job",
+        "--approved-by",
+        "owner@example.test",
+        "--mode",
+        "openai",
+        "--model",
+        "gpt-test",
+        "--provider-transfer-approved",
+        "--max-model-calls",
+        "3",
+        "--max-attempts-per-item",
+        "1",
+        os.path.join(folder, "docs", "alpha.txt"),
+        "job/docs/beta.txt",
+    ).ok()
     with open(out, "rb") as fh:
         raw = fh.read()
     manifest = json.loads(raw)
     assert sealed["manifest"] == out and sealed["manifestSha256"] == sha256(raw)
     assert manifest == {
-        "schemaVersion": 1, "jobId": "sealed-job", "approved": True, "approvedBy": "owner@example.test",
-        "mode": "openai", "model": "gpt-test", "providerTransferApproved": True, "maxModelCalls": 3,
+        "schemaVersion": 1,
+        "jobId": "sealed-job",
+        "approved": True,
+        "approvedBy": "owner@example.test",
+        "mode": "openai",
+        "model": "gpt-test",
+        "providerTransferApproved": True,
+        "maxModelCalls": 3,
         "maxAttemptsPerItem": 1,
-        "items": [{"id": "alpha", "path": "docs/alpha.txt", "sha256": sha256(ALPHA)},
-                  {"id": "beta", "path": "docs/beta.txt", "sha256": sha256(BETA)}]}
+        "items": [
+            {"id": "alpha", "path": "docs/alpha.txt", "sha256": sha256(ALPHA)},
+            {"id": "beta", "path": "docs/beta.txt", "sha256": sha256(BETA)},
+        ],
+    }
     dj.check_manifest(manifest)
 
     # a fake-mode seal runs end to end
     fake = os.path.join(folder, "fake.json")
-    ws.run("seal", "--out", fake, "--job-id", "f", "--approved-by", "o", "--mode", "fake", "--model", "m",
-           os.path.join(folder, "docs", "alpha.txt")).ok()
+    ws.run(
+        "seal",
+        "--out",
+        fake,
+        "--job-id",
+        "f",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        os.path.join(folder, "docs", "alpha.txt"),
+    ).ok()
     started = ws.run("start", "--manifest", fake).ok()
     assert [r["status"] for r in started["results"]] == ["validated"]
 
     # never overwrite without --force
-    ws.run("seal", "--out", out, "--job-id", "x", "--approved-by", "o", "--mode", "fake", "--model", "m",
-           os.path.join(folder, "docs", "alpha.txt")).held("exists", "--force")
+    ws.run(
+        "seal",
+        "--out",
+        out,
+        "--job-id",
+        "x",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        os.path.join(folder, "docs", "alpha.txt"),
+    ).held("exists", "--force")
     with open(out, "rb") as fh:
         assert fh.read() == raw
-    ws.run("seal", "--out", out, "--job-id", "x", "--approved-by", "o", "--mode", "fake", "--model", "m", "--force",
-           os.path.join(folder, "docs", "alpha.txt")).ok()
+    ws.run(
+        "seal",
+        "--out",
+        out,
+        "--job-id",
+        "x",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        "--force",
+        os.path.join(folder, "docs", "alpha.txt"),
+    ).ok()
     assert json.load(open(out))["jobId"] == "x"
 
     # two sources with the same file name in different folders get distinct ids
@@ -747,17 +892,59 @@ def test_seal_writes_a_valid_manifest_that_starts(ws):
         os.makedirs(os.path.join(folder, "docs", sub))
         with open(os.path.join(folder, "docs", sub, "report.txt"), "w") as fh:
             fh.write(text)
-    twins = ws.run("seal", "--out", os.path.join(folder, "twins.json"), "--job-id", "tw", "--approved-by", "o",
-                   "--mode", "fake", "--model", "m", "job/docs/a/report.txt", "job/docs/b/report.txt").ok()
-    assert [(i["id"], i["path"]) for i in twins["items"]] == [("docs/a/report", "docs/a/report.txt"), ("docs/b/report", "docs/b/report.txt")]
+    twins = ws.run(
+        "seal",
+        "--out",
+        os.path.join(folder, "twins.json"),
+        "--job-id",
+        "tw",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        "job/docs/a/report.txt",
+        "job/docs/b/report.txt",
+    ).ok()
+    assert [(i["id"], i["path"]) for i in twins["items"]] == [
+        ("docs/a/report", "docs/a/report.txt"),
+        ("docs/b/report", "docs/b/report.txt"),
+    ]
     with open(os.path.join(folder, "docs", "a", "report.md"), "w") as fh:
         fh.write(GAMMA)
-    stems = ws.run("seal", "--out", os.path.join(folder, "stems.json"), "--job-id", "st", "--approved-by", "o",
-                   "--mode", "fake", "--model", "m", "job/docs/a/report.txt", "job/docs/a/report.md").ok()
+    stems = ws.run(
+        "seal",
+        "--out",
+        os.path.join(folder, "stems.json"),
+        "--job-id",
+        "st",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        "job/docs/a/report.txt",
+        "job/docs/a/report.md",
+    ).ok()
     assert [i["id"] for i in stems["items"]] == ["docs/a/report.txt", "docs/a/report.md"]
 
-    text = ws.run("seal", "--out", os.path.join(folder, "t.json"), "--job-id", "t", "--approved-by", "o",
-                  "--mode", "fake", "--model", "m", os.path.join(folder, "docs", "alpha.txt"), "--text").stdout
+    text = ws.run(
+        "seal",
+        "--out",
+        os.path.join(folder, "t.json"),
+        "--job-id",
+        "t",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        os.path.join(folder, "docs", "alpha.txt"),
+        "--text",
+    ).stdout
     assert "job t" in text and "docs/alpha.txt" in text and sha256(ALPHA) in text and "None" not in text
 
 
@@ -771,10 +958,27 @@ def test_seal_writes_sources_outside_the_folder_as_absolute_paths_and_inside_one
     gamma = ws.write_source("../shared/gamma.txt", GAMMA)
     os.symlink(gamma, os.path.join(folder, "gamma.txt"))
     out = os.path.join(folder, "manifest.json")
-    sealed = ws.run("seal", "--out", out, "--job-id", "spread", "--approved-by", "o", "--mode", "fake", "--model", "m",
-                    inside, outside, os.path.join(folder, "gamma.txt")).ok()
+    sealed = ws.run(
+        "seal",
+        "--out",
+        out,
+        "--job-id",
+        "spread",
+        "--approved-by",
+        "o",
+        "--mode",
+        "fake",
+        "--model",
+        "m",
+        inside,
+        outside,
+        os.path.join(folder, "gamma.txt"),
+    ).ok()
     assert [(i["id"], i["path"]) for i in sealed["items"]] == [
-        ("alpha", "docs/alpha.txt"), ("beta", os.path.join(ws.root, "shared", "beta.txt")), ("gamma", "gamma.txt")]
+        ("alpha", "docs/alpha.txt"),
+        ("beta", os.path.join(ws.root, "shared", "beta.txt")),
+        ("gamma", "gamma.txt"),
+    ]
     out_run = ws.run("start", "--manifest", out).ok()
     assert [r["status"] for r in out_run["results"]] == ["validated"] * 3
     with open(gamma, "a") as fh:
@@ -782,8 +986,23 @@ def test_seal_writes_sources_outside_the_folder_as_absolute_paths_and_inside_one
     ws.run("resume").held("Source bound/hash/size failure: gamma")
 
     twins = [ws.write_source(f"../shared/{sub}/report.txt", text) for sub, text in (("a", ALPHA), ("b", BETA))]
-    ids = [i["id"] for i in ws.run("seal", "--out", os.path.join(folder, "twins.json"), "--job-id", "tw", "--approved-by", "o",
-                                   "--mode", "fake", "--model", "m", *twins).ok()["items"]]
+    ids = [
+        i["id"]
+        for i in ws.run(
+            "seal",
+            "--out",
+            os.path.join(folder, "twins.json"),
+            "--job-id",
+            "tw",
+            "--approved-by",
+            "o",
+            "--mode",
+            "fake",
+            "--model",
+            "m",
+            *twins,
+        ).ok()["items"]
+    ]
     assert ids[0].endswith("shared/a/report") and ids[1].endswith("shared/b/report") and not any(i.startswith("/") for i in ids)
 
 
@@ -808,7 +1027,9 @@ def test_seal_refuses_every_broken_source_rule(ws):
     four = [ws.write_source(f"../job/four-{n}.txt", f"Source number {n} of four, each one valid.\n") for n in range(4)]
     ws.run(*base, *four).held("seal needs 1 to 3 sources, got 4")
     ws.run(*base, *four[:3], "--mcp-uri", "docs://alpha", "--mcp-command", "server").held("got 4")
-    ws.run("seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--mode", "openai", "--model", "m", good).held("providerTransferApproved")
+    ws.run("seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--mode", "openai", "--model", "m", good).held(
+        "providerTransferApproved"
+    )
     ws.run(*base, "--max-model-calls", "7", good).held("maxModelCalls")
     ws.run(*base, "--max-attempts-per-item", "3", good).held("maxAttemptsPerItem")
     ws.run("seal", "--out", out, "--job-id", "  ", "--approved-by", "o", "--mode", "fake", "--model", "m", good).held("jobId")
@@ -825,7 +1046,9 @@ def test_seal_names_its_own_flags_and_the_size_of_a_file_over_the_limit(ws):
     base = ["seal", "--out", out, "--job-id", "j", "--approved-by", "o", "--model", "m"]
     ws.run(*base, "--mode", "openai", good).held("ManifestError", "--mode openai needs --provider-transfer-approved")
     ws.run(*base, "--mode", "fake", big).held("Source bound/hash/size failure: big", "4321 bytes", "limit of 3000")
-    ws.run(*base, "--mode", "fake", "--max-model-calls", "7", good).held("--max-model-calls (the manifest's maxModelCalls) must be an integer from 1 to 6")
+    ws.run(*base, "--mode", "fake", "--max-model-calls", "7", good).held(
+        "--max-model-calls (the manifest's maxModelCalls) must be an integer from 1 to 6"
+    )
     assert not os.path.exists(out)
     assert ws.run(*base, "--mode", "openai", "--provider-transfer-approved", good).ok()["items"][0]["id"] == "good"
 
@@ -862,9 +1085,8 @@ def test_text_summaries_are_readable_for_every_review_command(ws):
     cancelled = other.run("cancel", "--reviewer", "olga", "--reason", "stop", "--text").stdout
     assert "cancelled by olga" in cancelled and "stop" in cancelled and key in cancelled and "reconcile" in cancelled
     # the printed reconcile command, placeholders filled, works after cancel
-    line = next(l for l in cancelled.splitlines() if "reconcile --state-dir" in l)
-    argv = paste(line[line.index(f"python {PROGRAM}"):],
-                 **{"complete|abandon": "abandon", "YOU": "olga", "WHY": "no usage recorded"})
+    line = next(text for text in cancelled.splitlines() if "reconcile --state-dir" in text)
+    argv = paste(line[line.index(f"python {PROGRAM}") :], **{"complete|abandon": "abandon", "YOU": "olga", "WHY": "no usage recorded"})
     assert run_argv(other, argv).ok()["status"] == "abandoned"
 
     # --json forces JSON, the default when piped is JSON
@@ -878,8 +1100,9 @@ def run_on_terminal(ws: Workspace, *args, stderr_tty=True, env=None):
     master, slave = pty.openpty()
     err_master, err_slave = pty.openpty() if stderr_tty else (None, None)
     argv = [sys.executable, PROGRAM, *args, "--state-dir", ws.state]
-    proc = subprocess.Popen(argv, stdout=slave, stderr=err_slave if stderr_tty else subprocess.PIPE,
-                            env={**clean_env(), **ws.env, **(env or {})}, cwd=ws.root)
+    proc = subprocess.Popen(
+        argv, stdout=slave, stderr=err_slave if stderr_tty else subprocess.PIPE, env={**clean_env(), **ws.env, **(env or {})}, cwd=ws.root
+    )
     os.close(slave)
     if err_slave is not None:
         os.close(err_slave)
@@ -918,8 +1141,14 @@ def test_on_a_terminal_commands_print_a_summary_and_progress(ws):
     other = Workspace(os.path.join(ws.root, "piped"))
     other.write_manifest()
     master, slave = pty.openpty()
-    proc = subprocess.run([sys.executable, PROGRAM, "start", "--manifest", other.manifest, "--state-dir", other.state],
-                          stdout=subprocess.PIPE, stderr=slave, env=clean_env(), cwd=other.root, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, PROGRAM, "start", "--manifest", other.manifest, "--state-dir", other.state],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=clean_env(),
+        cwd=other.root,
+        timeout=120,
+    )
     os.close(slave)
     err = b""
     while select.select([master], [], [], 0.5)[0]:

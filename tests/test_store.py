@@ -4,19 +4,17 @@ The journeys common to both backends are marked @BOTH in the other test files; t
 moving machines, six first starts on an empty database, a role without CREATE, the advisory lock when its
 holder dies or loses its connection, passwords, jobs listings, addressing and the read path's imports.
 """
+
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
 
 from conftest import PROGRAM, Result, Workspace, clean_env, kill_group, openai_workspace, wait_for
-
-import durable_job as dj
 
 
 def other_machine(tmp_path, store: str, name="laptop") -> Workspace:
@@ -53,8 +51,19 @@ def test_a_job_started_on_one_machine_is_reconciled_resumed_and_decided_on_anoth
     run_job(laptop, "journey", "inspect", "--html", page).ok()
     with open(page, encoding="utf-8") as fh:  # the sources come from the store: this machine has no copy
         assert "Source not shown" not in fh.read()
-    decided = run_job(laptop, "journey", "decide", "--decision", "accept", "--reviewer", "rev", "--reason", "ok",
-                      "--results-sha256", out["interrupt"][0]["resultsSha256"]).ok()
+    decided = run_job(
+        laptop,
+        "journey",
+        "decide",
+        "--decision",
+        "accept",
+        "--reviewer",
+        "rev",
+        "--reason",
+        "ok",
+        "--results-sha256",
+        out["interrupt"][0]["resultsSha256"],
+    ).ok()
     assert decided["final"]["decision"] == "accept"
     assert run_job(laptop, "journey", "verify").ok()["ok"] is True
     # the first machine sees the same job, decided
@@ -124,8 +133,9 @@ def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
 def test_a_dropped_lock_connection_ends_the_run_with_a_hold(ws_store, provider, pg_server):
     ws = ws_store
     proc = slow_openai_job(ws, provider, seconds=3)
-    psql_rows(pg_server, ws.store, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                   "WHERE application_name LIKE 'durable_job start %'")
+    psql_rows(
+        pg_server, ws.store, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'durable_job start %'"
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()
@@ -143,19 +153,29 @@ def test_no_password_in_any_output_error_or_stored_row(pg_server, store_url, tmp
     results = [w.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"})]
     results += [w.run("status"), w.run("inspect"), w.run("jobs", "--store", url), w.run("jobs", "--store", url, "--text")]
     key = results[1].json["calls"][0][0]
-    results += [w.run("resume"), w.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "r", "--reason", "x"),
-                w.run("resume"), w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x"),
-                w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "again"), w.run("verify"),
-                w.run("status", "--text"), w.run("status", "--job", "nope"),
-                w.run("status", env={"DURABLE_JOB_STORE": url}, state=False),
-                w.run("status", "--job", "journey", "--store", url.replace(str(pg_server.port), "1"), state=False)]
+    results += [
+        w.run("resume"),
+        w.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "r", "--reason", "x"),
+        w.run("resume"),
+        w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x"),
+        w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "again"),
+        w.run("verify"),
+        w.run("status", "--text"),
+        w.run("status", "--job", "nope"),
+        w.run("status", env={"DURABLE_JOB_STORE": url}, state=False),
+        w.run("status", "--job", "journey", "--store", url.replace(str(pg_server.port), "1"), state=False),
+    ]
     assert results[-1].code == 2 and "cannot be reached" in results[-1].stderr
     assert results[3].json["jobs"][0]["jobId"] == "journey"
     for r in results:
         assert secret not in r.stdout + r.stderr
     assert results[1].json["store"] == store_url
-    dump = subprocess.run([dj_pg_dump(), "-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "postgres", "-a",
-                           store_url.rsplit("/", 1)[1]], capture_output=True, text=True, timeout=60)
+    dump = subprocess.run(
+        [dj_pg_dump(), "-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "postgres", "-a", store_url.rsplit("/", 1)[1]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dump.returncode == 0 and "journey" in dump.stdout and secret not in dump.stdout
 
 
@@ -190,10 +210,12 @@ def test_addressing_flags_and_the_store_environment_variable(ws_store, tmp_path)
 
 def run_without(modules: list, *args, cwd=None) -> Result:
     """The CLI in a Python where importing any of `modules` fails."""
-    code = ("import sys, runpy\n"
-            f"for name in {modules!r}: sys.modules[name] = None\n"
-            f"sys.argv = [{PROGRAM!r}, *{list(args)!r}]\n"
-            f"runpy.run_path({PROGRAM!r}, run_name='__main__')\n")
+    code = (
+        "import sys, runpy\n"
+        f"for name in {modules!r}: sys.modules[name] = None\n"
+        f"sys.argv = [{PROGRAM!r}, *{list(args)!r}]\n"
+        f"runpy.run_path({PROGRAM!r}, run_name='__main__')\n"
+    )
     return Result(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=cwd, timeout=60))
 
 
@@ -216,14 +238,24 @@ def test_no_command_leaves_a_connection_open_behind_it(store_url, tmp_path):
 
     def connections():
         with psycopg.connect(ws.store) as conn:
-            return conn.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
-                                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchall()
+            return conn.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            ).fetchall()
 
     assert ws.inprocess
-    commands = [("start", "--manifest", ws.manifest), ("status",), ("inspect",), ("jobs", "--store", ws.store), ("verify",),
-                ("resume",), ("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x"),
-                ("revise", "--item", "nobody", "--summary-file", ws.manifest, "--reviewer", "r", "--reason", "x"),
-                ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"), ("cancel", "--reviewer", "r", "--reason", "x")]
+    commands = [
+        ("start", "--manifest", ws.manifest),
+        ("status",),
+        ("inspect",),
+        ("jobs", "--store", ws.store),
+        ("verify",),
+        ("resume",),
+        ("decide", "--decision", "maybe", "--reviewer", "r", "--reason", "x"),
+        ("revise", "--item", "nobody", "--summary-file", ws.manifest, "--reviewer", "r", "--reason", "x"),
+        ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"),
+        ("cancel", "--reviewer", "r", "--reason", "x"),
+    ]
     for argv in commands:
         r = ws.run(*argv)
         assert r.code in (0, 2) and connections() == [], (argv, r.stderr, connections())
@@ -235,18 +267,22 @@ def test_without_the_bundled_libpq_reads_go_through_psycopg_and_say_the_same(ws_
     way (a single-process patch could not show which modules the command imported)."""
     ws = ws_store
     ws.start().ok()
-    code = ("import json, sys\n"
-            f"sys.path.insert(0, {os.path.dirname(PROGRAM)!r})\n"
-            "import durable_job\n"
-            "code = durable_job.main(sys.argv[2:])\n"
-            "print(json.dumps(['psycopg' in sys.modules, code]), file=sys.stderr)\n")
-    for argv in (["status", "--store", ws.store, "--job", "journey"], ["inspect", "--store", ws.store, "--job", "journey"],
-                 ["jobs", "--store", ws.store]):
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {os.path.dirname(PROGRAM)!r})\n"
+        "import durable_job\n"
+        "code = durable_job.main(sys.argv[2:])\n"
+        "print(json.dumps(['psycopg' in sys.modules, code]), file=sys.stderr)\n"
+    )
+    for argv in (
+        ["status", "--store", ws.store, "--job", "journey"],
+        ["inspect", "--store", ws.store, "--job", "journey"],
+        ["jobs", "--store", ws.store],
+    ):
         answers = {}
         for path in ("fast", "fallback"):
             env = {**clean_env(), **({"DURABLE_JOB_PG_DRIVER": "psycopg"} if path == "fallback" else {})}
-            proc = subprocess.run([sys.executable, "-c", code, path, *argv, "--json"], capture_output=True, text=True,
-                                  env=env, timeout=60)
+            proc = subprocess.run([sys.executable, "-c", code, path, *argv, "--json"], capture_output=True, text=True, env=env, timeout=60)
             imported, exit_code = json.loads(proc.stderr.strip().splitlines()[-1])
             assert exit_code == 0 and imported == (path == "fallback"), (argv, path, proc.stderr)
             answers[path] = json.loads(proc.stdout)
@@ -256,10 +292,12 @@ def test_without_the_bundled_libpq_reads_go_through_psycopg_and_say_the_same(ws_
 
 def test_without_psycopg_a_store_url_holds_naming_the_requirements_file(tmp_path):
     """A Python without site-packages has neither psycopg nor the libpq it ships (the read path's fast reader)."""
-    code = ("import sys, runpy\n"
-            "sys.path = [p for p in sys.path if 'site-packages' not in p]\n"
-            f"sys.argv = [{PROGRAM!r}, 'status', '--store', 'postgresql://u:pw-never-shown@127.0.0.1:1/db', '--job', 'j']\n"
-            f"runpy.run_path({PROGRAM!r}, run_name='__main__')\n")
+    code = (
+        "import sys, runpy\n"
+        "sys.path = [p for p in sys.path if 'site-packages' not in p]\n"
+        f"sys.argv = [{PROGRAM!r}, 'status', '--store', 'postgresql://u:pw-never-shown@127.0.0.1:1/db', '--job', 'j']\n"
+        f"runpy.run_path({PROGRAM!r}, run_name='__main__')\n"
+    )
     r = Result(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), timeout=60))
     line = r.held("UsageError", "pip install -r requirements-postgres.txt")
     assert "pw-never-shown" not in line

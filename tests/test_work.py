@@ -2,6 +2,7 @@
 
 Real PostgreSQL, the loopback provider, several real `work` processes killed and stopped with real signals.
 """
+
 import json
 import os
 import random
@@ -39,13 +40,15 @@ def submit_jobs(tmp_path, store, count, provider=None, items=("alpha",)) -> list
 def worker(store, *flags, env=None) -> subprocess.Popen:
     full = clean_env()
     full.update(env or {})
-    return subprocess.Popen([sys.executable, PROGRAM, "work", "--store", store, *flags], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full)
+    return subprocess.Popen(
+        [sys.executable, PROGRAM, "work", "--store", store, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full
+    )
 
 
 def phases(store) -> dict:
-    out = subprocess.run([sys.executable, PROGRAM, "jobs", "--store", store, "--json"], capture_output=True, text=True,
-                         env=clean_env(), timeout=60)
+    out = subprocess.run(
+        [sys.executable, PROGRAM, "jobs", "--store", store, "--json"], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return {j["jobId"]: j["phase"] for j in json.loads(out.stdout)["jobs"]}
 
@@ -92,8 +95,9 @@ def test_a_job_needing_a_person_is_skipped_and_a_running_one_names_its_worker(tm
     provider.behave("slow:3")
     proc = worker(store_url, "--until-idle", env=jobs[0].env)
     wait_for(lambda: len(provider.requests()) >= 1, timeout=60)
-    listing = subprocess.run([sys.executable, PROGRAM, "jobs", "--store", store_url, "--json"], capture_output=True, text=True,
-                             env=clean_env(), timeout=60)
+    listing = subprocess.run(
+        [sys.executable, PROGRAM, "jobs", "--store", store_url, "--json"], capture_output=True, text=True, env=clean_env(), timeout=60
+    )
     running = [j for j in json.loads(listing.stdout)["jobs"] if j["phase"] == "running"]
     assert len(running) == 1 and running[0]["runningBy"]["command"] == "work" and running[0]["runningBy"]["pid"] == proc.pid
     assert running[0]["runningBy"]["host"] == os.uname().nodename.split(".")[0]
@@ -142,7 +146,7 @@ def test_random_sigkills_of_several_workers_never_send_an_operation_key_twice(tm
     for _ in range(6):  # each kill lands while calls are in flight: after a request arrived, before its answer
         seen = len(provider.requests())
         try:
-            wait_for(lambda: len(provider.requests()) > seen, timeout=30)
+            wait_for(lambda seen=seen: len(provider.requests()) > seen, timeout=30)
         except AssertionError:
             break  # nothing left to send
         time.sleep(rng.uniform(0.0, 0.3))
@@ -167,8 +171,19 @@ def test_random_sigkills_of_several_workers_never_send_an_operation_key_twice(tm
         if states[w.job_id()] == "uncertain-call":
             for key, _item, status, *_ in w.run("status", "--job", w.job_id()).ok()["calls"]:
                 if status == "pending":
-                    w.run("reconcile", "--job", w.job_id(), "--operation-key", key, "--action", "abandon",
-                          "--reviewer", "ops", "--reason", "not in the provider's log").ok()
+                    w.run(
+                        "reconcile",
+                        "--job",
+                        w.job_id(),
+                        "--operation-key",
+                        key,
+                        "--action",
+                        "abandon",
+                        "--reviewer",
+                        "ops",
+                        "--reason",
+                        "not in the provider's log",
+                    ).ok()
     last = worker(store_url, "--until-idle", "--concurrency", "4", env=env)
     out, err = last.communicate(timeout=180)
     assert last.returncode == 0, err
