@@ -973,6 +973,31 @@ def check_file_seals(job: Job, *, mcp: str | dict = "launch") -> tuple[Manifest,
     return manifest, load_sources(manifest, path, mcp=mcp)
 
 
+def read_manifest_quiet(job: Job) -> Manifest | None:
+    try:
+        return read_manifest(job["manifestPath"])[0]
+    except JobError:
+        return None
+
+
+def read_sources_quiet(job: Job, kept: dict) -> dict:
+    """{item id: text} of the sources that still match their seal; an MCP source from its kept copy (never launched)."""
+    manifest = read_manifest_quiet(job)
+    texts: dict[str, str] = {}
+    if not manifest:
+        return texts
+    base = os.path.dirname(job["manifestPath"])
+    for item in manifest["items"]:
+        if "mcp" in item and item["id"] not in kept:
+            continue
+        try:
+            data = kept[item["id"]] if "mcp" in item else read_file_source(base, item)
+            texts[item["id"]] = check_source_bytes(item, data)
+        except JobError:
+            pass
+    return texts
+
+
 def sealed_manifest_bytes(path: str) -> bytes:
     """The bytes at the sealed manifest path; a missing or unreadable file is a broken seal (no flag can name another)."""
     try:
@@ -2586,14 +2611,17 @@ def call_events(journal: Journal | None) -> list[dict]:
     ]
 
 
+def latest_draft(journal: Journal | None) -> tuple[int, list] | None:
+    """The latest revised draft (version, results), or None when the results were never revised."""
+    if journal is None or not journal.has_table("drafts"):
+        return None
+    row = journal.row("SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1")
+    return None if row is None else (row["version"], json.loads(row["results_json"]))
+
+
 def current_draft(journal: Journal | None, model_results: list) -> tuple[int, list]:
     """The results under review: the latest revised draft, else the model's (draft 1)."""
-    if journal is None or not journal.has_table("drafts"):
-        return 1, list(model_results)
-    row = journal.row("SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1")
-    if row is None:
-        return 1, list(model_results)
-    return row["version"], json.loads(row["results_json"])
+    return latest_draft(journal) or (1, list(model_results))
 
 
 def draft_rows(journal: Journal | None) -> list[dict]:
@@ -2910,51 +2938,63 @@ class SqliteCheckpointRows(CheckpointRows):
 
 
 class PgCheckpointRows(CheckpointRows):
-    """PostgresSaver's tables in a store: simple values inline in the checkpoint's JSON, lists and dicts in checkpoint_blobs."""
+    """PostgresSaver's tables in a store, read for one thread or many at once (three queries, whatever their number).
 
-    def __init__(self, journal: PgJournal, where: str):
+    Simple channel values sit inline in the checkpoint's JSON, lists and dicts in checkpoint_blobs.
+    """
+
+    def __init__(self, journal: PgJournal, where: str, threads: list[str]):
         self.journal, self.where = journal, where
+        self.latest_of: dict[str, tuple[str, dict]] = {}
+        self.writes_of: dict[tuple[str, str], list] = {}
+        if threads:
+            self.load(threads)
+
+    def load(self, threads: list[str]) -> None:
+        wanted: dict[str, dict[str, str]] = {}  # thread → {channel: version} of values kept as blobs
+        for row in self.journal.rows(
+            "SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, checkpoint FROM durable_job.checkpoints "
+            "WHERE thread_id = ANY({p.threads}) AND checkpoint_ns = {p.ns} ORDER BY thread_id, checkpoint_id DESC",
+            threads=threads,
+            ns=LG_ROOT_NAMESPACE,
+        ):
+            checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
+            inline, versions = checkpoint.get(LG_CHANNEL_VALUES) or {}, checkpoint.get(LG_CHANNEL_VERSIONS) or {}
+            self.latest_of[row["thread_id"]] = (row["checkpoint_id"], {key: inline[key] for key in STATE_KEYS if key in inline})
+            wanted[row["thread_id"]] = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
+        pairs = [(thread, channel, version) for thread, channels in wanted.items() for channel, version in channels.items()]
+        if pairs:
+            for blob in self.journal.rows(
+                "SELECT b.thread_id, b.channel, b.type, b.blob FROM durable_job.checkpoint_blobs b "
+                "JOIN unnest({p.threads}::text[], {p.channels}::text[], {p.versions}::text[]) AS w(thread_id, channel, version) "
+                "ON b.thread_id = w.thread_id AND b.channel = w.channel AND b.version = w.version WHERE b.checkpoint_ns = {p.ns}",
+                threads=[t for t, _, _ in pairs],
+                channels=[c for _, c, _ in pairs],
+                versions=[v for _, _, v in pairs],
+                ns=LG_ROOT_NAMESPACE,
+            ):
+                if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
+                    value = decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where)
+                    self.latest_of[blob["thread_id"]][1][blob["channel"]] = plain_value(value, blob["channel"], self.where)
+        latest = [(thread, cid) for thread, (cid, _) in self.latest_of.items()]
+        for w in self.journal.rows(
+            "SELECT w.thread_id, w.checkpoint_id, w.channel, w.type, w.blob FROM durable_job.checkpoint_writes w "
+            "JOIN unnest({p.threads}::text[], {p.checkpoints}::text[]) AS c(thread_id, checkpoint_id) "
+            "ON w.thread_id = c.thread_id AND w.checkpoint_id = c.checkpoint_id "
+            "WHERE w.checkpoint_ns = {p.ns} AND w.channel = ANY({p.channels}) "
+            "ORDER BY w.thread_id, w.channel = 'final' DESC, w.task_id DESC",
+            threads=[t for t, _ in latest],
+            checkpoints=[c for _, c in latest],
+            ns=LG_ROOT_NAMESPACE,
+            channels=list(LG_SAVED_CHANNELS),
+        ):
+            self.writes_of.setdefault((w["thread_id"], w["checkpoint_id"]), []).append((w["channel"], w["type"], w["blob"]))
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
-        row = self.journal.row(
-            "SELECT checkpoint_id, checkpoint FROM durable_job.checkpoints WHERE thread_id = {p.thread} "
-            "AND checkpoint_ns = {p.ns} ORDER BY checkpoint_id DESC LIMIT 1",
-            thread=thread_id,
-            ns=LG_ROOT_NAMESPACE,
-        )
-        if row is None:
-            return None
-        checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
-        inline, versions = checkpoint.get(LG_CHANNEL_VALUES) or {}, checkpoint.get(LG_CHANNEL_VERSIONS) or {}
-        values = {key: inline[key] for key in STATE_KEYS if key in inline}
-        wanted = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
-        if wanted:
-            for blob in self.journal.rows(
-                "SELECT channel, type, blob FROM durable_job.checkpoint_blobs WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
-                "AND channel = ANY({p.channels}) AND version = ANY({p.versions})",
-                thread=thread_id,
-                ns=LG_ROOT_NAMESPACE,
-                channels=list(wanted),
-                versions=list(wanted.values()),
-            ):
-                if wanted.get(blob["channel"]) is not None and blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
-                    values[blob["channel"]] = plain_value(
-                        decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where), blob["channel"], self.where
-                    )
-        return row["checkpoint_id"], values
+        return self.latest_of.get(thread_id)
 
     def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
-        return [
-            (w["channel"], w["type"], w["blob"])
-            for w in self.journal.rows(
-                "SELECT channel, type, blob FROM durable_job.checkpoint_writes WHERE thread_id = {p.thread} AND checkpoint_ns = {p.ns} "
-                "AND checkpoint_id = {p.checkpoint} AND channel = ANY({p.channels}) ORDER BY channel = 'final' DESC, task_id DESC",
-                thread=thread_id,
-                ns=LG_ROOT_NAMESPACE,
-                checkpoint=checkpoint_id,
-                channels=list(LG_SAVED_CHANNELS),
-            )
-        ]
+        return self.writes_of.get((thread_id, checkpoint_id), [])
 
 
 ###############################################################################
@@ -3027,6 +3067,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def new_job_hint(self) -> str:
         """The fix when a request is not the job this place holds."""
+
+    @abc.abstractmethod
+    def sealed_manifest(self, job: Job) -> Manifest | None:
+        """The job's sealed manifest as this store keeps it, or None when it cannot be read (never raising)."""
 
     @abc.abstractmethod
     def sealed_copies(self, job: Job) -> tuple:
@@ -3146,6 +3190,9 @@ class StateDirStore(Store):
 
     def new_job_hint(self) -> str:
         return "use a new --state-dir for this request"
+
+    def sealed_manifest(self, job: Job) -> Manifest | None:
+        return read_manifest_quiet(job)
 
     def sealed_copies(self, job: Job) -> tuple:
         return read_manifest_quiet(job), read_sources_quiet(job, self.kept_mcp_sources())
@@ -3277,6 +3324,16 @@ class StateDirStore(Store):
         return "state directory private; journal and checkpoint files whole"
 
 
+def advisory_holders(db: PgJournal) -> dict[int, Holder]:
+    """Every session advisory lock held in the store's database, by its 64-bit key (pg_locks' two 32-bit halves)."""
+    rows = db.rows(
+        "SELECT l.classid::bigint AS high, l.objid::bigint AS low, a.application_name FROM pg_locks l "
+        "LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    )
+    return {(r["high"] << 32) | r["low"]: parse_holder_name(r["application_name"]) for r in rows}
+
+
 class PgLock:
     """The job's writers' lock: a session-level pg_try_advisory_lock on the journal's own connection.
 
@@ -3367,6 +3424,9 @@ class PgStore(Store):
 
     def new_job_hint(self) -> str:
         return "a jobId names one job in the store: give this request a new jobId in its manifest"
+
+    def sealed_manifest(self, job: Job) -> Manifest | None:
+        return self.sealed_copies(job)[0]
 
     def sealed_copies(self, job: Job) -> tuple:
         """The store's own copies (so a page made on any machine shows the sources), or what still matches."""
@@ -3470,7 +3530,8 @@ class PgStore(Store):
         return self.load_row(db) is not None
 
     def load_job(self, db: PgJournal | None = None) -> Job:
-        row = self.row = self.load_row(db)
+        """The job record, from the row this store read already (a job's row is written once) unless db asks for a fresh read."""
+        row = self.row = self.row if self.row is not None and db is None else self.load_row(db)
         if row is None:
             raise StateError(
                 f"No job {self.job_id!r} in the store {self.public}; check --job (`{self.program} jobs` lists them), "
@@ -3561,15 +3622,7 @@ class PgStore(Store):
         row = self.row or self.load_row(db)
         if row is None:
             return None
-        key = lock_key(strict_json(row["record_json"])["threadId"]) & 0xFFFFFFFFFFFFFFFF
-        found = db.row(
-            "SELECT a.application_name FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = {p.high}::bigint::oid AND l.objid = {p.low}::bigint::oid "
-            "AND l.objsubid = 1",
-            high=key >> 32,
-            low=key & 0xFFFFFFFF,
-        )
-        return None if found is None else parse_holder_name(found["application_name"])
+        return advisory_holders(db).get(lock_key(strict_json(row["record_json"])["threadId"]) & 0xFFFFFFFFFFFFFFFF)
 
     # -- the journal -----------------------------------------------------------
 
@@ -3620,7 +3673,9 @@ class PgStore(Store):
         db = self.db()
         if db.rows("SELECT to_regclass('durable_job.checkpoints') IS NOT NULL AS made")[0]["made"] is False:
             return read_checkpoint(None, job["threadId"])
-        return read_checkpoint(PgCheckpointRows(db, f"the checkpoint tables of job {self.job_id} in {self.public}"), job["threadId"])
+        return read_checkpoint(
+            PgCheckpointRows(db, f"the checkpoint tables of job {self.job_id} in {self.public}", [job["threadId"]]), job["threadId"]
+        )
 
     def storage_errors(self) -> tuple:
         psycopg = sys.modules.get("psycopg")
@@ -4207,16 +4262,88 @@ def read_snapshot(store: Store) -> Snapshot:
     journal = store.read_journal()
     try:
         checkpoint = store.read_checkpoint(job)
-        model_results = list(checkpoint["values"].get("results") or [])
-        at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
-        draft = current_draft(journal, model_results) if at_review else (1, model_results)
-        return Snapshot(
-            store, job, journal, checkpoint, call_rows(journal), journal_outcome(journal, "cancel"), draft, holder, store.has_receipt()
+        return make_snapshot(
+            store,
+            job,
+            journal,
+            checkpoint,
+            call_rows(journal),
+            journal_outcome(journal, "cancel"),
+            latest_draft(journal),
+            holder,
+            store.has_receipt(),
         )
     except BaseException:
         if journal is not None:
             journal.close()
         raise
+
+
+def make_snapshot(
+    store: Store,
+    job: Job,
+    journal: Journal | None,
+    checkpoint: CheckpointState,
+    calls: list,
+    cancel: dict | None,
+    revised: tuple[int, list] | None,
+    holder: Holder | None,
+    has_receipt: bool,
+) -> Snapshot:
+    """A Snapshot from what was read; the results under review are the latest draft once the job is at review."""
+    model_results = list(checkpoint["values"].get("results") or [])
+    at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
+    draft = (revised or (1, model_results)) if at_review else (1, model_results)
+    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt)
+
+
+def store_snapshots(lister: PgStore) -> list[tuple[PgStore, Snapshot | StateError]]:
+    """Every job of a store, oldest first, each as read_snapshot reads it, from nine queries whatever the number of jobs
+    (each with its store; a job that cannot be read is its StateError). The caller closes the lister's connection."""
+    db = lister.db()
+    if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
+        return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
+    rows = db.rows(
+        "SELECT job_id, thread_id, record_json, manifest, manifest_sha256, "
+        "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
+        "FROM durable_job.jobs ORDER BY created_utc, job_id"
+    )
+    calls: dict[str, list] = {}
+    for call in db.rows("SELECT * FROM durable_job.calls ORDER BY job_id, created_utc, seq"):
+        calls.setdefault(call["job_id"], []).append(call)
+    cancels = {
+        r["job_id"]: json.loads(r["record_json"])
+        for r in db.rows("SELECT job_id, record_json FROM durable_job.outcomes WHERE kind = 'cancel'")
+    }
+    receipts = {r["job_id"] for r in db.rows("SELECT job_id FROM durable_job.receipts")}
+    drafts = {
+        r["job_id"]: (r["version"], json.loads(r["results_json"]))
+        for r in db.rows("SELECT DISTINCT ON (job_id) job_id, version, results_json FROM durable_job.drafts ORDER BY job_id, version DESC")
+    }
+    holders = advisory_holders(db)
+    checkpoints = PgCheckpointRows(db, f"the checkpoint tables in {lister.public}", [r["thread_id"] for r in rows])
+    snaps: list[tuple[PgStore, Snapshot | StateError]] = []
+    for row in rows:
+        store = lister.for_job(row["job_id"])
+        store.row = row
+        try:
+            job = store.load_job()
+            holder = holders.get(lock_key(job["threadId"]) & 0xFFFFFFFFFFFFFFFF)
+            snapshot = make_snapshot(
+                store,
+                job,
+                db.for_job(row["job_id"]),
+                read_checkpoint(checkpoints, job["threadId"]),
+                calls.get(row["job_id"], []),
+                cancels.get(row["job_id"]),
+                drafts.get(row["job_id"]),
+                holder,
+                row["job_id"] in receipts,
+            )
+            snaps.append((store, snapshot))
+        except StateError as exc:
+            snaps.append((store, exc))
+    return snaps
 
 
 def in_flight(snap: Snapshot) -> list:
@@ -4249,7 +4376,7 @@ def next_for_phase(snap: Snapshot) -> str:
     if snap.phase == "deciding":
         return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
     if snap.phase == "awaiting-review":
-        return review_next(store, snap.results, snap.calls, read_manifest_quiet(snap.job))
+        return review_next(store, snap.results, snap.calls, store.sealed_manifest(snap.job))
     if snap.phase == "running":
         holder = cast(Holder, snap.holder)
         calls = "".join(f"; call {c['operationKey']} for item {c['itemId']} is in flight" for c in in_flight(snap))
@@ -4614,31 +4741,6 @@ def answered_calls(snap: Snapshot) -> dict:
         if done:
             out[r["itemId"]] = done[-1]
     return out
-
-
-def read_manifest_quiet(job: Job) -> Manifest | None:
-    try:
-        return read_manifest(job["manifestPath"])[0]
-    except JobError:
-        return None
-
-
-def read_sources_quiet(job: Job, kept: dict) -> dict:
-    """{item id: text} of the sources that still match their seal; an MCP source from its kept copy (never launched)."""
-    manifest = read_manifest_quiet(job)
-    texts: dict[str, str] = {}
-    if not manifest:
-        return texts
-    base = os.path.dirname(job["manifestPath"])
-    for item in manifest["items"]:
-        if "mcp" in item and item["id"] not in kept:
-            continue
-        try:
-            data = kept[item["id"]] if "mcp" in item else read_file_source(base, item)
-            texts[item["id"]] = check_source_bytes(item, data)
-        except JobError:
-            pass
-    return texts
 
 
 def highlight(source: str, citations: list, n: int) -> Html:
@@ -5369,7 +5471,7 @@ def inspect(store: Store, *, html: str | None = None) -> dict:
             out["savedDecision"] = snap.saved_decision
         if snap.waiting and not snap.cancel:
             out["decideCommand"] = decide_command(snap.store, snap.results)
-            out.update(failed_field(snap.store, snap.results, snap.calls, read_manifest_quiet(snap.job)))
+            out.update(failed_field(snap.store, snap.results, snap.calls, snap.store.sealed_manifest(snap.job)))
         if html:
             refuse_sealed_target(html, snap.job, snap.store)
             write_html(html, snap, out)
@@ -5975,9 +6077,11 @@ def state_dirs_under(roots: list, program: str | None = None) -> list:
     return [StateDirStore(folder, program) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
-def job_row(store: Store, snap: Snapshot | None = None) -> dict:
+def job_row(store: Store, snap: Snapshot | StateError | None = None) -> dict:
     """One line of `jobs`: where a job stands and the command that takes it on."""
     try:
+        if isinstance(snap, StateError):
+            raise snap
         snap = snap or read_snapshot(store)
         try:
             out = where_it_stands(snap, {})
@@ -6007,13 +6111,9 @@ def job_row(store: Store, snap: Snapshot | None = None) -> dict:
 
 
 def store_job_rows(lister: PgStore) -> list:
-    """Every job of a store, oldest first, all read on one connection."""
-    db = lister.db()
+    """Every job of a store, oldest first, from a bounded number of queries (store_snapshots)."""
     try:
-        if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
-            return []
-        ids = [r["job_id"] for r in db.rows("SELECT job_id FROM durable_job.jobs ORDER BY created_utc, job_id")]
-        return [job_row(lister.for_job(job_id)) for job_id in ids]
+        return [job_row(store, snap) for store, snap in store_snapshots(lister)]
     finally:
         lister.close()
 

@@ -315,3 +315,57 @@ def test_jobs_lists_state_directories_under_a_root(tmp_path):
     assert all(j["phase"] == "awaiting-review" and j["next"].startswith("python") for j in listed)
     text = Workspace(tmp_path).run("jobs", "--root", str(tmp_path / "jobs"), "--text").stdout
     assert text.splitlines()[0].split() == ["JOB", "PHASE", "MODE", "APPROVED", "BY", "CREATED", "(UTC)"]
+
+
+def statements_run(pg_server, url: str, run) -> int:
+    """How many statements `run()` made the store's database execute (pg_stat_statements, this database only)."""
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    pg_server.sql("postgres", "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db=name)
+    pg_server.sql("postgres", "SELECT pg_stat_statements_reset()", db=name)
+    run()
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                            "WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'").fetchone()[0]
+
+
+def next_transaction_id(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()[0])
+
+
+def test_jobs_reads_a_store_in_the_same_statements_for_two_jobs_or_eight_and_no_read_takes_a_transaction_id(tmp_path, pg_server, store_url):
+    """`jobs` answers from a bounded number of queries (one per kind of row), however many jobs the store holds; and no
+    read (status, inspect, verify, jobs) takes a transaction id or creates anything: the next transaction id does not move."""
+    def make(n):
+        w = Workspace(tmp_path / f"job{n}", store=store_url)
+        w.write_manifest(jobId=f"job-{n}")
+        w.start().ok()
+        if n % 2:
+            w.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
+        return w
+
+    lister = Workspace(tmp_path / "lister", store=store_url)
+    listed = {}
+
+    def listing():
+        listed["jobs"] = lister.run("jobs", "--store", store_url, state=False).ok()["jobs"]
+
+    made = [make(n) for n in range(2)]
+    few = statements_run(pg_server, store_url, listing)
+    made += [make(n) for n in range(2, 8)]
+    many = statements_run(pg_server, store_url, listing)
+    print(f"jobs: {few} statements for 2 jobs, {many} for 8")
+    assert few == many and few <= 12, (few, many)
+    assert [j["jobId"] for j in listed["jobs"]] == [f"job-{n}" for n in range(8)]
+    for w, row in zip(made, listed["jobs"]):  # each row says what the job's own status says
+        status = w.run("status").ok()
+        assert (row["phase"], row["next"]) == (status["phase"], status["next"]), row["jobId"]
+    before = next_transaction_id(store_url)
+    for argv in (("status",), ("inspect",), ("verify",)):
+        made[0].run(*argv).ok()
+    lister.run("jobs", "--store", store_url, state=False).ok()
+    assert next_transaction_id(store_url) == before
