@@ -498,15 +498,24 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
     return cast(Manifest, manifest)
 
 
+def check_object_keys(value, known: set, what: str, shape: str, fix: str) -> None:
+    """value is a JSON object with no key beyond `known`: a typo cannot pass silently."""
+    if not isinstance(value, dict):
+        raise ManifestError(f"{what} must be {shape}")
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ManifestError(f"{what} has unknown key {clip(repr(unknown[0]), 60)}; {fix}")
+
+
 def check_manifest(m) -> None:
     """Apply every schemaVersion 1 rule; raise ManifestError naming the key and the fix."""
-    if not isinstance(m, dict):
-        raise ManifestError(f"Manifest must be a JSON object, not {type(m).__name__}; see the README for the keys")
-    unknown = sorted(set(m) - MANIFEST_KEYS)
-    if unknown:
-        raise ManifestError(
-            f"Manifest has unknown key {clip(repr(unknown[0]), 60)}; remove it or fix its spelling (known keys: {', '.join(sorted(MANIFEST_KEYS))})"
-        )
+    check_object_keys(
+        m,
+        MANIFEST_KEYS,
+        "Manifest",
+        f"a JSON object, not {type(m).__name__}; see the README for the keys",
+        f"remove it or fix its spelling (known keys: {', '.join(sorted(MANIFEST_KEYS))})",
+    )
     missing = sorted(REQUIRED_MANIFEST_KEYS - set(m))
     if missing:
         raise ManifestError(f"Manifest is missing key {missing[0]!r}; add it (see the README)")
@@ -550,13 +559,9 @@ def check_items(items) -> None:
 
 def check_item(item, n: int) -> None:
     """Check one item's shape: {id, path, sha256} or {id, mcp, sha256}."""
-    if not isinstance(item, dict):
-        raise ManifestError(f"Manifest item {n} must be an object with id, path and sha256")
-    unknown = sorted(set(item) - ITEM_KEYS)
-    if unknown:
-        raise ManifestError(
-            f"Manifest item {n} has unknown key {clip(repr(unknown[0]), 60)}; an item has only id, path (or mcp) and sha256"
-        )
+    check_object_keys(
+        item, ITEM_KEYS, f"Manifest item {n}", "an object with id, path and sha256", "an item has only id, path (or mcp) and sha256"
+    )
     if not (isinstance(item.get("id"), str) and 1 <= len(item["id"]) <= 80 and item["id"].strip() and item["id"].isprintable()):
         raise ManifestError(f"Manifest item {n} id must be a printable string of 1-80 characters")
     name = item["id"]
@@ -2006,143 +2011,61 @@ def parse_holder_name(name) -> Holder:
 # 10. Journal: the schema of both dialects, one journal API, the call protocol
 ###############################################################################
 
-# The state directory's journal (effects.sqlite), as numbered, append-only migrations.
+# The journal's four tables, written once: a state directory's migrations make them as they stand, a store's
+# add each row's job (job_id, part of every key). Migrations are numbered and append-only: a later change to a
+# table is a new migration (an ALTER TABLE), never an edit here.
+JOURNAL_TABLES = {
+    "calls": (
+        "operation_key TEXT {key}, base_key TEXT NOT NULL, attempt INTEGER NOT NULL, item_id TEXT NOT NULL, "
+        "input_sha256 TEXT NOT NULL, status TEXT NOT NULL, output_text TEXT, response_id TEXT, request_id TEXT, "
+        "usage_json TEXT, created_utc TEXT NOT NULL, updated_utc TEXT NOT NULL, reconciliation_json TEXT"
+    ),
+    "call_events": "id {serial}, operation_key TEXT NOT NULL, event TEXT NOT NULL, detail_json TEXT, at_utc TEXT NOT NULL",
+    "drafts": (
+        "version INTEGER {key}, item_id TEXT NOT NULL, results_json TEXT NOT NULL, results_sha256 TEXT NOT NULL, "
+        "reviewer TEXT NOT NULL, reason TEXT NOT NULL, change_json TEXT NOT NULL, created_utc TEXT NOT NULL"
+    ),
+    "outcomes": "kind TEXT {key}, record_json TEXT NOT NULL, created_utc TEXT NOT NULL",
+}
+JOURNAL_KEYS = {"calls": "operation_key", "drafts": "version", "outcomes": "kind"}  # call_events: its serial id
+
+
+def sqlite_table(name: str) -> str:
+    """CREATE TABLE of a journal table in a state directory's effects.sqlite."""
+    return f"CREATE TABLE {name} ({JOURNAL_TABLES[name].format(key='PRIMARY KEY', serial='INTEGER PRIMARY KEY AUTOINCREMENT')})"
+
+
+def store_table(name: str) -> str:
+    """CREATE TABLE of the same journal table in a store: every row names its job, part of the table's key."""
+    columns = JOURNAL_TABLES[name].format(key="NOT NULL", serial="BIGSERIAL PRIMARY KEY")
+    extra = (", seq BIGSERIAL" if name == "calls" else "") + (
+        f", PRIMARY KEY (job_id, {JOURNAL_KEYS[name]})" if name in JOURNAL_KEYS else ""
+    )
+    return f"CREATE TABLE durable_job.{name} ({columns}, job_id TEXT NOT NULL REFERENCES durable_job.jobs{extra})"
+
+
+# A state directory's journal (effects.sqlite), as numbered, append-only migrations.
 MIGRATIONS = [
-    (
-        "m001_calls",
-        """
-        CREATE TABLE calls (
-            operation_key TEXT PRIMARY KEY,
-            base_key TEXT NOT NULL,
-            attempt INTEGER NOT NULL,
-            item_id TEXT NOT NULL,
-            input_sha256 TEXT NOT NULL,
-            status TEXT NOT NULL,
-            output_text TEXT,
-            response_id TEXT,
-            request_id TEXT,
-            usage_json TEXT,
-            created_utc TEXT NOT NULL,
-            updated_utc TEXT NOT NULL,
-            reconciliation_json TEXT
-        );
-        CREATE INDEX calls_base ON calls (base_key, attempt);
-    """,
-    ),
-    (
-        "m002_call_events",
-        """
-        CREATE TABLE call_events (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            operation_key TEXT NOT NULL,
-            event TEXT NOT NULL,
-            detail_json TEXT,
-            at_utc TEXT NOT NULL
-        );
-    """,
-    ),
-    (
-        "m003_drafts",
-        """
-        CREATE TABLE drafts (
-            version INTEGER PRIMARY KEY,
-            item_id TEXT NOT NULL,
-            results_json TEXT NOT NULL,
-            results_sha256 TEXT NOT NULL,
-            reviewer TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            change_json TEXT NOT NULL,
-            created_utc TEXT NOT NULL
-        );
-    """,
-    ),
-    (
-        "m004_outcomes",
-        """
-        CREATE TABLE outcomes (
-            kind TEXT PRIMARY KEY,
-            record_json TEXT NOT NULL,
-            created_utc TEXT NOT NULL
-        );
-    """,
-    ),
+    ("m001_calls", f"{sqlite_table('calls')}; CREATE INDEX calls_base ON calls (base_key, attempt)"),
+    ("m002_call_events", sqlite_table("call_events")),
+    ("m003_drafts", sqlite_table("drafts")),
+    ("m004_outcomes", sqlite_table("outcomes")),
 ]
 
-# The store's own schema: the same journal tables keyed by job_id beside the jobs and receipts. Literal
-# DDL per dialect, kept append-only like the above; tests/test_guarantees.py checks that both dialects'
-# journal tables have the same columns.
-# The store's own schema, as numbered, append-only migrations (the state directory's MIGRATIONS plus the job key).
+# A store's schema, as numbered, append-only migrations: the jobs, the same journal, the receipts.
 PG_MIGRATIONS = [
     (
         "m001_jobs",
-        """
-        CREATE TABLE durable_job.jobs (
-            job_id TEXT PRIMARY KEY,
-            thread_id TEXT NOT NULL UNIQUE,
-            record_json TEXT NOT NULL,
-            manifest BYTEA NOT NULL,
-            manifest_sha256 TEXT NOT NULL,
-            sources BYTEA[] NOT NULL,
-            created_utc TEXT NOT NULL
-        )
-    """,
+        "CREATE TABLE durable_job.jobs (job_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL UNIQUE, record_json TEXT NOT NULL, "
+        "manifest BYTEA NOT NULL, manifest_sha256 TEXT NOT NULL, sources BYTEA[] NOT NULL, created_utc TEXT NOT NULL)",
     ),
     (
         "m002_journal",
-        """
-        CREATE TABLE durable_job.calls (
-            operation_key TEXT NOT NULL,
-            base_key TEXT NOT NULL,
-            attempt INTEGER NOT NULL,
-            item_id TEXT NOT NULL,
-            input_sha256 TEXT NOT NULL,
-            status TEXT NOT NULL,
-            output_text TEXT,
-            response_id TEXT,
-            request_id TEXT,
-            usage_json TEXT,
-            created_utc TEXT NOT NULL,
-            updated_utc TEXT NOT NULL,
-            reconciliation_json TEXT,
-            job_id TEXT NOT NULL REFERENCES durable_job.jobs,
-            seq BIGSERIAL,
-            PRIMARY KEY (job_id, operation_key)
-        );
-        CREATE INDEX calls_base ON durable_job.calls (job_id, base_key, attempt);
-        CREATE TABLE durable_job.call_events (
-            id BIGSERIAL PRIMARY KEY,
-            operation_key TEXT NOT NULL,
-            event TEXT NOT NULL,
-            detail_json TEXT,
-            at_utc TEXT NOT NULL,
-            job_id TEXT NOT NULL REFERENCES durable_job.jobs
-        );
-        CREATE INDEX call_events_job ON durable_job.call_events (job_id, id);
-        CREATE TABLE durable_job.drafts (
-            version INTEGER NOT NULL,
-            item_id TEXT NOT NULL,
-            results_json TEXT NOT NULL,
-            results_sha256 TEXT NOT NULL,
-            reviewer TEXT NOT NULL,
-            reason TEXT NOT NULL,
-            change_json TEXT NOT NULL,
-            created_utc TEXT NOT NULL,
-            job_id TEXT NOT NULL REFERENCES durable_job.jobs,
-            PRIMARY KEY (job_id, version)
-        );
-        CREATE TABLE durable_job.outcomes (
-            kind TEXT NOT NULL,
-            record_json TEXT NOT NULL,
-            created_utc TEXT NOT NULL,
-            job_id TEXT NOT NULL REFERENCES durable_job.jobs,
-            PRIMARY KEY (job_id, kind)
-        );
-        CREATE TABLE durable_job.receipts (
-            job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs,
-            receipt_json TEXT NOT NULL,
-            written_utc TEXT NOT NULL
-        )
-    """,
+        f"{store_table('calls')}; CREATE INDEX calls_base ON durable_job.calls (job_id, base_key, attempt); "
+        f"{store_table('call_events')}; CREATE INDEX call_events_job ON durable_job.call_events (job_id, id); "
+        f"{store_table('drafts')}; {store_table('outcomes')}; "
+        "CREATE TABLE durable_job.receipts (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, receipt_json TEXT NOT NULL, "
+        "written_utc TEXT NOT NULL)",
     ),
 ]
 
@@ -6688,6 +6611,11 @@ def with_manifests_job(args, store: Store) -> Store:
     return store
 
 
+def flags_of(args, *names: str) -> dict:
+    """The parsed flags a command takes, by their keyword names."""
+    return {name: getattr(args, name) for name in names}
+
+
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
     return start(with_manifests_job(args, store_from(args)), args.manifest)
@@ -6710,67 +6638,51 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    return reconcile(
-        store_from(args),
-        operation_key=args.operation_key,
-        action=args.action,
-        reviewer=args.reviewer,
-        reason=args.reason,
-        response_file=args.response_file,
-    )
+    return reconcile(store_from(args), **flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file"))
 
 
 def cmd_decide(args) -> dict:
     """Record the person's final decision once, while the job waits at review."""
-    return decide(store_from(args), decision=args.decision, reviewer=args.reviewer, reason=args.reason, results_sha256=args.results_sha256)
+    return decide(store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256"))
 
 
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
-    return revise(
-        store_from(args),
-        item=args.item,
-        summary_file=args.summary_file,
-        citations_file=args.citations_file,
-        reviewer=args.reviewer,
-        reason=args.reason,
-    )
+    return revise(store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "reviewer", "reason"))
 
 
 def cmd_retry(args) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
-    return retry(store_from(args), item=args.item, reviewer=args.reviewer, reason=args.reason)
+    return retry(store_from(args), **flags_of(args, "item", "reviewer", "reason"))
 
 
 def cmd_cancel(args) -> dict:
     """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards."""
-    return cancel(store_from(args), reviewer=args.reviewer, reason=args.reason)
+    return cancel(store_from(args), **flags_of(args, "reviewer", "reason"))
 
 
 def cmd_seal(args) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it)."""
     if args.store or os.environ.get(STORE_ENV):  # the start it suggests names the store
         args.opened = PgStore(args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store, program=args.program)
-    return seal(
-        args.out,
-        job_id=args.job_id,
-        approved_by=args.approved_by,
-        mode=args.mode,
-        model=args.model,
-        files=args.files,
-        provider_transfer_approved=args.provider_transfer_approved,
-        max_model_calls=args.max_model_calls,
-        max_attempts_per_item=args.max_attempts_per_item,
-        max_concurrent_calls=args.max_concurrent_calls,
-        mcp_command=args.mcp_command,
-        mcp_uri=args.mcp_uri,
-        mcp_id=args.mcp_id,
-        mcp_env=args.mcp_env or (),
-        mcp_pass_env=args.mcp_pass_env or (),
-        force=args.force,
-        # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
-        file_mode=0o666 & ~args.user_umask if args.use_umask else 0o600,
+    names = (
+        "job_id",
+        "approved_by",
+        "mode",
+        "model",
+        "files",
+        "provider_transfer_approved",
+        "max_model_calls",
+        "max_attempts_per_item",
+        "max_concurrent_calls",
+        "mcp_command",
+        "mcp_uri",
+        "mcp_id",
+        "force",
     )
+    # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
+    mode = 0o666 & ~args.user_umask if args.use_umask else 0o600
+    return seal(args.out, **flags_of(args, *names), mcp_env=args.mcp_env or (), mcp_pass_env=args.mcp_pass_env or (), file_mode=mode)
 
 
 def cmd_verify(args) -> dict:

@@ -72,8 +72,10 @@ class PgServer:
             raise RuntimeError(f"initdb failed: {proc.stderr.strip()[-600:]}")
         log = os.path.join(folder, "server.log")
         # pg_stat_statements counts what each command runs (a read's cost must not grow with the store)
-        opts = (f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections=200 "
-                "-c shared_preload_libraries=pg_stat_statements")
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections=200 "
+            "-c shared_preload_libraries=pg_stat_statements"
+        )
         proc = server._run([pg_bin("pg_ctl"), "-w", "-D", server.data, "-l", log, "-o", opts, "start"])
         if proc.returncode != 0:
             with open(log, errors="replace") as fh:

@@ -582,3 +582,23 @@ def test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all(ws, provide
     assert calls(ws) == [("alpha", 1, "completed"), ("alpha", 2, "pending")]  # ... and was not committed without its draft
     assert ws.journal("SELECT count(*) FROM drafts")[0][0] == 0
     assert ws.run("status").ok()["phase"] == "uncertain-call"
+
+
+def test_both_dialects_make_the_same_journal_columns_a_store_adding_only_the_job(tmp_path, store_url):
+    """The journal's tables are described once: a state directory's and a store's have the same columns, in the same
+    order, with the same NOT NULL rules; a store's rows add only job_id (and calls their insertion order, seq)."""
+    import psycopg
+
+    ws = Workspace(tmp_path, store=store_url)
+    ws.write_manifest()
+    ws.start().ok()  # sets the store's schema up
+    db = dj.ledger(str(tmp_path / "effects.sqlite"))
+    with psycopg.connect(store_url) as conn:
+        for table in ("calls", "call_events", "drafts", "outcomes"):
+            local = [(r[1], bool(r[3]) or bool(r[5])) for r in db.execute(f"PRAGMA table_info({table})")]
+            stored = [(name, nullable == "NO") for name, nullable in conn.execute(
+                "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = 'durable_job' "
+                "AND table_name = %s ORDER BY ordinal_position", (table,))]
+            assert [c for c in stored if c[0] not in ("job_id", "seq")] == local, table
+            assert [c[0] for c in stored if c[0] in ("job_id", "seq")] == (["job_id", "seq"] if table == "calls" else ["job_id"])
+    db.close()

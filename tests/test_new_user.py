@@ -44,9 +44,15 @@ def test_the_contract_page_names_every_command_flag_manifest_key_journal_column_
                 assert flag_name in page, (name, flag_name)
     for key in dj.MANIFEST_KEYS | dj.ITEM_KEYS | dj.MCP_KEYS:
         assert f"`{key}`" in page, key
-    columns = set()
-    for _, sql in dj.MIGRATIONS:
-        columns |= set(re.findall(r"^\s+([a-z_]+) (?:TEXT|INTEGER)", sql, re.M))
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        db = dj.ledger(os.path.join(folder, "effects.sqlite"))
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")]
+        columns = {r[1] for t in tables for r in db.execute(f"PRAGMA table_info({t})")}
+        db.close()
+    assert isinstance(db, sqlite3.Connection) and {"calls", "call_events", "drafts", "outcomes", "_migrations"} <= set(tables)
     for column in columns:
         assert f"`{column}`" in page, column
     for error in [c for c in vars(dj).values() if isinstance(c, type) and issubclass(c, dj.JobError)]:

@@ -326,8 +326,10 @@ def statements_run(pg_server, url: str, run) -> int:
     pg_server.sql("postgres", "SELECT pg_stat_statements_reset()", db=name)
     run()
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute("SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-                            "WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'").fetchone()[0]
+        return conn.execute(
+            "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'"
+        ).fetchone()[0]
 
 
 def next_transaction_id(url: str) -> int:
@@ -340,6 +342,7 @@ def next_transaction_id(url: str) -> int:
 def test_jobs_reads_a_store_in_the_same_statements_for_two_jobs_or_eight_and_no_read_takes_a_transaction_id(tmp_path, pg_server, store_url):
     """`jobs` answers from a bounded number of queries (one per kind of row), however many jobs the store holds; and no
     read (status, inspect, verify, jobs) takes a transaction id or creates anything: the next transaction id does not move."""
+
     def make(n):
         w = Workspace(tmp_path / f"job{n}", store=store_url)
         w.write_manifest(jobId=f"job-{n}")
