@@ -38,10 +38,8 @@ MUTANTS = [
     Mutant(
         "retry-draft-in-second-transaction",
         "retry: the answer and its draft commit together",
-        '        record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})\n'
-        "        if then is not None:\n            then(db, key, output_text)\n",
-        '        record_event(db, key, "completed", {"responseId": response_id, "requestId": request_id})\n'
-        "    if then is not None:\n        then(db, key, output_text)\n",
+        '        record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})\n        if then is not None:\n            then(journal, key, output_text)\n',
+        '        record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})\n    if then is not None:\n        then(journal, key, output_text)\n',
         [f"{G}::test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all"],
     ),
     Mutant(
@@ -61,16 +59,16 @@ MUTANTS = [
     Mutant(
         "store-receipt-of-any-job",
         "store: each job reads its own receipt",
-        '"SELECT receipt_json FROM durable_job.receipts WHERE job_id = %s", (self.job_id,)',
-        '"SELECT receipt_json FROM durable_job.receipts ORDER BY written_utc DESC LIMIT 1"',
+        'db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")',
+        'db.row("SELECT receipt_json FROM durable_job.receipts ORDER BY written_utc DESC LIMIT 1")',
         [f"{G}::test_two_jobs_in_one_store_each_keep_their_own_calls_and_receipt"],
     ),
     # --- journal order and statuses ---------------------------------------------------------------------------
     Mutant(
         "pending-not-refused",
         "journal: a pending call is never sent again",
-        '        if row is not None and row["status"] == "pending":\n            raise UncertainCall',
-        '        if row is not None and row["status"] == "pending" and False:\n            raise UncertainCall',
+        '        if row is not None and row["status"] == "pending":\n            raise uncertain_refusal',
+        '        if row is not None and row["status"] == "pending" and False:\n            raise uncertain_refusal',
         [f"{G}::test_a_pending_call_is_committed_before_the_request_and_never_sent_again"],
     ),
     Mutant(
@@ -90,8 +88,8 @@ MUTANTS = [
     Mutant(
         "late-answer-overwrites",
         "journal: an answer for a call reconciled meanwhile writes nothing",
-        "\"WHERE operation_key=? AND status='pending'\",\n            (output_text,",
-        '"WHERE operation_key=?",\n            (output_text,',
+        "updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'\",\n            output=output_text,",
+        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key}",\n            output=output_text,',
         ["test_durable_job.py::test_complete_call_changes_only_a_pending_row_and_stores_no_key"],
     ),
     Mutant(
@@ -190,8 +188,8 @@ MUTANTS = [
     Mutant(
         "quote-eleven",
         "validation: a quote is at least 12 characters",
-        "        ok_length = len(stripped) >= 12\n",
-        "        ok_length = len(stripped) >= 11\n",
+        "else len(stripped) >= 12",
+        "else len(stripped) >= 11",
         [f"{G}::test_each_answer_length_bound_holds_at_its_edge"],
     ),
     Mutant(
@@ -241,8 +239,8 @@ MUTANTS = [
     Mutant(
         "manifest-seal-skipped",
         "seals: the manifest's bytes",
-        '    if sha256_hex(raw) != job["manifestSha256"]:\n        raise SealError(f"Manifest bytes changed: {path}',
-        '    if sha256_hex(raw) != job["manifestSha256"] and False:\n        raise SealError(f"Manifest bytes changed: {path}',
+        '    if sha256_hex(raw) != job["manifestSha256"]:\n        raise SealError(\n            f"Manifest bytes changed: {path}',
+        '    if sha256_hex(raw) != job["manifestSha256"] and False:\n        raise SealError(\n            f"Manifest bytes changed: {path}',
         [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides"],
     ),
     Mutant(
@@ -284,8 +282,8 @@ MUTANTS = [
     Mutant(
         "reconcile-output-unredacted",
         "secrets: a reconciled answer is stored redacted",
-        'update = ("completed", scrub(response["outputText"]),',
-        'update = ("completed", response["outputText"],',
+        '                "completed",\n                scrub(response["outputText"]),',
+        '                "completed",\n                response["outputText"],',
         [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"],
     ),
     # --- not-sent calls ---------------------------------------------------------------------------------------
@@ -299,7 +297,7 @@ MUTANTS = [
     Mutant(
         "unsent-no-event",
         "not sent: the not-sent event keeps the record",
-        '        record_event(db, key, "not-sent", detail)',
+        '        record_event(journal, key, "not-sent", detail)',
         "        pass",
         [f"{G}::test_a_connection_that_never_opened_is_no_call_and_a_dropped_one_stays_pending"],
     ),
@@ -307,15 +305,15 @@ MUTANTS = [
     Mutant(
         "stale-decision-accepted",
         "decide: a decision bound to other results is refused",
-        "        if args.results_sha256 and args.results_sha256 != digest:",
-        "        if args.results_sha256 and args.results_sha256 == 'x':",
+        "        if bound and bound != digest:",
+        "        if bound and bound == 'x':",
         [f"{G}::test_a_decision_is_bound_once_never_stale_and_never_accepts_a_failed_item"],
     ),
     Mutant(
         "accept-with-failed",
         "decide: accept needs every item validated",
-        '        if args.decision == "accept" and failed:',
-        '        if args.decision == "accept" and not failed and False:',
+        '        if decision == "accept" and failed:',
+        '        if decision == "accept" and not failed and False:',
         [f"{G}::test_a_decision_is_bound_once_never_stale_and_never_accepts_a_failed_item"],
     ),
     # --- receipt and verify -----------------------------------------------------------------------------------
@@ -351,8 +349,8 @@ MUTANTS = [
     Mutant(
         "page-unescaped-quote",
         "page: every slice of a source is escaped",
-        "        out.append(f\"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{escape_text(source[start:end])}</a></mark>\")",
-        "        out.append(f\"<mark id='q{n}-{c}'><a href='#c{n}-{c}'>{source[start:end]}</a></mark>\")",
+        "n, c, n, c, escape_text(source[start:end])))",
+        "n, c, n, c, Html(source[start:end])))",
         ["tests/test_review.py::test_highlight_escapes_markup_before_between_inside_and_after_the_quotes"],
     ),
     Mutant(
@@ -374,8 +372,8 @@ MUTANTS = [
     Mutant(
         "worker-ignores-stop",
         "work: a stopping worker sends no new call",
-        "    if _WORK_STOP and _WORK_STOP[0].is_set():",
-        "    if _WORK_STOP and _WORK_STOP[0].is_set() and False:",
+        "    if ctx.stop is not None and ctx.stop.is_set():",
+        "    if ctx.stop is not None and ctx.stop.is_set() and False:",
         ["tests/test_work.py::test_sigterm_mid_call_lets_the_call_finish_sends_nothing_new_and_exits"],
     ),
     Mutant(
@@ -396,10 +394,30 @@ MUTANTS = [
     Mutant(
         "retry-after-decision",
         "retry: only at review",
-        '    with open_job(store_for(args), "retry") as ctx:  # provider settings are checked below, once the retry may go\n'
-        '        draft, results = review_draft(ctx, args, "retry")',
-        '    with open_job(store_for(args), "retry") as ctx:  # provider settings are checked below, once the retry may go\n'
-        '        draft, results = current_draft(ctx.db, ctx.checkpoint()["values"]["results"])',
+        '        draft, results = review_draft(ctx, reviewer, reason, "retry")',
+        '        draft, results = current_draft(ctx.journal, ctx.checkpoint()["values"]["results"])',
         [f"{G}::test_a_retry_is_refused_at_its_bounds_before_anything_is_sent"],
+    ),
+    # --- found by an independent fresh set (issue 25's second look); each now has its test -------------------
+    Mutant(
+        "calls-listed-by-key",
+        "journal: calls are listed in creation order",
+        'journal.rows("SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}")',
+        'journal.rows("SELECT * FROM {calls}{where} ORDER BY operation_key")',
+        [f"{G}::test_status_lists_calls_in_the_order_they_were_made_whatever_their_keys"],
+    ),
+    Mutant(
+        "worker-sees-first-attempt",
+        "work: only an item's latest attempt decides whether a person is needed",
+        '        latest[r["base_key"]] = r["status"]\n',
+        '        latest.setdefault(r["base_key"], r["status"])\n',
+        [f"{G}::test_only_an_items_latest_attempt_says_whether_a_refusal_waits_for_a_person"],
+    ),
+    Mutant(
+        "revise-citations-only-refused",
+        "revise: a new citation alone is a new draft",
+        'if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):',
+        'if old.get("status") == "validated" and old.get("summary") == checked["summary"]:',
+        [f"{G}::test_a_revision_that_changes_only_the_citations_is_a_new_draft"],
     ),
 ]

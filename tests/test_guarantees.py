@@ -14,7 +14,7 @@ import sqlite3
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, FAKE_KEY, GAMMA, Workspace, copy_program, free_port, openai_workspace, wait_for
+from conftest import ALPHA, BETA, BOTH, FAKE_KEY, GAMMA, PROGRAM, Workspace, copy_program, free_port, openai_workspace, wait_for
 
 ITEM = {"id": "alpha", "sha256": "0" * 64}
 
@@ -596,9 +596,61 @@ def test_both_dialects_make_the_same_journal_columns_a_store_adding_only_the_job
     with psycopg.connect(store_url) as conn:
         for table in ("calls", "call_events", "drafts", "outcomes"):
             local = [(r[1], bool(r[3]) or bool(r[5])) for r in db.execute(f"PRAGMA table_info({table})")]
-            stored = [(name, nullable == "NO") for name, nullable in conn.execute(
-                "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = 'durable_job' "
-                "AND table_name = %s ORDER BY ordinal_position", (table,))]
+            stored = [
+                (name, nullable == "NO")
+                for name, nullable in conn.execute(
+                    "SELECT column_name, is_nullable FROM information_schema.columns WHERE table_schema = 'durable_job' "
+                    "AND table_name = %s ORDER BY ordinal_position",
+                    (table,),
+                )
+            ]
             assert [c for c in stored if c[0] not in ("job_id", "seq")] == local, table
             assert [c[0] for c in stored if c[0] in ("job_id", "seq")] == (["job_id", "seq"] if table == "calls" else ["job_id"])
     db.close()
+
+
+# --- found by an independent set of mutants ---------------------------------------------------------------------
+
+
+def test_status_lists_calls_in_the_order_they_were_made_whatever_their_keys(tmp_path):
+    """Operation keys are hashes: for some jobs the second item's key sorts first. `status` still lists creation order."""
+    reversed_seen = 0
+    for tag in "abcdef":
+        ws = Workspace(tmp_path / tag, inprocess=True)
+        ws.write_manifest(jobId=f"order-{tag}")
+        ws.start().ok()
+        listed = ws.run("status").ok()["calls"]
+        assert [c[1] for c in listed] == ["alpha", "beta"], tag
+        keys = [c[0] for c in listed]
+        reversed_seen += sorted(keys) != keys
+    assert reversed_seen, "no job here has keys that sort against creation order: the check above proves nothing"
+
+
+def test_only_an_items_latest_attempt_says_whether_a_refusal_waits_for_a_person(ws, provider):
+    """alpha was refused, then answered on its next attempt: the refusal is history, and the job is simply ready."""
+    openai_workspace(ws, provider)
+    provider.behave(sequence=["429", "ok", "drop"])  # alpha refused; alpha's next attempt answered; beta's call lost
+    ws.start().held("ProviderError", "rejected")
+    ws.run("resume").held("ProviderError", "stays pending")
+    beta = next(r for r in calls_with_keys(ws) if r[0] == "beta")
+    ws.run("reconcile", "--operation-key", beta[1], "--action", "abandon", "--reviewer", "r", "--reason", "not in the log").ok()
+    status = ws.run("status").ok()
+    assert [c[2] for c in status["calls"]] == ["rejected", "completed", "abandoned"]
+    assert status["phase"] == "ready" and status["next"] == f"python {PROGRAM} resume --state-dir {ws.state}", status["next"]
+
+
+def calls_with_keys(ws: Workspace) -> list:
+    return [tuple(r) for r in ws.journal("SELECT item_id, operation_key, status FROM calls ORDER BY created_utc")]
+
+
+def test_a_revision_that_changes_only_the_citations_is_a_new_draft(ws):
+    ws.start().ok()
+    summary = ws.write_source("s.txt", ALPHA.splitlines()[0])  # the summary the model gave, unchanged
+    cites = ws.write_source("c.json", json.dumps([{"quote": "Alpha report requires owner review", "claim": "a narrower quote"}]))
+    revised = ws.run(
+        "revise", "--item", "alpha", "--summary-file", summary, "--citations-file", cites, "--reviewer", "r", "--reason", "x"
+    ).ok()
+    assert revised["draftVersion"] == 2 and revised["result"]["citations"][0]["claim"] == "a narrower quote"
+    ws.run("revise", "--item", "alpha", "--summary-file", summary, "--citations-file", cites, "--reviewer", "r", "--reason", "x").held(
+        "DecisionError", "changes nothing"
+    )

@@ -7,7 +7,6 @@ DURABLE_JOB_STORE set, and a `next` step of one command a line.
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
