@@ -27,11 +27,17 @@ demo: $(VENV)/.runtime
 system-deps:
 	@sh scripts/system-deps.sh
 
+# The linter, the formatter's check and the type checker first: a slip fails in seconds, before the suite.
 test: $(VENV)/.dev system-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
+# The program before the command API (issue 20) is measured in the same run: `make bench BENCH_BEFORE=REV` names another.
+BENCH_BEFORE ?= aa07c23
 bench: $(VENV)/.dev
-	$(PY) bench/bench.py
+	$(PY) bench/bench.py --before $(BENCH_BEFORE)
 
 # Each named mutant (mutate/mutants.py) applied alone to a copy of the repository; its guarantee's tests
 # must notice it. Slow (minutes), so not part of `make test`: run it after changing a guarantee or its tests.

@@ -3091,6 +3091,12 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 class StateDirStore(Store):
     """A job kept in a state directory (the embedded default)."""
@@ -3322,9 +3328,10 @@ class PgStore(Store):
         self.row: dict | None = None
 
     def for_job(self, job_id: str) -> PgStore:
-        """The same store, naming another job (its reads on this store's read connection)."""
+        """The same store, naming another job: its reads go through this store's read connection, which
+        closing this store closes (so a caller that opened one store has one thing to close)."""
         other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program)
-        other.reader = self.reader.for_job(job_id) if self.reader is not None else None
+        other.reader = self.db().for_job(job_id)
         return other
 
     def address(self) -> list:
@@ -6154,7 +6161,7 @@ class Worker:
 
     def loop(self) -> None:
         """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
-        reader = self.store.for_job("")
+        reader = PgStore(self.store.url, "", from_env=self.store.from_env, program=self.store.program)  # a connection per thread
         idle = WORK_IDLE_FIRST
         try:
             while not self.stop.is_set():

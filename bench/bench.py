@@ -19,6 +19,16 @@ Measures, in one run and several times each (medians):
   exits; cpu ms is all the workers' CPU together): `--workers-only` runs just
   this part, `--skip-workers` leaves it out;
 
+* `jobs` over LISTING_JOBS (1,000) finished (decided) jobs in a store, the jobs made
+  in bulk through the program's own command API in this process (open_store, start,
+  decide), against `psql` reading the same rows as JSON (each job's record,
+  manifest, calls, latest checkpoint and receipt); `--listing-jobs N` sets N,
+  `--skip-listing` leaves it out; the libpq reader against psycopg's
+  (DURABLE_JOB_PG_DRIVER=psycopg) on `status` of a store job;
+* with `--before REV`: the same figures for the program as it was at git
+  revision REV (`git show REV:durable_job.py`), measured first in the same run,
+  and a table of before, after and their ratio per figure;
+
 and prints one table: each figure, its median, its baseline, the ratio and,
 where the speed issue sets one, the target with PASS or MISS. Targets:
 
@@ -33,6 +43,7 @@ where the speed issue sets one, the target with PASS or MISS. Targets:
 * 3 items @ 1 s   concurrency 3 <= 0.60x concurrency 1 (wall time, start-up included;
                   the parallel calls go out only once the graph runs)
 * 40 jobs @ 0.5 s 4 workers <= 0.45x 1 worker (wall time, start-up included)
+* jobs over 1,000 <= 3x psql reading the same rows as JSON
 
 Alongside the wall-clock medians it shows each child's CPU time (user+sys,
 steadier on a shared machine) and the peak RSS of single processes (from the
@@ -369,11 +380,65 @@ class Bench:
                 self.whole_job(DIR_JOB, ["--state-dir", self.new_state("whole")], f"bench-{n}")
                 self.cli(DIR_STATUS, "status", "--state-dir", state, "--json")
                 out = self.cli(STORE_STATUS, "status", "--store", url, "--job", "bench-store-job", "--json")
+                self.cli(
+                    PSYCOPG_STATUS,
+                    "status",
+                    "--store",
+                    url,
+                    "--job",
+                    "bench-store-job",
+                    "--json",
+                    env=clean_env(DURABLE_JOB_PG_DRIVER="psycopg"),
+                )
                 expect_json(
                     out, STORE_STATUS, lambda d: None if len(d.get("calls", [])) == 2 and d.get("store") == url else "expected 2 calls"
                 )
                 if saved:
                     self.times, self.cpu, self.rss = saved
+        finally:
+            server.stop()
+
+    # -- a store that has grown: `jobs` over N finished jobs (issue 20) ------
+
+    def listing(self, count: int) -> None:
+        """N decided jobs made through the program's command API in this process, then `jobs` against psql's raw read."""
+        import importlib.util
+
+        sys.path.insert(0, os.path.join(REPO, "tests"))
+        from pg_server import PgServer, pg_bin
+
+        if not os.path.exists(self.program):
+            self.prepare_demo()
+        spec = importlib.util.spec_from_file_location("durable_job_bench", self.program)
+        dj = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = dj  # its TypedDicts' annotations are resolved in the module's own namespace
+        spec.loader.exec_module(dj)
+        if not hasattr(dj, "open_store"):
+            progress("listing: this program has no command API to make the jobs with; skipped")
+            return
+        server = PgServer.start(os.path.join(self.root, "pg-listing"))
+        try:
+            url = server.url
+            with open(os.path.join(self.work, DEMO_MANIFEST)) as fh:
+                base = json.load(fh)
+            began = time.perf_counter()
+            for n in range(count):
+                manifest = os.path.join(self.work, f"listing-{n}.json")
+                with open(manifest, "w") as fh:
+                    json.dump({**base, "jobId": f"listing-{n:05d}"}, fh)
+                with dj.open_store(store=url) as store:
+                    dj.start(store, manifest)
+                with dj.open_store(store=url, job=f"listing-{n:05d}") as store:
+                    dj.decide(store, decision="hold", reviewer="bench", reason="a finished job")
+            progress(f"listing: made {count} finished jobs in {time.perf_counter() - began:.0f} s")
+            psql = [pg_bin("psql"), "-X", "-At", url, "-c", LISTING_SQL]
+            for n in range(self.runs + 1):  # the first round warms the server's caches, untimed
+                raw = run(psql, cwd=self.work, env=self.env, label=LISTING_RAW)
+                listed = run([self.py, self.program, "jobs", "--store", url, "--json"], cwd=self.work, env=self.env, label=LISTING)
+                expect_json(listed, LISTING, lambda d: None if len(d["jobs"]) == count else f"{len(d['jobs'])} jobs listed, not {count}")
+                if n:
+                    self.record(LISTING_RAW, raw)
+                    self.record(LISTING, listed)
         finally:
             server.stop()
 
@@ -561,6 +626,18 @@ def progress(text: str) -> None:
 
 # -- the report --------------------------------------------------------------
 
+LISTING_JOBS = 1000
+LISTING = "jobs, store of N finished jobs"
+LISTING_RAW = "psql: the same rows as JSON"
+PSYCOPG_STATUS = "status, store job, via psycopg"
+# What `jobs` reads of every job, as one psql query returning JSON: the raw read a listing cannot beat.
+LISTING_SQL = (
+    "SELECT json_agg(x) FROM (SELECT j.job_id, j.record_json, encode(j.manifest, 'hex') AS manifest, "
+    "(SELECT json_agg(c ORDER BY c.created_utc, c.seq) FROM durable_job.calls c WHERE c.job_id = j.job_id) AS calls, "
+    "(SELECT k.checkpoint FROM durable_job.checkpoints k WHERE k.thread_id = j.thread_id AND k.checkpoint_ns = '' "
+    "ORDER BY k.checkpoint_id DESC LIMIT 1) AS checkpoint, r.job_id IS NOT NULL AS receipt "
+    "FROM durable_job.jobs j LEFT JOIN durable_job.receipts r USING (job_id) ORDER BY j.created_utc, j.job_id) x"
+)
 STORE_JOB = "whole fake job (start+decide), store"
 DIR_JOB = "whole fake job (start+decide), state dir"
 STORE_STATUS = "status, store job"
@@ -593,6 +670,9 @@ ROWS = [
     (work_figure(8), work_figure(1), None),
     (DIR_STATUS, None, None),
     (STORE_STATUS, DIR_STATUS, 1.5),
+    (PSYCOPG_STATUS, STORE_STATUS, None),
+    (LISTING_RAW, None, None),
+    (LISTING, LISTING_RAW, 3.0),
 ]
 RSS_ROWS = [
     ("python -c pass", None),
@@ -691,15 +771,47 @@ def main(argv=None) -> int:
     parser.add_argument("--work-runs", type=int, default=1, help="rounds of the 40-job `work` figures (default 1)")
     parser.add_argument("--program", default=PROGRAM, help="benchmark this copy of durable_job.py (default: the repository's)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory and print its path")
+    parser.add_argument("--skip-listing", action="store_true", help="skip the `jobs` listing of a store of finished jobs")
+    parser.add_argument(
+        "--listing-jobs", type=int, default=LISTING_JOBS, help=f"finished jobs in the listing's store (default {LISTING_JOBS})"
+    )
+    parser.add_argument("--before", metavar="REV", help="also measure durable_job.py as it was at git revision REV, first, and compare")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.latency_runs < 1:
         parser.error("--runs and --latency-runs must be at least 1")
-    root = tempfile.mkdtemp(prefix="durable_job_bench.")
-    bench = Bench(root, args.runs, args.latency_runs, os.path.abspath(args.program))
-    bench.work_runs = max(1, args.work_runs)
     if args.workers_only:
-        args.skip_demo = args.skip_latency = args.skip_store = True
+        args.skip_demo = args.skip_latency = args.skip_store = args.skip_listing = True
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    try:
+        before = measure(args, program_at(args.before)) if args.before else None
+        bench = measure(args, os.path.abspath(args.program))
+    except BenchError as exc:
+        print(f"bench: a command failed, so there is no figure for it:\n  {exc}", file=sys.stderr)
+        return 2
+    bench.load = (load_before, os.getloadavg()[0]) if load_before is not None else None
+    misses = report(bench)
+    if before is not None:
+        compare(before, bench, args.before)
+    return 1 if misses and args.strict else 0
+
+
+def program_at(rev: str) -> str:
+    """durable_job.py as it was at git revision rev, in a temporary file."""
+    proc = subprocess.run(["git", "show", f"{rev}:durable_job.py"], cwd=REPO, capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: --before {rev}: {proc.stderr.decode(errors='replace').strip()}")
+    path = os.path.join(tempfile.mkdtemp(prefix="durable_job_before."), "durable_job.py")
+    with open(path, "wb") as fh:
+        fh.write(proc.stdout)
+    return path
+
+
+def measure(args, program: str) -> Bench:
+    """Every figure the flags ask for, of one program, in a temporary directory of its own."""
+    root = tempfile.mkdtemp(prefix="durable_job_bench.")
+    bench = Bench(root, args.runs, args.latency_runs, program)
+    bench.work_runs = max(1, args.work_runs)
+    progress(f"measuring {program}")
     try:
         if not args.skip_demo:
             bench.demo()
@@ -707,19 +819,29 @@ def main(argv=None) -> int:
             bench.latency()
         if not args.skip_store:
             bench.store()
+        if not args.skip_listing:
+            bench.listing(args.listing_jobs)
         if not args.skip_workers:
             bench.workers()
-    except BenchError as exc:
-        print(f"bench: a command failed, so there is no figure for it:\n  {exc}", file=sys.stderr)
-        return 2
     finally:
         if args.keep:
             progress(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    bench.load = (load_before, os.getloadavg()[0]) if load_before is not None else None
-    misses = report(bench)
-    return 1 if misses and args.strict else 0
+    return bench
+
+
+def compare(before: Bench, after: Bench, rev: str) -> None:
+    """Each figure measured for both programs: its median before (at rev) and now, and the ratio."""
+    rows = []
+    for name, _, _ in ROWS:
+        if name in before.times and name in after.times:
+            old, new = statistics.median(before.times[name]) * 1000, statistics.median(after.times[name]) * 1000
+            old_cpu, new_cpu = statistics.median(before.cpu[name]) * 1000, statistics.median(after.cpu[name]) * 1000
+            rows.append([name, f"{old:.1f}", f"{new:.1f}", f"{new / old:.2f}x", f"{old_cpu:.0f}", f"{new_cpu:.0f}"])
+    print()
+    print(f"before ({rev}) and after (this program), measured in this run:")
+    print(table(["figure", "before ms", "after ms", "after/before", "before cpu ms", "after cpu ms"], rows, {1, 2, 3, 4, 5}))
 
 
 if __name__ == "__main__":
