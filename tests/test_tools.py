@@ -33,3 +33,18 @@ def test_the_type_checker_catches_a_misspelt_key_of_a_typed_row(tmp_path, slip):
     (tmp_path / "durable_job.py").write_text(text.replace(old, new, 1))
     slipped = subprocess.run(mypy, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert slipped.returncode == 1 and "TypedDict" in slipped.stdout and new.split('"')[1] in slipped.stdout, slipped.stdout
+
+
+def test_the_readmes_python_example_runs_as_printed(tmp_path, capsys):
+    """The README's "From Python" example, with its two paths pointed at a new job: it decides and verifies."""
+    from conftest import Workspace
+
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    section = readme[readme.index("## From Python") :]
+    code = section[section.index("```python\n") + len("```python\n") : section.index("```", section.index("```python\n") + 10)]
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    code = code.replace("/home/dana/jobs/q3/state", ws.state).replace("/home/dana/jobs/q3/manifest.json", ws.manifest)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.split() == ["decided", "True"]
