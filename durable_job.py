@@ -304,6 +304,20 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def env_seconds(name: str, default: float, high: float, error: type[JobError], *, zero: bool = False) -> float:
+    """A number of seconds from the environment variable `name` (unset or blank: default), refused outside its range."""
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 if zero else value > 0) or value > high:
+        raise error(f"{name}={clip(raw, 20)!r} is not a number of seconds from 0 to {high:g}; unset it for the {default:g} s default")
+    return value
+
+
 @functools.cache
 def code_sha256() -> str:
     """sha256 of this program's own bytes, as sealed into every job (read once per process: they cannot change under it)."""
@@ -741,16 +755,7 @@ def mcp_timeout(spec: McpSpec) -> float:
     """Seconds for one MCP read: mcp.timeoutSeconds, else DURABLE_JOB_MCP_TIMEOUT, else DEFAULT_MCP_TIMEOUT."""
     if "timeoutSeconds" in spec:
         return float(spec["timeoutSeconds"])
-    raw = os.environ.get("DURABLE_JOB_MCP_TIMEOUT")
-    if not raw:
-        return DEFAULT_MCP_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 120:
-        raise SourceError(f"DURABLE_JOB_MCP_TIMEOUT={clip(raw, 20)!r} is not a number of seconds from 0 to 120")
-    return value
+    return env_seconds("DURABLE_JOB_MCP_TIMEOUT", DEFAULT_MCP_TIMEOUT, 120, SourceError)
 
 
 def mcp_leaf_error(exc: BaseException) -> BaseException:
@@ -1290,15 +1295,8 @@ def immutable_suffix(path: str) -> str:
 
 
 def busy_timeout() -> float:
-    """Seconds to wait for another process's SQLite lock: DURABLE_JOB_BUSY_TIMEOUT, default 5."""
-    raw = os.environ.get("DURABLE_JOB_BUSY_TIMEOUT", "")
-    try:
-        value = float(raw) if raw.strip() else DEFAULT_BUSY_TIMEOUT
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 600:
-        raise StateError(f"DURABLE_JOB_BUSY_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 5 s default")
-    return value
+    """Seconds to wait for another process's SQLite lock: DURABLE_JOB_BUSY_TIMEOUT, default 5 (0: do not wait)."""
+    return env_seconds("DURABLE_JOB_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT, 600, StateError, zero=True)
 
 
 def connect_sqlite(path: str, *, readonly: bool = False) -> sqlite3.Connection:
@@ -1437,16 +1435,8 @@ def within_deadline(call, seconds: float):
 
 
 def openai_timeout() -> float:
-    raw = os.environ.get("DURABLE_JOB_OPENAI_TIMEOUT")
-    if raw is None or raw == "":
-        return DEFAULT_OPENAI_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value <= 600:
-        raise JobError(f"DURABLE_JOB_OPENAI_TIMEOUT={raw!r} is not a number of seconds from 0 to 600; unset it for the 30 s default")
-    return value
+    """Seconds to wait for the provider (each wait): DURABLE_JOB_OPENAI_TIMEOUT, default 30."""
+    return env_seconds("DURABLE_JOB_OPENAI_TIMEOUT", DEFAULT_OPENAI_TIMEOUT, 600, JobError)
 
 
 def require_api_key() -> None:
@@ -2259,23 +2249,23 @@ def as_journal(db) -> Journal:
     return SqliteJournal(db, owns=False) if isinstance(db, sqlite3.Connection) else db
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Apply the append-only list of numbered migrations that are not yet applied."""
-    conn.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)")
-    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
-    for name, sql in MIGRATIONS:
-        if name in done:
-            continue
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+def apply_migrations(journal: Journal, migrations: list, table: str) -> int:
+    """Apply, in order, each numbered migration not yet recorded in `table`, each in its own transaction; how many ran."""
+    journal.run(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)", {})
+    done = {r["name"] for r in journal.rows(f"SELECT name FROM {table}")}
+    missing = [(name, sql) for name, sql in migrations if name not in done]
+    for name, sql in missing:
+        with journal.transaction():
             for statement in sql.split(";"):
                 if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, now_utc()))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+                    journal.run(statement, {})
+            journal.change(f"INSERT INTO {table} VALUES ({{p.name}}, {{p.stamp}})", name=name, stamp=now_utc())
+    return len(missing)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring a state directory's journal to this program's schema (MIGRATIONS)."""
+    apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations")
 
 
 def ledger(path: str) -> sqlite3.Connection:
@@ -3656,7 +3646,18 @@ def migrate_store(store: PgStore, conn) -> dict:
     """
     import psycopg
 
-    db = PgJournal(conn, "", store.failure, owns=False)
+    migrate = command_line(store.program, "migrate", ["--store", store.public])
+
+    def refused(exc) -> StateError:
+        """A role that may not create the schema is told who can; any other database error is the store's failure."""
+        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return StateError(
+                f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
+                f"an administrator runs `{migrate}` once (as the database owner), and grants this role use of schema durable_job"
+            )
+        return store.failure(exc)
+
+    db = PgJournal(conn, "", refused, owns=False)
     deadline = time.monotonic() + SETUP_WAIT_SECONDS
     while not store.try_lock(db, SETUP_LOCK_KEY):
         if time.monotonic() > deadline:
@@ -3664,35 +3665,19 @@ def migrate_store(store: PgStore, conn) -> dict:
                 f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}"
             )
         time.sleep(0.05)
-    migrate = command_line(store.program, "migrate", ["--store", store.public])
     try:
         if store.ready(db):
             done, highest = store.schema_state(db)
             return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
-        try:
-            conn.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
-            conn.execute("CREATE TABLE IF NOT EXISTS durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)")
-            done = {r["name"] for r in conn.execute("SELECT name FROM durable_job._migrations")}
-            for name, statements in PG_MIGRATIONS:
-                if name in done:
-                    continue
-                with conn.transaction():
-                    for statement in statements.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    conn.execute("INSERT INTO durable_job._migrations VALUES (%s, %s)", (name, now_utc()))
-            from langgraph.checkpoint.postgres import PostgresSaver
+        db.run("CREATE SCHEMA IF NOT EXISTS durable_job", {})
+        apply_migrations(db, PG_MIGRATIONS, "durable_job._migrations")
+        from langgraph.checkpoint.postgres import PostgresSaver
 
+        try:
             with store.checkpoint_connection() as cp:
                 PostgresSaver(cp).setup()
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise StateError(
-                f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
-                f"an administrator runs `{migrate}` once (as the database owner), "
-                f"and grants this role use of schema durable_job"
-            ) from None
         except psycopg.Error as exc:
-            raise store.failure(exc) from None
+            raise refused(exc) from None
         done, highest = store.schema_state(db)
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
     finally:
@@ -6348,11 +6333,11 @@ def work(
 # listed with each command in COMMANDS (CLI section).
 
 
-def text_document(command: str, out: dict, where, render) -> str:
+def text_document(command: str, out: dict, store: Store | None, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
     if command in ("jobs", "migrate", "work"):  # about a whole store or folder, not one job
-        return "\n".join(render(out, where))
-    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, where)]
+        return "\n".join(render(out, store))
+    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, store)]
     for key in ("next", "sealBroken", "html"):
         if key in out:
             lines += labelled_lines(key, out[key])
@@ -6419,7 +6404,7 @@ def receipt_line(store: Store) -> str:
     return f"  receipt: {store.receipt_location()}"
 
 
-def text_run(out: dict, where) -> list:
+def text_run(out: dict, store) -> list:
     """start and resume: each item's status, a recorded decision, or the review it waits for."""
     lines = []
     if out.get("existing") is True:
@@ -6435,25 +6420,25 @@ def text_run(out: dict, where) -> list:
     return lines
 
 
-def text_decide(out: dict, where) -> list:
-    lines = text_run(out, where)
-    if out.get("final") and where:
-        lines.append(receipt_line(where))
+def text_decide(out: dict, store) -> list:
+    lines = text_run(out, store)
+    if out.get("final") and store:
+        lines.append(receipt_line(store))
     return lines
 
 
-def text_status(out: dict, where) -> list:
+def text_status(out: dict, store) -> list:
     """The phase, each item's status (a failed one with its reason) and every journaled call; a pending one with its ready-to-paste reconcile."""
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
     lines += result_lines(out.get("results"))
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
-        if call[2] == "pending" and where and out.get("phase") in ("uncertain-call", "cancelled"):  # never beside a live run's call
-            lines.append(f"    reconcile: {reconcile_command(where, call[0])}")
+        if call[2] == "pending" and store and out.get("phase") in ("uncertain-call", "cancelled"):  # never beside a live run's call
+            lines.append(f"    reconcile: {reconcile_command(store, call[0])}")
     return lines
 
 
-def text_inspect(out: dict, where) -> list:
+def text_inspect(out: dict, store) -> list:
     """The results under review with their summaries, the draft history, and any decision or cancel."""
     lines = [f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else "")] if "phase" in out else []
     lines += result_lines(out.get("results"), summaries=True)
@@ -6474,7 +6459,7 @@ def text_inspect(out: dict, where) -> list:
     return lines
 
 
-def text_reconcile(out: dict, where) -> list:
+def text_reconcile(out: dict, store) -> list:
     rec = out["reconciliation"]
     lines = [
         f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"
@@ -6489,7 +6474,7 @@ def text_reconcile(out: dict, where) -> list:
     return lines
 
 
-def text_revise(out: dict, where) -> list:
+def text_revise(out: dict, store) -> list:
     return [
         f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
@@ -6498,7 +6483,7 @@ def text_revise(out: dict, where) -> list:
     ]
 
 
-def text_retry(out: dict, where) -> list:
+def text_retry(out: dict, store) -> list:
     """The retried call, the new draft it made, and what is still failed."""
     result = out.get("result") or {}
     why = f" — {result['reason']}" if result.get("reason") else ""
@@ -6511,15 +6496,15 @@ def text_retry(out: dict, where) -> list:
     ]
 
 
-def text_cancel(out: dict, where) -> list:
+def text_cancel(out: dict, store) -> list:
     """The cancel, its receipt, and any call still pending (its outcome still matters for accounting)."""
     record = out["cancelled"]
     lines = [cancelled_line(record), "  nothing more runs: resume, revise and decide are refused"]
-    if where:
-        lines.append(receipt_line(where))
+    if store:
+        lines.append(receipt_line(store))
     for key in record.get("pendingCalls") or []:
         lines.append(f"  pending call {key} stays visible; for accounting, check the provider's usage, then:")
-        lines.append(f"    {reconcile_command(where, key)}")
+        lines.append(f"    {reconcile_command(store, key)}")
     return lines
 
 
@@ -6534,22 +6519,22 @@ def text_seal(out: dict, store) -> list:
     return lines
 
 
-def text_verify(out: dict, where) -> list:
+def text_verify(out: dict, store) -> list:
     return [f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
 
 
-def text_jobs(out: dict, where) -> list:
+def text_jobs(out: dict, store) -> list:
     return [jobs_table(out["jobs"])]
 
 
-def text_migrate(out: dict, where) -> list:
+def text_migrate(out: dict, store) -> list:
     return [
         f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
         *(f"  granted {role} use of it" for role in out.get("granted") or []),
     ]
 
 
-def text_work(out: dict, where) -> list:
+def text_work(out: dict, store) -> list:
     lines = [
         f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
         + (" (stopped by a signal)" if out["stopped"] else "")
@@ -6559,7 +6544,7 @@ def text_work(out: dict, where) -> list:
     return lines
 
 
-def text_submit(out: dict, where) -> list:
+def text_submit(out: dict, store) -> list:
     said = "already in the store: reported as it stands" if out.get("existing") else "sealed into the store; nothing run"
     return [f"  {said}", f"  phase: {out['phase']}"]
 
