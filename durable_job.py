@@ -5252,7 +5252,18 @@ def for_manifest(store: Store, manifest: Manifest) -> Store:
         raise UsageError(
             f"--job {store.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)"
         )
-    return store if store.job_id else store.for_job(manifest["jobId"])
+    return store if store.job_id else PgStore(store.url, manifest["jobId"], from_env=store.from_env, program=store.program)
+
+
+@contextlib.contextmanager
+def manifests_job(store: Store, manifest: Manifest) -> Iterator[Store]:
+    """for_manifest's store for the length of a command: closed after it when it is a new one."""
+    named = for_manifest(store, manifest)
+    try:
+        yield named
+    finally:
+        if named is not store:
+            named.close()
 
 
 def need_job_id(store: Store) -> None:
@@ -5280,10 +5291,14 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     return out
 
 
-def start(store: Store, manifest_path: str, *, say=None) -> dict:
+def start(store: Store, manifest_path: str) -> dict:
     """Seal the manifest and run the job until the review interrupt; the same job continues as resume would."""
     manifest, raw = read_manifest(manifest_path)
-    store = for_manifest(store, manifest)
+    with manifests_job(store, manifest) as named:
+        return start_job(named, manifest, manifest_path, raw)
+
+
+def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) -> dict:
     if store.has_job():
         # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
         check_same_job(store, manifest, raw)
@@ -6091,7 +6106,11 @@ def submit(store: Store, manifest_path: str) -> dict:
     if not isinstance(store, PgStore):
         raise UsageError(f"submit works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
     manifest, raw = read_manifest(manifest_path)
-    store = cast(PgStore, for_manifest(store, manifest))
+    with manifests_job(store, manifest) as named:
+        return submit_job(cast(PgStore, named), manifest, manifest_path, raw)
+
+
+def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: bytes) -> dict:
     existing = store.has_job()
     if existing:
         check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
