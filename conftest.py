@@ -9,6 +9,10 @@ command. A command that must cross a process boundary always runs as a subproces
 point (it ends the process), another program (`program=`), a `timeout=` the test relies on, a
 PYTHON* variable (read only as an interpreter starts), a workspace made with `inprocess=False`, and
 every `popen` (kills and races).
+
+The journal is read one way for either backend (and for an open `durable_job.ledger`, through `Ledger`):
+`ws.calls()` and `ws.events(key, event)`, rows as dicts. `Result.held` and `assert_held` check a HOLD
+refusal; `paste` runs a command the program printed, as a person pastes it.
 """
 
 import contextlib
@@ -17,8 +21,10 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -50,7 +56,50 @@ def sha256(data) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class Workspace:
+def canonical(value) -> bytes:
+    """The contract's canonical JSON, written out here: sorted keys, no spaces, UTF-8, non-ASCII as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def program_sha256() -> str:
+    """sha256 of durable_job.py's bytes, as every job seals them."""
+    with open(PROGRAM, "rb") as fh:
+        return sha256(fh.read())
+
+
+class JournalReader:
+    """A test's look at a journal: its calls and call events as dicts, read through `journal(sql)`."""
+
+    def journal(self, sql: str) -> list:
+        raise NotImplementedError
+
+    def calls(self) -> list:
+        """Every call row as a dict of its columns, in creation order (the order `status` lists them)."""
+        return [dict(zip(r.keys(), r)) for r in self.journal("SELECT * FROM calls ORDER BY created_utc, rowid")]
+
+    def events(self, key=None, event=None) -> list:
+        """The call events in order as dicts, `detail` the decoded detail_json; only one key's, or one kind, if asked."""
+        rows = [dict(zip(r.keys(), r)) for r in self.journal("SELECT * FROM call_events ORDER BY id")]
+        return [
+            {**r, "detail": json.loads(r["detail_json"]) if r["detail_json"] else None}
+            for r in rows
+            if key in (None, r["operation_key"]) and event in (None, r["event"])
+        ]
+
+
+class Ledger(JournalReader):
+    """An open journal connection (durable_job.ledger), read the way a Workspace's journal is; the connection is left as it is."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def journal(self, sql: str) -> list:
+        cursor = self.db.cursor()
+        cursor.row_factory = sqlite3.Row
+        return cursor.execute(sql).fetchall()
+
+
+class Workspace(JournalReader):
     """A temporary folder with sources, a manifest and a state directory, as a user would lay them out."""
 
     def __init__(self, root, inprocess: bool = True, store=None):
@@ -80,8 +129,6 @@ class Workspace:
     def journal(self, sql: str) -> list:
         """Rows of a journal query (by name or position), from effects.sqlite or the store's rows of this job."""
         if self.store is None:
-            import sqlite3
-
             conn = sqlite3.connect(os.path.join(self.state, "effects.sqlite"))
             conn.row_factory = sqlite3.Row
             try:
@@ -193,16 +240,7 @@ class Workspace:
     def state_bytes(self) -> dict:
         """Everything the job has saved, to prove nothing changed: every file of the state directory, name → bytes,
         or every row of the store's schema, table → rows (each store test has a database of its own)."""
-        if self.store is not None:
-            return store_rows(self.store)
-        out = {}
-        if os.path.isdir(self.state):
-            for name in sorted(os.listdir(self.state)):
-                path = os.path.join(self.state, name)
-                if os.path.isfile(path) and not name.endswith(("-shm", "-wal")) and name != "run.lock":
-                    with open(path, "rb") as fh:
-                        out[name] = fh.read()
-        return out
+        return store_rows(self.store) if self.store is not None else file_bytes(self.state)
 
     def job(self) -> dict:
         if self.store is not None:
@@ -210,6 +248,17 @@ class Workspace:
                 return store.load_job()
         with open(os.path.join(self.state, "job.json")) as fh:
             return json.load(fh)
+
+
+def file_bytes(state) -> dict:
+    """Every regular file of a state directory (run.lock aside: its note is rewritten by design), name → bytes."""
+    out = {}
+    for name in sorted(os.listdir(state)) if os.path.isdir(state) else []:
+        path = os.path.join(state, name)
+        if name != "run.lock" and os.path.isfile(path) and not name.endswith(("-shm", "-wal")):
+            with open(path, "rb") as fh:
+                out[name] = fh.read()
+    return out
 
 
 # A test's own view of one job's journal rows in a store, under the state directory's table names, so that one
@@ -283,13 +332,29 @@ class Result:
 
     def held(self, *phrases) -> str:
         """Assert a one-line HOLD refusal with exit 2 and no traceback; return the line."""
-        assert self.code == 2, f"exit {self.code}\nstdout: {self.stdout}\nstderr: {self.stderr}"
-        lines = self.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("HOLD: "), self.stderr
-        assert "Traceback" not in self.stderr + self.stdout
-        for phrase in phrases:
-            assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
-        return lines[0]
+        return assert_held(self.code, self.stdout, self.stderr, *phrases)
+
+
+def assert_held(code, stdout, stderr, *phrases) -> str:
+    """A finished command (run or Popen'd) was refused: exit 2, one HOLD line holding every phrase, no traceback; the line."""
+    assert code == 2, f"exit {code}\nstdout: {stdout}\nstderr: {stderr}"
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("HOLD: "), stderr
+    assert "Traceback" not in stderr + stdout
+    for phrase in phrases:
+        assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def paste(ws: Workspace, command: str, cwd=None, **fill) -> Result:
+    """Run a printed command as a person pastes it into a shell, placeholders filled in (`YOU="dana"`): `python`
+    is this interpreter, the environment the workspace's, the folder its root unless `cwd` says."""
+    argv = [fill.get(word, word) for word in shlex.split(command)]
+    assert argv[:2] == ["python", PROGRAM], command  # the program as it was invoked, nothing left to add
+    proc = subprocess.run(
+        [sys.executable, *argv[1:]], capture_output=True, text=True, env={**clean_env(), **ws.env}, cwd=cwd or ws.root, timeout=120
+    )
+    return Result(proc)
 
 
 _INPROCESS = threading.RLock()  # environment, working directory and umask belong to the whole process
@@ -416,6 +481,12 @@ class Provider:
         with open(self.log) as fh:
             return [json.loads(line) for line in fh if line.strip()]
 
+    def response_file(self, logged: dict, path: str) -> str:
+        """The --response-file a person writes from one line of this server's log, for an answer that never arrived."""
+        with open(path, "w") as fh:
+            json.dump({"outputText": logged["output_text"], "responseId": logged["response_id"], "requestId": f"req_{logged['seq']}"}, fh)
+        return path
+
     def env(self, **extra) -> dict:
         env = {"OPENAI_API_KEY": FAKE_KEY, "OPENAI_BASE_URL": self.base_url}
         env.update(extra)
@@ -514,17 +585,23 @@ __all__ = [
     "PROGRAM",
     "REPO",
     "TESTS",
+    "Ledger",
     "Provider",
     "Result",
     "Workspace",
+    "assert_held",
+    "canonical",
     "clean_env",
     "copy_program",
+    "file_bytes",
     "free_port",
     "hold_run_lock",
     "hold_sqlite_lock",
     "kill_group",
     "new_store",
     "openai_workspace",
+    "paste",
+    "program_sha256",
     "run_inprocess",
     "sha256",
     "shutil",

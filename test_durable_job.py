@@ -10,7 +10,7 @@ import stat
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, FAKE_KEY, PROGRAM, Workspace, copy_program, hold_run_lock
+from conftest import ALPHA, BETA, BOTH, FAKE_KEY, PROGRAM, Workspace, canonical, copy_program, hold_run_lock, program_sha256, sha256
 
 
 def statuses(result_json):
@@ -37,7 +37,7 @@ def test_full_journey_to_accept_then_second_decision_refused(ws):
     assert bundle["statuses"] == {"alpha": "validated", "beta": "validated"}
 
     inspected = ws.run("inspect").ok()
-    assert inspected["resultsSha256"] == bundle["resultsSha256"] == dj.results_sha256(inspected["results"])
+    assert inspected["resultsSha256"] == bundle["resultsSha256"] == sha256(canonical(inspected["results"]))
     assert inspected["results"][0]["summary"] == ALPHA.splitlines()[0]
     assert inspected["results"][0]["citations"][0]["quote"] in ALPHA
 
@@ -58,9 +58,9 @@ def test_state_files_are_what_the_contract_promises(ws):
     ws.start().ok()
     job = ws.job()
     with open(ws.manifest, "rb") as fh:
-        assert job["manifestSha256"] == dj.sha256_hex(fh.read())
+        assert job["manifestSha256"] == sha256(fh.read())
     assert job["manifestPath"] == os.path.abspath(ws.manifest) and job["mode"] == "fake"
-    assert job["codeSha256"] == dj.code_sha256() and job["version"] == dj.VERSION
+    assert job["codeSha256"] == program_sha256() and job["version"] == dj.VERSION
     assert set(job["dependencies"]) == set(dj.DEPENDENCIES)
     assert stat.S_IMODE(os.stat(ws.state).st_mode) == 0o700
     for name in ("job.json", "effects.sqlite", "checkpoints.sqlite", "run.lock"):
@@ -147,8 +147,8 @@ def test_reconcile_complete_from_an_inspected_response_file(ws, tmp_path):
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"}).code == 91
     key = ws.db_rows()[0][0]
     job = {"jobId": "journey", "model": "fake-structural-1", "mode": "fake"}
-    item = {"id": "alpha", "sha256": dj.sha256_hex(ALPHA.encode())}
-    text, response_id, request_id, _ = dj.fake_call(job, item, ALPHA, dj.model_input(item, ALPHA, []))
+    item = {"id": "alpha", "sha256": sha256(ALPHA.encode())}
+    text, response_id, request_id, _ = dj.call_model(job, item, ALPHA, dj.model_input(item, ALPHA, []))
     response_file = tmp_path / "response.json"
     response_file.write_text(json.dumps({"outputText": text, "responseId": response_id, "requestId": request_id}))
 
@@ -182,7 +182,7 @@ def test_reconcile_complete_from_an_inspected_response_file(ws, tmp_path):
     assert done["status"] == "completed"
     row = ws.db_rows(f"SELECT status, output_text, response_id, request_id, reconciliation_json FROM calls WHERE operation_key='{key}'")[0]
     assert row[:4] == ("completed", text, response_id, request_id)
-    assert json.loads(row[4])["responseFileSha256"] == dj.sha256_hex(response_file.read_bytes())
+    assert json.loads(row[4])["responseFileSha256"] == sha256(response_file.read_bytes())
     ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "ops", "--reason", "x").held("it is completed")
 
     resumed = ws.run("resume").ok()
@@ -260,7 +260,7 @@ def test_invalid_citations_fail_the_items_and_cannot_be_accepted(ws):
     assert ws.run("decide", "--decision", "reject", "--reviewer", "r", "--reason", "bad quotes").ok()["final"]["decision"] == "reject"
 
 
-ITEM = {"id": "alpha", "sha256": dj.sha256_hex(ALPHA.encode())}
+ITEM = {"id": "alpha", "sha256": sha256(ALPHA.encode())}
 GOOD_QUOTE = "Alpha report requires owner review"
 
 
@@ -301,9 +301,9 @@ def test_invalid_model_output_fails_the_item_with_a_reason(raw, reason):
 def test_valid_proposal_is_validated_with_hashes():
     result = dj.check_proposal(proposal(), ITEM, ALPHA)
     assert result["status"] == "validated" and result["citations"][0]["quote"] == GOOD_QUOTE
-    assert result["proposalSha256"] == dj.sha256_hex(dj.canonical(json.loads(proposal())))
+    assert result["proposalSha256"] == sha256(canonical(json.loads(proposal())))
     short = "Tiny note.\n"
-    item = {"id": "t", "sha256": dj.sha256_hex(short.encode())}
+    item = {"id": "t", "sha256": sha256(short.encode())}
     raw = json.dumps({"itemId": "t", "summary": "s", "citations": [{"quote": "Tiny note.", "claim": "c"}]})
     assert dj.check_proposal(raw, item, short)["status"] == "validated"  # the whole stripped source is enough
 
@@ -353,8 +353,8 @@ def test_get_or_call_calls_once_and_reuses(tmp_path, monkeypatch):
     db.row_factory = sqlite3.Row
     row = db.execute("SELECT * FROM calls").fetchone()
     assert row["status"] == "completed" and row["response_id"] == "resp" and json.loads(row["usage_json"]) == {"total_tokens": 3}
-    digest = dj.sha256_hex(dj.canonical({"system": dj.SYSTEM, "prompt": "p", "model": "m", "version": dj.VERSION}))
-    base = dj.sha256_hex(dj.canonical({"job": "j", "item": "alpha", "source": ITEM["sha256"], "input": digest}))
+    digest = sha256(canonical({"system": dj.SYSTEM, "prompt": "p", "model": "m", "version": dj.VERSION}))
+    base = sha256(canonical({"job": "j", "item": "alpha", "source": ITEM["sha256"], "input": digest}))
     assert row["operation_key"] == f"{base}:1" and row["input_sha256"] == digest
 
 
@@ -419,13 +419,13 @@ def test_a_definite_refusal_comes_out_as_the_providers_exception_with_the_row_re
 def test_attempt_and_call_bounds_are_enforced(tmp_path, monkeypatch):
     monkeypatch.setattr(dj, "call_model", lambda *a: ("o", "r", None, None))
     db = dj.ledger(str(tmp_path / "effects.sqlite"))
-    key = dj.claim_attempt(db, JOB, BOUNDS, ITEM, "p")[1]
-    db.execute("UPDATE calls SET status='abandoned' WHERE operation_key=?", (key,))
+    dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
+    db.execute("UPDATE calls SET status='abandoned' WHERE attempt=1")  # a person gave attempt 1 up
     assert dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p") == "o"  # attempt 2
     db.execute("UPDATE calls SET status='abandoned' WHERE attempt=2")
     with pytest.raises(dj.BudgetError, match="maxAttemptsPerItem"):
         dj.get_or_call(db, JOB, BOUNDS, ITEM, ALPHA, "p")
-    other = {"id": "beta", "sha256": dj.sha256_hex(BETA.encode())}
+    other = {"id": "beta", "sha256": sha256(BETA.encode())}
     assert dj.get_or_call(db, JOB, BOUNDS, other, BETA, "q") == "o"  # the third row
     with pytest.raises(dj.BudgetError, match="maxModelCalls"):
         dj.get_or_call(db, JOB, BOUNDS, {"id": "gamma", "sha256": "0" * 64}, "g", "r")
@@ -588,7 +588,7 @@ def test_busy_directory_refuses_every_writer_but_not_readers(tmp_path, moment):
         for _name, argv in WRITERS.items():
             line = ws.run(*argv(ws, key, summary)).held("BusyError", "State directory busy", f"pid {holder.pid}")
             typed = shlex.join([*argv(ws, key, summary), "--state-dir", ws.state])
-            assert line.endswith(f"then run `{dj.program_name()} {typed}` again"), line  # exactly what was typed, to paste
+            assert line.endswith(f"then run `python {PROGRAM} {typed}` again"), line  # exactly what was typed, to paste
         assert ws.run("status").ok()["phase"] == moment
         assert ws.run("inspect").ok()["final"] is None
     finally:
@@ -667,7 +667,7 @@ def test_an_unforeseen_failure_disk_ctrl_c_or_bug_is_one_line_whose_advice_fits_
         raise PermissionError(13, "Permission denied", "/somewhere/file")
 
     monkeypatch.chdir(tmp_path)
-    program, state = dj.program_name(), tmp_path / "s"  # the suggestions name the folder absolutely: paste-ready from anywhere
+    program, state = f"python {PROGRAM}", tmp_path / "s"  # the suggestions name the folder absolutely: paste-ready from anywhere
     paste = f"run {program} status --state-dir {state}, then {program} resume --state-dir {state} (a pending call needs reconcile first)"
     cases = {
         ("status",): "run the command again",
@@ -744,15 +744,10 @@ def test_a_reply_with_a_lone_surrogate_is_stored_not_lost(tmp_path, monkeypatch)
 
 # --- the contract, checked independently of the program's own helpers ----------------------------------
 
-import hashlib  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 from conftest import REPO  # noqa: E402
-
-
-def independent_sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def test_repository_holds_the_pins_and_the_demo_fixtures_the_spec_names():
@@ -766,7 +761,7 @@ def test_repository_holds_the_pins_and_the_demo_fixtures_the_spec_names():
     for name, digest in expected.items():
         with open(os.path.join(REPO, "fixtures", name), "rb") as fh:
             data = fh.read()
-        assert independent_sha256(data) == digest and data.count(b"\n") == 2 and data.endswith(b"\n")
+        assert sha256(data) == digest and data.count(b"\n") == 2 and data.endswith(b"\n")
     with open(os.path.join(REPO, "manifest.structural.json")) as fh:
         demo = json.load(fh)
     assert demo["mode"] == "fake" and [i["sha256"] for i in demo["items"]] == list(expected.values())
@@ -777,7 +772,7 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
     assert out["jobId"] == "journey"
     job = ws.job()
     with open(os.path.join(REPO, "durable_job.py"), "rb") as fh:
-        assert job["codeSha256"] == independent_sha256(fh.read())
+        assert job["codeSha256"] == sha256(fh.read())
     assert job["jobId"] == "journey" and job["model"] == "fake-structural-1"
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", job["threadId"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", job["createdAtUtc"])
@@ -798,17 +793,14 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
 def test_operation_keys_follow_the_canonical_recipe(ws):
     """Recomputed here from the SPEC's words, not from the program's helpers."""
     ws.start().ok()
-    item = {"id": "alpha", "sha256": independent_sha256(ALPHA.encode())}
+    item = {"id": "alpha", "sha256": sha256(ALPHA.encode())}
     prompt = dj.model_input(item, ALPHA, [])
 
-    def canon(v):
-        return json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-    digest = independent_sha256(canon({"system": dj.SYSTEM, "prompt": prompt, "model": "fake-structural-1", "version": dj.VERSION}))
-    base = independent_sha256(canon({"job": "journey", "item": "alpha", "source": item["sha256"], "input": digest}))
+    digest = sha256(canonical({"system": dj.SYSTEM, "prompt": prompt, "model": "fake-structural-1", "version": dj.VERSION}))
+    base = sha256(canonical({"job": "journey", "item": "alpha", "source": item["sha256"], "input": digest}))
     assert ws.db_rows("SELECT operation_key, base_key, input_sha256 FROM calls WHERE item_id='alpha'") == [(f"{base}:1", base, digest)]
     results = ws.run("inspect").ok()["results"]
-    assert ws.run("inspect").ok()["resultsSha256"] == independent_sha256(canon(results))
+    assert ws.run("inspect").ok()["resultsSha256"] == sha256(canonical(results))
 
 
 def test_status_still_reads_a_job_whose_seal_broke(ws):
@@ -830,7 +822,7 @@ def test_seals_are_checked_in_the_contract_order(ws, tmp_path):
 
 def test_fake_adapter_caps_the_summary_and_long_quotes_are_refused():
     long_line = "A" * 10 + " word" * 80 + "\nsecond line\n"
-    item = {"id": "x", "sha256": independent_sha256(long_line.encode())}
+    item = {"id": "x", "sha256": sha256(long_line.encode())}
     text, response_id, request_id, usage = dj.call_model({"jobId": "j", "model": "m", "mode": "fake"}, item, long_line, "p")
     proposal = json.loads(text)
     assert proposal["summary"] == long_line.split("\n")[0][:160] and proposal["citations"][0]["quote"] == proposal["summary"]

@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import durable_job
-from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Workspace, hold_sqlite_lock, openai_workspace, sha256
+from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Workspace, canonical, file_bytes, hold_sqlite_lock, openai_workspace, sha256
 
 SHORT_BUSY_WAIT = {"DURABLE_JOB_BUSY_TIMEOUT": "0.2"}  # a lock test need not wait SQLite's default 5 s
 NO_SEAL = {"DURABLE_JOB_FAKE_CRASH": "after-seal"}  # a start that gets past every check exits 93, not 2
@@ -99,17 +99,6 @@ def clone_state(src_state: str, dest_root) -> str:
     shutil.copytree(src_state, dest)
     os.chmod(dest, 0o700)
     return dest
-
-
-def file_bytes(state) -> dict:
-    """Every regular file of a state directory (run.lock aside: its note is rewritten by design), name → bytes."""
-    out = {}
-    for name in state_files(state):
-        path = os.path.join(state, name)
-        if name != "run.lock" and os.path.isfile(path) and not name.endswith(("-shm", "-wal")):
-            with open(path, "rb") as fh:
-                out[name] = fh.read()
-    return out
 
 
 def logical(state) -> dict:
@@ -988,7 +977,7 @@ def contract_valid(raw, item_id, source, length_rule=True) -> bool:
 def assert_well_formed(result, item, source):
     assert set(result) >= {"itemId", "sourceSha256", "status"}
     assert result["itemId"] == item["id"] and result["sourceSha256"] == item["sha256"]
-    durable_job.canonical(result)  # storable: checkpointed, hashed and printed as UTF-8
+    canonical(result)  # storable: checkpointed, hashed and printed as UTF-8
     ormsgpack.packb(result)
     if result["status"] == "failed":
         assert isinstance(result["reason"], str) and 1 <= len(result["reason"]) <= 250
@@ -1084,7 +1073,7 @@ def test_check_proposal_still_validates_a_good_proposal():
     item = {"id": "item", "sha256": sha256(ALPHA)}
     result = durable_job.check_proposal(json.dumps(GOOD), item, ALPHA)
     assert result["status"] == "validated"
-    assert result["proposalSha256"] == sha256(durable_job.canonical(GOOD))
+    assert result["proposalSha256"] == sha256(canonical(GOOD))
 
 
 def test_nasty_model_outputs_through_the_cli_fail_their_items_and_verify_still_holds(ws):
@@ -1564,7 +1553,7 @@ def _draft_injected(state):
     set_rows(
         state,
         "INSERT INTO drafts VALUES (2, 'alpha', ?, ?, 'mallory', 'x', '{}', '2020-01-01T00:00:00.000000Z')",
-        (json.dumps(results), durable_job.results_sha256(results)),
+        (json.dumps(results), sha256(canonical(results))),
     )
 
 
@@ -1672,7 +1661,7 @@ def _draft_rewritten(revised):
         results[0]["summary"] = "Approved by the board."
         results[0]["citations"] = [{"quote": "Alpha report was approved by the board and is final.", "claim": "approved"}]
         conn.execute(
-            "UPDATE drafts SET results_json=?, results_sha256=? WHERE version=2", (json.dumps(results), durable_job.results_sha256(results))
+            "UPDATE drafts SET results_json=?, results_sha256=? WHERE version=2", (json.dumps(results), sha256(canonical(results)))
         )
     finally:
         conn.close()

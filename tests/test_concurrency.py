@@ -5,8 +5,7 @@ import os
 import signal
 import time
 
-import durable_job as dj
-from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Provider, free_port, hold_sqlite_lock, kill_group, openai_workspace, wait_for
+from conftest import ALPHA, BETA, FAKE_KEY, GAMMA, Provider, free_port, hold_sqlite_lock, kill_group, openai_workspace, sha256, wait_for
 
 THREE = {"alpha": ALPHA, "beta": BETA, "gamma": GAMMA}
 
@@ -38,7 +37,7 @@ def test_sequential_prompts_keep_their_progress_line(ws, provider):
     openai_workspace(ws, provider)
     ws.start().ok()
     second = provider.requests()[1]["input"]
-    assert f"alpha [{dj.sha256_hex(ALPHA.encode())[:12]}]: structure checked; semantic review pending" in second
+    assert f"alpha [{sha256(ALPHA)[:12]}]: structure checked; semantic review pending" in second
 
 
 def test_one_failed_call_among_parallel_ones_is_uncertain_and_alone(ws, provider):

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import durable_job
-from conftest import BOTH, PROGRAM, Provider, Workspace, kill_group, new_store, openai_workspace, wait_for
+from conftest import BOTH, PROGRAM, Provider, Workspace, assert_held, kill_group, new_store, openai_workspace, wait_for
 
 BUSY = ("State directory busy", "another durable_job command")
 
@@ -55,7 +55,7 @@ real_fake_call = dj.fake_call
 
 
 def observed_fake_call(job, item, source, prompt):
-    key = dj._OPERATION_KEY.get()
+    key = dj._OPERATION_KEY.get()  # the key of the call being made: fake_call is not given it, and no public name holds it
     note({{"event": "request", "key": key, "item": item["id"], "pid": os.getpid()}})
     output_text, response_id, request_id, usage = real_fake_call(job, item, source, prompt)
     note({{"event": "answer", "key": key, "item": item["id"], "outputText": output_text,
@@ -133,20 +133,13 @@ class Observer:
 ###############################################################################
 
 
-def journal(ws: Workspace) -> tuple[list, list]:
-    """All journal rows and call events, as dicts, in creation order."""
-    rows = [dict(zip(r.keys(), r)) for r in ws.journal("SELECT * FROM calls ORDER BY rowid")]
-    events = [dict(zip(r.keys(), r)) for r in ws.journal("SELECT * FROM call_events ORDER BY id")]
-    return rows, events
-
-
 def assert_journal_consistent(ws: Workspace, items: list, requests_per_key: Counter) -> list:
     """No duplicate or lost rows; one dispatch per key; a later attempt only after a recorded abandon
     (or a provider's definite refusal); every item ends with exactly one completed row.
 
     requests_per_key: what an outside observer saw reach the provider, per operation key.
     """
-    rows, events = journal(ws)
+    rows, events = ws.calls(), ws.events()
     keys = [r["operation_key"] for r in rows]
     assert len(keys) == len(set(keys)), f"duplicate journal rows: {keys}"
     by_base = {}
@@ -275,9 +268,9 @@ def runbook(ws: Workspace, obs: Observer, strategy: str, point: str) -> dict:
     if pending:
         # resuming first is refused by name, and sends nothing
         key, item = pending[0][0], pending[0][1]
-        before = (journal(ws)[0], len(obs.records()))
+        before = (ws.calls(), len(obs.records()))
         obs.run(ws, "resume").held(f"UNCERTAIN_CALL {item} {key}")
-        assert (journal(ws)[0], len(obs.records())) == before
+        assert (ws.calls(), len(obs.records())) == before
     for key, _item, *_ in pending:
         if strategy == "complete":
             (answer,) = [r for r in obs.records("answer") if r["key"] == key]
@@ -376,7 +369,7 @@ def test_kill_at_each_crash_point_then_runbook_recovery_matches_uninterrupted_ru
         assert obs.records() == []
     final_out = runbook(ws, obs, strategy, point)
     assert_end_state(ws, obs, fake_baseline, final_out)
-    rows, _ = journal(ws)
+    rows = ws.calls()
     if statuses == ["pending"] or point == "after-reconcile":
         expected = ["completed", "completed"] if strategy == "complete" else ["abandoned", "completed", "completed"]
         assert [r["status"] for r in rows] == expected
@@ -671,11 +664,7 @@ class FuzzJob:
                 continue
             record = logged.get(key)
             if record is not None and record["response_id"]:
-                response = os.path.join(self.ws.root, f"response-{key[:12]}.json")
-                with open(response, "w") as fh:
-                    json.dump(
-                        {"outputText": record["output_text"], "responseId": record["response_id"], "requestId": f"req_{record['seq']}"}, fh
-                    )
+                response = self.provider.response_file(record, os.path.join(self.ws.root, f"response-{key[:12]}.json"))
                 r = self.ws.run(
                     "reconcile",
                     "--operation-key",
@@ -734,7 +723,7 @@ class FuzzJob:
         ws, log = self.ws, self.provider.requests()
         per_key = Counter(r["client_request_id"] for r in log)
         assert None not in per_key, "every provider request carries X-Client-Request-Id"
-        rows, _ = journal(ws)
+        rows = ws.calls()
         if exhausted:  # legitimate only when an item lost both allowed attempts in the uncertain window
             lost = Counter(r["item_id"] for r in rows if r["status"] == "abandoned")
             assert max(lost.values(), default=0) == 2, "\n".join(self.transcript)
@@ -929,16 +918,6 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
     assert_journal_consistent(ws, ["alpha", "beta"], Counter(r["client_request_id"] for r in log))
 
 
-def assert_held(code, stdout, stderr, *phrases):
-    """Result.held() for a Popen'd command."""
-    assert code == 2, f"exit {code}: {stdout} {stderr}"
-    assert "Traceback" not in stdout + stderr
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("HOLD: "), stderr
-    for phrase in phrases:
-        assert phrase in lines[0], f"{phrase!r} not in {lines[0]!r}"
-
-
 @BOTH
 def test_race_resume_resume(ws, provider, tmp_path):
     openai_workspace(ws, provider)
@@ -988,7 +967,7 @@ def test_race_reconcile_resume(ws, tmp_path, fake_baseline):
     reconcile = ("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev", "--reason", "never sent")
     results = race(ws, obs, [reconcile, ("resume",), reconcile, ("resume",)], env={"FAULTS_HOLD_LOCK": "0.5"})
     winner, busy = split_race(results)
-    rows, _ = journal(ws)
+    rows = ws.calls()
     if winner[0][0] == "reconcile":
         assert winner[1] == 0 and json.loads(winner[2])["status"] == "abandoned"
         assert [(r["attempt"], r["status"]) for r in rows] == [(1, "abandoned")]

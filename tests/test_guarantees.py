@@ -6,7 +6,6 @@ statuses, the operation-key recipe, the bounds, validation, seals, reconcile, ca
 locks, decisions, the receipt and verify, a store's jobs kept apart, the worker, retry.
 """
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -14,18 +13,23 @@ import sqlite3
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, FAKE_KEY, GAMMA, PROGRAM, Workspace, copy_program, free_port, openai_workspace, wait_for
+from conftest import (
+    ALPHA,
+    BETA,
+    BOTH,
+    FAKE_KEY,
+    GAMMA,
+    PROGRAM,
+    Workspace,
+    canonical,
+    copy_program,
+    free_port,
+    openai_workspace,
+    sha256,
+    wait_for,
+)
 
 ITEM = {"id": "alpha", "sha256": "0" * 64}
-
-
-def canonical(value) -> bytes:
-    """The contract's canonical JSON, written out here: sorted keys, no spaces, UTF-8, non-ASCII as is."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def answer(item_id="alpha", summary="A summary.", citations=None, **extra) -> str:
@@ -33,12 +37,9 @@ def answer(item_id="alpha", summary="A summary.", citations=None, **extra) -> st
     return json.dumps({"itemId": item_id, "summary": summary, "citations": cites, **extra})
 
 
-def calls(ws: Workspace) -> list:
-    return [tuple(r) for r in ws.journal("SELECT item_id, attempt, status FROM calls ORDER BY created_utc")]
-
-
-def events(ws: Workspace) -> list:
-    return [tuple(r) for r in ws.journal("SELECT operation_key, event FROM call_events ORDER BY id")]
+def attempts(ws: Workspace) -> list:
+    """(item, attempt, status) of every call, in creation order."""
+    return [(c["item_id"], c["attempt"], c["status"]) for c in ws.calls()]
 
 
 # --- the journal and its statuses ------------------------------------------------------------------------------
@@ -48,12 +49,12 @@ def test_a_pending_call_is_committed_before_the_request_and_never_sent_again(ws,
     openai_workspace(ws, provider, sources={"alpha": ALPHA})
     provider.behave("drop")  # the provider got the request and the answer never came back
     ws.start().held("ProviderError", "stays pending")
-    assert calls(ws) == [("alpha", 1, "pending")] and len(provider.requests()) == 1
+    assert attempts(ws) == [("alpha", 1, "pending")] and len(provider.requests()) == 1
     provider.behave("ok")
     for command in ("resume", "start"):
         args = ("start", "--manifest", ws.manifest) if command == "start" else ("resume",)
         ws.run(*args).held("UncertainCall", "UNCERTAIN_CALL alpha")
-    assert len(provider.requests()) == 1 and calls(ws) == [("alpha", 1, "pending")]  # nothing went out again
+    assert len(provider.requests()) == 1 and attempts(ws) == [("alpha", 1, "pending")]  # nothing went out again
 
 
 @pytest.mark.parametrize(
@@ -74,7 +75,7 @@ def test_each_provider_answer_is_journaled_with_its_status(ws, provider, behavio
     openai_workspace(ws, provider, sources={"alpha": ALPHA})
     provider.behave(behaviour)
     result = ws.start()
-    assert calls(ws) == [("alpha", 1, status)], result.stderr
+    assert attempts(ws) == [("alpha", 1, status)], result.stderr
     if status == "rejected":
         result.held("ProviderError", "recorded as rejected")
         assert ws.run("status").ok()["phase"] == "ready"  # a definite refusal needs no reconcile
@@ -89,7 +90,7 @@ def test_of_several_parallel_failures_the_first_item_is_named_first(ws, provider
     provider.behave("500")
     line = ws.start().held("ProviderError")
     assert line.startswith("HOLD: ProviderError: Model call for item alpha failed") and "(and 2 more" in line, line
-    assert sorted(calls(ws)) == [("alpha", 1, "pending"), ("beta", 1, "pending"), ("gamma", 1, "pending")]
+    assert sorted(attempts(ws)) == [("alpha", 1, "pending"), ("beta", 1, "pending"), ("gamma", 1, "pending")]
 
 
 # --- the operation-key recipe ----------------------------------------------------------------------------------
@@ -118,10 +119,10 @@ def test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift
     # and the recipe as the contract states it, computed here: input hash, base key, key
     results = []
     for item_id, text in VECTOR_SOURCES.items():
-        item = {"id": item_id, "sha256": sha(text.encode())}
+        item = {"id": item_id, "sha256": sha256(text.encode())}
         prompt = dj.model_input(item, text, results)
-        digest = sha(canonical({"system": dj.SYSTEM, "prompt": prompt, "model": "fake-modell-ß", "version": dj.VERSION}))
-        base = sha(canonical({"job": "Prüfung-ü-1", "item": item_id, "source": item["sha256"], "input": digest}))
+        digest = sha256(canonical({"system": dj.SYSTEM, "prompt": prompt, "model": "fake-modell-ß", "version": dj.VERSION}))
+        base = sha256(canonical({"job": "Prüfung-ü-1", "item": item_id, "source": item["sha256"], "input": digest}))
         [row] = ws.journal(f"SELECT operation_key, input_sha256 FROM calls WHERE item_id = '{item_id}'")
         assert (row[0], row[1]) == (f"{base}:1", digest)
         results.append(ws.run("inspect").ok()["results"][len(results)])
@@ -133,14 +134,14 @@ def test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift
 def test_the_call_bounds_hold_across_items_retries_and_refusals(ws, provider, tmp_path):
     ws.write_manifest(maxModelCalls=1)  # two items, one call: beta gets none and is reviewed as failed
     out = ws.start().ok()
-    assert calls(ws) == [("alpha", 1, "completed")]
+    assert attempts(ws) == [("alpha", 1, "completed")]
     assert out["results"][1]["status"] == "failed" and out["results"][1]["reason"].startswith("no model call left")
     other = openai_workspace(Workspace(tmp_path / "attempts"), provider, sources={"alpha": ALPHA}, maxAttemptsPerItem=1)
     provider.behave("429")
     other.start().held("ProviderError", "rejected")
     provider.behave("ok")
     resumed = other.run("resume").ok()  # the one attempt was spent: no second call
-    assert calls(other) == [("alpha", 1, "rejected")] and len(provider.requests()) == 1
+    assert attempts(other) == [("alpha", 1, "rejected")] and len(provider.requests()) == 1
     assert resumed["results"][0]["reason"].startswith("no model call left") and "maxAttemptsPerItem" in resumed["results"][0]["reason"]
 
 
@@ -179,7 +180,7 @@ def test_every_manifest_bound_is_refused_one_past_its_end(tmp_path, key, bad, go
 def test_each_answer_length_bound_holds_at_its_edge():
     line = "x" * 60 + " The quoted part of this long line is exactly what the answer may cite. " + "y" * 140
     source = f"{line}\nshort\n"
-    item = {"id": "alpha", "sha256": sha(source.encode())}
+    item = {"id": "alpha", "sha256": sha256(source.encode())}
 
     def status(**fields):
         return dj.check_proposal(answer(**fields), item, source)["status"]
@@ -211,7 +212,7 @@ def test_the_prompt_carries_the_last_600_characters_of_validated_progress_only()
 
 def test_a_quote_must_match_the_source_exactly_case_and_spacing_included(ws):
     source = ALPHA
-    item = {"id": "alpha", "sha256": sha(source.encode())}
+    item = {"id": "alpha", "sha256": sha256(source.encode())}
     exact = "Alpha report requires owner review"
     assert dj.check_proposal(answer(citations=[{"quote": exact, "claim": "c"}]), item, source)["status"] == "validated"
     for wrong in (exact.lower(), exact.upper(), exact.replace(" ", "  "), exact.replace("Alpha", "Alpha\u00a0")[:-6]):
@@ -231,7 +232,7 @@ def test_a_quote_must_match_the_source_exactly_case_and_spacing_included(ws):
 
 def test_every_shape_rule_of_the_answer_is_enforced():
     source = ALPHA + "-- ... -- ... -- (a rule line)\n"
-    item = {"id": "alpha", "sha256": sha(source.encode())}
+    item = {"id": "alpha", "sha256": sha256(source.encode())}
     good = {"quote": "Alpha report requires owner review", "claim": "c"}
     cases = {
         "an extra key": answer(citations=[good], note="extra"),
@@ -352,7 +353,7 @@ def test_reconcile_takes_only_a_pending_key_and_a_real_record(ws):
     assert FAKE_KEY not in output and "[redacted]" in output
     ws.run("reconcile", "--operation-key", key, "--action", "abandon", *who).held("DecisionError", "it is completed")
     resumed = ws.run("resume").ok()  # the reconciled answer is the item's output: no new call
-    assert resumed["results"][0]["status"] == "validated" and [c[2] for c in calls(ws)] == ["completed", "completed"]
+    assert resumed["results"][0]["status"] == "validated" and [c[2] for c in attempts(ws)] == ["completed", "completed"]
 
 
 # --- calls never sent --------------------------------------------------------------------------------------------
@@ -362,12 +363,12 @@ def test_a_connection_that_never_opened_is_no_call_and_a_dropped_one_stays_pendi
     openai_workspace(ws, provider, sources={"alpha": ALPHA})
     ws.env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: refused before a byte is sent
     ws.start().held("ProviderError", "was not sent", "no attempt was spent")
-    assert calls(ws) == [] and [e for _, e in events(ws)] == ["dispatch", "not-sent"]
+    assert attempts(ws) == [] and [e["event"] for e in ws.events()] == ["dispatch", "not-sent"]
     assert ws.run("verify").ok()["ok"] is True
     ws.env["OPENAI_BASE_URL"] = provider.base_url
     provider.behave("drop")  # this one reached the server: it may have run
     ws.run("resume").held("ProviderError", "stays pending")
-    assert calls(ws) == [("alpha", 1, "pending")] and [e for _, e in events(ws)] == ["dispatch", "not-sent", "dispatch", "error"]
+    assert attempts(ws) == [("alpha", 1, "pending")] and [e["event"] for e in ws.events()] == ["dispatch", "not-sent", "dispatch", "error"]
 
 
 # --- locks -------------------------------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ def test_a_running_writer_refuses_every_other_writer_and_never_blocks_a_reader(w
         from conftest import kill_group
 
         kill_group(running)
-    assert calls(ws) == [("alpha", 1, "pending")]
+    assert attempts(ws) == [("alpha", 1, "pending")]
 
 
 # --- decisions ---------------------------------------------------------------------------------------------------
@@ -579,7 +580,7 @@ def test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all(ws, provide
     provider.behave("ok")
     ws.run("retry", "--item", "alpha", "--reviewer", "r", "--reason", "x").held("disk I/O error")
     assert len(provider.requests()) == 2  # the answer came back ...
-    assert calls(ws) == [("alpha", 1, "completed"), ("alpha", 2, "pending")]  # ... and was not committed without its draft
+    assert attempts(ws) == [("alpha", 1, "completed"), ("alpha", 2, "pending")]  # ... and was not committed without its draft
     assert ws.journal("SELECT count(*) FROM drafts")[0][0] == 0
     assert ws.run("status").ok()["phase"] == "uncertain-call"
 
@@ -632,15 +633,11 @@ def test_only_an_items_latest_attempt_says_whether_a_refusal_waits_for_a_person(
     provider.behave(sequence=["429", "ok", "drop"])  # alpha refused; alpha's next attempt answered; beta's call lost
     ws.start().held("ProviderError", "rejected")
     ws.run("resume").held("ProviderError", "stays pending")
-    beta = next(r for r in calls_with_keys(ws) if r[0] == "beta")
-    ws.run("reconcile", "--operation-key", beta[1], "--action", "abandon", "--reviewer", "r", "--reason", "not in the log").ok()
+    beta = next(c["operation_key"] for c in ws.calls() if c["item_id"] == "beta")
+    ws.run("reconcile", "--operation-key", beta, "--action", "abandon", "--reviewer", "r", "--reason", "not in the log").ok()
     status = ws.run("status").ok()
     assert [c[2] for c in status["calls"]] == ["rejected", "completed", "abandoned"]
     assert status["phase"] == "ready" and status["next"] == f"python {PROGRAM} resume --state-dir {ws.state}", status["next"]
-
-
-def calls_with_keys(ws: Workspace) -> list:
-    return [tuple(r) for r in ws.journal("SELECT item_id, operation_key, status FROM calls ORDER BY created_utc")]
 
 
 def test_a_revision_that_changes_only_the_citations_is_a_new_draft(ws):

@@ -7,10 +7,8 @@ Each journey here failed on the program before issue 15 (items 1, 3, 5, 6 and 8)
 import os
 import re
 import shlex
-import subprocess
-import sys
 
-from conftest import PROGRAM, Result, clean_env, kill_group, openai_workspace, wait_for
+from conftest import PROGRAM, kill_group, openai_workspace, paste, wait_for
 
 
 def pending_rows(ws) -> list:
@@ -18,17 +16,6 @@ def pending_rows(ws) -> list:
         return [r for r in ws.db_rows() if r[2] == "pending"]
     except Exception:  # the journal is being created
         return []
-
-
-def paste(ws, command: str, **fill) -> Result:
-    """Run a suggested command as a person pastes it into a shell, with the placeholders filled in."""
-    argv = shlex.split(command)
-    argv = [fill.get(word, word) for word in argv]
-    assert argv[:2] == ["python", PROGRAM], command  # the program as it was invoked, nothing left to add
-    env = clean_env()
-    env.update(ws.env)
-    proc = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, cwd="/", timeout=120)
-    return Result(proc)
 
 
 def backticked(line: str, word: str) -> str:
@@ -88,12 +75,12 @@ def test_the_uncertain_call_hold_line_suggests_a_reconcile_that_runs_as_pasted(w
     held = ws.run("resume").held("UNCERTAIN_CALL")
     assert backticked(held, "reconcile") == command
     assert ws.run("status").ok()["next"].split(", then ")[1].split("; then ")[0] == command
-    assert paste(ws, backticked(held, "status")).ok()["phase"] == "uncertain-call"
+    assert paste(ws, backticked(held, "status"), cwd="/").ok()["phase"] == "uncertain-call"
 
-    out = paste(ws, command, **{"complete|abandon": "abandon", "YOU": "ops", "WHY": "provider shows no such request"}).ok()
+    out = paste(ws, command, cwd="/", **{"complete|abandon": "abandon", "YOU": "ops", "WHY": "provider shows no such request"}).ok()
     assert out["status"] == "abandoned"
     provider.behave("ok")
-    assert paste(ws, ws.run("status").ok()["next"]).ok()["interrupt"]  # next: the resume command, as printed
+    assert paste(ws, ws.run("status").ok()["next"], cwd="/").ok()["interrupt"]  # next: the resume command, as printed
 
 
 def test_a_state_dir_with_spaces_is_quoted_in_every_suggestion(ws):
@@ -101,9 +88,9 @@ def test_a_state_dir_with_spaces_is_quoted_in_every_suggestion(ws):
     ws.run("start", "--manifest", ws.manifest, env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"})
     status = ws.run("status").ok()
     reconcile = status["next"].split(", then ")[1].split("; then ")[0]
-    assert paste(ws, reconcile, **{"complete|abandon": "abandon", "YOU": "ops", "WHY": "never sent"}).ok()["status"] == "abandoned"
-    started = paste(ws, ws.run("status").ok()["next"]).ok()
-    decided = paste(ws, started["interrupt"][0]["decideCommand"], **{"accept|reject|hold": "hold", "YOU": "dana", "WHY": "pasted"}).ok()
+    assert paste(ws, reconcile, cwd="/", **{"complete|abandon": "abandon", "YOU": "ops", "WHY": "never sent"}).ok()["status"] == "abandoned"
+    decide = paste(ws, ws.run("status").ok()["next"], cwd="/").ok()["interrupt"][0]["decideCommand"]
+    decided = paste(ws, decide, cwd="/", **{"accept|reject|hold": "hold", "YOU": "dana", "WHY": "pasted"}).ok()
     assert decided["final"]["decision"] == "hold" and decided["final"]["bound"] is True
 
 

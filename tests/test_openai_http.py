@@ -12,14 +12,13 @@ journeys that only read a finished job share one module-scoped run.
 
 import json
 import os
-import sqlite3
 import time
 from unittest import mock
 
 import pytest
 
 import durable_job
-from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, Provider, Workspace, free_port, openai_workspace, sha256
+from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, Ledger, Provider, Workspace, free_port, openai_workspace, sha256
 
 JOB = {"jobId": "in-process", "model": "gpt-test", "mode": "openai"}
 ALPHA_ITEM = {"id": "alpha", "sha256": sha256(ALPHA)}
@@ -29,37 +28,6 @@ REFUSALS = ["400", "401", "403", "404", "422", "429"]
 
 # ---------------------------------------------------------------------------
 # helpers
-
-
-def named(db: sqlite3.Connection, sql: str, params=()) -> list:
-    """Rows of a query as dicts (the connection itself is left as it is)."""
-    cursor = db.cursor()
-    cursor.row_factory = sqlite3.Row
-    return [dict(r) for r in cursor.execute(sql, params)]
-
-
-def calls(db: sqlite3.Connection) -> list:
-    """The journal's `calls` rows as dicts, in creation order."""
-    return named(db, "SELECT * FROM calls ORDER BY created_utc, rowid")
-
-
-def journal(ws: Workspace) -> list:
-    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
-    try:
-        return calls(conn)
-    finally:
-        conn.close()
-
-
-def events(ws: Workspace, key: str) -> list:
-    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
-    try:
-        return [
-            (e, json.loads(d) if d else None)
-            for e, d in conn.execute("SELECT event, detail_json FROM call_events WHERE operation_key=? ORDER BY id", (key,))
-        ]
-    finally:
-        conn.close()
 
 
 def assert_no_key(ws: Workspace, *outputs: str) -> None:
@@ -72,14 +40,6 @@ def assert_no_key(ws: Workspace, *outputs: str) -> None:
             assert FAKE_KEY.encode() not in data and fragment.encode() not in data, f"key bytes in {name}"
     for text in outputs:
         assert FAKE_KEY not in text and fragment not in text, text
-
-
-def response_file(ws: Workspace, logged: dict) -> str:
-    """What a person writes from the provider's log line for a lost answer."""
-    path = os.path.join(ws.root, "recovered-response.json")
-    with open(path, "w") as fh:
-        json.dump({"outputText": logged["output_text"], "responseId": logged["response_id"], "requestId": f"req_{logged['seq']}"}, fh)
-    return path
 
 
 @pytest.fixture
@@ -143,7 +103,7 @@ def test_openai_job_over_http_reaches_review_with_one_request_per_item(reviewed)
 
 def test_journal_rows_carry_the_servers_response_id_request_id_and_usage(reviewed):
     """Each completed row holds exactly what the server answered: response id, x-request-id, usage, text."""
-    rows = journal(reviewed.ws)
+    rows = reviewed.ws.calls()
     requests = reviewed.provider.requests()
     assert [r["status"] for r in rows] == ["completed", "completed"]
     for row, req in zip(rows, requests):
@@ -180,7 +140,7 @@ def test_server_error_leaves_the_call_pending_and_resume_says_uncertain(ws, prov
     openai_workspace(ws, provider)
     provider.behave("500")
     first = ws.start()
-    [row] = journal(ws)
+    [row] = ws.calls()
     first.held("ProviderError", "alpha", row["operation_key"], "pending")
     assert row["status"] == "pending" and row["request_id"] == "req_1"
     assert len(provider.requests()) == 1  # SDK retries are off: one 500, one request
@@ -204,7 +164,7 @@ def test_timed_out_call_is_reconciled_from_the_provider_log_and_never_resent(ws,
     began = time.monotonic()
     first = ws.start()
     elapsed = time.monotonic() - began
-    [row] = journal(ws)
+    [row] = ws.calls()
     key = row["operation_key"]
     first.held("ProviderError", key)
     assert row["status"] == "pending" and row["request_id"] is None  # no answer, so no request id
@@ -217,7 +177,7 @@ def test_timed_out_call_is_reconciled_from_the_provider_log_and_never_resent(ws,
     assert status["next"].startswith(f"UNCERTAIN_CALL alpha {key}")
     # (resume's UNCERTAIN_CALL refusal is shown for a 500 above, and for drop and hang in process below)
 
-    answer = response_file(ws, logged)
+    answer = provider.response_file(logged, os.path.join(ws.root, "recovered-response.json"))
     rec = ws.run(
         "reconcile",
         "--operation-key",
@@ -237,7 +197,7 @@ def test_timed_out_call_is_reconciled_from_the_provider_log_and_never_resent(ws,
     assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
     requests = provider.requests()
     assert len(requests) == 2 and requests[1]["client_request_id"] != key  # only beta was sent
-    alpha = journal(ws)[0]
+    alpha = ws.calls()[0]
     assert (alpha["status"], alpha["output_text"], alpha["response_id"], alpha["request_id"]) == (
         "completed",
         logged["output_text"],
@@ -262,7 +222,7 @@ def test_get_or_call_keeps_any_other_failure_pending(openai_env, monkeypatch, tm
     expected = {"500": openai.InternalServerError, "drop": openai.APIConnectionError, "hang": (openai.APITimeoutError, TimeoutError)}
     with pytest.raises(expected[behaviour]):  # the SDK's own exception, as the provider path raised it
         durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
-    [row] = calls(db)
+    [row] = Ledger(db).calls()
     assert row["status"] == "pending"
     assert row["request_id"] == ("req_1" if behaviour == "500" else None)
     provider.behave("ok")
@@ -294,23 +254,22 @@ def test_a_connection_that_never_opened_is_no_call_and_resume_after_the_fix_just
         "resume",
     )
     assert "pending" not in line and "reconcile" not in line and "may have been billed" not in line
-    assert journal(ws) == []  # no uncertain row, no attempt spent
-    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
-    [key] = {k for (k,) in conn.execute("SELECT operation_key FROM call_events")}
-    conn.close()
-    [(dispatch, _), (event, detail)] = events(ws, key)
-    assert (dispatch, event) == ("dispatch", "not-sent")
+    assert ws.calls() == []  # no uncertain row, no attempt spent
+    [key] = {e["operation_key"] for e in ws.events()}
+    [dispatch, not_sent] = ws.events(key)
+    assert (dispatch["event"], not_sent["event"]) == ("dispatch", "not-sent")
+    detail = not_sent["detail"]
     assert detail["url"] == f"{url}/responses" and detail["cause"] == "ConnectError" and detail["error"] == "APIConnectionError"
     status = ws.run("status").ok()
     assert status["calls"] == [] and "reconcile" not in status["next"]
     ws.run("resume").held("was not sent", f"{url}/responses")  # still nothing there: still no call
-    assert journal(ws) == []
+    assert ws.calls() == []
 
     provider = Provider(tmp_path, port=port)  # the fix: the server now runs at that URL
     try:
         out = ws.run("resume").ok()
         assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
-        rows = journal(ws)
+        rows = ws.calls()
         assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [("alpha", 1, "completed"), ("beta", 1, "completed")]
         assert rows[0]["operation_key"] == key  # the same work, the same key: the provider never saw it before
         assert [r["client_request_id"] for r in provider.requests()] == [r["operation_key"] for r in rows]
@@ -367,13 +326,13 @@ def test_get_or_call_forgets_a_request_that_never_left_and_raises_the_sdks_error
     with stack, pytest.raises(openai.APIConnectionError) as caught:
         durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
     assert type(caught.value.__cause__).__name__ == ("ConnectTimeout" if where == "connect-timeout" else "ConnectError")
-    assert calls(db) == [] and provider.requests() == []
-    assert [e["event"] for e in named(db, "SELECT event FROM call_events ORDER BY id")] == ["dispatch", "not-sent"]
+    assert Ledger(db).calls() == [] and provider.requests() == []
+    assert [e["event"] for e in Ledger(db).events()] == ["dispatch", "not-sent"]
 
     monkeypatch.setenv("OPENAI_BASE_URL", provider.base_url)
     output = durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
     assert durable_job.check_proposal(output, ALPHA_ITEM, ALPHA)["status"] == "validated"
-    assert [(r["attempt"], r["status"]) for r in calls(db)] == [(1, "completed")]
+    assert [(r["attempt"], r["status"]) for r in Ledger(db).calls()] == [(1, "completed")]
     db.close()
 
 
@@ -389,7 +348,7 @@ class Refused:
         ws = self.ws = openai_workspace(Workspace(root), self.provider)
         self.provider.behave(sequence=["echo-key-400"])
         self.start = ws.start()
-        self.rows_after_start = journal(ws)
+        self.rows_after_start = ws.calls()
         self.status = ws.run("status")
         self.status_text = ws.run("status", "--text")
         self.inspect = ws.run("inspect")
@@ -412,8 +371,8 @@ def test_definite_refusal_is_recorded_as_rejected_with_status_and_message(refuse
     assert row["status"] == "rejected" and row["request_id"] == "req_1" and row["output_text"] is None
     rejected = json.loads(row["reconciliation_json"])["rejected"]
     assert rejected["httpStatus"] == 400 and "test server error 400: bad key" in rejected["message"]
-    recorded = events(refused.ws, row["operation_key"])
-    assert [e for e, _ in recorded] == ["dispatch", "rejected"] and recorded[1][1]["httpStatus"] == 400
+    recorded = refused.ws.events(row["operation_key"])
+    assert [e["event"] for e in recorded] == ["dispatch", "rejected"] and recorded[1]["detail"]["httpStatus"] == 400
     assert refused.provider.requests()[0]["client_request_id"] == row["operation_key"]
 
 
@@ -425,7 +384,7 @@ def test_resume_after_a_refusal_takes_the_next_attempt_without_reconcile(refused
 
     out = refused.resume.ok()
     assert [r["status"] for r in out["results"]] == ["validated", "validated"] and out["interrupt"]
-    rows = journal(refused.ws)
+    rows = refused.ws.calls()
     assert [(r["item_id"], r["attempt"], r["status"]) for r in rows] == [
         ("alpha", 1, "rejected"),
         ("alpha", 2, "completed"),
@@ -445,7 +404,7 @@ def test_an_item_refused_on_every_allowed_attempt_reaches_review_as_failed(ws, p
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["failed", "validated"] and out["interrupt"]
     assert "maxAttemptsPerItem" in ws.run("inspect").ok()["results"][0]["reason"]
-    assert [(r["item_id"], r["attempt"], r["status"]) for r in journal(ws)] == [
+    assert [(r["item_id"], r["attempt"], r["status"]) for r in ws.calls()] == [
         ("alpha", 1, "rejected"),
         ("alpha", 2, "rejected"),
         ("beta", 1, "completed"),
@@ -487,17 +446,17 @@ def test_every_definite_refusal_is_recorded_as_rejected(openai_env, tmp_path, co
     with pytest.raises(openai.APIStatusError) as caught:  # the SDK's own exception, the row rejected
         durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
     assert caught.value.status_code == int(code)
-    [row] = calls(db)
+    [row] = Ledger(db).calls()
     assert row["status"] == "rejected" and row["request_id"] == "req_1"
     rejected = json.loads(row["reconciliation_json"])["rejected"]
     assert rejected["httpStatus"] == int(code) and f"test server error {code}" in rejected["message"]
-    [event] = named(db, "SELECT event, detail_json FROM call_events WHERE event != 'dispatch'")
+    [event] = [e for e in Ledger(db).events() if e["event"] != "dispatch"]
     assert event["event"] == "rejected" and json.loads(event["detail_json"])["httpStatus"] == int(code)
     assert len(provider.requests()) == 1
 
     output = durable_job.get_or_call(db, JOB, BOUNDS, ALPHA_ITEM, ALPHA, prompt)
     assert durable_job.check_proposal(output, ALPHA_ITEM, ALPHA)["status"] == "validated"
-    assert [(r["attempt"], r["status"]) for r in calls(db)] == [(1, "rejected"), (2, "completed")]
+    assert [(r["attempt"], r["status"]) for r in Ledger(db).calls()] == [(1, "rejected"), (2, "completed")]
     db.close()
 
 
@@ -533,7 +492,7 @@ def test_a_reply_that_is_not_a_proposal_fails_the_item_and_accept_is_refused(ws,
     assert {r["itemId"]: r["status"] for r in out["results"]} == {"alpha": "failed", "beta": "validated"}
     failed = ws.run("inspect").ok()["results"][0]
     assert reason in failed["reason"]
-    row = journal(ws)[0]
+    row = ws.calls()[0]
     assert row["status"] == "completed" and row["response_id"]  # the call itself succeeded, and was billed
     assert row["output_text"] == provider.requests()[0]["output_text"]
     ws.run("decide", "--decision", "accept", "--reviewer", "r@example.test", "--reason", "looks fine").held("Cannot accept", "alpha")
@@ -551,14 +510,14 @@ def test_a_redirect_is_never_followed_so_a_call_reaches_one_url_once(ws, provide
     ws.start().held("ProviderError", "stays pending")
     log = provider.requests()
     assert [r["path"] for r in log] == ["/v1/responses"]
-    assert [(r["item_id"], r["status"]) for r in journal(ws)] == [("alpha", "pending")]
+    assert [(r["item_id"], r["status"]) for r in ws.calls()] == [("alpha", "pending")]
 
 
 def test_a_key_the_server_echoes_in_its_ids_is_never_stored_or_shown(ws, provider, tmp_path):
     openai_workspace(ws, provider)
     provider.behave(sequence=["echo-key-ids"])
     ws.start().ok()
-    row = journal(ws)[0]
+    row = ws.calls()[0]
     assert row["response_id"] == "resp-[redacted]" and row["request_id"] == "req-[redacted]"
     page = str(tmp_path / "page.html")
     ws.run("inspect", "--html", page).ok()
@@ -579,7 +538,7 @@ def test_model_output_that_echoes_the_key_is_stored_and_shown_redacted(tmp_path,
     started = ws.start().ok()
     assert [r["status"] for r in started["results"]] == ["validated", "validated"]
     assert all(FAKE_KEY in r["output_text"] for r in provider.requests())  # the server did echo it
-    assert [r["output_text"].count("[redacted]") for r in journal(ws)] == [1, 1]
+    assert [r["output_text"].count("[redacted]") for r in ws.calls()] == [1, 1]
     inspected = ws.run("inspect").ok()
     assert all(r["summary"].endswith("(sent with [redacted])") for r in inspected["results"])
     page = str(tmp_path / "page.html")
@@ -685,7 +644,7 @@ def test_an_answer_that_trickles_in_is_cut_at_the_deadline_and_stays_pending(ws,
     began = time.monotonic()
     ws.start().held("ProviderError", "TimeoutError", "no complete answer within 7 s", "stays pending")
     assert time.monotonic() - began < 30  # minutes without the deadline: the body is about a kilobyte
-    assert [(r["item_id"], r["status"]) for r in journal(ws)] == [("alpha", "pending")]
+    assert [(r["item_id"], r["status"]) for r in ws.calls()] == [("alpha", "pending")]
     assert len(provider.requests()) == 1
 
 

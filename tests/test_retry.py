@@ -11,9 +11,9 @@ import os
 import sqlite3
 
 import pytest
-from test_review import assert_self_contained_and_inert, parse_page, paste, png_pixels, run_argv, screenshot, write
+from test_review import assert_self_contained_and_inert, parse_page, png_pixels, screenshot, write
 
-from conftest import BOTH, PROGRAM, Workspace, openai_workspace, store_rows
+from conftest import BOTH, PROGRAM, Workspace, openai_workspace, paste, store_rows
 
 INVALID = {"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}
 ANSWER = {
@@ -25,12 +25,6 @@ ANSWER = {
 
 def retry(ws: Workspace, item="alpha", reviewer="dana", reason="the quote was wrong; try once more", *extra, env=None):
     return ws.run("retry", "--item", item, "--reviewer", reviewer, "--reason", reason, *extra, env=env)
-
-
-def events(ws: Workspace, event: str) -> list:
-    return [
-        (k, json.loads(d)) for k, d in ws.journal(f"SELECT operation_key, detail_json FROM call_events WHERE event='{event}' ORDER BY id")
-    ]
 
 
 def checkpoint_rows(ws: Workspace) -> tuple:
@@ -118,7 +112,7 @@ def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
         (beta_key, "beta", "completed", 1),
         (out["operationKey"], "alpha", "completed", 2),
     ]
-    assert events(ws, "retry") == [
+    assert [(e["operation_key"], e["detail"]) for e in ws.events(event="retry")] == [
         (out["operationKey"], {"itemId": "alpha", "reviewer": "dana", "reason": "the quote was wrong; try once more", "draftVersion": 1})
     ]
     assert checkpoint_rows(ws) == checkpoints  # the thread still waits at review: the graph did not run
@@ -137,7 +131,7 @@ def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
 
     # the printed retry command, pasted with its placeholders filled in, retries beta
     command = out["failedItems"][0]["retryCommand"]
-    h3 = run_argv(ws, paste(command, YOU="sam", WHY="beta too")).ok()["resultsSha256"]
+    h3 = paste(ws, command, YOU="sam", WHY="beta too").ok()["resultsSha256"]
     assert ws.run("verify").ok()["ok"] is True
     final = ws.run("decide", "--decision", "accept", "--reviewer", "dana", "--reason", "both retried", "--results-sha256", h3).ok()["final"]
     assert final["draftVersion"] == 3 and final["statuses"] == {"alpha": "validated", "beta": "validated"}

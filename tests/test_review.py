@@ -10,7 +10,6 @@ import os
 import pty
 import re
 import select
-import shlex
 import shutil
 import struct
 import subprocess
@@ -20,7 +19,7 @@ import zlib
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, sha256
+from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, paste, program_sha256, sha256
 
 REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
 REVISED_CITATIONS = [
@@ -68,21 +67,6 @@ def decide(ws: Workspace, decision="accept", digest=None, reviewer="dana", reaso
     if digest is not None:
         args += ["--results-sha256", digest]
     return ws.run(*args)
-
-
-def paste(command: str, **fill) -> list:
-    """The argv a person gets by pasting a printed command and filling its placeholders."""
-    argv = shlex.split(command)
-    assert argv[:2] == ["python", PROGRAM], command  # the program as this test ran it, to paste anywhere
-    argv = [sys.executable, PROGRAM] + argv[2:]
-    return [fill.get(a, a) for a in argv]
-
-
-def run_argv(ws: Workspace, argv: list):
-    from conftest import Result
-
-    proc = subprocess.run(argv, capture_output=True, text=True, env={**clean_env(), **ws.env}, cwd=ws.root, timeout=120)
-    return Result(proc)
 
 
 # --- start on a directory that already holds a job ----------------------------------------------------
@@ -198,8 +182,7 @@ def test_interrupt_inspect_and_status_show_the_same_ready_to_paste_bound_command
         assert command in ws.run(*args, "--text").stdout, fmt
 
     # pasted, with the placeholders filled in, it records a bound decision
-    argv = paste(command, **{"accept|reject|hold": "hold", "YOU": "dana", "WHY": "pasted from the interrupt"})
-    final = run_argv(ws, argv).ok()["final"]
+    final = paste(ws, command, **{"accept|reject|hold": "hold", "YOU": "dana", "WHY": "pasted from the interrupt"}).ok()["final"]
     assert final["decision"] == "hold" and final["bound"] is True and final["reviewer"] == "dana"
 
 
@@ -531,7 +514,7 @@ def test_receipt_binds_everything_a_later_reader_needs(ws):
     job = ws.job()
     assert receipt["outcome"] == "decided" and receipt["jobId"] == "journey"
     assert receipt["manifestSha256"] == job["manifestSha256"] == started["interrupt"][0]["manifestSha256"]
-    assert receipt["codeSha256"] == dj.code_sha256() and receipt["version"] == dj.VERSION
+    assert receipt["codeSha256"] == program_sha256() and receipt["version"] == dj.VERSION
     assert receipt["dependencies"] == job["dependencies"] and set(receipt["dependencies"]) == set(dj.DEPENDENCIES)
     assert receipt["resultsSha256"] == h2 and receipt["draftVersion"] == 2
     assert receipt["statuses"] == {"alpha": "validated", "beta": "validated"}
@@ -1086,8 +1069,9 @@ def test_text_summaries_are_readable_for_every_review_command(ws):
     assert "cancelled by olga" in cancelled and "stop" in cancelled and key in cancelled and "reconcile" in cancelled
     # the printed reconcile command, placeholders filled, works after cancel
     line = next(text for text in cancelled.splitlines() if "reconcile --state-dir" in text)
-    argv = paste(line[line.index(f"python {PROGRAM}") :], **{"complete|abandon": "abandon", "YOU": "olga", "WHY": "no usage recorded"})
-    assert run_argv(other, argv).ok()["status"] == "abandoned"
+    reconcile = line[line.index(f"python {PROGRAM}") :]
+    abandoned = paste(other, reconcile, **{"complete|abandon": "abandon", "YOU": "olga", "WHY": "no usage recorded"}).ok()
+    assert abandoned["status"] == "abandoned"
 
     # --json forces JSON, the default when piped is JSON
     assert ws.run("inspect", "--json").ok()["resultsSha256"] == digest
