@@ -372,3 +372,26 @@ def test_jobs_reads_a_store_in_the_same_statements_for_two_jobs_or_eight_and_no_
         made[0].run(*argv).ok()
     lister.run("jobs", "--store", store_url, state=False).ok()
     assert next_transaction_id(store_url) == before
+
+
+def test_a_script_that_closes_its_one_store_leaves_no_connection_behind(store_url, tmp_path):
+    """Through the command API: `with open_store(store=URL) as store: start(store, manifest)` (the job named by the
+    manifest) and the other commands on that store close every connection they opened."""
+    import psycopg
+
+    import durable_job as dj
+
+    ws = Workspace(tmp_path, store=store_url)
+    ws.write_manifest()
+    with dj.open_store(store=store_url) as store:
+        assert dj.start(store, ws.manifest)["interrupt"]
+    with dj.open_store(store=store_url, job="journey") as store:
+        assert dj.status(store)["phase"] == "awaiting-review"
+        dj.decide(store, decision="hold", reviewer="r", reason="x")
+        assert dj.jobs(store=store_url)["jobs"][0]["phase"] == "decided"
+    with psycopg.connect(store_url) as conn:
+        left = conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchall()
+    assert left == []
