@@ -36,6 +36,7 @@ exactly the program that started it.
 
 from __future__ import annotations
 
+import _thread  # the interpreter's own locks, loaded at start-up: `threading` is imported where threads run
 import abc
 import argparse
 import contextlib
@@ -50,10 +51,19 @@ import re  # json imports it: free
 import sqlite3
 import stat
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from typing import Any, NotRequired, TypedDict, cast
+
+# True for the type checker only (pyproject.toml: always_true): no command imports typing, 2.4 ms of every status
+TYPING = False
+if TYPING:
+    import threading
+    from collections.abc import Iterator
+    from typing import Any, NotRequired, TypedDict, cast
+else:
+
+    def cast(_type, value):
+        """typing.cast, which the type checker reads; at run time the value itself."""
+        return value
 
 ###############################################################################
 # 1. Constants and contract
@@ -112,104 +122,102 @@ CRASH_POINTS = {
 _OPERATION_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("durable_job_operation_key", default=None)
 
 
-class McpSpec(TypedDict):
-    command: list[str]
-    uri: str
-    timeoutSeconds: NotRequired[float]
-    env: NotRequired[dict[str, str]]
-    passEnv: NotRequired[list[str]]
+# The program's rows, as the type checker sees them (at run time each is a plain dict).
+if TYPING:
 
+    class McpSpec(TypedDict):
+        command: list[str]
+        uri: str
+        timeoutSeconds: NotRequired[float]
+        env: NotRequired[dict[str, str]]
+        passEnv: NotRequired[list[str]]
 
-class Item(TypedDict):
-    id: str
-    sha256: str
-    path: NotRequired[str]
-    mcp: NotRequired[McpSpec]
+    class Item(TypedDict):
+        id: str
+        sha256: str
+        path: NotRequired[str]
+        mcp: NotRequired[McpSpec]
 
+    class Manifest(TypedDict):
+        schemaVersion: int
+        jobId: str
+        approved: bool
+        approvedBy: str
+        mode: str
+        model: str
+        providerTransferApproved: NotRequired[bool]
+        maxModelCalls: int
+        maxAttemptsPerItem: int
+        maxConcurrentCalls: NotRequired[int]
+        items: list[Item]
 
-class Manifest(TypedDict):
-    schemaVersion: int
-    jobId: str
-    approved: bool
-    approvedBy: str
-    mode: str
-    model: str
-    providerTransferApproved: NotRequired[bool]
-    maxModelCalls: int
-    maxAttemptsPerItem: int
-    maxConcurrentCalls: NotRequired[int]
-    items: list[Item]
+    class Job(TypedDict):
+        """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
 
+        jobId: str
+        manifestPath: str
+        manifestSha256: str
+        mode: str
+        model: str
+        approvedBy: str
+        sources: dict[str, str]
+        threadId: str
+        version: str
+        codeSha256: str
+        dependencies: dict[str, str | None]
+        createdAtUtc: str
 
-class Job(TypedDict):
-    """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
+    class Citation(TypedDict):
+        quote: str
+        claim: str
 
-    jobId: str
-    manifestPath: str
-    manifestSha256: str
-    mode: str
-    model: str
-    approvedBy: str
-    sources: dict[str, str]
-    threadId: str
-    version: str
-    codeSha256: str
-    dependencies: dict[str, str | None]
-    createdAtUtc: str
+    class Result(TypedDict):
+        """One item's result: validated (summary, citations, proposalSha256) or failed (reason)."""
 
+        itemId: str
+        sourceSha256: str
+        status: str
+        summary: NotRequired[str]
+        citations: NotRequired[list[Citation]]
+        proposalSha256: NotRequired[str]
+        reason: NotRequired[str]
+        revision: NotRequired[dict[str, Any]]
+        retry: NotRequired[dict[str, Any]]
 
-class Citation(TypedDict):
-    quote: str
-    claim: str
+    class CallRow(TypedDict):
+        """One row of the journal's `calls` table."""
 
+        operation_key: str
+        base_key: str
+        attempt: int
+        item_id: str
+        input_sha256: str
+        status: str
+        output_text: str | None
+        response_id: str | None
+        request_id: str | None
+        usage_json: str | None
+        created_utc: str
+        updated_utc: str
+        reconciliation_json: str | None
 
-class Result(TypedDict):
-    """One item's result: validated (summary, citations, proposalSha256) or failed (reason)."""
+    class Holder(TypedDict):
+        """Who holds a job's writers' lock: {pid, command, sinceUtc[, host]}."""
 
-    itemId: str
-    sourceSha256: str
-    status: str
-    summary: NotRequired[str]
-    citations: NotRequired[list[Citation]]
-    proposalSha256: NotRequired[str]
-    reason: NotRequired[str]
-    revision: NotRequired[dict[str, Any]]
-    retry: NotRequired[dict[str, Any]]
+        pid: int | None
+        command: str
+        sinceUtc: str | None
+        host: NotRequired[str]
 
+    class CheckpointState(TypedDict):
+        """The latest checkpoint as the reader sees it: the state's values, whether it waits at review, a saved decision."""
 
-class CallRow(TypedDict):
-    """One row of the journal's `calls` table."""
+        values: dict[str, Any]
+        waiting: bool
+        savedDecision: dict[str, Any] | None
 
-    operation_key: str
-    base_key: str
-    attempt: int
-    item_id: str
-    input_sha256: str
-    status: str
-    output_text: str | None
-    response_id: str | None
-    request_id: str | None
-    usage_json: str | None
-    created_utc: str
-    updated_utc: str
-    reconciliation_json: str | None
-
-
-class Holder(TypedDict):
-    """Who holds a job's writers' lock: {pid, command, sinceUtc[, host]}."""
-
-    pid: int | None
-    command: str
-    sinceUtc: str | None
-    host: NotRequired[str]
-
-
-class CheckpointState(TypedDict):
-    """The latest checkpoint as the reader sees it: the state's values, whether it waits at review, a saved decision."""
-
-    values: dict[str, Any]
-    waiting: bool
-    savedDecision: dict[str, Any] | None
+else:
+    McpSpec = Item = Manifest = Job = Citation = Result = CallRow = Holder = CheckpointState = dict
 
 
 class JobError(Exception):
@@ -1507,7 +1515,7 @@ OPENAI_WARM_RESPONSE = {
     "max_output_tokens": 1,
 }
 
-_OPENAI_LOCK = threading.Lock()  # a `work` process runs jobs in threads: the SDK is warmed by one of them
+_OPENAI_LOCK = _thread.allocate_lock()  # a `work` process runs jobs in threads: the SDK is warmed by one of them
 
 
 def prepare_openai():
@@ -2136,7 +2144,7 @@ class Journal(abc.ABC):
 
     def __init__(self, job_id: str = ""):
         self.job_id = job_id
-        self.guard = threading.RLock()
+        self.guard = _thread.RLock()
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -3769,17 +3777,20 @@ def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) 
     return "before-review"
 
 
-class ThreadState(TypedDict, total=False):
-    """The checkpointed thread state (its channels are STATE_KEYS): plain JSON values only, read without langgraph."""
-
-    index: int
-    results: list
-    raw: Any
-    result: Any
-    final: Any
-
-
 def state_schema():
+    """The checkpointed thread state (its channels are STATE_KEYS): plain JSON values only, read without langgraph.
+
+    Made when a graph is built (LangGraph imports typing anyway); its types need no import to resolve.
+    """
+    from typing import TypedDict
+
+    class ThreadState(TypedDict, total=False):
+        index: int
+        results: list
+        raw: object
+        result: object
+        final: object
+
     return ThreadState
 
 
@@ -6147,6 +6158,7 @@ class Worker:
 
     def __init__(self, store: PgStore, concurrency: int, until_idle: bool, stop: threading.Event | None = None):
         import socket
+        import threading
 
         self.store, self.concurrency, self.until_idle = store, concurrency, until_idle
         self.public = store.public
@@ -6281,6 +6293,7 @@ class Worker:
         ends within its timeout; a second signal exits at once, leaving that call pending as a kill would.
         """
         import signal
+        import threading
 
         stopped: list = []
 

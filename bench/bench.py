@@ -328,7 +328,9 @@ class Bench:
         )
         expect_json(decide, "decide", lambda d: None if (d.get("final") or {}).get("decision") == "hold" else "no final hold")
 
-    def demo(self) -> None:
+    def demo(self):
+        """The demo job's figures: a generator that yields after its set-up and after each round, so that two
+        programs' rounds can alternate (drift on a shared machine then falls on both alike)."""
         self.prepare_demo()
         demo_state, _ = self.start_demo(None)
         html_path = os.path.join(self.root, "review.html")
@@ -337,9 +339,11 @@ class Bench:
         self.times, self.cpu, self.rss = {}, {}, {}
         self.demo_round(demo_state, html_path)
         self.times, self.cpu, self.rss = saved
+        yield
         for n in range(self.runs):
             progress(f"demo round {n + 1}/{self.runs}")
             self.demo_round(demo_state, html_path)
+            yield
 
     # -- a shared PostgreSQL store against a state directory (issue 13) ------
 
@@ -360,7 +364,8 @@ class Bench:
         expect_json(decide, f"{name} decide", lambda d: None if (d.get("final") or {}).get("decision") == "hold" else "no final hold")
         self.record(name, Run(start.seconds + decide.seconds, start.cpu + decide.cpu, 0, max(start.maxrss_kib, decide.maxrss_kib), "", ""))
 
-    def store(self) -> None:
+    def store(self):
+        """The store's figures (a generator, as demo is)."""
         sys.path.insert(0, os.path.join(REPO, "tests"))
         from pg_server import PgServer
 
@@ -371,6 +376,7 @@ class Bench:
             url = server.url
             state, _ = self.start_demo(None)
             self.whole_job("setup", ["--store", url], "bench-store-job")
+            yield
             for n in range(self.runs + 1):  # the first round warms caches, untimed
                 progress(f"store round {n + 1}/{self.runs + 1}")
                 saved = None if n else (self.times, self.cpu, self.rss)
@@ -395,6 +401,7 @@ class Bench:
                 )
                 if saved:
                     self.times, self.cpu, self.rss = saved
+                yield
         finally:
             server.stop()
 
@@ -783,15 +790,15 @@ def main(argv=None) -> int:
         args.skip_demo = args.skip_latency = args.skip_store = args.skip_listing = True
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     try:
-        before = measure(args, program_at(args.before)) if args.before else None
-        bench = measure(args, os.path.abspath(args.program))
+        programs = ([program_at(args.before)] if args.before else []) + [os.path.abspath(args.program)]
+        *before, bench = measure(args, programs)
     except BenchError as exc:
         print(f"bench: a command failed, so there is no figure for it:\n  {exc}", file=sys.stderr)
         return 2
     bench.load = (load_before, os.getloadavg()[0]) if load_before is not None else None
     misses = report(bench)
-    if before is not None:
-        compare(before, bench, args.before)
+    if before:
+        compare(before[0], bench, args.before)
     return 1 if misses and args.strict else 0
 
 
@@ -806,29 +813,44 @@ def program_at(rev: str) -> str:
     return path
 
 
-def measure(args, program: str) -> Bench:
-    """Every figure the flags ask for, of one program, in a temporary directory of its own."""
-    root = tempfile.mkdtemp(prefix="durable_job_bench.")
-    bench = Bench(root, args.runs, args.latency_runs, program)
-    bench.work_runs = max(1, args.work_runs)
-    progress(f"measuring {program}")
+def alternate(rounds: list) -> None:
+    """Run several generators of rounds to the end, one step of each in turn."""
+    while rounds:
+        for gen in list(rounds):
+            try:
+                next(gen)
+            except StopIteration:
+                rounds.remove(gen)
+
+
+def measure(args, programs: list) -> list:
+    """Every figure the flags ask for, of each program, each in a temporary directory of its own; the rounds of the
+    demo and store figures alternate between the programs, the longer figures run one program after the other."""
+    benches = []
+    for program in programs:
+        bench = Bench(tempfile.mkdtemp(prefix="durable_job_bench."), args.runs, args.latency_runs, program)
+        bench.work_runs = max(1, args.work_runs)
+        benches.append(bench)
+    progress("measuring " + " and ".join(programs))
     try:
         if not args.skip_demo:
-            bench.demo()
-        if not args.skip_latency:
-            bench.latency()
+            alternate([b.demo() for b in benches])
         if not args.skip_store:
-            bench.store()
-        if not args.skip_listing:
-            bench.listing(args.listing_jobs)
-        if not args.skip_workers:
-            bench.workers()
+            alternate([b.store() for b in benches])
+        for bench in benches:
+            if not args.skip_latency:
+                bench.latency()
+            if not args.skip_listing:
+                bench.listing(args.listing_jobs)
+            if not args.skip_workers:
+                bench.workers()
     finally:
-        if args.keep:
-            progress(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-    return bench
+        for bench in benches:
+            if args.keep:
+                progress(f"kept {bench.root}")
+            else:
+                shutil.rmtree(bench.root, ignore_errors=True)
+    return benches
 
 
 def compare(before: Bench, after: Bench, rev: str) -> None:
