@@ -118,6 +118,14 @@ class Workspace(JournalReader):
         with open(self.manifest, "rb") as fh:
             return json.loads(fh.read())["jobId"]
 
+    def principal(self) -> str:
+        """Who this workspace's commands act as: the store URL's role, or the operating-system account."""
+        if self.store is not None:
+            return self.store.split("://", 1)[1].split("@", 1)[0].split(":", 1)[0]
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+
     def address(self, args) -> list:
         """The flags that name this workspace's job, for a command that names none itself."""
         if not args or args[0] in ("seal", "jobs", "migrate") or "--state-dir" in args or "--store" in args:
@@ -410,27 +418,63 @@ def clean_env() -> dict:
 
 from pg_server import free_port  # noqa: E402  (tests/ is on sys.path above): a loopback port with nothing listening
 
+STORE_TEMPLATE = "store_template"  # a store migrated once per server, as a team's administrator sets one up
+
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory):
-    """One throwaway PostgreSQL for the session (one per xdist worker); every test takes its own database."""
+    """One throwaway PostgreSQL for the session (one per xdist worker); every test takes its own database.
+
+    Its store template is set up as the README tells a team to: `migrate` by the administrator (durable),
+    granting alice, bob and carol as people and `worker` as a worker.
+    """
     from pg_server import PgServer
 
     server = PgServer.start(str(tmp_path_factory.mktemp("pg")))
+    template = server.new_database(STORE_TEMPLATE)
+    import durable_job
+
+    durable_job.migrate_schema(template, grant=("alice", "bob", "carol"), grant_worker=("worker",))
     yield server
     server.stop()
 
 
-def new_store(pg_server) -> str:
-    """The URL of a fresh, empty database on the session's server."""
+def new_store(pg_server, role: str = "alice", *, empty: bool = False) -> str:
+    """A fresh store on the session's server, as `role` logs in to it: a set-up copy of the template, or an empty
+    database (its owner, the administrator, sets it up on first use)."""
     import uuid
 
-    return pg_server.new_database("t" + uuid.uuid4().hex[:16])
+    url = pg_server.new_database("t" + uuid.uuid4().hex[:16], template=None if empty else STORE_TEMPLATE)
+    return url if empty else as_role(url, role)
+
+
+def as_role(url: str, role: str) -> str:
+    """The same store, logging in as another role (its password comes from PGPASSFILE, never the URL)."""
+    head, _, rest = url.partition("://")
+    return f"{head}://{role}@{rest.split('@', 1)[1]}"
+
+
+def admin_url(url: str) -> str:
+    """The store as its administrator (the schema's owner) reaches it: for a test that tampers with rows."""
+    return as_role(url, "durable")
+
+
+def password_of(role: str) -> str:
+    """A test role's password, from the session's pgpass file (for the one test that puts a password in a URL)."""
+    with open(os.environ["PGPASSFILE"]) as fh:
+        return next(line.rstrip("\n").split(":", 4)[4] for line in fh if line.split(":")[3] == role)
 
 
 @pytest.fixture
 def store_url(pg_server) -> str:
+    """A set-up store, as alice (a person granted by the administrator) logs in to it."""
     return new_store(pg_server)
+
+
+@pytest.fixture
+def empty_store(pg_server) -> str:
+    """An empty database, as its owner (the store's administrator to be) logs in to it."""
+    return new_store(pg_server, empty=True)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ The file reads top to bottom in sections, each using only what stands above it:
  6. Files and the run lock: atomic writes, the state directory, SQLite files
  7. Model adapters: fake and openai
  8. Validation of a proposal
- 9. PostgreSQL driver: store addresses, the libpq reader, psycopg, advisory-lock keys
+ 9. PostgreSQL driver: store addresses, the libpq reader, psycopg
 10. Journal: the schema of both dialects, one journal API, the call protocol
 11. Checkpoints: LangGraph's serializer and the langgraph-free reader
 12. Stores: the Store interface, a state directory, a team's PostgreSQL store
@@ -115,6 +115,7 @@ CRASH_POINTS = {
     "before-review": 96,  # last advance saved, review interrupt not yet saved
     "after-decide": 97,  # decision saved, nothing printed yet
     "after-reconcile": 98,  # reconcile committed, nothing printed yet
+    "after-decision-row": 99,  # the decision's journal row committed, the thread has not recorded it yet
 }
 
 # The operation key of the call being made: call_model passes it to the openai adapter as a header. The
@@ -150,11 +151,14 @@ if TYPING:
         maxAttemptsPerItem: int
         maxConcurrentCalls: NotRequired[int]
         items: list[Item]
+        reviewers: NotRequired[list[str]]  # the roles that decide it in a store (never its owner)
+        baseUrl: NotRequired[str]  # the provider endpoint its sources may go to
 
     class Job(TypedDict):
         """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
 
         jobId: str
+        owner: NotRequired[str]  # who sealed it (jobs sealed before owners were recorded have none)
         manifestPath: str
         manifestSha256: str
         mode: str
@@ -200,6 +204,7 @@ if TYPING:
         created_utc: str
         updated_utc: str
         reconciliation_json: str | None
+        principal: NotRequired[str | None]  # who made the call (rows written before principals have none)
 
     class Holder(TypedDict):
         """Who holds a job's writers' lock: {pid, command, sinceUtc[, host]}."""
@@ -208,6 +213,7 @@ if TYPING:
         command: str
         sinceUtc: str | None
         host: NotRequired[str]
+        role: NotRequired[str]  # a store's: the role the holding connection authenticated as
 
     class CheckpointState(TypedDict):
         """The latest checkpoint as the reader sees it: the state's values, whether it waits at review, a saved decision."""
@@ -478,8 +484,12 @@ MANIFEST_KEYS = {
     "maxAttemptsPerItem",
     "items",
     "maxConcurrentCalls",
+    "reviewers",
+    "baseUrl",
 }
-REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls"}
+REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls", "reviewers", "baseUrl"}
+ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$.@-]{0,62}")  # a PostgreSQL role (or account) name as reviewers name it
+MAX_REVIEWERS = 16
 ITEM_KEYS = {"id", "path", "sha256", "mcp"}
 MCP_KEYS = {"command", "uri", "timeoutSeconds", "env", "passEnv"}
 MCP_ENV_MAX = 32  # entries in mcp.env, and names in mcp.passEnv
@@ -518,6 +528,26 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
         ) from None
     check_manifest(manifest)
     return cast(Manifest, manifest)
+
+
+def endpoint_of(url) -> str | None:
+    """scheme://host:port/path of a provider URL, as journals and receipts name it (no credentials, query or fragment);
+    None when it is not an http(s) URL a job could seal."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(url, str) or len(url) > 500 or not url.lower().startswith(("http://", "https://")):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        return None
+    if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment:
+        return None
+    return f"{parts.scheme.lower()}://{parts.hostname.lower()}:{port}{parts.path.rstrip('/')}"
+
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is unset
 
 
 def check_object_keys(value, known: set, what: str, shape: str, fix: str) -> None:
@@ -566,6 +596,21 @@ def check_manifest(m) -> None:
     if "maxConcurrentCalls" in m and not _is_int(m["maxConcurrentCalls"], 1, 3):
         raise ManifestError("Manifest maxConcurrentCalls must be an integer from 1 to 3 (true/false is not an integer)")
     check_items(m["items"])
+    if "reviewers" in m and not (
+        isinstance(m["reviewers"], list)
+        and 1 <= len(m["reviewers"]) <= MAX_REVIEWERS
+        and all(isinstance(r, str) and ROLE_NAME.fullmatch(r) for r in m["reviewers"])
+        and len(set(m["reviewers"])) == len(m["reviewers"])
+    ):
+        raise ManifestError(
+            f"Manifest reviewers must be a list of 1-{MAX_REVIEWERS} distinct role names (letters, digits, _ $ . @ -, at most 63): "
+            "the PostgreSQL roles that decide the job in a store"
+        )
+    if "baseUrl" in m and endpoint_of(m["baseUrl"]) is None:
+        raise ManifestError(
+            "Manifest baseUrl must be the provider's http:// or https:// URL (no user name, password or query), "
+            "for example https://api.openai.com/v1"
+        )
 
 
 def check_items(items) -> None:
@@ -914,11 +959,13 @@ def dependency_versions(names: tuple = DEPENDENCIES) -> dict[str, str | None]:
     return {name: versions[name] for name in names}
 
 
-def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES) -> Job:
+def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES, owner: str = "") -> Job:
+    """The sealed job record; owner is who seals it (a store's database records its own column beside it)."""
     import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
 
     return {
         "jobId": manifest["jobId"],
+        "owner": owner,
         "manifestPath": os.path.abspath(manifest_path),
         "manifestSha256": sha256_hex(raw),
         "mode": manifest["mode"],
@@ -1515,6 +1562,25 @@ OPENAI_WARM_RESPONSE = {
     "max_output_tokens": 1,
 }
 
+
+def provider_endpoint(job) -> str:
+    """Where this job's calls go now, as the journal records it: "fake", or OPENAI_BASE_URL's scheme://host:port/path."""
+    if job.get("mode") != "openai":
+        return "fake"
+    url = os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    return endpoint_of(url) or clip(redact(url.split("?")[0].split("@")[-1]), 200)
+
+
+def check_sealed_endpoint(manifest) -> None:
+    """A job that seals baseUrl sends its sources there and nowhere else: another OPENAI_BASE_URL is refused before any call."""
+    sealed = (manifest or {}).get("baseUrl")
+    if sealed and manifest.get("mode") == "openai" and endpoint_of(sealed) != provider_endpoint(manifest):
+        raise JobError(
+            f"Job {manifest['jobId']} seals its provider, {endpoint_of(sealed)}, but OPENAI_BASE_URL names {provider_endpoint(manifest)}: "
+            f"its sources go to the sealed provider only; nothing was sent. Export OPENAI_BASE_URL={sealed} and run the command again"
+        )
+
+
 _OPENAI_LOCK = _thread.allocate_lock()  # a `work` process runs jobs in threads: the SDK is warmed by one of them
 
 
@@ -1722,7 +1788,7 @@ def results_sha256(results) -> str:
 
 
 ###############################################################################
-# 9. PostgreSQL driver: store addresses, the libpq reader, advisory-lock keys
+# 9. PostgreSQL driver: store addresses, the libpq reader, psycopg
 ###############################################################################
 
 STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
@@ -1834,16 +1900,6 @@ def conninfo_password(conninfo: str) -> str | None:
         return None
     finally:
         lib.PQconninfoFree(options)
-
-
-def lock_key(thread_id: str) -> int:
-    """The job's advisory-lock key: the first 64 bits of its threadId uuid, as PostgreSQL's signed bigint."""
-    return int.from_bytes(bytes.fromhex(thread_id.replace("-", ""))[:8], "big", signed=True)
-
-
-def name_lock_key(text: str) -> int:
-    """A 64-bit advisory-lock key for a name (a jobId being sealed): sha256, not the 32-bit hashtext()."""
-    return int.from_bytes(bytes.fromhex(sha256_hex(text.encode("utf-8"))[:16]), "big", signed=True)
 
 
 class LibpqError(Exception):
@@ -2024,8 +2080,14 @@ JOURNAL_TABLES = {
         "reviewer TEXT NOT NULL, reason TEXT NOT NULL, change_json TEXT NOT NULL, created_utc TEXT NOT NULL"
     ),
     "outcomes": "kind TEXT {key}, record_json TEXT NOT NULL, created_utc TEXT NOT NULL",
+    # a person's decision, as the journal records it (LangGraph's state alone is never enough: workers write checkpoints)
+    "decisions": (
+        "kind TEXT {key} CHECK (kind = 'decision'), decision TEXT NOT NULL CHECK (decision IN ('accept', 'reject', 'hold')), reviewer TEXT NOT NULL, reason TEXT NOT NULL, record_json TEXT NOT NULL, "
+        "created_utc TEXT NOT NULL, principal TEXT NOT NULL"
+    ),
 }
-JOURNAL_KEYS = {"calls": "operation_key", "drafts": "version", "outcomes": "kind"}  # call_events: its serial id
+JOURNAL_KEYS = {"calls": "operation_key", "drafts": "version", "outcomes": "kind", "decisions": "kind"}  # call_events: serial id
+RECORDED_TABLES = ("calls", "call_events", "drafts", "outcomes")  # a principal added to each (m005 / m003)
 
 
 def sqlite_table(name: str) -> str:
@@ -2048,6 +2110,9 @@ MIGRATIONS = [
     ("m002_call_events", sqlite_table("call_events")),
     ("m003_drafts", sqlite_table("drafts")),
     ("m004_outcomes", sqlite_table("outcomes")),
+    # who did each act: the operating-system account that ran the command (empty in rows written before)
+    ("m005_principals", "; ".join(f"ALTER TABLE {t} ADD COLUMN principal TEXT" for t in RECORDED_TABLES)),
+    ("m006_decisions", sqlite_table("decisions")),
 ]
 
 # A store's schema, as numbered, append-only migrations: the jobs, the same journal, the receipts.
@@ -2065,7 +2130,194 @@ PG_MIGRATIONS = [
         "CREATE TABLE durable_job.receipts (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, receipt_json TEXT NOT NULL, "
         "written_utc TEXT NOT NULL)",
     ),
+    # who did each act: the role the connection authenticated as, with the server's time, stamped by the database
+    # (store_policies' triggers); the owner and the reviewers of every job; the decision; the writers' lock rows
+    (
+        "m003_identity",
+        (
+            "CREATE TABLE durable_job.roles (role TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('person', 'worker')), "
+            "granted_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            "ALTER TABLE durable_job.jobs ADD COLUMN owner TEXT NOT NULL DEFAULT session_user, "
+            "ADD COLUMN reviewers TEXT[] NOT NULL DEFAULT '{}', ADD COLUMN sealed_at TIMESTAMPTZ NOT NULL DEFAULT now()",
+            *(
+                f"ALTER TABLE durable_job.{t} ADD COLUMN principal TEXT NOT NULL DEFAULT session_user, "
+                "ADD COLUMN recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()"
+                for t in (*RECORDED_TABLES, "receipts")
+            ),
+            store_table("decisions")
+            .replace("principal TEXT NOT NULL", "principal TEXT NOT NULL DEFAULT session_user")
+            .replace(", job_id TEXT", ", recorded_at TIMESTAMPTZ NOT NULL DEFAULT now(), job_id TEXT"),
+            "CREATE TABLE durable_job.job_locks (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, thread_id TEXT NOT NULL UNIQUE)",
+            "INSERT INTO durable_job.job_locks SELECT job_id, thread_id FROM durable_job.jobs",
+        ),
+    ),
 ]
+
+# Who may do what in a store, enforced by PostgreSQL itself (applied once LangGraph's own tables exist, which it
+# covers too): row-level security, ENABLEd and FORCEd on every table, a trigger that stamps each act with
+# session_user and the server's time, and triggers that keep history append-only. The administrator (the
+# schema's owner) keeps every right, so migrate, pg_dump and restores work; see store_grants for the rest.
+STORE_TABLES = (
+    "jobs",
+    "job_locks",
+    "roles",
+    "calls",
+    "call_events",
+    "drafts",
+    "outcomes",
+    "decisions",
+    "receipts",
+    "_migrations",
+    "checkpoints",
+    "checkpoint_blobs",
+    "checkpoint_writes",
+    "checkpoint_migrations",
+)
+JOB_TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "job_locks")  # keyed by job_id
+THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")  # LangGraph's, keyed by the job's thread_id
+STORE_FUNCTIONS = (
+    # each reads `jobs` through its own row-level security: a job the session may not see makes every one false
+    "CREATE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE AS $$ "
+    "SELECT session_user = pg_get_userbyid(nspowner) OR (SELECT rolsuper FROM pg_roles WHERE rolname = session_user) "
+    "FROM pg_namespace WHERE nspname = 'durable_job' $$",
+    "CREATE FUNCTION durable_job.is_kind(k text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.roles WHERE role = session_user::text AND kind = k) $$",
+    "CREATE FUNCTION durable_job.sees(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job) $$",
+    "CREATE FUNCTION durable_job.runs(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job AND (owner = session_user::text OR durable_job.is_kind('worker'))) $$",
+    "CREATE FUNCTION durable_job.tends(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job AND durable_job.is_kind('person') "
+    "AND (owner = session_user::text OR session_user::text = ANY (reviewers))) $$",
+    # four eyes: the reviewers a manifest names decide, never its owner; with none named, the owner
+    "CREATE FUNCTION durable_job.decides(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job AND durable_job.is_kind('person') AND CASE "
+    "WHEN cardinality(reviewers) > 0 THEN session_user::text = ANY (reviewers) AND owner <> session_user::text "
+    "ELSE owner = session_user::text END) $$",
+    "CREATE FUNCTION durable_job.job_of(thread text) RETURNS text LANGUAGE sql STABLE AS $$ "
+    "SELECT job_id FROM durable_job.jobs WHERE thread_id = thread $$",
+    # every act is the connection's own: a role cannot write a row naming another principal
+    "CREATE FUNCTION durable_job.stamp() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NOT durable_job.is_admin() THEN NEW.principal := session_user; NEW.recorded_at := now(); END IF; RETURN NEW; END $$",
+    "CREATE FUNCTION durable_job.stamp_job() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NOT durable_job.is_admin() THEN NEW.owner := session_user; NEW.sealed_at := now(); END IF; RETURN NEW; END $$",
+    "CREATE FUNCTION durable_job.history() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
+    "RAISE EXCEPTION 'durable_job.% is history: its rows are written once and never changed or removed (% refused)', TG_TABLE_NAME, TG_OP "
+    "USING ERRCODE = 'insufficient_privilege'; END $$",
+    # a call's row changes only while it is pending: to its outcome, or to record a request id; a call never
+    # sent may be removed beside its not-sent event; and only the owner or a reviewer reconciles
+    "CREATE FUNCTION durable_job.call_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
+    "IF OLD.status <> 'pending' THEN RAISE EXCEPTION 'durable_job.calls: call % is %, and only a pending call changes', "
+    "OLD.operation_key, OLD.status USING ERRCODE = 'insufficient_privilege'; END IF; "
+    "IF TG_OP = 'DELETE' THEN "
+    "IF NOT EXISTS (SELECT 1 FROM durable_job.call_events n WHERE n.job_id = OLD.job_id AND n.operation_key = OLD.operation_key "
+    "AND n.event = 'not-sent' AND n.id > (SELECT max(d.id) FROM durable_job.call_events d WHERE d.job_id = OLD.job_id "
+    "AND d.operation_key = OLD.operation_key AND d.event = 'dispatch')) THEN RAISE EXCEPTION "
+    "'durable_job.calls: call % may be removed only beside its not-sent event', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; "
+    "END IF; RETURN OLD; END IF; "
+    "IF (NEW.job_id, NEW.operation_key, NEW.base_key, NEW.attempt, NEW.item_id, NEW.input_sha256, NEW.created_utc, NEW.principal, "
+    "NEW.recorded_at) IS DISTINCT FROM (OLD.job_id, OLD.operation_key, OLD.base_key, OLD.attempt, OLD.item_id, OLD.input_sha256, "
+    "OLD.created_utc, OLD.principal, OLD.recorded_at) OR NEW.status NOT IN ('pending', 'completed', 'abandoned', 'rejected') THEN "
+    "RAISE EXCEPTION 'durable_job.calls: call % may change only its outcome', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; "
+    "IF NEW.reconciliation_json IS DISTINCT FROM OLD.reconciliation_json AND NEW.status IN ('completed', 'abandoned') "
+    "AND NOT durable_job.tends(NEW.job_id) THEN RAISE EXCEPTION 'durable_job.calls: only the job''s owner or a reviewer reconciles "
+    "call %', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
+    # LangGraph upserts a task's special writes (an error, an interrupt, a resume value) in place; nothing else changes
+    "CREATE FUNCTION durable_job.write_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF durable_job.is_admin() OR (OLD.channel IN ('__error__', '__scheduled__', '__interrupt__', '__resume__') "
+    "AND NEW.channel = OLD.channel AND (NEW.thread_id, NEW.checkpoint_ns, NEW.checkpoint_id, NEW.task_id, NEW.idx, NEW.task_path) "
+    "IS NOT DISTINCT FROM (OLD.thread_id, OLD.checkpoint_ns, OLD.checkpoint_id, OLD.task_id, OLD.idx, OLD.task_path)) THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'durable_job.checkpoint_writes is history: only a task''s own error, interrupt or resume write is replaced' "
+    "USING ERRCODE = 'insufficient_privilege'; END $$",
+    "CREATE FUNCTION durable_job.event_check() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF NEW.event IN ('reconciled', 'retry') AND NOT durable_job.is_admin() AND NOT durable_job.tends(NEW.job_id) THEN "
+    "RAISE EXCEPTION 'durable_job.call_events: only the job''s owner or a reviewer may %', NEW.event "
+    "USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
+)
+
+
+def store_policies() -> tuple:
+    """The m004_policies migration's statements: RLS on every table, the triggers, and the administrator's own policy."""
+    out = [*STORE_FUNCTIONS]
+    for table in STORE_TABLES:
+        out += [
+            f"ALTER TABLE durable_job.{table} ENABLE ROW LEVEL SECURITY",
+            f"ALTER TABLE durable_job.{table} FORCE ROW LEVEL SECURITY",
+            f"CREATE POLICY admin ON durable_job.{table} USING (durable_job.is_admin()) WITH CHECK (durable_job.is_admin())",
+        ]
+    read = {t: "durable_job.sees(job_id)" for t in JOB_TABLES} | {
+        t: "durable_job.sees(durable_job.job_of(thread_id))" for t in THREAD_TABLES
+    }
+    read |= {
+        "jobs": "owner = session_user::text OR session_user::text = ANY (reviewers) OR durable_job.is_kind('worker')",
+        "roles": "true",
+        "_migrations": "true",
+        "checkpoint_migrations": "true",
+    }
+    runs_or_tends = "durable_job.runs(job_id) OR durable_job.tends(job_id)"
+    write = {
+        "jobs": "durable_job.is_kind('person')",
+        "job_locks": "durable_job.runs(job_id)",
+        "calls": runs_or_tends,
+        "call_events": runs_or_tends,
+        "drafts": "durable_job.tends(job_id)",
+        "outcomes": "durable_job.tends(job_id)",
+        "decisions": "durable_job.decides(job_id)",
+        "receipts": "durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id)",
+    }
+    thread_write = "durable_job.runs(durable_job.job_of(thread_id)) OR durable_job.decides(durable_job.job_of(thread_id))"
+    write |= dict.fromkeys(THREAD_TABLES, thread_write)
+    for table, rule in read.items():
+        out.append(f"CREATE POLICY reads ON durable_job.{table} FOR SELECT USING ({rule})")
+    for table, rule in write.items():
+        out.append(f"CREATE POLICY adds ON durable_job.{table} FOR INSERT WITH CHECK ({rule})")
+    # the UPDATEs history allows: a pending call's outcome (call_change checks what), LangGraph's own upserts of a
+    # checkpoint and of a task's writes, and the lock row a writer takes FOR UPDATE (history() refuses a real change)
+    changes = {
+        "calls": runs_or_tends,
+        "checkpoints": thread_write,
+        "checkpoint_writes": thread_write,
+        "job_locks": "durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id)",
+    }
+    for table, rule in changes.items():
+        out.append(f"CREATE POLICY changes ON durable_job.{table} FOR UPDATE USING ({rule}) WITH CHECK ({rule})")
+    out.append(f"CREATE POLICY removes ON durable_job.calls FOR DELETE USING ({runs_or_tends})")
+    out.append("CREATE TRIGGER stamp_job BEFORE INSERT ON durable_job.jobs FOR EACH ROW EXECUTE FUNCTION durable_job.stamp_job()")
+    for table in (*RECORDED_TABLES, "decisions", "receipts"):
+        out.append(f"CREATE TRIGGER stamp BEFORE INSERT ON durable_job.{table} FOR EACH ROW EXECUTE FUNCTION durable_job.stamp()")
+    history = (
+        "jobs",
+        "job_locks",
+        "call_events",
+        "drafts",
+        "outcomes",
+        "decisions",
+        "receipts",
+        "roles",
+        "checkpoints",
+        "checkpoint_blobs",
+    )
+    for table in history:
+        out.append(
+            f"CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.{table} FOR EACH ROW EXECUTE FUNCTION durable_job.history()"
+        )
+    out.append("CREATE TRIGGER history BEFORE DELETE ON durable_job.checkpoint_writes FOR EACH ROW EXECUTE FUNCTION durable_job.history()")
+    out.append(
+        "CREATE TRIGGER write_change BEFORE UPDATE ON durable_job.checkpoint_writes FOR EACH ROW EXECUTE FUNCTION durable_job.write_change()"
+    )
+    out.append(
+        "CREATE TRIGGER call_change BEFORE UPDATE OR DELETE ON durable_job.calls FOR EACH ROW EXECUTE FUNCTION durable_job.call_change()"
+    )
+    out.append(
+        "CREATE TRIGGER event_check BEFORE INSERT ON durable_job.call_events FOR EACH ROW EXECUTE FUNCTION durable_job.event_check()"
+    )
+    return tuple(out)
+
+
+# Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
+PG_SETUP_MIGRATIONS = [("m004_policies", store_policies())]
 
 
 class Dialect:
@@ -2079,7 +2331,7 @@ class Dialect:
     bound parameter. No value is ever spelled into SQL text.
     """
 
-    TABLES = ("calls", "call_events", "drafts", "outcomes")
+    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions")
 
     def __init__(self, schema: str, placeholder, row_order: str, begin: str):
         self.schema, self.placeholder, self.row_order, self.begin = schema, placeholder, row_order, begin
@@ -2142,9 +2394,11 @@ class Journal(abc.ABC):
 
     dialect: Dialect
 
-    def __init__(self, job_id: str = ""):
+    def __init__(self, job_id: str = "", principal: str = ""):
         self.job_id = job_id
+        self.principal = principal  # who acts: written beside each act (a store's database stamps its own over it)
         self.guard = _thread.RLock()
+        self.in_transaction = False
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2154,26 +2408,40 @@ class Journal(abc.ABC):
         return found[0] if found else None
 
     def change(self, template: str, **params) -> int:
-        """Run a writing statement; the number of rows it changed."""
-        return self.run(template, params)[1]
+        """Run a writing statement (in a transaction of its own unless the caller's is open); the rows it changed."""
+        with self.transaction():
+            return self.run(template, params)[1]
 
     def run(self, template: str, params: dict) -> tuple[list[dict], int]:
         sql, names = self.dialect.render(template)
-        values = {**params, "job_id": self.job_id}
+        values = {**params, "job_id": self.job_id, "principal": self.principal}
         with self.guard:
             return self.execute(sql, names, [values[name] for name in names])
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Journal]:
-        """BEGIN … COMMIT around the block (ROLLBACK on any error), the statements of other threads kept out."""
+        """BEGIN … COMMIT around the block (ROLLBACK on any error), the statements of other threads kept out.
+
+        Inside an open one (a write helper called within its caller's transaction) the block joins it.
+        """
         with self.guard:
+            if self.in_transaction:
+                yield self
+                return
             self.execute(self.dialect.begin, [], [])
+            self.in_transaction = True
             try:
+                self.began()
                 yield self
             except BaseException:
+                self.in_transaction = False
                 self.execute("ROLLBACK", [], [])
                 raise
+            self.in_transaction = False
             self.execute("COMMIT", [], [])
+
+    def began(self) -> None:  # noqa: B027 (only a store's writer checks its lock)
+        """Inside a transaction just begun: anything that must hold before a write."""
 
     @abc.abstractmethod
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
@@ -2191,8 +2459,8 @@ class SqliteJournal(Journal):
 
     dialect = SQLITE
 
-    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True):
-        super().__init__()
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True, principal: str = ""):
+        super().__init__(principal=principal)
         self.conn, self.owns = conn, owns
         self.tables: set | None = None
 
@@ -2220,10 +2488,25 @@ class PgJournal(Journal):
     connection has lost the job's lock with it, and is never reopened.
     """
 
-    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True):
-        super().__init__(job_id)
+    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = ""):
+        super().__init__(job_id, principal)
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.dialect = LIBPQ if isinstance(conn, LibpqConnection) else PSYCOPG
+        self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
+        self.lock_xid: str | None = None  # and that transaction's id
+
+    def began(self) -> None:
+        """A writer writes only while its lock stands: the lock connection's transaction, seen from this connection."""
+        if (
+            self.lock_pid is not None
+            and not self.rows(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = {p.pid} AND locktype = 'transactionid' "
+                "AND transactionid::text = {p.xid} AND mode = 'ExclusiveLock' AND granted) AS held",
+                pid=self.lock_pid,
+                xid=self.lock_xid,
+            )[0]["held"]
+        ):
+            raise self.on_error(RuntimeError("the connection that held the job's lock is gone"))
 
     def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
@@ -2244,8 +2527,10 @@ class PgJournal(Journal):
             raise
 
     def alive(self) -> None:
-        """Raise unless the connection (and so the job's lock) is still there."""
+        """Raise unless the connection and the job's lock are still there."""
         self.rows("SELECT 1 AS up")
+        with self.transaction():
+            pass
 
     def close(self) -> None:
         if self.owns:
@@ -2259,14 +2544,15 @@ def as_journal(db) -> Journal:
 
 def apply_migrations(journal: Journal, migrations: list, table: str) -> int:
     """Apply, in order, each numbered migration not yet recorded in `table`, each in its own transaction; how many ran."""
-    journal.run(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)", {})
+    journal.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)", [], [])
     done = {r["name"] for r in journal.rows(f"SELECT name FROM {table}")}
     missing = [(name, sql) for name, sql in migrations if name not in done]
     for name, sql in missing:
+        statements = sql.split(";") if isinstance(sql, str) else sql  # a tuple: statements that hold semicolons themselves
         with journal.transaction():
-            for statement in sql.split(";"):
+            for statement in statements:
                 if statement.strip():
-                    journal.run(statement, {})
+                    journal.execute(statement, [], [])  # DDL, as written: not a template
             journal.change(f"INSERT INTO {table} VALUES ({{p.name}}, {{p.stamp}})", name=name, stamp=now_utc())
     return len(missing)
 
@@ -2299,8 +2585,8 @@ def read_journal(path: str) -> SqliteJournal | None:
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
     journal.change(
-        "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc) "
-        "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at})",
+        "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc, principal) "
+        "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
         key=key,
         event=event,
         detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)),
@@ -2369,8 +2655,8 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
         key = f"{base}:{attempt}"
         stamp = now_utc()
         journal.change(
-            "INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc) "
-            "VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp})",
+            "INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc, "
+            "principal) VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp}, {p.principal})",
             key=key,
             base=base,
             attempt=attempt,
@@ -2378,7 +2664,8 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             digest=digest,
             stamp=stamp,
         )
-        record_event(journal, key, "dispatch", {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model")})
+        detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
+        record_event(journal, key, "dispatch", detail)
         if retry is not None:
             record_event(journal, key, "retry", retry)
     return "call", key
@@ -2456,9 +2743,9 @@ def forget_unsent_call(journal: Journal, key: str, exc: BaseException, url: str)
     """
     cause = exc.__cause__
     detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url, "message": clip(redact(cause or exc), 300)}
-    with journal.transaction():
-        journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
+    with journal.transaction():  # the event first: a store removes a pending row only beside its not-sent event
         record_event(journal, key, "not-sent", detail)
+        journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
 
 
 def reconcile_call(journal: Journal, key: str, status: str, output_text, response_id, request_id, record: dict, then=None) -> None:
@@ -2559,6 +2846,7 @@ def draft_history(journal: Journal | None) -> list:
             "resultsSha256": r["results_sha256"],
             "previousResultsSha256": json.loads(r["change_json"]).get("previousResultsSha256"),
             "reviewer": r["reviewer"],
+            "principal": r.get("principal"),
             "reason": r["reason"],
             "change": json.loads(r["change_json"]),
             "createdUtc": r["created_utc"],
@@ -2570,8 +2858,9 @@ def draft_history(journal: Journal | None) -> list:
 def insert_draft(journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
     """One draft row (inside the caller's transaction, or alone)."""
     journal.change(
-        "INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc) "
-        "VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp})",
+        "INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc, "
+        "principal) VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp}, "
+        "{p.principal})",
         version=version,
         item=item_id,
         results=json.dumps(results),
@@ -2593,19 +2882,53 @@ def journal_outcome(journal: Journal | None, kind: str):
 
 def record_cancel(journal: Journal, record: dict) -> None:
     journal.change(
-        "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc) VALUES ({job_val}'cancel', {p.record}, {p.stamp})",
+        "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
+        "VALUES ({job_val}'cancel', {p.record}, {p.stamp}, {p.principal})",
         record=json.dumps(record, sort_keys=True),
         stamp=record["cancelledAtUtc"],
     )
+
+
+def record_decision_row(journal: Journal, value: dict) -> None:
+    """The person's decision as a journal row, before the graph records it: the journal is the authority, and a store
+    refuses the row from a role that may not decide (durable_job.decides)."""
+    journal.change(
+        "INSERT INTO {decisions} ({job_col}kind, decision, reviewer, reason, record_json, created_utc, principal) "
+        "VALUES ({job_val}'decision', {p.decision}, {p.reviewer}, {p.reason}, {p.record}, {p.stamp}, {p.principal})",
+        decision=value["decision"],
+        reviewer=value["reviewer"],
+        reason=value["reason"],
+        record=json.dumps(value, sort_keys=True),
+        stamp=value["decidedAtUtc"],
+    )
+
+
+def journal_decision(journal: Journal | None) -> dict | None:
+    """The decision the journal records ({..., principal}), or None."""
+    if journal is None or not journal.has_table("decisions"):
+        return None
+    row = journal.row("SELECT record_json, principal FROM {decisions} WHERE {scope}kind = 'decision'")
+    return None if row is None else {**json.loads(row["record_json"]), "principal": row["principal"]}
 
 
 def retry_request(journal: Journal, key: str) -> dict | None:
     """Who asked for this call by `retry`, and why (its `retry` event), or None for a call the graph made."""
     # the latest: a retry that was not sent (no call happened) leaves its key to the next retry
     row = journal.row(
-        "SELECT detail_json FROM {call_events} WHERE {scope}operation_key = {p.key} AND event = 'retry' ORDER BY id DESC LIMIT 1", key=key
+        "SELECT detail_json, principal FROM {call_events} WHERE {scope}operation_key = {p.key} AND event = 'retry' ORDER BY id DESC LIMIT 1",
+        key=key,
     )
-    return json.loads(row["detail_json"]) if row else None
+    if row is None:
+        return None
+    return {**json.loads(row["detail_json"]), **({"principal": row["principal"]} if row["principal"] else {})}
+
+
+def call_endpoints(journal: Journal | None) -> dict:
+    """{operation key: the provider endpoint its request went to}, from the dispatch events."""
+    if journal is None or not journal.has_table("call_events"):
+        return {}
+    rows = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' ORDER BY id")
+    return {r["operation_key"]: (json.loads(r["detail_json"] or "{}")).get("endpoint") for r in rows}
 
 
 def retry_keys(journal: Journal | None) -> set:
@@ -2959,10 +3282,61 @@ def command_line(program: str, command: str, address: list, *flags: str) -> str:
     return " ".join([program, command] + [shlex.quote(w) for w in (*address, *flags)])
 
 
+# What each writing command does to a job, as a store's policies name the right (durable_job.runs, tends, decides).
+COMMAND_ACTS = {
+    "start": "runs",
+    "resume": "runs",
+    "work": "runs",
+    "reconcile": "tends",
+    "revise": "tends",
+    "retry": "tends",
+    "cancel": "tends",
+    "decide": "decides",
+}
+
+
+def os_account(uid: int) -> str:
+    """The operating-system account's name (its number when the system has no name for it)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def by_whom(record: dict | None, store: Store | None) -> str:
+    """ "Alice Owner (role bob)": the name a person typed (--reviewer) and the principal that acted, as outputs show them."""
+    record = record or {}
+    name, principal = record.get("reviewer"), record.get("principal")
+    if not principal:
+        return str(name)
+    return f"{name} ({store.principal_label if store is not None else 'principal'} {principal})"
+
+
+def taken_error(job_id: str) -> ManifestError:
+    """Another role's job holds this id: say only that it is taken (not whose, where from, nor what it holds)."""
+    return ManifestError(f"Manifest jobId {job_id} is taken in this store; give this request a new jobId")
+
+
+def who_may(act: str, people: dict) -> str:
+    """Who may do `act` to a job with these {owner, reviewers}, in words, as a refusal names them."""
+    owner, reviewers = people["owner"], people["reviewers"]
+    named = ", ".join(reviewers)
+    if act == "runs":
+        return f"its owner {owner} and the store's workers run it"
+    if act == "tends":
+        return f"its owner {owner}" + (f" and its reviewers ({named})" if reviewers else "") + " may"
+    if reviewers:
+        return f"its reviewers ({named}) decide it, never its owner {owner} (four eyes)"
+    return f"its owner {owner} decides it (it names no reviewers)"
+
+
 class Store(abc.ABC):
     """A job's storage, and how a person names it. Commands hold a Store, never a path or a connection of their own."""
 
     program: str  # the program as suggestions name it
+    principal_label = "account"  # how outputs name who acted: an operating-system account, or a store's role
 
     # -- naming the job ------------------------------------------------------
 
@@ -3000,6 +3374,22 @@ class Store(abc.ABC):
     def output_fields(self) -> dict:
         """What every command's output adds about where the job is kept."""
         return {}
+
+    # -- who acts --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def principal(self) -> str:
+        """Who is acting: the role a store's connection authenticated as, or the operating-system account."""
+
+    @abc.abstractmethod
+    def people(self, job: Job) -> dict:
+        """{owner, reviewers} of the job, as this store records them."""
+
+    def check_may(self, command: str, review: str) -> None:  # noqa: B027 (a state directory is its account's alone)
+        """Refuse, naming who may, a command the acting principal may not run on this job (the lock held)."""
+
+    def check_own_request(self, job: Job) -> None:  # noqa: B027 (one job per directory: its own)
+        """Before the same request continues its job: refuse it from anyone but the job's owner (a store's ids are store-wide)."""
 
     # -- the sealed job record -------------------------------------------------
 
@@ -3118,6 +3508,20 @@ class StateDirStore(Store):
     def new_job_hint(self) -> str:
         return "use a new --state-dir for this request"
 
+    def principal(self) -> str:
+        return os_account(os.geteuid())
+
+    def people(self, job: Job) -> dict:
+        """The account the job record names (a job sealed before owners were recorded: the account owning job.json)."""
+        owner = job.get("owner")
+        if not isinstance(owner, str):
+            try:
+                owner = os_account(os.stat(job_path(self.root, JOB_FILE)).st_uid)
+            except OSError:
+                owner = "unknown"
+        manifest = self.sealed_manifest(job)
+        return {"owner": owner, "reviewers": list(manifest.get("reviewers") or []) if manifest else []}
+
     def sealed_manifest(self, job: Job) -> Manifest | None:
         return read_manifest_quiet(job)
 
@@ -3176,7 +3580,7 @@ class StateDirStore(Store):
         check_state_files(self.root)
 
     def journal(self) -> SqliteJournal:
-        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE)))
+        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE)), principal=self.principal())
 
     def read_journal(self) -> SqliteJournal | None:
         return read_journal(job_path(self.root, EFFECTS_FILE))
@@ -3251,69 +3655,118 @@ class StateDirStore(Store):
         return "state directory private; journal and checkpoint files whole"
 
 
-def advisory_holders(db: PgJournal) -> dict[int, Holder]:
-    """Every session advisory lock held in the store's database, by its 64-bit key (pg_locks' two 32-bit halves)."""
+def lock_holders(db: PgJournal) -> dict[str, Holder]:
+    """Who holds each job's lock row now, by jobId, among the jobs this role may see (none waits for it).
+
+    A held row's xmax is the holder's open transaction: pg_locks names its backend, pg_stat_activity the
+    role that authenticated it; the holder's own application_name adds its command, pid, start and host.
+    """
     rows = db.rows(
-        "SELECT l.classid::bigint AS high, l.objid::bigint AS low, a.application_name FROM pg_locks l "
-        "LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
-        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        "SELECT k.job_id, a.usename AS role, a.application_name, l.pid AS backend FROM durable_job.job_locks k "
+        "JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted "
+        "LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
     )
-    return {(r["high"] << 32) | r["low"]: parse_holder_name(r["application_name"]) for r in rows}
+    return {r["job_id"]: {**parse_holder_name(r["application_name"]), "role": r["role"] or "unknown"} for r in rows}
+
+
+def holder_words(holder: Holder | None) -> str:
+    """ " (resume by role alice on host h, pid 123, since …)": who holds a job busy, as a refusal names them."""
+    if not holder:
+        return ""
+    where = f" on host {holder['host']}" if holder.get("host") else ""
+    return f" ({holder['command']} by role {holder.get('role', 'unknown')}{where}, pid {holder['pid']}, since {holder['sinceUtc']})"
 
 
 class PgLock:
-    """The job's writers' lock: a session-level pg_try_advisory_lock on the journal's own connection.
+    """The job's writers' lock: its job_locks row, locked FOR UPDATE NOWAIT by a transaction left open on a
+    connection of its own for the writing command's whole run.
 
-    Held for the writing command's whole run; the server frees it when the
-    process dies (TCP keepalives bound a lost host). A `start` holds a lock
-    keyed by its jobId until the job row exists, then the job's own.
+    Only a role the policies let act on the job can lock its row (it must be able to UPDATE it), so a role
+    that may not touch a job cannot hold it busy, as it could with an advisory lock's key seen in pg_locks.
+    The server ends the transaction, freeing the row, when the process dies (TCP keepalives bound a lost
+    host). The journal's writes, on another connection, check before each transaction that the lock's
+    transaction still stands (PgJournal.began). A `start` of a new job locks it as soon as its row is sealed.
     """
 
     def __init__(self, store: PgStore, command: str):
         self.store, self.command = store, command
+        self.conn = None
 
     def __enter__(self):
         store = self.store
-        conn = store.connect(holder_name(self.command), writer=True)
+        conn = store.connect(f"durable_job {self.command} journal {os.getpid()}", writer=True)
         try:
             journal = PgJournal(conn, store.job_id, store.failure)
             store.ensure_schema(journal)
-            if self.command in ("start", "submit") and not store.has_job(journal):
-                key = name_lock_key(f"start {store.job_id}")
-            else:
-                key = lock_key(store.load_job(journal)["threadId"])
-            if not store.try_lock(journal, key):
-                holder = store.holder(journal)
-                who = f" ({holder['command']}, pid {holder['pid']}, since {holder['sinceUtc']})" if holder else ""
-                raise BusyError(
-                    f"Job {store.job_id} busy: another durable_job command{who} holds it in {store.public}; "
-                    f"wait for it to finish, then {BusyError.AGAIN}"
-                )
+            journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
+            store.writer = journal
+            if not (self.command in ("start", "submit") and not store.has_job(journal)):
+                store.load_job(journal)  # refuses a job this role cannot see as one that does not exist
+                self.take()
         except BaseException:
-            conn.close()
+            self.__exit__(None, None, None)
             raise
-        store.writer = journal
+        store.locks = self
         return self
 
+    def take(self) -> None:
+        """Lock the job's row on a new connection, or refuse naming who holds it."""
+        import psycopg
+
+        store, writer = self.store, cast(PgJournal, self.store.writer)
+        self.conn = conn = store.connect(holder_name(self.command), writer=True)
+        try:
+            conn.execute("BEGIN")
+            row = conn.execute(
+                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid FROM durable_job.job_locks "
+                "WHERE job_id = %s FOR UPDATE NOWAIT",
+                (store.job_id,),
+            ).fetchone()
+        except psycopg.errors.LockNotAvailable:
+            raise BusyError(
+                f"Job {store.job_id} busy: another durable_job command{holder_words(store.holder(writer))} holds it in "
+                f"{store.public}; wait for it to finish, then {BusyError.AGAIN}"
+            ) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StateError(
+                f"Role {writer.principal} may not write job {store.job_id} in {store.public} ({clip(redact(exc), 120)}): "
+                f"its owner, its reviewers and the store's workers may; ask the store's administrator"
+            ) from None
+        except psycopg.Error as exc:
+            raise store.failure(exc) from None
+        if row is None:
+            raise StateError(
+                f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
+            )
+        writer.lock_pid, writer.lock_xid = row["pid"], row["xid"]
+
     def __exit__(self, *exc):
-        writer, self.store.writer = self.store.writer, None
-        if writer is not None:
-            try:
-                writer.conn.close()  # closing the session releases its advisory locks
-            except Exception:
-                pass
+        store = self.store
+        writer, store.writer = store.writer, None
+        store.locks = None
+        for conn in (self.conn, writer.conn if writer is not None else None):
+            if conn is not None:
+                try:
+                    conn.close()  # closing the lock's session ends its transaction: the row is free
+                except Exception:
+                    pass
+        self.conn = None
 
 
 class PgStore(Store):
     """A job in a shared PostgreSQL store (`--store URL --job ID`).
 
+    Who may do what to a job is the database's to decide (store_policies): this class only says so first.
+
     A `jobs` row holds the sealed job record, the manifest's bytes and every
     source's bytes, so after `start` no machine needs those files; the journal
     tables hold the job's rows beside other jobs'; LangGraph's PostgresSaver
     keeps the checkpoints (thread id = the job's threadId), all in the schema
-    `durable_job`. Writers hold the job's advisory lock on the journal's
-    connection; readers never wait for it, and write nothing.
+    `durable_job`. Writers hold the job's lock row (PgLock); readers never
+    wait for it, and write nothing.
     """
+
+    principal_label = "role"
 
     def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None):
         remember_secrets(url)
@@ -3322,6 +3775,7 @@ class PgStore(Store):
         self.program = program or default_program()
         self.public = public_url(url)
         self.writer: PgJournal | None = None  # the locked journal while a writing command runs
+        self.locks: PgLock | None = None  # and the lock it holds
         self.reader: PgJournal | None = None  # one read connection for status, inspect, jobs
         self.row: dict | None = None
 
@@ -3434,7 +3888,8 @@ class PgStore(Store):
 
     def ready(self, db: PgJournal) -> bool:
         done, highest = self.schema_state(db)
-        return done >= {name for name, _ in PG_MIGRATIONS} and highest is not None and highest >= CHECKPOINT_MIGRATION
+        names = {name for name, _ in PG_MIGRATIONS + PG_SETUP_MIGRATIONS}
+        return done >= names and highest is not None and highest >= CHECKPOINT_MIGRATION
 
     def ensure_schema(self, journal: PgJournal) -> None:
         """Set the schema up on first use (migrate_store); a role that may not create it is told who can."""
@@ -3448,7 +3903,7 @@ class PgStore(Store):
         if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
             return None
         return db.row(
-            "SELECT record_json, manifest, manifest_sha256, "
+            "SELECT record_json, manifest, manifest_sha256, owner, array_to_json(reviewers) AS reviewers, "
             "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
             "FROM durable_job.jobs WHERE job_id = {p.job}",
             job=self.job_id,
@@ -3504,26 +3959,50 @@ class PgStore(Store):
         need_psycopg()
 
     def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
-        """Insert the job row once (manifest and source bytes with it), then hold the job's own lock."""
-        assert self.writer is not None
+        """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it.
+
+        The database makes the sealing role the job's owner. A jobId is store-wide: one another role holds
+        (invisible to this one) is refused as taken, whatever the bytes.
+        """
+        writer = cast(PgJournal, self.writer)
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
+        reviewers = manifest.get("reviewers") or []
+        if writer.principal in reviewers:
+            raise ManifestError(
+                f"Manifest reviewers names {writer.principal}, the role sealing job {job['jobId']}: the reviewers a job names decide it, "
+                f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
+            )
+        if not writer.rows("SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may")[0]["may"]:
+            raise StateError(
+                f"Role {writer.principal} may not seal jobs in {self.public}: only a role granted as a person does "
+                f"(a worker runs jobs, nothing else); the store's administrator grants one with "
+                f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
+            )
         data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
-        # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
-        # the session runs with standard_conforming_strings off, and the store would keep other bytes
-        cursor = self.writer.conn.execute(
-            "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc) "
-            "VALUES (%s, %s, %s, %b, %s, %b, %s) ON CONFLICT (job_id) DO NOTHING",
-            (
-                job["jobId"],
-                job["threadId"],
-                json.dumps(job, indent=2) + "\n",
-                manifest_bytes,
-                job["manifestSha256"],
-                data,
-                job["createdAtUtc"],
-            ),
-        )
+        with writer.transaction():
+            # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
+            # the session runs with standard_conforming_strings off, and the store would keep other bytes
+            cursor = writer.conn.execute(
+                "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc, "
+                "reviewers, owner) VALUES (%s, %s, %s, %b, %s, %b, %s, %s, session_user) ON CONFLICT (job_id) DO NOTHING",
+                (
+                    job["jobId"],
+                    job["threadId"],
+                    json.dumps(job, indent=2) + "\n",
+                    manifest_bytes,
+                    job["manifestSha256"],
+                    data,
+                    job["createdAtUtc"],
+                    reviewers,
+                ),
+            )
+            if cursor.rowcount == 1:
+                writer.conn.execute(
+                    "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
+                )
         if cursor.rowcount != 1:
+            if not self.has_job(writer):
+                raise taken_error(self.job_id)
             raise BusyError(
                 f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{self.suggest('resume')}`"
             )
@@ -3532,25 +4011,52 @@ class PgStore(Store):
             "manifest": manifest_bytes,
             "manifest_sha256": job["manifestSha256"],
             "sources": [d.hex() for d in data],
+            "owner": writer.principal,
+            "reviewers": reviewers,
         }
-        if not self.try_lock(self.writer, lock_key(job["threadId"])):
-            raise BusyError(f"Job {self.job_id} busy: another command holds its new thread's lock; run `{self.suggest('status')}`")
+        cast(PgLock, self.locks).take()
 
     # -- the writers' lock -----------------------------------------------------
 
     def lock(self, command: str) -> PgLock:
         return PgLock(self, command)
 
-    def try_lock(self, db: PgJournal, key: int) -> bool:
-        return bool(db.rows("SELECT pg_try_advisory_lock({p.key}) AS taken", key=key)[0]["taken"])
-
     def holder(self, db: PgJournal | None = None) -> Holder | None:
-        """The writing command holding the job's lock now ({pid, command, sinceUtc}), from pg_locks; never waits."""
-        db = db or self.db()
-        row = self.row or self.load_row(db)
-        if row is None:
-            return None
-        return advisory_holders(db).get(lock_key(strict_json(row["record_json"])["threadId"]) & 0xFFFFFFFFFFFFFFFF)
+        """The writing command holding the job's lock now ({pid, command, sinceUtc, host, role}); never waits."""
+        return lock_holders(db or self.db()).get(self.job_id)
+
+    def principal(self) -> str:
+        """The role this store's connections authenticated as (session_user: a SET ROLE changes nothing)."""
+        if self.writer is not None:
+            return self.writer.principal
+        return self.db().rows("SELECT session_user AS me")[0]["me"]
+
+    def people(self, job: Job) -> dict:
+        row = self.row or self.load_row() or {}
+        return {"owner": row.get("owner") or "unknown", "reviewers": list(row.get("reviewers") or [])}
+
+    def check_own_request(self, job: Job) -> None:
+        if self.people(job)["owner"] != self.principal():
+            raise taken_error(self.job_id)
+
+    def check_may(self, command: str, review: str) -> None:
+        """The database refuses what a role may not do; this says so first, in words, naming who may."""
+        act = COMMAND_ACTS.get(command)
+        if act is None:
+            return
+        writer = cast(PgJournal, self.writer)
+        rights = writer.rows(
+            "SELECT durable_job.runs({p.job_id}) AS runs, durable_job.tends({p.job_id}) AS tends, "
+            "durable_job.decides({p.job_id}) AS decides, durable_job.is_admin() AS admin"
+        )[0]
+        people = self.people(self.load_job())
+        if rights["admin"] and act == "decides":  # the administrator may do anything, but decides by the job's rule alone
+            rights["decides"] = writer.principal in people["reviewers"] if people["reviewers"] else writer.principal == people["owner"]
+        elif rights["admin"]:
+            return
+        if rights[act] or (act == "runs" and review == "deciding" and rights["decides"]):
+            return  # a reviewer whose decide was cut short finishes recording it with resume
+        raise StateError(f"Role {writer.principal} may not {command} job {self.job_id} in {self.public}: {who_may(act, people)}")
 
     # -- the journal -----------------------------------------------------------
 
@@ -3619,8 +4125,8 @@ class PgStore(Store):
 
     def write_receipt(self, receipt: dict) -> None:
         self.journal().change(
-            "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc) VALUES ({p.job_id}, {p.receipt}, {p.stamp}) "
-            "ON CONFLICT (job_id) DO UPDATE SET receipt_json = EXCLUDED.receipt_json, written_utc = EXCLUDED.written_utc",
+            "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc, principal) "
+            "VALUES ({p.job_id}, {p.receipt}, {p.stamp}, {p.principal}) ON CONFLICT (job_id) DO NOTHING",  # written once, never over
             receipt=json.dumps(receipt, indent=2, sort_keys=True) + "\n",
             stamp=now_utc(),
         )
@@ -3667,7 +4173,7 @@ def migrate_store(store: PgStore, conn) -> dict:
 
     db = PgJournal(conn, "", refused, owns=False)
     deadline = time.monotonic() + SETUP_WAIT_SECONDS
-    while not store.try_lock(db, SETUP_LOCK_KEY):
+    while not db.rows("SELECT pg_try_advisory_lock({p.key}) AS taken", key=SETUP_LOCK_KEY)[0]["taken"]:
         if time.monotonic() > deadline:
             raise BusyError(
                 f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}"
@@ -3686,6 +4192,7 @@ def migrate_store(store: PgStore, conn) -> dict:
                 PostgresSaver(cp).setup()
         except psycopg.Error as exc:
             raise refused(exc) from None
+        apply_migrations(db, PG_SETUP_MIGRATIONS, "durable_job._migrations")
         done, highest = store.schema_state(db)
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
     finally:
@@ -3695,23 +4202,43 @@ def migrate_store(store: PgStore, conn) -> dict:
             pass
 
 
-def grant_store(store: PgStore, conn, role: str) -> None:
-    """What a role that runs jobs needs: the schema's use, rows of its tables read and written, its sequences. No CREATE."""
-    import psycopg
+# What a granted role may touch, beside what the policies let it see: every row readable (its own jobs' only),
+# rows added, and only the UPDATEs and DELETEs history allows (a pending call's outcome, LangGraph's upserts,
+# the lock row). No CREATE, nothing on the migration tables but reading them.
+STORE_GRANTS = (
+    "GRANT USAGE ON SCHEMA durable_job TO {role}",
+    "GRANT SELECT ON ALL TABLES IN SCHEMA durable_job TO {role}",
+    "GRANT INSERT ON durable_job.jobs, durable_job.job_locks, durable_job.calls, durable_job.call_events, durable_job.drafts, "
+    "durable_job.outcomes, durable_job.decisions, durable_job.receipts, durable_job.checkpoints, durable_job.checkpoint_blobs, "
+    "durable_job.checkpoint_writes TO {role}",
+    "GRANT UPDATE ON durable_job.calls, durable_job.job_locks, durable_job.checkpoints, durable_job.checkpoint_writes TO {role}",
+    "GRANT DELETE ON durable_job.calls TO {role}",
+    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
+)
+
+
+def grant_store(store: PgStore, db: PgJournal, role: str, kind: str) -> None:
+    """Let role use the store as a person (owns, reviews, decides its jobs) or a worker (runs any runnable job, nothing else).
+
+    Every earlier right on the store's tables is revoked first, so a store granted before the policies
+    existed (SELECT, INSERT, UPDATE, DELETE on everything) is brought down to exactly these.
+    """
     from psycopg import sql
 
-    who = sql.Identifier(role)
-    try:
-        for statement in (
-            "GRANT USAGE ON SCHEMA durable_job TO {}",
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA durable_job TO {}",
-            "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {}",
-        ):
-            conn.execute(sql.SQL(statement).format(who))
-    except psycopg.Error as exc:
-        raise StateError(
-            f"Granting {role} use of the store {store.public} failed ({clip(redact(exc), 160)}); run migrate as the database's owner"
-        ) from None
+    who = sql.Identifier(role).as_string(db.conn)
+    statements = [
+        "REVOKE ALL ON ALL TABLES IN SCHEMA durable_job FROM {role}",
+        "REVOKE ALL ON ALL SEQUENCES IN SCHEMA durable_job FROM {role}",
+        *STORE_GRANTS,
+    ]
+    with db.transaction():
+        for statement in statements:
+            db.execute(statement.format(role=who), [], [])
+        db.change(
+            "INSERT INTO durable_job.roles (role, kind) VALUES ({p.role}, {p.kind}) ON CONFLICT (role) DO UPDATE SET kind = EXCLUDED.kind",
+            role=role,
+            kind=kind,
+        )
 
 
 ###############################################################################
@@ -3748,11 +4275,19 @@ class Context:
             print(printable(f"[{self.job['jobId']}] {text}"), file=sys.stderr, flush=True)
 
     def checkpoint(self) -> CheckpointState:
-        """The saved checkpoint as it is now (langgraph-free)."""
-        return self.store.read_checkpoint(self.job)
+        """The saved checkpoint as it is now (langgraph-free), with a decision the journal holds and the thread not yet."""
+        return with_decision(self.store.read_checkpoint(self.job), journal_decision(self.journal))
 
     def review(self, checkpoint: CheckpointState | None = None) -> str:
         return review_state(checkpoint or self.checkpoint(), call_rows(self.journal), journal_outcome(self.journal, "cancel"))
+
+
+def with_decision(checkpoint: CheckpointState, decision: dict | None) -> CheckpointState:
+    """The checkpoint as commands judge it: a decision the journal records, which the thread has not recorded yet
+    (a decide stopped between the two), is a saved decision that the job's next run records."""
+    if decision is None or checkpoint["values"].get("final") or checkpoint["savedDecision"]:
+        return checkpoint
+    return {**checkpoint, "waiting": False, "savedDecision": decision}
 
 
 def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) -> str:
@@ -4085,10 +4620,11 @@ class open_job:
             manifest, sources = self.store.check_seals(job) if self.seals else (None, None)
             self.ctx = attach(self.store, job, manifest, sources, self.stop)
             state = self.ctx.review()
+            self.store.check_may(self.command, state)
             if state == "cancelled" and not self.cancelled_ok:
-                raise cancelled_error(job, journal_outcome(self.ctx.journal, "cancel"))
+                raise cancelled_error(self.store, job, journal_outcome(self.ctx.journal, "cancel"))
             if self.calls_model and state not in FINISHING and job["mode"] == "openai":
-                check_provider_settings()
+                check_provider_settings(manifest)
             return self.ctx
         except BaseException:
             self.__exit__(None, None, None)
@@ -4107,15 +4643,16 @@ def attach(store: Store, job: Job, manifest: Manifest | None, sources: dict | No
     return Context(store, job, manifest, sources, store.journal(), stop)
 
 
-def check_provider_settings() -> None:
-    """Provider settings a run that may call the model needs, checked before anything is sent."""
+def check_provider_settings(manifest: Manifest | None = None) -> None:
+    """Provider settings a run that may call the model needs, checked before anything is sent (a sealed baseUrl too)."""
     require_api_key()
     openai_timeout()
+    check_sealed_endpoint(manifest)
 
 
-def cancelled_error(job: Job, record: dict) -> DecisionError:
+def cancelled_error(store: Store, job: Job, record: dict) -> DecisionError:
     return DecisionError(
-        f"Job {job['jobId']} was cancelled by {record['reviewer']} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}"
+        f"Job {job['jobId']} was cancelled by {by_whom(record, store)} at {record['cancelledAtUtc']}; nothing more runs. {NEW_JOB.capitalize()}"
     )
 
 
@@ -4187,7 +4724,7 @@ def read_snapshot(store: Store) -> Snapshot:
     holder = store.holder()  # before the reads: a run that ends meanwhile is then seen ended, not the other way round
     journal = store.read_journal()
     try:
-        checkpoint = store.read_checkpoint(job)
+        checkpoint = with_decision(store.read_checkpoint(job), journal_decision(journal))
         return make_snapshot(
             store,
             job,
@@ -4230,7 +4767,7 @@ def store_snapshots(lister: PgStore) -> list[tuple[PgStore, Snapshot | StateErro
     if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
         return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
     rows = db.rows(
-        "SELECT job_id, thread_id, record_json, manifest, manifest_sha256, "
+        "SELECT job_id, thread_id, record_json, manifest, manifest_sha256, owner, array_to_json(reviewers) AS reviewers, "
         "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
         "FROM durable_job.jobs ORDER BY created_utc, job_id"
     )
@@ -4246,7 +4783,11 @@ def store_snapshots(lister: PgStore) -> list[tuple[PgStore, Snapshot | StateErro
         r["job_id"]: (r["version"], json.loads(r["results_json"]))
         for r in db.rows("SELECT DISTINCT ON (job_id) job_id, version, results_json FROM durable_job.drafts ORDER BY job_id, version DESC")
     }
-    holders = advisory_holders(db)
+    decisions = {
+        r["job_id"]: {**json.loads(r["record_json"]), "principal": r["principal"]}
+        for r in db.rows("SELECT job_id, record_json, principal FROM durable_job.decisions WHERE kind = 'decision'")
+    }
+    holders = lock_holders(db)
     checkpoints = PgCheckpointRows(db, f"the checkpoint tables in {lister.public}", [r["thread_id"] for r in rows])
     snaps: list[tuple[PgStore, Snapshot | StateError]] = []
     for row in rows:
@@ -4254,16 +4795,15 @@ def store_snapshots(lister: PgStore) -> list[tuple[PgStore, Snapshot | StateErro
         store.row = row
         try:
             job = store.load_job()
-            holder = holders.get(lock_key(job["threadId"]) & 0xFFFFFFFFFFFFFFFF)
             snapshot = make_snapshot(
                 store,
                 job,
                 db.for_job(row["job_id"]),
-                read_checkpoint(checkpoints, job["threadId"]),
+                with_decision(read_checkpoint(checkpoints, job["threadId"]), decisions.get(row["job_id"])),
                 calls.get(row["job_id"], []),
                 cancels.get(row["job_id"]),
                 drafts.get(row["job_id"]),
-                holder,
+                holders.get(row["job_id"]),
                 row["job_id"] in receipts,
             )
             snaps.append((store, snapshot))
@@ -4300,7 +4840,7 @@ def next_for_phase(snap: Snapshot) -> str:
             "" if snap.has_receipt else f"; receipt.json is missing: {resume} rewrites it"
         )
     if snap.phase == "deciding":
-        return f"{describe_saved(snap.saved_decision)}: {resume} finishes recording it"
+        return f"{describe_saved(snap.saved_decision, snap.store)}: {resume} finishes recording it"
     if snap.phase == "awaiting-review":
         return review_next(store, snap.results, snap.calls, store.sealed_manifest(snap.job))
     if snap.phase == "running":
@@ -4440,10 +4980,10 @@ def decide_command(store: Store, results: list) -> str:
     )
 
 
-def describe_saved(decision: dict | None) -> str:
+def describe_saved(decision: dict | None, store: Store) -> str:
     decision = decision or {}
     return (
-        f"a decision is already saved ({decision.get('decision')} by {decision.get('reviewer')} at "
+        f"a decision is already saved ({decision.get('decision')} by {by_whom(decision, store)} at "
         f"{decision.get('decidedAtUtc')}) by a decide that stopped before it finished"
     )
 
@@ -4452,7 +4992,7 @@ def refuse_if_decision_saved(checkpoint: CheckpointState, store: Store, command:
     saved = checkpoint["savedDecision"]
     if saved:
         raise DecisionError(
-            f"Cannot {command}: {describe_saved(saved)}, and the job's next run records it whatever a later command asks. "
+            f"Cannot {command}: {describe_saved(saved, store)}, and the job's next run records it whatever a later command asks. "
             f"Run `{store.suggest('resume')}` to finish recording it, then inspect the receipt"
         )
 
@@ -4465,7 +5005,7 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
     if state == "decided":
         missing = "" if ctx.store.has_receipt() else f"; its receipt.json is missing: `{ctx.store.suggest('resume')}` rewrites it"
         raise DecisionError(
-            f"Final decision already recorded: {values['final'].get('decision')} by {values['final'].get('reviewer')} at {values['final'].get('decidedAtUtc')}{missing}"
+            f"Final decision already recorded: {values['final'].get('decision')} by {by_whom(values['final'], ctx.store)} at {values['final'].get('decidedAtUtc')}{missing}"
         )
     refuse_if_decision_saved(checkpoint, ctx.store, command)
     if state == "pending":
@@ -4615,6 +5155,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     for n, item_id in enumerate(order):
         parts.append(
             item_section(
+                snap.store,
                 n,
                 results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
                 sources.get(item_id),
@@ -4624,7 +5165,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
             )
         )
     parts.append(journal_section(snap))
-    parts.append(history_section(out.get("drafts") or []))
+    parts.append(history_section(snap.store, out.get("drafts") or []))
     parts.append(decision_section(snap, out))
     parts.append(Html("</main></body></html>"))
     write_atomic(path, hjoin(parts, "\n").encode("utf-8"))
@@ -4693,7 +5234,7 @@ def highlight(source: str, citations: list, n: int) -> Html:
     return hjoin(out)
 
 
-def item_section(n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> Html:
+def item_section(store: Store, n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> Html:
     cls = "ok" if r["status"] == "validated" else "bad"
     where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
     parts = [
@@ -4703,14 +5244,14 @@ def item_section(n: int, r: dict, source: str | None, item: dict, call=None, way
     if r.get("revision"):
         rev = r["revision"]
         parts.append(
-            h("<p class='wait'>Edited by {} in draft {}: {}</p>", rev.get("reviewer"), int(rev.get("draftVersion") or 0), rev.get("reason"))
+            h("<p class='wait'>Edited by {} in draft {}: {}</p>", by_whom(rev, store), int(rev.get("draftVersion") or 0), rev.get("reason"))
         )
     if r.get("retry"):
         rt = r["retry"]
         parts.append(
             h(
                 "<p class='wait'>Retried by {} in draft {} (attempt {}): {}</p>",
-                rt.get("reviewer"),
+                by_whom(rt, store),
                 int(rt.get("draftVersion") or 0),
                 int(rt.get("attempt") or 0),
                 rt.get("reason"),
@@ -4781,6 +5322,7 @@ def journal_section(snap: Snapshot) -> Html:
         return Html("<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>")
     rows = []
     retries = retry_keys(snap.journal)
+    endpoints = call_endpoints(snap.journal)
     for r in snap.calls:
         cls = {"completed": "ok", "pending": "bad", "rejected": "bad"}.get(r["status"], "wait")
         retried = " (retry)" if r["operation_key"] in retries else ""
@@ -4794,6 +5336,12 @@ def journal_section(snap: Snapshot) -> Html:
                 r["status"],
             ),
             h("<br>{}", long_id(r["operation_key"])),
+            h(
+                "<br>sent to <code>{}</code> by {} {}",
+                endpoints.get(r["operation_key"]) or "unknown",
+                snap.store.principal_label,
+                r.get("principal") or "unknown",
+            ),
         ]
         if r["response_id"] or r["request_id"]:
             row.append(h("<br>response {} · request {}", long_id(r["response_id"] or "–"), long_id(r["request_id"] or "–")))
@@ -4804,7 +5352,12 @@ def journal_section(snap: Snapshot) -> Html:
             try:
                 rec = json.loads(r["reconciliation_json"])
                 row.append(
-                    h("<br><span class='note'>reconciled: {} by {}: {}</span>", rec.get("action"), rec.get("reviewer"), rec.get("reason"))
+                    h(
+                        "<br><span class='note'>reconciled: {} by {}: {}</span>",
+                        rec.get("action"),
+                        by_whom(rec, snap.store),
+                        rec.get("reason"),
+                    )
                     if "reviewer" in rec
                     else h("<br><span class='note'>{}</span>", clip(r["reconciliation_json"], 300))
                 )
@@ -4823,7 +5376,7 @@ def journal_section(snap: Snapshot) -> Html:
     return h("<section id='journal'><h2>Journal</h2>{}</section>", hjoin(rows))
 
 
-def history_section(drafts: list) -> Html:
+def history_section(store: Store, drafts: list) -> Html:
     if not drafts:
         return Html("<section id='drafts'><h2>Drafts</h2><p>Draft 1: the model's results, unrevised.</p></section>")
     rows = []
@@ -4843,7 +5396,7 @@ def history_section(drafts: list) -> Html:
                 int(d["version"]),
                 d["itemId"],
                 how,
-                d["reviewer"],
+                by_whom(d, store),
                 d["reason"],
                 d["createdUtc"],
                 before.get("status"),
@@ -4870,7 +5423,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
         return h(
             "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p></section>",
             f.get("decision"),
-            f.get("reviewer"),
+            by_whom(f, snap.store),
             f.get("reason"),
             f.get("decidedAtUtc"),
             f.get("draftVersion", 1),
@@ -4883,7 +5436,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
         )
         return h(
             "<section id='decide'><h2>Cancelled</h2><p>by {}: {} <span class='note'>({})</span></p><p>Nothing more runs.</p>{}</section>",
-            snap.cancel["reviewer"],
+            by_whom(snap.cancel, snap.store),
             snap.cancel["reason"],
             snap.cancel.get("cancelledAtUtc", ""),
             extra,
@@ -4923,18 +5476,20 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
     return {
         "decision": (final or {}).get("decision"),
         "reviewer": who.get("reviewer"),
+        "principal": who.get("principal"),
         "reason": who.get("reason"),
         "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
         "bound": bool((final or {}).get("bound")),
     }
 
 
-def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int, results: list) -> dict:
+def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int, results: list, endpoints: dict) -> dict:
     """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
     fields = {
         "outcome": "decided" if final else "cancelled" if cancel else None,
         **receipt_head(final, cancel),
         "jobId": job["jobId"],
+        "owner": job.get("owner"),
         "threadId": job["threadId"],
         "manifestPath": job["manifestPath"],
         "manifestSha256": job["manifestSha256"],
@@ -4944,6 +5499,7 @@ def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int
         "resultsSha256": results_sha256(results),
         "draftVersion": draft,
         "statuses": {r["itemId"]: r["status"] for r in results},
+        "endpoints": endpoints,
         "final": final,
     }
     if cancel:
@@ -4955,7 +5511,8 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
     """Write the receipt for a terminal outcome (decided or cancelled)."""
     draft, results = current_draft(ctx.journal, (ctx.checkpoint()["values"].get("results") or []))
     cancel = (extra or {}).get("cancel")
-    receipt = {**receipt_fields(ctx.job, final, cancel, draft, results), "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc()}
+    fields = receipt_fields(ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal))
+    receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc()}
     ctx.store.write_receipt(receipt)
     return receipt
 
@@ -4992,6 +5549,7 @@ def verify_checks(snap: Snapshot) -> list:
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("events", lambda: events_invariants(snap, sealed.get("manifest")))
+    check("decision", lambda: decision_invariants(snap))
     check("receipt", lambda: receipt_invariants(snap))
     return checks
 
@@ -5151,8 +5709,10 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
             before = after
             continue
         stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
+        if row.get("principal"):  # the principal the journal recorded (rows of a journal older than principals have none)
+            stamp["principal"] = row["principal"]
         if edited.pop("revision", None) != stamp:
-            raise SealError(f"{where}: the edited result does not name the person, reason and time the journal recorded")
+            raise SealError(f"{where}: the edited result does not name the person, principal, reason and time the journal recorded")
         if texts is not None and row["item_id"] in items:
             proposal = {"itemId": row["item_id"], "summary": edited.get("summary"), "citations": edited.get("citations")}
             if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]]) != edited:
@@ -5179,6 +5739,7 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
         "reviewer": row["reviewer"],
         "reason": row["reason"],
         "retriedAtUtc": row["created_utc"],
+        "principal": request.get("principal"),
     }
     if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
         raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
@@ -5189,6 +5750,35 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
     ):
         raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
     return str(key)
+
+
+DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal")
+
+
+def decision_invariants(snap: Snapshot) -> str:
+    """A decision is the journal's row, written by the principal who decided: the thread's must be exactly it, and in a
+    store that principal must be one the job lets decide. The job record's owner is the store's."""
+    people = snap.store.people(snap.job)
+    if snap.job.get("owner") not in (None, people["owner"]):
+        raise SealError(f"the job record names owner {snap.job.get('owner')!r}, its store records {people['owner']!r}")
+    decision = journal_decision(snap.journal)
+    if not snap.final:
+        return "a decision the journal records, not yet the thread's: the next run records it" if decision else "no decision yet"
+    if decision is None:
+        raise SealError(
+            "the thread records a decision the journal does not: a decision is a journal row its principal writes; "
+            "restore the journal from a backup"
+        )
+    for key in DECISION_FIELDS:
+        if snap.final.get(key) != decision.get(key):
+            raise SealError(
+                f"the thread's decision has {key} {clip(json.dumps(snap.final.get(key)), 60)}, "
+                f"the journal's row {clip(json.dumps(decision.get(key)), 60)}"
+            )
+    principal, owner, reviewers = decision["principal"], people["owner"], people["reviewers"]
+    if isinstance(snap.store, PgStore) and not (principal in reviewers and principal != owner if reviewers else principal == owner):
+        raise SealError(f"the decision was recorded by role {principal}, who may not decide this job: {who_may('decides', people)}")
+    return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
 
 
 def receipt_invariants(snap: Snapshot) -> str:
@@ -5211,7 +5801,7 @@ def receipt_invariants(snap: Snapshot) -> str:
     if snap.final and receipt.get("final") != snap.final:
         raise SealError("receipt.json's decision differs from the checkpoint's")
     draft, results = current_draft(snap.journal, snap.model_results)
-    expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results)
+    expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results, call_endpoints(snap.journal))
     for key, value in expected.items():
         if receipt.get(key) != value:
             raise SealError(
@@ -5316,10 +5906,10 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
         return cast(dict, resume(store, existing=True))
     sources = load_sources(manifest, manifest_path)
     if manifest["mode"] == "openai":
-        check_provider_settings()
+        check_provider_settings(manifest)
     store.prepare_new()
     with store.lock("start"):
-        job = new_job(manifest, manifest_path, raw, job_dependencies(store))
+        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal())
         store.seal_job(job, raw, sources)
         crash_point("after-seal", job)
         ctx = attach(store, job, manifest, sources)
@@ -5337,6 +5927,7 @@ def job_dependencies(store: Store) -> tuple:
 def check_same_job(store: Store, manifest: Manifest, raw: bytes) -> None:
     """Refuse a manifest that is not the sealed one, naming what differs: job id, owner, source data."""
     job = store.load_job()
+    store.check_own_request(job)
     if job["jobId"] == manifest["jobId"] and job["manifestSha256"] == sha256_hex(raw):
         return
     differs = []
@@ -5376,10 +5967,17 @@ def resume(
         if on_claim is not None:
             on_claim()
         refuse_if_retry_pending(ctx)
-        state = run_graph(ctx)
+        state = run_graph(ctx, resume_value=unrecorded_decision(ctx))
         if state.values.get("final") and not ctx.store.has_receipt():
             write_receipt(ctx, state.values["final"], "decided")  # a crash after the decision, before its receipt
         return run_output(ctx, state, existing=existing)
+
+
+def unrecorded_decision(ctx: Context) -> dict | None:
+    """The journal's decision when the thread still waits at review without it (a decide stopped after its row):
+    the run records it. A decision LangGraph saved itself is resumed by LangGraph."""
+    decision = journal_decision(ctx.journal)
+    return decision if decision is not None and ctx.store.read_checkpoint(ctx.job)["waiting"] else None
 
 
 def status(store: Store) -> dict:
@@ -5406,6 +6004,8 @@ def inspect(store: Store, *, html: str | None = None) -> dict:
         where_it_stands(snap, out)
         out["draftVersion"] = snap.draft
         out["drafts"] = draft_history(snap.journal)
+        out["calls"] = call_summaries(snap)
+        out.update(snap.store.people(snap.job))
         if snap.cancel:
             out["cancelled"] = snap.cancel
         if snap.saved_decision:
@@ -5420,6 +6020,21 @@ def inspect(store: Store, *, html: str | None = None) -> dict:
         return out
     finally:
         snap.close()
+
+
+def call_summaries(snap: Snapshot) -> list:
+    """Each call as inspect shows it: where its request went, and who made it."""
+    endpoints = call_endpoints(snap.journal)
+    return [
+        {
+            "operationKey": r["operation_key"],
+            "itemId": r["item_id"],
+            "status": r["status"],
+            "endpoint": endpoints.get(r["operation_key"]),
+            "principal": r.get("principal"),
+        }
+        for r in snap.calls
+    ]
 
 
 def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, reason: str, response_file: str | None = None) -> dict:
@@ -5438,7 +6053,13 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
-        record = {"action": action, "reviewer": reviewer, "reason": reason, "reconciledAtUtc": now_utc()}
+        record = {
+            "action": action,
+            "reviewer": reviewer,
+            "principal": ctx.store.principal(),
+            "reason": reason,
+            "reconciledAtUtc": now_utc(),
+        }
         if action == "complete":
             record["responseFileSha256"] = digest
             update = (
@@ -5572,7 +6193,12 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
             "bound": bool(bound),
             "boundResultsSha256": bound or None,
             "draftVersion": draft,
+            "principal": ctx.store.principal(),
         }
+        record_decision_row(
+            ctx.journal, value
+        )  # the journal first: verify requires its row, and a store refuses it from a role that may not decide
+        crash_point("after-decision-row", ctx.job)
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
@@ -5580,7 +6206,7 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
             write_receipt(ctx, final, "decided")
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
             raise DecisionError(
-                f"Your decision was not recorded: the job holds {final.get('decision')!r} by {final.get('reviewer')} "
+                f"Your decision was not recorded: the job holds {final.get('decision')!r} by {by_whom(final, ctx.store)} "
                 f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{ctx.store.suggest('inspect')}`"
             )
         return run_output(ctx, final_state)
@@ -5625,7 +6251,13 @@ def revise(store: Store, *, item: str, summary_file: str, citations_file: str | 
         stamp = now_utc()
         # the edited result says who changed it, in which version and why: every version hashes differently,
         # so a decision bound to an older version is refused even when an edit restores earlier words
-        checked["revision"] = {"draftVersion": draft + 1, "reviewer": reviewer, "reason": reason, "revisedAtUtc": stamp}
+        checked["revision"] = {
+            "draftVersion": draft + 1,
+            "reviewer": reviewer,
+            "reason": reason,
+            "revisedAtUtc": stamp,
+            "principal": ctx.store.principal(),
+        }
         new_results = [*results[:position], checked, *results[position + 1 :]]
         digest = results_sha256(new_results)
         previous = results_sha256(results)
@@ -5644,6 +6276,7 @@ def revise(store: Store, *, item: str, summary_file: str, citations_file: str | 
             "previousResultsSha256": previous,
             "reviewer": reviewer,
             "reason": reason,
+            "principal": checked["revision"]["principal"],
             "result": checked,
             "decideCommand": decide_command(ctx.store, new_results),
             **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
@@ -5708,8 +6341,8 @@ def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> d
                 f"{revise_command(ctx.store, entry['id'])}; or decide reject or hold: {decide_command(ctx.store, results)}"
             )
         if ctx.job["mode"] == "openai":  # the job's state is judged first, the provider settings only for a call that may go
-            check_provider_settings()
-        request = {"itemId": entry["id"], "reviewer": reviewer, "reason": reason, "draftVersion": draft}
+            check_provider_settings(ctx.manifest)
+        request = {"itemId": entry["id"], "reviewer": reviewer, "reason": reason, "draftVersion": draft, "principal": ctx.store.principal()}
         drafted: dict = {}
 
         def record(journal, key, output_text):
@@ -5746,6 +6379,7 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
         "reviewer": request["reviewer"],
         "reason": request["reason"],
         "retriedAtUtc": stamp,
+        "principal": request.get("principal"),
     }
     old = results[position]
     new_results = [*results[:position], checked, *results[position + 1 :]]
@@ -5767,6 +6401,7 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
         "previousResultsSha256": previous,
         "reviewer": request["reviewer"],
         "reason": request["reason"],
+        "principal": request.get("principal"),
         "result": checked,
         "results": new_results,
     }
@@ -5787,12 +6422,13 @@ def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
         refuse_if_decision_saved(checkpoint, ctx.store, "cancel")
         earlier = journal_outcome(ctx.journal, "cancel")
         if earlier and ctx.store.has_receipt():
-            raise DecisionError(f"Job already cancelled by {earlier['reviewer']} at {earlier['cancelledAtUtc']}; nothing more runs")
+            raise DecisionError(f"Job already cancelled by {by_whom(earlier, ctx.store)} at {earlier['cancelledAtUtc']}; nothing more runs")
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
             write_receipt(ctx, None, "cancelled", {"cancel": earlier})
             return {"jobId": ctx.job["jobId"], "cancelled": earlier, "receiptRepaired": True}
         record = {
             "reviewer": reviewer,
+            "principal": ctx.store.principal(),
             "reason": reason,
             "cancelledAtUtc": now_utc(),
             "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
@@ -5820,6 +6456,8 @@ def seal(
     mcp_id: str | None = None,
     mcp_env=(),
     mcp_pass_env=(),
+    reviewers=None,
+    base_url: str | None = None,
     force: bool = False,
     file_mode: int = 0o600,
 ) -> dict:
@@ -5859,6 +6497,10 @@ def seal(
     }
     if max_concurrent_calls is not None:
         manifest["maxConcurrentCalls"] = max_concurrent_calls
+    if reviewers:
+        manifest["reviewers"] = list(reviewers)
+    if base_url is not None:
+        manifest["baseUrl"] = base_url
     try:
         check_manifest(manifest)
     except ManifestError as exc:
@@ -5900,6 +6542,8 @@ SEAL_FLAG_OF_KEY = {
     "maxModelCalls": "--max-model-calls",
     "maxAttemptsPerItem": "--max-attempts-per-item",
     "maxConcurrentCalls": "--max-concurrent-calls",
+    "reviewers": "--reviewer-role",
+    "baseUrl": "--base-url",
 }
 
 
@@ -5983,15 +6627,62 @@ def verify(store: Store) -> dict:
     return {"jobId": snap.job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
-def jobs(*, store: str | None = None, roots=(), program: str | None = None, from_env: bool = False) -> dict:
-    """List every job in a store (store=URL) or in the state directories under folders (roots)."""
+JOB_PHASES = (
+    "not-started",
+    "ready",
+    "running",
+    "uncertain-call",
+    "awaiting-review",
+    "deciding",
+    "decided",
+    "cancelled",
+    "unreadable",
+)
+
+
+def jobs(
+    *,
+    store: str | None = None,
+    roots=(),
+    program: str | None = None,
+    from_env: bool = False,
+    phases=(),
+    owner: str | None = None,
+    mine: bool = False,
+    to_review: bool = False,
+    since: str | None = None,
+) -> dict:
+    """List the jobs in a store (store=URL: those this role may see) or in the state directories under folders (roots).
+
+    Filters: phases (any of), owner (a role, or an account under roots), mine (owned by whoever lists), to_review
+    (awaiting review and naming me as a reviewer, or owned by me when it names none), since (created on or after).
+    """
     if roots and store:
         raise UsageError("give --store URL or --root DIR, not both")
+    bad = [p for p in phases if p not in JOB_PHASES]
+    if bad:
+        raise UsageError(f"--phase {bad[0]!r}: give one of {', '.join(JOB_PHASES)}")
+    if since is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?Z?)?", since):
+        raise UsageError(f"--since {since!r}: give a UTC date or time, for example 2026-12-01 or 2026-12-01T09:30Z")
     if store:
-        return {"jobs": store_job_rows(PgStore(store, "", from_env=from_env, program=program))}
-    if roots:
-        return {"jobs": [job_row(found) for found in state_dirs_under(list(roots), program)]}
-    raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
+        lister = PgStore(store, "", from_env=from_env, program=program)
+        me = lister.principal() if mine or to_review else ""
+        rows = store_job_rows(lister)
+    elif roots:
+        me = os_account(os.geteuid())
+        rows = [job_row(found) for found in state_dirs_under(list(roots), program)]
+    else:
+        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
+    wanted = [
+        row
+        for row in rows
+        if (not phases or row["phase"] in phases)
+        and (owner is None or row["owner"] == owner)
+        and (not mine or row["owner"] == me)
+        and (not to_review or (row["phase"] == "awaiting-review" and (me in row["reviewers"] if row["reviewers"] else row["owner"] == me)))
+        and (since is None or str(row["createdAtUtc"] or "") >= since.rstrip("Z"))
+    ]
+    return {"jobs": wanted}
 
 
 def state_dirs_under(roots: list, program: str | None = None) -> list:
@@ -6029,10 +6720,13 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None) -> dict:
         finally:
             snap.close()
         job = snap.job
+        final = snap.final or {}
         row = {
             "jobId": job["jobId"],
             "phase": out["phase"],
             "next": out["next"],
+            **store.people(job),
+            "decidedBy": {"principal": final.get("principal"), "reviewer": final.get("reviewer")} if final else None,
             "approvedBy": job.get("approvedBy"),
             "mode": job.get("mode"),
             "createdAtUtc": job.get("createdAtUtc"),
@@ -6045,6 +6739,9 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None) -> dict:
             "jobId": getattr(store, "job_id", None) or store.where(),
             "phase": "unreadable",
             "next": str(exc),
+            "owner": None,
+            "reviewers": [],
+            "decidedBy": None,
             "approvedBy": None,
             "mode": None,
             "createdAtUtc": None,
@@ -6059,17 +6756,42 @@ def store_job_rows(lister: PgStore) -> list:
         lister.close()
 
 
-def migrate_schema(store: str, *, grant=(), program: str | None = None, from_env: bool = False) -> dict:
-    """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
+def migrate_schema(
+    store: str, *, grant=(), grant_worker=(), owner: str | None = None, program: str | None = None, from_env: bool = False
+) -> dict:
+    """Create or update a store's schema and grant roles (run by the store's administrator, the schema's owner).
+
+    `grant`: roles of people (they own, review and decide jobs); `grant_worker`: roles that run jobs; `owner`:
+    the role that owns the jobs of a store made before jobs had owners (they are the administrator's until then).
+    """
     target = PgStore(store, "", from_env=from_env, program=program)
     conn = target.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
     try:
         result = migrate_store(target, conn)
+        db = PgJournal(conn, "", target.failure, owns=False)
+        if (grant or grant_worker or owner) and not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
+            raise StateError(
+                f"migrate --grant, --grant-worker and --owner are the store's administrator's (the owner of schema durable_job "
+                f"in {target.public}); run them as that role"
+            )
         for role in grant:
-            grant_store(target, conn, role)
+            grant_store(target, db, role, "person")
+        for role in grant_worker:
+            grant_store(target, db, role, "worker")
+        adopted = 0
+        if owner:
+            with db.transaction():
+                adopted = db.change("UPDATE durable_job.jobs SET owner = {p.owner} WHERE owner = session_user::text", owner=owner)
     finally:
         conn.close()
-    return {"store": target.public, "schema": STORE_SCHEMA, **result, "granted": list(grant)}
+    return {
+        "store": target.public,
+        "schema": STORE_SCHEMA,
+        **result,
+        "granted": list(grant),
+        "grantedWorkers": list(grant_worker),
+        "adopted": adopted,
+    }
 
 
 ###############################################################################
@@ -6078,7 +6800,7 @@ def migrate_schema(store: str, *, grant=(), program: str | None = None, from_env
 #
 # `submit` seals a job into a store and runs nothing; any number of `work`
 # processes, on any machines, run the store's jobs. PostgreSQL is the only
-# coordination: a worker claims a job by taking the job's own advisory lock
+# coordination: a worker claims a job by locking the job's own lock row
 # (the lock every writing command takes), so two workers never run one job and
 # a killed worker's job is free again at once. A worker runs each job through
 # resume(), so the journal's protocol is exactly the one a person's `resume`
@@ -6090,17 +6812,15 @@ WORK_IDLE_FIRST = 0.5  # seconds a polling worker first waits when nothing is ru
 WORK_IDLE_MAX = 30.0  # the back-off's ceiling
 WORK_MAX_CONCURRENCY = 8
 # The store's jobs a worker may take on, oldest first. A prefilter only (the
-# decision is made under the job's lock): its lock free (lock_key's two 32-bit
-# halves, as pg_locks shows a bigint advisory lock), no pending call, not
+# decision is made under the job's lock): its lock row free (no open
+# transaction holds it, by its xmax in pg_locks), no pending call, not
 # cancelled, no receipt, and not waiting at the review (its latest checkpoint
 # has no interrupt write).
 RUNNABLE_SQL = """
 SELECT j.job_id FROM durable_job.jobs j
-WHERE NOT EXISTS (SELECT 1 FROM pg_locks l
-                  WHERE l.locktype = 'advisory' AND l.objsubid = 1
-                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                    AND l.classid::bigint = ('x' || lpad(substr(replace(j.thread_id, '-', ''), 1, 8), 16, '0'))::bit(64)::bigint
-                    AND l.objid::bigint = ('x' || lpad(substr(replace(j.thread_id, '-', ''), 9, 8), 16, '0'))::bit(64)::bigint)
+WHERE NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
+                  JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
+                  WHERE k.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')
   AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)
@@ -6129,7 +6849,7 @@ def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: byte
         sources = load_sources(manifest, manifest_path)
         store.prepare_new()
         with store.lock("submit"):
-            job = new_job(manifest, manifest_path, raw, job_dependencies(store))
+            job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal())
             store.seal_job(job, raw, sources)
             crash_point("after-seal", job)
     snap = read_snapshot(store)
@@ -6227,7 +6947,7 @@ class Worker:
         return self.run_job(store, snap.phase, mark)
 
     def run_job(self, store: PgStore, phase: str, mark: tuple) -> bool:
-        """Claim the job (its advisory lock) and run it as `resume`; False if it was not ours to run."""
+        """Claim the job (its lock row) and run it as `resume`; False if it was not ours to run."""
         job_id, began = store.job_id, time.monotonic()
         record: dict[str, Any] = {"jobId": job_id, "from": phase}
         worker_store = PgStore(store.url, job_id, from_env=store.from_env, program=store.program)  # its own connections
@@ -6392,13 +7112,13 @@ def next_lines(out: dict) -> dict:
     return shown
 
 
-def result_lines(results: list | None, *, summaries: bool = False) -> list:
+def result_lines(results: list | None, store: Store | None, *, summaries: bool = False) -> list:
     lines = []
     for r in results or []:
         extra = f" — {r.get('reason')}" if r.get("reason") else ""
-        revised = f" (revised in draft {r['revision']['draftVersion']} by {r['revision']['reviewer']})" if r.get("revision") else ""
+        revised = f" (revised in draft {r['revision']['draftVersion']} by {by_whom(r['revision'], store)})" if r.get("revision") else ""
         if r.get("retry"):
-            revised = f" (retried in draft {r['retry']['draftVersion']} by {r['retry']['reviewer']}, attempt {r['retry']['attempt']})"
+            revised = f" (retried in draft {r['retry']['draftVersion']} by {by_whom(r['retry'], store)}, attempt {r['retry']['attempt']})"
         lines.append(f"  {r['itemId']:<12} {r['status']}{revised}{extra}")
         if r.get("summary") and summaries:
             lines.append(f"    summary: {clip(r['summary'], 200)}")
@@ -6417,10 +7137,10 @@ def failed_lines(out: dict) -> list:
     return lines
 
 
-def final_lines(final: dict | None) -> list:
+def final_lines(final: dict | None, store: Store | None) -> list:
     if not final:
         return []
-    lines = [f"  decision: {final.get('decision')} by {final.get('reviewer')} at {final.get('decidedAtUtc')}: {final.get('reason')}"]
+    lines = [f"  decision: {final.get('decision')} by {by_whom(final, store)} at {final.get('decidedAtUtc')}: {final.get('reason')}"]
     if final.get("bound"):
         lines.append(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
     else:
@@ -6428,8 +7148,8 @@ def final_lines(final: dict | None) -> list:
     return lines
 
 
-def cancelled_line(record: dict) -> str:
-    return f"  cancelled by {record['reviewer']} at {record['cancelledAtUtc']}: {record['reason']}"
+def cancelled_line(record: dict, store: Store | None) -> str:
+    return f"  cancelled by {by_whom(record, store)} at {record['cancelledAtUtc']}: {record['reason']}"
 
 
 def receipt_line(store: Store) -> str:
@@ -6443,8 +7163,8 @@ def text_run(out: dict, store) -> list:
         lines.append(
             "  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would"
         )
-    lines += result_lines(out.get("results"))
-    lines += final_lines(out.get("final"))
+    lines += result_lines(out.get("results"), store)
+    lines += final_lines(out.get("final"), store)
     lines += failed_lines(out)
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
@@ -6462,7 +7182,7 @@ def text_decide(out: dict, store) -> list:
 def text_status(out: dict, store) -> list:
     """The phase, each item's status (a failed one with its reason) and every journaled call; a pending one with its ready-to-paste reconcile."""
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
-    lines += result_lines(out.get("results"))
+    lines += result_lines(out.get("results"), store)
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
         if call[2] == "pending" and store and out.get("phase") in ("uncertain-call", "cancelled"):  # never beside a live run's call
@@ -6473,18 +7193,18 @@ def text_status(out: dict, store) -> list:
 def text_inspect(out: dict, store) -> list:
     """The results under review with their summaries, the draft history, and any decision or cancel."""
     lines = [f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else "")] if "phase" in out else []
-    lines += result_lines(out.get("results"), summaries=True)
+    lines += result_lines(out.get("results"), store, summaries=True)
     for d in out.get("drafts") or []:
-        lines.append(f"  history: v{d['version']} {d['itemId']} by {d['reviewer']}: {d['reason']} ({d['createdUtc']})")
-    lines += final_lines(out.get("final"))
+        lines.append(f"  history: v{d['version']} {d['itemId']} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
+    lines += final_lines(out.get("final"), store)
     saved = out.get("savedDecision")
     if saved:
         lines.append(
-            f"  saved, not yet finished: {saved.get('decision')} by {saved.get('reviewer')} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
+            f"  saved, not yet finished: {saved.get('decision')} by {by_whom(saved, store)} at {saved.get('decidedAtUtc')}: {saved.get('reason')}"
             " (`resume` finishes recording it)"
         )
     if out.get("cancelled"):
-        lines.append(cancelled_line(out["cancelled"]))
+        lines.append(cancelled_line(out["cancelled"], store))
     lines += failed_lines(out)
     if out.get("decideCommand") and "next" not in out:  # inspect's own next says it
         lines.append(f"  next: {out['decideCommand']}")
@@ -6494,7 +7214,7 @@ def text_inspect(out: dict, store) -> list:
 def text_reconcile(out: dict, store) -> list:
     rec = out["reconciliation"]
     lines = [
-        f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {rec['reviewer']}: {rec['reason']}"
+        f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
     ]
     drafted = out.get("retryDraft")
     if drafted:
@@ -6508,7 +7228,7 @@ def text_reconcile(out: dict, store) -> list:
 
 def text_revise(out: dict, store) -> list:
     return [
-        f"  {out['itemId']} revised by {out.get('reviewer')}: {out.get('reason')} — now draft {out['draftVersion']}",
+        f"  {out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
         f"  next: {out['decideCommand']}",
@@ -6520,7 +7240,7 @@ def text_retry(out: dict, store) -> list:
     result = out.get("result") or {}
     why = f" — {result['reason']}" if result.get("reason") else ""
     return [
-        f"  {out['itemId']} retried by {out.get('reviewer')}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
+        f"  {out['itemId']} retried by {by_whom(out, store)}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
         f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
@@ -6531,7 +7251,7 @@ def text_retry(out: dict, store) -> list:
 def text_cancel(out: dict, store) -> list:
     """The cancel, its receipt, and any call still pending (its outcome still matters for accounting)."""
     record = out["cancelled"]
-    lines = [cancelled_line(record), "  nothing more runs: resume, revise and decide are refused"]
+    lines = [cancelled_line(record, store), "  nothing more runs: resume, revise and decide are refused"]
     if store:
         lines.append(receipt_line(store))
     for key in record.get("pendingCalls") or []:
@@ -6585,8 +7305,19 @@ def jobs_table(jobs: list) -> str:
     """`jobs` on a terminal: one row per job, the next step on the line below."""
     if not jobs:
         return "jobs: none"
-    head = ("JOB", "PHASE", "MODE", "APPROVED BY", "CREATED (UTC)")
-    rows = [(str(j["jobId"]), str(j["phase"]), str(j["mode"]), str(j["approvedBy"]), str(j["createdAtUtc"])) for j in jobs]
+    head = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)")
+    rows = [
+        (
+            str(j["jobId"]),
+            str(j["phase"]),
+            str(j["owner"] or "-"),
+            ",".join(j["reviewers"]) or "-",
+            f"{j['decidedBy']['reviewer']} ({j['decidedBy']['principal']})" if j["decidedBy"] else "-",
+            str(j["mode"]),
+            str(j["createdAtUtc"]),
+        )
+        for j in jobs
+    ]
     widths = [max(len(r[n]) for r in [head, *rows]) for n in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip()]
     for row, job in zip(rows, jobs):
@@ -6702,6 +7433,8 @@ def cmd_seal(args) -> dict:
         "mcp_command",
         "mcp_uri",
         "mcp_id",
+        "reviewers",
+        "base_url",
         "force",
     )
     # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
@@ -6719,7 +7452,13 @@ def cmd_jobs(args) -> dict:
     url = args.store or (None if args.root else os.environ.get(STORE_ENV))
     if args.root and args.store:
         raise UsageError("give --store URL or --root DIR, not both")
-    return jobs(store=url, roots=args.root or (), program=args.program, from_env=not args.store)
+    return jobs(
+        store=url,
+        roots=args.root or (),
+        program=args.program,
+        from_env=not args.store,
+        **flags_of(args, "phases", "owner", "mine", "to_review", "since"),
+    )
 
 
 def cmd_migrate(args) -> dict:
@@ -6727,7 +7466,9 @@ def cmd_migrate(args) -> dict:
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
-    return migrate_schema(url, grant=args.grant or (), program=args.program, from_env=not args.store)
+    return migrate_schema(
+        url, grant=args.grant or (), grant_worker=args.grant_worker or (), owner=args.owner, program=args.program, from_env=not args.store
+    )
 
 
 def cmd_submit(args) -> dict:
@@ -6797,6 +7538,14 @@ SEAL_FLAGS = [
     flag("--mcp-command", help="MCP server argv (JSON list or plain command) for one MCP item"),
     flag("--mcp-uri", help="the MCP resource uri for that item"),
     flag("--mcp-id", help="the MCP item's id (default mcpN)"),
+    flag(
+        "--reviewer-role",
+        dest="reviewers",
+        action="append",
+        metavar="ROLE",
+        help="a PostgreSQL role that reviews and decides the job in a store, never its owner (repeatable)",
+    ),
+    flag("--base-url", metavar="URL", help="seal the provider endpoint: a run whose OPENAI_BASE_URL differs is refused"),
     flag(
         "--mcp-env",
         action="append",
@@ -6870,6 +7619,11 @@ COMMANDS = {
         [
             STORE_FLAG,
             flag("--root", type=path_argument, action="append", help="a folder holding state directories at any depth (repeatable)"),
+            flag("--phase", dest="phases", action="append", default=[], metavar="PHASE", help="only jobs in this phase (repeatable)"),
+            flag("--owner", metavar="ROLE", help="only jobs this role (or account, under --root) owns"),
+            flag("--mine", action="store_true", help="only the jobs I own"),
+            flag("--to-review", action="store_true", help="jobs awaiting review that name me, or that I own and name no reviewer"),
+            flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)"),
         ],
         state_dir=False,
     ),
@@ -6879,8 +7633,15 @@ COMMANDS = {
         [
             STORE_FLAG,
             flag(
-                "--grant", action="append", metavar="ROLE", help="let ROLE run jobs in the store (repeatable); it needs no CREATE privilege"
+                "--grant", action="append", metavar="ROLE", help="let ROLE (a person) own, review and decide jobs (repeatable); no CREATE"
             ),
+            flag(
+                "--grant-worker",
+                action="append",
+                metavar="ROLE",
+                help="let ROLE (a worker) run any runnable job, and nothing else (repeatable)",
+            ),
+            flag("--owner", metavar="ROLE", help="a store made before jobs had owners: its jobs become ROLE's"),
         ],
         state_dir=False,
     ),

@@ -82,6 +82,7 @@ def test_state_files_are_what_the_contract_promises(ws):
         "created_utc",
         "updated_utc",
         "reconciliation_json",
+        "principal",
     ]
     status = ws.run("status").ok()
     assert [c[1:3] for c in status["calls"]] == [["alpha", "completed"], ["beta", "completed"]]

@@ -18,6 +18,7 @@ import errno
 import itertools
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -315,6 +316,12 @@ def spec_verdict(key, v, mode="fake"):
         return _int_in(v, 1, 2)
     if key == "maxConcurrentCalls":
         return _int_in(v, 1, 3)
+    if key == "reviewers":  # 1-16 distinct role names
+        if not isinstance(v, list) or not 1 <= len(v) <= 16 or len(set(map(repr, v))) != len(v):
+            return False
+        return all(isinstance(r, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.@-]{0,62}", r) for r in v)
+    if key == "baseUrl":  # an http(s) URL without credentials, query or fragment
+        return None if isinstance(v, str) and v.lower().startswith(("http://", "https://")) else False
     if key == "items":
         if not isinstance(v, list) or not 1 <= len(v) <= 3:
             return False
@@ -1552,7 +1559,7 @@ def _draft_injected(state):
     results = [{"itemId": "alpha", "status": "failed", "sourceSha256": sha256(ALPHA), "reason": "x"}]
     set_rows(
         state,
-        "INSERT INTO drafts VALUES (2, 'alpha', ?, ?, 'mallory', 'x', '{}', '2020-01-01T00:00:00.000000Z')",
+        "INSERT INTO drafts VALUES (2, 'alpha', ?, ?, 'mallory', 'x', '{}', '2020-01-01T00:00:00.000000Z', 'mallory')",
         (json.dumps(results), sha256(canonical(results))),
     )
 

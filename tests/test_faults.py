@@ -211,6 +211,7 @@ CRASH_TABLE = {
     "after-ledger": ("start", ["completed"], "ready"),
     "after-validate": ("start", ["completed"], "ready"),
     "before-review": ("start", ["completed", "completed"], "ready"),
+    "after-decision-row": ("decide", ["completed", "completed"], "deciding"),
     "after-decide": ("decide", ["completed", "completed"], "decided"),
     "after-reconcile": ("reconcile", ["abandoned"], "ready"),
 }
@@ -311,6 +312,14 @@ def runbook(ws: Workspace, obs: Observer, strategy: str, point: str) -> dict:
         ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "rev", "--reason", "again").held(
             "cannot be reconciled", "it is abandoned"
         )
+    if point == "after-decision-row":
+        # the journal holds the decision, the thread not yet: no other decision or cancel is taken, resume records it
+        assert ws.run("status").ok()["phase"] == "deciding" and ws.receipt() is None
+        ws.run("decide", "--decision", "reject", "--reviewer", "other", "--reason", "second try").held("a decision is already saved")
+        ws.run("cancel", "--reviewer", "other", "--reason", "r").held("a decision is already saved")
+        out = obs.run(ws, "resume").ok()
+        assert out["final"]["decision"] == "accept" and out["final"]["reviewer"] == "rev" and ws.receipt() is not None
+        return out
     if point == "after-decide":
         # the decision is recorded: a second decide is refused, resume repairs the missing receipt
         assert ws.receipt() is None

@@ -21,6 +21,7 @@ from conftest import (
     GAMMA,
     PROGRAM,
     Workspace,
+    admin_url,
     canonical,
     copy_program,
     free_port,
@@ -314,12 +315,12 @@ def test_a_stores_copies_of_the_manifest_and_sources_are_checked_on_every_later_
 
     ws = ws_store
     ws.start().ok()
-    with psycopg.connect(ws.store, autocommit=True) as conn:
+    with psycopg.connect(admin_url(ws.store), autocommit=True) as conn:  # the administrator alone may change a job's row
         conn.execute("UPDATE durable_job.jobs SET sources[1] = %b WHERE job_id = 'journey'", (ALPHA.replace("Alpha", "Omega").encode(),))
     for argv in (("resume",), ("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x")):
         ws.run(*argv).held("SourceError", "Source bound/hash/size failure: alpha")
     assert ws.run("verify").json["ok"] is False
-    with psycopg.connect(ws.store, autocommit=True) as conn:
+    with psycopg.connect(admin_url(ws.store), autocommit=True) as conn:
         conn.execute(
             "UPDATE durable_job.jobs SET sources[1] = %b, manifest = manifest || '\\x20'::bytea WHERE job_id = 'journey'", (ALPHA.encode(),)
         )
@@ -429,10 +430,13 @@ RECEIPT_FIELDS = {
     "outcome",
     "decision",
     "reviewer",
+    "principal",
     "reason",
     "decidedAtUtc",
     "bound",
     "jobId",
+    "owner",
+    "endpoints",
     "threadId",
     "manifestPath",
     "manifestSha256",
@@ -524,7 +528,7 @@ def test_a_worker_claims_only_what_needs_no_person(tmp_path, store_url, provider
     from test_work import submit_jobs
 
     refused, broken = submit_jobs(tmp_path, store_url, 2, provider)
-    with psycopg.connect(store_url, autocommit=True) as conn:  # job-01 sealed with another openai: every run holds on it
+    with psycopg.connect(admin_url(store_url), autocommit=True) as conn:  # job-01 sealed with another openai: every run holds on it
         record = json.loads(conn.execute("SELECT record_json FROM durable_job.jobs WHERE job_id = 'job-01'").fetchone()[0])
         record["dependencies"]["openai"] = "0.0.1"
         conn.execute("UPDATE durable_job.jobs SET record_json = %s WHERE job_id = 'job-01'", (json.dumps(record),))
@@ -570,7 +574,7 @@ def test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all(ws, provide
     else:
         import psycopg
 
-        with psycopg.connect(ws.store, autocommit=True) as conn:
+        with psycopg.connect(admin_url(ws.store), autocommit=True) as conn:
             conn.execute(
                 "CREATE FUNCTION durable_job.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk I/O error'; END $$"
             )
@@ -587,7 +591,8 @@ def test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all(ws, provide
 
 def test_both_dialects_make_the_same_journal_columns_a_store_adding_only_the_job(tmp_path, store_url):
     """The journal's tables are described once: a state directory's and a store's have the same columns, in the same
-    order, with the same NOT NULL rules; a store's rows add only job_id (and calls their insertion order, seq)."""
+    order, with the same NOT NULL rules; a store's rows add only job_id, the server's time of each act (recorded_at)
+    and calls their insertion order (seq); and a store's database stamps every act's principal itself (NOT NULL)."""
     import psycopg
 
     ws = Workspace(tmp_path, store=store_url)
@@ -595,8 +600,8 @@ def test_both_dialects_make_the_same_journal_columns_a_store_adding_only_the_job
     ws.start().ok()  # sets the store's schema up
     db = dj.ledger(str(tmp_path / "effects.sqlite"))
     with psycopg.connect(store_url) as conn:
-        for table in ("calls", "call_events", "drafts", "outcomes"):
-            local = [(r[1], bool(r[3]) or bool(r[5])) for r in db.execute(f"PRAGMA table_info({table})")]
+        for table in ("calls", "call_events", "drafts", "outcomes", "decisions"):
+            local = [(r[1], bool(r[3]) or bool(r[5]) or r[1] == "principal") for r in db.execute(f"PRAGMA table_info({table})")]
             stored = [
                 (name, nullable == "NO")
                 for name, nullable in conn.execute(
@@ -605,8 +610,11 @@ def test_both_dialects_make_the_same_journal_columns_a_store_adding_only_the_job
                     (table,),
                 )
             ]
-            assert [c for c in stored if c[0] not in ("job_id", "seq")] == local, table
-            assert [c[0] for c in stored if c[0] in ("job_id", "seq")] == (["job_id", "seq"] if table == "calls" else ["job_id"])
+            added = ("job_id", "seq", "recorded_at")
+            assert [c for c in stored if c[0] not in added] == local, table
+            assert sorted(c[0] for c in stored if c[0] in added) == sorted(
+                ["job_id", "recorded_at"] + (["seq"] if table == "calls" else [])
+            )
     db.close()
 
 

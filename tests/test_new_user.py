@@ -54,6 +54,10 @@ def test_the_contract_page_names_every_command_flag_manifest_key_journal_column_
     assert isinstance(db, sqlite3.Connection) and {"calls", "call_events", "drafts", "outcomes", "_migrations"} <= set(tables)
     for column in columns:
         assert f"`{column}`" in page, column
+    for table in dj.STORE_TABLES:  # a store's tables too, the new ones (who acts, who may) among them
+        assert f"`{table}`" in page, table
+    for column in ("owner", "reviewers", "sealed_at", "recorded_at", "thread_id", "kind", "granted_at"):
+        assert f"`{column}`" in page, column
     for error in [c for c in vars(dj).values() if isinstance(c, type) and issubclass(c, dj.JobError)]:
         assert f"`{error.__name__}`" in page, error.__name__
     for point in dj.CRASH_POINTS:

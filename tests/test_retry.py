@@ -113,7 +113,16 @@ def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
         (out["operationKey"], "alpha", "completed", 2),
     ]
     assert [(e["operation_key"], e["detail"]) for e in ws.events(event="retry")] == [
-        (out["operationKey"], {"itemId": "alpha", "reviewer": "dana", "reason": "the quote was wrong; try once more", "draftVersion": 1})
+        (
+            out["operationKey"],
+            {
+                "itemId": "alpha",
+                "reviewer": "dana",
+                "reason": "the quote was wrong; try once more",
+                "draftVersion": 1,
+                "principal": ws.principal(),
+            },
+        )
     ]
     assert checkpoint_rows(ws) == checkpoints  # the thread still waits at review: the graph did not run
 

@@ -1052,12 +1052,12 @@ def test_text_summaries_are_readable_for_every_review_command(ws):
     assert "--results-sha256" in revised.stdout and "None" not in revised.stdout
 
     inspected = ws.run("inspect", "--text").stdout
-    assert "draft 2" in inspected and "v2 alpha by rita: clearer wording" in inspected
+    assert "draft 2" in inspected and f"v2 alpha by rita (account {ws.principal()}): clearer wording" in inspected
     assert REVISED_SUMMARY.strip() in inspected and "awaiting-review" in inspected
 
     digest = ws.run("inspect").ok()["resultsSha256"]
     decided = ws.run("decide", "--decision", "hold", "--reviewer", "dana", "--reason", "wait", "--results-sha256", digest, "--text").stdout
-    assert "hold by dana" in decided and "bound to" in decided and "receipt" in decided
+    assert f"hold by dana (account {ws.principal()})" in decided and "bound to" in decided and "receipt" in decided
 
     other = Workspace(os.path.join(ws.root, "other"))
     other.write_manifest()
@@ -1066,7 +1066,12 @@ def test_text_summaries_are_readable_for_every_review_command(ws):
     key = other.db_rows()[0][0]
     assert "pending" in status and f"reconcile --state-dir {other.state} --operation-key {key}" in status
     cancelled = other.run("cancel", "--reviewer", "olga", "--reason", "stop", "--text").stdout
-    assert "cancelled by olga" in cancelled and "stop" in cancelled and key in cancelled and "reconcile" in cancelled
+    assert (
+        f"cancelled by olga (account {ws.principal()})" in cancelled
+        and "stop" in cancelled
+        and key in cancelled
+        and "reconcile" in cancelled
+    )
     # the printed reconcile command, placeholders filled, works after cancel
     line = next(text for text in cancelled.splitlines() if "reconcile --state-dir" in text)
     reconcile = line[line.index(f"python {PROGRAM}") :]

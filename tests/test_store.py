@@ -9,12 +9,12 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
-import uuid
 
-from conftest import PROGRAM, Result, Workspace, clean_env, kill_group, openai_workspace, wait_for
+from conftest import PROGRAM, Result, Workspace, as_role, clean_env, kill_group, openai_workspace, password_of, wait_for
 
 
 def other_machine(tmp_path, store: str, name="laptop") -> Workspace:
@@ -71,7 +71,8 @@ def test_a_job_started_on_one_machine_is_reconciled_resumed_and_decided_on_anoth
     assert ws.receipt()["final"] == decided["final"]
 
 
-def test_six_first_starts_on_an_empty_database_all_succeed(store_url, tmp_path):
+def test_six_first_starts_on_an_empty_database_all_succeed(empty_store, tmp_path):
+    store_url = empty_store  # its owner's first starts set the store up
     workspaces = []
     for n in range(6):
         w = Workspace(tmp_path / f"m{n}", store=store_url)
@@ -85,13 +86,13 @@ def test_six_first_starts_on_an_empty_database_all_succeed(store_url, tmp_path):
     listed = workspaces[0].run("jobs", "--store", store_url).ok()["jobs"]
     assert sorted(j["jobId"] for j in listed) == [f"job-{n}" for n in range(6)]
     assert {j["phase"] for j in listed} == {"awaiting-review"} and {j["mode"] for j in listed} == {"fake"}
-    assert set(listed[0]) == {"jobId", "phase", "next", "approvedBy", "mode", "createdAtUtc"}
+    assert set(listed[0]) == {"jobId", "phase", "next", "owner", "reviewers", "decidedBy", "approvedBy", "mode", "createdAtUtc"}
+    assert {j["owner"] for j in listed} == {"durable"}
 
 
-def test_a_role_without_create_is_told_to_migrate_and_works_after_it(pg_server, store_url, tmp_path):
-    role = "worker_" + uuid.uuid4().hex[:8]
-    pg_server.sql("postgres", f"CREATE ROLE {role} LOGIN")
-    worker_url = store_url.replace("postgresql://durable@", f"postgresql://{role}@")
+def test_a_role_without_create_is_told_to_migrate_and_works_after_it(empty_store, tmp_path):
+    store_url, role = empty_store, "carol"  # a person's role the database knows, with no right on this one yet
+    worker_url = as_role(store_url, role)
     w = Workspace(tmp_path, store=worker_url)
     w.write_manifest()
     hold = w.start().held("StateError", f"migrate --store {worker_url}")
@@ -121,7 +122,9 @@ def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
         status = ws.run("status").ok()
         assert time.monotonic() - began < 10
         assert status["phase"] == "running" and status["running"]["command"] == "start" and status["running"]["pid"] == proc.pid
-        line = ws.run("resume").held("BusyError", "Job journey busy", "(start, pid")
+        line = ws.run("resume").held(
+            "BusyError", "Job journey busy", f"(start by role alice on host {socket.gethostname().split('.')[0]}, pid"
+        )
         assert re.search(r"then run `.* resume --store \S+ --job journey` again$", line), line  # the command as typed, to paste
     finally:
         kill_group(proc)
@@ -146,8 +149,8 @@ def test_a_dropped_lock_connection_ends_the_run_with_a_hold(ws_store, provider, 
 
 
 def test_no_password_in_any_output_error_or_stored_row(pg_server, store_url, tmp_path):
-    secret = "pw-" + uuid.uuid4().hex
-    url = store_url.replace("postgresql://durable@", f"postgresql://durable:{secret}@")
+    secret = password_of("alice")  # alice's real password, in the URL this time: the server checks it
+    url = store_url.replace("postgresql://alice@", f"postgresql://alice:{secret}@")
     w = Workspace(tmp_path, store=url)
     w.write_manifest()
     results = [w.start(env={"DURABLE_JOB_FAKE_CRASH": "before-ledger"})]
@@ -314,7 +317,7 @@ def test_jobs_lists_state_directories_under_a_root(tmp_path):
     assert [j["jobId"] for j in listed] == ["dir-job-0", "dir-job-1"]
     assert all(j["phase"] == "awaiting-review" and j["next"].startswith("python") for j in listed)
     text = Workspace(tmp_path).run("jobs", "--root", str(tmp_path / "jobs"), "--text").stdout
-    assert text.splitlines()[0].split() == ["JOB", "PHASE", "MODE", "APPROVED", "BY", "CREATED", "(UTC)"]
+    assert text.splitlines()[0].split() == ["JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED", "BY", "MODE", "CREATED", "(UTC)"]
 
 
 def statements_run(pg_server, url: str, run) -> int:

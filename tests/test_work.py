@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from conftest import PROGRAM, Workspace, clean_env, kill_group, wait_for
+from conftest import PROGRAM, Workspace, as_role, clean_env, kill_group, wait_for
 
 
 def job_workspace(tmp_path, store: str, n: int, provider=None, items=("alpha",)) -> Workspace:
@@ -38,11 +38,11 @@ def submit_jobs(tmp_path, store, count, provider=None, items=("alpha",)) -> list
 
 
 def worker(store, *flags, env=None) -> subprocess.Popen:
+    """A `work` process, logged in as the store's worker role (it runs any runnable job, and does nothing else)."""
     full = clean_env()
     full.update(env or {})
-    return subprocess.Popen(
-        [sys.executable, PROGRAM, "work", "--store", store, *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full
-    )
+    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store, "worker"), *flags]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
 
 
 def phases(store) -> dict:
