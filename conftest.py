@@ -118,6 +118,11 @@ class Workspace(JournalReader):
         with open(self.manifest, "rb") as fh:
             return json.loads(fh.read())["jobId"]
 
+    @property
+    def principal_label(self) -> str:
+        """How outputs name the principal: a store's role, a state directory's account."""
+        return "role" if self.store is not None else "account"
+
     def principal(self) -> str:
         """Who this workspace's commands act as: the store URL's role, or the operating-system account."""
         if self.store is not None:

@@ -347,6 +347,21 @@ class Bench:
 
     # -- a shared PostgreSQL store against a state directory (issue 13) ------
 
+    def team_store(self, server, url: str, role: str = "alice") -> str:
+        """The store as a team uses it: set up by its administrator, used by `role` (a person, or a worker) under
+        the policies. A program from before roles (issue 21) uses the administrator's URL, as it did."""
+        with open(self.program, encoding="utf-8") as fh:
+            if "--grant-worker" not in fh.read():
+                return url
+        out = run(
+            [self.py, self.program, "migrate", "--store", url, "--grant", "alice", "--grant-worker", "worker", "--json"],
+            cwd=self.work,
+            env=self.env,
+            label="migrate",
+        )
+        expect_json(out, "migrate", lambda d: None if d.get("granted") == ["alice"] else "alice not granted")
+        return server.role_url(url, role)
+
     def whole_job(self, name: str, address: list, job_id: str) -> None:
         """start then decide of the demo job (fake mode), as one figure: the sum of both processes."""
         manifest = os.path.join(self.work, f"{job_id}.json")
@@ -372,8 +387,9 @@ class Bench:
         if not os.path.exists(self.program):
             self.prepare_demo()
         server = PgServer.start(os.path.join(self.root, "pg"))
+        self.env = clean_env()  # with the server's PGPASSFILE
         try:
-            url = server.url
+            url = self.team_store(server, server.url)
             state, _ = self.start_demo(None)
             self.whole_job("setup", ["--store", url], "bench-store-job")
             yield
@@ -424,8 +440,9 @@ class Bench:
             progress("listing: this program has no command API to make the jobs with; skipped")
             return
         server = PgServer.start(os.path.join(self.root, "pg-listing"))
+        self.env = clean_env()
         try:
-            url = server.url
+            url = self.team_store(server, server.url)
             with open(os.path.join(self.work, DEMO_MANIFEST)) as fh:
                 base = json.load(fh)
             began = time.perf_counter()
@@ -573,6 +590,7 @@ class Bench:
         if not os.path.exists(self.program):
             self.prepare_demo()
         server = PgServer.start(os.path.join(self.root, "pg-work"))
+        self.env = clean_env()
         proc, base_url = self.start_provider("slow:0.5", "provider-work")
         env = clean_env(OPENAI_API_KEY=FAKE_KEY, OPENAI_BASE_URL=base_url)
         try:
@@ -580,10 +598,11 @@ class Bench:
                 for count in WORKER_COUNTS:
                     progress(f"workers round {n + 1}/{self.work_runs}: {WORK_JOBS} jobs, {count} worker(s)")
                     url = server.new_database(f"work{n}x{count}")
-                    self.submit_many(url, WORK_JOBS)
+                    owner = self.team_store(server, url)
+                    self.submit_many(owner, WORK_JOBS)
                     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
                     self.children_cpu = usage.ru_utime + usage.ru_stime  # what the submit and earlier children used
-                    self.run_workers(url, count, env)
+                    self.run_workers(url if owner == url else server.role_url(url, "worker"), count, env)
         finally:
             proc.terminate()
             proc.wait(timeout=10)

@@ -86,6 +86,15 @@ def test_bobs_decision_as_alice_owner_is_recorded_as_bob_and_verify_requires_its
     insert = "INSERT INTO durable_job.decisions (job_id, kind, decision, reviewer, reason, record_json, created_utc, principal) "
     for role in ("alice", "worker", "carol"):  # the database refuses the row itself, whatever the program does
         assert "row-level security" in refused(as_role(review.store, role), insert + "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", row)
+    # what now? each is offered only what it may do: alice and the worker are told who decides, bob how
+    for who in (alice, worker):
+        assert (
+            who.run("status")
+            .ok()["next"]
+            .startswith("wait for the review: its reviewers (bob) decide it, never its owner alice (four eyes), with ")
+        )
+    told = bob.run("status").ok()["next"]
+    assert told.startswith("python ") and told.split()[2:4] == ["decide", "--store"], told
     out = bob.run("decide", "--decision", "hold", "--reviewer", "Alice Owner", "--reason", "needs a second look", "--text").stdout
     assert "hold by Alice Owner (role bob)" in out
     recorded = sql(admin_url(review.store), "SELECT principal, reviewer FROM durable_job.decisions")

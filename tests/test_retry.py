@@ -130,7 +130,8 @@ def test_retry_spends_the_next_attempt_on_purpose_and_makes_a_new_draft(ws):
     assert inspected["resultsSha256"] == h2 and inspected["draftVersion"] == 2
     assert [r["status"] for r in inspected["results"]] == ["validated", "failed"]
     assert inspected["drafts"][0]["change"]["retry"] == {"operationKey": out["operationKey"], "attempt": 2}
-    assert "(retried in draft 2 by dana, attempt 2)" in ws.run("inspect", "--text").stdout
+    who = f"dana ({ws.principal_label} {ws.principal()})"
+    assert f"(retried in draft 2 by {who}, attempt 2)" in ws.run("inspect", "--text").stdout
 
     ws.run("decide", "--decision", "hold", "--reviewer", "dana", "--reason", "x", "--results-sha256", h1).held(
         f"stale: results changed since review, now {h2}"

@@ -560,7 +560,8 @@ def parse_page(path: str) -> PageParser:
     return parser
 
 
-def assert_self_contained_and_inert(page: PageParser) -> None:
+def assert_self_contained_and_inert(page: PageParser, shown_endpoint: str = "") -> None:
+    """`shown_endpoint`: the provider endpoint the page names as text beside each call (never as a link)."""
     assert "script" not in page.tags
     for tag in ("img", "iframe", "link", "base", "object", "embed", "form", "input", "svg", "video", "audio"):
         assert tag not in page.tags, tag
@@ -571,6 +572,9 @@ def assert_self_contained_and_inert(page: PageParser) -> None:
         if key == "href":
             assert value.startswith("#") and value[1:] in page.ids, (tag, value)  # in-page links only
     page_own = re.sub(r"(https?:)?//evil\.example", "", page.raw)  # the hostile strings, shown as text
+    if shown_endpoint:
+        assert shown_endpoint in "".join(page.text)
+        page_own = page_own.replace(shown_endpoint, "")
     assert "http://" not in page_own and "https://" not in page_own and "//" not in page_own.replace("://", "")
     csp = [v for t, k, v in page.attrs if t == "meta" and k == "content" and "default-src 'none'" in (v or "")]
     assert csp, "the page forbids every external load"
@@ -676,8 +680,9 @@ def test_review_page_shows_failed_items_pending_calls_and_usage(ws, provider):
     page_path = os.path.join(ws.root, "page.html")
     ws.run("inspect", "--html", page_path).ok()
     page = parse_page(page_path)
-    assert_self_contained_and_inert(page)
+    assert_self_contained_and_inert(page, shown_endpoint=provider.base_url)
     text = page.alltext
+    assert f"sent to {provider.base_url} by {ws.principal_label} {ws.principal()}" in text
     assert "Failed" in text and "not valid JSON" in text  # beta's reason
     key = [r[0] for r in ws.db_rows() if r[2] == "pending"][0]
     assert f"reconcile --state-dir {ws.state} --operation-key {key}" in text
