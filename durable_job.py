@@ -170,6 +170,7 @@ if TYPING:
         codeSha256: str
         dependencies: dict[str, str | None]
         createdAtUtc: str
+        chain: NotRequired[int]  # CHAIN: its acts are chained (jobs sealed before have none)
 
     class Citation(TypedDict):
         quote: str
@@ -959,6 +960,9 @@ def dependency_versions(names: tuple = DEPENDENCIES) -> dict[str, str | None]:
     return {name: versions[name] for name in names}
 
 
+CHAIN = 1  # a job record's "chain": every act of the job is chained (section 10); a job sealed before has no such key
+
+
 def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES, owner: str = "") -> Job:
     """The sealed job record; owner is who seals it (a store's database records its own column beside it)."""
     import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
@@ -977,6 +981,7 @@ def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tu
         "codeSha256": code_sha256(),
         "dependencies": dependency_versions(dependencies),
         "createdAtUtc": now_utc(),
+        "chain": CHAIN,
     }
 
 
@@ -1024,9 +1029,11 @@ def check_job_matches_manifest(job: Job, manifest: Manifest) -> None:
             )
 
 
-def check_file_seals(job: Job, *, mcp: str | dict = "launch") -> tuple[Manifest, dict[str, str]]:
-    """Every seal of a job whose manifest and sources are files, in the contract's order; (manifest, texts)."""
-    check_program_seals(job)
+def check_file_seals(job: Job, *, mcp: str | dict = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
+    """Every seal of a job whose manifest and sources are files, in the contract's order; (manifest, texts).
+    program=False (verify) leaves out the seals of the program that runs it: who made a record is a fact, not a fault."""
+    if program:
+        check_program_seals(job)
     path = job["manifestPath"]
     raw = sealed_manifest_bytes(path)
     if sha256_hex(raw) != job["manifestSha256"]:
@@ -2085,8 +2092,19 @@ JOURNAL_TABLES = {
         "kind TEXT {key} CHECK (kind = 'decision'), decision TEXT NOT NULL CHECK (decision IN ('accept', 'reject', 'hold')), reviewer TEXT NOT NULL, reason TEXT NOT NULL, record_json TEXT NOT NULL, "
         "created_utc TEXT NOT NULL, principal TEXT NOT NULL"
     ),
+    # the job's chained history: one link a recorded act, each binding the act's record and the link before it
+    "links": (
+        "seq INTEGER {key}, act TEXT NOT NULL, tbl TEXT NOT NULL, row_key TEXT NOT NULL, record_json TEXT NOT NULL, "
+        "prev_sha256 TEXT NOT NULL, link_sha256 TEXT NOT NULL, at_utc TEXT NOT NULL"
+    ),
 }
-JOURNAL_KEYS = {"calls": "operation_key", "drafts": "version", "outcomes": "kind", "decisions": "kind"}  # call_events: serial id
+JOURNAL_KEYS = {
+    "calls": "operation_key",
+    "drafts": "version",
+    "outcomes": "kind",
+    "decisions": "kind",
+    "links": "seq",
+}  # call_events: serial id
 RECORDED_TABLES = ("calls", "call_events", "drafts", "outcomes")  # a principal added to each (m005 / m003)
 
 
@@ -2113,6 +2131,7 @@ MIGRATIONS = [
     # who did each act: the operating-system account that ran the command (empty in rows written before)
     ("m005_principals", "; ".join(f"ALTER TABLE {t} ADD COLUMN principal TEXT" for t in RECORDED_TABLES)),
     ("m006_decisions", sqlite_table("decisions")),
+    ("m007_links", sqlite_table("links")),
 ]
 
 # A store's schema, as numbered, append-only migrations: the jobs, the same journal, the receipts.
@@ -2151,6 +2170,15 @@ PG_MIGRATIONS = [
             "INSERT INTO durable_job.job_locks SELECT job_id, thread_id FROM durable_job.jobs",
         ),
     ),
+    # the chained history (a store's roles granted before it get its two rights at once)
+    (
+        "m005_links",
+        (
+            store_table("links"),
+            "DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP "
+            "EXECUTE format('GRANT SELECT, INSERT ON durable_job.links TO %I', r.role); END LOOP; END $$",
+        ),
+    ),
 ]
 
 # Who may do what in a store, enforced by PostgreSQL itself (applied once LangGraph's own tables exist, which it
@@ -2167,6 +2195,7 @@ STORE_TABLES = (
     "outcomes",
     "decisions",
     "receipts",
+    "links",
     "_migrations",
     "checkpoints",
     "checkpoint_blobs",
@@ -2240,6 +2269,8 @@ def store_policies() -> tuple:
     """The m004_policies migration's statements: RLS on every table, the triggers, and the administrator's own policy."""
     out = [*STORE_FUNCTIONS]
     for table in STORE_TABLES:
+        if table == "links":  # made later, by m006_link_policies: this migration stays as it was first applied
+            continue
         out += [
             f"ALTER TABLE durable_job.{table} ENABLE ROW LEVEL SECURITY",
             f"ALTER TABLE durable_job.{table} FORCE ROW LEVEL SECURITY",
@@ -2317,8 +2348,20 @@ def store_policies() -> tuple:
     return tuple(out)
 
 
+# The chained history under the same rules: read as the job's other rows, added by whoever may act on the job, never
+# changed or removed but by the administrator.
+LINK_POLICIES = (
+    "ALTER TABLE durable_job.links ENABLE ROW LEVEL SECURITY",
+    "ALTER TABLE durable_job.links FORCE ROW LEVEL SECURITY",
+    "CREATE POLICY admin ON durable_job.links USING ((SELECT durable_job.is_admin())) WITH CHECK ((SELECT durable_job.is_admin()))",
+    "CREATE POLICY reads ON durable_job.links FOR SELECT USING (EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = links.job_id))",
+    "CREATE POLICY adds ON durable_job.links FOR INSERT WITH CHECK "
+    "(durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id))",
+    "CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.links FOR EACH ROW EXECUTE FUNCTION durable_job.history()",
+)
+
 # Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
-PG_SETUP_MIGRATIONS = [("m004_policies", store_policies())]
+PG_SETUP_MIGRATIONS = [("m004_policies", store_policies()), ("m006_link_policies", LINK_POLICIES)]
 
 
 class Dialect:
@@ -2332,7 +2375,7 @@ class Dialect:
     bound parameter. No value is ever spelled into SQL text.
     """
 
-    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions")
+    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links")
 
     def __init__(self, schema: str, placeholder, row_order: str, begin: str):
         self.schema, self.placeholder, self.row_order, self.begin = schema, placeholder, row_order, begin
@@ -2400,6 +2443,7 @@ class Journal(abc.ABC):
         self.principal = principal  # who acts: written beside each act (a store's database stamps its own over it)
         self.guard = _thread.RLock()
         self.in_transaction = False
+        self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2584,15 +2628,96 @@ def read_journal(path: str) -> SqliteJournal | None:
     return SqliteJournal(connect_sqlite(path, readonly=True))
 
 
+# -- the chained history -----------------------------------------------------
+# Note to maintainers: every act a chained job records (a call's row made, changed or removed; each event, draft,
+# cancel and decision; each item's result as validated; the seal itself, first) appends one `links` row in the
+# act's own transaction, under the job's lock: the canonical record of the act (the row as written, each column
+# as text) and the sha256 of that record with the link before it. verify replays the links into the rows they
+# must have left and compares, so a changed, reordered, removed or added row is named; only someone who
+# recomputes every link as well gets past it, and a signed decision (section 16) or a kept receipt catches that.
+GENESIS = "0" * 64  # the link before the first
+UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at"})  # a row's place and the server's clock
+
+
+def chained(job: Job) -> bool:
+    return job.get("chain") == CHAIN
+
+
+def chain_record(row: dict) -> dict:
+    """A row as its link binds it: every column the program writes, each as text (both backends read alike)."""
+    return {k: None if v is None else str(v) for k, v in sorted(row.items()) if k not in UNCHAINED_COLUMNS}
+
+
+def link_digest(seq: int, prev: str, act: str, table: str, key: str, record) -> str:
+    return sha256_hex(canonical({"seq": seq, "prev": prev, "act": act, "table": table, "key": key, "record": record}))
+
+
+def chain_links(journal: Journal | None) -> list[dict]:
+    return journal.rows("SELECT * FROM {links}{where} ORDER BY seq") if journal is not None and journal.has_table("links") else []
+
+
+def chain_head(journal: Journal) -> dict:
+    """{seq, sha256} of the newest link ({0, GENESIS} before the first)."""
+    row = journal.row("SELECT seq, link_sha256 FROM {links}{where} ORDER BY seq DESC LIMIT 1")
+    return {"seq": 0, "sha256": GENESIS} if row is None else {"seq": int(row["seq"]), "sha256": row["link_sha256"]}
+
+
+def append_link(journal: Journal, act: str, table: str, key: str, record) -> None:
+    """One link after the newest, in the caller's transaction (or its own); nothing for a job that is not chained."""
+    if not journal.chained:
+        return
+    with journal.transaction():
+        head = chain_head(journal)
+        seq = head["seq"] + 1
+        journal.change(
+            "INSERT INTO {links} ({job_col}seq, act, tbl, row_key, record_json, prev_sha256, link_sha256, at_utc) "
+            "VALUES ({job_val}{p.seq}, {p.act}, {p.tbl}, {p.key}, {p.record}, {p.prev}, {p.link}, {p.at})",
+            seq=seq,
+            act=act,
+            tbl=table,
+            key=key,
+            record=json.dumps(record, sort_keys=True),
+            prev=head["sha256"],
+            link=link_digest(seq, head["sha256"], act, table, key, record),
+            at=now_utc(),
+        )
+
+
+def link_row(journal: Journal, act: str, table: str, key) -> None:
+    """Chain the row of `table` keyed `key` as the act just left it (None once removed; call_events: its newest row)."""
+    if not journal.chained:
+        return
+    if table == "call_events":
+        row = journal.row("SELECT * FROM {call_events}{where} ORDER BY id DESC LIMIT 1")
+    else:
+        row = journal.row(f"SELECT * FROM {{{table}}} WHERE {{scope}}{JOURNAL_KEYS[table]} = {{p.key}}", key=key)
+    append_link(journal, act, table, str(key), None if row is None else chain_record(row))
+
+
+def link_result(journal: Journal, result: dict) -> None:
+    """An item's result as validated, in the chain (a step run again after a kill adds no second, identical link)."""
+    if not journal.chained:
+        return
+    with journal.transaction():
+        last = journal.row(
+            "SELECT record_json FROM {links} WHERE {scope}tbl = 'results' AND row_key = {p.item} ORDER BY seq DESC LIMIT 1",
+            item=result["itemId"],
+        )
+        if last is None or json.loads(last["record_json"]) != result:
+            append_link(journal, "result", "results", result["itemId"], result)
+
+
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
-    journal.change(
-        "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc, principal) "
-        "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
-        key=key,
-        event=event,
-        detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)),
-        at=now_utc(),
-    )
+    with journal.transaction():
+        journal.change(
+            "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc, principal) "
+            "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
+            key=key,
+            event=event,
+            detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)),
+            at=now_utc(),
+        )
+        link_row(journal, "event", "call_events", key)
 
 
 def input_sha256(job: Job, prompt: str) -> str:
@@ -2665,6 +2790,7 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             digest=digest,
             stamp=stamp,
         )
+        link_row(journal, "call", "calls", key)
         detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
         record_event(journal, key, "dispatch", detail)
         if retry is not None:
@@ -2697,6 +2823,7 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
                 f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
                 f"was on the way (response {response_id}); that answer is not used and nothing was written: run status"
             )
+        link_row(journal, "outcome", "calls", key)
         record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
         if then is not None:
             then(journal, key, output_text)
@@ -2732,6 +2859,7 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             refusal=json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None,
         )
         if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
+            link_row(journal, "outcome", "calls", key)
             record_event(journal, key, "rejected" if status == "rejected" else "error", detail)
     return status
 
@@ -2747,6 +2875,7 @@ def forget_unsent_call(journal: Journal, key: str, exc: BaseException, url: str)
     with journal.transaction():  # the event first: a store removes a pending row only beside its not-sent event
         record_event(journal, key, "not-sent", detail)
         journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
+        link_row(journal, "removed", "calls", key)
 
 
 def reconcile_call(journal: Journal, key: str, status: str, output_text, response_id, request_id, record: dict, then=None) -> None:
@@ -2765,6 +2894,7 @@ def reconcile_call(journal: Journal, key: str, status: str, output_text, respons
             stamp=record["reconciledAtUtc"],
             key=key,
         )
+        link_row(journal, "outcome", "calls", key)
         record_event(journal, key, "reconciled", record)
         if then is not None:
             then(journal)
@@ -2858,6 +2988,14 @@ def draft_history(journal: Journal | None) -> list:
 
 def insert_draft(journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
     """One draft row (inside the caller's transaction, or alone)."""
+    with journal.transaction():
+        insert_draft_row(journal, version, item_id, results, reviewer, reason, change, stamp)
+        link_row(journal, "draft", "drafts", version)
+
+
+def insert_draft_row(
+    journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str
+) -> None:
     journal.change(
         "INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc, "
         "principal) VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp}, "
@@ -2882,26 +3020,30 @@ def journal_outcome(journal: Journal | None, kind: str):
 
 
 def record_cancel(journal: Journal, record: dict) -> None:
-    journal.change(
-        "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
-        "VALUES ({job_val}'cancel', {p.record}, {p.stamp}, {p.principal})",
-        record=json.dumps(record, sort_keys=True),
-        stamp=record["cancelledAtUtc"],
-    )
+    with journal.transaction():
+        journal.change(
+            "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
+            "VALUES ({job_val}'cancel', {p.record}, {p.stamp}, {p.principal})",
+            record=json.dumps(record, sort_keys=True),
+            stamp=record["cancelledAtUtc"],
+        )
+        link_row(journal, "cancel", "outcomes", "cancel")
 
 
 def record_decision_row(journal: Journal, value: dict) -> None:
     """The person's decision as a journal row, before the graph records it: the journal is the authority, and a store
     refuses the row from a role that may not decide (durable_job.decides)."""
-    journal.change(
-        "INSERT INTO {decisions} ({job_col}kind, decision, reviewer, reason, record_json, created_utc, principal) "
-        "VALUES ({job_val}'decision', {p.decision}, {p.reviewer}, {p.reason}, {p.record}, {p.stamp}, {p.principal})",
-        decision=value["decision"],
-        reviewer=value["reviewer"],
-        reason=value["reason"],
-        record=json.dumps(value, sort_keys=True),
-        stamp=value["decidedAtUtc"],
-    )
+    with journal.transaction():
+        journal.change(
+            "INSERT INTO {decisions} ({job_col}kind, decision, reviewer, reason, record_json, created_utc, principal) "
+            "VALUES ({job_val}'decision', {p.decision}, {p.reviewer}, {p.reason}, {p.record}, {p.stamp}, {p.principal})",
+            decision=value["decision"],
+            reviewer=value["reviewer"],
+            reason=value["reason"],
+            record=json.dumps(value, sort_keys=True),
+            stamp=value["decidedAtUtc"],
+        )
+        link_row(journal, "decision", "decisions", "decision")
 
 
 def journal_decision(journal: Journal | None) -> dict | None:
@@ -3413,8 +3555,8 @@ class Store(abc.ABC):
     def load_job(self) -> Job: ...
 
     @abc.abstractmethod
-    def check_seals(self, job: Job, *, mcp: str = "launch") -> tuple[Manifest, dict[str, str]]:
-        """Every seal of the job record, in the contract's order; (manifest, source texts).
+    def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
+        """Every seal of the job record, in the contract's order; (manifest, source texts); program: see check_file_seals.
 
         mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out.
         """
@@ -3464,6 +3606,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def read_checkpoint(self, job: Job) -> CheckpointState:
         """The latest checkpoint without langgraph."""
+
+    @abc.abstractmethod
+    def checkpoints_digest(self, job: Job) -> str:
+        """sha256 of every checkpoint row of the job's thread, as stored (the receipt's link binds it)."""
 
     @abc.abstractmethod
     def storage_errors(self) -> tuple:
@@ -3553,9 +3699,9 @@ class StateDirStore(Store):
     def load_job(self) -> Job:
         return load_job_file(self.root, self.no_job())
 
-    def check_seals(self, job: Job, *, mcp: str = "launch") -> tuple[Manifest, dict[str, str]]:
+    def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
         """The manifest is read at its sealed path; MCP items launched, skipped or checked against their kept copies."""
-        return check_file_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp)
+        return check_file_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp, program=program)
 
     def kept_mcp_sources(self) -> dict:
         """{item id: bytes} of the MCP resources read when the job was sealed ({} when none were kept)."""
@@ -3635,6 +3781,26 @@ class StateDirStore(Store):
         finally:
             conn.close()
 
+    def checkpoints_digest(self, job: Job) -> str:
+        path = job_path(self.root, CHECKPOINTS_FILE)
+        if not os.path.exists(path):
+            return sha256_hex(canonical([]))
+        conn = connect_sqlite(path, readonly=True)
+        try:
+            rows = [
+                [table, *(v.hex() if isinstance(v, bytes) else v for v in row)]
+                for table, order in (
+                    (LG_CHECKPOINTS_TABLE, "checkpoint_ns, checkpoint_id"),
+                    (LG_WRITES_TABLE, "checkpoint_ns, checkpoint_id, task_id, idx"),
+                )
+                for row in conn.execute(f"SELECT * FROM {table} WHERE thread_id = ? ORDER BY {order}", (job["threadId"],))
+            ]
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
+        finally:
+            conn.close()
+        return sha256_hex(canonical(rows))
+
     def storage_errors(self) -> tuple:
         return (sqlite3.DatabaseError,)
 
@@ -3653,6 +3819,9 @@ class StateDirStore(Store):
         return os.path.exists(job_path(self.root, RECEIPT_FILE))
 
     def write_receipt(self, receipt: dict) -> None:
+        signature = ((receipt.get("final") or receipt.get("cancel") or {}).get("signature") or {}).get("armored")
+        if signature:  # beside the receipt, as `ssh-keygen -Y verify -s` reads it
+            write_atomic(job_path(self.root, RECEIPT_FILE + ".sig"), signature.encode("ascii"))
         write_atomic(job_path(self.root, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
 
     def read_receipt(self) -> bytes | None:
@@ -3941,9 +4110,10 @@ class PgStore(Store):
             ) from None
         return cast(Job, job)
 
-    def check_seals(self, job: Job, *, mcp: str = "sealed") -> tuple[Manifest, dict[str, str]]:
+    def check_seals(self, job: Job, *, mcp: str = "sealed", program: bool = True) -> tuple[Manifest, dict[str, str]]:
         """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
-        check_program_seals(job)
+        if program:
+            check_program_seals(job)
         return self.stored_copies(job)
 
     def stored_copies(self, job: Job) -> tuple[Manifest, dict[str, str]]:
@@ -4130,6 +4300,20 @@ class PgStore(Store):
             PgCheckpointRows(db, f"the checkpoint tables of job {self.job_id} in {self.public}", [job["threadId"]]), job["threadId"]
         )
 
+    def checkpoints_digest(self, job: Job) -> str:
+        """Each row as PostgreSQL spells it (ROW(...)::text: the same text whichever driver reads it)."""
+        orders = {"checkpoints": "checkpoint_ns, checkpoint_id", "checkpoint_blobs": "checkpoint_ns, channel, version"}
+        orders["checkpoint_writes"] = "checkpoint_ns, checkpoint_id, task_id, idx"
+        rows = [
+            [table, r["row"]]
+            for table, order in orders.items()
+            for r in self.db().rows(
+                f"SELECT ROW(t.*)::text AS row FROM durable_job.{table} t WHERE thread_id = {{p.thread}} ORDER BY {order}",
+                thread=job["threadId"],
+            )
+        ]
+        return sha256_hex(canonical(rows))
+
     def storage_errors(self) -> tuple:
         psycopg = sys.modules.get("psycopg")
         return (psycopg.Error,) if psycopg is not None else ()
@@ -4228,7 +4412,7 @@ STORE_GRANTS = (
     "GRANT USAGE ON SCHEMA durable_job TO {role}",
     "GRANT SELECT ON ALL TABLES IN SCHEMA durable_job TO {role}",
     "GRANT INSERT ON durable_job.jobs, durable_job.job_locks, durable_job.calls, durable_job.call_events, durable_job.drafts, "
-    "durable_job.outcomes, durable_job.decisions, durable_job.receipts, durable_job.checkpoints, durable_job.checkpoint_blobs, "
+    "durable_job.outcomes, durable_job.decisions, durable_job.receipts, durable_job.links, durable_job.checkpoints, durable_job.checkpoint_blobs, "
     "durable_job.checkpoint_writes TO {role}",
     "GRANT UPDATE ON durable_job.calls, durable_job.job_locks, durable_job.checkpoints, durable_job.checkpoint_writes TO {role}",
     "GRANT DELETE ON durable_job.calls TO {role}",
@@ -4393,6 +4577,7 @@ def build_graph(ctx: Context, checkpoints):
     def validate(state):
         item = ctx.items[state["index"]]
         result = state.get("result") or check_proposal(state["raw"], item, ctx.sources[item["id"]])
+        link_result(ctx.journal, result)
         ctx.say(f"item {item['id']}: {result['status']}")
         return {"result": result}
 
@@ -4443,6 +4628,7 @@ def prefetch(ctx: Context, items: list) -> None:
 
     def one(item):
         journal = ctx.store.journal()
+        journal.chained = ctx.journal.chained
         try:
             prompt = model_input(item, ctx.sources[item["id"]], [])
             call_or_hold(ctx, journal, item, prompt, ctx.say)
@@ -4659,7 +4845,13 @@ class open_job:
 def attach(store: Store, job: Job, manifest: Manifest | None, sources: dict | None, stop: threading.Event | None = None) -> Context:
     """A run's context over a checked job (the lock held): storage checked, the journal open."""
     store.check_files()
-    return Context(store, job, manifest, sources, store.journal(), stop)
+    journal = store.journal()
+    journal.chained = chained(job)
+    if journal.chained:
+        with journal.transaction():  # the seal is the first link (a start killed right after sealing: the next writer's)
+            if chain_head(journal)["seq"] == 0:
+                append_link(journal, "seal", "jobs", job["jobId"], job)
+    return Context(store, job, manifest, sources, journal, stop)
 
 
 def check_provider_settings(manifest: Manifest | None = None) -> None:
@@ -5495,6 +5687,87 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
 # offline checks `verify` runs over everything a job keeps: each returns its line of the report.
 
 
+RECEIPT_SCHEMA = 2  # 2: binds the chain's head (chainHead) and carries the decision's signature
+
+# -- signatures: the person's own SSH key, through OpenSSH's ssh-keygen -Y (git's `gpg.format ssh`) -----------
+# A decision or a cancel may be signed before it is recorded: the signature covers the act's record and the
+# chain's head under it, and is part of the record itself (nothing adds it later). The key never leaves
+# ssh-keygen; only the SSHSIG text (public key and signature) is kept.
+SIGN_NAMESPACE = "durable-job"
+SIGNING_KEY_ENV = "DURABLE_JOB_SIGNING_KEY"
+
+
+def signed_message(act: str, job_id: str, record: dict, head: dict, fields: list) -> bytes:
+    """The bytes a signature covers: the act, its job, the record's signed fields, the chain's head under it (a receipt's
+    `final` holds more than the decision signed: the fields say which)."""
+    signed = {k: record.get(k) for k in fields}
+    return canonical({"namespace": SIGN_NAMESPACE, "act": act, "jobId": job_id, "record": signed, "chainHead": head})
+
+
+def ssh_keygen(argv: list, data: bytes) -> Any:
+    """ssh-keygen with data on stdin, detached from any terminal (a locked key fails at once instead of prompting)."""
+    import subprocess
+
+    try:
+        return subprocess.run(
+            ["ssh-keygen", *argv], input=data, capture_output=True, timeout=120, start_new_session=True, env=ssh_environment()
+        )
+    except FileNotFoundError:
+        raise UsageError("ssh-keygen is not installed: install OpenSSH's client (Debian: apt-get install openssh-client)") from None
+
+
+def ssh_environment() -> dict:
+    """What ssh-keygen may see: the agent's socket and the basics, no provider key or store password."""
+    keep = ("PATH", "HOME", "SSH_AUTH_SOCK", "LANG", "LC_ALL", "TZ")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def sign_act(key_path: str, act: str, job_id: str, record: dict, head: dict) -> dict:
+    """The signature of an act by the key at key_path (a private key, or a public one whose key ssh-agent holds)."""
+    if not os.path.isfile(key_path):
+        raise UsageError(f"signing key {key_path} is not a file: give --sign-key PATH (or {SIGNING_KEY_ENV}) naming your SSH key")
+    fields = sorted(k for k in record if k != "signature")
+    proc = ssh_keygen(["-Y", "sign", "-q", "-f", key_path, "-n", SIGN_NAMESPACE], signed_message(act, job_id, record, head, fields))
+    armored = proc.stdout.decode("ascii", "replace")
+    if proc.returncode != 0 or "BEGIN SSH SIGNATURE" not in armored:
+        why = clip(redact(proc.stderr.decode("utf-8", "replace").strip()) or f"exit {proc.returncode}", 200)
+        raise UsageError(
+            f"signing key {key_path} could not sign ({why}); nothing was recorded: a key with a passphrase must be in "
+            f"ssh-agent (ssh-add {key_path}), or leave --sign-key out to record the {act} unsigned"
+        )
+    return {
+        "format": "sshsig",
+        "namespace": SIGN_NAMESPACE,
+        "chainHead": head,
+        "fields": fields,
+        "armored": armored,
+        "signedAtUtc": now_utc(),
+    }
+
+
+def signature_time(stamp: str) -> str:
+    """A record's UTC time as ssh-keygen's verify-time (YYYYMMDDHHMMSSZ)."""
+    return re.sub(r"[^0-9]", "", stamp)[:14] + "Z"
+
+
+def check_signature(allowed_signers: str, principal: str, act: str, job_id: str, record: dict, when: str) -> None:
+    """Verify the act's signature with allowed_signers (git's format) as `principal`, at the time the record states."""
+    import tempfile
+
+    signature = record["signature"]
+    with tempfile.TemporaryDirectory(prefix="durable_job_sig.") as folder:
+        sig_path = os.path.join(folder, "act.sig")
+        with open(sig_path, "w", encoding="ascii") as fh:
+            fh.write(signature["armored"])
+        argv = ["-Y", "verify", "-f", allowed_signers, "-I", principal, "-n", SIGN_NAMESPACE, "-s", sig_path]
+        message = signed_message(act, job_id, record, signature["chainHead"], signature.get("fields") or [])
+        proc = ssh_keygen([*argv, f"-Overify-time={signature_time(when)}"], message)
+    if proc.returncode != 0:
+        lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = clip(lines[-1] if lines else f"exit {proc.returncode}", 200)
+        raise SealError(f"the {act}'s signature does not verify as {principal} at {when} with {allowed_signers}: {why}")
+
+
 def receipt_head(final: dict | None, cancel: dict | None) -> dict:
     """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
     who = final or cancel or {}
@@ -5537,9 +5810,26 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
     draft, results = current_draft(ctx.journal, (ctx.checkpoint()["values"].get("results") or []))
     cancel = (extra or {}).get("cancel")
     fields = receipt_fields(ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal))
-    receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc()}
-    ctx.store.write_receipt(receipt)
+    receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc(), "schemaVersion": RECEIPT_SCHEMA}
+    if ctx.journal.chained:  # the history it ends, and the next link binds the receipt and the checkpoint rows under it
+        with ctx.journal.transaction():
+            receipt["chainHead"] = chain_head(ctx.journal)
+            record = {"receiptSha256": sha256_hex(canonical(receipt)), "checkpointsSha256": ctx.store.checkpoints_digest(ctx.job)}
+            append_link(ctx.journal, "receipt", "receipts", ctx.job["jobId"], record)
+    ctx.store.write_receipt(receipt)  # after its link: a kill between leaves no receipt, and resume writes one
     return receipt
+
+
+def made_by(job: Job) -> str:
+    """Which program made the job's records: a fact verify reports (another version's job is verified all the same)."""
+    try:
+        check_program_seals(job)
+        return "made by this program, with the dependency versions installed here"
+    except SealError:
+        return (
+            f"made by another program (durable_job.py sha256 {str(job.get('codeSha256'))[:16]}…, graph version "
+            f"{job.get('version')}; this one is {code_sha256()[:16]}…, {VERSION}): every record is checked all the same"
+        )
 
 
 def verify_refusal(report: dict) -> SealError | None:
@@ -5550,7 +5840,10 @@ def verify_refusal(report: dict) -> SealError | None:
     return None
 
 
-def verify_checks(snap: Snapshot) -> list:
+UNCHAINED = "history not chained: consistency checks only (the job was sealed before its acts were chained)"
+
+
+def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | None = None) -> list:
     checks = []
 
     def check(name, fn):
@@ -5565,17 +5858,22 @@ def verify_checks(snap: Snapshot) -> list:
     sealed: dict[str, Any] = {}
 
     def seals():  # MCP items against the copies kept at sealing: verify never launches a program the state names
-        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed")
-        return "version, program, dependencies, manifest and sources match"
+        sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed", program=False)
+        return f"manifest and sources match; {made_by(snap.job)}"
 
     check("files", snap.store.check_whole)
     check("seals", seals)
     check("journal", lambda: journal_invariants(snap.calls, retry_keys(snap.journal)))
+    if chained(snap.job):
+        check("chain", lambda: chain_invariants(snap))
+    else:  # sealed before the chained history: what is checked can be recomputed by whoever edits the state
+        checks.append({"name": "chain", "ok": not strict, "warning": True, "detail": UNCHAINED})
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("drafts", lambda: drafts_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
     check("events", lambda: events_invariants(snap, sealed.get("manifest")))
     check("decision", lambda: decision_invariants(snap))
     check("receipt", lambda: receipt_invariants(snap))
+    check("signatures", lambda: signature_invariants(snap, allowed_signers, strict))
     return checks
 
 
@@ -5804,6 +6102,189 @@ def decision_invariants(snap: Snapshot) -> str:
     if isinstance(snap.store, PgStore) and not (principal in reviewers and principal != owner if reviewers else principal == owner):
         raise SealError(f"the decision was recorded by role {principal}, who may not decide this job: {who_may('decides', people)}")
     return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
+
+
+CHAINED_TABLES = ("calls", "drafts", "outcomes", "decisions")  # rows keyed as JOURNAL_KEYS; call_events, a sequence
+
+
+def chain_invariants(snap: Snapshot) -> str:
+    """The links form one unbroken chain from the seal, and replaying them gives exactly the journal's rows, the
+    checkpoint's results and the receipt's head: the first thing that does not fit is named (table and row)."""
+    links = chain_links(snap.journal)
+    prev = GENESIS
+    for n, link in enumerate(links, 1):
+        what = f"links row {link['seq']} ({link['act']} of {link['tbl']} {clip(link['row_key'], 40)})"
+        if int(link["seq"]) != n:
+            raise SealError(f"{what} stands where link {n} should: a link was removed or added")
+        record = strict_json(link["record_json"])
+        if link["prev_sha256"] != prev or link_digest(n, prev, link["act"], link["tbl"], link["row_key"], record) != link["link_sha256"]:
+            raise SealError(f"{what} does not fit the chain: its record or the link before it was changed")
+        link["record"], prev = record, link["link_sha256"]
+    if not links or links[0]["act"] != "seal":
+        raise SealError("the chain has no seal link: the job's history was removed")
+    if links[0]["record"] != snap.job:
+        raise SealError("the job record does not fit link 1 (seal): it was changed after sealing")
+    replayed: dict[str, dict] = {t: {} for t in CHAINED_TABLES}
+    events, results = [], {}
+    for link in links[1:]:
+        if link["tbl"] == "call_events":
+            events.append(link)
+        elif link["tbl"] == "results":
+            results[link["row_key"]] = link
+        elif link["tbl"] in replayed:
+            replayed[link["tbl"]][link["row_key"]] = link
+        elif link["tbl"] != "receipts":  # a receipt's link: receipt_head_fits checks it
+            raise SealError(f"links row {link['seq']} names table {link['tbl']!r}, which holds no chained rows")
+    journal = cast(Journal, snap.journal)
+    for table in CHAINED_TABLES:
+        key = JOURNAL_KEYS[table]
+        rows = {str(r[key]): chain_record(r) for r in journal.rows(f"SELECT * FROM {{{table}}}{{where}}")}
+        for row_key in sorted(set(rows) | {k for k, kept in replayed[table].items() if kept["record"] is not None}):
+            found = replayed[table].get(row_key)
+            if found is None:
+                raise SealError(f"{table} row {clip(row_key, 40)} is in no link: it was added outside the job's history")
+            if row_key not in rows:
+                raise SealError(f"{table} row {clip(row_key, 40)} is gone: links row {found['seq']} ({found['act']}) recorded it")
+            differs = sorted(c for c in set(rows[row_key]) | set(found["record"]) if rows[row_key].get(c) != found["record"].get(c))
+            if differs:
+                raise SealError(
+                    f"{table} row {clip(row_key, 40)} does not fit links row {found['seq']} ({found['act']}): {', '.join(differs)} changed"
+                )
+    event_rows = [chain_record(r) for r in journal.rows("SELECT * FROM {call_events}{where} ORDER BY id")]
+    for n, (row, event) in enumerate(itertools.zip_longest(event_rows, events), 1):
+        if event is None:
+            raise SealError(
+                f"call_events row {n} of the job ({row['event']} of {clip(row['operation_key'], 40)}) is in no link: it was added"
+            )
+        if row != event["record"]:
+            change = "is gone" if row is None else "was changed or moved"
+            raise SealError(f"call_events row {n} of the job {change}: links row {event['seq']} recorded {event['record']['event']} there")
+    for result in snap.model_results:
+        chained_result = results.get(result.get("itemId"))
+        if chained_result is None or chained_result["record"] != result:
+            raise SealError(f"the checkpoint's result of item {result.get('itemId')} does not fit the chain's: the checkpoint was changed")
+    if (snap.waiting or snap.final) and len(snap.model_results) != len(results):
+        raise SealError(f"the checkpoint holds {len(snap.model_results)} results, the chain {len(results)}: the checkpoint was changed")
+    return f"{len(links)} links, head {prev[:16]}…: every row, result and the receipt fit" + receipt_head_fits(snap, links)
+
+
+def signed_acts(snap: Snapshot) -> list[tuple[str, dict, str, str]]:
+    """(act, record, principal, time) of the decision (as the journal records it) and of the cancel."""
+    acts = []
+    decision = journal_decision(snap.journal)
+    if decision is not None:
+        acts.append(("decision", decision, decision["principal"], decision.get("decidedAtUtc") or ""))
+    if snap.cancel is not None:
+        acts.append(("cancel", snap.cancel, snap.cancel.get("principal") or "", snap.cancel.get("cancelledAtUtc") or ""))
+    return acts
+
+
+def signature_invariants(snap: Snapshot, allowed_signers: str | None, strict: bool = False) -> str:
+    """Each signed act verifies with allowed_signers as the principal the journal recorded, at the act's own time, over
+    the chain's head just under it; an unsigned act says so."""
+    said = []
+    links = {int(link["seq"]): link for link in chain_links(snap.journal)}
+    for act, record, principal, when in signed_acts(snap):
+        signature = record.get("signature")
+        if not signature and strict:
+            raise SealError(f"{act} unsigned: --strict asks for a signed {act} (decide --sign-key PATH)")
+        if not signature:
+            said.append(
+                f"{act} unsigned (a rewrite of the whole history, every link recomputed, is caught only by a signature or a kept receipt)"
+            )
+            continue
+        if not isinstance(signature, dict) or not isinstance(signature.get("chainHead"), dict):
+            raise SealError(f"the {act}'s signature is not a signature record")
+        head = signature["chainHead"]
+        under = links.get(head.get("seq"))
+        if links and (under is None or under["link_sha256"] != head.get("sha256") or links.get(head["seq"] + 1, {}).get("act") != act):
+            raise SealError(f"the {act}'s signature covers chain head {head.get('seq')}, which is not the link just under the {act}")
+        if allowed_signers is None:
+            said.append(f"{act} signed (not checked: give --allowed-signers FILE)")
+            continue
+        check_signature(allowed_signers, principal, act, snap.job["jobId"], record, when)
+        said.append(f"{act} signed by {principal}, verified")
+    return "; ".join(said) or "nothing signed or to sign yet"
+
+
+def read_kept_receipt(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            receipt = strict_json(fh.read())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--receipt {path}: cannot be read as a receipt ({clip(exc, 120)}); give the receipt.json you kept") from None
+    if not isinstance(receipt, dict) or "jobId" not in receipt:
+        raise UsageError(f"--receipt {path}: not a durable_job receipt (no jobId); give the receipt.json you kept")
+    return receipt
+
+
+def kept_receipt_fits(snap: Snapshot, path: str) -> str:
+    """A receipt someone kept (or sent you) binds a head of this job's chain, and its own link: else the history under it
+    was rewritten since, however consistently."""
+    kept = read_kept_receipt(path)
+    if kept["jobId"] != snap.job["jobId"]:
+        raise SealError(f"the receipt in {path} is job {kept['jobId']}'s, not {snap.job['jobId']}'s")
+    links = chain_links(snap.journal)
+    head = kept.get("chainHead")
+    if not isinstance(head, dict) or not isinstance(head.get("seq"), int):
+        raise SealError(f"the receipt in {path} binds no chain head (written before the chained history): only its fields can be compared")
+    seq = head["seq"]
+    if not 1 <= seq < len(links) or links[seq - 1]["link_sha256"] != head.get("sha256"):
+        raise SealError(f"the receipt in {path} does not fit this job's history at links row {seq}: the history was rewritten since")
+    bound = links[seq]
+    if bound["act"] != "receipt" or json.loads(bound["record_json"]).get("receiptSha256") != sha256_hex(canonical(kept)):
+        raise SealError(f"the receipt in {path} is not the one links row {seq + 1} binds: the receipt or the history was rewritten")
+    return f"the receipt in {path} fits links rows {seq} and {seq + 1}"
+
+
+def verify_receipt_alone(path: str, allowed_signers: str | None) -> dict:
+    """verify --receipt FILE with no job: the receipt's own signatures, checked with allowed_signers."""
+    receipt = read_kept_receipt(path)
+    checks = []
+    for act, record, when in (
+        ("decision", receipt.get("final"), "decidedAtUtc"),
+        ("cancel", receipt.get("cancel"), "cancelledAtUtc"),
+    ):
+        if not isinstance(record, dict):
+            continue
+        if not record.get("signature"):
+            checks.append({"name": act, "ok": False, "detail": f"{act} unsigned: a receipt alone proves nothing without a signature"})
+        elif allowed_signers is None:
+            checks.append({"name": act, "ok": False, "detail": f"{act} signed, not checked: give --allowed-signers FILE"})
+        else:
+            try:
+                check_signature(allowed_signers, record.get("principal") or "", act, receipt["jobId"], record, record.get(when) or "")
+                checks.append({"name": act, "ok": True, "detail": f"{act} by {record.get('principal')} signed and verified"})
+            except JobError as exc:
+                checks.append({"name": act, "ok": False, "detail": str(exc)})
+    if not checks:
+        checks.append({"name": "receipt", "ok": False, "detail": "the receipt records no decision or cancel"})
+    return {"jobId": receipt["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def receipt_head_fits(snap: Snapshot, links: list) -> str:
+    """The receipt binds a link of the chain; after it, only a cancelled job's pending calls may still be settled."""
+    raw = snap.store.read_receipt()
+    if raw is None:
+        return ""
+    receipt = strict_json(raw)
+    head = receipt.get("chainHead") if isinstance(receipt, dict) else None
+    if not isinstance(head, dict) or not isinstance(head.get("seq"), int) or not 1 <= head["seq"] <= len(links):
+        raise SealError("receipt.json binds no link of this job's chain (chainHead)")
+    if links[head["seq"] - 1]["link_sha256"] != head.get("sha256"):
+        raise SealError(f"receipt.json's chainHead does not fit links row {head['seq']}: the history under the receipt was rewritten")
+    bound = links[head["seq"]] if head["seq"] < len(links) else None
+    if bound is None or bound["act"] != "receipt" or bound["record"].get("receiptSha256") != sha256_hex(canonical(receipt)):
+        raise SealError(f"receipt.json does not fit links row {head['seq'] + 1}, the receipt's link: the receipt was changed")
+    if bound["record"].get("checkpointsSha256") != snap.store.checkpoints_digest(snap.job):
+        raise SealError(
+            f"the checkpoint rows of the job's thread differ from those links row {bound['seq']} (receipt) bound: "
+            "checkpoints, writes or blobs were changed after the job ended"
+        )
+    later = links[head["seq"] + 1 :]
+    if later and (receipt.get("outcome") != "cancelled" or any(link["tbl"] not in ("calls", "call_events") for link in later)):
+        raise SealError(f"links rows {later[0]['seq']}… were added after the receipt (links row {head['seq']}) ended the job")
+    return f" (the receipt binds links row {head['seq']}, and links row {bound['seq']} the receipt and the checkpoints)"
 
 
 def receipt_invariants(snap: Snapshot) -> str:
@@ -6187,12 +6668,15 @@ def need_text(value, flag: str) -> None:
         raise DecisionError(f"{flag} must be a non-empty text of at most 2000 characters")
 
 
-def decide(store: Store, *, decision: str, reviewer: str, reason: str, results_sha256: str | None = None) -> dict:
-    """Record the person's final decision once, while the job waits at review (bound to results_sha256 when given)."""
-    return record_decision(store, decision, reviewer, reason, bound=results_sha256)
+def decide(
+    store: Store, *, decision: str, reviewer: str, reason: str, results_sha256: str | None = None, sign_key: str | None = None
+) -> dict:
+    """Record the person's final decision once, while the job waits at review (bound to results_sha256 when given;
+    signed with the SSH key at sign_key when given, else recorded as unsigned)."""
+    return record_decision(store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key)
 
 
-def record_decision(store: Store, decision: str, reviewer: str, reason: str, bound: str | None) -> dict:
+def record_decision(store: Store, decision: str, reviewer: str, reason: str, bound: str | None, sign_key: str | None = None) -> dict:
     need_job_id(store)
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
@@ -6218,8 +6702,10 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
             "bound": bool(bound),
             "boundResultsSha256": bound or None,
             "draftVersion": draft,
+            "resultsSha256": digest,
             "principal": ctx.store.principal(),
         }
+        value["signature"] = sign_act(sign_key, "decision", ctx.job["jobId"], value, chain_head(ctx.journal)) if sign_key else None
         record_decision_row(
             ctx.journal, value
         )  # the journal first: verify requires its row, and a store refuses it from a role that may not decide
@@ -6432,8 +6918,8 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
     }
 
 
-def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
-    """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards."""
+def cancel(store: Store, *, reviewer: str, reason: str, sign_key: str | None = None) -> dict:
+    """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards (signed as decide is)."""
     need_job_id(store)
     with open_job(store, "cancel", seals=False, cancelled_ok=True) as ctx:  # ending a job needs no sound inputs
         need_text(reviewer, "--reviewer")
@@ -6451,13 +6937,14 @@ def cancel(store: Store, *, reviewer: str, reason: str) -> dict:
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
             write_receipt(ctx, None, "cancelled", {"cancel": earlier})
             return {"jobId": ctx.job["jobId"], "cancelled": earlier, "receiptRepaired": True}
-        record = {
+        record: dict[str, Any] = {
             "reviewer": reviewer,
             "principal": ctx.store.principal(),
             "reason": reason,
             "cancelledAtUtc": now_utc(),
             "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
         }
+        record["signature"] = sign_act(sign_key, "cancel", ctx.job["jobId"], record, chain_head(ctx.journal)) if sign_key else None
         with ctx.journal.transaction():
             record_cancel(ctx.journal, record)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
@@ -6639,14 +7126,24 @@ def seal_mcp_env(pairs: list) -> dict:
     return env
 
 
-def verify(store: Store) -> dict:
-    """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
+def verify(store: Store, *, strict: bool = False, allowed_signers: str | None = None, receipt: str | None = None) -> dict:
+    """Re-check everything offline: seals, hashes, versions, journal invariants, the chain, results, receipt, signatures.
+
+    strict: a job whose history is not chained, or whose decision or cancel is unsigned, fails. allowed_signers: the file (git's format)
+    each signature is checked with; without it verify says which signatures there are, unchecked."""
+    if allowed_signers is not None and not os.path.isfile(allowed_signers):
+        raise UsageError(f"--allowed-signers {allowed_signers}: no such file; give git's allowed_signers file (PRINCIPAL KEY a line)")
     need_job_id(store)
     if store.has_job():
         store.check_files()  # a damaged or lost database is named before anything reads it
     snap = read_snapshot(store)
     try:
-        checks = verify_checks(snap)
+        checks = verify_checks(snap, strict, allowed_signers)
+        if receipt is not None:
+            try:
+                checks.append({"name": "kept receipt", "ok": True, "detail": kept_receipt_fits(snap, receipt)})
+            except SealError as exc:
+                checks.append({"name": "kept receipt", "ok": False, "detail": str(exc)})
     finally:
         snap.close()
     return {"jobId": snap.job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
@@ -7170,7 +7667,16 @@ def final_lines(final: dict | None, store: Store | None) -> list:
         lines.append(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
     else:
         lines.append(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
+    if "signature" in final:  # decisions recorded before signatures have no such key
+        lines.append(signature_line(final))
     return lines
+
+
+def signature_line(record: dict) -> str:
+    signature = record.get("signature")
+    if not signature:
+        return "  unsigned: no SSH key signed it (decide --sign-key PATH signs)"
+    return f"  signed with an SSH key over the chain's head (links row {signature['chainHead']['seq']}): verify --allowed-signers FILE checks it"
 
 
 def cancelled_line(record: dict, store: Store | None) -> str:
@@ -7277,6 +7783,8 @@ def text_cancel(out: dict, store) -> list:
     """The cancel, its receipt, and any call still pending (its outcome still matters for accounting)."""
     record = out["cancelled"]
     lines = [cancelled_line(record, store), "  nothing more runs: resume, revise and decide are refused"]
+    if "signature" in record:
+        lines.append(signature_line(record))
     if store:
         lines.append(receipt_line(store))
     for key in record.get("pendingCalls") or []:
@@ -7297,7 +7805,8 @@ def text_seal(out: dict, store) -> list:
 
 
 def text_verify(out: dict, store) -> list:
-    return [f"  {'ok  ' if check['ok'] else 'FAIL'} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
+    mark = lambda c: "FAIL" if not c["ok"] else "warn" if c.get("warning") else "ok  "  # noqa: E731
+    return [f"  {mark(check)} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
 
 
 def text_jobs(out: dict, store) -> list:
@@ -7423,7 +7932,7 @@ def cmd_reconcile(args) -> dict:
 
 def cmd_decide(args) -> dict:
     """Record the person's final decision once, while the job waits at review."""
-    return decide(store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256"))
+    return decide(store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256"), sign_key=signing_key(args))
 
 
 def cmd_revise(args) -> dict:
@@ -7438,7 +7947,12 @@ def cmd_retry(args) -> dict:
 
 def cmd_cancel(args) -> dict:
     """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards."""
-    return cancel(store_from(args), **flags_of(args, "reviewer", "reason"))
+    return cancel(store_from(args), **flags_of(args, "reviewer", "reason"), sign_key=signing_key(args))
+
+
+def signing_key(args) -> str | None:
+    """--sign-key, else DURABLE_JOB_SIGNING_KEY, else None (the act is recorded unsigned)."""
+    return args.sign_key or os.environ.get(SIGNING_KEY_ENV) or None
 
 
 def cmd_seal(args) -> dict:
@@ -7469,7 +7983,9 @@ def cmd_seal(args) -> dict:
 
 def cmd_verify(args) -> dict:
     """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
-    return verify(store_from(args))
+    if args.receipt and not (args.state_dir or args.store or args.job or os.environ.get(STORE_ENV)):
+        return verify_receipt_alone(args.receipt, args.allowed_signers)  # no job named: the receipt's own signatures
+    return verify(store_from(args), strict=args.strict, allowed_signers=args.allowed_signers, receipt=args.receipt)
 
 
 def cmd_jobs(args) -> dict:
@@ -7550,6 +8066,12 @@ ADDRESS_FLAGS = [
     flag("--job", metavar="JOB_ID", help="the job's id in the --store (start: the manifest's jobId, checked)"),
 ]
 WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
+SIGN_FLAG = flag(
+    "--sign-key",
+    type=path_argument,
+    metavar="PATH",
+    help=f"sign with this SSH key (a private key, or the .pub of a key in ssh-agent; default ${SIGNING_KEY_ENV}; else unsigned)",
+)
 SEAL_FLAGS = [
     flag("--out", required=True, type=path_argument, help="where to write the manifest"),
     flag("--job-id", required=True),
@@ -7620,6 +8142,7 @@ COMMANDS = {
             *WHO_FLAGS,
             flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
             flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)"),
+            SIGN_FLAG,
         ],
     ),
     "revise": Command(
@@ -7632,12 +8155,31 @@ COMMANDS = {
             flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations"),
         ],
     ),
-    "cancel": Command(cmd_cancel, text_cancel, WHO_FLAGS),
+    "cancel": Command(cmd_cancel, text_cancel, [*WHO_FLAGS, SIGN_FLAG]),
     "retry": Command(
         cmd_retry, text_retry, [*WHO_FLAGS, flag("--item", required=True, help="the failed item whose next model call to spend")]
     ),
     "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG], state_dir=False),
-    "verify": Command(cmd_verify, text_verify, refusal=verify_refusal),
+    "verify": Command(
+        cmd_verify,
+        text_verify,
+        [
+            flag("--strict", action="store_true", help="fail a job whose history is not chained or whose decision is unsigned"),
+            flag(
+                "--allowed-signers",
+                type=path_argument,
+                metavar="FILE",
+                help="check each signature with this file (git's allowed_signers format; a principal is a role or an account)",
+            ),
+            flag(
+                "--receipt",
+                type=path_argument,
+                metavar="FILE",
+                help="a receipt you kept or were sent: checked against the job's history, or alone (no job named) by its signature",
+            ),
+        ],
+        refusal=verify_refusal,
+    ),
     "jobs": Command(
         cmd_jobs,
         text_jobs,
