@@ -1391,7 +1391,8 @@ def test_dependency_versions_are_sealed_and_a_different_install_is_refused_namin
     before = file_bytes(state)
     for command in (["resume"], ["decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"]):
         midrun.run(*command, "--state-dir", state).held("Dependency versions changed", "langgraph-checkpoint-sqlite", "2.0.0", installed)
-    midrun.run("verify", "--state-dir", state).held("Dependency versions changed", "2.0.0", installed)
+    # verify reports which program made a record as a fact; the edit of job.json itself is what the chain names
+    midrun.run("verify", "--state-dir", state).held("verify found", "the job record does not fit link 1 (seal)")
     assert file_bytes(state) == before  # job.json is never rewritten
 
 
@@ -1616,14 +1617,15 @@ TAMPERING = {
     "receipt-manifest": (_receipt(lambda r: r.__setitem__("manifestSha256", "0" * 64)), ["receipt", "manifestSha256"]),
     "receipt-garbage": (_receipt_garbage, ["receipt"]),
     "receipt-deleted": (_receipt_deleted, ["receipt.json is missing"]),
-    "job-dependencies": (_job_dependencies, ["seals", "Dependency versions changed", "0.0.1"]),
-    "job-code-hash": (_job_code, ["seals", "Executable bytes changed"]),
+    # another program's record is verified all the same (its seals are facts): these edits are caught as edits
+    "job-dependencies": (_job_dependencies, ["receipt", "dependencies"]),
+    "job-code-hash": (_job_code, ["receipt", "does not belong to this job"]),
     # job.json's copies of the manifest: a run uses them (the model is what openai mode sends)
     "job-model": (_job("model", "another-model"), ["seals", "job.json changed: its model"]),
     "job-mode": (_job("mode", "openai"), ["seals", "job.json changed: its mode"]),
     "job-approved-by": (_job("approvedBy", "Chief Compliance Officer"), ["seals", "job.json changed: its approvedBy"]),
     "job-sources": (_job("sources", {"alpha": "0" * 64}), ["seals", "job.json changed: its sources"]),
-    "job-dependencies-deleted": (_job_dependencies_deleted, ["seals", "dependency versions are missing"]),
+    "job-dependencies-deleted": (_job_dependencies_deleted, ["receipt", "dependencies"]),
     # the receipt's top level, which `jq` users read first
     "receipt-top-decision": (_receipt(lambda r: r.__setitem__("decision", "reject")), ["receipt", "decision"]),
     "receipt-top-reviewer": (_receipt(lambda r: r.__setitem__("reviewer", "ceo")), ["receipt", "reviewer"]),

@@ -448,6 +448,8 @@ RECEIPT_FIELDS = {
     "statuses",
     "final",
     "writtenAtUtc",
+    "schemaVersion",
+    "chainHead",
 }
 
 

@@ -207,4 +207,7 @@ def test_commands_reach_a_jobs_storage_only_through_its_store():
         cli = tree[f"cmd_{name}"]
         called = {n.func.id for n in ast.walk(cli) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
         assert name in called and "store_from" in called, (cli.name, called)
-        assert called <= {name, "store_from", "with_manifests_job", "cast", "flags_of"}, (cli.name, called)
+        assert called <= {name, "store_from", "with_manifests_job", "cast", "flags_of", "signing_key", "verify_receipt_alone"}, (
+            cli.name,
+            called,
+        )
