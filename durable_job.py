@@ -171,6 +171,7 @@ if TYPING:
         dependencies: dict[str, str | None]
         createdAtUtc: str
         chain: NotRequired[int]  # CHAIN: its acts are chained (jobs sealed before have none)
+        approvalSignature: NotRequired[str]  # the approver's SSH signature of the manifest (seal --sign-key)
 
     class Citation(TypedDict):
         quote: str
@@ -963,11 +964,34 @@ def dependency_versions(names: tuple = DEPENDENCIES) -> dict[str, str | None]:
 CHAIN = 1  # a job record's "chain": every act of the job is chained (section 10); a job sealed before has no such key
 
 
-def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES, owner: str = "") -> Job:
-    """The sealed job record; owner is who seals it (a store's database records its own column beside it)."""
+APPROVAL_SUFFIX = ".sig"  # `seal --sign-key` writes the approver's signature beside the manifest: MANIFEST.sig
+
+
+def read_approval(manifest_path: str) -> str | None:
+    """The approver's SSH signature beside the manifest (sealed with the job), or None when there is none."""
+    path = manifest_path + APPROVAL_SUFFIX
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ManifestError(f"{path} is not a regular file: the manifest's signature must be the file `seal --sign-key` wrote")
+        with open(path, "rb") as fh:
+            text = fh.read(16385).decode("ascii", "replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ManifestError(f"{path} cannot be read ({exc.strerror}); remove it, or seal the manifest again with --sign-key") from None
+    if "-----BEGIN SSH SIGNATURE-----" not in text or len(text) > 16384:
+        raise ManifestError(f"{path} is not an SSH signature; remove it, or seal the manifest again with --sign-key")
+    return text
+
+
+def new_job(
+    manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES, owner: str = "", approval: str | None = None
+) -> Job:
+    """The sealed job record; owner is who seals it (a store's database records its own column beside it); approval, the
+    approver's signature of the manifest (read_approval)."""
     import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
 
-    return {
+    job: Job = {
         "jobId": manifest["jobId"],
         "owner": owner,
         "manifestPath": os.path.abspath(manifest_path),
@@ -983,6 +1007,9 @@ def new_job(manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tu
         "createdAtUtc": now_utc(),
         "chain": CHAIN,
     }
+    if approval:
+        job["approvalSignature"] = approval
+    return job
 
 
 def check_program_seals(job: Job) -> None:
@@ -5745,6 +5772,14 @@ def sign_act(key_path: str, act: str, job_id: str, record: dict, head: dict) -> 
     }
 
 
+APPROVAL_HEAD = {"seq": 0, "sha256": GENESIS}  # an approval is signed before the job has any history
+
+
+def approval_record(job_id: str, approved_by: str, manifest_sha256: str) -> dict:
+    """What the approver's signature of a manifest covers: the job, the approver and the manifest's exact bytes."""
+    return {"jobId": job_id, "approvedBy": approved_by, "manifestSha256": manifest_sha256}
+
+
 def signature_time(stamp: str) -> str:
     """A record's UTC time as ssh-keygen's verify-time (YYYYMMDDHHMMSSZ)."""
     return re.sub(r"[^0-9]", "", stamp)[:14] + "Z"
@@ -6121,6 +6156,8 @@ def chain_invariants(snap: Snapshot) -> str:
         if link["prev_sha256"] != prev or link_digest(n, prev, link["act"], link["tbl"], link["row_key"], record) != link["link_sha256"]:
             raise SealError(f"{what} does not fit the chain: its record or the link before it was changed")
         link["record"], prev = record, link["link_sha256"]
+    if not links and not snap.calls and not call_events(snap.journal) and not snap.values and snap.store.read_receipt() is None:
+        return "no act recorded yet: the seal's link is written by the job's first writer"  # a start killed right after sealing
     if not links or links[0]["act"] != "seal":
         raise SealError("the chain has no seal link: the job's history was removed")
     if links[0]["record"] != snap.job:
@@ -6180,10 +6217,21 @@ def signed_acts(snap: Snapshot) -> list[tuple[str, dict, str, str]]:
     return acts
 
 
+def approval_said(job: Job, allowed_signers: str | None) -> str:
+    """The approver's signature of the manifest, verified as approvedBy at the job's sealing."""
+    armored = job.get("approvalSignature")
+    if allowed_signers is None:
+        return "approval signed (not checked: give --allowed-signers FILE)"
+    record = approval_record(job["jobId"], job["approvedBy"], job["manifestSha256"])
+    signature = {"armored": armored, "chainHead": APPROVAL_HEAD, "fields": sorted(record)}
+    check_signature(allowed_signers, job["approvedBy"], "approval", job["jobId"], {**record, "signature": signature}, job["createdAtUtc"])
+    return f"approval signed by {job['approvedBy']}, verified"
+
+
 def signature_invariants(snap: Snapshot, allowed_signers: str | None, strict: bool = False) -> str:
     """Each signed act verifies with allowed_signers as the principal the journal recorded, at the act's own time, over
     the chain's head just under it; an unsigned act says so."""
-    said = []
+    said = [approval_said(snap.job, allowed_signers)] if snap.job.get("approvalSignature") else []
     links = {int(link["seq"]): link for link in chain_links(snap.journal)}
     for act, record, principal, when in signed_acts(snap):
         signature = record.get("signature")
@@ -6414,9 +6462,10 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
     sources = load_sources(manifest, manifest_path)
     if manifest["mode"] == "openai":
         check_provider_settings(manifest)
+    approval = read_approval(manifest_path)
     store.prepare_new()
     with store.lock("start"):
-        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal())
+        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval)
         store.seal_job(job, raw, sources)
         crash_point("after-seal", job)
         ctx = attach(store, job, manifest, sources)
@@ -6973,10 +7022,12 @@ def seal(
     base_url: str | None = None,
     force: bool = False,
     file_mode: int = 0o600,
+    sign_key: str | None = None,
 ) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it).
 
     It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
+    sign_key: the approver's SSH key signs it (MANIFEST.sig beside it, sealed with the job by start or submit).
     """
     target = os.path.abspath(out)
     base = os.path.dirname(target)
@@ -7019,6 +7070,8 @@ def seal(
     except ManifestError as exc:
         raise ManifestError(seal_flag_message(str(exc))) from None
     raw = (json.dumps(manifest, indent=2) + "\n").encode()
+    record = approval_record(job_id, approved_by, sha256_hex(raw))
+    approval = sign_act(sign_key, "approval", job_id, record, APPROVAL_HEAD)["armored"] if sign_key else None  # before any write
     os.makedirs(base, exist_ok=True)
     if force:
         write_atomic(target, raw, file_mode)
@@ -7027,7 +7080,14 @@ def seal(
             write_exclusive(target, raw, file_mode)  # never overwrites, even if the file appeared since the check above
         except FileExistsError:
             raise ManifestError(f"{out} exists; pass --force to overwrite it") from None
-    return {"jobId": job_id, "manifest": target, "manifestSha256": sha256_hex(raw), "items": items}
+    if approval:
+        write_atomic(target + APPROVAL_SUFFIX, approval.encode("ascii"), file_mode)
+    elif os.path.exists(target + APPROVAL_SUFFIX):  # a signature of the manifest this one replaced signs nothing now
+        os.unlink(target + APPROVAL_SUFFIX)
+    written: dict[str, Any] = {"jobId": job_id, "manifest": target, "manifestSha256": sha256_hex(raw), "items": items}
+    if approval:
+        written["signature"] = target + APPROVAL_SUFFIX
+    return written
 
 
 def seal_file_items(base: str, files: list) -> list:
@@ -7370,9 +7430,10 @@ def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: byte
         check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
     else:
         sources = load_sources(manifest, manifest_path)
+        approval = read_approval(manifest_path)
         store.prepare_new()
         with store.lock("submit"):
-            job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal())
+            job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval)
             store.seal_job(job, raw, sources)
             crash_point("after-seal", job)
     snap = read_snapshot(store)
@@ -7979,7 +8040,14 @@ def cmd_seal(args) -> dict:
     )
     # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
     mode = 0o666 & ~args.user_umask if args.use_umask else 0o600
-    return seal(args.out, **flags_of(args, *names), mcp_env=args.mcp_env or (), mcp_pass_env=args.mcp_pass_env or (), file_mode=mode)
+    return seal(
+        args.out,
+        **flags_of(args, *names),
+        mcp_env=args.mcp_env or (),
+        mcp_pass_env=args.mcp_pass_env or (),
+        file_mode=mode,
+        sign_key=signing_key(args),
+    )
 
 
 def cmd_verify(args) -> dict:
@@ -8160,7 +8228,7 @@ COMMANDS = {
     "retry": Command(
         cmd_retry, text_retry, [*WHO_FLAGS, flag("--item", required=True, help="the failed item whose next model call to spend")]
     ),
-    "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG], state_dir=False),
+    "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG, SIGN_FLAG], state_dir=False),
     "verify": Command(
         cmd_verify,
         text_verify,

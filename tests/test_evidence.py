@@ -417,3 +417,46 @@ def test_a_job_sealed_by_another_program_is_verified_and_one_before_the_chain_sa
     assert chain == {"name": "chain", "ok": True, "warning": True, "detail": chain["detail"]}
     assert chain["detail"].startswith("history not chained: consistency checks only")
     before.run("verify", "--strict").held("chain", "history not chained")
+
+
+@BOTH
+def test_an_approver_signs_the_manifest_at_seal_and_the_job_keeps_the_signature(ws, tmp_path):
+    approver = make_key(tmp_path, "olga")
+    alpha = os.path.join(ws.src, "alpha.txt")
+    seal = ["seal", "--out", ws.manifest, "--job-id", "approved", "--approved-by", "olga@example.test", "--mode", "fake"]
+    seal += ["--model", "fake-structural-1", "--force", alpha]
+    out = ws.run(*seal, "--sign-key", approver).ok()
+    assert out["signature"] == ws.manifest + ".sig" and os.path.exists(out["signature"])
+    ws.start().ok()
+    assert ws.job()["approvalSignature"].startswith("-----BEGIN SSH SIGNATURE-----")
+    olga = allowed_signers(tmp_path, "olga", ("olga@example.test", approver, ""))
+    assert "approval signed by olga@example.test, verified" in signatures(ws.run("verify", "--allowed-signers", olga).ok())["detail"]
+    impostor = allowed_signers(tmp_path, "impostor", ("olga@example.test", make_key(tmp_path, "mallory"), ""))
+    ws.run("verify", "--allowed-signers", impostor).held("signatures", "approval's signature does not verify as olga@example.test")
+    # sealing again without a key leaves no signature of the old bytes beside the new ones
+    ws.run(*seal).ok()
+    assert not os.path.exists(ws.manifest + ".sig")
+
+
+def test_a_key_held_by_ssh_agent_signs_a_cancel_through_its_public_half(ws, tmp_path):
+    """The private key is only in the agent (its file removed): --sign-key names the .pub, as git's user.signingKey does."""
+    key = make_key(tmp_path, "dana")
+    socket = str(tmp_path / "agent.sock")
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", socket], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        env = {"SSH_AUTH_SOCK": socket}
+        deadline = time.time() + 10
+        while not os.path.exists(socket) and time.time() < deadline:
+            time.sleep(0.05)
+        subprocess.run(["ssh-add", "-q", key], env={**os.environ, **env}, check=True, capture_output=True)
+        os.unlink(key)  # nothing but the agent holds the private key now
+        assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+        out = ws.run("cancel", "--reviewer", "Dana", "--reason", "wrong sources", "--sign-key", key + ".pub", env=env).ok()
+        assert out["cancelled"]["signature"]["armored"].startswith("-----BEGIN SSH SIGNATURE-----")
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+    with open(os.path.join(ws.state, "receipt.json.sig")) as fh:
+        assert fh.read() == out["cancelled"]["signature"]["armored"]
+    signers = allowed_signers(tmp_path, "signers", (ws.principal(), key, ""))
+    assert signatures(ws.run("verify", "--allowed-signers", signers).ok())["detail"] == f"cancel signed by {ws.principal()}, verified"
