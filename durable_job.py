@@ -3909,7 +3909,9 @@ class PgLock:
             store.ensure_schema(journal)
             journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
             store.writer = journal
-            if not (self.command in ("start", "submit") and not store.has_job(journal)):
+            # a start or submit takes the lock only once its own row is sealed (seal_job): one that found the job
+            # sealed meanwhile and took it here would hold it from the sealer, then give up, and neither would run
+            if self.command not in ("start", "submit"):
                 store.load_job(journal)  # refuses a job this role cannot see as one that does not exist
                 self.take()
         except BaseException:
