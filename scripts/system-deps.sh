@@ -5,11 +5,13 @@
 #
 #   chromium    renders the review page headless (tests/test_review.py)
 #   postgresql  the throwaway server the store tests start themselves (tests/pg_server.py)
+#   openssh-client  ssh-keygen, ssh-agent and ssh-add: the reviewers' keys that sign (tests/test_evidence.py)
 set -eu
 
 missing=""
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$missing chromium"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing="$missing postgresql"
+command -v ssh-keygen >/dev/null 2>&1 && command -v ssh-agent >/dev/null 2>&1 || missing="$missing openssh-client"
 
 [ -z "$missing" ] && exit 0
 missing=${missing# }
