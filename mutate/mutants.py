@@ -320,8 +320,8 @@ MUTANTS = [
     Mutant(
         "receipt-without-statuses",
         "receipt: it binds every field the contract lists",
-        '        "statuses": {r["itemId"]: r["status"] for r in results},\n        "final": final,',
-        '        "final": final,',
+        '        "statuses": {r["itemId"]: r["status"] for r in results},\n        "endpoints": endpoints,',
+        '        "endpoints": endpoints,',
         [f"{G}::test_the_receipt_holds_exactly_the_contracts_fields"],
     ),
     Mutant(
@@ -419,5 +419,41 @@ MUTANTS = [
         'if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):',
         'if old.get("status") == "validated" and old.get("summary") == checked["summary"]:',
         [f"{G}::test_a_revision_that_changes_only_the_citations_is_a_new_draft"],
+    ),
+    # --- who did it, and who may; evidence no one can quietly rewrite (issues 21, 22) ---------------------------
+    Mutant(
+        "jobs-visible-to-every-role",
+        "who may: a role sees only the jobs it owns, reviews or runs as a worker",
+        '"jobs": "owner = session_user::text OR session_user::text = ANY (reviewers) OR (SELECT durable_job.is_kind(\'worker\'))",',
+        '"jobs": "owner = session_user::text OR session_user::text = ANY (reviewers) OR (SELECT durable_job.is_kind(\'person\'))",',
+        ["tests/test_identity.py::test_carol_sees_nothing_of_alices_job_through_the_cli_or_sql"],
+    ),
+    Mutant(
+        "signature-checked-now",
+        "evidence: a signature is checked at the time its act states",
+        'proc = ssh_keygen([*argv, f"-Overify-time={signature_time(when)}"], message)',
+        "proc = ssh_keygen(argv, message)",
+        ["tests/test_evidence.py::test_a_signed_decision_verifies_with_the_deciders_key_at_its_own_time_and_with_no_other"],
+    ),
+    Mutant(
+        "strict-accepts-unsigned",
+        "evidence: verify --strict requires a signed decision",
+        "        if not signature and strict:",
+        "        if not signature and strict and False:",
+        ["tests/test_evidence.py::test_a_whole_consistent_rewrite_passes_only_unsigned_and_strict_verify_refuses_it"],
+    ),
+    Mutant(
+        "receipt-link-ignores-checkpoints",
+        "evidence: the receipt's link binds every checkpoint row",
+        'if bound["record"].get("checkpointsSha256") != snap.store.checkpoints_digest(snap.job):',
+        "if False:",
+        ["tests/test_evidence.py::test_every_change_of_a_state_directory_is_named_by_verify_signed_or_not"],
+    ),
+    Mutant(
+        "seal-link-not-compared",
+        "evidence: the job record is the chain's first link",
+        'if links[0]["record"] != snap.job:',
+        'if links[0]["record"].get("jobId") != snap.job["jobId"]:',
+        ["tests/test_evidence.py::test_every_change_of_a_signed_store_job_is_named_by_verify"],
     ),
 ]
