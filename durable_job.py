@@ -965,6 +965,7 @@ CHAIN = 1  # a job record's "chain": every act of the job is chained (section 10
 
 
 APPROVAL_SUFFIX = ".sig"  # `seal --sign-key` writes the approver's signature beside the manifest: MANIFEST.sig
+SSHSIG_ARMOUR = "-----BEGIN SSH SIGNATURE-----"  # how ssh-keygen -Y sign's output begins
 
 
 def read_approval(manifest_path: str) -> str | None:
@@ -979,7 +980,7 @@ def read_approval(manifest_path: str) -> str | None:
         return None
     except OSError as exc:
         raise ManifestError(f"{path} cannot be read ({exc.strerror}); remove it, or seal the manifest again with --sign-key") from None
-    if "-----BEGIN SSH SIGNATURE-----" not in text or len(text) > 16384:
+    if SSHSIG_ARMOUR not in text or len(text) > 16384:
         raise ManifestError(f"{path} is not an SSH signature; remove it, or seal the manifest again with --sign-key")
     return text
 
@@ -2292,17 +2293,23 @@ STORE_FUNCTIONS = (
 )
 
 
+def row_security(table: str) -> list:
+    """Row-level security ENABLEd and FORCEd on a store table, and the administrator's own policy (session checks run
+    once a statement, as a sub-SELECT)."""
+    return [
+        f"ALTER TABLE durable_job.{table} ENABLE ROW LEVEL SECURITY",
+        f"ALTER TABLE durable_job.{table} FORCE ROW LEVEL SECURITY",
+        f"CREATE POLICY admin ON durable_job.{table} USING ((SELECT durable_job.is_admin())) WITH CHECK ((SELECT durable_job.is_admin()))",
+    ]
+
+
 def store_policies() -> tuple:
     """The m004_policies migration's statements: RLS on every table, the triggers, and the administrator's own policy."""
     out = [*STORE_FUNCTIONS]
     for table in STORE_TABLES:
         if table == "links":  # made later, by m006_link_policies: this migration stays as it was first applied
             continue
-        out += [
-            f"ALTER TABLE durable_job.{table} ENABLE ROW LEVEL SECURITY",
-            f"ALTER TABLE durable_job.{table} FORCE ROW LEVEL SECURITY",
-            f"CREATE POLICY admin ON durable_job.{table} USING ((SELECT durable_job.is_admin())) WITH CHECK ((SELECT durable_job.is_admin()))",
-        ]
+        out += row_security(table)
     # A read's policies cost next to nothing: what depends on the session alone is a sub-SELECT the server runs once
     # a statement, and a row is seen through an index probe of the jobs the session sees, with no function call per
     # row (a listing of 1,000 jobs as the administrator: 2.4 s with a function call a row, 0.52 s so, 0.51 s without RLS).
@@ -2378,9 +2385,7 @@ def store_policies() -> tuple:
 # The chained history under the same rules: read as the job's other rows, added by whoever may act on the job, never
 # changed or removed but by the administrator.
 LINK_POLICIES = (
-    "ALTER TABLE durable_job.links ENABLE ROW LEVEL SECURITY",
-    "ALTER TABLE durable_job.links FORCE ROW LEVEL SECURITY",
-    "CREATE POLICY admin ON durable_job.links USING ((SELECT durable_job.is_admin())) WITH CHECK ((SELECT durable_job.is_admin()))",
+    *row_security("links"),
     "CREATE POLICY reads ON durable_job.links FOR SELECT USING (EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = links.job_id))",
     "CREATE POLICY adds ON durable_job.links FOR INSERT WITH CHECK "
     "(durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id))",
@@ -3014,28 +3019,22 @@ def draft_history(journal: Journal | None) -> list:
 
 
 def insert_draft(journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str) -> None:
-    """One draft row (inside the caller's transaction, or alone)."""
+    """One draft row and its link (inside the caller's transaction, or alone)."""
     with journal.transaction():
-        insert_draft_row(journal, version, item_id, results, reviewer, reason, change, stamp)
+        journal.change(
+            "INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc, "
+            "principal) VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp}, "
+            "{p.principal})",
+            version=version,
+            item=item_id,
+            results=json.dumps(results),
+            digest=results_sha256(results),
+            reviewer=reviewer,
+            reason=reason,
+            change=json.dumps(change),
+            stamp=stamp,
+        )
         link_row(journal, "draft", "drafts", version)
-
-
-def insert_draft_row(
-    journal: Journal, version: int, item_id: str, results: list, reviewer: str, reason: str, change: dict, stamp: str
-) -> None:
-    journal.change(
-        "INSERT INTO {drafts} ({job_col}version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc, "
-        "principal) VALUES ({job_val}{p.version}, {p.item}, {p.results}, {p.digest}, {p.reviewer}, {p.reason}, {p.change}, {p.stamp}, "
-        "{p.principal})",
-        version=version,
-        item=item_id,
-        results=json.dumps(results),
-        digest=results_sha256(results),
-        reviewer=reviewer,
-        reason=reason,
-        change=json.dumps(change),
-        stamp=stamp,
-    )
 
 
 def journal_outcome(journal: Journal | None, kind: str):
@@ -3795,37 +3794,34 @@ class StateDirStore(Store):
             raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or {NEW_JOB}") from None
         return saver
 
-    def read_checkpoint(self, job: Job) -> CheckpointState:
+    @contextlib.contextmanager
+    def checkpoints_file(self) -> Iterator[sqlite3.Connection | None]:
+        """checkpoints.sqlite, read-only (None before it exists); a file that cannot be read is a StateError naming it."""
         path = job_path(self.root, CHECKPOINTS_FILE)
         if not os.path.exists(path):
-            return read_checkpoint(None, job["threadId"])
+            yield None
+            return
         conn = connect_sqlite(path, readonly=True)
         try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            return read_checkpoint(SqliteCheckpointRows(conn, path) if LG_CHECKPOINTS_TABLE in tables else None, job["threadId"])
+            yield conn
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
         finally:
             conn.close()
 
+    def read_checkpoint(self, job: Job) -> CheckpointState:
+        with self.checkpoints_file() as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")} if conn else set()
+            path = job_path(self.root, CHECKPOINTS_FILE)
+            return read_checkpoint(SqliteCheckpointRows(conn, path) if conn and LG_CHECKPOINTS_TABLE in tables else None, job["threadId"])
+
     def checkpoints_digest(self, job: Job) -> str:
-        path = job_path(self.root, CHECKPOINTS_FILE)
-        if not os.path.exists(path):
-            return sha256_hex(canonical([]))
-        conn = connect_sqlite(path, readonly=True)
-        try:
-            rows = [
-                [table, *(v.hex() if isinstance(v, bytes) else v for v in row)]
-                for table, order in (
-                    (LG_CHECKPOINTS_TABLE, "checkpoint_ns, checkpoint_id"),
-                    (LG_WRITES_TABLE, "checkpoint_ns, checkpoint_id, task_id, idx"),
-                )
-                for row in conn.execute(f"SELECT * FROM {table} WHERE thread_id = ? ORDER BY {order}", (job["threadId"],))
-            ]
-        except sqlite3.DatabaseError as exc:
-            raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
-        finally:
-            conn.close()
+        orders = ((LG_CHECKPOINTS_TABLE, "checkpoint_ns, checkpoint_id"), (LG_WRITES_TABLE, "checkpoint_ns, checkpoint_id, task_id, idx"))
+        rows = []
+        with self.checkpoints_file() as conn:
+            for table, order in orders:
+                for row in conn.execute(f"SELECT * FROM {table} WHERE thread_id = ? ORDER BY {order}", (job["threadId"],)) if conn else ():
+                    rows.append([table, *(v.hex() if isinstance(v, bytes) else v for v in row)])
         return sha256_hex(canonical(rows))
 
     def storage_errors(self) -> tuple:
@@ -5758,7 +5754,7 @@ def sign_act(key_path: str, act: str, job_id: str, record: dict, head: dict) -> 
     fields = sorted(k for k in record if k != "signature")
     proc = ssh_keygen(["-Y", "sign", "-q", "-f", key_path, "-n", SIGN_NAMESPACE], signed_message(act, job_id, record, head, fields))
     armored = proc.stdout.decode("ascii", "replace")
-    if proc.returncode != 0 or "BEGIN SSH SIGNATURE" not in armored:
+    if proc.returncode != 0 or SSHSIG_ARMOUR not in armored:
         why = clip(redact(proc.stderr.decode("utf-8", "replace").strip()) or f"exit {proc.returncode}", 200)
         raise UsageError(
             f"signing key {key_path} could not sign ({why}); nothing was recorded: a key with a passphrase must be in "
@@ -6269,23 +6265,29 @@ def read_kept_receipt(path: str) -> dict:
     return receipt
 
 
+def receipt_link(receipt: dict, links: list, name: str) -> dict:
+    """The link that binds a receipt: the one right after the chain head the receipt names, recording the receipt's own
+    sha256; else a SealError naming the receipt (`name`)."""
+    head = receipt.get("chainHead")
+    if not isinstance(head, dict) or not isinstance(head.get("seq"), int):
+        raise SealError(f"{name} binds no chain head (written before the chained history): only its fields can be compared")
+    seq = head["seq"]
+    if not 1 <= seq < len(links) or links[seq - 1]["link_sha256"] != head.get("sha256"):
+        raise SealError(f"{name} does not fit this job's history at links row {seq}: the history under it was rewritten")
+    bound = links[seq]
+    if bound["act"] != "receipt" or strict_json(bound["record_json"]).get("receiptSha256") != sha256_hex(canonical(receipt)):
+        raise SealError(f"{name} does not fit links row {seq + 1}, the receipt's link: the receipt or the history was rewritten")
+    return bound
+
+
 def kept_receipt_fits(snap: Snapshot, path: str) -> str:
     """A receipt someone kept (or sent you) binds a head of this job's chain, and its own link: else the history under it
     was rewritten since, however consistently."""
     kept = read_kept_receipt(path)
     if kept["jobId"] != snap.job["jobId"]:
         raise SealError(f"the receipt in {path} is job {kept['jobId']}'s, not {snap.job['jobId']}'s")
-    links = chain_links(snap.journal)
-    head = kept.get("chainHead")
-    if not isinstance(head, dict) or not isinstance(head.get("seq"), int):
-        raise SealError(f"the receipt in {path} binds no chain head (written before the chained history): only its fields can be compared")
-    seq = head["seq"]
-    if not 1 <= seq < len(links) or links[seq - 1]["link_sha256"] != head.get("sha256"):
-        raise SealError(f"the receipt in {path} does not fit this job's history at links row {seq}: the history was rewritten since")
-    bound = links[seq]
-    if bound["act"] != "receipt" or json.loads(bound["record_json"]).get("receiptSha256") != sha256_hex(canonical(kept)):
-        raise SealError(f"the receipt in {path} is not the one links row {seq + 1} binds: the receipt or the history was rewritten")
-    return f"the receipt in {path} fits links rows {seq} and {seq + 1}"
+    seq = int(receipt_link(kept, chain_links(snap.journal), f"the receipt in {path}")["seq"])
+    return f"the receipt in {path} fits links rows {seq - 1} and {seq}"
 
 
 def verify_receipt_alone(path: str, allowed_signers: str | None) -> dict:
@@ -6319,23 +6321,19 @@ def receipt_head_fits(snap: Snapshot, links: list) -> str:
     if raw is None:
         return ""
     receipt = strict_json(raw)
-    head = receipt.get("chainHead") if isinstance(receipt, dict) else None
-    if not isinstance(head, dict) or not isinstance(head.get("seq"), int) or not 1 <= head["seq"] <= len(links):
-        raise SealError("receipt.json binds no link of this job's chain (chainHead)")
-    if links[head["seq"] - 1]["link_sha256"] != head.get("sha256"):
-        raise SealError(f"receipt.json's chainHead does not fit links row {head['seq']}: the history under the receipt was rewritten")
-    bound = links[head["seq"]] if head["seq"] < len(links) else None
-    if bound is None or bound["act"] != "receipt" or bound["record"].get("receiptSha256") != sha256_hex(canonical(receipt)):
-        raise SealError(f"receipt.json does not fit links row {head['seq'] + 1}, the receipt's link: the receipt was changed")
+    if not isinstance(receipt, dict):
+        raise SealError("receipt.json is not a JSON object")
+    bound = receipt_link(receipt, links, "receipt.json")
     if bound["record"].get("checkpointsSha256") != snap.store.checkpoints_digest(snap.job):
         raise SealError(
             f"the checkpoint rows of the job's thread differ from those links row {bound['seq']} (receipt) bound: "
             "checkpoints, writes or blobs were changed after the job ended"
         )
-    later = links[head["seq"] + 1 :]
+    seq = int(bound["seq"])
+    later = links[seq:]
     if later and (receipt.get("outcome") != "cancelled" or any(link["tbl"] not in ("calls", "call_events") for link in later)):
-        raise SealError(f"links rows {later[0]['seq']}… were added after the receipt (links row {head['seq']}) ended the job")
-    return f" (the receipt binds links row {head['seq']}, and links row {bound['seq']} the receipt and the checkpoints)"
+        raise SealError(f"links rows {later[0]['seq']}… were added after the receipt (links row {seq}) ended the job")
+    return f" (the receipt binds links row {seq - 1}, and links row {seq} the receipt and the checkpoints)"
 
 
 def receipt_invariants(snap: Snapshot) -> str:
@@ -8053,7 +8051,7 @@ def cmd_seal(args) -> dict:
 
 
 def cmd_verify(args) -> dict:
-    """Re-check everything offline: seals, hashes, versions, journal invariants, results, receipt."""
+    """Re-check everything offline: seals, journal invariants, results, receipt, the chained history and signatures."""
     if args.receipt and not (args.state_dir or args.store or args.job or os.environ.get(STORE_ENV)):
         return verify_receipt_alone(args.receipt, args.allowed_signers)  # no job named: the receipt's own signatures
     return verify(store_from(args), strict=args.strict, allowed_signers=args.allowed_signers, receipt=args.receipt)
