@@ -129,10 +129,11 @@ class PgServer:
         os.chmod(passfile(), 0o600)
         server.remember_password("postgres", password)
         log = os.path.join(folder, "server.log")
-        # pg_stat_statements counts what each command runs (a read's cost must not grow with the store)
+        # pg_stat_statements counts what each command runs (a read's cost must not grow with the store); no autovacuum:
+        # its ANALYZE writes pg_statistic under a transaction id of its own, and a test that a read takes none would see it
         opts = (
             f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections=200 "
-            "-c shared_preload_libraries=pg_stat_statements"
+            "-c shared_preload_libraries=pg_stat_statements -c autovacuum=off"
         )
         proc = server._run([pg_bin("pg_ctl"), "-w", "-D", server.data, "-l", log, "-o", opts, "start"])
         if proc.returncode != 0:
