@@ -6731,16 +6731,12 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
     with open_job(store, "decide") as ctx:  # a decision sends nothing
+        repeated = repeated_decision(ctx, decision, bound)
+        if repeated is not None:
+            return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
         digest = results_sha256(results)
-        if bound is not None and not is_sha256_hex(bound):  # "$H" with H unset must not decide unbound
-            raise DecisionError(
-                f"--results-sha256 {bound!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out"
-            )
-        if bound and bound != digest:
-            raise DecisionError(
-                f"stale: results changed since review, now {digest}; inspect again and decide with --results-sha256 {digest}"
-            )
+        refuse_stale(bound, digest, "decide")
         failed = [r["itemId"] for r in results if r["status"] != "validated"]
         if decision == "accept" and failed:
             raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
@@ -6773,6 +6769,40 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
         return run_output(ctx, final_state)
 
 
+def refuse_stale(bound: str | None, digest: str, command: str) -> None:
+    """An act bound to the results a person reviewed (--results-sha256) is refused once they changed (the job locked)."""
+    if bound is not None and not is_sha256_hex(bound):  # "$H" with H unset must not act unbound
+        raise DecisionError(
+            f"--results-sha256 {bound!r} is not a sha256 (64 lowercase hex digits); pass resultsSha256 from inspect, or leave the flag out"
+        )
+    if bound and bound != digest:
+        raise DecisionError(
+            f"stale: results changed since review, now {digest}; inspect again and {command} with --results-sha256 {digest}"
+        )
+
+
+def repeated_decision(ctx: Context, decision: str, bound: str | None) -> dict | None:
+    """The recorded decision, when this decide repeats it (a second tap): the same principal, the same decision, on the
+    same results (the bound hash, when given). Nothing new is recorded; any other decide on a decided job is refused."""
+    checkpoint = ctx.checkpoint()
+    final = checkpoint["values"].get("final")
+    if not final or final.get("decision") != decision or final.get("principal") != ctx.store.principal():
+        return None
+    if bound is not None and bound != final.get("resultsSha256"):
+        return None
+    if not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
+        return None
+    values = checkpoint["values"]
+    return {
+        "jobId": ctx.job["jobId"],
+        "index": values.get("index", 0),
+        "results": [result_brief(r) for r in current_draft(ctx.journal, values.get("results") or [])[1]],
+        "final": final,
+        "interrupt": [],
+        "existing": True,
+    }
+
+
 def review_draft(ctx: Context, reviewer: str, reason: str, command: str) -> tuple[int, list]:
     """For decide, revise and retry (the job open): reviewer and reason, a thread waiting at review; (draft, results)."""
     need_text(reviewer, "--reviewer")
@@ -6789,16 +6819,37 @@ def item_position(results: list, item_id: str) -> int:
     return position
 
 
-def revise(store: Store, *, item: str, summary_file: str, citations_file: str | None = None, reviewer: str, reason: str) -> dict:
-    """Edit one item while the job awaits review: a new draft version, validated like model output."""
+def revise(
+    store: Store,
+    *,
+    item: str,
+    summary_file: str | None = None,
+    citations_file: str | None = None,
+    reviewer: str,
+    reason: str,
+    summary: str | None = None,
+    citations: object = None,
+    results_sha256: str | None = None,
+) -> dict:
+    """Edit one item while the job awaits review: a new draft version, validated like model output.
+
+    The new summary comes from summary_file or as text (summary), its citations from citations_file or
+    as a list (citations; neither keeps the current ones). results_sha256 binds the edit as decide's does.
+    """
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
-    summary, citations = read_revision_files(
-        summary_file, citations_file
-    )  # before the job's lock: a file that cannot be read holds nothing up
+    if (summary is None) == (summary_file is None):
+        raise UsageError("revise needs the new summary: --summary-file FILE (or, from the API, summary=TEXT), one of them")
+    if summary_file is not None:  # before the job's lock: a file that cannot be read holds nothing up
+        summary, citations = read_revision_files(summary_file, citations_file)
+    return revise_item(store, item, cast(str, summary).replace("\r\n", "\n").strip("\n"), citations, reviewer, reason, results_sha256)
+
+
+def revise_item(store: Store, item: str, summary: str, citations, reviewer: str, reason: str, bound: str | None) -> dict:
     with open_job(store, "revise") as ctx:  # an edit sends nothing
         draft, results = review_draft(ctx, reviewer, reason, "revise")
+        refuse_stale(bound, results_sha256(results), "revise")
         position = item_position(results, item)
         old = results[position]
         proposal = revised_proposal(item, summary, citations, old)
@@ -6872,7 +6923,7 @@ def read_text_file(path: str, flag: str) -> str:
         raise DecisionError(f"{flag} {path} is not UTF-8; save it as UTF-8") from None
 
 
-def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> dict:
+def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None, results_sha256: str | None = None) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version.
 
     The job's thread stays where it is, waiting at the review interrupt: like
@@ -6884,8 +6935,13 @@ def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None) -> d
     in a `retry` event. Its answer and its draft are committed together.
     """
     need_job_id(store)
+    return retry_item(store, item, reviewer, reason, say, results_sha256)
+
+
+def retry_item(store: Store, item: str, reviewer: str, reason: str, say, bound: str | None) -> dict:
     with open_job(store, "retry") as ctx:  # provider settings are checked below, once the retry may go
         draft, results = review_draft(ctx, reviewer, reason, "retry")
+        refuse_stale(bound, results_sha256(results), "retry")
         position = item_position(results, item)
         if results[position]["status"] != "failed":
             raise DecisionError(
@@ -7999,12 +8055,12 @@ def cmd_decide(args) -> dict:
 
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
-    return revise(store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "reviewer", "reason"))
+    return revise(store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "reviewer", "reason", "results_sha256"))
 
 
 def cmd_retry(args) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
-    return retry(store_from(args), **flags_of(args, "item", "reviewer", "reason"))
+    return retry(store_from(args), **flags_of(args, "item", "reviewer", "reason", "results_sha256"))
 
 
 def cmd_cancel(args) -> dict:
@@ -8135,6 +8191,7 @@ ADDRESS_FLAGS = [
     flag("--job", metavar="JOB_ID", help="the job's id in the --store (start: the manifest's jobId, checked)"),
 ]
 WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
+BOUND_FLAG = flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")
 SIGN_FLAG = flag(
     "--sign-key",
     type=path_argument,
@@ -8210,7 +8267,7 @@ COMMANDS = {
         [
             *WHO_FLAGS,
             flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
-            flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)"),
+            BOUND_FLAG,
             SIGN_FLAG,
         ],
     ),
@@ -8222,11 +8279,14 @@ COMMANDS = {
             flag("--item", required=True, help="the item id to edit"),
             flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
             flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations"),
+            BOUND_FLAG,
         ],
     ),
     "cancel": Command(cmd_cancel, text_cancel, [*WHO_FLAGS, SIGN_FLAG]),
     "retry": Command(
-        cmd_retry, text_retry, [*WHO_FLAGS, flag("--item", required=True, help="the failed item whose next model call to spend")]
+        cmd_retry,
+        text_retry,
+        [*WHO_FLAGS, flag("--item", required=True, help="the failed item whose next model call to spend"), BOUND_FLAG],
     ),
     "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG, SIGN_FLAG], state_dir=False),
     "verify": Command(

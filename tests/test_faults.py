@@ -962,7 +962,13 @@ def test_race_decide_decide(ws, tmp_path, fake_baseline):
     inspect = ws.run("inspect").ok()
     assert inspect["final"] == final and inspect["resultsSha256"] == fake_baseline["resultsSha256"]
     assert ws.receipt()["final"] == final
-    ws.run("decide", "--decision", "accept", "--reviewer", "late", "--reason", "after the race").held("Final decision already recorded")
+    other = next(d for d in decisions if d != final["decision"])
+    ws.run("decide", "--decision", other, "--reviewer", "late", "--reason", "after the race").held(
+        "Final decision already recorded", f"by {final['reviewer']}"
+    )
+    again = ws.run("decide", "--decision", final["decision"], "--reviewer", "late", "--reason", "a second tap").ok()
+    assert again["existing"] is True and again["final"] == final  # the same act again: answered, nothing new recorded
+    assert ws.receipt()["final"] == final and ws.run("inspect").ok()["final"] == final
     assert ws.run("verify").ok()["ok"] is True
     assert len(obs.records("request")) == 2
 
