@@ -5386,6 +5386,18 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     if out.get("sealBroken"):
         parts.append(h("<p class='bad'>Seal broken: {}</p>", out["sealBroken"]))
     parts.append(Html("</header><main>"))
+    parts.extend(item_sections(snap, manifest, sources))
+    parts.append(journal_section(snap))
+    parts.append(history_section(snap.store, out.get("drafts") or []))
+    parts.append(decision_section(snap, out))
+    parts.append(Html("</main></body></html>"))
+    write_atomic(path, hjoin(parts, "\n").encode("utf-8"))
+
+
+def item_sections(snap: Snapshot, manifest: dict, sources: dict, forms=None) -> list:
+    """Each item's section, in the manifest's order: its source with the quotes marked, its result or why it failed.
+    The review page and the web app's job page both show these; `forms(item_id, result)` adds the web app's acts."""
+    items = {i["id"]: i for i in manifest.get("items", [])}
     results = {r["itemId"]: r for r in snap.results}
     order = list(items) + [i for i in results if i not in items]
     raw = answered_calls(snap)
@@ -5394,23 +5406,12 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
         if snap.waiting and not snap.cancel
         else {}
     )
+    sections = []
     for n, item_id in enumerate(order):
-        parts.append(
-            item_section(
-                snap.store,
-                n,
-                results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]},
-                sources.get(item_id),
-                items.get(item_id, {}),
-                raw.get(item_id),
-                ways.get(item_id),
-            )
-        )
-    parts.append(journal_section(snap))
-    parts.append(history_section(snap.store, out.get("drafts") or []))
-    parts.append(decision_section(snap, out))
-    parts.append(Html("</main></body></html>"))
-    write_atomic(path, hjoin(parts, "\n").encode("utf-8"))
+        result = results.get(item_id) or {"itemId": item_id, "status": "no result yet", "sourceSha256": items[item_id]["sha256"]}
+        section = item_section(snap.store, n, result, sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id))
+        sections.append(hjoin([section, forms(item_id, result)]) if forms else section)
+    return sections
 
 
 ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
