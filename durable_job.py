@@ -28,7 +28,8 @@ The file reads top to bottom in sections, each using only what stands above it:
 17. Commands: the API the CLI, the workers and scripts call (open_store, start, status, ...)
 18. Workers: submit's queue run by `work`
 19. Output: text renderers
-20. CLI: argparse and main()
+20. Web app: `serve`, the live review pages and their JSON API (the only user of the web framework)
+21. CLI: argparse and main()
 
 Its own sha256 is sealed into every job, so a job is only ever continued by
 exactly the program that started it.
@@ -2392,8 +2393,23 @@ LINK_POLICIES = (
     "CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.links FOR EACH ROW EXECUTE FUNCTION durable_job.history()",
 )
 
+# Every committed write to a job's rows notifies channel `durable_job` (a `serve` re-reads its open pages then).
+# A notification carries nothing (LISTEN checks no privilege): each page re-reads under its own person's policies.
+# One per statement, and PostgreSQL folds a transaction's notifications into one at its commit.
+NOTIFY_CHANNEL = "durable_job"
+NOTIFY_TABLES = ("jobs", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links", "checkpoints")
+NOTIFY_CHANGES = (
+    "CREATE FUNCTION durable_job.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    f"PERFORM pg_notify('{NOTIFY_CHANNEL}', ''); RETURN NULL; END $$",
+    *(
+        f"CREATE TRIGGER notify_change AFTER INSERT OR UPDATE OR DELETE ON durable_job.{t} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION durable_job.notify_change()"
+        for t in NOTIFY_TABLES
+    ),
+)
+
 # Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
-PG_SETUP_MIGRATIONS = [("m004_policies", store_policies()), ("m006_link_policies", LINK_POLICIES)]
+PG_SETUP_MIGRATIONS = [("m004_policies", store_policies()), ("m006_link_policies", LINK_POLICIES), ("m007_notify", NOTIFY_CHANGES)]
 
 
 class Dialect:
@@ -6557,19 +6573,7 @@ def inspect(store: Store, *, html: str | None = None) -> dict:
     need_job_id(store)
     snap = read_snapshot(store)
     try:
-        out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results), "final": snap.final}
-        where_it_stands(snap, out)
-        out["draftVersion"] = snap.draft
-        out["drafts"] = draft_history(snap.journal)
-        out["calls"] = call_summaries(snap)
-        out.update(snap.store.people(snap.job))
-        if snap.cancel:
-            out["cancelled"] = snap.cancel
-        if snap.saved_decision:
-            out["savedDecision"] = snap.saved_decision
-        if snap.waiting and not snap.cancel:
-            out["decideCommand"] = decide_command(snap.store, snap.results)
-            out.update(failed_field(snap.store, snap.results, snap.calls, snap.store.sealed_manifest(snap.job)))
+        out = inspect_document(snap)
         if html:
             refuse_sealed_target(html, snap.job, snap.store)
             write_html(html, snap, out)
@@ -6577,6 +6581,24 @@ def inspect(store: Store, *, html: str | None = None) -> dict:
         return out
     finally:
         snap.close()
+
+
+def inspect_document(snap: Snapshot) -> dict:
+    """What inspect prints (the web app's job page and its API too), from one snapshot."""
+    out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results), "final": snap.final}
+    where_it_stands(snap, out)
+    out["draftVersion"] = snap.draft
+    out["drafts"] = draft_history(snap.journal)
+    out["calls"] = call_summaries(snap)
+    out.update(snap.store.people(snap.job))
+    if snap.cancel:
+        out["cancelled"] = snap.cancel
+    if snap.saved_decision:
+        out["savedDecision"] = snap.saved_decision
+    if snap.waiting and not snap.cancel:
+        out["decideCommand"] = decide_command(snap.store, snap.results)
+        out.update(failed_field(snap.store, snap.results, snap.calls, snap.store.sealed_manifest(snap.job)))
+    return out
 
 
 def call_summaries(snap: Snapshot) -> list:
@@ -7954,6 +7976,10 @@ def text_submit(out: dict, store) -> list:
     return [f"  {said}", f"  phase: {out['phase']}"]
 
 
+def text_serve(out: dict, store) -> list:
+    return [f"serve stopped ({out.get('stoppedBy') or 'done'}); it served {out['served']}"]
+
+
 def jobs_table(jobs: list) -> str:
     """`jobs` on a terminal: one row per job, the next step on the line below."""
     if not jobs:
@@ -7980,7 +8006,1111 @@ def jobs_table(jobs: list) -> str:
 
 
 ###############################################################################
-# 20. CLI: argparse and main()
+# 20. Web app: `serve`, the live review pages and their JSON API
+###############################################################################
+
+# Note to maintainers: the web app is a front end of section 17 and nothing more. Every read is
+# read_snapshot/inspect_document or jobs(), every act is decide/revise/retry/cancel, run as the
+# signed-in person: on a store, with that person's own role and password (their connections, so
+# row-level security and the recorded principal are exactly the CLI's); in a --root, as the account
+# running serve. A password lives only in this process's memory (the WebPerson's address), for the
+# session's life; redact() knows it, so it reaches no page, log or output. The framework (Starlette,
+# uvicorn, sse-starlette, jinja2, asgi-csrf) is imported only here, inside serve.
+#
+# Live status: one watcher thread learns that something changed (on a store: LISTEN on
+# NOTIFY_CHANNEL, plus one light poll of the lock holders, whose taking and losing notify nothing;
+# in a --root: one poll of the state directories' files) and bumps a generation. Every open event
+# stream then wakes, and re-reads its job under its own person's policies, once per person, job and
+# generation however many pages show it.
+
+WEB_REQUIREMENTS = "requirements-web.txt"
+WEB_IDLE_MINUTES = 30.0  # a session unused this long is signed out (--idle-minutes)
+WEB_POLL_SECONDS = 1.0  # the watcher's light poll, and the longest a notification waits to be read
+WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker's last write) waits this long for it
+WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
+WEB_SESSION_COOKIE = "durable_job_session"
+WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+WEB_DECIDED = {"accept": "accepted", "reject": "rejected", "hold": "held"}
+
+
+def need_web():
+    """The web app's libraries, or a HOLD naming their requirements file."""
+    try:
+        import asgi_csrf
+        import jinja2
+        import sse_starlette
+        import starlette
+        import uvicorn
+    except ImportError:
+        raise UsageError(f"serve needs the web app's libraries, which are not installed: pip install -r {WEB_REQUIREMENTS}") from None
+    return starlette, uvicorn, sse_starlette, jinja2, asgi_csrf
+
+
+class WebRefusal(JobError):
+    """A request the web app answers with an HTTP error: its status code, and a message that says the way on."""
+
+    def __init__(self, status_code: int, message: str, extra: dict | None = None):
+        super().__init__(message)
+        self.status_code, self.extra = status_code, extra or {}
+
+
+def act_refusal(exc: JobError) -> WebRefusal:
+    """An act's refusal as the web answers it: 409 stale (with the current resultsSha256), 403 not this role's, 409 else."""
+    text = str(exc)
+    if isinstance(exc, WebRefusal):
+        return exc
+    if text.startswith("stale: "):
+        current = re.search(r"now ([0-9a-f]{64})", text)
+        return WebRefusal(409, text, {"stale": True, "resultsSha256": current.group(1) if current else None})
+    if isinstance(exc, StateError) and re.search(r"^Role \S+ may not ", text):
+        return WebRefusal(403, text)
+    if isinstance(exc, UsageError):
+        return WebRefusal(400, text)
+    return WebRefusal(409, text)
+
+
+def live_status(snap: Snapshot, out: dict) -> dict:
+    """The one status line a page shows for a job, from its saved state: what `GET …/events` sends.
+
+    "Generating" only while a run holds the job, "Awaiting review" only from a saved draft at the review
+    interrupt, "Saved" only once the receipt is written.
+    """
+    phase, store = out["phase"], snap.store
+    detail, cls = "", "wait"
+    if phase == "running":
+        calls = out["running"].get("calls") or []
+        label = "Generating" + (f": item {calls[0]['itemId']}" if calls else "")
+        detail = f"{out['running'].get('command')} holds the job since {out['running'].get('sinceUtc')}"
+    elif phase == "awaiting-review":
+        failed = [r["itemId"] for r in snap.results if r.get("status") != "validated"]
+        label = f"Awaiting review: draft {snap.draft}"
+        detail = f"item {', '.join(failed)} failed: retry or revise it, or decide reject or hold" if failed else "every item validated"
+    elif phase == "uncertain-call":
+        label, cls = "Needs an operator", "bad"
+        detail = out["next"]
+    elif phase == "decided" and snap.has_receipt:
+        final = cast(dict, snap.final)
+        decision = str(final.get("decision"))
+        label, cls = f"Saved: {WEB_DECIDED.get(decision, decision)} by {by_whom(final, store)}", "ok"
+        detail = f"at {final.get('decidedAtUtc')}, receipt written"
+    elif phase in ("decided", "deciding"):
+        label, detail = "Deciding: the decision is saved, its receipt not yet", out["next"]
+    elif phase == "cancelled":
+        label, cls = f"Cancelled by {by_whom(snap.cancel, store)}", "bad"
+        detail = f"at {(snap.cancel or {}).get('cancelledAtUtc')}: nothing more runs"
+    else:
+        label, detail = "Not running", out["next"]
+    if out.get("sealBroken"):
+        detail = f"read-only here: {out['sealBroken']}"
+    return {
+        "jobId": snap.job["jobId"],
+        "phase": phase,
+        "resultsSha256": out["resultsSha256"],
+        "draftVersion": snap.draft,
+        "status": label,
+        "detail": detail,
+        "cls": cls,
+    }
+
+
+class WebPerson:
+    """A signed-in person: who (the principal), how to reach their jobs (their store address, with their password,
+    in memory only; or the --root folders), their read connection, and their session's last use."""
+
+    def __init__(self, site: WebSite, principal: str, url: str | None):
+        import threading
+
+        self.site, self.principal, self.url = site, principal, url
+        self.lock = threading.Lock()  # one read connection: one read at a time
+        self.reader: PgStore | None = None
+        self.views: dict = {}  # job id (or "" for the list) → (generation, view), shared by this person's pages
+        self.flash: dict = {}  # job id → the message of the last act, shown once
+        self.last_seen = time.monotonic()
+        self.signed_out = False
+
+    def read_store(self, job_id: str) -> Store:
+        """The job, read on this person's one read connection (opened again after the database came back)."""
+        if not self.site.store:
+            return StateDirStore(self.site.job_dir(job_id), self.site.program)
+        if self.url is None:
+            raise WebRefusal(401, "Signed out: sign in again")
+        if self.reader is None:
+            self.reader = PgStore(self.url, "", program=self.site.program)
+        return self.reader.for_job(job_id)
+
+    def act_store(self, job_id: str) -> Store:
+        """The job for one act: its own connections, closed after it, as a CLI command's."""
+        if not self.site.store:
+            return StateDirStore(self.site.job_dir(job_id), self.site.program)
+        if self.url is None:
+            raise WebRefusal(401, "Signed out: sign in again")
+        return PgStore(self.url, job_id, program=self.site.program)
+
+    def reset(self) -> None:
+        """Drop the read connection (after an error, at sign-out): the next read opens another."""
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:
+                pass
+
+    def read(self, key: str, generation: int, fn):
+        """fn() under this person's read lock, once per generation for each key (a job, or the list)."""
+        with self.lock:
+            seen = self.views.get(key)
+            if seen is not None and seen[0] == generation:
+                return seen[1]
+            try:
+                view = fn()
+            except JobError:
+                self.reset()
+                raise
+            self.views[key] = (generation, view)
+            return view
+
+
+class WebSite:
+    """What one `serve` holds: its store or folders, its sessions (in memory), the change generation, the watcher."""
+
+    def __init__(self, *, store: str | None, roots: list, program: str, idle_seconds: float, secure: bool, say):
+        import secrets
+        import threading
+
+        self.store, self.roots, self.program = store, roots, program
+        self.idle_seconds, self.secure, self.say = idle_seconds, secure, say
+        self.sessions: dict[str, WebPerson] = {}
+        self.token = secrets.token_urlsafe(32) if roots else None  # --root: the one-time sign-in token
+        self.generation = 0
+        self.down: str | None = None  # why the store cannot be read, since when
+        self.stopping = threading.Event()
+        self.act_locks: dict = {}
+        self.locks_lock = threading.Lock()
+        self.loop: Any = None  # the server's event loop, once it runs
+        self.changed: Any = None  # the asyncio.Event of the current generation (made on the server's loop)
+        self.base_address = ""  # the address to open, once serve listens
+
+    def where(self) -> str:
+        return f"store {public_url(self.store)}" if self.store else f"the state directories under {', '.join(self.roots)}"
+
+    # -- sessions ----------------------------------------------------------------
+
+    def person(self, sid: str | None, touch: bool = True) -> WebPerson | None:
+        """The session's person, unless it was idle too long (then signed out: its password forgotten).
+        A request is a use (touch); an open event stream is not, so an open tab alone keeps no one signed in."""
+        person = self.sessions.get(sid or "")
+        if person is None:
+            return None
+        if time.monotonic() - person.last_seen > self.idle_seconds:
+            self.sign_out(cast(str, sid))
+            return None
+        if touch:
+            person.last_seen = time.monotonic()
+        return person
+
+    def new_session(self, person: WebPerson) -> str:
+        import secrets
+
+        sid = secrets.token_urlsafe(32)
+        self.sessions[sid] = person
+        return sid
+
+    def sign_out(self, sid: str) -> None:
+        person = self.sessions.pop(sid, None)
+        if person is not None:
+            person.signed_out = True
+            person.url = None  # the password is forgotten with the session
+            person.reset()
+
+    def expire_idle(self) -> None:
+        for sid, person in list(self.sessions.items()):
+            if time.monotonic() - person.last_seen > self.idle_seconds:
+                self.sign_out(sid)
+
+    def sign_in(self, role: str, password: str) -> WebPerson:
+        """A person signing in to a store with their role and password: the store itself checks them."""
+        from urllib.parse import quote, urlsplit, urlunsplit
+
+        if not role or not password or len(role) > 63 or len(password) > 1000:
+            raise WebRefusal(401, "Sign-in refused: give your store role and its password")
+        parts = urlsplit(cast(str, self.store))
+        host = parts.netloc.rpartition("@")[2]
+        url = urlunsplit((parts.scheme, f"{quote(role, safe='')}:{quote(password, safe='')}@{host}", parts.path, parts.query, ""))
+        person = WebPerson(self, role, url)
+        try:
+            person.read_store("")  # the person's read connection: the server checks the password as it opens
+            person.principal = cast(PgStore, person.reader).principal()
+        except JobError as exc:
+            person.reset()
+            if re.search(r"password|authentication|role .* does not exist|no pg_hba", str(exc), re.I):
+                raise WebRefusal(401, "Sign-in refused: the store did not accept that role and password") from None
+            raise WebRefusal(503, f"The store cannot be reached now ({clip(redact(exc), 200)}); try again shortly") from None
+        return person
+
+    def root_person(self) -> WebPerson:
+        return WebPerson(self, os_account(os.geteuid()), None)
+
+    def spend_token(self, token: str) -> WebPerson | None:
+        """--root: the printed one-time token, exchanged once for a session; the next one is printed for another device."""
+        import hmac
+        import secrets
+
+        if not self.token or not hmac.compare_digest(token.encode(), self.token.encode()):
+            return None
+        self.token = secrets.token_urlsafe(32)
+        self.say(f"another device or browser can sign in once at: {self.address_with_token()}")
+        return self.root_person()
+
+    # -- reading ---------------------------------------------------------------
+
+    def job_dir(self, job_id: str) -> str:
+        """--root: the state directory holding jobId (the first, in path order)."""
+        for found in state_dirs_under(self.roots, self.program):
+            try:
+                if found.load_job()["jobId"] == job_id:
+                    return found.root
+            except JobError:
+                continue
+        raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
+
+    def open_snapshot(self, person: WebPerson, job_id: str) -> Snapshot:
+        store = person.read_store(job_id)
+        if not store.has_job():  # unknown and invisible alike: the database shows a role no other role's job
+            raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
+        return read_snapshot(store)
+
+    def job_view(self, person: WebPerson, job_id: str, render=None) -> dict:
+        """The job as its page and the API show it: inspect's document, the live status, and (render) the page's parts."""
+
+        def read():
+            snap = self.open_snapshot(person, job_id)
+            try:
+                out = inspect_document(snap)
+                view = {"out": out, "live": live_status(snap, out)}
+                if render is not None:
+                    view["page"] = render(snap, out)
+                return view
+            finally:
+                snap.close()
+
+        if render is not None:  # a page is rendered for one request: not shared
+            with person.lock:
+                try:
+                    return read()
+                except JobError:
+                    person.reset()
+                    raise
+        return person.read(job_id, self.generation, read)
+
+    def list_view(self, person: WebPerson, filters: dict | None = None) -> dict:
+        """`jobs` as this person may see it, waiting-for-me first: one listing per generation, whatever pages show it."""
+
+        def read():
+            if self.store:
+                out = jobs(store=person.url, program=self.program, **(filters or {}))
+            else:
+                out = jobs(roots=self.roots, program=self.program, **(filters or {}))
+            mine = [r for r in out["jobs"] if r["phase"] == "awaiting-review" and may_by_rule("decides", r, person.principal)]
+            rest = [r for r in out["jobs"] if r not in mine]
+            return {**out, "waitingForMe": [r["jobId"] for r in mine], "ordered": mine + rest}
+
+        if filters:
+            return read()
+        return person.read("", self.generation, read)
+
+    # -- acting ----------------------------------------------------------------
+
+    def act(self, person: WebPerson, job_id: str, command: str, fields: dict) -> dict:
+        """One act through the command API, as the person; a second tap of it waits for the first (the job's lock)."""
+        import threading
+
+        with self.locks_lock:
+            lock = self.act_locks.setdefault(job_id, threading.Lock())
+        deadline = time.monotonic() + WEB_BUSY_SECONDS
+        with lock:
+            while True:
+                store = person.act_store(job_id)
+                try:
+                    if not store.has_job():
+                        raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
+                    act: Any = WEB_ACTS[command]
+                    return act(store, **fields)
+                except BusyError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+                finally:
+                    store.close()
+
+    # -- change ----------------------------------------------------------------
+
+    def bump(self) -> None:
+        """Something may have changed: every open stream re-reads (on the server's loop)."""
+        import asyncio
+
+        self.generation += 1
+        changed, self.changed = self.changed, asyncio.Event()
+        if changed is not None:
+            changed.set()
+
+    def bump_soon(self) -> None:
+        """bump(), from the watcher's thread."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.bump)
+
+    def watch(self) -> None:
+        """The watcher thread: learns of changes and bumps; expires idle sessions."""
+        while not self.stopping.is_set():
+            try:
+                self.watch_store() if self.store else self.watch_roots()
+            except Exception as exc:  # the store went away: every page shows it, and the watcher tries again
+                down = f"the store cannot be reached since {now_utc()[11:19]} UTC ({clip(redact(exc), 160)}); reconnecting"
+                if self.down is None:
+                    self.down = down
+                    self.bump_soon()
+                self.stopping.wait(WEB_POLL_SECONDS)
+
+    def watch_roots(self) -> None:
+        """--root: one poll of every state directory's files (size and time) and lock, for all pages."""
+        seen = None
+        while not self.stopping.is_set():
+            self.expire_idle()
+            mark: list = []
+            for store in state_dirs_under(self.roots, self.program):
+                for name in sorted(os.listdir(store.root)):
+                    st = os.stat(os.path.join(store.root, name))
+                    mark.append((store.root, name, st.st_size, st.st_mtime_ns))
+                mark.append((store.root, "holder", str(store.holder())))
+            if mark != seen:
+                seen = mark
+                self.bump_soon()
+            self.stopping.wait(WEB_POLL_SECONDS)
+
+    def listener_url(self) -> str | None:
+        """LISTEN needs a login but no privilege: the connection of any signed-in person serves, read nothing with."""
+        return next((p.url for p in list(self.sessions.values()) if p.url), None)
+
+    def watch_store(self) -> None:
+        """A store: LISTEN on NOTIFY_CHANNEL, and between notifications one light poll of who holds a job's lock."""
+        url = self.listener_url()
+        if url is None:
+            self.expire_idle()
+            self.stopping.wait(WEB_POLL_SECONDS)
+            return
+        psycopg = need_psycopg()
+        holders = (
+            "SELECT coalesce(string_agg(application_name || ' ' || pid, '|' ORDER BY pid), '') AS mark FROM pg_stat_activity "
+            "WHERE application_name LIKE 'durable_job %' AND application_name NOT LIKE 'durable_job read %' "
+            "AND application_name NOT LIKE 'durable_job serve %'"
+        )
+        with psycopg.connect(url, autocommit=True, application_name=f"durable_job serve {os.getpid()}", connect_timeout=5) as conn:
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            if self.down is not None:
+                self.down = None
+            self.bump_soon()  # (re)connected: every page reads its saved status again
+            seen = None
+            while not self.stopping.is_set() and url in {p.url for p in list(self.sessions.values())}:
+                self.expire_idle()
+                notified = any(True for _ in conn.notifies(timeout=WEB_POLL_SECONDS, stop_after=1))
+                mark = conn.execute(holders).fetchone()[0]
+                if notified or mark != seen:
+                    seen = mark
+                    self.bump_soon()
+
+    # -- addresses ---------------------------------------------------------------
+
+    def address(self) -> str:
+        return self.base_address
+
+    def address_with_token(self) -> str:
+        return f"{self.base_address}?token={self.token}"
+
+
+WEB_ACTS = {
+    "decide": decide,
+    "revise": revise,
+    "retry": retry,
+    "cancel": cancel,
+}
+
+WEB_CSS = (
+    "nav.top{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;justify-content:space-between;margin-bottom:.5rem}"
+    "button,.btn,input[type=submit]{min-height:44px;min-width:44px;padding:.5rem 1rem;font:inherit;border-radius:8px;"
+    "border:1px solid #556;background:#eef;color:#111;cursor:pointer;text-decoration:none;display:inline-flex;align-items:center}"
+    "button.accept{background:#dfd}button.reject{background:#fdd}button.hold{background:#ffe9b0}"
+    "input[type=text],input[type=password],textarea{width:100%;min-height:44px;font:inherit;padding:.4rem;border:1px solid #889;border-radius:6px}"
+    "textarea{min-height:5rem}label{display:block;margin:.4rem 0 .2rem;font-weight:bold}"
+    "form.inline{display:inline}.acts{display:flex;flex-wrap:wrap;gap:.5rem;margin:.5rem 0}"
+    ".live{border:2px solid currentColor;border-radius:8px;padding:.5rem .75rem;margin:.5rem 0}"
+    ".live.unknown{color:#555;border-style:dashed}.live b{font-size:1.1rem}"
+    ".flash{border-radius:8px;padding:.5rem .75rem;background:#eef;margin:.5rem 0}.flash.bad{background:#fee}"
+    "ul.jobs{list-style:none;padding:0}ul.jobs li{border-top:1px solid #ddd;padding:.25rem 0}"
+    "ul.jobs a.job{display:block;min-height:44px;padding:.4rem 0;color:inherit;text-decoration:none}"
+    "ul.jobs a.job b{text-decoration:underline}.banner{background:#ffe9b0;border-radius:8px;padding:.5rem .75rem}"
+)
+
+WEB_TEMPLATES = {
+    "base.html": """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1"><meta name="referrer" content="no-referrer">
+<title>{{ title }} · durable_job</title><style nonce="{{ nonce }}">{{ css }}</style></head><body>
+<nav class="top"><a class="btn" href="/">Jobs</a>{% if person %}<span class="meta">signed in as {{ label }} <b>{{ person.principal }}</b></span>
+<form class="inline" method="post" action="/logout"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><button type="submit">Sign out</button></form>{% endif %}</nav>
+{% block body %}{% endblock %}
+{% if script %}<script nonce="{{ nonce }}">{{ script }}</script>{% endif %}
+</body></html>""",
+    "login.html": """{% extends "base.html" %}{% block body %}<main><h1>Sign in</h1>
+{% if message %}<p class="flash bad" role="alert">{{ message }}</p>{% endif %}
+{% if store %}<p>Sign in with your PostgreSQL role and its password: the store checks them, and everything you do here is recorded as that role.</p>
+<form method="post" action="/login"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="next" value="{{ next }}">
+<label for="role">Role</label><input type="text" id="role" name="role" autocomplete="username" autocapitalize="none" required>
+<label for="password">Password</label><input type="password" id="password" name="password" autocomplete="current-password" required>
+<div class="acts"><button type="submit">Sign in</button></div></form>
+<p class="note">A role that logs in otherwise (peer, certificate) uses the command line.</p>
+{% else %}<p>Open the address <code>serve</code> printed in its terminal (it holds a one-time token).</p>{% endif %}</main>{% endblock %}""",
+    "list.html": """{% extends "base.html" %}{% block body %}<header><h1>Jobs</h1>
+<p class="live" id="live" data-events="/api/events"><b id="live-state">Live</b> <span id="live-detail" class="meta">statuses update by themselves</span></p></header>
+<main id="list">{% if down %}<p class="flash bad">{{ down }}</p>{% endif %}
+<h2>Waiting for you ({{ waiting|length }})</h2>{% if waiting %}<ul class="jobs">{% for r in waiting %}{{ row(r) }}{% endfor %}</ul>{% else %}<p class="note">Nothing waits for your review.</p>{% endif %}
+<h2>Other jobs you may see ({{ rest|length }})</h2>{% if rest %}<ul class="jobs">{% for r in rest %}{{ row(r) }}{% endfor %}</ul>{% else %}<p class="note">None.</p>{% endif %}
+</main>{% endblock %}""",
+    "job.html": """{% extends "base.html" %}{% block body %}<header><h1>{{ job_id }}</h1>
+<p class="live {{ live.cls }}" id="live" data-events="{{ events }}" aria-live="polite"><b id="live-state">{{ live.status }}</b><br><span id="live-detail" class="meta">{{ live.detail }}</span></p>
+<p class="banner" id="changed" hidden>This job changed since the page was shown: <a class="btn" href="{{ here }}">Show the new version</a></p>
+</header>
+<main id="job" data-results="{{ out.resultsSha256 }}" data-phase="{{ out.phase }}">
+{% if flash %}<p class="flash {{ flash.cls }}" role="status">{{ flash.text }}</p>{% endif %}
+<p class="meta">draft {{ out.draftVersion }} · results <code>{{ out.resultsSha256 }}</code> · owner {{ out.owner }}{% if out.reviewers %} · reviewers {{ out.reviewers|join(", ") }}{% endif %} · mode {{ out.job.mode }} · model {{ out.job.model }}</p>
+{% if out.sealBroken %}<p class="flash bad">Read-only here: {{ out.sealBroken }}</p>{% endif %}
+{% if decide %}<section id="decide"><h2>Decide</h2><p>Your decision is bound to exactly the results above (draft {{ out.draftVersion }}): it is refused if they change before it is recorded. A decision made here is <b>unsigned</b>; for a signed one use <code>decide --sign-key</code> in a terminal.</p>
+<form method="post" action="{{ here }}/decision"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="resultsSha256" value="{{ out.resultsSha256 }}">
+<label for="reviewer">Your name</label><input type="text" id="reviewer" name="reviewer" value="{{ person.principal }}" required>
+<label for="reason">Reason</label><textarea id="reason" name="reason" required></textarea>
+<div class="acts">{% for d in decide %}<button type="submit" name="decision" value="{{ d }}" class="{{ d }}">{{ d|capitalize }}</button>{% endfor %}</div></form></section>{% endif %}
+{{ items }}
+{% if operator %}<section id="operator"><h2>Needs an operator</h2><p>A model call has no recorded outcome: it may have reached the provider and been billed, so nothing sends it again. Reconciling it stays in the terminal, where you can check the provider's usage records first:</p><code class="cmd">{{ out.next }}</code></section>{% endif %}
+{% if cancel %}<section id="cancel"><h2>Cancel the job</h2><p>Nothing more runs after a cancel; it cannot be undone.</p>
+<form method="post" action="{{ here }}/cancel"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="resultsSha256" value="{{ out.resultsSha256 }}">
+<label for="cancel-reviewer">Your name</label><input type="text" id="cancel-reviewer" name="reviewer" value="{{ person.principal }}" required>
+<label for="cancel-reason">Reason</label><textarea id="cancel-reason" name="reason" required></textarea>
+<div class="acts"><button type="submit">Cancel the job</button></div></form></section>{% endif %}
+{{ history }}
+{{ journal }}
+{{ decision }}
+</main>{% endblock %}""",
+    "item_acts.html": """<div class="acts-for" id="acts-{{ item_id }}">
+{% if retry %}<form method="post" action="{{ here }}/retry"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="item" value="{{ item_id }}"><input type="hidden" name="resultsSha256" value="{{ results }}">
+<label for="retry-reason-{{ item_id }}">Retry {{ item_id }}: spends its next model call. Reason</label><textarea id="retry-reason-{{ item_id }}" name="reason" required></textarea><input type="hidden" name="reviewer" value="{{ person.principal }}">
+<div class="acts"><button type="submit">Retry {{ item_id }}</button></div></form>{% endif %}
+<details><summary class="btn">Revise {{ item_id }} by hand</summary><form method="post" action="{{ here }}/revise"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="item" value="{{ item_id }}"><input type="hidden" name="resultsSha256" value="{{ results }}">
+<label for="summary-{{ item_id }}">Summary</label><textarea id="summary-{{ item_id }}" name="summary" required>{{ summary }}</textarea>
+<label for="citations-{{ item_id }}">Citations (JSON list of {"quote", "claim"}; each quote exactly as in the source)</label><textarea id="citations-{{ item_id }}" name="citations">{{ citations }}</textarea>
+<label for="revise-reason-{{ item_id }}">Reason</label><textarea id="revise-reason-{{ item_id }}" name="reason" required></textarea><input type="hidden" name="reviewer" value="{{ person.principal }}">
+<div class="acts"><button type="submit">Save a new draft</button></div></form></details></div>""",
+    "error.html": """{% extends "base.html" %}{% block body %}<main><h1>{{ heading }}</h1><p class="flash bad">{{ message }}</p><p><a class="btn" href="/">All jobs</a></p></main>{% endblock %}""",
+}
+
+# The page's only script: it keeps the status line live (the acts are plain forms and work without it).
+WEB_SCRIPT = """(function () {
+  var live = document.getElementById('live');
+  if (!live || !window.EventSource) return;
+  var state = document.getElementById('live-state'), detail = document.getElementById('live-detail');
+  var since = null, first = true;
+  function hhmmss(d) { return d.toTimeString().slice(0, 8); }
+  function main() { return document.querySelector('main'); }
+  function dirty() {
+    return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; });
+  }
+  function swap() {
+    fetch(location.pathname, {credentials: 'same-origin', headers: {'Accept': 'text/html'}}).then(function (r) {
+      if (!r.ok) throw new Error(r.status);
+      return r.text();
+    }).then(function (html) {
+      var fresh = new DOMParser().parseFromString(html, 'text/html').querySelector('main');
+      if (fresh) main().replaceWith(fresh);
+    }).catch(function () {});
+  }
+  var es = new EventSource(live.dataset.events);
+  es.onopen = function () { since = null; };
+  es.onmessage = function (m) {
+    var s = JSON.parse(m.data), page = main();
+    since = null;
+    if (s.list) { if (!first) swap(); first = false; state.textContent = 'Live'; detail.textContent = s.detail || ''; live.className = 'live'; return; }
+    first = false;
+    live.className = 'live ' + (s.cls || '');
+    state.textContent = s.status;
+    detail.textContent = s.detail || '';
+    if (page && page.dataset.results && (s.resultsSha256 !== page.dataset.results || s.phase !== page.dataset.phase)) {
+      if (page.dataset.phase !== 'awaiting-review' && !dirty()) swap();
+      else document.getElementById('changed').hidden = false;
+    }
+  };
+  es.addEventListener('signed-out', function () {
+    es.close();
+    live.className = 'live unknown';
+    state.textContent = 'Signed out';
+    detail.innerHTML = '';
+    var a = document.createElement('a');
+    a.className = 'btn'; a.href = '/login?next=' + encodeURIComponent(location.pathname); a.textContent = 'Sign in again';
+    detail.appendChild(a);
+  });
+  es.onerror = function () {
+    if (!since) since = new Date();
+    live.className = 'live unknown';
+    state.textContent = 'Status unknown since ' + hhmmss(since);
+    if (es.readyState === 2) {
+      detail.innerHTML = '';
+      var a = document.createElement('a');
+      a.className = 'btn'; a.href = '/login?next=' + encodeURIComponent(location.pathname); a.textContent = 'Sign in again';
+      detail.append('The server no longer knows this session (it restarted, or you were idle): ', a);
+    } else {
+      detail.textContent = 'The connection to the server was lost; reconnecting…';
+    }
+  };
+})();"""
+
+
+def web_item_acts(env, person: WebPerson, here: str, csrftoken: str, snap: Snapshot, out: dict):
+    """forms(item_id, result) for item_sections: a failed or edited item's retry and revise forms, at review only."""
+    import markupsafe
+
+    ways = {f["itemId"]: f for f in out.get("failedItems") or []}
+
+    def forms(item_id: str, result: dict) -> Html:
+        if not out.get("decideCommand") or out.get("sealBroken") or not snap.store.may("tends", snap.job):
+            return Html("")
+        cites = result.get("citations") or []
+        html = env.get_template("item_acts.html").render(
+            item_id=item_id,
+            here=here,
+            csrftoken=csrftoken,
+            person=person,
+            results=out["resultsSha256"],
+            retry="retryCommand" in ways.get(item_id, {}),
+            summary=result.get("summary") or "",
+            citations=json.dumps(cites, ensure_ascii=False, indent=1) if cites else "",
+        )
+        return Html(markupsafe.Markup(html))
+
+    return forms
+
+
+def web_app(site: WebSite):
+    """The Starlette application: pages, forms, the JSON API and the event streams, behind sessions and CSRF checks."""
+    import asyncio
+    import secrets
+
+    import jinja2
+    import markupsafe
+    from asgi_csrf import asgi_csrf
+    from sse_starlette.sse import EventSourceResponse
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.middleware import Middleware
+    from starlette.middleware.sessions import SessionMiddleware
+    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from starlette.routing import Route
+
+    env = jinja2.Environment(loader=jinja2.DictLoader(WEB_TEMPLATES), autoescape=True)
+    css = markupsafe.Markup(PAGE_CSS + WEB_CSS)
+    script = markupsafe.Markup(WEB_SCRIPT)
+    label = "role" if site.store else "account"
+
+    def page(request, name: str, status_code: int = 200, **values) -> HTMLResponse:
+        nonce = secrets.token_urlsafe(16)
+        person = values.pop("person", None)
+        html = env.get_template(name).render(
+            css=css, nonce=nonce, person=person, label=label, csrftoken=request.scope["csrftoken"](), **values
+        )
+        response = HTMLResponse(html, status_code=status_code)
+        response.headers["Content-Security-Policy"] = (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+            "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        )
+        return response
+
+    def person_of(request) -> WebPerson | None:
+        return site.person(request.session.get("sid"))
+
+    def refused(request, exc: WebRefusal, person=None, api: bool = False) -> Response:
+        if api:
+            return JSONResponse({"error": redact(str(exc)), **exc.extra}, status_code=exc.status_code)
+        heading = {404: "No such job", 403: "Not yours to do", 401: "Sign in"}.get(exc.status_code, "Refused")
+        return page(request, "error.html", exc.status_code, person=person, title=heading, heading=heading, message=redact(str(exc)))
+
+    def sign_in_first(request, api: bool) -> Response:
+        if api:
+            return JSONResponse({"error": "not signed in: POST /login first"}, status_code=401)
+        if site.roots:
+            exc = WebRefusal(401, "Open the address serve printed in its terminal (a one-time token), or ask its runner for a new one")
+            return refused(request, exc)
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+    def guarded(api: bool = False):
+        """A route for signed-in people only; a --root token in the query string signs the browser in."""
+
+        def wrap(handler):
+            async def route(request):
+                token = request.query_params.get("token")
+                if token and site.roots:
+                    person = site.spend_token(token)
+                    if person is not None:
+                        request.session["sid"] = site.new_session(person)
+                        return RedirectResponse(request.url.path, status_code=303)
+                person = person_of(request)
+                if person is None:
+                    return sign_in_first(request, api)
+                try:
+                    return await handler(request, person)
+                except WebRefusal as exc:
+                    return refused(request, exc, person, api)
+                except JobError as exc:
+                    return refused(request, act_refusal(exc), person, api)
+
+            return route
+
+        return wrap
+
+    def list_row(r: dict) -> markupsafe.Markup:
+        age = r.get("createdAtUtc") or ""
+        return markupsafe.Markup(
+            env.from_string(
+                "<li><a class='job' href='/jobs/{{ r.jobId|urlencode }}'><b>{{ r.jobId }}</b><br>"
+                "<span class='pill'>{{ r.phase }}</span> owner {{ r.owner }} · created {{ age }}</a></li>"
+            ).render(r=r, age=age)
+        )
+
+    @guarded()
+    async def list_page(request, person):
+        view = await run_in_threadpool(site.list_view, person)
+        waiting = [r for r in view["ordered"] if r["jobId"] in view["waitingForMe"]]
+        rest = [r for r in view["ordered"] if r["jobId"] not in view["waitingForMe"]]
+        return page(
+            request, "list.html", person=person, title="Jobs", waiting=waiting, rest=rest, row=list_row, down=site.down, script=script
+        )
+
+    def render_job(request, person: WebPerson, job_id: str):
+        here = f"/jobs/{quote_path(job_id)}"
+        csrftoken = request.scope["csrftoken"]()
+
+        def render(snap: Snapshot, out: dict) -> dict:
+            manifest, sources = snap.store.sealed_copies(snap.job)
+            acts = web_item_acts(env, person, here, csrftoken, snap, out)
+            return {
+                "items": markupsafe.Markup(hjoin(item_sections(snap, manifest or {}, sources, acts))),
+                "history": markupsafe.Markup(history_section(snap.store, out.get("drafts") or [])),
+                "journal": markupsafe.Markup(journal_section(snap)),
+                "decision": markupsafe.Markup(decision_section(snap, out)) if snap.final or snap.cancel else "",
+                "decide": list(DECISIONS)
+                if out.get("decideCommand") and not out.get("sealBroken") and snap.store.may("decides", snap.job)
+                else [],
+                "cancel": out["phase"] not in ("decided", "cancelled", "deciding")
+                and not out.get("sealBroken")
+                and snap.store.may("tends", snap.job),
+                "operator": out["phase"] == "uncertain-call",
+            }
+
+        return here, render
+
+    @guarded()
+    async def job_page(request, person):
+        job_id = request.path_params["job_id"]
+        here, render = render_job(request, person, job_id)
+        view = await run_in_threadpool(site.job_view, person, job_id, render)
+        flash = person.flash.pop(job_id, None)
+        return page(
+            request,
+            "job.html",
+            person=person,
+            title=job_id,
+            job_id=job_id,
+            here=here,
+            events=f"/api{here}/events",
+            out=view["out"],
+            live=view["live"],
+            flash=flash,
+            script=script,
+            **view["page"],
+        )
+
+    async def form_fields(request, names: tuple) -> dict:
+        form = await request.form()
+        return {n: str(form.get(n) or "") for n in names}
+
+    async def act_and_return(request, person: WebPerson, command: str, fields: dict) -> Response:
+        job_id = request.path_params["job_id"]
+        here = f"/jobs/{quote_path(job_id)}"
+        try:
+            out = await run_in_threadpool(site.act, person, job_id, command, fields)
+            person.flash[job_id] = {"text": act_said(command, out, label), "cls": ""}
+        except JobError as exc:
+            refusal = act_refusal(exc)
+            if refusal.status_code == 404:
+                return refused(request, refusal, person)
+            shown = " The page now shows the current version: review it, then act again." if refusal.extra.get("stale") else ""
+            person.flash[job_id] = {"text": f"Refused: {redact(str(exc))}{shown}", "cls": "bad"}
+        return RedirectResponse(here, status_code=303)
+
+    @guarded()
+    async def decision_form(request, person):
+        f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256"))
+        if f["decision"] not in DECISIONS:
+            raise WebRefusal(400, "choose accept, reject or hold")
+        fields = {"decision": f["decision"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
+        return await act_and_return(request, person, "decide", fields)
+
+    @guarded()
+    async def revise_form(request, person):
+        f = await form_fields(request, ("item", "summary", "citations", "reviewer", "reason", "resultsSha256"))
+        try:
+            citations = strict_json(f["citations"]) if f["citations"].strip() else None
+        except ValueError as exc:
+            person.flash[request.path_params["job_id"]] = {
+                "text": f'Refused: the citations are not valid JSON ({clip(exc, 80)}); write a list of {{"quote", "claim"}} objects',
+                "cls": "bad",
+            }
+            return RedirectResponse(f"/jobs/{quote_path(request.path_params['job_id'])}", status_code=303)
+        fields = {
+            "item": f["item"],
+            "summary": f["summary"],
+            "citations": citations,
+            "reviewer": f["reviewer"],
+            "reason": f["reason"],
+            "results_sha256": f["resultsSha256"],
+        }
+        return await act_and_return(request, person, "revise", fields)
+
+    @guarded()
+    async def retry_form(request, person):
+        f = await form_fields(request, ("item", "reviewer", "reason", "resultsSha256"))
+        fields = {"item": f["item"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
+        return await act_and_return(request, person, "retry", fields)
+
+    @guarded()
+    async def cancel_form(request, person):
+        f = await form_fields(request, ("reviewer", "reason"))
+        return await act_and_return(request, person, "cancel", {"reviewer": f["reviewer"], "reason": f["reason"]})
+
+    @guarded(api=True)
+    async def api_jobs(request, person):
+        q = request.query_params
+        filters = {
+            "phases": q.getlist("phase"),
+            "owner": q.get("owner"),
+            "mine": q.get("mine") in ("1", "true"),
+            "to_review": q.get("toReview") in ("1", "true"),
+            "since": q.get("since"),
+        }
+        filters = {k: v for k, v in filters.items() if v}
+        view = await run_in_threadpool(site.list_view, person, filters)
+        return JSONResponse({"jobs": view["jobs"]})
+
+    @guarded(api=True)
+    async def api_job(request, person):
+        view = await run_in_threadpool(site.job_view, person, request.path_params["job_id"])
+        return JSONResponse(view["out"])
+
+    @guarded(api=True)
+    async def api_decision(request, person):
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise WebRefusal(415, "the JSON API takes Content-Type: application/json")
+        try:
+            body = strict_json((await request.body()).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            raise WebRefusal(400, 'the body is not JSON: send {"decision", "reason", "resultsSha256", "reviewer"}') from None
+        if not isinstance(body, dict) or body.get("decision") not in DECISIONS or not is_sha256_hex(body.get("resultsSha256")):
+            raise WebRefusal(400, 'send {"decision": accept|reject|hold, "reason", "resultsSha256" (from GET /api/jobs/ID), "reviewer"}')
+        fields = {
+            "decision": body["decision"],
+            "reviewer": str(body.get("reviewer") or person.principal),
+            "reason": str(body.get("reason") or ""),
+            "results_sha256": body["resultsSha256"],
+        }
+        out = await run_in_threadpool(site.act, person, request.path_params["job_id"], "decide", fields)
+        return JSONResponse(out)
+
+    async def stream(request, person: WebPerson, read):
+        """An event stream: the saved status at once, then again after each change, until the client or serve goes."""
+
+        async def events():
+            sent = None
+            seen = -1
+            while not site.stopping.is_set():
+                if person.signed_out or site.person(request.session.get("sid"), touch=False) is not person:
+                    yield {"event": "signed-out", "data": "{}"}
+                    return
+                if site.generation != seen:
+                    seen = site.generation
+                    try:
+                        data = await run_in_threadpool(read, seen)
+                    except WebRefusal as exc:
+                        yield {"event": "refused", "data": json.dumps({"error": str(exc), "status": exc.status_code})}
+                        return
+                    except JobError as exc:
+                        data = {"phase": None, "status": "Status unknown", "cls": "unknown", "detail": site.down or redact(clip(exc, 200))}
+                    if data != sent:
+                        sent = data
+                        yield {"data": json.dumps(data, ensure_ascii=False), "retry": 1000}
+                changed = site.changed
+                if changed is not None and site.generation == seen:
+                    try:
+                        await asyncio.wait_for(changed.wait(), WEB_POLL_SECONDS * 5)
+                    except TimeoutError:
+                        pass
+
+        return EventSourceResponse(events(), ping=WEB_PING_SECONDS, headers={"Cache-Control": "no-store"})
+
+    @guarded(api=True)
+    async def api_events(request, person):
+        job_id = request.path_params["job_id"]
+        await run_in_threadpool(site.job_view, person, job_id)  # 404 before the stream opens
+        return await stream(request, person, lambda _seen: site.job_view(person, job_id)["live"])
+
+    @guarded(api=True)
+    async def api_list_events(request, person):
+        def read(_seen):
+            view = site.list_view(person)
+            return {"list": True, "jobs": [[r["jobId"], r["phase"]] for r in view["ordered"]], "detail": site.down or ""}
+
+        return await stream(request, person, read)
+
+    async def login_page(request):
+        nxt = request.query_params.get("next") or "/"
+        return page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt if nxt.startswith("/") else "/")
+
+    async def login(request):
+        json_body = request.headers.get("content-type", "").startswith("application/json")
+        if json_body:
+            try:
+                body = strict_json((await request.body()).decode("utf-8"))
+                body = body if isinstance(body, dict) else {}
+            except (ValueError, UnicodeDecodeError):
+                body = {}
+        else:
+            body = dict(await request.form())
+        role, password = str(body.get("role") or ""), str(body.get("password") or "")
+        nxt = str(body.get("next") or "/")
+        if not site.store:
+            return refused(request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body)
+        try:
+            person = await run_in_threadpool(site.sign_in, role, password)
+        except WebRefusal as exc:
+            await asyncio.sleep(0.5)  # a wrong password costs the guesser a moment
+            if json_body:
+                return refused(request, exc, api=True)
+            return page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, message=str(exc))
+        request.session["sid"] = site.new_session(person)
+        if json_body:
+            return JSONResponse({"signedIn": person.principal})
+        return RedirectResponse(nxt if nxt.startswith("/") and not nxt.startswith("//") else "/", status_code=303)
+
+    async def logout(request):
+        sid = request.session.pop("sid", None)
+        if sid:
+            site.sign_out(sid)
+        return RedirectResponse("/login" if site.store else "/signed-out", status_code=303)
+
+    async def signed_out(request):
+        return page(
+            request, "error.html", title="Signed out", heading="Signed out", message="Open a new address from serve to sign in again."
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        import threading
+
+        site.loop = asyncio.get_running_loop()
+        site.bump()
+        watcher = threading.Thread(target=site.watch, name="durable_job serve watcher", daemon=True)
+        watcher.start()
+        yield
+        site.stopping.set()
+        site.bump()
+        watcher.join(timeout=WEB_POLL_SECONDS * 3)
+        for sid in list(site.sessions):
+            site.sign_out(sid)
+
+    routes = [
+        Route("/", list_page),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/signed-out", signed_out),
+        Route("/jobs/{job_id:str}", job_page),
+        Route("/jobs/{job_id:str}/decision", decision_form, methods=["POST"]),
+        Route("/jobs/{job_id:str}/revise", revise_form, methods=["POST"]),
+        Route("/jobs/{job_id:str}/retry", retry_form, methods=["POST"]),
+        Route("/jobs/{job_id:str}/cancel", cancel_form, methods=["POST"]),
+        Route("/api/jobs", api_jobs),
+        Route("/api/events", api_list_events),
+        Route("/api/jobs/{job_id:str}", api_job),
+        Route("/api/jobs/{job_id:str}/events", api_events),
+        Route("/api/jobs/{job_id:str}/decision", api_decision, methods=["POST"]),
+    ]
+    middleware = [
+        Middleware(
+            SessionMiddleware,
+            secret_key=secrets.token_urlsafe(32),  # in memory: a restarted serve knows no session, nor any password
+            session_cookie=WEB_SESSION_COOKIE,
+            max_age=None,
+            same_site="strict",
+            https_only=site.secure,
+        )
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+    async def no_store(scope, receive, send):
+        """Every answer: not cached, not sniffed, sent to no referrer (the pages show sensitive documents)."""
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [
+                    *message["headers"],
+                    (b"cache-control", b"no-store"),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                ]
+            await send(message)
+
+        await app(scope, receive, send_with_headers)
+
+    return asgi_csrf(
+        no_store,
+        signing_secret=secrets.token_urlsafe(32),
+        always_protect={"/login", "/logout"},
+        cookie_samesite="Strict",
+        cookie_secure=site.secure,
+    )
+
+
+def quote_path(job_id: str) -> str:
+    from urllib.parse import quote
+
+    return quote(job_id, safe="")
+
+
+def act_said(command: str, out: dict, label: str) -> str:
+    """The line a page shows after an act the command API recorded (or found already recorded)."""
+    if command == "decide":
+        final = out.get("final") or {}
+        said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
+        if out.get("existing"):
+            return f"Already recorded: {said}. Nothing new was recorded."
+        return f"Recorded: {said} (unsigned)."
+    if command in ("revise", "retry"):
+        return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
+    cancelled = out.get("cancelled") or {}
+    return f"Recorded: the job is cancelled by {cancelled.get('reviewer')} ({label} {cancelled.get('principal')})."
+
+
+def check_serve_address(host: str, certfile: str | None, keyfile: str | None, behind_proxy: str | None) -> bool:
+    """Refuse what would expose sessions and passwords; whether cookies must be Secure (TLS here or at the proxy)."""
+    if bool(certfile) != bool(keyfile):
+        raise UsageError("--certfile and --keyfile go together: give both (the certificate and its private key), or neither")
+    for flag_name, path in (("--certfile", certfile), ("--keyfile", keyfile)):
+        if path and not os.path.isfile(path):
+            raise UsageError(f"{flag_name} {path} is not a file; name the PEM file")
+    if host not in WEB_LOOPBACK and not certfile and not behind_proxy:
+        raise UsageError(
+            f"--host {host} is not a loopback address: passwords and sessions would cross the network unencrypted; give "
+            "--certfile and --keyfile, or --behind-proxy ADDRESS when a proxy in front of serve terminates TLS"
+        )
+    return bool(certfile or behind_proxy)
+
+
+def serve(
+    *,
+    store: str | None = None,
+    roots=(),
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    behind_proxy: str | None = None,
+    idle_minutes: float = WEB_IDLE_MINUTES,
+    program: str | None = None,
+    say=None,
+) -> dict:
+    """Serve the live review web app until SIGTERM or Ctrl-C: a team's store (store=URL) or state directories (roots).
+
+    Everyone signs in (a store's role and password; a --root's one-time printed token) and sees and does exactly
+    what the CLI lets them. The address to open is printed once (say, default stderr).
+    """
+    import signal
+    import socket
+
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    if bool(store) == bool(roots):
+        raise UsageError(f"serve needs --store URL (a team's store, or set {STORE_ENV}) or --root DIR (your state directories), one")
+    if store:
+        remember_secrets(store)
+        check_store_url(store)
+        need_psycopg()
+    for root in roots:
+        if not os.path.isdir(root):
+            raise UsageError(f"--root {root} is not a folder; name the folder that holds your state directories")
+    if not 0 < idle_minutes <= 24 * 60:
+        raise UsageError(f"--idle-minutes {idle_minutes:g}: give a number of minutes from 0 to 1440 (default {WEB_IDLE_MINUTES:g})")
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: give a port from 1 to 65535 (0: any free one)")
+    secure = check_serve_address(host, certfile, keyfile, behind_proxy)
+    need_web()
+    import sse_starlette.sse
+    import uvicorn
+
+    code_sha256()  # this process's own seal, from the bytes it loaded: a job sealed by another version is shown read-only
+    site = WebSite(
+        store=store,
+        roots=[os.path.abspath(r) for r in roots],
+        program=program or default_program(),
+        idle_seconds=idle_minutes * 60,
+        secure=secure,
+        say=say,
+    )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"serve cannot listen on {host}:{port} ({exc.strerror}); give another --port (0: any free one)") from None
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    site.base_address = f"{'https' if certfile else 'http'}://{shown}:{bound}/"
+    stopped: list = []
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            """SIGTERM or Ctrl-C: stop, ending every open event stream at once; serve then exits 0 (a stop asked for)."""
+            stopped.append(signal.Signals(sig).name)
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: stop without waiting for open requests
+            self.should_exit = True
+            site.stopping.set()
+            sse_starlette.sse.AppStatus.should_exit = True
+            if site.loop is not None:
+                site.loop.call_soon_threadsafe(site.bump)
+
+    config = uvicorn.Config(
+        web_app(site),
+        log_level="warning",
+        access_log=False,  # an address can carry the --root token: nothing logs addresses
+        proxy_headers=bool(behind_proxy),
+        forwarded_allow_ips=behind_proxy,
+        ssl_certfile=certfile,
+        ssl_keyfile=keyfile,
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+    )
+    server = Server(config)
+    say(f"serving {site.where()}: open {site.address_with_token() if site.roots else site.address()}")
+    server.run(sockets=[sock])
+    return {"served": site.address(), "stoppedBy": stopped[0] if stopped else None}
+
+
+###############################################################################
+# 21. CLI: argparse and main()
 ###############################################################################
 
 # Each cmd_* parses nothing itself: it hands the parsed flags to its command in the API above.
@@ -8148,6 +9278,16 @@ def cmd_work(args) -> dict:
     store = store_url_from(args, "work")
     args.opened = None  # a worker's output names its store itself
     return work(store, concurrency=args.concurrency, until_idle=args.until_idle)
+
+
+def cmd_serve(args) -> dict:
+    """Serve the live review web app (sign in, follow jobs live, act from a phone) until SIGTERM or Ctrl-C."""
+    store = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    return serve(
+        store=store,
+        roots=args.root or (),
+        **flags_of(args, "host", "port", "certfile", "keyfile", "behind_proxy", "idle_minutes", "program"),
+    )
 
 
 class Command:
@@ -8352,6 +9492,31 @@ COMMANDS = {
         ],
         state_dir=False,
     ),
+    "serve": Command(
+        cmd_serve,
+        text_serve,
+        [
+            STORE_FLAG,
+            flag("--root", type=path_argument, action="append", help="a folder holding your state directories at any depth (repeatable)"),
+            flag("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; another needs TLS or --behind-proxy)"),
+            flag("--port", type=int, default=8765, help="the port to listen on (default 8765; 0: any free port)"),
+            flag("--certfile", type=path_argument, metavar="PEM", help="serve HTTPS with this certificate (with --keyfile)"),
+            flag("--keyfile", type=path_argument, metavar="PEM", help="the certificate's private key"),
+            flag(
+                "--behind-proxy",
+                metavar="ADDRESS",
+                help="a proxy at ADDRESS terminates TLS in front of serve: its X-Forwarded-* headers are believed, no one else's",
+            ),
+            flag(
+                "--idle-minutes",
+                type=float,
+                default=WEB_IDLE_MINUTES,
+                metavar="N",
+                help=f"sign out a session unused for N minutes (default {WEB_IDLE_MINUTES:g})",
+            ),
+        ],
+        state_dir=False,
+    ),
     "work": Command(
         cmd_work,
         text_work,
@@ -8369,7 +9534,7 @@ COMMANDS = {
         state_dir=False,
     ),
 }
-CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate", "work")  # a failure in these leaves nothing to resume
+CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate", "work", "serve")  # a failure in these leaves nothing to resume
 
 
 def help_command(command: str = "") -> str:
