@@ -9075,6 +9075,7 @@ def serve(
     except OSError as exc:
         sock.close()
         raise UsageError(f"serve cannot listen on {host}:{port} ({exc.strerror}); give another --port (0: any free one)") from None
+    sock.listen(128)  # from now on a browser's connection waits in the queue, even before the server's first accept
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     site.base_address = f"{'https' if certfile else 'http'}://{shown}:{bound}/"

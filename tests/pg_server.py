@@ -135,6 +135,7 @@ class PgServer:
             f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections=200 "
             "-c shared_preload_libraries=pg_stat_statements -c autovacuum=off"
         )
+        server.log, server.opts = log, opts
         proc = server._run([pg_bin("pg_ctl"), "-w", "-D", server.data, "-l", log, "-o", opts, "start"])
         if proc.returncode != 0:
             with open(log, errors="replace") as fh:
@@ -184,6 +185,12 @@ class PgServer:
 
     def stop(self) -> None:
         self._run([pg_bin("pg_ctl"), "-D", self.data, "-m", "immediate", "-w", "stop"])
+
+    def start_again(self) -> None:
+        """After stop(): the same server up again on its port (a database that went away and came back)."""
+        proc = self._run([pg_bin("pg_ctl"), "-w", "-D", self.data, "-l", self.log, "-o", self.opts, "start"])
+        if proc.returncode != 0:
+            raise RuntimeError(f"PostgreSQL did not start again: {proc.stderr.strip()[-300:]}")
 
 
 if __name__ == "__main__":  # a server for a person to try: python tests/pg_server.py FOLDER

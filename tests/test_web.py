@@ -1,0 +1,447 @@
+"""Review from anywhere: `serve`, the live review web app, over real HTTP on loopback (and real Chromium in test_browser).
+
+Every journey runs a real `serve` process; people sign in as they would (a store's role and its password, or the
+one-time token `serve --root` prints), and every act is checked afterwards through the CLI and the store itself.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from conftest import PROGRAM, Workspace, as_role, clean_env, copy_program, kill_group, new_store, password_of, wait_for
+
+
+class Serve:
+    """A real `serve` subprocess on a free loopback port: the address it printed, its output, and a way to stop it."""
+
+    def __init__(self, cwd, *args, env=None, program=None):
+        full_env = clean_env()
+        full_env.pop("PGPASSFILE", None)  # serve knows no password but the ones people type
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, program or PROGRAM, "serve", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            cwd=str(cwd),
+            start_new_session=True,
+        )
+        self.err: list = []
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+        wait_for(lambda: self.address or self.proc.poll() is not None, timeout=30)
+        assert self.address, f"serve did not print its address: {''.join(self.err)}"
+        self.base = self.address.split("?", 1)[0].rstrip("/")
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.err.append(line)
+
+    @property
+    def address(self) -> str | None:
+        for line in self.err:
+            found = re.search(r"open (https?://\S+)", line)
+            if found:
+                return found.group(1)
+        return None
+
+    def stop(self, sig=signal.SIGTERM, timeout=15) -> tuple:
+        self.proc.send_signal(sig)
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.reader.join(timeout=5)
+        return self.proc.returncode, out, "".join(self.err)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            kill_group(self.proc)
+            self.proc.wait(timeout=10)
+
+    def client(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.base, follow_redirects=False, timeout=30, **kw)
+
+
+@pytest.fixture
+def serving(request):
+    """Start serves for a test; every one is stopped after it."""
+    started = []
+
+    def start(*args, **kw) -> Serve:
+        s = Serve(*args, **kw)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.kill()
+
+
+def csrf(client: httpx.Client) -> str:
+    """The CSRF token a page set in its cookie (each form carries it back)."""
+    if "csrftoken" not in client.cookies:
+        client.get("/login")
+    return client.cookies["csrftoken"]
+
+
+def sign_in(s: Serve, role: str, password: str | None = None) -> httpx.Client:
+    """A browser-like client signed in to a store serve as role (the form a person fills in)."""
+    c = s.client()
+    token = csrf(c)
+    r = c.post("/login", data={"csrftoken": token, "role": role, "password": password or password_of(role), "next": "/"})
+    assert r.status_code == 303, r.text
+    return c
+
+
+def post_form(c: httpx.Client, path: str, **fields) -> httpx.Response:
+    return c.post(path, data={"csrftoken": csrf(c), **fields})
+
+
+def live_state(html: str) -> str:
+    return re.search(r'id="live-state">([^<]*)<', html).group(1)
+
+
+def shown_results(html: str) -> str:
+    return re.search(r'data-results="([0-9a-f]{64})"', html).group(1)
+
+
+def events(c: httpx.Client, path: str, count: int, timeout=20.0) -> list:
+    """The first `count` data events of an event stream, as JSON."""
+    got = []
+    with c.stream("GET", path, timeout=timeout) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                got.append(json.loads(line[6:]))
+                if len(got) == count:
+                    break
+    return got
+
+
+def store_counts(store: str, *tables: str) -> list:
+    """How many rows each table of the store holds, as its administrator counts them (through psql)."""
+    query = "SELECT " + ", ".join(f"(SELECT count(*) FROM durable_job.{t})" for t in tables)
+    out = subprocess.run(["psql", "-XAt", as_role(store, "durable"), "-c", query], capture_output=True, text=True, check=True)
+    return [int(n) for n in out.stdout.strip().split("|")]
+
+
+def store_job(tmp_path, pg_server, **overrides) -> Workspace:
+    """alice's job in a fresh store, waiting for review by bob (sealed by alice, run by her start)."""
+    ws = Workspace(tmp_path, store=new_store(pg_server, "alice"))
+    ws.write_manifest(reviewers=["bob"], **overrides)
+    ws.start().ok()
+    return ws
+
+
+# -- one person's state directories: the printed one-time address ---------------------------------------------------
+
+
+def test_a_person_opens_the_printed_address_reviews_and_decides_once(tmp_path, serving):
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    ws.start().ok()
+    s = serving(tmp_path, "--root", str(tmp_path))
+    assert "?token=" in s.address and s.address.startswith("http://127.0.0.1:")
+    browser = s.client()
+    r = browser.get("/?" + s.address.split("?", 1)[1])
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    cookie = r.headers["set-cookie"]
+    assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower() and "secure" not in cookie.lower()
+    assert s.client().get("/?" + s.address.split("?", 1)[1]).status_code == 401  # one time only
+    assert "can sign in once at: http://127.0.0.1:" in "".join(s.err)  # the next device's address
+    listing = browser.get("/").text
+    assert "Waiting for you (1)" in listing and "/jobs/journey" in listing
+    page = browser.get("/jobs/journey")
+    assert page.status_code == 200 and live_state(page.text) == "Awaiting review: draft 1"
+    assert "<mark id='q0-0'>" in page.text and "unsigned" in page.text
+    assert "script-src 'nonce-" in page.headers["content-security-policy"] and page.headers["cache-control"] == "no-store"
+    digest = shown_results(page.text)
+    assert digest == ws.run("inspect").ok()["resultsSha256"]
+
+    r = browser.post("/jobs/journey/decision", data={"decision": "accept", "reviewer": "Dana", "reason": "ok", "resultsSha256": digest})
+    assert r.status_code == 403  # no CSRF token: refused before anything reads the form
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+    fields = {"decision": "accept", "reviewer": "Dana", "reason": "read it all", "resultsSha256": digest}
+    assert post_form(browser, "/jobs/journey/decision", **fields).status_code == 303
+    page = browser.get("/jobs/journey").text
+    assert live_state(page).startswith("Saved: accepted by Dana (account ") and "Recorded: accept by Dana" in page
+    assert post_form(browser, "/jobs/journey/decision", **fields).status_code == 303  # a second tap
+    assert "Already recorded: accept by Dana" in browser.get("/jobs/journey").text
+    post_form(browser, "/jobs/journey/decision", **{**fields, "decision": "reject"})
+    assert "Refused: Final decision already recorded: accept by Dana" in browser.get("/jobs/journey").text
+    assert len(ws.journal("SELECT * FROM decisions")) == 1
+    final = ws.run("inspect").ok()["final"]
+    assert (final["decision"], final["reviewer"], final["signature"]) == ("accept", "Dana", None)
+    again = ws.run("decide", "--decision", "accept", "--reviewer", "Dana", "--reason", "again")
+    assert again.ok()["existing"] is True and again.ok()["final"] == final  # the CLI answers a repeat the same way
+    assert ws.run("verify").ok()["ok"] is True
+    code, out, err = s.stop()
+    assert code == 0 and json.loads(out)["stoppedBy"] == "SIGTERM"
+
+
+def test_an_idle_session_is_signed_out_and_a_cross_site_post_carries_no_session(tmp_path, serving):
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    ws.start().ok()
+    s = serving(tmp_path, "--root", str(tmp_path), "--idle-minutes", "0.02")
+    browser = s.client()
+    browser.get("/?" + s.address.split("?", 1)[1])
+    digest = shown_results(browser.get("/jobs/journey").text)
+    token = csrf(browser)
+    time.sleep(1.6)
+    r = browser.post(
+        "/jobs/journey/decision", data={"csrftoken": token, "decision": "hold", "reviewer": "x", "reason": "y", "resultsSha256": digest}
+    )
+    assert r.status_code == 401 and "one-time token" in r.text  # the session expired: nothing recorded
+    # a form on another site: the browser sends no SameSite=Strict cookie with it, so it carries no session
+    other = httpx.post(
+        f"{s.base}/jobs/journey/decision",
+        data={"decision": "hold", "reviewer": "x", "reason": "y", "resultsSha256": digest},
+        headers={"Origin": "https://elsewhere.example"},
+    )
+    assert other.status_code == 401
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
+def test_serve_refuses_what_would_expose_passwords_or_cannot_listen(tmp_path):
+    def held(*args):
+        proc = subprocess.run([sys.executable, PROGRAM, "serve", *args], capture_output=True, text=True, env=clean_env(), timeout=60)
+        assert proc.returncode == 2 and proc.stderr.startswith("HOLD: ") and "Traceback" not in proc.stderr, proc.stderr
+        return proc.stderr
+
+    assert "not a loopback address" in held("--root", str(tmp_path), "--host", "0.0.0.0")
+    assert "go together" in held("--root", str(tmp_path), "--certfile", PROGRAM)
+    assert "--store URL" in held()
+    assert "is not a folder" in held("--root", str(tmp_path / "missing"))
+    with __import__("socket").socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        assert "give another --port" in held("--root", str(tmp_path), "--port", str(busy.getsockname()[1]))
+
+
+def test_serve_over_tls_sets_secure_cookies(tmp_path, serving):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True,
+        capture_output=True,
+    )
+    s = serving(tmp_path, "--root", str(tmp_path), "--certfile", str(cert), "--keyfile", str(key))
+    assert s.address.startswith("https://127.0.0.1:")
+    r = httpx.get(s.address, verify=False)
+    assert r.status_code == 303 and "secure" in r.headers["set-cookie"].lower()
+
+
+def test_a_job_sealed_by_another_program_is_shown_read_only(tmp_path, serving):
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    os.makedirs(tmp_path / "other")
+    other = copy_program(tmp_path / "other", lambda text: text + "\n# another release\n")
+    ws.run("start", "--manifest", ws.manifest, program=other).ok()
+    s = serving(tmp_path, "--root", str(tmp_path))
+    browser = s.client()
+    browser.get("/?" + s.address.split("?", 1)[1])
+    page = browser.get("/jobs/journey").text
+    assert "Read-only here: Executable bytes changed" in page and "/decision" not in page
+    digest = shown_results(page)
+    post_form(browser, "/jobs/journey/decision", decision="accept", reviewer="x", reason="y", resultsSha256=digest)
+    assert "Refused: Executable bytes changed" in browser.get("/jobs/journey").text
+    assert ws.run("status", program=other).ok()["phase"] == "awaiting-review"
+
+
+# -- a team's store: each person signs in as their own role ---------------------------------------------------------
+
+
+def test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    wrong = s.client()
+    r = wrong.post("/login", data={"csrftoken": csrf(wrong), "role": "bob", "password": "not-his", "next": "/"})
+    assert r.status_code == 401 and "did not accept that role and password" in r.text
+    empty = s.client()
+    assert empty.post("/login", data={"csrftoken": csrf(empty), "role": "bob", "password": ""}).status_code == 401  # never pgpass
+
+    carol = sign_in(s, "carol")
+    assert "Waiting for you (0)" in carol.get("/").text and "journey" not in carol.get("/").text
+    hidden, unknown = carol.get("/jobs/journey"), carol.get("/jobs/no-such-job")
+    assert hidden.status_code == unknown.status_code == 404
+
+    def alike(r):
+        return re.sub(r"nonce=\"[^\"]+\"", "", r.text).replace("journey", "X").replace("no-such-job", "X")
+
+    assert alike(hidden) == alike(unknown)  # an invisible job and no job look the same
+    assert carol.get("/api/jobs/journey").status_code == 404 and carol.get("/api/jobs").json() == {"jobs": []}
+
+    digest = ws.run("inspect").ok()["resultsSha256"]
+    api = {"decision": "accept", "reason": "mine", "resultsSha256": digest, "reviewer": "Alice"}
+    alice = sign_in(s, "alice")
+    headers = {"x-csrftoken": csrf(alice)}
+    assert alice.post("/api/jobs/journey/decision", json=api, headers=headers).status_code == 403  # the owner, not its reviewer
+    assert (
+        alice.post("/api/jobs/journey/decision", content=json.dumps(api), headers={**headers, "content-type": "text/plain"}).status_code
+        == 415
+    )
+
+    bob = sign_in(s, "bob")
+    headers = {"x-csrftoken": csrf(bob)}
+    assert "Waiting for you (1)" in bob.get("/").text
+    assert bob.post("/api/jobs/journey/decision", json=api).status_code == 403  # JSON without the CSRF header
+    stale = bob.post("/api/jobs/journey/decision", json={**api, "resultsSha256": "0" * 64}, headers=headers)
+    assert stale.status_code == 409 and stale.json()["resultsSha256"] == digest
+    decided = bob.post("/api/jobs/journey/decision", json={**api, "reviewer": "Bob B."}, headers=headers)
+    assert decided.status_code == 200 and decided.json()["final"]["principal"] == "bob"
+    again = bob.post("/api/jobs/journey/decision", json={**api, "reviewer": "Bob B."}, headers=headers).json()
+    assert again["existing"] is True and again["final"] == decided.json()["final"]
+    job = bob.get("/api/jobs/journey").json()
+    assert job["phase"] == "decided" and job["final"]["reviewer"] == "Bob B." and "next" in job
+    assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
+    assert ws.run("verify").ok()["ok"] is True
+    pages = bob.get("/").text + bob.get("/jobs/journey").text + decided.text + bob.get("/api/jobs").text
+    code, out, err = s.stop()
+    assert code == 0
+    for role in ("alice", "bob", "carol"):  # no password reaches an output or a page
+        assert password_of(role) not in out + err + pages
+
+
+def test_double_submit_records_one_decision_and_one_receipt(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    bob = sign_in(s, "bob")
+    digest = shown_results(bob.get("/jobs/journey").text)
+    token = csrf(bob)
+    fields = {"csrftoken": token, "decision": "accept", "reviewer": "Bob", "reason": "twice", "resultsSha256": digest}
+    answers = []
+    taps = [threading.Thread(target=lambda: answers.append(bob.post("/jobs/journey/decision", data=fields))) for _ in range(3)]
+    for t in taps:
+        t.start()
+    for t in taps:
+        t.join()
+    assert [a.status_code for a in answers] == [303, 303, 303]
+    assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
+
+
+def test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    bob = sign_in(s, "bob")
+    shown = shown_results(bob.get("/jobs/journey").text)
+    summary = tmp_path / "summary.txt"
+    summary.write_text("Alpha, as bob rewrote it.\n")
+    bob_cli = {"DURABLE_JOB_STORE": ""}
+    revised = ws.run(
+        "revise",
+        "--item",
+        "alpha",
+        "--summary-file",
+        str(summary),
+        "--reviewer",
+        "Bob",
+        "--reason",
+        "clearer",
+        "--store",
+        as_role(ws.store, "bob"),
+        "--job",
+        "journey",
+        state=False,
+        env=bob_cli,
+    ).ok()
+    post_form(bob, "/jobs/journey/decision", decision="accept", reviewer="Bob", reason="ok", resultsSha256=shown)
+    page = bob.get("/jobs/journey").text
+    assert "Refused: stale: results changed since review" in page and "The page now shows the current version" in page
+    assert shown_results(page) == revised["resultsSha256"] != shown and "draft 2" in page and "as bob rewrote it" in page
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
+def test_the_page_is_told_of_a_cli_decision_and_of_the_database_going_away(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    bob = sign_in(s, "bob")
+    seen: list = []
+    done = threading.Event()
+
+    def follow():
+        try:
+            with bob.stream("GET", "/api/jobs/journey/events", timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        seen.append((time.monotonic(), json.loads(line[6:])))
+                        if len(seen) == 4 or done.is_set():
+                            return
+        except httpx.HTTPError:
+            pass
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    wait_for(lambda: seen, timeout=20)
+    assert seen[0][1]["status"] == "Awaiting review: draft 1"
+    bob_url = as_role(ws.store, "bob")
+    decided_at = time.monotonic()
+    ws.run(
+        "decide", "--decision", "hold", "--reviewer", "Bob", "--reason", "later", "--store", bob_url, "--job", "journey", state=False
+    ).ok()
+    wait_for(lambda: len(seen) >= 2, timeout=10)
+    assert seen[1][1]["phase"] == "decided" and seen[1][1]["status"].startswith("Saved: held by Bob (role bob)")
+    assert seen[1][0] - decided_at < 5
+    pg_server.stop()
+    try:
+        wait_for(lambda: len(seen) >= 3, timeout=20)
+        assert seen[2][1]["phase"] is None and seen[2][1]["status"] == "Status unknown"
+    finally:
+        pg_server.start_again()
+    wait_for(lambda: len(seen) >= 4, timeout=30)
+    assert seen[3][1]["status"].startswith("Saved: held by Bob")  # back, under bob's own policies
+    done.set()
+
+
+def test_many_open_pages_hold_no_more_connections_than_one(tmp_path, pg_server, serving):
+    store = new_store(pg_server, "alice")
+    for n in range(3):
+        ws = Workspace(tmp_path / f"j{n}", store=store)
+        ws.write_manifest(jobId=f"job-{n}", reviewers=["bob"])
+        ws.start().ok()
+    s = serving(tmp_path, "--store", store)
+    bob = sign_in(s, "bob")
+
+    def serve_connections() -> int:
+        out = subprocess.run(
+            [
+                "psql",
+                "-XAt",
+                as_role(store, "durable"),
+                "-c",
+                f"SELECT count(*) FROM pg_stat_activity WHERE application_name IN ('durable_job read {s.proc.pid}', 'durable_job serve {s.proc.pid}')",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        return int(out.stdout.strip())
+
+    stop = threading.Event()
+
+    def hold_open(job):
+        try:
+            with bob.stream("GET", f"/api/jobs/{job}/events", timeout=60) as r:
+                for _ in r.iter_lines():
+                    if stop.is_set():
+                        return
+        except httpx.HTTPError:  # serve stopped under it at the end of the test
+            pass
+
+    def opened(n_pages):
+        threads = [threading.Thread(target=hold_open, args=(f"job-{n % 3}",), daemon=True) for n in range(n_pages)]
+        for t in threads:
+            t.start()
+        time.sleep(2.5)
+        return serve_connections()
+
+    one = opened(1)
+    many = opened(12)
+    stop.set()
+    assert one == many == 2  # bob's read connection and the one listener, however many pages
