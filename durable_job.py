@@ -8113,6 +8113,9 @@ def live_status(snap: Snapshot, out: dict) -> dict:
     }
 
 
+WEB_ACTS = {"decide": decide, "revise": revise, "retry": retry, "cancel": cancel}  # what a page may do: the CLI's own commands
+
+
 class WebPerson:
     """A signed-in person: who (the principal), how to reach their jobs (their store address, with their password,
     in memory only; or the --root folders), their read connection, and their session's last use."""
@@ -8426,13 +8429,6 @@ class WebSite:
         return f"{self.base_address}?token={self.token}"
 
 
-WEB_ACTS = {
-    "decide": decide,
-    "revise": revise,
-    "retry": retry,
-    "cancel": cancel,
-}
-
 WEB_CSS = (
     "nav.top{display:flex;flex-wrap:wrap;gap:.5rem;align-items:center;justify-content:space-between;margin-bottom:.5rem}"
     "button,.btn,input[type=submit]{min-height:44px;min-width:44px;padding:.5rem 1rem;font:inherit;border-radius:8px;"
@@ -8534,7 +8530,14 @@ WEB_SCRIPT = """(function () {
   es.onmessage = function (m) {
     var s = JSON.parse(m.data), page = main();
     since = null;
-    if (s.list) { if (!first) swap(); first = false; state.textContent = 'Live'; detail.textContent = s.detail || ''; live.className = 'live'; return; }
+    if (s.list) {
+      if (!first) swap();
+      first = false;
+      state.textContent = 'Live';
+      detail.textContent = s.detail || 'statuses update by themselves';
+      live.className = 'live';
+      return;
+    }
     first = false;
     live.className = 'live ' + (s.cls || '');
     state.textContent = s.status;
@@ -8592,6 +8595,60 @@ def web_item_acts(env, person: WebPerson, here: str, csrftoken: str, snap: Snaps
         return Html(markupsafe.Markup(html))
 
     return forms
+
+
+def row_status(row: dict, label: str) -> tuple[str, str]:
+    """A `jobs` row's status as the list shows it (the job page's live status, in short), and its colour."""
+    phase = row["phase"]
+    if phase == "running":
+        return "Generating", "wait"
+    if phase == "awaiting-review":
+        return "Awaiting review", "wait"
+    if phase == "uncertain-call":
+        return "Needs an operator", "bad"
+    if phase == "decided":
+        by = row.get("decidedBy") or {}
+        decision = str(row.get("next") or "").removeprefix("decided: ").split(";")[0]
+        return f"Saved: {WEB_DECIDED.get(decision, decision)} by {by.get('reviewer')} ({label} {by.get('principal')})", "ok"
+    if phase == "cancelled":
+        return "Cancelled", "bad"
+    return phase.replace("-", " ").capitalize(), "wait"
+
+
+def age_text(created) -> str:
+    """How long ago a job was sealed, as a person says it (3 min ago), from its createdAtUtc."""
+    import datetime
+
+    try:
+        then = datetime.datetime.fromisoformat(str(created).rstrip("Z")).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return "created at an unknown time"
+    seconds = max(0, int((datetime.datetime.now(datetime.UTC) - then).total_seconds()))
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = seconds // size
+            return f"sealed {n} {unit}{'s' if unit == 'day' and n > 1 else ''} ago"
+    return "sealed just now"
+
+
+def quote_path(job_id: str) -> str:
+    from urllib.parse import quote
+
+    return quote(job_id, safe="")
+
+
+def act_said(command: str, out: dict, label: str) -> str:
+    """The line a page shows after an act the command API recorded (or found already recorded)."""
+    if command == "decide":
+        final = out.get("final") or {}
+        said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
+        if out.get("existing"):
+            return f"Already recorded: {said}. Nothing new was recorded."
+        return f"Recorded: {said} (unsigned)."
+    if command in ("revise", "retry"):
+        return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
+    cancelled = out.get("cancelled") or {}
+    return f"Recorded: the job is cancelled by {cancelled.get('reviewer')} ({label} {cancelled.get('principal')})."
 
 
 def web_app(site: WebSite):
@@ -8670,14 +8727,14 @@ def web_app(site: WebSite):
 
         return wrap
 
+    row_template = env.from_string(
+        "<li><a class='job' href='/jobs/{{ r.jobId|urlencode }}'><b>{{ r.jobId }}</b><br>"
+        "<span class='pill {{ cls }}'>{{ status }}</span> owner {{ r.owner }} · {{ age }}</a></li>"
+    )
+
     def list_row(r: dict) -> markupsafe.Markup:
-        age = r.get("createdAtUtc") or ""
-        return markupsafe.Markup(
-            env.from_string(
-                "<li><a class='job' href='/jobs/{{ r.jobId|urlencode }}'><b>{{ r.jobId }}</b><br>"
-                "<span class='pill'>{{ r.phase }}</span> owner {{ r.owner }} · created {{ age }}</a></li>"
-            ).render(r=r, age=age)
-        )
+        status, cls = row_status(r, label)
+        return markupsafe.Markup(row_template.render(r=r, status=status, cls=cls, age=age_text(r.get("createdAtUtc"))))
 
     @guarded()
     async def list_page(request, person):
@@ -8981,26 +9038,6 @@ def web_app(site: WebSite):
         cookie_samesite="Strict",
         cookie_secure=site.secure,
     )
-
-
-def quote_path(job_id: str) -> str:
-    from urllib.parse import quote
-
-    return quote(job_id, safe="")
-
-
-def act_said(command: str, out: dict, label: str) -> str:
-    """The line a page shows after an act the command API recorded (or found already recorded)."""
-    if command == "decide":
-        final = out.get("final") or {}
-        said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
-        if out.get("existing"):
-            return f"Already recorded: {said}. Nothing new was recorded."
-        return f"Recorded: {said} (unsigned)."
-    if command in ("revise", "retry"):
-        return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
-    cancelled = out.get("cancelled") or {}
-    return f"Recorded: the job is cancelled by {cancelled.get('reviewer')} ({label} {cancelled.get('principal')})."
 
 
 def check_serve_address(host: str, certfile: str | None, keyfile: str | None, behind_proxy: str | None) -> bool:
