@@ -16,7 +16,7 @@ $(VENV)/.runtime: requirements.txt pyproject.toml
 	$(PIP) install --quiet --no-deps -e .
 	@touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-mcp.txt requirements-postgres.txt
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-mcp.txt requirements-postgres.txt requirements-web.txt
 	$(PIP) install --quiet -r requirements-dev.txt
 	@touch $@
 

@@ -3,13 +3,15 @@
 # `make test` and `.ci/run` call this before pytest, so no test fails deep inside
 # the suite for want of a program.
 #
-#   chromium    renders the review page headless (tests/test_review.py)
+#   chromium    renders the review page headless (tests/test_review.py) and is the phone of tests/test_web.py
+#   chromium-driver  chromedriver, through which Selenium drives that Chromium (tests/test_web.py)
 #   postgresql  the throwaway server the store tests start themselves (tests/pg_server.py)
 #   openssh-client  ssh-keygen, ssh-agent and ssh-add: the reviewers' keys that sign (tests/test_evidence.py)
 set -eu
 
 missing=""
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$missing chromium"
+[ -x /usr/bin/chromedriver ] || missing="$missing chromium-driver"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing="$missing postgresql"
 command -v ssh-keygen >/dev/null 2>&1 && command -v ssh-agent >/dev/null 2>&1 || missing="$missing openssh-client"
 
