@@ -8547,6 +8547,12 @@ WEB_SCRIPT = """(function () {
       else document.getElementById('changed').hidden = false;
     }
   };
+  es.addEventListener('refused', function (m) {
+    es.close();
+    live.className = 'live unknown';
+    state.textContent = 'Not shown';
+    detail.textContent = JSON.parse(m.data).error;
+  });
   es.addEventListener('signed-out', function () {
     es.close();
     live.className = 'live unknown';
@@ -8629,6 +8635,12 @@ def age_text(created) -> str:
             n = seconds // size
             return f"sealed {n} {unit}{'s' if unit == 'day' and n > 1 else ''} ago"
     return "sealed just now"
+
+
+def local_path(value) -> str:
+    """Where a sign-in returns: the list or one job's page of this app, nothing else (no //host, no /\\host)."""
+    value = str(value or "/")
+    return value if re.fullmatch(r"/(jobs/[A-Za-z0-9._~%-]+)?", value) else "/"
 
 
 def quote_path(job_id: str) -> str:
@@ -8721,6 +8733,8 @@ def web_app(site: WebSite):
                 except WebRefusal as exc:
                     return refused(request, exc, person, api)
                 except JobError as exc:
+                    if site.down:  # the store went away: say so, not what a read of it happened to raise
+                        return refused(request, WebRefusal(503, site.down[0].upper() + site.down[1:]), person, api)
                     return refused(request, act_refusal(exc), person, api)
 
             return route
@@ -8931,8 +8945,8 @@ def web_app(site: WebSite):
         return await stream(request, person, read)
 
     async def login_page(request):
-        nxt = request.query_params.get("next") or "/"
-        return page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt if nxt.startswith("/") else "/")
+        nxt = local_path(request.query_params.get("next"))
+        return page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt)
 
     async def login(request):
         json_body = request.headers.get("content-type", "").startswith("application/json")
@@ -8945,7 +8959,7 @@ def web_app(site: WebSite):
         else:
             body = dict(await request.form())
         role, password = str(body.get("role") or ""), str(body.get("password") or "")
-        nxt = str(body.get("next") or "/")
+        nxt = local_path(body.get("next"))
         if not site.store:
             return refused(request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body)
         try:
@@ -8958,7 +8972,7 @@ def web_app(site: WebSite):
         request.session["sid"] = site.new_session(person)
         if json_body:
             return JSONResponse({"signedIn": person.principal})
-        return RedirectResponse(nxt if nxt.startswith("/") and not nxt.startswith("//") else "/", status_code=303)
+        return RedirectResponse(nxt, status_code=303)
 
     async def logout(request):
         sid = request.session.pop("sid", None)

@@ -456,4 +456,40 @@ MUTANTS = [
         'if links[0]["record"].get("jobId") != snap.job["jobId"]:',
         ["tests/test_evidence.py::test_every_change_of_a_signed_store_job_is_named_by_verify"],
     ),
+    # --- the web app (issue 23) ----------------------------------------------------------------------------------
+    Mutant(
+        "repeat-for-any-principal",
+        "decide: only the same principal's same decision is a repeat; anyone else's is refused",
+        '    if not final or final.get("decision") != decision or final.get("principal") != ctx.store.principal():',
+        '    if not final or final.get("decision") != decision:',
+        ["tests/test_faults.py::test_race_decide_decide", "tests/test_identity.py"],
+    ),
+    Mutant(
+        "empty-password-signs-in",
+        "serve: a person's own password signs them in, never the server's pgpass",
+        "        if not role or not password or len(role) > 63 or len(password) > 1000:",
+        "        if not role or len(role) > 63 or len(password) > 1000:",
+        ["tests/test_web.py::test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may"],
+    ),
+    Mutant(
+        "sessions-never-idle",
+        "serve: an unused session is signed out",
+        "        if time.monotonic() - person.last_seen > self.idle_seconds:\n            self.sign_out(cast(str, sid))",
+        "        if False:\n            self.sign_out(cast(str, sid))",
+        ["tests/test_web.py::test_an_idle_session_is_signed_out_and_a_cross_site_post_carries_no_session"],
+    ),
+    Mutant(
+        "revise-unbound",
+        "revise: an edit bound to the results shown is refused once they changed",
+        '        refuse_stale(bound, results_sha256(results), "revise")',
+        "        pass",
+        ["tests/test_web.py::test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown", "tests/test_review.py"],
+    ),
+    Mutant(
+        "sign-in-returns-anywhere",
+        "serve: a sign-in returns to this app only",
+        '    return value if re.fullmatch(r"/(jobs/[A-Za-z0-9._~%-]+)?", value) else "/"',
+        "    return value",
+        ["tests/test_web.py::test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may"],
+    ),
 ]
