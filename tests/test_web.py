@@ -16,7 +16,18 @@ import time
 import httpx
 import pytest
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, copy_program, kill_group, new_store, password_of, wait_for
+from conftest import (
+    PROGRAM,
+    Workspace,
+    as_role,
+    clean_env,
+    copy_program,
+    kill_group,
+    new_store,
+    openai_workspace,
+    password_of,
+    wait_for,
+)
 
 
 class Serve:
@@ -187,6 +198,44 @@ def test_a_person_opens_the_printed_address_reviews_and_decides_once(tmp_path, s
     assert code == 0 and json.loads(out)["stoppedBy"] == "SIGTERM"
 
 
+def root_browser(s: Serve) -> httpx.Client:
+    """A browser signed in to a --root serve by its printed one-time address."""
+    browser = s.client()
+    assert browser.get("/?" + s.address.split("?", 1)[1]).status_code == 303
+    return browser
+
+
+def test_a_failed_item_is_retried_and_the_job_cancelled_from_the_page(tmp_path, provider, serving):
+    ws = openai_workspace(Workspace(tmp_path), provider)
+    provider.behave(by_input={"Alpha report": "not-json"})
+    assert [r["status"] for r in ws.start().ok()["results"]] == ["failed", "validated"]
+    s = serving(tmp_path, "--root", str(tmp_path), env=provider.env())
+    browser = root_browser(s)
+    page = browser.get("/jobs/journey").text
+    assert "not valid JSON" in page and "The model's raw output" in page and "Retry alpha" in page
+    assert 'button type="submit" name="decision" value="accept"' in page  # offered; refused while an item failed
+    provider.behave("ok")
+    post_form(browser, "/jobs/journey/retry", item="alpha", reviewer="me", reason="once more", resultsSha256=shown_results(page))
+    page = browser.get("/jobs/journey").text
+    assert "Recorded: draft 2 of item alpha" in page and live_state(page) == "Awaiting review: draft 2"
+    assert len(provider.requests()) == 3  # the retry's one call, and nothing else
+    post_form(browser, "/jobs/journey/cancel", reviewer="Dana", reason="not needed")
+    page = browser.get("/jobs/journey").text
+    assert live_state(page).startswith("Cancelled by Dana (account ") and "/decision" not in page and "/cancel" not in page
+    assert ws.run("status").ok()["phase"] == "cancelled" and ws.run("verify").ok()["ok"] is True
+
+
+def test_an_uncertain_call_sends_the_operator_to_the_terminal(tmp_path, serving):
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    s = serving(tmp_path, "--root", str(tmp_path))
+    page = root_browser(s).get("/jobs/journey").text
+    assert live_state(page) == "Needs an operator" and "UNCERTAIN_CALL alpha" in page
+    assert "stays in the terminal" in page and f"reconcile --state-dir {ws.state}" in page.replace("&#39;", "'")
+    assert "/decision" not in page  # nothing to decide while a call's outcome is unknown
+
+
 def test_an_idle_session_is_signed_out_and_a_cross_site_post_carries_no_session(tmp_path, serving):
     ws = Workspace(tmp_path)
     ws.write_manifest()
@@ -309,6 +358,8 @@ def test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may(tmp_pat
     assert job["phase"] == "decided" and job["final"]["reviewer"] == "Bob B." and "next" in job
     assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
     assert ws.run("verify").ok()["ok"] is True
+    assert post_form(carol, "/logout").status_code == 303
+    assert carol.get("/").status_code == 303 and carol.get("/api/jobs").status_code == 401  # signed out: the cookie opens nothing
     pages = bob.get("/").text + bob.get("/jobs/journey").text + decided.text + bob.get("/api/jobs").text
     code, out, err = s.stop()
     assert code == 0
@@ -480,8 +531,10 @@ def test_many_open_pages_hold_no_more_connections_than_one(tmp_path, pg_server, 
 
     one = opened(1)
     many = opened(12)
-    stop.set()
     assert one == many == 2  # bob's read connection and the one listener, however many pages
+    code, out, _ = s.stop(signal.SIGINT)  # Ctrl-C with 13 event streams open
+    assert code == 0 and json.loads(out)["stoppedBy"] == "SIGINT"
+    stop.set()
 
 
 # -- a reviewer's phone: real Chromium through chromedriver, at 390×844 ------------------------------------------------
