@@ -469,7 +469,7 @@ MUTANTS = [
         "serve: a person's own password signs them in, never the server's pgpass",
         "        if not role or not password or len(role) > 63 or len(password) > 1000:",
         "        if not role or len(role) > 63 or len(password) > 1000:",
-        ["tests/test_web.py::test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may"],
+        ["tests/test_web.py::test_a_server_accounts_own_pgpass_signs_no_one_in"],
     ),
     Mutant(
         "sessions-never-idle",

@@ -367,6 +367,16 @@ def test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may(tmp_pat
         assert password_of(role) not in out + err + pages
 
 
+def test_a_server_accounts_own_pgpass_signs_no_one_in(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store, env={"PGPASSFILE": os.environ["PGPASSFILE"]})  # it knows every role's password
+    for password in ("", "wrong"):
+        c = s.client()
+        r = c.post("/login", data={"csrftoken": csrf(c), "role": "bob", "password": password, "next": "/"})
+        assert r.status_code == 401 and "sid" not in str(c.cookies), password
+    assert sign_in(s, "bob").get("/api/jobs").json()["jobs"][0]["jobId"] == "journey"  # his own password does
+
+
 def test_double_submit_records_one_decision_and_one_receipt(tmp_path, pg_server, serving):
     ws = store_job(tmp_path, pg_server)
     s = serving(tmp_path, "--store", ws.store)
