@@ -4394,6 +4394,21 @@ class PgStore(Store):
         return "store schema current; the job row's manifest and source bytes match their sha256"
 
 
+def refuse_while_held(store: PgStore, db: PgJournal) -> None:
+    """An upgrade's migrations wait for a drained store: a job held now is being run or decided by the program before it."""
+    if db.rows("SELECT to_regclass('durable_job.job_locks') IS NOT NULL AS made")[0]["made"] is False:
+        return  # a store set up for the first time holds no job
+    holders = lock_holders(db)
+    if holders:
+        job_id, h = min(holders.items())
+        more = f" (and {len(holders) - 1} more)" if len(holders) > 1 else ""
+        raise BusyError(
+            f"The store {store.public} has migrations to apply, but job {job_id}{more} is held by {h.get('command')} "
+            f"(pid {h.get('pid')} on {h.get('host') or 'an unnamed host'}, role {h.get('role')}, since {h.get('sinceUtc')}): "
+            f"drain first (let its workers finish and its reviewers decide), then {BusyError.AGAIN}"
+        )
+
+
 def migrate_store(store: PgStore, conn) -> dict:
     """Create or bring up to date the store's schema: the journal migrations, then PostgresSaver.setup().
 
@@ -4427,6 +4442,7 @@ def migrate_store(store: PgStore, conn) -> dict:
         if store.ready(db):
             done, highest = store.schema_state(db)
             return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
+        refuse_while_held(store, db)
         db.run("CREATE SCHEMA IF NOT EXISTS durable_job", {})
         apply_migrations(db, PG_MIGRATIONS, "durable_job._migrations")
         from langgraph.checkpoint.postgres import PostgresSaver

@@ -114,6 +114,27 @@ def slow_openai_job(ws, provider, seconds=30):
     return proc
 
 
+def test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job(ws_store, provider, pg_server):
+    ws = ws_store
+    proc = slow_openai_job(ws, provider, seconds=3)
+    admin = as_role(ws.store, "durable")
+    db = admin.rsplit("/", 1)[1]
+    # as if this store were one migration behind the program: the next release's migration not yet recorded
+    pg_server.sql("durable", "DELETE FROM durable_job._migrations WHERE name = 'm007_notify'", db=db)
+    try:
+        held = ws.run("migrate", "--store", admin, state=False).held(
+            "BusyError", "has migrations to apply, but job journey is held by start"
+        )
+        assert "drain first" in held and f"pid {proc.pid}" in held and "role alice" in held
+        assert pg_server.sql("durable", "SELECT count(*) FROM durable_job._migrations WHERE name = 'm007_notify'", db=db).strip() == "0"
+    finally:
+        assert proc.wait(timeout=60) == 0  # the job goes on to its review meanwhile
+    pg_server.sql("durable", "DROP FUNCTION durable_job.notify_change() CASCADE", db=db)  # nor its objects made
+    migrated = ws.run("migrate", "--store", admin, state=False).ok()
+    assert migrated["changed"] is True
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
 def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
     ws = ws_store
     proc = slow_openai_job(ws, provider)
