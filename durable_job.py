@@ -5115,17 +5115,20 @@ def store_page(
     Snapshot as read_snapshot reads it, or the StateError that made it unreadable). `filters` names PAGE_FILTERS,
     whose values `params` holds; `limit` None: every job. The caller closes the lister's connection."""
     db = lister.db()
-    if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
-        return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
     where = "".join(f" AND {PAGE_FILTERS[name]}" for name in filters)
-    rows = db.rows(
-        STORE_PAGE_SQL.replace("{filters}", where),
-        ns=LG_ROOT_NAMESPACE,
-        keys=list(STATE_KEYS),
-        channels=list(LG_SAVED_CHANNELS),
-        limit=limit,
-        **(params or {}),
-    )
+    try:
+        rows = db.rows(
+            STORE_PAGE_SQL.replace("{filters}", where),
+            ns=LG_ROOT_NAMESPACE,
+            keys=list(STATE_KEYS),
+            channels=list(LG_SAVED_CHANNELS),
+            limit=limit,
+            **(params or {}),
+        )
+    except StateError:  # asked only after a failure, so that a page is one statement
+        if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
+            return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
+        raise
     page: list[tuple[tuple, PgStore, Snapshot | StateError]] = []
     for row in rows:
         store = lister.for_job(row["job_id"])

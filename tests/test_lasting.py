@@ -118,6 +118,10 @@ def test_a_store_lists_its_jobs_a_page_at_a_time_and_the_cursor_holds_while_jobs
     assert every_page(alice, "--phase", "cancelled", limit=5) == [["job-4"]]
     assert listed(alice, "--phase", "decided", "--limit", "1")["nextPage"].count("--phase decided") == 1
 
+    empty = Workspace(tmp_path / "admin", store=new_store(pg_server, empty=True), inprocess="store")
+    assert listed(empty, "--limit", "1") == {"jobs": []}  # a database not set up yet holds no job
+    assert empty.run("usage", "--store", empty.store).ok()["total"]["calls"] == 0
+
 
 def test_a_role_pages_through_only_what_it_may_see_and_a_cursor_is_never_a_way_in(tmp_path, pg_server):
     store = new_store(pg_server, "alice")
@@ -127,6 +131,9 @@ def test_a_role_pages_through_only_what_it_may_see_and_a_cursor_is_never_a_way_i
     started(bob, "b-1")
     started(alice, "a-3", reviewers=["bob"])
     assert every_page(bob, limit=1) == [["a-1"], ["b-1"], ["a-3"]]  # a-2 names no reviewer: alice's alone
+    through_psycopg = Workspace(tmp_path / "bob-psycopg", store=bob.store, inprocess=False)
+    through_psycopg.env["DURABLE_JOB_PG_DRIVER"] = "psycopg"  # the same statement through the other driver
+    assert every_page(through_psycopg, limit=2) == [["a-1", "b-1"], ["a-3"]]
     cursor = listed(alice, "--limit", "1")["nextCursor"]
     assert ids(listed(carol, "--after", cursor)) == []  # carol sees no job, whatever cursor she holds
     assert ids(listed(bob, "--to-review", "--limit", "1")) == ["a-1"]
