@@ -7768,8 +7768,9 @@ def usage(
     groups: dict[str, dict] = {}
     whole: dict = {"jobs": set(), "calls": 0, "tokens": no_tokens(), "byModel": {}}
     for job in spent:
+        job["model"] = job["model"] or "unknown"  # a record that cannot be read still has its calls counted
         for call in job["calls"]:
-            name = {"owner": job["owner"], "model": job["model"], "day": call["at"][:10]}[by]
+            name = {"owner": job["owner"] or "unknown", "model": job["model"], "day": call["at"][:10]}[by]
             tokens = call_tokens(call["usage"])
             for group in (groups.setdefault(name, {"jobs": set(), "calls": 0, "tokens": no_tokens(), "byModel": {}}), whole):
                 group["jobs"].add(job["jobId"])
@@ -7953,9 +7954,14 @@ def submit_all(store: Store, manifests: list, manifest: str | None = None) -> di
         raise UsageError(f"--job names one job: leave it out to submit {len(paths)} manifests (each names its own jobId)")
     read: dict[str, str] = {}
     for path in paths:
-        job_id = read_manifest(path)[0]["jobId"]  # a bad manifest stops everything here, before any is sealed
+        try:
+            job_id = read_manifest(path)[0]["jobId"]  # a bad manifest stops everything here, before any is sealed
+        except JobError as exc:
+            raise type(exc)(f"{exc}; nothing was submitted (every manifest is checked before any is sealed)") from None
         if job_id in read:
-            raise ManifestError(f"Manifests {read[job_id]} and {path} both name jobId {job_id}; give each request its own jobId")
+            raise ManifestError(
+                f"Manifests {read[job_id]} and {path} both name jobId {job_id}; give each request its own jobId (nothing was submitted)"
+            )
         read[job_id] = path
     done: list[dict] = []
     for n, path in enumerate(paths):

@@ -199,8 +199,12 @@ def test_one_bad_manifest_is_named_and_nothing_already_submitted_is_lost(tmp_pat
     w.store = store
     with open(os.path.join(folder, "m2.json"), "w") as fh:
         fh.write("{not json")
-    w.run("submit", "--store", store, folder).held("ManifestError", "m2.json")
+    w.run("submit", "--store", store, folder).held("ManifestError", "m2.json", "nothing was submitted")
     assert ids(listed(desk(tmp_path, store, "alice"))) == []  # read and checked first: nothing was sealed
+    twin = os.path.join(str(tmp_path), "twin.json")
+    with open(twin, "w") as fh:
+        json.dump(w.manifest_dict(jobId="sub-0"), fh)
+    w.run("submit", "--store", store, os.path.join(folder, "m0.json"), twin).held("ManifestError", "both name jobId sub-0")
 
     manifest = w.manifest_dict(jobId="sub-2")
     manifest["items"][1]["path"] = "other-beta.txt"  # sealed over bytes that changed since: found only while sealing
