@@ -5566,9 +5566,12 @@ def tokens_words(tokens: dict, cost: dict | None = None) -> str:
 
 
 def cost_words(cost: dict) -> str:
-    """ "estimated cost 0.0012 USD (from prices.json; no price for fake-1)": always named as an estimate, and from where."""
+    """ "estimated cost 0.001200 USD (from prices.json, prices set 2026-11-01; no price for fake-1)": always named as an
+    estimate, from which file, and as of when."""
+    dates = sorted(set(cost["pricesSetOn"].values()))
+    when = f", prices set {', '.join(dates)}" if dates else ""
     unpriced = f"; no price for {', '.join(cost['unpriced'])}" if cost["unpriced"] else ""
-    return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{unpriced})"
+    return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{when}{unpriced})"
 
 
 ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole

@@ -240,13 +240,19 @@ def test_tokens_and_an_estimated_cost_show_in_inspect_jobs_and_the_review_page(w
         "unpriced": [],
     }
     text = ws.run("inspect", "--prices", prices, "--text").stdout
-    assert f"tokens: {tokens['input']:,} input" in text and f"estimated cost {cost_of(tokens):.6f} EUR (from prices.json)" in text
+    assert (
+        f"tokens: {tokens['input']:,} input" in text
+        and f"estimated cost {cost_of(tokens):.6f} EUR (from prices.json, prices set 2026-11-01)" in text
+    )
     page = tmp_path / "review.html"
     ws.run("inspect", "--html", str(page)).ok()
     assert f"tokens: {tokens['input']:,} input · {tokens['output']:,} output · {tokens['total']:,} total" in page.read_text()
 
     [row] = ws.run("jobs", "--root", ws.root, "--prices", prices, state=False).ok()["jobs"]
     assert row["tokens"] == tokens and row["estimatedCost"]["amount"] == cost_of(tokens)
+    table = ws.run("jobs", "--root", ws.root, "--prices", prices, "--text", state=False).stdout
+    assert "TOKENS  EST. COST (EUR)" in table and table.splitlines()[1].split()[-2:] == [f"{tokens['total']:,}", f"{cost_of(tokens):.6f}"]
+    assert f"costs: estimates from {prices}, not the provider's bill" in table
     ws.run("decide", "--decision", "accept", "--reviewer", "dana", "--reason", "ok").ok()
     receipt = ws.receipt()  # the receipt, hash-chained evidence, is as it was
     assert receipt["schemaVersion"] == 2 and not {"tokens", "estimatedCost"} & set(receipt)
