@@ -5490,6 +5490,21 @@ PAGE_CSS = (
 )
 
 
+def tokens_words(tokens: dict, cost: dict | None = None) -> str:
+    """ "tokens: 1,200 input · 300 output · 1,500 total" (and the estimated cost, when a prices file gave one)."""
+    words = f"tokens: {tokens['input']:,} input · {tokens['output']:,} output · {tokens['total']:,} total"
+    return words + (f" · {cost_words(cost)}" if cost else "")
+
+
+def cost_words(cost: dict) -> str:
+    """ "estimated cost 0.001200 USD (from prices.json, prices set 2026-11-01; no price for fake-1)": always named as an
+    estimate, from which file, and as of when."""
+    dates = sorted(set(cost["pricesSetOn"].values()))
+    when = f", prices set {', '.join(dates)}" if dates else ""
+    unpriced = f"; no price for {', '.join(cost['unpriced'])}" if cost["unpriced"] else ""
+    return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{when}{unpriced})"
+
+
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
     """One self-contained review page (no network, no external assets, no script); every string escaped."""
     manifest, sources = snap.store.sealed_copies(snap.job)
@@ -5557,21 +5572,6 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     parts.append(decision_section(snap, out))
     parts.append(Html("</main></body></html>"))
     write_atomic(path, hjoin(parts, "\n").encode("utf-8"))
-
-
-def tokens_words(tokens: dict, cost: dict | None = None) -> str:
-    """ "tokens: 1,200 input · 300 output · 1,500 total" (and the estimated cost, when a prices file gave one)."""
-    words = f"tokens: {tokens['input']:,} input · {tokens['output']:,} output · {tokens['total']:,} total"
-    return words + (f" · {cost_words(cost)}" if cost else "")
-
-
-def cost_words(cost: dict) -> str:
-    """ "estimated cost 0.001200 USD (from prices.json, prices set 2026-11-01; no price for fake-1)": always named as an
-    estimate, from which file, and as of when."""
-    dates = sorted(set(cost["pricesSetOn"].values()))
-    when = f", prices set {', '.join(dates)}" if dates else ""
-    unpriced = f"; no price for {', '.join(cost['unpriced'])}" if cost["unpriced"] else ""
-    return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{when}{unpriced})"
 
 
 ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
