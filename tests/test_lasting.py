@@ -333,3 +333,38 @@ def test_a_prices_path_that_is_no_file_is_refused_too(tmp_path):
     w.run("inspect", "--prices", str(tmp_path / "missing.json")).held("UsageError", "--prices", "cannot be read")
     w.run("inspect", "--prices", str(tmp_path)).held("UsageError", "--prices", "not a regular file")
     w.run("usage", "--root", w.root, "--by", "week", state=False).held("UsageError", "--by")
+
+
+def test_on_a_terminal_a_page_holds_50_jobs_and_piped_every_job(tmp_path):
+    import pty
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import clean_env
+
+    first = Workspace(tmp_path / "jobs" / "q000")
+    first.write_manifest()
+    first.start().ok()
+    for n in range(1, 51):  # 51 state directories: copies of one job, each a job of its own to list
+        shutil.copytree(first.state, tmp_path / "jobs" / f"q{n:03d}" / "state")
+    argv = [sys.executable, PROGRAM, "jobs", "--root", str(tmp_path / "jobs")]
+    ours, theirs = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=theirs, stderr=subprocess.PIPE, env=clean_env(), cwd=str(tmp_path))
+    os.close(theirs)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(ours, 65536)
+        except OSError:  # the terminal's other end closed: the command is done
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(ours)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    lines = shown.decode().splitlines()
+    assert sum(line.startswith("journey ") for line in lines) == 50
+    assert lines[-1].startswith("more jobs: the next page is `python ") and "--limit 50 --after " in lines[-1]
+    piped = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path), timeout=60)
+    assert len(json.loads(piped.stdout)["jobs"]) == 51 and "nextCursor" not in json.loads(piped.stdout)
