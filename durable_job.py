@@ -1834,6 +1834,10 @@ CHECKPOINT_MIGRATION = 9  # the highest checkpoint_migrations row langgraph-chec
 SETUP_WAIT_SECONDS = 60.0
 LIBPQ_MIN_VERSION = 120000  # PQlibVersion() of the oldest libpq the reader speaks to (12.0); older: psycopg reads
 DRIVER_ENV = "DURABLE_JOB_PG_DRIVER"  # "psycopg": read through psycopg, never libpq directly
+# A reader's session setting, sent with the connection (no statement of its own): no JIT compilation. A listing's
+# one statement over a thousand jobs is costed high enough for the server to JIT-compile it, which took 1.2 s for a
+# statement that runs in 0.15 s; a reader's short statements never gain from it. A URL's own `options` replace it.
+READER_OPTIONS = "-c jit=off"
 
 
 def need_psycopg():
@@ -2033,8 +2037,9 @@ class LibpqConnection:
         import ctypes
 
         self.lib, self.ctypes = lib, ctypes
-        keys = (ctypes.c_char_p * 4)(b"dbname", b"application_name", b"connect_timeout", None)
-        values = (ctypes.c_char_p * 4)(url.encode(), name.encode(), b"10", None)
+        # keywords are read in order, the last one standing: options before dbname, so that the URL's own win
+        keys = (ctypes.c_char_p * 5)(b"options", b"dbname", b"application_name", b"connect_timeout", None)
+        values = (ctypes.c_char_p * 5)(READER_OPTIONS.encode(), url.encode(), name.encode(), b"10", None)
         self.conn = lib.PQconnectdbParams(keys, values, 1)
         if lib.PQstatus(self.conn) != 0:
             message = (lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
@@ -2792,6 +2797,45 @@ def call_rows(journal: Journal | None) -> list[CallRow]:
     if journal is None or not journal.has_table("calls"):
         return []
     return cast("list[CallRow]", journal.rows("SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"))
+
+
+# A call's usage as the provider reported it (calls.usage_json), under the names outputs show: {input, output, total}.
+TOKEN_FIELDS = (("input", "input_tokens"), ("output", "output_tokens"), ("total", "total_tokens"))
+
+
+def no_tokens() -> dict:
+    return {name: 0 for name, _ in TOKEN_FIELDS}
+
+
+def call_tokens(usage_json) -> dict:
+    """One call's {input, output, total} tokens from its usage_json; what it lacks (or a row that cannot be read) counts 0.
+
+    A usage without total_tokens totals its input and output (a gateway may report only those two).
+    """
+    try:
+        usage = json.loads(usage_json) if usage_json else {}
+    except (TypeError, ValueError):
+        usage = {}
+    if not isinstance(usage, dict):
+        usage = {}
+    counted = {name: usage[key] if type(usage.get(key)) is int and usage[key] >= 0 else 0 for name, key in TOKEN_FIELDS}
+    if type(usage.get("total_tokens")) is not int:
+        counted["total"] = counted["input"] + counted["output"]
+    return counted
+
+
+def add_tokens(into: dict, more: dict) -> dict:
+    for name, _ in TOKEN_FIELDS:
+        into[name] += more[name]
+    return into
+
+
+def job_tokens(calls: list) -> dict:
+    """Every call's tokens of a job added up (a call without usage, pending or rejected, adds nothing)."""
+    total = no_tokens()
+    for call in calls:
+        add_tokens(total, call_tokens(call.get("usage_json")))
+    return total
 
 
 def uncertain_refusal(item_id: str, key: str) -> UncertainCall:
@@ -4052,12 +4096,19 @@ class PgStore(Store):
             f"then `{self.suggest('resume')}` once the store is reachable"
         )
 
-    def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True):
-        """A new autocommit psycopg connection with dict rows; the lock's own has TCP keepalives so a lost host frees the lock."""
+    def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True, reader: bool = False):
+        """A new autocommit psycopg connection with dict rows; the lock's own has TCP keepalives so a lost host frees the lock;
+        a reader's has READER_OPTIONS unless the URL names options of its own."""
         psycopg = need_psycopg()
+        from psycopg.conninfo import conninfo_to_dict
         from psycopg.rows import dict_row
 
-        extra = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
+        extra: dict = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
+        if reader:
+            try:
+                extra.update({} if "options" in conninfo_to_dict(self.url) else {"options": READER_OPTIONS})
+            except psycopg.Error:
+                pass  # psycopg.connect names what is wrong with the URL
         try:
             return psycopg.connect(
                 self.url,
@@ -4090,7 +4141,7 @@ class PgStore(Store):
             name = f"durable_job read {os.getpid()}"
             lib = load_libpq()
             if lib is None:
-                conn = self.connect(name)
+                conn = self.connect(name, reader=True)
             else:
                 try:
                     conn = LibpqConnection(lib, self.url, name)
@@ -5028,56 +5079,150 @@ def make_snapshot(
     return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt)
 
 
-def store_snapshots(lister: PgStore) -> list[tuple[PgStore, Snapshot | StateError]]:
-    """Every job of a store, oldest first, each as read_snapshot reads it, from ten queries whatever the number of jobs
-    (each with its store; a job that cannot be read is its StateError). The caller closes the lister's connection."""
+# One page of a store's jobs in one statement: the page's rows chosen first (`page`: the filters, the order, the
+# limit), then beside each everything read_snapshot reads for it
+# (its calls, cancel, receipt, latest draft, decision, lock holder, and its latest checkpoint with the blobs and the
+# saved writes read_checkpoint looks at), so a listing costs one round trip a page whatever the number of jobs.
+# Row-level security scopes every table to the jobs the connecting role may see, the subqueries' tables included.
+# The filters are fixed fragments (PAGE_FILTERS) chosen by name; every value they compare is a bound parameter.
+STORE_PAGE_SQL = """
+WITH page AS (SELECT j.* FROM durable_job.jobs j WHERE true{filters} ORDER BY j.created_utc, j.job_id LIMIT {p.limit})
+SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.owner, array_to_json(j.reviewers) AS reviewers,
+  session_user AS me, array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(j.sources) s)) AS sources, j.created_utc,
+  (SELECT json_agg(c ORDER BY c.created_utc, c.seq) FROM durable_job.calls c WHERE c.job_id = j.job_id) AS calls,
+  (SELECT o.record_json FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel') AS cancel,
+  EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id) AS receipt,
+  (SELECT json_build_object('version', d.version, 'results', d.results_json) FROM durable_job.drafts d
+    WHERE d.job_id = j.job_id ORDER BY d.version DESC LIMIT 1) AS draft,
+  (SELECT json_build_object('record', x.record_json, 'principal', x.principal) FROM durable_job.decisions x
+    WHERE x.job_id = j.job_id AND x.kind = 'decision') AS decision,
+  (SELECT json_build_object('role', a.usename, 'name', a.application_name) FROM durable_job.job_locks k
+    JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,
+  cp.checkpoint_id, cp.checkpoint,
+  (SELECT json_agg(json_build_object('channel', b.channel, 'type', b.type, 'blob', encode(b.blob, 'hex')))
+    FROM durable_job.checkpoint_blobs b
+    JOIN jsonb_each_text(cp.checkpoint -> 'channel_versions') v(channel, version) ON b.channel = v.channel AND b.version = v.version
+    WHERE b.thread_id = j.thread_id AND b.checkpoint_ns = {p.ns} AND b.channel = ANY({p.keys})
+      AND NOT ((cp.checkpoint -> 'channel_values') ? b.channel)) AS blobs,
+  (SELECT json_agg(json_build_object('channel', w.channel, 'type', w.type, 'blob', encode(w.blob, 'hex'))
+                   ORDER BY w.channel = 'final' DESC, w.task_id DESC)
+    FROM durable_job.checkpoint_writes w
+    WHERE w.thread_id = j.thread_id AND w.checkpoint_ns = {p.ns} AND w.checkpoint_id = cp.checkpoint_id
+      AND w.channel = ANY({p.channels})) AS writes
+FROM page j
+LEFT JOIN LATERAL (SELECT k.checkpoint_id, k.checkpoint FROM durable_job.checkpoints k
+                   WHERE k.thread_id = j.thread_id AND k.checkpoint_ns = {p.ns} ORDER BY k.checkpoint_id DESC LIMIT 1) cp ON true
+ORDER BY j.created_utc, j.job_id
+"""
+NOT_CANCELLED = "NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel')"
+PAGE_FILTERS = {
+    "owner": "j.owner = {p.owner}",
+    "mine": "j.owner = session_user::text",
+    "since": "j.created_utc >= {p.since}",
+    # names me as a reviewer, or names none and is mine (what --to-review asks beside the phase)
+    "reviews": "CASE WHEN cardinality(j.reviewers) > 0 THEN session_user::text = ANY(j.reviewers) ELSE j.owner = session_user::text END",
+    "cancelled": NOT_CANCELLED.replace("NOT EXISTS", "EXISTS"),
+    "not-cancelled": NOT_CANCELLED,
+    "after": "(j.created_utc, j.job_id) > ({p.after_at}, {p.after_id})",
+}
+
+
+class LoadedCheckpointRows(CheckpointRows):
+    """One thread's latest checkpoint as a listing's statement read it, as read_checkpoint asks for it (no more reads)."""
+
+    def __init__(self, where: str, row: dict):
+        self.where, self.found = where, None
+        if row["checkpoint_id"] is None:
+            return
+        checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
+        inline = checkpoint.get(LG_CHANNEL_VALUES) or {}
+        values = {key: inline[key] for key in STATE_KEYS if key in inline}
+        for blob in row["blobs"] or []:
+            if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
+                value = decode_checkpoint(blob["type"], bytes.fromhex(blob["blob"]), where)
+                values[blob["channel"]] = plain_value(value, blob["channel"], where)
+        self.found = (row["checkpoint_id"], values)
+        self.saved = [(w["channel"], w["type"], None if w["blob"] is None else bytes.fromhex(w["blob"])) for w in row["writes"] or []]
+
+    def latest(self, thread_id: str) -> tuple[str, dict] | None:
+        return self.found
+
+    def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
+        return self.saved if self.found else []
+
+
+def store_page(
+    lister: PgStore, filters=(), params: dict | None = None, limit: int | None = None
+) -> list[tuple[tuple, PgStore, Snapshot | StateError]]:
+    """One page of a store's jobs, oldest first, from one statement: (its key (createdAtUtc, jobId), its store, its
+    Snapshot as read_snapshot reads it, or the StateError that made it unreadable). `filters` names PAGE_FILTERS,
+    whose values `params` holds; `limit` None: every job. The caller closes the lister's connection."""
     db = lister.db()
-    if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
-        return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
-    rows = db.rows(
-        "SELECT job_id, thread_id, record_json, manifest, manifest_sha256, owner, array_to_json(reviewers) AS reviewers, "
-        "session_user AS me, array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
-        "FROM durable_job.jobs ORDER BY created_utc, job_id"
-    )
-    calls: dict[str, list] = {}
-    for call in db.rows("SELECT * FROM durable_job.calls ORDER BY job_id, created_utc, seq"):
-        calls.setdefault(call["job_id"], []).append(call)
-    cancels = {
-        r["job_id"]: json.loads(r["record_json"])
-        for r in db.rows("SELECT job_id, record_json FROM durable_job.outcomes WHERE kind = 'cancel'")
-    }
-    receipts = {r["job_id"] for r in db.rows("SELECT job_id FROM durable_job.receipts")}
-    drafts = {
-        r["job_id"]: (r["version"], json.loads(r["results_json"]))
-        for r in db.rows("SELECT DISTINCT ON (job_id) job_id, version, results_json FROM durable_job.drafts ORDER BY job_id, version DESC")
-    }
-    decisions = {
-        r["job_id"]: {**json.loads(r["record_json"]), "principal": r["principal"]}
-        for r in db.rows("SELECT job_id, record_json, principal FROM durable_job.decisions WHERE kind = 'decision'")
-    }
-    holders = lock_holders(db)
-    checkpoints = PgCheckpointRows(db, f"the checkpoint tables in {lister.public}", [r["thread_id"] for r in rows])
-    snaps: list[tuple[PgStore, Snapshot | StateError]] = []
+    where = "".join(f" AND {PAGE_FILTERS[name]}" for name in filters)
+    try:
+        rows = db.rows(
+            STORE_PAGE_SQL.replace("{filters}", where),
+            ns=LG_ROOT_NAMESPACE,
+            keys=list(STATE_KEYS),
+            channels=list(LG_SAVED_CHANNELS),
+            limit=limit,
+            **(params or {}),
+        )
+    except StateError:  # asked only after a failure, so that a page is one statement
+        if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
+            return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
+        raise
+    page: list[tuple[tuple, PgStore, Snapshot | StateError]] = []
     for row in rows:
         store = lister.for_job(row["job_id"])
         store.row = row
         try:
             job = store.load_job()
-            snapshot = make_snapshot(
+            where_kept = f"the checkpoint tables of job {row['job_id']} in {lister.public}"
+            decision = row["decision"] and {**json.loads(row["decision"]["record"]), "principal": row["decision"]["principal"]}
+            draft = row["draft"] and (row["draft"]["version"], json.loads(row["draft"]["results"]))
+            holder = row["holder"] and {**parse_holder_name(row["holder"]["name"]), "role": row["holder"]["role"] or "unknown"}
+            snapshot: Snapshot | StateError = make_snapshot(
                 store,
                 job,
                 db.for_job(row["job_id"]),
-                with_decision(read_checkpoint(checkpoints, job["threadId"]), decisions.get(row["job_id"])),
-                calls.get(row["job_id"], []),
-                cancels.get(row["job_id"]),
-                drafts.get(row["job_id"]),
-                holders.get(row["job_id"]),
-                row["job_id"] in receipts,
+                with_decision(read_checkpoint(LoadedCheckpointRows(where_kept, row), job["threadId"]), decision or None),
+                row["calls"] or [],
+                json.loads(row["cancel"]) if row["cancel"] else None,
+                draft or None,
+                cast("Holder | None", holder or None),
+                row["receipt"],
             )
-            snaps.append((store, snapshot))
         except StateError as exc:
-            snaps.append((store, exc))
-    return snaps
+            snapshot = exc
+        page.append(((row["created_utc"], row["job_id"]), store, snapshot))
+    return page
+
+
+# `usage` on a store: every job this role may see, with the usage of each of its calls made since the cutoff, in one
+# statement (the record's model is read here, not in SQL: a damaged record must not fail the whole sum).
+STORE_USAGE_SQL = """
+SELECT j.job_id, j.owner, j.record_json,
+  (SELECT json_agg(json_build_object('at', c.created_utc, 'usage', c.usage_json) ORDER BY c.created_utc, c.seq)
+    FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.usage_json IS NOT NULL AND c.created_utc >= {p.since}) AS calls
+FROM durable_job.jobs j ORDER BY j.created_utc, j.job_id
+"""
+
+
+def store_usage(lister: PgStore, cutoff: str) -> list[dict]:
+    """[{jobId, owner, model, calls: [{at, usage}]}] of every job of the store this role may see."""
+    db = lister.db()
+    if db.rows("SELECT to_regclass('durable_job.calls') IS NOT NULL AS made")[0]["made"] is False:
+        return []
+    spent = []
+    for row in db.rows(STORE_USAGE_SQL, since=cutoff):
+        try:
+            model = strict_json(row["record_json"]).get("model")
+        except (ValueError, AttributeError):
+            model = None
+        spent.append({"jobId": row["job_id"], "owner": row["owner"], "model": model, "calls": row["calls"] or []})
+    return spent
 
 
 def in_flight(snap: Snapshot) -> list:
@@ -5377,6 +5522,21 @@ PAGE_CSS = (
 )
 
 
+def tokens_words(tokens: dict, cost: dict | None = None) -> str:
+    """ "tokens: 1,200 input · 300 output · 1,500 total" (and the estimated cost, when a prices file gave one)."""
+    words = f"tokens: {tokens['input']:,} input · {tokens['output']:,} output · {tokens['total']:,} total"
+    return words + (f" · {cost_words(cost)}" if cost else "")
+
+
+def cost_words(cost: dict) -> str:
+    """ "estimated cost 0.001200 USD (from prices.json, prices set 2026-11-01; no price for fake-1)": always named as an
+    estimate, from which file, and as of when."""
+    dates = sorted(set(cost["pricesSetOn"].values()))
+    when = f", prices set {', '.join(dates)}" if dates else ""
+    unpriced = f"; no price for {', '.join(cost['unpriced'])}" if cost["unpriced"] else ""
+    return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{when}{unpriced})"
+
+
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
     """One self-contained review page (no network, no external assets, no script); every string escaped."""
     manifest, sources = snap.store.sealed_copies(snap.job)
@@ -5403,6 +5563,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
             len(items) or len(snap.results),
         ),
         h("<p class='meta'>mode {} · model {} · approved by {}</p>", job.get("mode"), job.get("model"), owner),
+        h("<p class='meta tokens'>{}</p>", tokens_words(job_tokens(snap.calls), out.get("estimatedCost"))),
         h(
             "<details><summary>seals</summary><dl class='meta'><dt>resultsSha256</dt><dd><code>{}</code></dd>"
             "<dt>manifest</dt><dd><code>{}</code><br><code>{}</code></dd>"
@@ -6584,12 +6745,15 @@ def status(store: Store) -> dict:
         snap.close()
 
 
-def inspect(store: Store, *, html: str | None = None) -> dict:
-    """Show the sealed job, results, their hash and the final decision from saved state (runs nothing)."""
+def inspect(store: Store, *, html: str | None = None, prices: str | None = None) -> dict:
+    """Show the sealed job, results, their hash and the final decision from saved state (runs nothing).
+
+    `tokens`: every call's usage added up; with prices (a file, see read_prices) an estimatedCost from it."""
     need_job_id(store)
+    priced = read_prices(prices) if prices else None
     snap = read_snapshot(store)
     try:
-        out = inspect_document(snap)
+        out = inspect_document(snap, priced)
         if html:
             refuse_sealed_target(html, snap.job, snap.store)
             write_html(html, snap, out)
@@ -6599,13 +6763,16 @@ def inspect(store: Store, *, html: str | None = None) -> dict:
         snap.close()
 
 
-def inspect_document(snap: Snapshot) -> dict:
-    """What inspect prints (the web app's job page and its API too), from one snapshot."""
+def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
+    """What inspect prints (the web app's job page and its API too), from one snapshot; priced: read_prices's."""
     out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results), "final": snap.final}
     where_it_stands(snap, out)
     out["draftVersion"] = snap.draft
     out["drafts"] = draft_history(snap.journal)
     out["calls"] = call_summaries(snap)
+    out["tokens"] = job_tokens(snap.calls)
+    if priced is not None:
+        out["estimatedCost"] = estimated_cost(priced, {snap.job.get("model"): out["tokens"]})
     out.update(snap.store.people(snap.job))
     if snap.cancel:
         out["cancelled"] = snap.cancel
@@ -7318,6 +7485,141 @@ JOB_PHASES = (
 )
 
 
+# -- listings: pages, usage and cost ---------------------------------------------------------------------------
+
+PRICES_MAX_BYTES = 65536
+PRICES_KEYS = ("schemaVersion", "currency", "models")
+PRICE_KEYS = ("inputPerMillion", "outputPerMillion", "setOn")
+PRICE_MAX = 1_000_000  # per million tokens, in the file's currency: anything above is a typo
+
+
+def read_prices(path: str) -> dict:
+    """The --prices file a person keeps, checked: {file, currency, models: {model: {inputPerMillion, outputPerMillion, setOn}}}.
+
+    Its format (docs/CONTRACT.md, Usage and cost): {"schemaVersion": 1, "currency": "USD", "models": {"MODEL":
+    {"inputPerMillion": 0.4, "outputPerMillion": 1.6, "setOn": "2026-11-01"}}}. Every cost shown from it is an estimate:
+    the provider's bill is the truth. Any flaw is one UsageError naming the file and the key.
+    """
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"--prices {path}: {why}; see the prices format in docs/CONTRACT.md (Usage and cost)")
+
+    try:
+        raw = read_person_file(path, "--prices", PRICES_MAX_BYTES, "a prices file names one short entry per model")
+    except DecisionError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        data = strict_json(raw)
+    except ValueError as exc:
+        raise bad(f"not valid JSON ({clip(exc, 120)})") from None
+    if not isinstance(data, dict):
+        raise bad("the file must hold one JSON object")
+    for key in data:
+        if key not in PRICES_KEYS:
+            raise bad(f"unknown key {clip(key, 40)!r} (it takes {', '.join(PRICES_KEYS)})")
+    for key in PRICES_KEYS:
+        if key not in data:
+            raise bad(f"missing key {key!r}")
+    if type(data["schemaVersion"]) is not int or data["schemaVersion"] != 1:
+        raise bad("schemaVersion must be 1")
+    if not isinstance(data["currency"], str) or not re.fullmatch(r"[A-Z]{3}", data["currency"]):
+        raise bad("currency must be a three-letter code such as USD or EUR")
+    models = data["models"]
+    if not isinstance(models, dict) or not models:
+        raise bad('models must be an object naming at least one model: {"MODEL": {"inputPerMillion": …, …}}')
+    for model, price in models.items():
+        name = f"models[{clip(model, 60)!r}]"
+        if not model.strip() or len(model) > 200:
+            raise bad(f"{name}: a model name is 1-200 characters, as the manifest's model")
+        if not isinstance(price, dict):
+            raise bad(f"{name} must be an object with {', '.join(PRICE_KEYS)}")
+        for key in price:
+            if key not in PRICE_KEYS:
+                raise bad(f"{name}: unknown key {clip(key, 40)!r} (it takes {', '.join(PRICE_KEYS)})")
+        for key in PRICE_KEYS:
+            if key not in price:
+                raise bad(f"{name}: missing key {key!r}")
+        for key in PRICE_KEYS[:2]:
+            value = price[key]
+            if type(value) not in (int, float) or not 0 <= value <= PRICE_MAX:
+                raise bad(f"{name}.{key} must be a number from 0 to {PRICE_MAX:,} ({data['currency']} per million tokens)")
+        if not is_date(price["setOn"]):
+            raise bad(f"{name}.setOn must be the date the price was set, YYYY-MM-DD")
+    return {"file": os.path.abspath(path), "currency": data["currency"], "models": models}
+
+
+def is_date(value) -> bool:
+    """A calendar date written YYYY-MM-DD."""
+    import datetime
+
+    if not isinstance(value, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+        return False
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def estimated_cost(prices: dict, tokens_by_model: dict) -> dict:
+    """The cost of these tokens ({model: {input, output, total}}) at the prices file's rates: an estimate, never a bill.
+
+    {amount, currency, pricesFile, pricesSetOn: {model: date}, unpriced: [models the file names no price for]};
+    the amount leaves out the unpriced models' tokens.
+    """
+    amount, set_on, unpriced = 0.0, {}, []
+    for model, tokens in sorted(tokens_by_model.items()):
+        price = prices["models"].get(model)
+        if price is None:
+            if tokens["total"]:
+                unpriced.append(model)
+            continue
+        amount += tokens["input"] * price["inputPerMillion"] / 1e6 + tokens["output"] * price["outputPerMillion"] / 1e6
+        set_on[model] = price["setOn"]
+    return {
+        "amount": round(amount, 6),
+        "currency": prices["currency"],
+        "pricesFile": prices["file"],
+        "pricesSetOn": set_on,
+        "unpriced": unpriced,
+    }
+
+
+def page_cursor(kind: str, key) -> str:
+    """The opaque --after cursor of a listing's last row: base64url of its kind and key (a store: createdAtUtc, jobId;
+    state directories: the path). Stable: rows added later sort after it or are skipped, never repeated."""
+    import base64
+
+    return base64.urlsafe_b64encode(canonical([kind, *key])).decode("ascii").rstrip("=")
+
+
+def read_cursor(cursor: str, kind: str, size: int) -> list:
+    """The key a page_cursor of this kind holds, or a UsageError: a cursor is only ever one a listing printed."""
+    import base64
+
+    refused = UsageError(
+        f"--after {clip(cursor, 60)!r} is not a cursor of this listing: give the nextCursor that `jobs` printed "
+        f"with the same --store or --root (or leave --after out for the first page)"
+    )
+    try:
+        key = strict_json(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except ValueError:  # binascii.Error too
+        raise refused from None
+    if not (isinstance(key, list) and len(key) == size + 1 and key[0] == kind and all(isinstance(k, str) for k in key)):
+        raise refused
+    return key[1:]
+
+
+def check_listing_flags(phases, since: str | None, limit: int | None) -> None:
+    bad = [p for p in phases if p not in JOB_PHASES]
+    if bad:
+        raise UsageError(f"--phase {bad[0]!r}: give one of {', '.join(JOB_PHASES)}")
+    if since is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?Z?)?", since):
+        raise UsageError(f"--since {since!r}: give a UTC date or time, for example 2026-12-01 or 2026-12-01T09:30Z")
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise UsageError(f"--limit {limit!r}: give how many jobs a page shows, 1 or more")
+
+
 def jobs(
     *,
     store: str | None = None,
@@ -7329,38 +7631,129 @@ def jobs(
     mine: bool = False,
     to_review: bool = False,
     since: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    prices: str | None = None,
 ) -> dict:
     """List the jobs in a store (store=URL: those this role may see) or in the state directories under folders (roots).
 
     Filters: phases (any of), owner (a role, or an account under roots), mine (owned by whoever lists), to_review
     (awaiting review and naming me as a reviewer, or owned by me when it names none), since (created on or after).
+    limit: at most this many rows (None: all); after: the nextCursor of the page before. Each row has its tokens; with
+    prices (a file, see read_prices) also its estimatedCost. `nextCursor` and `nextPage` say how to read on.
     """
     if roots and store:
         raise UsageError("give --store URL or --root DIR, not both")
-    bad = [p for p in phases if p not in JOB_PHASES]
-    if bad:
-        raise UsageError(f"--phase {bad[0]!r}: give one of {', '.join(JOB_PHASES)}")
-    if since is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?Z?)?", since):
-        raise UsageError(f"--since {since!r}: give a UTC date or time, for example 2026-12-01 or 2026-12-01T09:30Z")
+    check_listing_flags(phases, since, limit)
+    if not store and not roots:
+        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
+    priced = read_prices(prices) if prices else None
+    filters = {"phases": list(phases), "owner": owner, "mine": mine, "to_review": to_review, "since": since}
     if store:
         lister = PgStore(store, "", from_env=from_env, program=program)
-        me = lister.principal() if mine or to_review else ""
-        rows = store_job_rows(lister)
-    elif roots:
-        me = os_account(os.geteuid())
-        rows = [job_row(found) for found in state_dirs_under(list(roots), program)]
+        kind, address, prog = "store", lister.store_address(), lister.program
+        try:
+            rows, last = store_job_rows(lister, filters, read_cursor(after, kind, 2) if after else None, limit, priced)
+        finally:
+            lister.close()
     else:
-        raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
-    wanted = [
-        row
-        for row in rows
-        if (not phases or row["phase"] in phases)
-        and (owner is None or row["owner"] == owner)
-        and (not mine or row["owner"] == me)
-        and (not to_review or (row["phase"] == "awaiting-review" and (me in row["reviewers"] if row["reviewers"] else row["owner"] == me)))
-        and (since is None or str(row["createdAtUtc"] or "") >= since.rstrip("Z"))
-    ]
-    return {"jobs": wanted}
+        kind, address, prog = "dirs", [w for r in roots for w in ("--root", os.path.abspath(r))], program or default_program()
+        rows, last = dir_job_rows(list(roots), program, filters, read_cursor(after, kind, 1) if after else None, limit, priced)
+    out: dict = {"jobs": rows}
+    if last is not None:
+        out["nextCursor"] = cursor = page_cursor(kind, last)
+        out["nextPage"] = command_line(prog, "jobs", address, *listing_flags(filters, prices), "--limit", str(limit), "--after", cursor)
+    return out
+
+
+def listing_flags(filters: dict, prices: str | None) -> list:
+    """The flags that list the same rows again (a next page's command)."""
+    flags = [w for p in filters["phases"] for w in ("--phase", p)]
+    flags += ["--owner", filters["owner"]] if filters["owner"] is not None else []
+    flags += ["--mine"] if filters["mine"] else []
+    flags += ["--to-review"] if filters["to_review"] else []
+    flags += ["--since", filters["since"]] if filters["since"] else []
+    return flags + (["--prices", os.path.abspath(prices)] if prices else [])
+
+
+def keeps(row: dict, filters: dict, me: str) -> bool:
+    """Whether a listed row passes the filters (the ones a store's statement did not already apply are what matter)."""
+    return (
+        (not filters["phases"] or row["phase"] in filters["phases"])
+        and (filters["owner"] is None or row["owner"] == filters["owner"])
+        and (not filters["mine"] or row["owner"] == me)
+        and (
+            not filters["to_review"]
+            or (row["phase"] == "awaiting-review" and (me in row["reviewers"] if row["reviewers"] else row["owner"] == me))
+        )
+        and (filters["since"] is None or str(row["createdAtUtc"] or "") >= filters["since"].rstrip("Z"))
+    )
+
+
+def store_job_rows(lister: PgStore, filters: dict, after: list | None, limit: int | None, prices: dict | None) -> tuple[list, list | None]:
+    """One page of a store's jobs, oldest first, and the key of its last row when more remain (else None).
+
+    The owner, mine, since and the reviewer half of to_review are the statement's WHERE (store_page). The phase is not:
+    it is the program's reading of each job's checkpoint, calls, decision and lock together (job_phase), which SQL
+    could only copy, and a copy would drift from it. Only whether a job was cancelled is a fact of one table, so the
+    statement leaves out cancelled jobs when no phase asked for takes them; every other phase is kept or dropped here,
+    after the statement, and a page that dropped rows reads the next batch until it is full. Without a phase filter
+    (and without --to-review) a page is exactly one statement.
+    """
+    names, params = [], {}
+    if filters["owner"] is not None:
+        names.append("owner")
+        params["owner"] = filters["owner"]
+    if filters["mine"]:
+        names.append("mine")
+    if filters["since"]:
+        names.append("since")
+        params["since"] = filters["since"].rstrip("Z")
+    if filters["to_review"]:
+        names.append("reviews")
+    phases = set(filters["phases"])
+    if phases and phases <= {"cancelled"}:
+        names.append("cancelled")
+    elif (phases or filters["to_review"]) and not phases & {"cancelled", "unreadable"}:
+        names.append("not-cancelled")
+    sifted = bool(phases - {"cancelled"}) or filters["to_review"]  # rows the statement returns may still be dropped
+    batch = None if limit is None else limit + 1 if not sifted else max(limit + 1, 200)
+    found: list[tuple[tuple, dict]] = []
+    while True:
+        page = store_page(
+            lister,
+            names + (["after"] if after else []),
+            {**params, **({"after_at": after[0], "after_id": after[1]} if after else {})},
+            batch,
+        )
+        for key, store, snap in page:
+            row = job_row(store, snap, prices)
+            if keeps(row, filters, row.get("me") or ""):
+                found.append((key, row))
+        if batch is None or len(found) > cast(int, limit) or len(page) < batch:
+            break
+        after = list(page[-1][0])
+    for _, row in found:
+        row.pop("me", None)
+    if limit is not None and len(found) > limit:
+        return [row for _, row in found[:limit]], list(found[limit - 1][0])
+    return [row for _, row in found], None
+
+
+def dir_job_rows(roots: list, program: str | None, filters: dict, after: list | None, limit: int | None, prices: dict | None):
+    """One page of the state directories under the folders, in path order, and the last path when more remain."""
+    me = os_account(os.geteuid())
+    found: list[tuple[str, dict]] = []
+    for store in state_dirs_under(roots, program):
+        if after is not None and os.path.abspath(store.root) <= after[0]:
+            continue
+        row = job_row(store, None, prices)
+        row.pop("me", None)
+        if keeps(row, filters, me):
+            found.append((os.path.abspath(store.root), row))
+            if limit is not None and len(found) > limit:
+                return [row for _, row in found[:limit]], [found[limit - 1][0]]
+    return [row for _, row in found], None
 
 
 def state_dirs_under(roots: list, program: str | None = None) -> list:
@@ -7387,8 +7780,11 @@ def state_dirs_under(roots: list, program: str | None = None) -> list:
     return [StateDirStore(folder, program) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
-def job_row(store: Store, snap: Snapshot | StateError | None = None) -> dict:
-    """One line of `jobs`: where a job stands and the command that takes it on."""
+def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dict | None = None) -> dict:
+    """One line of `jobs`: where a job stands, the command that takes it on, its tokens (and cost, with prices).
+
+    It carries `me` (who reads, in a store) for the listing's own filters, which take it out again.
+    """
     try:
         if isinstance(snap, StateError):
             raise snap
@@ -7408,9 +7804,14 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None) -> dict:
             "approvedBy": job.get("approvedBy"),
             "mode": job.get("mode"),
             "createdAtUtc": job.get("createdAtUtc"),
+            "tokens": job_tokens(snap.calls),
         }
+        if prices is not None:
+            row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
         if out["phase"] == "running":  # which process (a `work` worker or a person's command), on which host
             row["runningBy"] = {k: out["running"].get(k) for k in ("command", "host", "pid", "sinceUtc")}
+        if isinstance(store, PgStore) and store.row is not None:
+            row["me"] = store.row.get("me")
         return row
     except JobError as exc:
         return {
@@ -7423,15 +7824,88 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None) -> dict:
             "approvedBy": None,
             "mode": None,
             "createdAtUtc": None,
+            "tokens": None,
         }
 
 
-def store_job_rows(lister: PgStore) -> list:
-    """Every job of a store, oldest first, from a bounded number of queries (store_snapshots)."""
+USAGE_BY = ("owner", "model", "day")
+
+
+def usage(
+    *,
+    store: str | None = None,
+    roots=(),
+    since: str | None = None,
+    by: str = "owner",
+    prices: str | None = None,
+    program: str | None = None,
+    from_env: bool = False,
+) -> dict:
+    """Sum the tokens of every call the journal records for the jobs of a store (those this role may see) or under
+    folders (roots): by owner, model or day (the call's UTC day), the calls made on or after `since`; with prices,
+    an estimated cost from that file. A call without usage (pending, rejected, reconciled by hand) adds nothing."""
+    if roots and store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    if by not in USAGE_BY:
+        raise UsageError(f"--by {by!r}: give one of {', '.join(USAGE_BY)}")
+    check_listing_flags((), since, None)
+    if not store and not roots:
+        raise UsageError(f"name the jobs to sum: --store URL (or set {STORE_ENV}), or --root DIR")
+    priced = read_prices(prices) if prices else None
+    cutoff = (since or "").rstrip("Z")
+    if store:
+        lister = PgStore(store, "", from_env=from_env, program=program)
+        try:
+            spent = store_usage(lister, cutoff)
+        finally:
+            lister.close()
+        where: dict = {"store": lister.public}
+    else:
+        spent = [dir_usage(found, cutoff) for found in state_dirs_under(list(roots), program)]
+        where = {"roots": [os.path.abspath(r) for r in roots]}
+    groups: dict[str, dict] = {}
+    whole: dict = {"jobs": set(), "calls": 0, "tokens": no_tokens(), "byModel": {}}
+    for job in spent:
+        job["model"] = job["model"] or "unknown"  # a record that cannot be read still has its calls counted
+        for call in job["calls"]:
+            name = {"owner": job["owner"] or "unknown", "model": job["model"], "day": call["at"][:10]}[by]
+            tokens = call_tokens(call["usage"])
+            for group in (groups.setdefault(name, {"jobs": set(), "calls": 0, "tokens": no_tokens(), "byModel": {}}), whole):
+                group["jobs"].add(job["jobId"])
+                group["calls"] += 1
+                add_tokens(group["tokens"], tokens)
+                add_tokens(group["byModel"].setdefault(job["model"], no_tokens()), tokens)
+
+    def shown(group: dict, head: dict) -> dict:
+        out = {**head, "jobs": len(group["jobs"]), "calls": group["calls"], "tokens": group["tokens"]}
+        if priced is not None:
+            out["estimatedCost"] = estimated_cost(priced, group["byModel"])
+        return out
+
+    return {
+        **where,
+        "by": by,
+        "since": since,
+        "groups": [shown(groups[name], {by: name}) for name in sorted(groups)],
+        "total": shown(whole, {}),
+    }
+
+
+def dir_usage(store: Store, cutoff: str) -> dict:
+    """A state directory's job for `usage`: {jobId, owner, model, calls: [{at, usage}]} (an unreadable one adds nothing)."""
     try:
-        return [job_row(store, snap) for store, snap in store_snapshots(lister)]
+        job = store.load_job()
+        journal = store.read_journal()
+    except JobError:
+        return {"jobId": store.where(), "owner": None, "model": None, "calls": []}
+    try:
+        calls = [
+            {"at": c["created_utc"], "usage": c["usage_json"]} for c in call_rows(journal) if c["usage_json"] and c["created_utc"] >= cutoff
+        ]
     finally:
-        lister.close()
+        if journal is not None:
+            journal.close()
+    return {"jobId": job["jobId"], "owner": store.people(job)["owner"], "model": job.get("model"), "calls": calls}
 
 
 def migrate_schema(
@@ -7540,6 +8014,71 @@ def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: byte
         work = command_line(store.program, "work", store.store_address(), "--until-idle")
         out["next"] = f"a worker runs it: {work} (or run it here: {out['next']})"
     return out
+
+
+def manifest_files(paths: list) -> list[str]:
+    """The manifests a `submit` names: each file as given, and every `*.json` file in a folder given (by name)."""
+    found = []
+    for path in paths:
+        if os.path.isdir(path):
+            inside = sorted(n for n in os.listdir(path) if n.endswith(".json") and os.path.isfile(os.path.join(path, n)))
+            if not inside:
+                raise UsageError(f"{path} holds no *.json manifest; name the manifest files, or the folder that holds them")
+            found += [os.path.join(path, n) for n in inside]
+        else:
+            found.append(path)
+    return list(dict.fromkeys(found))
+
+
+def submit_all(store: Store, manifests: list, manifest: str | None = None) -> dict:
+    """Seal several manifests (files, or folders of *.json manifests) into a store, in order, each in its own
+    transaction as `submit` seals one; {"submits": [what submit returns for each]}.
+
+    Every manifest is read and checked first, so a bad one stops the command before anything is sealed. A refusal while
+    sealing one (a changed source, a jobId taken) stops there: the HOLD names that manifest, the ones already submitted
+    (they stay: nothing is undone) and the ones not tried. The same command again reports the submitted ones as
+    existing and goes on from the one that failed.
+    """
+    if not isinstance(store, PgStore):
+        raise UsageError(f"submit works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
+    if manifest is not None and manifests:
+        raise UsageError("give the manifests as arguments (submit M1 M2 … or a folder), or one --manifest M, not both")
+    if not manifests:
+        raise UsageError(
+            f"submit needs a manifest: submit M1 M2 … (or a folder of *.json manifests), or --manifest M; see {store.program} submit --help"
+        )
+    paths = manifest_files(list(manifests))
+    if store.job_id and len(paths) > 1:
+        raise UsageError(f"--job names one job: leave it out to submit {len(paths)} manifests (each names its own jobId)")
+    read: dict[str, str] = {}
+    for path in paths:
+        try:
+            job_id = read_manifest(path)[0]["jobId"]  # a bad manifest stops everything here, before any is sealed
+        except JobError as exc:
+            raise type(exc)(f"{exc}; nothing was submitted (every manifest is checked before any is sealed)") from None
+        if job_id in read:
+            raise ManifestError(
+                f"Manifests {read[job_id]} and {path} both name jobId {job_id}; give each request its own jobId (nothing was submitted)"
+            )
+        read[job_id] = path
+    done: list[dict] = []
+    for n, path in enumerate(paths):
+        try:
+            manifest_read, raw = read_manifest(path)
+            with manifests_job(store, manifest_read) as named:
+                done.append({**submit_job(cast(PgStore, named), manifest_read, path, raw), **named.output_fields()})
+        except JobError as exc:
+            raise type(exc)(f"{path}: {exc} — {submitted_words(done, paths[:n], paths[n + 1 :])}") from None
+    return {"submits": done}
+
+
+def submitted_words(done: list, their_paths: list, untried: list) -> str:
+    """What a stopped multiple submit had done: the jobs already sealed (kept) and the manifests not tried."""
+    kept = ", ".join(f"{out['jobId']} ({path})" for out, path in zip(done, their_paths)) or "none"
+    rest = f"; not tried: {', '.join(untried)}" if untried else ""
+    return (
+        f"already submitted, and kept: {kept}{rest}; fix this manifest, then run the same submit again (the submitted ones report existing)"
+    )
 
 
 def needs_person(snap: Snapshot) -> bool:
@@ -7766,7 +8305,7 @@ def work(
 
 def text_document(command: str, out: dict, store: Store | None, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
-    if command in ("jobs", "migrate", "work"):  # about a whole store or folder, not one job
+    if command in ("jobs", "migrate", "work", "usage") or "submits" in out:  # about a whole store or folder, not one job
         return "\n".join(render(out, store))
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, store)]
     for key in ("next", "sealBroken", "html"):
@@ -7786,8 +8325,9 @@ def next_lines(out: dict) -> dict:
     shown = dict(out)
     if isinstance(shown.get("next"), str):
         shown["next"] = shown["next"].split("\n")
-    if isinstance(shown.get("jobs"), list):
-        shown["jobs"] = [next_lines(j) if isinstance(j, dict) else j for j in shown["jobs"]]
+    for many in ("jobs", "submits"):
+        if isinstance(shown.get(many), list):
+            shown[many] = [next_lines(j) if isinstance(j, dict) else j for j in shown[many]]
     return shown
 
 
@@ -7882,6 +8422,8 @@ def text_inspect(out: dict, store) -> list:
     """The results under review with their summaries, the draft history, and any decision or cancel."""
     lines = [f"  phase: {out['phase']}" + (f", draft {out['draftVersion']}" if "draftVersion" in out else "")] if "phase" in out else []
     lines += result_lines(out.get("results"), store, summaries=True)
+    if out.get("tokens"):
+        lines.append(f"  {tokens_words(out['tokens'], out.get('estimatedCost'))}")
     for d in out.get("drafts") or []:
         lines.append(f"  history: v{d['version']} {d['itemId']} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
     lines += final_lines(out.get("final"), store)
@@ -7967,7 +8509,11 @@ def text_verify(out: dict, store) -> list:
 
 
 def text_jobs(out: dict, store) -> list:
-    return [jobs_table(out["jobs"])]
+    """The table, then how to read the next page when more rows remain."""
+    lines = [jobs_table(out["jobs"])]
+    if out.get("nextPage"):
+        lines.append(f"more jobs: the next page is `{out['nextPage']}`")
+    return lines
 
 
 def text_migrate(out: dict, store) -> list:
@@ -7988,6 +8534,12 @@ def text_work(out: dict, store) -> list:
 
 
 def text_submit(out: dict, store) -> list:
+    """One submit: what it did and the phase; several: one line each under its own header, then its next step."""
+    if "submits" in out:
+        lines = [f"submit: {len(out['submits'])} manifest(s)"]
+        for one in out["submits"]:
+            lines += [f"  job {one['jobId']}:", *(f"  {line}" for line in text_submit(one, store)), *labelled_lines("  next", one["next"])]
+        return lines
     said = "already in the store: reported as it stands" if out.get("existing") else "sealed into the store; nothing run"
     return [f"  {said}", f"  phase: {out['phase']}"]
 
@@ -7996,11 +8548,41 @@ def text_serve(out: dict, store) -> list:
     return [f"serve stopped ({out.get('stoppedBy') or 'done'}); it served {out['served']}"]
 
 
+def text_usage(out: dict, store) -> list:
+    """One row per owner, model or day, then the total; a cost is always labelled an estimate, and from which file."""
+    where = out.get("store") or ", ".join(out.get("roots") or [])
+    since = f" since {out['since']}" if out.get("since") else ""
+    head: tuple[str, ...] = (out["by"].upper(), "JOBS", "CALLS", "INPUT", "OUTPUT", "TOTAL")
+    priced = "estimatedCost" in out["total"]
+    if priced:
+        head += (f"EST. COST ({out['total']['estimatedCost']['currency']})",)
+    rows = []
+    for group in [*out["groups"], {**out["total"], out["by"]: "(all)"}]:
+        tokens = group["tokens"]
+        row = (
+            str(group[out["by"]]),
+            str(group["jobs"]),
+            str(group["calls"]),
+            f"{tokens['input']:,}",
+            f"{tokens['output']:,}",
+            f"{tokens['total']:,}",
+        )
+        rows.append(row + ((f"{group['estimatedCost']['amount']:.6f}",) if priced else ()))
+    widths = [max(len(r[n]) for r in [head, *rows]) for n in range(len(head))]
+    lines = [f"usage: {where}{since}, by {out['by']}"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+    if priced:
+        lines.append(f"  {cost_words(out['total']['estimatedCost'])}: an estimate from your prices file, not the provider's bill")
+    return lines
+
+
 def jobs_table(jobs: list) -> str:
     """`jobs` on a terminal: one row per job, the next step on the line below."""
     if not jobs:
         return "jobs: none"
-    head = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)")
+    priced = [j["estimatedCost"] for j in jobs if j.get("estimatedCost")]
+    head: tuple[str, ...] = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)", "TOKENS")
+    head += (f"EST. COST ({priced[0]['currency']})",) if priced else ()
     rows = [
         (
             str(j["jobId"]),
@@ -8010,7 +8592,9 @@ def jobs_table(jobs: list) -> str:
             f"{j['decidedBy']['reviewer']} ({j['decidedBy']['principal']})" if j["decidedBy"] else "-",
             str(j["mode"]),
             str(j["createdAtUtc"]),
+            f"{j['tokens']['total']:,}" if j.get("tokens") else "-",
         )
+        + ((f"{j['estimatedCost']['amount']:.6f}" if j.get("estimatedCost") else "-",) if priced else ())
         for j in jobs
     ]
     widths = [max(len(r[n]) for r in [head, *rows]) for n in range(len(head))]
@@ -8018,6 +8602,8 @@ def jobs_table(jobs: list) -> str:
     for row, job in zip(rows, jobs):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         lines += labelled_lines("next", job["next"])
+    if priced:
+        lines.append(f"costs: estimates from {priced[0]['pricesFile']}, not the provider's bill")
     return "\n".join(lines)
 
 
@@ -8043,6 +8629,7 @@ WEB_REQUIREMENTS = "requirements-web.txt"
 WEB_IDLE_MINUTES = 30.0  # a session unused this long is signed out (--idle-minutes)
 WEB_POLL_SECONDS = 1.0  # the watcher's light poll, and the longest a notification waits to be read
 WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker's last write) waits this long for it
+WEB_PAGE_JOBS = 50  # the list page shows the jobs waiting for me, then this many others a page
 WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
 WEB_SESSION_COOKIE = "durable_job_session"
 WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -8321,21 +8908,22 @@ class WebSite:
                     raise
         return person.read(job_id, self.generation, read)
 
-    def list_view(self, person: WebPerson, filters: dict | None = None) -> dict:
-        """`jobs` as this person may see it, waiting-for-me first: one listing per generation, whatever pages show it."""
+    def listing(self, person: WebPerson, **filters) -> dict:
+        """`jobs` as this person may see it (the API's, with its filters and pages)."""
+        where = {"store": person.url} if self.store else {"roots": self.roots}
+        return jobs(**where, program=self.program, **filters)
+
+    def list_view(self, person: WebPerson, after: str | None = None) -> dict:
+        """The list page: every job waiting for me, then a page of the rest I may see (WEB_PAGE_JOBS, oldest
+        first, `after` the page before); read once a generation, however many pages show it."""
 
         def read():
-            if self.store:
-                out = jobs(store=person.url, program=self.program, **(filters or {}))
-            else:
-                out = jobs(roots=self.roots, program=self.program, **(filters or {}))
-            mine = [r for r in out["jobs"] if r["phase"] == "awaiting-review" and may_by_rule("decides", r, person.principal)]
-            rest = [r for r in out["jobs"] if r not in mine]
-            return {**out, "waitingForMe": [r["jobId"] for r in mine], "ordered": mine + rest}
+            waiting = self.listing(person, to_review=True)["jobs"]
+            page = self.listing(person, limit=WEB_PAGE_JOBS, after=after)
+            shown = {r["jobId"] for r in waiting}
+            return {"waiting": waiting, "rest": [r for r in page["jobs"] if r["jobId"] not in shown], "nextCursor": page.get("nextCursor")}
 
-        if filters:
-            return read()
-        return person.read("", self.generation, read)
+        return person.read(f"list {after or ''}", self.generation, read)
 
     # -- acting ----------------------------------------------------------------
 
@@ -8480,10 +9068,11 @@ WEB_TEMPLATES = {
 <p class="note">A role that logs in otherwise (peer, certificate) uses the command line.</p>
 {% else %}<p>Open the address <code>serve</code> printed in its terminal (it holds a one-time token).</p>{% endif %}</main>{% endblock %}""",
     "list.html": """{% extends "base.html" %}{% block body %}<header><h1>Jobs</h1>
-<p class="live" id="live" data-events="/api/events"><b id="live-state">Live</b> <span id="live-detail" class="meta">statuses update by themselves</span></p></header>
+<p class="live" id="live" data-events="{{ events }}"><b id="live-state">Live</b> <span id="live-detail" class="meta">statuses update by themselves</span></p></header>
 <main id="list">{% if down %}<p class="flash bad">{{ down }}</p>{% endif %}
 <h2>Waiting for you ({{ waiting|length }})</h2>{% if waiting %}<ul class="jobs">{% for r in waiting %}{{ row(r) }}{% endfor %}</ul>{% else %}<p class="note">Nothing waits for your review.</p>{% endif %}
-<h2>Other jobs you may see ({{ rest|length }})</h2>{% if rest %}<ul class="jobs">{% for r in rest %}{{ row(r) }}{% endfor %}</ul>{% else %}<p class="note">None.</p>{% endif %}
+<h2>Other jobs you may see</h2>{% if rest %}<ul class="jobs">{% for r in rest %}{{ row(r) }}{% endfor %}</ul>{% else %}<p class="note">None.</p>{% endif %}
+{% if more %}<p><a class="btn" href="{{ more }}">Later jobs</a></p>{% endif %}
 </main>{% endblock %}""",
     "job.html": """{% extends "base.html" %}{% block body %}<header><h1>{{ job_id }}</h1>
 <p class="live {{ live.cls }}" id="live" data-events="{{ events }}" aria-live="polite"><b id="live-state">{{ live.status }}</b><br><span id="live-detail" class="meta">{{ live.detail }}</span></p>
@@ -8533,7 +9122,7 @@ WEB_SCRIPT = """(function () {
     return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; });
   }
   function swap() {
-    fetch(location.pathname, {credentials: 'same-origin', headers: {'Accept': 'text/html'}}).then(function (r) {
+    fetch(location.pathname + location.search, {credentials: 'same-origin', headers: {'Accept': 'text/html'}}).then(function (r) {
       if (!r.ok) throw new Error(r.status);
       return r.text();
     }).then(function (html) {
@@ -8768,11 +9357,21 @@ def web_app(site: WebSite):
 
     @guarded()
     async def list_page(request, person):
-        view = await run_in_threadpool(site.list_view, person)
-        waiting = [r for r in view["ordered"] if r["jobId"] in view["waitingForMe"]]
-        rest = [r for r in view["ordered"] if r["jobId"] not in view["waitingForMe"]]
+        after = request.query_params.get("after")
+        view = await run_in_threadpool(site.list_view, person, after)
+        more = f"/?after={quote_path(view['nextCursor'])}" if view.get("nextCursor") else None
         return page(
-            request, "list.html", person=person, title="Jobs", waiting=waiting, rest=rest, row=list_row, down=site.down, script=script
+            request,
+            "list.html",
+            person=person,
+            title="Jobs",
+            waiting=view["waiting"],
+            rest=view["rest"],
+            more=more,
+            row=list_row,
+            down=site.down,
+            script=script,
+            events=f"/api/events?after={quote_path(after)}" if after else "/api/events",
         )
 
     def render_job(request, person: WebPerson, job_id: str):
@@ -8886,10 +9485,14 @@ def web_app(site: WebSite):
             "mine": q.get("mine") in ("1", "true"),
             "to_review": q.get("toReview") in ("1", "true"),
             "since": q.get("since"),
+            "after": q.get("after"),
         }
+        if q.get("limit"):
+            if not q["limit"].isdigit() or not 0 < int(q["limit"]) <= 10000:
+                raise WebRefusal(400, "limit: give a number of jobs from 1 to 10000")
+            filters["limit"] = int(q["limit"])
         filters = {k: v for k, v in filters.items() if v}
-        view = await run_in_threadpool(site.list_view, person, filters)
-        return JSONResponse({"jobs": view["jobs"]})
+        return JSONResponse(await run_in_threadpool(lambda: site.listing(person, **filters)))
 
     @guarded(api=True)
     async def api_job(request, person):
@@ -8954,9 +9557,11 @@ def web_app(site: WebSite):
 
     @guarded(api=True)
     async def api_list_events(request, person):
+        after = request.query_params.get("after")
+
         def read(_seen):
-            view = site.list_view(person)
-            return {"list": True, "jobs": [[r["jobId"], r["phase"]] for r in view["ordered"]], "detail": site.down or ""}
+            view = site.list_view(person, after)
+            return {"list": True, "jobs": [[r["jobId"], r["phase"]] for r in view["waiting"] + view["rest"]], "detail": site.down or ""}
 
         return await stream(request, person, read)
 
@@ -9239,7 +9844,7 @@ def cmd_status(args) -> dict:
 
 def cmd_inspect(args) -> dict:
     """Show the sealed job, results, their hash and the final decision from saved state (runs nothing)."""
-    return inspect(store_from(args), html=args.html)
+    return inspect(store_from(args), html=args.html, prices=args.prices)
 
 
 def cmd_reconcile(args) -> dict:
@@ -9322,8 +9927,17 @@ def cmd_jobs(args) -> dict:
         roots=args.root or (),
         program=args.program,
         from_env=not args.store,
-        **flags_of(args, "phases", "owner", "mine", "to_review", "since"),
+        limit=args.limit if args.limit is not None else PAGE_ON_TERMINAL if sys.stdout.isatty() else None,
+        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices"),
     )
+
+
+def cmd_usage(args) -> dict:
+    """Sum the tokens of every call in a store (the jobs you may see) or under folders, by owner, model or day."""
+    if args.root and args.store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    return usage(store=url, roots=args.root or (), program=args.program, from_env=not args.store, **flags_of(args, "since", "by", "prices"))
 
 
 def cmd_migrate(args) -> dict:
@@ -9337,8 +9951,11 @@ def cmd_migrate(args) -> dict:
 
 
 def cmd_submit(args) -> dict:
-    """Seal a job into a store as start does, and run nothing: a `work` process runs it."""
-    return submit(with_manifests_job(args, store_url_from(args, "submit")), args.manifest)
+    """Seal jobs into a store as start does (one manifest, several, or a folder of them), and run nothing: `work` runs them."""
+    store = store_url_from(args, "submit")
+    if args.manifest is not None and not args.manifests:  # one --manifest M: that job's own document, as it always was
+        return submit(with_manifests_job(args, store), args.manifest)
+    return submit_all(store, args.manifests, manifest=args.manifest)
 
 
 def cmd_work(args) -> dict:
@@ -9394,6 +10011,15 @@ def path_argument(value: str) -> str:
 
 
 STORE_FLAG = flag("--store", metavar="URL", help=f"a shared PostgreSQL store, postgresql://… (default: ${STORE_ENV})")
+PRICES_FLAG = flag(
+    "--prices",
+    type=path_argument,
+    metavar="FILE",
+    help="your JSON prices per model (per million input and output tokens, with the date set): shows an estimated cost",
+)
+ROOT_FLAG = flag("--root", type=path_argument, action="append", help="a folder holding state directories at any depth (repeatable)")
+SINCE_FLAG = flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)")
+PAGE_ON_TERMINAL = 50  # jobs a page shows on a terminal unless --limit says; piped, every job unless it says
 ADDRESS_FLAGS = [
     flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),
     STORE_FLAG,
@@ -9458,7 +10084,7 @@ COMMANDS = {
     "inspect": Command(
         cmd_inspect,
         text_inspect,
-        [flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE")],
+        [flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE"), PRICES_FLAG],
     ),
     "reconcile": Command(
         cmd_reconcile,
@@ -9523,12 +10149,32 @@ COMMANDS = {
         text_jobs,
         [
             STORE_FLAG,
-            flag("--root", type=path_argument, action="append", help="a folder holding state directories at any depth (repeatable)"),
+            ROOT_FLAG,
             flag("--phase", dest="phases", action="append", default=[], metavar="PHASE", help="only jobs in this phase (repeatable)"),
             flag("--owner", metavar="ROLE", help="only jobs this role (or account, under --root) owns"),
             flag("--mine", action="store_true", help="only the jobs I own"),
             flag("--to-review", action="store_true", help="jobs awaiting review that name me, or that I own and name no reviewer"),
-            flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)"),
+            SINCE_FLAG,
+            flag(
+                "--limit",
+                type=int,
+                metavar="N",
+                help=f"at most N jobs a page (default: {PAGE_ON_TERMINAL} on a terminal, every job when piped)",
+            ),
+            flag("--after", metavar="CURSOR", help="the page after this cursor (the nextCursor a page printed)"),
+            PRICES_FLAG,
+        ],
+        state_dir=False,
+    ),
+    "usage": Command(
+        cmd_usage,
+        text_usage,
+        [
+            STORE_FLAG,
+            ROOT_FLAG,
+            flag("--since", metavar="DATE", help="only calls made on or after this UTC date or time (2026-12-01)"),
+            flag("--by", choices=list(USAGE_BY), default="owner", help="one row per owner (default), model or day (the call's UTC day)"),
+            PRICES_FLAG,
         ],
         state_dir=False,
     ),
@@ -9554,9 +10200,16 @@ COMMANDS = {
         cmd_submit,
         text_submit,
         [
-            flag("--manifest", required=True, type=path_argument, help="the approved manifest JSON file"),
+            flag("--manifest", type=path_argument, help="one approved manifest JSON file (its job's own document, as before)"),
             STORE_FLAG,
             flag("--job", metavar="JOB_ID", help="the manifest's jobId (checked)"),
+            flag(
+                "manifests",
+                nargs="*",
+                type=path_argument,
+                metavar="MANIFEST",
+                help="approved manifests, or folders of *.json manifests: each sealed in its own transaction",
+            ),
         ],
         state_dir=False,
     ),
@@ -9602,7 +10255,17 @@ COMMANDS = {
         state_dir=False,
     ),
 }
-CHANGES_NO_JOB = ("status", "inspect", "verify", "seal", "jobs", "migrate", "work", "serve")  # a failure in these leaves nothing to resume
+CHANGES_NO_JOB = (
+    "status",
+    "inspect",
+    "verify",
+    "seal",
+    "jobs",
+    "migrate",
+    "work",
+    "usage",
+    "serve",
+)  # a failure in these leaves nothing to resume
 
 
 def help_command(command: str = "") -> str:
@@ -9768,7 +10431,7 @@ def main(argv=None) -> int:
         command = COMMANDS[args.command]
         out = command.run(args)
         store = args.opened
-        if store is not None and args.command not in ("jobs", "work"):
+        if store is not None and args.command not in ("jobs", "work", "usage"):
             out = {**out, **store.output_fields()}  # a store's job says which store (no password)
         emit(args.command, out, args.fmt, store)
         refusal = command.refusal(out) if command.refusal else None

@@ -86,7 +86,7 @@ def test_six_first_starts_on_an_empty_database_all_succeed(empty_store, tmp_path
     listed = workspaces[0].run("jobs", "--store", store_url).ok()["jobs"]
     assert sorted(j["jobId"] for j in listed) == [f"job-{n}" for n in range(6)]
     assert {j["phase"] for j in listed} == {"awaiting-review"} and {j["mode"] for j in listed} == {"fake"}
-    assert set(listed[0]) == {"jobId", "phase", "next", "owner", "reviewers", "decidedBy", "approvedBy", "mode", "createdAtUtc"}
+    assert set(listed[0]) == {"jobId", "phase", "next", "owner", "reviewers", "decidedBy", "approvedBy", "mode", "createdAtUtc", "tokens"}
     assert {j["owner"] for j in listed} == {"durable"}
 
 
@@ -338,7 +338,7 @@ def test_jobs_lists_state_directories_under_a_root(tmp_path):
     assert [j["jobId"] for j in listed] == ["dir-job-0", "dir-job-1"]
     assert all(j["phase"] == "awaiting-review" and j["next"].startswith("python") for j in listed)
     text = Workspace(tmp_path).run("jobs", "--root", str(tmp_path / "jobs"), "--text").stdout
-    assert text.splitlines()[0].split() == ["JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED", "BY", "MODE", "CREATED", "(UTC)"]
+    assert text.splitlines()[0].split() == ["JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED", "BY", "MODE", "CREATED", "(UTC)", "TOKENS"]
 
 
 def statements_run(pg_server, url: str, run) -> int:
