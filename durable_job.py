@@ -7634,12 +7634,13 @@ def jobs(
     limit: int | None = None,
     after: str | None = None,
     prices: str | None = None,
+    sealed_by_other: bool = False,
 ) -> dict:
     """List the jobs in a store (store=URL: those this role may see) or in the state directories under folders (roots).
 
     Filters: phases (any of), owner (a role, or an account under roots), mine (owned by whoever lists), to_review
-    (awaiting review and naming me as a reviewer, or owned by me when it names none), since (created on or after).
-    limit: at most this many rows (None: all); after: the nextCursor of the page before. Each row has its tokens; with
+    (awaiting review and naming me as a reviewer, or owned by me when it names none), since (created on or after),
+    sealed_by_other (only the jobs another program or graph version sealed: each row's actsHere says which). limit: at most this many rows (None: all); after: the nextCursor of the page before. Each row has its tokens; with
     prices (a file, see read_prices) also its estimatedCost. `nextCursor` and `nextPage` say how to read on.
     """
     if roots and store:
@@ -7648,7 +7649,14 @@ def jobs(
     if not store and not roots:
         raise UsageError(f"name the jobs to list: --store URL (or set {STORE_ENV}), or --root DIR")
     priced = read_prices(prices) if prices else None
-    filters = {"phases": list(phases), "owner": owner, "mine": mine, "to_review": to_review, "since": since}
+    filters = {
+        "phases": list(phases),
+        "owner": owner,
+        "mine": mine,
+        "to_review": to_review,
+        "since": since,
+        "sealed_by_other": sealed_by_other,
+    }
     if store:
         lister = PgStore(store, "", from_env=from_env, program=program)
         kind, address, prog = "store", lister.store_address(), lister.program
@@ -7673,6 +7681,7 @@ def listing_flags(filters: dict, prices: str | None) -> list:
     flags += ["--mine"] if filters["mine"] else []
     flags += ["--to-review"] if filters["to_review"] else []
     flags += ["--since", filters["since"]] if filters["since"] else []
+    flags += ["--sealed-by-other"] if filters.get("sealed_by_other") else []
     return flags + (["--prices", os.path.abspath(prices)] if prices else [])
 
 
@@ -7687,6 +7696,7 @@ def keeps(row: dict, filters: dict, me: str) -> bool:
             or (row["phase"] == "awaiting-review" and (me in row["reviewers"] if row["reviewers"] else row["owner"] == me))
         )
         and (filters["since"] is None or str(row["createdAtUtc"] or "") >= filters["since"].rstrip("Z"))
+        and (not filters.get("sealed_by_other") or row.get("actsHere") is False)
     )
 
 
@@ -7780,6 +7790,16 @@ def state_dirs_under(roots: list, program: str | None = None) -> list:
     return [StateDirStore(folder, program) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
+def sealed_here(job: Job) -> bool:
+    """Whether this program may act on the job: the graph version, its own bytes and the dependencies it sealed (an
+    upgrade strands the jobs sealed before it: `jobs --sealed-by-other` lists them, for their old program to finish)."""
+    try:
+        check_program_seals(job)
+    except SealError:
+        return False
+    return True
+
+
 def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dict | None = None) -> dict:
     """One line of `jobs`: where a job stands, the command that takes it on, its tokens (and cost, with prices).
 
@@ -7805,9 +7825,12 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "mode": job.get("mode"),
             "createdAtUtc": job.get("createdAtUtc"),
             "tokens": job_tokens(snap.calls),
+            "actsHere": sealed_here(job),
         }
         if prices is not None:
             row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
+        if not row["actsHere"]:  # which program to finish it with
+            row["sealedBy"] = {"codeSha256": job.get("codeSha256"), "version": job.get("version"), "dependencies": job.get("dependencies")}
         if out["phase"] == "running":  # which process (a `work` worker or a person's command), on which host
             row["runningBy"] = {k: out["running"].get(k) for k in ("command", "host", "pid", "sinceUtc")}
         if isinstance(store, PgStore) and store.row is not None:
@@ -9928,7 +9951,7 @@ def cmd_jobs(args) -> dict:
         program=args.program,
         from_env=not args.store,
         limit=args.limit if args.limit is not None else PAGE_ON_TERMINAL if sys.stdout.isatty() else None,
-        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices"),
+        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices", "sealed_by_other"),
     )
 
 
@@ -10155,6 +10178,11 @@ COMMANDS = {
             flag("--mine", action="store_true", help="only the jobs I own"),
             flag("--to-review", action="store_true", help="jobs awaiting review that name me, or that I own and name no reviewer"),
             SINCE_FLAG,
+            flag(
+                "--sealed-by-other",
+                action="store_true",
+                help="only the jobs another version of the program sealed (this one cannot act on them: finish them with theirs)",
+            ),
             flag(
                 "--limit",
                 type=int,

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ALPHA, BETA, PROGRAM, Workspace, as_role, new_store, paste
+from conftest import ALPHA, BETA, PROGRAM, Workspace, as_role, copy_program, new_store, paste
 
 # --- helpers --------------------------------------------------------------------------------------------------
 
@@ -368,3 +368,24 @@ def test_on_a_terminal_a_page_holds_50_jobs_and_piped_every_job(tmp_path):
     assert lines[-1].startswith("more jobs: the next page is `python ") and "--limit 50 --after " in lines[-1]
     piped = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path), timeout=60)
     assert len(json.loads(piped.stdout)["jobs"]) == 51 and "nextCursor" not in json.loads(piped.stdout)
+
+
+# -- upgrades: which jobs this program can still act on ------------------------------------------------------------
+
+
+def test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish(tmp_path):
+    """An upgrade strands the jobs the program before it sealed: `jobs` says which, and lists them alone."""
+    os.makedirs(tmp_path / "old")
+    old = copy_program(tmp_path / "old", lambda text: text + "\n# the release before\n")
+    before, now = Workspace(tmp_path / "before"), Workspace(tmp_path / "now")
+    before.write_manifest(jobId="from-before")
+    now.write_manifest(jobId="from-now")
+    before.run("start", "--manifest", before.manifest, program=old).ok()
+    now.start().ok()
+    listed = {r["jobId"]: r["actsHere"] for r in now.run("jobs", "--root", str(tmp_path), state=False).ok()["jobs"]}
+    assert listed == {"from-before": False, "from-now": True}
+    stranded = now.run("jobs", "--root", str(tmp_path), "--sealed-by-other", state=False).ok()["jobs"]
+    assert [r["jobId"] for r in stranded] == ["from-before"]
+    assert stranded[0]["sealedBy"]["codeSha256"] == before.run("inspect", program=old).ok()["job"]["codeSha256"]  # finish it with that
+    theirs = before.run("jobs", "--root", str(tmp_path), "--sealed-by-other", state=False, program=old).ok()["jobs"]
+    assert [r["jobId"] for r in theirs] == ["from-now"]  # the old program, before it is retired, sees the reverse

@@ -86,7 +86,7 @@ def test_six_first_starts_on_an_empty_database_all_succeed(empty_store, tmp_path
     listed = workspaces[0].run("jobs", "--store", store_url).ok()["jobs"]
     assert sorted(j["jobId"] for j in listed) == [f"job-{n}" for n in range(6)]
     assert {j["phase"] for j in listed} == {"awaiting-review"} and {j["mode"] for j in listed} == {"fake"}
-    assert set(listed[0]) == {"jobId", "phase", "next", "owner", "reviewers", "decidedBy", "approvedBy", "mode", "createdAtUtc", "tokens"}
+    assert set(listed[0]) == {"jobId", "phase", "next", "owner", "reviewers", "decidedBy", "approvedBy", "mode", "createdAtUtc", "tokens", "actsHere"}
     assert {j["owner"] for j in listed} == {"durable"}
 
 
