@@ -2413,8 +2413,38 @@ NOTIFY_CHANGES = (
     ),
 )
 
+# A finished job (its receipt written) is marked in its own row, by the database in the receipt's transaction, so
+# that a worker's claim reads the few unfinished jobs through a partial index instead of every job ever sealed.
+# The mark is the only change a jobs row ever takes: a trigger function the schema's owner runs (SECURITY
+# DEFINER) sets it once; no role may UPDATE jobs itself (no grant), and the history trigger refuses any other change.
+FINISHED_MARK = (
+    "ALTER TABLE durable_job.jobs ADD COLUMN finished_at timestamptz",
+    "UPDATE durable_job.jobs j SET finished_at = now() WHERE EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)",
+    "CREATE INDEX jobs_unfinished ON durable_job.jobs (created_utc, job_id) WHERE finished_at IS NULL",
+    "CREATE FUNCTION durable_job.job_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
+    "IF TG_OP = 'UPDATE' AND current_user = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'durable_job') "
+    "AND OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL "
+    "AND (to_jsonb(NEW) - 'finished_at') = (to_jsonb(OLD) - 'finished_at') THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'durable_job.jobs is history: its rows are written once and never changed or removed (% refused)', TG_OP "
+    "USING ERRCODE = 'insufficient_privilege'; END $$",
+    "DROP TRIGGER history ON durable_job.jobs",
+    "CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.jobs FOR EACH ROW EXECUTE FUNCTION durable_job.job_change()",
+    "CREATE FUNCTION durable_job.finish_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$ BEGIN "
+    "UPDATE durable_job.jobs SET finished_at = now() WHERE job_id = NEW.job_id AND finished_at IS NULL; RETURN NULL; END $$",
+    "REVOKE ALL ON FUNCTION durable_job.finish_job() FROM PUBLIC",
+    "CREATE POLICY finishes ON durable_job.jobs FOR UPDATE "
+    "USING (current_user = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'durable_job'))",
+    "CREATE TRIGGER finish_job AFTER INSERT ON durable_job.receipts FOR EACH ROW EXECUTE FUNCTION durable_job.finish_job()",
+)
+
 # Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
-PG_SETUP_MIGRATIONS = [("m004_policies", store_policies()), ("m006_link_policies", LINK_POLICIES), ("m007_notify", NOTIFY_CHANGES)]
+PG_SETUP_MIGRATIONS = [
+    ("m004_policies", store_policies()),
+    ("m006_link_policies", LINK_POLICIES),
+    ("m007_notify", NOTIFY_CHANGES),
+    ("m008_finished_mark", FINISHED_MARK),
+]
 
 
 class Dialect:
@@ -7990,10 +8020,12 @@ WORK_MAX_CONCURRENCY = 8
 # decision is made under the job's lock): its lock row free (no open
 # transaction holds it, by its xmax in pg_locks), no pending call, not
 # cancelled, no receipt, and not waiting at the review (its latest checkpoint
-# has no interrupt write).
+# has no interrupt write). Only unfinished jobs are read (finished_at, m008: the
+# jobs_unfinished index), so a poll costs the same however many jobs have ended.
 RUNNABLE_SQL = """
 SELECT j.job_id FROM durable_job.jobs j
-WHERE NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
+WHERE j.finished_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
                   JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
                   WHERE k.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')

@@ -133,6 +133,8 @@ def test_no_role_but_the_administrator_deletes_or_rewrites_history(review, tmp_p
             "UPDATE durable_job.decisions SET reviewer = 'someone else'",
             "UPDATE durable_job.receipts SET receipt_json = '{}'",
             "UPDATE durable_job.jobs SET owner = 'bob'",
+            "UPDATE durable_job.jobs SET finished_at = NULL",  # the claim's mark: the database's own, set once
+            "UPDATE durable_job.jobs SET finished_at = now()",
             "UPDATE durable_job.call_events SET principal = 'alice'",
             "UPDATE durable_job.calls SET output_text = 'made up'",
             "DELETE FROM durable_job.calls",
@@ -148,6 +150,25 @@ def test_no_role_but_the_administrator_deletes_or_rewrites_history(review, tmp_p
     assert store_rows(admin_url(review.store)) == before  # nothing above changed a row
     sql(as_role(review.store, "bob"), event, ("alice-merger",))
     assert sql(admin_url(review.store), "SELECT principal FROM durable_job.call_events WHERE operation_key = 'k'") == [("bob",)]
+
+
+def test_a_job_is_marked_finished_by_its_receipt_alone_so_a_claim_reads_only_unfinished_jobs(review, tmp_path):
+    admin = admin_url(review.store)
+
+    def mark():
+        return sql(admin, "SELECT finished_at IS NOT NULL FROM durable_job.jobs WHERE job_id = 'alice-merger'")[0][0]
+
+    assert mark() is False
+    for role in ("alice", "bob", "worker"):  # no role marks a job that has not finished (nor unmarks one)
+        assert "permission denied" in refused(as_role(review.store, role), "UPDATE durable_job.jobs SET finished_at = now()")
+    assert mark() is False
+    as_(review, "bob", tmp_path).run("decide", "--decision", "accept", "--reviewer", "Bob", "--reason", "ok").ok()
+    assert mark() is True  # set in the receipt's own transaction, by the database
+    import durable_job as dj
+
+    plan = "\n".join(r[0] for r in sql(admin, "EXPLAIN " + dj.RUNNABLE_SQL))
+    assert "jobs_unfinished" in plan or "finished_at IS NULL" in plan, plan  # the claim looks only at unfinished jobs
+    assert sql(as_role(review.store, "worker"), dj.RUNNABLE_SQL) == []
 
 
 def test_only_the_owner_and_reviewers_reconcile_revise_or_cancel_and_the_worker_only_runs(tmp_path, pg_server):
