@@ -1,0 +1,200 @@
+"""`make bench`, a store that lasts: what one job's commands and a worker's claim cost as the store grows.
+
+A throwaway PostgreSQL (tests/pg_server.py) holds one store. It grows to 100, 1,000 and 10,000 finished
+(decided) jobs beside 5 runnable ones, and at each size this prints, same run: `status` of one job, `submit`
+of one new manifest, one claim poll (RUNNABLE_SQL, as the worker role), a 50-job page (`jobs --limit 50`),
+the full listing (`jobs`, piped JSON) against psql's raw read of the same jobs as JSON, and the store's bytes
+per job. Targets (issue 24): status, submit and the claim within 1.5x of their cost at 100 jobs; the full
+listing within 3x of the raw read.
+
+The fixture (documented, not hand-written rows): one job is run and decided through the program's own write
+path; the store then copies that job's rows, table by table and column by column as the program wrote them,
+N times, each copy's jobId and threadId substituted in every text column (its job record, journal and chain
+name it). A copy is a listed, finished job exactly like the original; its chain names it, so `verify` of a
+copy is not what this measures.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PROGRAM = os.path.join(REPO, "durable_job.py")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)
+
+import psycopg  # noqa: E402
+from pg_server import PgServer  # noqa: E402
+
+import durable_job as dj  # noqa: E402
+
+SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "100,1000,10000").split(","))
+ALPHA = "Alpha reports steady revenue in the third quarter.\n"
+JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
+THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+
+
+def role_url(url: str, role: str) -> str:
+    head, _, rest = url.partition("://")
+    return f"{head}://{role}@{rest.split('@', 1)[1]}"
+
+
+def manifest(folder: str, job_id: str) -> str:
+    path = os.path.join(folder, f"{job_id}.json")
+    with open(path, "w") as fh:
+        json.dump(
+            {
+                "schemaVersion": 1,
+                "jobId": job_id,
+                "approved": True,
+                "approvedBy": "alice",
+                "mode": "fake",
+                "model": "fake-structural-1",
+                "providerTransferApproved": False,
+                "maxModelCalls": 2,
+                "maxAttemptsPerItem": 2,
+                "items": [{"id": "alpha", "path": "alpha.txt", "sha256": dj.sha256_hex(ALPHA.encode())}],
+            },
+            fh,
+        )
+    return path
+
+
+def copy_job(admin: str, job_id: str, first: int, count: int) -> None:
+    """Copies first..first+count-1 of the job's rows, every text column with the job's and thread's ids substituted."""
+    with psycopg.connect(admin, autocommit=True) as conn:
+        thread = conn.execute("SELECT thread_id FROM durable_job.jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
+        for table in JOB_TABLES + THREAD_TABLES:
+            columns = conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'durable_job' AND table_name = %s "
+                "AND is_identity = 'NO' AND coalesce(column_default, '') NOT LIKE 'nextval%%' ORDER BY ordinal_position",
+                (table,),
+            ).fetchall()
+            names, shown = [], []
+            for name, kind in columns:
+                names.append(f'"{name}"')
+                if kind in ("text", "character varying", "jsonb", "json"):
+                    text = f'"{name}"::text'
+                    swapped = f"replace(replace({text}, %(thread)s, %(thread)s || '-' || g), %(job)s, %(job)s || '-' || g)"
+                    shown.append(f"({swapped})::{kind}" if kind in ("jsonb", "json") else swapped)
+                else:
+                    shown.append(f'"{name}"')
+            key = "thread_id" if table in THREAD_TABLES else "job_id"
+            conn.execute(
+                f"INSERT INTO durable_job.{table} ({', '.join(names)}) SELECT {', '.join(shown)} FROM durable_job.{table}, "
+                f"generate_series(%(first)s::int, %(last)s::int) g WHERE {key} = %(key)s",
+                {
+                    "thread": thread,
+                    "job": job_id,
+                    "first": first,
+                    "last": first + count - 1,
+                    "key": thread if key == "thread_id" else job_id,
+                },
+            )
+        conn.execute("ANALYZE")
+
+
+def wall(argv, env, runs=3) -> float:
+    """Median wall seconds of a whole command (interpreter start-up included)."""
+    times = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        subprocess.run(argv, capture_output=True, check=True, env=env)
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def claim_poll(url: str, runs=20) -> float:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(dj.RUNNABLE_SQL).fetchall()
+        times = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            conn.execute(dj.RUNNABLE_SQL).fetchall()
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def raw_read(admin_alice: str, env) -> float:
+    query = (
+        "SELECT json_agg(json_build_object('jobId', j.job_id, 'owner', j.owner, 'reviewers', j.reviewers, 'createdAtUtc', j.created_utc, "
+        "'job', j.record_json::json, 'final', r.receipt_json::json) ORDER BY j.created_utc, j.job_id) "
+        "FROM durable_job.jobs j LEFT JOIN durable_job.receipts r USING (job_id)"
+    )
+    return wall(["psql", "-XAt", admin_alice, "-c", query], env)
+
+
+def store_bytes(admin: str) -> int:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'durable_job' AND c.relkind = 'r'"
+        ).fetchone()[0]
+
+
+def main() -> int:
+    folder = tempfile.mkdtemp(prefix="durable-job-lasting-bench-")
+    os.environ.setdefault("PGPASSFILE", os.path.join(folder, "pgpass"))
+    server = PgServer.start(os.path.join(folder, "pg"))
+    try:
+        store = server.new_database("lasting")
+        dj.migrate_schema(store, grant=("alice", "bob"), grant_worker=("worker",))
+        alice, admin = role_url(store, "alice"), role_url(store, "durable")
+        with open(os.path.join(folder, "alpha.txt"), "w") as fh:
+            fh.write(ALPHA)
+        with dj.open_store(store=alice) as s:
+            dj.start(s, manifest(folder, "finished"))
+        with dj.open_store(store=alice, job="finished") as s:
+            dj.decide(s, decision="accept", reviewer="alice", reason="bench")
+        for n in range(5):
+            with dj.open_store(store=alice) as s:
+                dj.submit(s, manifest(folder, f"runnable-{n}"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
+        py = [sys.executable, PROGRAM]
+        rows, made, before = [], 1, None
+        for size in SIZES:
+            copy_job(admin, "finished", made, size - made)
+            made = size
+            figures = {
+                "status": wall([*py, "status", "--store", alice, "--job", "finished"], env),
+                "submit": wall([*py, "submit", "--store", alice, "--manifest", manifest(folder, f"new-{size}")], env, runs=1),
+                "claim": claim_poll(role_url(store, "worker")),
+                "page": wall([*py, "jobs", "--store", alice, "--limit", "50"], env),
+                "listing": wall([*py, "jobs", "--store", alice], env, runs=1 if size > 1000 else 3),
+                "raw": raw_read(alice, env),
+                "bytes": store_bytes(admin) / (size + 5),
+            }
+            before = before or figures
+            rows.append((size, figures))
+            print(f"  grown to {size} finished jobs", file=sys.stderr, flush=True)
+        print("a store that lasts (one store; N finished jobs and 5 runnable; medians, same run):")
+        print(
+            f"{'N':>7} {'status':>9} {'submit':>9} {'claim':>9} {'50-page':>9} {'listing':>9} {'raw read':>9} {'list/raw':>8} {'KB/job':>7}"
+        )
+        for size, f in rows:
+            print(
+                f"{size:>7} {f['status'] * 1000:>7.0f}ms {f['submit'] * 1000:>7.0f}ms {f['claim'] * 1000:>7.2f}ms "
+                f"{f['page'] * 1000:>7.0f}ms {f['listing'] * 1000:>7.0f}ms {f['raw'] * 1000:>7.0f}ms {f['listing'] / f['raw']:>7.1f}x "
+                f"{f['bytes'] / 1024:>7.1f}"
+            )
+        last = rows[-1][1]
+        met = True
+        for name, limit in (("status", 1.5), ("submit", 1.5), ("claim", 1.5), ("page", 1.5)):
+            ratio = last[name] / before[name]
+            met &= ratio <= limit
+            print(f"  {name} at {SIZES[-1]} / at {SIZES[0]}: {ratio:.2f}x (target <= {limit}x)")
+        ratio = last["listing"] / last["raw"]
+        met &= ratio <= 3
+        print(f"  full listing / raw psql read at {SIZES[-1]}: {ratio:.1f}x (target <= 3x)")
+        return 0 if met else 1
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
