@@ -1879,7 +1879,14 @@ def public_url(url: str) -> str:
 
 
 def remember_secrets(url: str) -> None:
-    """Note a store address's password so that redact() removes it from every output, error and stored record.
+    """Note a store address's password so that redact() removes it from every output, error and stored record
+    (once per address: a listing makes a store object for every job, all on the same address)."""
+    SECRETS.update(address_secrets(url))
+
+
+@functools.lru_cache(maxsize=64)
+def address_secrets(url: str) -> frozenset:
+    """The spellings of the password a store address carries (what remember_secrets notes).
 
     The password is found by the driver's own parser (libpq's PQconninfoParse, else psycopg's
     conninfo_to_dict), in the URL's user info or its query, and in a keyword string too (which
@@ -1894,9 +1901,7 @@ def remember_secrets(url: str) -> None:
         secrets += [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
     except ValueError:
         pass
-    for secret in secrets:
-        if len(secret) >= 3:
-            SECRETS.update({secret, unquote(secret)})
+    return frozenset(spelling for secret in secrets if len(secret) >= 3 for spelling in (secret, unquote(secret)))
 
 
 def conninfo_password(conninfo: str) -> str | None:
@@ -5309,9 +5314,13 @@ def next_for_phase(snap: Snapshot) -> str:
     return resume
 
 
-def where_it_stands(snap: Snapshot, out: dict) -> dict:
-    """What status and inspect both say: phase, next, the live run (if any) and a broken seal."""
-    broken = seal_report(snap.store, snap.job)
+def where_it_stands(snap: Snapshot, out: dict, *, ended_seals: bool = True) -> dict:
+    """What status and inspect both say: phase, next, the live run (if any) and a broken seal.
+
+    ended_seals=False (a listing's row) leaves a decided or cancelled job's seals unchecked: its next step does not
+    depend on them, and re-parsing every finished job's stored copies was a sixth of a 10,000-job listing."""
+    ended = snap.phase in ("decided", "cancelled")
+    broken = seal_report(snap.store, snap.job) if ended_seals or not ended else None
     out["phase"] = snap.phase
     out["next"] = next_step(snap, broken)
     if snap.phase == "running":
@@ -7840,7 +7849,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             raise snap
         snap = snap or read_snapshot(store)
         try:
-            out = where_it_stands(snap, {})
+            out = where_it_stands(snap, {}, ended_seals=False)
         finally:
             snap.close()
         job = snap.job
