@@ -93,6 +93,7 @@ EFFECTS_FILE = "effects.sqlite"
 CHECKPOINTS_FILE = "checkpoints.sqlite"
 LOCK_FILE = "run.lock"
 RECEIPT_FILE = "receipt.json"
+PRUNED_FILE = "pruned.json"  # a pruned job's last checkpoint values and its checkpoints' sha256, once prune removed them
 MCP_SOURCES_FILE = "mcp-sources.json"  # the MCP resources' text as sealed: verify checks them without launching a server
 
 SYSTEM = (
@@ -117,6 +118,8 @@ CRASH_POINTS = {
     "after-decide": 97,  # decision saved, nothing printed yet
     "after-reconcile": 98,  # reconcile committed, nothing printed yet
     "after-decision-row": 99,  # the decision's journal row committed, the thread has not recorded it yet
+    "after-prune-mark": 100,  # a finished job marked for prune, its checkpoints still whole
+    "after-prune-delete": 101,  # its checkpoints removed, the mark not yet finished
 }
 
 # The operation key of the call being made: call_model passes it to the openai adapter as a header. The
@@ -1462,7 +1465,8 @@ def check_state_files(state_dir: str) -> None:
             f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or {NEW_JOB}"
         )
     receipt = job_path(state_dir, RECEIPT_FILE)
-    if size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided":
+    pruned = os.path.exists(job_path(state_dir, PRUNED_FILE))  # prune removed them, keeping what a reader needs
+    if size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided" and not pruned:
         # Calls journaled before the first checkpoint are normal (a crash there, or parallel calls sent
         # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A
         # decided job, though, had a decision that lived only in the lost checkpoints (a cancel lives
@@ -2443,12 +2447,39 @@ FINISHED_MARK = (
     "CREATE TRIGGER finish_job AFTER INSERT ON durable_job.receipts FOR EACH ROW EXECUTE FUNCTION durable_job.finish_job()",
 )
 
+# Retention, the administrator's alone (no role but the schema's owner may write these tables): `prune` keeps, per
+# job, what a reader needs once LangGraph's checkpoint history is gone (prunes); `delete` leaves a tombstone, which
+# keeps the jobId taken: the database refuses a jobs row under it, to every role (a SECURITY DEFINER trigger reads
+# the tombstones, which no other role sees).
+SCHEMA_OWNER = "(SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'durable_job')"
+RETENTION = (
+    "CREATE TABLE durable_job.prunes (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, record_json TEXT NOT NULL, "
+    "marked_at timestamptz NOT NULL DEFAULT now())",
+    "CREATE TABLE durable_job.tombstones (job_id TEXT PRIMARY KEY, deleted_at timestamptz NOT NULL DEFAULT now(), "
+    "principal TEXT NOT NULL DEFAULT session_user, receipt_sha256 TEXT)",
+    *row_security("prunes"),
+    *row_security("tombstones"),
+    "CREATE POLICY reads ON durable_job.prunes FOR SELECT USING (EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = prunes.job_id))",
+    f"CREATE POLICY checks ON durable_job.tombstones FOR SELECT USING (current_user = {SCHEMA_OWNER})",
+    "CREATE FUNCTION durable_job.refuse_tombstoned() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$ "
+    "BEGIN IF EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = NEW.job_id) THEN RAISE EXCEPTION "
+    "'durable_job.jobs: jobId % was deleted and stays taken', NEW.job_id USING ERRCODE = 'unique_violation'; END IF; RETURN NEW; END $$",
+    "REVOKE ALL ON FUNCTION durable_job.refuse_tombstoned() FROM PUBLIC",
+    "CREATE FUNCTION durable_job.tombstoned(job text) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog "
+    "AS $$ SELECT EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = job) $$",
+    "CREATE TRIGGER tombstoned BEFORE INSERT ON durable_job.jobs FOR EACH ROW EXECUTE FUNCTION durable_job.refuse_tombstoned()",
+    # the roles granted before these tables existed read a pruned job's record as any other row of theirs
+    "DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP "
+    "EXECUTE format('GRANT SELECT ON durable_job.prunes TO %I', r.role); END LOOP; END $$",
+)
+
 # Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
 PG_SETUP_MIGRATIONS = [
     ("m004_policies", store_policies()),
     ("m006_link_policies", LINK_POLICIES),
     ("m007_notify", NOTIFY_CHANGES),
     ("m008_finished_mark", FINISHED_MARK),
+    ("m009_retention", RETENTION),
 ]
 
 
@@ -3381,6 +3412,11 @@ class CheckpointRows(abc.ABC):
         """(channel, type, value) of that checkpoint's writes on LG_SAVED_CHANNELS: `final` first, then the latest task's."""
 
 
+def pruned_checkpoint(record: dict) -> CheckpointState:
+    """A pruned job's checkpoint as readers see it: the last values prune kept (the history itself is gone); nothing waits."""
+    return {"values": record["values"], "waiting": False, "savedDecision": None}
+
+
 def read_checkpoint(rows: CheckpointRows | None, thread_id: str) -> CheckpointState:
     """Latest checkpoint values of the job's thread, whether it waits at review, and a decision saved for it.
 
@@ -3756,6 +3792,22 @@ class Store(abc.ABC):
     def check_whole(self) -> str:
         """verify's `files` check: the storage itself is sound."""
 
+    @abc.abstractmethod
+    def pruned_record(self) -> dict | None:
+        """The job's prune record once `prune` marked it: {values, checkpointsSha256, freedBytes, markedUtc, prunedUtc, principal}."""
+
+    @abc.abstractmethod
+    def mark_pruned(self, record: dict) -> None:
+        """prune's first and last steps (the lock held): the record written, before anything goes and once it has gone."""
+
+    @abc.abstractmethod
+    def drop_checkpoints(self, job: Job) -> None:
+        """prune's second step (the lock held): LangGraph's checkpoint history of the job removed."""
+
+    @abc.abstractmethod
+    def checkpoint_bytes(self, job: Job) -> int:
+        """What the job's checkpoint history takes: the bytes a prune frees."""
+
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
 
@@ -3904,13 +3956,29 @@ class StateDirStore(Store):
         finally:
             conn.close()
 
+    def pruned_record(self) -> dict | None:
+        path = job_path(self.root, PRUNED_FILE)
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path, "rb") as fh:
+                return strict_json(fh.read().decode("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StateError(f"{path} cannot be read ({clip(exc, 120)}); restore it from a backup") from None
+
     def read_checkpoint(self, job: Job) -> CheckpointState:
+        pruned = self.pruned_record()
+        if pruned is not None:
+            return pruned_checkpoint(pruned)
         with self.checkpoints_file() as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")} if conn else set()
             path = job_path(self.root, CHECKPOINTS_FILE)
             return read_checkpoint(SqliteCheckpointRows(conn, path) if conn and LG_CHECKPOINTS_TABLE in tables else None, job["threadId"])
 
     def checkpoints_digest(self, job: Job) -> str:
+        pruned = self.pruned_record()
+        if pruned is not None:  # the rows' sha256 as prune found them, before removing them
+            return pruned["checkpointsSha256"]
         orders = ((LG_CHECKPOINTS_TABLE, "checkpoint_ns, checkpoint_id"), (LG_WRITES_TABLE, "checkpoint_ns, checkpoint_id, task_id, idx"))
         rows = []
         with self.checkpoints_file() as conn:
@@ -3935,6 +4003,22 @@ class StateDirStore(Store):
 
     def has_receipt(self) -> bool:
         return os.path.exists(job_path(self.root, RECEIPT_FILE))
+
+    def mark_pruned(self, record: dict) -> None:
+        """prune's first step: what a reader needs, kept before anything goes (a kill leaves the job whole and marked)."""
+        write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+
+    def drop_checkpoints(self, job: Job) -> None:
+        """prune's second step: LangGraph's checkpoint history of the job, whole files (their space is freed)."""
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(job_path(self.root, CHECKPOINTS_FILE) + suffix)
+            except FileNotFoundError:
+                pass
+
+    def checkpoint_bytes(self, job: Job) -> int:
+        path = job_path(self.root, CHECKPOINTS_FILE)
+        return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
 
     def write_receipt(self, receipt: dict) -> None:
         signature = ((receipt.get("final") or receipt.get("cancel") or {}).get("signature") or {}).get("armored")
@@ -4289,6 +4373,8 @@ class PgStore(Store):
                 f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
             )
         data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
+        if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:
+            raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         with writer.transaction():
             # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
             # the session runs with standard_conforming_strings off, and the store would keep other bytes
@@ -4419,16 +4505,32 @@ class PgStore(Store):
 
         return LockedSaver(conn, serde=checkpoint_serializer())
 
+    def pruned_record(self) -> dict | None:
+        if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
+            return strict_json(self.row["pruned"]) if self.row["pruned"] else None
+        db = self.db()
+        if db.rows("SELECT to_regclass('durable_job.prunes') IS NOT NULL AS made")[0]["made"] is False:
+            return None
+        row = db.row("SELECT record_json FROM durable_job.prunes WHERE job_id = {p.job_id}")
+        return None if row is None else strict_json(row["record_json"])
+
     def read_checkpoint(self, job: Job) -> CheckpointState:
         db = self.db()
         if db.rows("SELECT to_regclass('durable_job.checkpoints') IS NOT NULL AS made")[0]["made"] is False:
             return read_checkpoint(None, job["threadId"])
+        pruned = self.pruned_record()
+        if pruned is not None:
+            return pruned_checkpoint(pruned)
         return read_checkpoint(
             PgCheckpointRows(db, f"the checkpoint tables of job {self.job_id} in {self.public}", [job["threadId"]]), job["threadId"]
         )
 
     def checkpoints_digest(self, job: Job) -> str:
-        """Each row as PostgreSQL spells it (ROW(...)::text: the same text whichever driver reads it)."""
+        """Each row as PostgreSQL spells it (ROW(...)::text: the same text whichever driver reads it); a pruned job's
+        as prune found them, before removing them."""
+        pruned = self.pruned_record()
+        if pruned is not None:
+            return pruned["checkpointsSha256"]
         orders = {"checkpoints": "checkpoint_ns, checkpoint_id", "checkpoint_blobs": "checkpoint_ns, channel, version"}
         orders["checkpoint_writes"] = "checkpoint_ns, checkpoint_id, task_id, idx"
         rows = [
@@ -4444,6 +4546,34 @@ class PgStore(Store):
     def storage_errors(self) -> tuple:
         psycopg = sys.modules.get("psycopg")
         return (psycopg.Error,) if psycopg is not None else ()
+
+    # -- retention (the administrator's: the database refuses it to every other role) -----------------------
+
+    def mark_pruned(self, record: dict) -> None:
+        self.journal().change(
+            "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
+            "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
+            record=json.dumps(record, sort_keys=True),
+        )
+
+    def drop_checkpoints(self, job: Job) -> None:
+        """LangGraph's checkpoint history of the job's thread, through the saver's own delete_thread."""
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with self.checkpoint_connection() as conn:
+            PostgresSaver(conn, serde=checkpoint_serializer()).delete_thread(job["threadId"])
+
+    def checkpoint_bytes(self, job: Job) -> int:
+        tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+        return sum(
+            int(
+                self.db().rows(
+                    f"SELECT coalesce(sum(pg_column_size(t.*)), 0) AS size FROM durable_job.{t} t WHERE thread_id = {{p.thread}}",
+                    thread=job["threadId"],
+                )[0]["size"]
+            )
+            for t in tables
+        )
 
     def run_failure(self, exc: BaseException) -> StateError:
         return self.failure(exc)
@@ -4965,6 +5095,13 @@ class open_job:
         self.lock.__enter__()
         try:
             job = self.store.load_job()
+            pruned = self.store.pruned_record()
+            if pruned is not None:
+                raise DecisionError(
+                    f"Job {job['jobId']} was pruned at {pruned.get('prunedUtc') or pruned.get('markedUtc')}: its checkpoint history "
+                    f"is gone, so nothing can run or change it; its record, journal, results, decision and receipt remain "
+                    f"(`{self.store.suggest('inspect')}`, `{self.store.suggest('verify')}`)"
+                )
             manifest, sources = self.store.check_seals(job) if self.seals else (None, None)
             self.ctx = attach(self.store, job, manifest, sources, self.stop)
             state = self.ctx.review()
@@ -5127,6 +5264,7 @@ SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.ow
   (SELECT json_agg(c ORDER BY c.created_utc, c.seq) FROM durable_job.calls c WHERE c.job_id = j.job_id) AS calls,
   (SELECT o.record_json FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel') AS cancel,
   EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id) AS receipt,
+  (SELECT p.record_json FROM durable_job.prunes p WHERE p.job_id = j.job_id) AS pruned,
   (SELECT json_build_object('version', d.version, 'results', d.results_json) FROM durable_job.drafts d
     WHERE d.job_id = j.job_id ORDER BY d.version DESC LIMIT 1) AS draft,
   (SELECT json_build_object('record', x.record_json, 'principal', x.principal) FROM durable_job.decisions x
@@ -5222,7 +5360,12 @@ def store_page(
                 store,
                 job,
                 db.for_job(row["job_id"]),
-                with_decision(read_checkpoint(LoadedCheckpointRows(where_kept, row), job["threadId"]), decision or None),
+                with_decision(
+                    pruned_checkpoint(strict_json(row["pruned"]))
+                    if row["pruned"]
+                    else read_checkpoint(LoadedCheckpointRows(where_kept, row), job["threadId"]),
+                    decision or None,
+                ),
                 row["calls"] or [],
                 json.loads(row["cancel"]) if row["cancel"] else None,
                 draft or None,
@@ -5327,6 +5470,9 @@ def where_it_stands(snap: Snapshot, out: dict, *, ended_seals: bool = True) -> d
         out["running"] = {**cast(Holder, snap.holder), "calls": in_flight(snap)}
     if broken:
         out["sealBroken"] = broken
+    pruned = snap.store.pruned_record()
+    if pruned is not None:  # what a checkpoint would have told is the kept values; the history itself is gone
+        out["pruned"] = {k: pruned.get(k) for k in ("markedUtc", "prunedUtc", "freedBytes", "principal")}
     return out
 
 
@@ -8008,6 +8154,163 @@ def migrate_schema(
     }
 
 
+PRUNE_PHASES = ("decided", "cancelled")
+
+
+def prune(
+    *,
+    store: str | None = None,
+    roots=(),
+    older_than: float,
+    phases=PRUNE_PHASES,
+    dry_run: bool = False,
+    program: str | None = None,
+    from_env: bool = False,
+) -> dict:
+    """Remove what finished jobs no longer need: LangGraph's checkpoint history of each job decided or cancelled more
+    than older_than days ago (a store's, as its administrator, or the state directories under roots).
+
+    Kept: the job record, the journal, the drafts, the results and decision as the chained history records them,
+    the receipt and its signature, and (in the prune record) the last checkpoint values and the checkpoints' sha256,
+    so inspect, jobs and verify still answer. A job is first marked, then pruned, then the mark finished: a kill
+    leaves it whole (unmarked) or marked, and the next prune finishes it.
+    """
+    if bool(store) == bool(roots):
+        raise UsageError(f"prune needs --store URL (or {STORE_ENV}) or --root DIR, one")
+    if not isinstance(older_than, (int, float)) or not 0 <= older_than <= 36500:
+        raise UsageError(f"--older-than {older_than!r}: give a number of days from 0 to 36500 (0: every finished job)")
+    bad = [p for p in phases if p not in PRUNE_PHASES]
+    if bad or not phases:
+        raise UsageError(f"--phase {bad[0] if bad else ''!r}: prune takes finished jobs only: decided, cancelled")
+    import datetime
+
+    cutoff = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=older_than)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    jobs_here = prune_candidates(store, list(roots), program, from_env)
+    out = []
+    try:
+        for one in jobs_here:
+            row = prune_row(one, set(phases), cutoff)
+            if row is None:
+                continue
+            if not dry_run:
+                row["freedBytes"] = prune_job(one)
+                row["state"] = "pruned"
+            out.append(row)
+    finally:
+        for one in jobs_here:
+            one.close()
+    return {
+        "dryRun": dry_run,
+        "olderThanDays": older_than,
+        "phases": list(phases),
+        "jobs": out,
+        "freedBytes": sum(r["freedBytes"] for r in out),
+    }
+
+
+def prune_candidates(store: str | None, roots: list, program: str | None, from_env: bool) -> list:
+    """Every finished job a prune may look at: a store's (as its administrator: refused to any other role), or the
+    state directories holding a receipt under the folders."""
+    if roots:
+        return [s for s in state_dirs_under(roots, program) if s.has_receipt()]
+    lister = PgStore(cast(str, store), "", from_env=from_env, program=program)
+    try:
+        db = lister.db()
+        if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
+            raise StateError(
+                f"prune and delete are the store's administrator's (the owner of schema durable_job in {lister.public}); run them as that role"
+            )
+        ids = [r["job_id"] for r in db.rows("SELECT job_id FROM durable_job.receipts ORDER BY written_utc, job_id")]
+    finally:
+        lister.close()
+    return [PgStore(cast(str, store), job_id, from_env=from_env, program=program) for job_id in ids]
+
+
+def prune_row(store: Store, phases: set, cutoff: str) -> dict | None:
+    """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None."""
+    receipt = strict_json((store.read_receipt() or b"{}").decode("utf-8"))
+    outcome = receipt.get("outcome") or ("decided" if receipt.get("final") else "cancelled" if receipt.get("cancel") else None)
+    ended = (receipt.get("final") or {}).get("decidedAtUtc") or (receipt.get("cancel") or {}).get("cancelledAtUtc") or ""
+    pruned = store.pruned_record()
+    if outcome not in phases or not ended or ended > cutoff or (pruned is not None and pruned.get("prunedUtc")):
+        return None
+    job = store.load_job()
+    return {
+        "jobId": job["jobId"],
+        "outcome": outcome,
+        "finishedUtc": ended,
+        "freedBytes": store.checkpoint_bytes(job),
+        "state": "marked: to finish" if pruned is not None else "would prune",
+    }
+
+
+def prune_job(store: Store) -> int:
+    """Mark, prune, finish the mark (under the job's lock: no run reads checkpoints meanwhile); the bytes freed."""
+    with store.lock("prune"):
+        job = store.load_job()
+        record = store.pruned_record()
+        if record is None:
+            record = {
+                "values": store.read_checkpoint(job)["values"],
+                "checkpointsSha256": store.checkpoints_digest(job),
+                "freedBytes": store.checkpoint_bytes(job),
+                "markedUtc": now_utc(),
+                "prunedUtc": None,
+                "principal": store.principal(),
+            }
+            store.mark_pruned(record)
+            crash_point("after-prune-mark", job)
+        store.drop_checkpoints(job)
+        crash_point("after-prune-delete", job)
+        store.mark_pruned({**record, "prunedUtc": now_utc()})
+        return int(record["freedBytes"])
+
+
+DELETED_TABLES = ("links", "decisions", "outcomes", "drafts", "call_events", "calls", "receipts", "prunes", "job_locks")
+
+
+def delete(store: Store) -> dict:
+    """Remove a job from a store entirely, leaving a tombstone (who, when, its receipt's sha256) that keeps its jobId
+    taken: the store's administrator's alone, refused while anyone holds the job."""
+    need_job_id(store)
+    if not isinstance(store, PgStore):
+        raise UsageError(
+            "delete removes a job from a --store; a state directory is one job's folder: remove the folder itself once its receipt is kept elsewhere"
+        )
+    conn = store.connect(f"durable_job delete {os.getpid()} {now_utc()[:19]}Z")
+    db = PgJournal(conn, store.job_id, store.failure, owns=False)
+    try:
+        if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
+            raise StateError(
+                f"prune and delete are the store's administrator's (the owner of schema durable_job in {store.public}); run them as that role"
+            )
+        job = db.row("SELECT thread_id FROM durable_job.jobs WHERE job_id = {p.job_id}")
+        if job is None:
+            raise StateError(
+                f"No job {store.job_id} in {store.public}; list the store's jobs with `{store.program} jobs --store {store.public}`"
+            )
+        receipt = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
+        digest = sha256_hex(canonical(strict_json(receipt["receipt_json"]))) if receipt else None
+        with db.transaction():
+            free = db.rows("SELECT job_id FROM durable_job.job_locks WHERE job_id = {p.job_id} FOR UPDATE SKIP LOCKED")
+            if not free and db.rows("SELECT 1 AS held FROM durable_job.job_locks WHERE job_id = {p.job_id}"):  # held by a run
+                raise BusyError(f"Job {store.job_id} is held by a running command; let it finish, then {BusyError.AGAIN}")
+            db.change("INSERT INTO durable_job.tombstones (job_id, receipt_sha256) VALUES ({p.job_id}, {p.digest})", digest=digest)
+            for table in DELETED_TABLES:
+                db.change(f"DELETE FROM durable_job.{table} WHERE job_id = {{p.job_id}}")
+            for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
+                db.change(f"DELETE FROM durable_job.{table} WHERE thread_id = {{p.thread}}", thread=job["thread_id"])
+            db.change("DELETE FROM durable_job.jobs WHERE job_id = {p.job_id}")
+        stone = cast(dict, db.row("SELECT principal, deleted_at::text AS deleted_at FROM durable_job.tombstones WHERE job_id = {p.job_id}"))
+    finally:
+        conn.close()
+    return {
+        "jobId": store.job_id,
+        "deleted": True,
+        "tombstone": {"principal": stone["principal"], "deletedAt": stone["deleted_at"], "receiptSha256": digest},
+    }
+
+
 ###############################################################################
 # 18. Workers: submit and work (a queue over the shared store)
 ###############################################################################
@@ -8606,6 +8909,20 @@ def text_submit(out: dict, store) -> list:
         return lines
     said = "already in the store: reported as it stands" if out.get("existing") else "sealed into the store; nothing run"
     return [f"  {said}", f"  phase: {out['phase']}"]
+
+
+def text_prune(out: dict, store) -> list:
+    verb = "would free" if out["dryRun"] else "freed"
+    lines = [f"prune: {len(out['jobs'])} finished job(s) older than {out['olderThanDays']:g} day(s); {verb} {out['freedBytes']:,} bytes"]
+    lines += [f"  {r['jobId']}: {r['outcome']} {r['finishedUtc']} · {r['freedBytes']:,} bytes · {r['state']}" for r in out["jobs"]]
+    return lines
+
+
+def text_delete(out: dict, store) -> list:
+    t = out["tombstone"]
+    return [
+        f"deleted job {out['jobId']}: its tombstone keeps the id taken (by {t['principal']} at {t['deletedAt']}; receipt {t['receiptSha256']})"
+    ]
 
 
 def text_serve(out: dict, store) -> list:
@@ -10004,6 +10321,26 @@ def cmd_usage(args) -> dict:
     return usage(store=url, roots=args.root or (), program=args.program, from_env=not args.store, **flags_of(args, "since", "by", "prices"))
 
 
+def cmd_prune(args) -> dict:
+    """Remove the checkpoint history of jobs finished over --older-than days ago; each stays listed and verifiable."""
+    if args.root and args.store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    return prune(
+        store=url,
+        roots=args.root or (),
+        program=args.program,
+        from_env=not args.store,
+        phases=args.phases or PRUNE_PHASES,
+        **flags_of(args, "older_than", "dry_run"),
+    )
+
+
+def cmd_delete(args) -> dict:
+    """Remove a job from a store entirely, leaving a tombstone that keeps its jobId taken (the administrator's)."""
+    return delete(store_from(args))
+
+
 def cmd_migrate(args) -> dict:
     """Create or update a store's schema (run once by an administrator; job commands then need no CREATE privilege)."""
     url = args.store or os.environ.get(STORE_ENV)
@@ -10282,6 +10619,28 @@ COMMANDS = {
         ],
         state_dir=False,
     ),
+    "prune": Command(
+        cmd_prune,
+        text_prune,
+        [
+            STORE_FLAG,
+            ROOT_FLAG,
+            flag(
+                "--older-than", type=float, required=True, metavar="DAYS", help="only jobs that finished more than DAYS days ago (0: all)"
+            ),
+            flag(
+                "--phase",
+                dest="phases",
+                action="append",
+                choices=list(PRUNE_PHASES),
+                metavar="PHASE",
+                help="decided or cancelled (repeatable; default both)",
+            ),
+            flag("--dry-run", action="store_true", help="print what would go and the bytes it frees; change nothing"),
+        ],
+        state_dir=False,
+    ),
+    "delete": Command(cmd_delete, text_delete),
     "serve": Command(
         cmd_serve,
         text_serve,

@@ -389,3 +389,131 @@ def test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish(tmp_path):
     assert stranded[0]["sealedBy"]["codeSha256"] == before.run("inspect", program=old).ok()["job"]["codeSha256"]  # finish it with that
     theirs = before.run("jobs", "--root", str(tmp_path), "--sealed-by-other", state=False, program=old).ok()["jobs"]
     assert [r["jobId"] for r in theirs] == ["from-now"]  # the old program, before it is retired, sees the reverse
+
+
+# -- retention: prune keeps a finished job answerable; delete leaves a tombstone -------------------------------------
+
+
+def admin_psql(store: str, statement: str) -> str:
+    """One statement as the store's administrator, through psql (what an administrator types)."""
+    import subprocess
+
+    out = subprocess.run(
+        ["psql", "-XAt", "-v", "ON_ERROR_STOP=1", as_role(store, "durable"), "-c", statement], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def thread_rows(store: str, job_id: str) -> int:
+    """The job's rows in LangGraph's three checkpoint tables."""
+    return int(
+        admin_psql(
+            store,
+            "SELECT (SELECT count(*) FROM durable_job.checkpoints c WHERE c.thread_id = j.thread_id) + "
+            "(SELECT count(*) FROM durable_job.checkpoint_blobs b WHERE b.thread_id = j.thread_id) + "
+            f"(SELECT count(*) FROM durable_job.checkpoint_writes w WHERE w.thread_id = j.thread_id) FROM durable_job.jobs j WHERE j.job_id = '{job_id}'",
+        )
+    )
+
+
+def answers_as_before(w: Workspace, before: dict) -> None:
+    """A pruned job still answers inspect, jobs and verify as it did (phase, results, decision), saying it was pruned."""
+    now = w.run("inspect").ok()
+    assert now["pruned"]["prunedUtc"] and now["phase"] == before["phase"] == "decided"
+    assert (now["results"], now["resultsSha256"], now["final"], now["drafts"]) == (
+        before["results"],
+        before["resultsSha256"],
+        before["final"],
+        before["drafts"],
+    )
+    assert w.run("verify").ok()["ok"] is True
+    w.run("resume").held("DecisionError", "was pruned", "nothing can run or change it")
+
+
+def test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable(tmp_path):
+    done, waiting = Workspace(tmp_path / "done"), Workspace(tmp_path / "waiting")
+    started(done, "done-job")
+    done.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "ok").ok()
+    started(waiting, "waiting-job")
+    before, root = done.run("inspect").ok(), str(tmp_path)
+    dry = done.run("prune", "--root", root, "--older-than", "0", "--dry-run", state=False).ok()
+    assert [(j["jobId"], j["state"]) for j in dry["jobs"]] == [("done-job", "would prune")] and dry["freedBytes"] > 0
+    assert os.path.exists(os.path.join(done.state, "checkpoints.sqlite"))  # a dry run changes nothing
+    assert done.run("prune", "--root", root, "--older-than", "1", state=False).ok()["jobs"] == []  # it finished just now
+    out = done.run("prune", "--root", root, "--older-than", "0", state=False).ok()
+    assert [(j["jobId"], j["state"]) for j in out["jobs"]] == [("done-job", "pruned")] and out["freedBytes"] == dry["freedBytes"]
+    assert not os.path.exists(os.path.join(done.state, "checkpoints.sqlite"))
+    answers_as_before(done, before)
+    rows = {r["jobId"]: r["phase"] for r in done.run("jobs", "--root", root, state=False).ok()["jobs"]}
+    assert rows == {"done-job": "decided", "waiting-job": "awaiting-review"}  # the unfinished job is left whole
+    assert waiting.run("verify").ok()["ok"] is True
+    assert done.run("prune", "--root", root, "--older-than", "0", state=False).ok()["jobs"] == []  # once is enough
+
+
+def test_prune_of_a_store_is_the_administrators_and_frees_its_checkpoints(tmp_path, pg_server):
+    store = new_store(pg_server, "alice")
+    alice = desk(tmp_path, store, "alice")
+    started(alice, "finished")
+    alice.run("decide", "--decision", "hold", "--reviewer", "Alice", "--reason", "later").ok()
+    before = alice.run("inspect").ok()
+    for role in ("alice", "bob", "worker"):
+        alice.run("prune", "--store", as_role(store, role), "--older-than", "0", state=False).held("StateError", "administrator's")
+    assert thread_rows(store, "finished") > 0
+    size = "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'durable_job' AND c.relkind = 'r'"
+    out = alice.run("prune", "--store", as_role(store, "durable"), "--older-than", "0", state=False).ok()
+    assert [(j["jobId"], j["state"]) for j in out["jobs"]] == [("finished", "pruned")] and out["freedBytes"] > 0
+    assert thread_rows(store, "finished") == 0 and int(admin_psql(store, size)) > 0
+    answers_as_before(alice, before)
+    assert [(r["jobId"], r["phase"]) for r in listed(alice)["jobs"]] == [("finished", "decided")]
+    bob = desk(tmp_path, store, "bob")
+    assert bob.run("inspect", "--job", "finished").held("StateError")  # still bob's to see nothing of
+
+
+@pytest.mark.parametrize("point,code", [("after-prune-mark", 100), ("after-prune-delete", 101)])
+@pytest.mark.parametrize("backend", ["dir", "store"])
+def test_a_prune_killed_at_any_point_leaves_the_job_whole_or_marked_and_the_next_prune_finishes_it(
+    tmp_path, pg_server, backend, point, code
+):
+    store = new_store(pg_server, "alice") if backend == "store" else None
+    w = desk(tmp_path, store, "alice") if store else Workspace(tmp_path / "job")
+    started(w, "kept")
+    w.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "ok").ok()
+    before = w.run("inspect").ok()
+    where = ["--store", as_role(store, "durable")] if store else ["--root", str(tmp_path)]
+    killed = w.run("prune", *where, "--older-than", "0", state=False, env={"DURABLE_JOB_FAKE_CRASH": point}, inprocess=False)
+    assert killed.code == code
+    marked = w.run("inspect").ok()  # marked: it answers from what the mark kept, whole or not
+    assert marked["pruned"]["prunedUtc"] is None and marked["results"] == before["results"] and marked["final"] == before["final"]
+    assert w.run("verify").ok()["ok"] is True
+    again = w.run("prune", *where, "--older-than", "0", state=False).ok()
+    assert [(j["jobId"], j["state"]) for j in again["jobs"]] == [("kept", "pruned")]
+    answers_as_before(w, before)
+
+
+def test_delete_is_the_administrators_and_its_tombstone_keeps_the_job_id_taken(tmp_path, pg_server):
+    import psycopg
+
+    store = new_store(pg_server, "alice")
+    alice = desk(tmp_path, store, "alice")
+    started(alice, "gone")
+    alice.run("decide", "--decision", "reject", "--reviewer", "Alice", "--reason", "no").ok()
+    receipt = json.loads(admin_psql(store, "SELECT receipt_json FROM durable_job.receipts WHERE job_id = 'gone'"))
+    for role in ("alice", "bob", "worker"):
+        alice.run("delete", "--store", as_role(store, role), "--job", "gone", state=False).held("StateError", "administrator's")
+        with psycopg.connect(as_role(store, role), autocommit=True) as conn, pytest.raises(psycopg.Error):
+            conn.execute("DELETE FROM durable_job.jobs WHERE job_id = 'gone'")
+    out = alice.run("delete", "--store", as_role(store, "durable"), "--job", "gone", state=False).ok()
+    import durable_job as dj
+
+    assert out["deleted"] is True and out["tombstone"]["principal"] == "durable"
+    assert out["tombstone"]["receiptSha256"] == dj.sha256_hex(dj.canonical(receipt))
+    assert admin_psql(store, "SELECT count(*) FROM durable_job.calls WHERE job_id = 'gone'") == "0"
+    assert listed(alice)["jobs"] == []
+    alice.start().held("ManifestError", "jobId gone is taken")  # the same request again: the id stays taken
+    admin = psycopg.connect(as_role(store, "durable"), autocommit=True)  # even the administrator's own INSERT
+    with admin as conn, pytest.raises(psycopg.Error, match="was deleted and stays taken"):
+        conn.execute(
+            "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc) "
+            "VALUES ('gone', 'x', '{}', '', '', '{}', '')"
+        )
