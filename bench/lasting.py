@@ -35,6 +35,7 @@ import durable_job as dj  # noqa: E402
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "100,1000,10000").split(","))
 ALPHA = "Alpha reports steady revenue in the third quarter.\n"
+BETA = "Beta notes that costs rose faster than sales this year.\n"
 JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
 THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -44,8 +45,13 @@ def role_url(url: str, role: str) -> str:
     return f"{head}://{role}@{rest.split('@', 1)[1]}"
 
 
-def manifest(folder: str, job_id: str) -> str:
+def manifest(folder: str, job_id: str, items: int = 1) -> str:
+    """A fake-mode manifest over alpha.txt (and beta.txt: items=2, the issue's two-item job)."""
     path = os.path.join(folder, f"{job_id}.json")
+    texts = (("alpha", ALPHA), ("beta", BETA))[:items]
+    for name, text in texts:
+        with open(os.path.join(folder, f"{name}.txt"), "w") as fh:
+            fh.write(text)
     with open(path, "w") as fh:
         json.dump(
             {
@@ -58,7 +64,7 @@ def manifest(folder: str, job_id: str) -> str:
                 "providerTransferApproved": False,
                 "maxModelCalls": 2,
                 "maxAttemptsPerItem": 2,
-                "items": [{"id": "alpha", "path": "alpha.txt", "sha256": dj.sha256_hex(ALPHA.encode())}],
+                "items": [{"id": name, "path": f"{name}.txt", "sha256": dj.sha256_hex(text.encode())} for name, text in texts],
             },
             fh,
         )
@@ -137,6 +143,28 @@ def store_bytes(admin: str) -> int:
         ).fetchone()[0]
 
 
+def prune_figures(server, folder: str, env: dict, count: int = 100) -> tuple:
+    """A store of `count` finished jobs, each run and decided through the program, pruned by its administrator:
+    its bytes per job after (VACUUM FULL: the space given back, as an administrator's maintenance does) / before."""
+    store = server.new_database("pruned")
+    dj.migrate_schema(store, grant=("alice",))
+    alice, admin = role_url(store, "alice"), role_url(store, "durable")
+    for n in range(count):
+        with dj.open_store(store=alice) as s:
+            dj.start(s, manifest(folder, f"kept-{n}", items=2))
+        with dj.open_store(store=alice, job=f"kept-{n}") as s:
+            dj.decide(s, decision="accept", reviewer="alice", reason="bench")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("VACUUM FULL")
+    before = store_bytes(admin)
+    began = time.perf_counter()
+    subprocess.run([sys.executable, PROGRAM, "prune", "--store", admin, "--older-than", "0"], capture_output=True, check=True, env=env)
+    took = (time.perf_counter() - began) / count
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("VACUUM FULL")
+    return store_bytes(admin) / before, took
+
+
 def main() -> int:
     folder = tempfile.mkdtemp(prefix="durable-job-lasting-bench-")
     os.environ.setdefault("PGPASSFILE", os.path.join(folder, "pgpass"))
@@ -191,6 +219,9 @@ def main() -> int:
         ratio = last["listing"] / last["raw"]
         met &= ratio <= 3
         print(f"  full listing / raw psql read at {SIZES[-1]}: {ratio:.1f}x (target <= 3x)")
+        kept, took = prune_figures(server, folder, env)
+        met &= kept <= 0.25
+        print(f"  prune: store bytes per finished job after / before {kept:.0%} (target <= 25%); {took * 1000:.0f} ms a job")
         return 0 if met else 1
     finally:
         server.stop()
