@@ -6223,6 +6223,7 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
     cancel = (extra or {}).get("cancel")
     fields = receipt_fields(ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal))
     receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc(), "schemaVersion": RECEIPT_SCHEMA}
+    receipt["tokens"] = job_tokens(call_rows(ctx.journal))  # what the job's calls used, as the provider reported it
     if ctx.journal.chained:  # the history it ends, and the next link binds the receipt and the checkpoint rows under it
         with ctx.journal.transaction():
             receipt["chainHead"] = chain_head(ctx.journal)
@@ -6736,6 +6737,8 @@ def receipt_invariants(snap: Snapshot) -> str:
         raise SealError("receipt.json's decision differs from the checkpoint's")
     draft, results = current_draft(snap.journal, snap.model_results)
     expected = receipt_fields(snap.job, snap.final, snap.cancel, draft, results, call_endpoints(snap.journal))
+    if "tokens" in receipt:  # receipts written before token totals have none
+        expected["tokens"] = job_tokens(snap.calls)
     for key, value in expected.items():
         if receipt.get(key) != value:
             raise SealError(
@@ -9461,7 +9464,7 @@ WEB_TEMPLATES = {
 </header>
 <main id="job" data-results="{{ out.resultsSha256 }}" data-phase="{{ out.phase }}">
 {% if flash %}<p class="flash {{ flash.cls }}" role="status">{{ flash.text }}</p>{% endif %}
-<p class="meta">draft {{ out.draftVersion }} · results <code>{{ out.resultsSha256 }}</code> · owner {{ out.owner }}{% if out.reviewers %} · reviewers {{ out.reviewers|join(", ") }}{% endif %} · mode {{ out.job.mode }} · model {{ out.job.model }}</p>
+<p class="meta">draft {{ out.draftVersion }} · results <code>{{ out.resultsSha256 }}</code> · owner {{ out.owner }}{% if out.reviewers %} · reviewers {{ out.reviewers|join(", ") }}{% endif %} · mode {{ out.job.mode }} · model {{ out.job.model }}{% if tokens %} · {{ tokens }}{% endif %}</p>
 {% if out.sealBroken %}<p class="flash bad">Read-only here: {{ out.sealBroken }}</p>{% endif %}
 {% if decide %}<section id="decide"><h2>Decide</h2><p>Your decision is bound to exactly the results above (draft {{ out.draftVersion }}): it is refused if they change before it is recorded. A decision made here is <b>unsigned</b>; for a signed one use <code>decide --sign-key</code> in a terminal.</p>
 <form method="post" action="{{ here }}/decision"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="resultsSha256" value="{{ out.resultsSha256 }}">
@@ -9796,6 +9799,7 @@ def web_app(site: WebSite):
             live=view["live"],
             flash=flash,
             script=script,
+            tokens=tokens_words(view["out"]["tokens"]) if view["out"].get("tokens") else "",
             **view["page"],
         )
 

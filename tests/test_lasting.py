@@ -254,9 +254,18 @@ def test_tokens_and_an_estimated_cost_show_in_inspect_jobs_and_the_review_page(w
     assert "TOKENS  EST. COST (EUR)" in table and table.splitlines()[1].split()[-2:] == [f"{tokens['total']:,}", f"{cost_of(tokens):.6f}"]
     assert f"costs: estimates from {prices}, not the provider's bill" in table
     ws.run("decide", "--decision", "accept", "--reviewer", "dana", "--reason", "ok").ok()
-    receipt = ws.receipt()  # the receipt, hash-chained evidence, is as it was
-    assert receipt["schemaVersion"] == 2 and not {"tokens", "estimatedCost"} & set(receipt)
+    receipt = ws.receipt()  # the receipt binds the tokens (no cost: an estimate from a file is not evidence)
+    assert receipt["schemaVersion"] == 2 and receipt["tokens"] == tokens and "estimatedCost" not in receipt
     assert ws.run("verify").ok()["ok"] is True
+    import durable_job as dj
+
+    path = os.path.join(ws.state, "receipt.json")  # a receipt whose tokens were changed is named by verify
+    with open(path) as fh:
+        changed = {**json.load(fh), "tokens": {**tokens, "total": tokens["total"] - 1}}
+    dj.write_atomic(path, json.dumps(changed).encode())
+    failed = ws.run("verify")
+    failed.held("receipt.json tokens is")
+    assert [c["name"] for c in failed.json["checks"] if not c["ok"]][:1] == ["receipt"]
 
 
 def test_usage_sums_a_stores_calls_by_owner_model_and_day_for_what_a_role_may_see(tmp_path, pg_server):

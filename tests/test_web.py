@@ -171,7 +171,7 @@ def test_a_person_opens_the_printed_address_reviews_and_decides_once(tmp_path, s
     assert "Waiting for you (1)" in listing and "/jobs/journey" in listing
     page = browser.get("/jobs/journey")
     assert page.status_code == 200 and live_state(page.text) == "Awaiting review: draft 1"
-    assert "<mark id='q0-0'>" in page.text and "unsigned" in page.text
+    assert "<mark id='q0-0'>" in page.text and "unsigned" in page.text and "tokens: " in page.text
     assert "script-src 'nonce-" in page.headers["content-security-policy"] and page.headers["cache-control"] == "no-store"
     digest = shown_results(page.text)
     assert digest == ws.run("inspect").ok()["resultsSha256"]
