@@ -311,6 +311,26 @@ def store_journal(url: str, job_id: str, sql: str) -> list:
         return [Row(r, names) for r in cursor.fetchall()]
 
 
+def read_marks(url: str) -> dict:
+    """What a read must leave as it was, seen from another session: the next transaction id, the number of
+    objects (pg_class), and where the write-ahead log stands (its bytes since, with wal_since)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        xid, objects, wal = conn.execute(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text, (SELECT count(*) FROM pg_class), pg_current_wal_insert_lsn()::text"
+        ).fetchone()
+    return {"xid": int(xid), "objects": objects, "wal": wal}
+
+
+def wal_since(url: str, marks: dict) -> int:
+    """The bytes of write-ahead log written since read_marks(url) was taken."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return int(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn)", (marks["wal"],)).fetchone()[0])
+
+
 def store_rows(url: str) -> dict:
     """Every table of the store's durable_job schema, name → its rows (as text, sorted)."""
     import psycopg
@@ -651,9 +671,11 @@ __all__ = [
     "openai_workspace",
     "paste",
     "program_sha256",
+    "read_marks",
     "run_inprocess",
     "sha256",
     "shutil",
     "store_rows",
     "wait_for",
+    "wal_since",
 ]

@@ -26,7 +26,9 @@ from conftest import (
     new_store,
     openai_workspace,
     password_of,
+    read_marks,
     wait_for,
+    wal_since,
 )
 
 
@@ -375,6 +377,20 @@ def test_a_server_accounts_own_pgpass_signs_no_one_in(tmp_path, pg_server, servi
         r = c.post("/login", data={"csrftoken": csrf(c), "role": "bob", "password": password, "next": "/"})
         assert r.status_code == 401 and "sid" not in str(c.cookies), password
     assert sign_in(s, "bob").get("/api/jobs").json()["jobs"][0]["jobId"] == "journey"  # his own password does
+
+
+def test_the_web_apps_reads_change_nothing_in_the_store(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    bob = sign_in(s, "bob")
+    bob.get("/")  # the first reads open bob's connection: from here on only reads
+    before = read_marks(ws.store)
+    for path in ("/", "/jobs/journey", "/api/jobs", "/api/jobs/journey"):
+        assert bob.get(path).status_code == 200, path
+    assert events(bob, "/api/jobs/journey/events", 1)[0]["phase"] == "awaiting-review"
+    after = read_marks(ws.store)
+    assert (after["xid"], after["objects"]) == (before["xid"], before["objects"])  # no transaction id, no object made
+    assert wal_since(ws.store, before) < 64 * 1024
 
 
 def test_double_submit_records_one_decision_and_one_receipt(tmp_path, pg_server, serving):
