@@ -4,8 +4,8 @@ A throwaway PostgreSQL (tests/pg_server.py) holds one store. It grows to 100, 1,
 (decided) jobs beside 5 runnable ones, and at each size this prints, same run: `status` of one job, `submit`
 of one new manifest, one claim poll (RUNNABLE_SQL, as the worker role), a 50-job page (`jobs --limit 50`),
 the full listing (`jobs`, piped JSON) against psql's raw read of the same jobs as JSON, and the store's bytes
-per job. Targets (issue 24): status, submit and the claim within 1.5x of their cost at 100 jobs; the full
-listing within 3x of the raw read.
+per job, then prune's figure. Targets (issue 24): status, inspect, start, submit, the claim and a page within
+1.5x of their cost at 100 jobs; the full listing within 3x of the raw read; a pruned job's bytes within 25%.
 
 The fixture (documented, not hand-written rows): one job is run and decided through the program's own write
 path; the store then copies that job's rows, table by table and column by column as the program wrote them,
@@ -190,6 +190,8 @@ def main() -> int:
             made = size
             figures = {
                 "status": wall([*py, "status", "--store", alice, "--job", "finished"], env),
+                "inspect": wall([*py, "inspect", "--store", alice, "--job", "finished"], env),
+                "start": wall([*py, "start", "--store", alice, "--manifest", manifest(folder, f"started-{size}")], env, runs=1),
                 "submit": wall([*py, "submit", "--store", alice, "--manifest", manifest(folder, f"new-{size}")], env, runs=1),
                 "claim": claim_poll(role_url(store, "worker")),
                 "page": wall([*py, "jobs", "--store", alice, "--limit", "50"], env),
@@ -202,17 +204,19 @@ def main() -> int:
             print(f"  grown to {size} finished jobs", file=sys.stderr, flush=True)
         print("a store that lasts (one store; N finished jobs and 5 runnable; medians, same run):")
         print(
-            f"{'N':>7} {'status':>9} {'submit':>9} {'claim':>9} {'50-page':>9} {'listing':>9} {'raw read':>9} {'list/raw':>8} {'KB/job':>7}"
+            f"{'N':>7} {'status':>9} {'inspect':>9} {'start':>9} {'submit':>9} {'claim':>9} {'50-page':>9} {'listing':>9} "
+            f"{'raw read':>9} {'list/raw':>8} {'KB/job':>7}"
         )
         for size, f in rows:
             print(
-                f"{size:>7} {f['status'] * 1000:>7.0f}ms {f['submit'] * 1000:>7.0f}ms {f['claim'] * 1000:>7.2f}ms "
+                f"{size:>7} {f['status'] * 1000:>7.0f}ms {f['inspect'] * 1000:>7.0f}ms {f['start'] * 1000:>7.0f}ms "
+                f"{f['submit'] * 1000:>7.0f}ms {f['claim'] * 1000:>7.2f}ms "
                 f"{f['page'] * 1000:>7.0f}ms {f['listing'] * 1000:>7.0f}ms {f['raw'] * 1000:>7.0f}ms {f['listing'] / f['raw']:>7.1f}x "
                 f"{f['bytes'] / 1024:>7.1f}"
             )
         last = rows[-1][1]
         met = True
-        for name, limit in (("status", 1.5), ("submit", 1.5), ("claim", 1.5), ("page", 1.5)):
+        for name, limit in (("status", 1.5), ("inspect", 1.5), ("start", 1.5), ("submit", 1.5), ("claim", 1.5), ("page", 1.5)):
             ratio = last[name] / before[name]
             met &= ratio <= limit
             print(f"  {name} at {SIZES[-1]} / at {SIZES[0]}: {ratio:.2f}x (target <= {limit}x)")
@@ -222,7 +226,7 @@ def main() -> int:
         kept, took = prune_figures(server, folder, env)
         met &= kept <= 0.25
         print(f"  prune: store bytes per finished job after / before {kept:.0%} (target <= 25%); {took * 1000:.0f} ms a job")
-        return 0 if met else 1
+        return 0 if met or "--strict" not in sys.argv else 1  # as bench.py: a missed target fails only --strict
     finally:
         server.stop()
 
