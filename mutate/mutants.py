@@ -492,4 +492,40 @@ MUTANTS = [
         "    return value",
         ["tests/test_web.py::test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may"],
     ),
+    # --- a store that lasts (issue 24) -------------------------------------------------------------------------
+    Mutant(
+        "prune-without-mark",
+        "prune: a job is marked, keeping what readers need, before its checkpoints go",
+        '            store.mark_pruned(record)\n            crash_point("after-prune-mark", job)',
+        '            crash_point("after-prune-mark", job)',
+        ["tests/test_lasting.py::test_a_prune_killed_at_any_point_leaves_the_job_whole_or_marked_and_the_next_prune_finishes_it"],
+    ),
+    Mutant(
+        "pruned-job-resumes",
+        "prune: nothing runs a pruned job again",
+        "            if pruned is not None:\n                raise DecisionError(",
+        "            if pruned is not None and False:\n                raise DecisionError(",
+        ["tests/test_lasting.py::test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable"],
+    ),
+    Mutant(
+        "tombstone-not-consulted",
+        "delete: a deleted job's id stays taken, and says so",
+        '        if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:',
+        "        if False:",
+        ["tests/test_lasting.py::test_delete_is_the_administrators_and_its_tombstone_keeps_the_job_id_taken"],
+    ),
+    Mutant(
+        "migrate-while-held",
+        "upgrades: migrate waits for a drained store",
+        "        refuse_while_held(store, db)\n",
+        "",
+        ["tests/test_store.py::test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job"],
+    ),
+    Mutant(
+        "every-job-acts-here",
+        "upgrades: jobs names the jobs another program sealed",
+        "        check_program_seals(job)\n    except SealError:\n        return False",
+        "        pass\n    except SealError:\n        return False",
+        ["tests/test_lasting.py::test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish"],
+    ),
 ]
