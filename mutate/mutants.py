@@ -59,8 +59,8 @@ MUTANTS = [
     Mutant(
         "store-receipt-of-any-job",
         "store: each job reads its own receipt",
-        'db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")',
-        'db.row("SELECT receipt_json FROM durable_job.receipts ORDER BY written_utc DESC LIMIT 1")',
+        'row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")',
+        'row = db.row("SELECT receipt_json FROM durable_job.receipts ORDER BY written_utc DESC LIMIT 1")',
         [f"{G}::test_two_jobs_in_one_store_each_keep_their_own_calls_and_receipt"],
     ),
     # --- journal order and statuses ---------------------------------------------------------------------------
@@ -305,8 +305,8 @@ MUTANTS = [
     Mutant(
         "stale-decision-accepted",
         "decide: a decision bound to other results is refused",
-        "        if bound and bound != digest:",
-        "        if bound and bound == 'x':",
+        "    if bound and bound != digest:",
+        "    if bound and bound == 'x':",
         [f"{G}::test_a_decision_is_bound_once_never_stale_and_never_accepts_a_failed_item"],
     ),
     Mutant(
