@@ -7681,6 +7681,16 @@ PRICE_KEYS = ("inputPerMillion", "outputPerMillion", "setOn")
 PRICE_MAX = 1_000_000  # per million tokens, in the file's currency: anything above is a typo
 
 
+def check_keys(data: dict, keys: tuple, where: str, bad) -> None:
+    """Exactly these keys in a prices file's object: an unknown one and a missing one are each named."""
+    for key in data:
+        if key not in keys:
+            raise bad(f"{where}unknown key {clip(key, 40)!r} (it takes {', '.join(keys)})")
+    for key in keys:
+        if key not in data:
+            raise bad(f"{where}missing key {key!r}")
+
+
 def read_prices(path: str) -> dict:
     """The --prices file a person keeps, checked: {file, currency, models: {model: {inputPerMillion, outputPerMillion, setOn}}}.
 
@@ -7702,12 +7712,7 @@ def read_prices(path: str) -> dict:
         raise bad(f"not valid JSON ({clip(exc, 120)})") from None
     if not isinstance(data, dict):
         raise bad("the file must hold one JSON object")
-    for key in data:
-        if key not in PRICES_KEYS:
-            raise bad(f"unknown key {clip(key, 40)!r} (it takes {', '.join(PRICES_KEYS)})")
-    for key in PRICES_KEYS:
-        if key not in data:
-            raise bad(f"missing key {key!r}")
+    check_keys(data, PRICES_KEYS, "", bad)
     if type(data["schemaVersion"]) is not int or data["schemaVersion"] != 1:
         raise bad("schemaVersion must be 1")
     if not isinstance(data["currency"], str) or not re.fullmatch(r"[A-Z]{3}", data["currency"]):
@@ -7721,12 +7726,7 @@ def read_prices(path: str) -> dict:
             raise bad(f"{name}: a model name is 1-200 characters, as the manifest's model")
         if not isinstance(price, dict):
             raise bad(f"{name} must be an object with {', '.join(PRICE_KEYS)}")
-        for key in price:
-            if key not in PRICE_KEYS:
-                raise bad(f"{name}: unknown key {clip(key, 40)!r} (it takes {', '.join(PRICE_KEYS)})")
-        for key in PRICE_KEYS:
-            if key not in price:
-                raise bad(f"{name}: missing key {key!r}")
+        check_keys(price, PRICE_KEYS, f"{name}: ", bad)
         for key in PRICE_KEYS[:2]:
             value = price[key]
             if type(value) not in (int, float) or not 0 <= value <= PRICE_MAX:

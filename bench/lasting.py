@@ -14,7 +14,6 @@ name it). A copy is a listed, finished job exactly like the original; its chain 
 copy is not what this measures.
 """
 
-import json
 import os
 import statistics
 import subprocess
@@ -30,45 +29,13 @@ sys.path.insert(0, REPO)
 
 import psycopg  # noqa: E402
 from pg_server import PgServer  # noqa: E402
+from store_kit import manifest, role_url  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "100,1000,10000").split(","))
-ALPHA = "Alpha reports steady revenue in the third quarter.\n"
-BETA = "Beta notes that costs rose faster than sales this year.\n"
 JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
 THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-
-
-def role_url(url: str, role: str) -> str:
-    head, _, rest = url.partition("://")
-    return f"{head}://{role}@{rest.split('@', 1)[1]}"
-
-
-def manifest(folder: str, job_id: str, items: int = 1) -> str:
-    """A fake-mode manifest over alpha.txt (and beta.txt: items=2, the issue's two-item job)."""
-    path = os.path.join(folder, f"{job_id}.json")
-    texts = (("alpha", ALPHA), ("beta", BETA))[:items]
-    for name, text in texts:
-        with open(os.path.join(folder, f"{name}.txt"), "w") as fh:
-            fh.write(text)
-    with open(path, "w") as fh:
-        json.dump(
-            {
-                "schemaVersion": 1,
-                "jobId": job_id,
-                "approved": True,
-                "approvedBy": "alice",
-                "mode": "fake",
-                "model": "fake-structural-1",
-                "providerTransferApproved": False,
-                "maxModelCalls": 2,
-                "maxAttemptsPerItem": 2,
-                "items": [{"id": name, "path": f"{name}.txt", "sha256": dj.sha256_hex(text.encode())} for name, text in texts],
-            },
-            fh,
-        )
-    return path
 
 
 def copy_job(admin: str, job_id: str, first: int, count: int) -> None:
@@ -173,8 +140,6 @@ def main() -> int:
         store = server.new_database("lasting")
         dj.migrate_schema(store, grant=("alice", "bob"), grant_worker=("worker",))
         alice, admin = role_url(store, "alice"), role_url(store, "durable")
-        with open(os.path.join(folder, "alpha.txt"), "w") as fh:
-            fh.write(ALPHA)
         with dj.open_store(store=alice) as s:
             dj.start(s, manifest(folder, "finished"))
         with dj.open_store(store=alice, job="finished") as s:

@@ -24,47 +24,19 @@ sys.path.insert(0, REPO)
 
 import httpx  # noqa: E402
 from pg_server import PgServer  # noqa: E402
+from store_kit import manifest, password_of, role_url  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
 JOBS = 20
-ALPHA = "Alpha reports steady revenue in the third quarter.\n"
-
-
-def password_of(role: str) -> str:
-    with open(os.environ["PGPASSFILE"]) as fh:
-        return next(line.rstrip("\n").split(":", 4)[4] for line in fh if line.split(":")[3] == role)
-
-
-def role_url(url: str, role: str) -> str:
-    head, _, rest = url.partition("://")
-    return f"{head}://{role}@{rest.split('@', 1)[1]}"
 
 
 def make_jobs(folder: str, store: str) -> list:
     """JOBS fake-mode jobs sealed and run by alice, each waiting for bob's review."""
-    with open(os.path.join(folder, "alpha.txt"), "w") as fh:
-        fh.write(ALPHA)
     ids = []
     for n in range(JOBS):
-        manifest = {
-            "schemaVersion": 1,
-            "jobId": f"bench-{n}",
-            "approved": True,
-            "approvedBy": "alice",
-            "mode": "fake",
-            "model": "fake-structural-1",
-            "providerTransferApproved": False,
-            "maxModelCalls": 2,
-            "maxAttemptsPerItem": 2,
-            "reviewers": ["bob"],
-            "items": [{"id": "alpha", "path": "alpha.txt", "sha256": dj.sha256_hex(ALPHA.encode())}],
-        }
-        path = os.path.join(folder, f"m{n}.json")
-        with open(path, "w") as fh:
-            json.dump(manifest, fh)
         with dj.open_store(store=role_url(store, "alice")) as s:
-            dj.start(s, path)
+            dj.start(s, manifest(folder, f"bench-{n}", reviewers=["bob"]))
         ids.append(f"bench-{n}")
     return ids
 

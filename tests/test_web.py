@@ -145,6 +145,25 @@ def store_counts(store: str, *tables: str) -> list:
     return [int(n) for n in out.stdout.strip().split("|")]
 
 
+def bob_revises(ws: Workspace, tmp_path, summary: str) -> dict:
+    """bob, at a terminal, edits item alpha of the job (the CLI's revise, as bob) while a page may be open."""
+    path = tmp_path / "summary.txt"
+    path.write_text(summary + "\n")
+    flags = [
+        "--summary-file",
+        str(path),
+        "--reviewer",
+        "Bob",
+        "--reason",
+        "clearer",
+        "--store",
+        as_role(ws.store, "bob"),
+        "--job",
+        "journey",
+    ]
+    return ws.run("revise", "--item", "alpha", *flags, state=False).ok()
+
+
 def store_job(tmp_path, pg_server, **overrides) -> Workspace:
     """alice's job in a fresh store, waiting for review by bob (sealed by alice, run by her start)."""
     ws = Workspace(tmp_path, store=new_store(pg_server, "alice"))
@@ -415,26 +434,7 @@ def test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown(tmp_p
     s = serving(tmp_path, "--store", ws.store)
     bob = sign_in(s, "bob")
     shown = shown_results(bob.get("/jobs/journey").text)
-    summary = tmp_path / "summary.txt"
-    summary.write_text("Alpha, as bob rewrote it.\n")
-    bob_cli = {"DURABLE_JOB_STORE": ""}
-    revised = ws.run(
-        "revise",
-        "--item",
-        "alpha",
-        "--summary-file",
-        str(summary),
-        "--reviewer",
-        "Bob",
-        "--reason",
-        "clearer",
-        "--store",
-        as_role(ws.store, "bob"),
-        "--job",
-        "journey",
-        state=False,
-        env=bob_cli,
-    ).ok()
+    revised = bob_revises(ws, tmp_path, "Alpha, as bob rewrote it.")
     post_form(bob, "/jobs/journey/decision", decision="accept", reviewer="Bob", reason="ok", resultsSha256=shown)
     page = bob.get("/jobs/journey").text
     assert "Refused: stale: results changed since review" in page and "The page now shows the current version" in page
@@ -640,25 +640,7 @@ def test_a_reviewer_follows_and_decides_a_job_from_a_phone(tmp_path, pg_server, 
         fits_a_phone(driver)
         driver.save_screenshot(str(tmp_path / "job-page-390x844.png"))
 
-        summary = tmp_path / "summary.txt"
-        summary.write_text("Alpha, as Bob put it from his desk.\n")
-        bob_url = as_role(ws.store, "bob")
-        ws.run(
-            "revise",
-            "--item",
-            "alpha",
-            "--summary-file",
-            str(summary),
-            "--reviewer",
-            "Bob",
-            "--reason",
-            "clearer",
-            "--store",
-            bob_url,
-            "--job",
-            "journey",
-            state=False,
-        ).ok()
+        bob_revises(ws, tmp_path, "Alpha, as Bob put it from his desk.")
         wait.until(lambda d: d.find_element("id", "changed").is_displayed())  # the page says so, and keeps what was shown
         driver.find_element("id", "reason").send_keys("Read both items.")
         driver.find_element("css selector", "button.accept").click()

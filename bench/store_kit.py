@@ -1,0 +1,49 @@
+"""What the store benchmarks share: a role's address of a store, its password, a fake-mode manifest."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import durable_job as dj
+
+ALPHA = "Alpha reports steady revenue in the third quarter.\n"
+BETA = "Beta notes that costs rose faster than sales this year.\n"
+
+
+def password_of(role: str) -> str:
+    with open(os.environ["PGPASSFILE"]) as fh:
+        return next(line.rstrip("\n").split(":", 4)[4] for line in fh if line.split(":")[3] == role)
+
+
+def role_url(url: str, role: str) -> str:
+    head, _, rest = url.partition("://")
+    return f"{head}://{role}@{rest.split('@', 1)[1]}"
+
+
+def manifest(folder: str, job_id: str, items: int = 1, **extra) -> str:
+    """A fake-mode manifest over alpha.txt (and beta.txt: items=2, the issue's two-item job)."""
+    path = os.path.join(folder, f"{job_id}.json")
+    texts = (("alpha", ALPHA), ("beta", BETA))[:items]
+    for name, text in texts:
+        with open(os.path.join(folder, f"{name}.txt"), "w") as fh:
+            fh.write(text)
+    with open(path, "w") as fh:
+        json.dump(
+            {
+                "schemaVersion": 1,
+                "jobId": job_id,
+                "approved": True,
+                "approvedBy": "alice",
+                "mode": "fake",
+                "model": "fake-structural-1",
+                "providerTransferApproved": False,
+                "maxModelCalls": 2,
+                "maxAttemptsPerItem": 2,
+                "items": [{"id": name, "path": f"{name}.txt", "sha256": dj.sha256_hex(text.encode())} for name, text in texts],
+                **extra,
+            },
+            fh,
+        )
+    return path
