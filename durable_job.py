@@ -1888,6 +1888,12 @@ def remember_secrets(url: str) -> None:
     SECRETS.update(address_secrets(url))
 
 
+def forget_secrets(url: str) -> None:
+    """The web app's sign-out: the person's password leaves the process's memory (this program's copies of it)."""
+    SECRETS.difference_update(address_secrets(url))
+    address_secrets.cache_clear()
+
+
 @functools.lru_cache(maxsize=64)
 def address_secrets(url: str) -> frozenset:
     """The spellings of the password a store address carries (what remember_secrets notes).
@@ -9209,8 +9215,10 @@ class WebSite:
         person = self.sessions.pop(sid, None)
         if person is not None:
             person.signed_out = True
-            person.url = None  # the password is forgotten with the session
             person.reset()
+            url, person.url = person.url, None  # the password is forgotten with the session
+            if url and url not in {p.url for p in self.sessions.values()}:  # unless another session signed in with it
+                forget_secrets(url)
 
     def expire_idle(self) -> None:
         for sid, person in list(self.sessions.items()):
