@@ -450,6 +450,7 @@ RECEIPT_FIELDS = {
     "writtenAtUtc",
     "schemaVersion",
     "chainHead",
+    "tokens",
 }
 
 
