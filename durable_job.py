@@ -8205,9 +8205,8 @@ def prune(
     import datetime
 
     cutoff = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=older_than)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    jobs_here = prune_candidates(store, list(roots), program, from_env)
     out = []
-    try:
+    with prune_candidates(store, list(roots), program, from_env) as jobs_here:
         for one in jobs_here:
             row = prune_row(one, set(phases), cutoff)
             if row is None:
@@ -8216,9 +8215,6 @@ def prune(
                 row["freedBytes"] = prune_job(one)
                 row["state"] = "pruned"
             out.append(row)
-    finally:
-        for one in jobs_here:
-            one.close()
     return {
         "dryRun": dry_run,
         "olderThanDays": older_than,
@@ -8228,11 +8224,14 @@ def prune(
     }
 
 
-def prune_candidates(store: str | None, roots: list, program: str | None, from_env: bool) -> list:
-    """Every finished job a prune may look at: a store's (as its administrator: refused to any other role), or the
-    state directories holding a receipt under the folders."""
+@contextlib.contextmanager
+def prune_candidates(store: str | None, roots: list, program: str | None, from_env: bool) -> Iterator[list]:
+    """Every finished job a prune may look at: a store's (as its administrator: refused to any other role), all read
+    on one connection (a store of 10,000 finished jobs must not open 10,000), or the state directories holding a
+    receipt under the folders."""
     if roots:
-        return [s for s in state_dirs_under(roots, program) if s.has_receipt()]
+        yield [s for s in state_dirs_under(roots, program) if s.has_receipt()]
+        return
     lister = PgStore(cast(str, store), "", from_env=from_env, program=program)
     try:
         db = lister.db()
@@ -8241,9 +8240,9 @@ def prune_candidates(store: str | None, roots: list, program: str | None, from_e
                 f"prune and delete are the store's administrator's (the owner of schema durable_job in {lister.public}); run them as that role"
             )
         ids = [r["job_id"] for r in db.rows("SELECT job_id FROM durable_job.receipts ORDER BY written_utc, job_id")]
+        yield [lister.for_job(job_id) for job_id in ids]
     finally:
         lister.close()
-    return [PgStore(cast(str, store), job_id, from_env=from_env, program=program) for job_id in ids]
 
 
 def prune_row(store: Store, phases: set, cutoff: str) -> dict | None:
