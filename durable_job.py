@@ -1833,7 +1833,6 @@ def results_sha256(results) -> str:
 
 STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
 PG_REQUIREMENTS = "requirements-postgres.txt"
-SETUP_LOCK_KEY = 0x6475726A6F627331  # "durjobs1": the advisory lock that serialises first-use setup and migrate
 CHECKPOINT_MIGRATION = 9  # the highest checkpoint_migrations row langgraph-checkpoint-postgres 3.2.0 writes
 SETUP_WAIT_SECONDS = 60.0
 LIBPQ_MIN_VERSION = 120000  # PQlibVersion() of the oldest libpq the reader speaks to (12.0); older: psycopg reads
@@ -2479,6 +2478,180 @@ RETENTION = (
     "EXECUTE format('GRANT SELECT ON durable_job.prunes TO %I', r.role); END LOOP; END $$",
 )
 
+# Note to maintainers: a function's body is parsed when it runs, with the CALLER's search_path, and a session's
+# temporary schema is searched first unless named: a granted role that made `CREATE TEMP TABLE pg_namespace` was
+# the administrator to every function that read the catalog unqualified (issue 30). Every function of the store
+# therefore runs with a fixed search_path (pg_catalog, then pg_temp last, where no caller can put anything first)
+# and names what it reads schema-qualified; tests/test_hostile.py reads the catalog for any that does not. A policy's
+# expression is parsed once, at CREATE POLICY, so its names are bound then. Trigger functions may be run by no one
+# directly: EXECUTE revoked from PUBLIC (a trigger runs whatever the writer's rights to call it).
+FIXED_PATH = "SET search_path = pg_catalog, pg_temp"
+SAFE_FUNCTIONS = (
+    "CREATE OR REPLACE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
+    "SELECT session_user = pg_catalog.pg_get_userbyid(n.nspowner) "
+    "OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) "
+    "FROM pg_catalog.pg_namespace n WHERE n.nspname = 'durable_job' $$",
+    "CREATE OR REPLACE FUNCTION durable_job.is_kind(k text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.roles r WHERE r.role = session_user::text AND r.kind = k) $$",
+    "CREATE OR REPLACE FUNCTION durable_job.runs(job text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = job "
+    "AND (j.owner = session_user::text OR durable_job.is_kind('worker'))) $$",
+    "CREATE OR REPLACE FUNCTION durable_job.tends(job text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = job AND durable_job.is_kind('person') "
+    "AND (j.owner = session_user::text OR session_user::text = ANY (j.reviewers))) $$",
+    "CREATE OR REPLACE FUNCTION durable_job.decides(job text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
+    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = job AND durable_job.is_kind('person') AND CASE "
+    "WHEN pg_catalog.cardinality(j.reviewers) > 0 THEN session_user::text = ANY (j.reviewers) AND j.owner <> session_user::text "
+    "ELSE j.owner = session_user::text END) $$",
+    "CREATE OR REPLACE FUNCTION durable_job.job_of(thread text) RETURNS text LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
+    "SELECT j.job_id FROM durable_job.jobs j WHERE j.thread_id = thread $$",
+    "CREATE OR REPLACE FUNCTION durable_job.stamp() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF NOT durable_job.is_admin() THEN NEW.principal := session_user; NEW.recorded_at := pg_catalog.now(); END IF; RETURN NEW; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.stamp_job() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF NOT durable_job.is_admin() THEN NEW.owner := session_user; NEW.sealed_at := pg_catalog.now(); END IF; RETURN NEW; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.history() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
+    "RAISE EXCEPTION 'durable_job.% is history: its rows are written once and never changed or removed (% refused)', TG_TABLE_NAME, TG_OP "
+    "USING ERRCODE = 'insufficient_privilege'; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.call_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
+    "IF OLD.status <> 'pending' THEN RAISE EXCEPTION 'durable_job.calls: call % is %, and only a pending call changes', "
+    "OLD.operation_key, OLD.status USING ERRCODE = 'insufficient_privilege'; END IF; "
+    "IF TG_OP = 'DELETE' THEN "
+    "IF NOT EXISTS (SELECT 1 FROM durable_job.call_events n WHERE n.job_id = OLD.job_id AND n.operation_key = OLD.operation_key "
+    "AND n.event = 'not-sent' AND n.id > (SELECT pg_catalog.max(d.id) FROM durable_job.call_events d WHERE d.job_id = OLD.job_id "
+    "AND d.operation_key = OLD.operation_key AND d.event = 'dispatch')) THEN RAISE EXCEPTION "
+    "'durable_job.calls: call % may be removed only beside its not-sent event', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; "
+    "END IF; RETURN OLD; END IF; "
+    "IF (NEW.job_id, NEW.operation_key, NEW.base_key, NEW.attempt, NEW.item_id, NEW.input_sha256, NEW.created_utc, NEW.principal, "
+    "NEW.recorded_at) IS DISTINCT FROM (OLD.job_id, OLD.operation_key, OLD.base_key, OLD.attempt, OLD.item_id, OLD.input_sha256, "
+    "OLD.created_utc, OLD.principal, OLD.recorded_at) OR NEW.status NOT IN ('pending', 'completed', 'abandoned', 'rejected') THEN "
+    "RAISE EXCEPTION 'durable_job.calls: call % may change only its outcome', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; "
+    "IF NEW.reconciliation_json IS DISTINCT FROM OLD.reconciliation_json AND NEW.status IN ('completed', 'abandoned') "
+    "AND NOT durable_job.tends(NEW.job_id) THEN RAISE EXCEPTION 'durable_job.calls: only the job''s owner or a reviewer reconciles "
+    "call %', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.write_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF durable_job.is_admin() OR (OLD.channel IN ('__error__', '__scheduled__', '__interrupt__', '__resume__') "
+    "AND NEW.channel = OLD.channel AND (NEW.thread_id, NEW.checkpoint_ns, NEW.checkpoint_id, NEW.task_id, NEW.idx, NEW.task_path) "
+    "IS NOT DISTINCT FROM (OLD.thread_id, OLD.checkpoint_ns, OLD.checkpoint_id, OLD.task_id, OLD.idx, OLD.task_path)) THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'durable_job.checkpoint_writes is history: only a task''s own error, interrupt or resume write is replaced' "
+    "USING ERRCODE = 'insufficient_privilege'; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.event_check() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF NEW.event IN ('reconciled', 'retry') AND NOT durable_job.is_admin() AND NOT durable_job.tends(NEW.job_id) THEN "
+    "RAISE EXCEPTION 'durable_job.call_events: only the job''s owner or a reviewer may %', NEW.event "
+    "USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.notify_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    f"PERFORM pg_catalog.pg_notify('{NOTIFY_CHANNEL}', ''); RETURN NULL; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.job_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
+    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
+    "IF TG_OP = 'UPDATE' AND current_user = (SELECT pg_catalog.pg_get_userbyid(n.nspowner) FROM pg_catalog.pg_namespace n "
+    "WHERE n.nspname = 'durable_job') AND OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL "
+    "AND (pg_catalog.to_jsonb(NEW) - 'finished_at') = (pg_catalog.to_jsonb(OLD) - 'finished_at') THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'durable_job.jobs is history: its rows are written once and never changed or removed (% refused)', TG_OP "
+    "USING ERRCODE = 'insufficient_privilege'; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.finish_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER " + FIXED_PATH + " AS $$ BEGIN "
+    "UPDATE durable_job.jobs SET finished_at = pg_catalog.now() WHERE job_id = NEW.job_id AND finished_at IS NULL; RETURN NULL; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.refuse_tombstoned() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER " + FIXED_PATH + " AS $$ "
+    "BEGIN IF EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = NEW.job_id) THEN RAISE EXCEPTION "
+    "'durable_job.jobs: jobId % was deleted and stays taken', NEW.job_id USING ERRCODE = 'unique_violation'; END IF; RETURN NEW; END $$",
+    "CREATE OR REPLACE FUNCTION durable_job.tombstoned(job text) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER " + FIXED_PATH + " "
+    "AS $$ SELECT EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = job) $$",
+)
+
+# A finished job (its receipt written) takes nothing more into its history but from the administrator: a worker or an
+# owner that appended a row to a decided job's journal or chain made its `verify` fail for good. The one act after a
+# receipt is a cancelled job's owner or reviewer settling a call left pending (reconcile: the call's row, its event,
+# their links), as before. A trigger, not a policy: it must see the job's finish, which a policy of the writer's
+# table cannot name without a second lookup a row.
+AFTER_FINISH = (
+    "CREATE FUNCTION durable_job.refuse_finished() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ "
+    "DECLARE job text; ended timestamptz; settling boolean := false; BEGIN "
+    "IF durable_job.is_admin() THEN RETURN NEW; END IF; "
+    "IF TG_TABLE_NAME IN ('checkpoints', 'checkpoint_blobs', 'checkpoint_writes') THEN "
+    "SELECT j.job_id, j.finished_at INTO job, ended FROM durable_job.jobs j WHERE j.thread_id = NEW.thread_id; "
+    "ELSE SELECT j.job_id, j.finished_at INTO job, ended FROM durable_job.jobs j WHERE j.job_id = NEW.job_id; END IF; "
+    "IF ended IS NULL THEN RETURN NEW; END IF; "
+    "IF EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = job AND o.kind = 'cancel') AND durable_job.tends(job) THEN "
+    "IF TG_TABLE_NAME = 'calls' THEN settling := TG_OP = 'UPDATE' AND NEW.reconciliation_json IS DISTINCT FROM OLD.reconciliation_json; "
+    "ELSIF TG_TABLE_NAME = 'call_events' THEN settling := NEW.event = 'reconciled'; "
+    "ELSIF TG_TABLE_NAME = 'links' THEN settling := NEW.tbl IN ('calls', 'call_events'); END IF; END IF; "
+    "IF settling THEN RETURN NEW; END IF; "
+    "RAISE EXCEPTION 'durable_job.%: job % is finished (its receipt was written at %): its history takes nothing more', "
+    "TG_TABLE_NAME, job, ended USING ERRCODE = 'insufficient_privilege'; END $$",
+    *(
+        f"CREATE TRIGGER refuse_finished BEFORE INSERT ON durable_job.{t} FOR EACH ROW EXECUTE FUNCTION durable_job.refuse_finished()"
+        for t in ("call_events", "drafts", "outcomes", "decisions", "links", "checkpoint_blobs")
+    ),
+    *(
+        f"CREATE TRIGGER refuse_finished BEFORE INSERT OR UPDATE ON durable_job.{t} FOR EACH ROW EXECUTE FUNCTION durable_job.refuse_finished()"
+        for t in ("calls", "checkpoints", "checkpoint_writes")
+    ),
+)
+
+# A receipt is the last act of a decided or cancelled job, written once, and says what the journal says: the job's
+# own id and program, the decision row's decision and principal (or the cancel's), and, for a chained job, the chain
+# head just under its own link, the newest. A receipt copied from another job, or planted before anyone decided,
+# is refused (it would have shown the job decided and kept workers off it).
+RECEIPT_CHECK = (
+    "CREATE FUNCTION durable_job.receipt_check() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ "
+    "DECLARE r jsonb; j record; d record; c record; l record; BEGIN "
+    "IF durable_job.is_admin() THEN RETURN NEW; END IF; "
+    "SELECT x.record_json, x.finished_at INTO j FROM durable_job.jobs x WHERE x.job_id = NEW.job_id; "
+    "IF NOT FOUND THEN RETURN NEW; END IF; "  # a job the writer may not see: the policy refuses the row
+    "BEGIN r := NEW.receipt_json::jsonb; EXCEPTION WHEN others THEN r := NULL; END; "
+    "IF r IS NULL OR pg_catalog.jsonb_typeof(r) <> 'object' THEN RAISE EXCEPTION 'durable_job.receipts: the receipt of job % is not a "
+    "JSON object', NEW.job_id USING ERRCODE = 'check_violation'; END IF; "
+    "IF j.finished_at IS NOT NULL THEN RAISE EXCEPTION 'durable_job.receipts: job % already has its receipt', NEW.job_id "
+    "USING ERRCODE = 'unique_violation'; END IF; "
+    "IF r ->> 'jobId' IS DISTINCT FROM NEW.job_id OR r ->> 'codeSha256' IS DISTINCT FROM (j.record_json::jsonb ->> 'codeSha256') THEN "
+    "RAISE EXCEPTION 'durable_job.receipts: the receipt names job % of program %, not job % of the program that sealed it', "
+    "r ->> 'jobId', r ->> 'codeSha256', NEW.job_id USING ERRCODE = 'check_violation'; END IF; "
+    "SELECT o.principal INTO c FROM durable_job.outcomes o WHERE o.job_id = NEW.job_id AND o.kind = 'cancel'; "
+    "IF FOUND THEN "
+    "IF r ->> 'outcome' IS DISTINCT FROM 'cancelled' OR r -> 'cancel' ->> 'principal' IS DISTINCT FROM c.principal THEN "
+    "RAISE EXCEPTION 'durable_job.receipts: job % was cancelled by %, and the receipt says otherwise', NEW.job_id, c.principal "
+    "USING ERRCODE = 'check_violation'; END IF; "
+    "ELSE SELECT x.decision, x.principal INTO d FROM durable_job.decisions x WHERE x.job_id = NEW.job_id AND x.kind = 'decision'; "
+    "IF NOT FOUND THEN RAISE EXCEPTION 'durable_job.receipts: job % has no decision or cancel recorded: no receipt yet', NEW.job_id "
+    "USING ERRCODE = 'check_violation'; END IF; "
+    "IF r ->> 'outcome' IS DISTINCT FROM 'decided' OR r ->> 'decision' IS DISTINCT FROM d.decision "
+    "OR r -> 'final' ->> 'decision' IS DISTINCT FROM d.decision OR r ->> 'principal' IS DISTINCT FROM d.principal "
+    "OR r -> 'final' ->> 'principal' IS DISTINCT FROM d.principal THEN "
+    "RAISE EXCEPTION 'durable_job.receipts: job % was decided % by %, and the receipt says otherwise', NEW.job_id, d.decision, "
+    "d.principal USING ERRCODE = 'check_violation'; END IF; END IF; "
+    "SELECT k.seq, k.act, k.prev_sha256 INTO l FROM durable_job.links k WHERE k.job_id = NEW.job_id ORDER BY k.seq DESC LIMIT 1; "
+    "IF FOUND AND (l.act <> 'receipt' OR r -> 'chainHead' ->> 'seq' IS DISTINCT FROM (l.seq - 1)::text "
+    "OR r -> 'chainHead' ->> 'sha256' IS DISTINCT FROM l.prev_sha256) THEN "
+    "RAISE EXCEPTION 'durable_job.receipts: the receipt of job % does not bind its history: its own link must be the newest', "
+    "NEW.job_id USING ERRCODE = 'check_violation'; END IF; "
+    "RETURN NEW; END $$",
+    "CREATE TRIGGER receipt_check BEFORE INSERT ON durable_job.receipts FOR EACH ROW EXECUTE FUNCTION durable_job.receipt_check()",
+)
+
+HARDENING = (
+    *SAFE_FUNCTIONS,
+    *AFTER_FINISH,
+    *RECEIPT_CHECK,
+    *(
+        f"REVOKE ALL ON FUNCTION durable_job.{f}() FROM PUBLIC"
+        for f in (
+            "stamp",
+            "stamp_job",
+            "history",
+            "call_change",
+            "write_change",
+            "event_check",
+            "notify_change",
+            "job_change",
+            "refuse_finished",
+            "receipt_check",
+        )
+    ),
+    "REVOKE ALL ON FUNCTION durable_job.tombstoned(text) FROM PUBLIC",
+    "DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP "
+    "EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO %I', r.role); END LOOP; END $$",
+)
+
 # Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
 PG_SETUP_MIGRATIONS = [
     ("m004_policies", store_policies()),
@@ -2488,6 +2661,8 @@ PG_SETUP_MIGRATIONS = [
     ("m009_retention", RETENTION),
     # `jobs` pages in creation order: an index in that order, so a page reads its rows, not a sort of every job
     ("m010_creation_order", ("CREATE INDEX jobs_by_creation ON durable_job.jobs (created_utc, job_id)",)),
+    # every function with a fixed search_path; a finished job's history closed; a receipt only as the journal says (issue 30)
+    ("m011_hostile_roles", HARDENING),
 ]
 
 
@@ -2672,7 +2847,7 @@ class PgJournal(Journal):
         if (
             self.lock_pid is not None
             and not self.rows(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = {p.pid} AND locktype = 'transactionid' "
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = {p.pid} AND locktype = 'transactionid' "
                 "AND transactionid::text = {p.xid} AND mode = 'ExclusiveLock' AND granted) AS held",
                 pid=self.lock_pid,
                 xid=self.lock_xid,
@@ -4055,8 +4230,8 @@ def lock_holders(db: PgJournal) -> dict[str, Holder]:
     """
     rows = db.rows(
         "SELECT k.job_id, a.usename AS role, a.application_name, l.pid AS backend FROM durable_job.job_locks k "
-        "JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted "
-        "LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+        "JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted "
+        "LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid"
     )
     return {r["job_id"]: {**parse_holder_name(r["application_name"]), "role": r["role"] or "unknown"} for r in rows}
 
@@ -4633,13 +4808,53 @@ def refuse_while_held(store: PgStore, db: PgJournal) -> None:
         )
 
 
+@contextlib.contextmanager
+def migration_lock(store: PgStore, refused) -> Iterator[None]:
+    """Hold the store's migration lock: an EXCLUSIVE lock on durable_job.migrate_lock, in a transaction of a connection
+    that runs nothing else, polled with NOWAIT.
+
+    LOCK TABLE needs a privilege on the table, so a role without grants cannot take it (the advisory lock key of
+    old was in pg_locks for anyone to hold, and migrate waited on it); a granted role may at most read the table
+    (ACCESS SHARE), which EXCLUSIVE does not wait for. The holding transaction runs no statement after its LOCK, so it
+    keeps no snapshot that setup's CREATE INDEX CONCURRENTLY would wait for. The empty table is made here, before
+    any lock, by the first migrate (a concurrent first one may make it at the same moment: both go on).
+    """
+    import psycopg
+
+    lock = store.connect(f"durable_job migrate lock {os.getpid()}")
+    try:
+        try:
+            lock.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
+            lock.execute("CREATE TABLE IF NOT EXISTS durable_job.migrate_lock ()")
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, psycopg.errors.DuplicateSchema):
+            pass
+        except psycopg.Error as exc:
+            raise refused(exc) from None
+        deadline = time.monotonic() + SETUP_WAIT_SECONDS
+        while True:
+            lock.execute("BEGIN")
+            try:
+                lock.execute("LOCK TABLE durable_job.migrate_lock IN EXCLUSIVE MODE NOWAIT")
+                break
+            except psycopg.errors.LockNotAvailable:
+                lock.execute("ROLLBACK")
+            except psycopg.Error as exc:
+                raise refused(exc) from None
+            if time.monotonic() > deadline:
+                raise BusyError(
+                    f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}"
+                )
+            time.sleep(0.05)
+        yield
+    finally:
+        lock.close()  # ends the transaction, and with it the lock
+
+
 def migrate_store(store: PgStore, conn) -> dict:
     """Create or bring up to date the store's schema: the journal migrations, then PostgresSaver.setup().
 
-    Serialised across processes by polling pg_try_advisory_lock (never a
-    blocking lock: setup's CREATE INDEX CONCURRENTLY waits for every other
-    transaction, a blocked lock waiter among them). A role without CREATE
-    privilege is told that an administrator runs `migrate` once.
+    A store already current is answered before any lock; otherwise the work runs under migration_lock. A role
+    without CREATE privilege is told that an administrator runs `migrate` once.
     """
     import psycopg
 
@@ -4655,19 +4870,14 @@ def migrate_store(store: PgStore, conn) -> dict:
         return store.failure(exc)
 
     db = PgJournal(conn, "", refused, owns=False)
-    deadline = time.monotonic() + SETUP_WAIT_SECONDS
-    while not db.rows("SELECT pg_try_advisory_lock({p.key}) AS taken", key=SETUP_LOCK_KEY)[0]["taken"]:
-        if time.monotonic() > deadline:
-            raise BusyError(
-                f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}"
-            )
-        time.sleep(0.05)
-    try:
-        if store.ready(db):
+    if store.ready(db):
+        done, highest = store.schema_state(db)
+        return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
+    with migration_lock(store, refused):
+        if store.ready(db):  # another process finished it while this one waited
             done, highest = store.schema_state(db)
             return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
         refuse_while_held(store, db)
-        db.run("CREATE SCHEMA IF NOT EXISTS durable_job", {})
         apply_migrations(db, PG_MIGRATIONS, "durable_job._migrations")
         from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -4679,11 +4889,6 @@ def migrate_store(store: PgStore, conn) -> dict:
         apply_migrations(db, PG_SETUP_MIGRATIONS, "durable_job._migrations")
         done, highest = store.schema_state(db)
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
-    finally:
-        try:
-            db.rows("SELECT pg_advisory_unlock({p.key}) AS freed", key=SETUP_LOCK_KEY)
-        except JobError:
-            pass
 
 
 # What a granted role may touch, beside what the policies let it see: every row readable (its own jobs' only),
@@ -4698,6 +4903,7 @@ STORE_GRANTS = (
     "GRANT UPDATE ON durable_job.calls, durable_job.job_locks, durable_job.checkpoints, durable_job.checkpoint_writes TO {role}",
     "GRANT DELETE ON durable_job.calls TO {role}",
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
+    "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
 )
 
 
@@ -5273,15 +5479,14 @@ SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.ow
   (SELECT o.record_json FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel') AS cancel,
   EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id) AS receipt,
   j.finished_at IS NOT NULL AS finished,
-  (SELECT r.receipt_json::json -> 'final' FROM durable_job.receipts r WHERE r.job_id = j.job_id AND j.finished_at IS NOT NULL) AS receipt_final,
   (SELECT p.record_json FROM durable_job.prunes p WHERE p.job_id = j.job_id) AS pruned,
   (SELECT json_build_object('version', d.version, 'results', d.results_json) FROM durable_job.drafts d
     WHERE d.job_id = j.job_id ORDER BY d.version DESC LIMIT 1) AS draft,
   (SELECT json_build_object('record', x.record_json, 'principal', x.principal) FROM durable_job.decisions x
     WHERE x.job_id = j.job_id AND x.kind = 'decision') AS decision,
   (SELECT json_build_object('role', a.usename, 'name', a.application_name) FROM durable_job.job_locks k
-    JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
-    LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,
+    JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
+    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,
   cp.checkpoint_id, cp.checkpoint,
   (SELECT json_agg(json_build_object('channel', b.channel, 'type', b.type, 'blob', encode(b.blob, 'hex')))
     FROM durable_job.checkpoint_blobs b
@@ -5336,14 +5541,14 @@ class LoadedCheckpointRows(CheckpointRows):
         return self.saved if self.found else []
 
 
-def listed_checkpoint(row: dict, where: str, job: Job) -> CheckpointState:
-    """A listed job's checkpoint: a finished one's is its receipt's decision alone (a listing row needs no more of it;
-    not reading every finished job's checkpoint took a 10,000-job listing from 2.8 s to 1.8 s); a pruned one's, what
-    prune kept; any other's, its latest checkpoint as the statement read it."""
+def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None) -> CheckpointState:
+    """A listed job's checkpoint: a finished one's is its decision row alone, never a receipt's JSON (a listing row needs
+    no more of it; not reading every finished job's checkpoint took a 10,000-job listing from 2.8 s to 1.8 s); a pruned
+    one's, what prune kept; any other's, its latest checkpoint as the statement read it."""
     if row["pruned"]:
         return pruned_checkpoint(strict_json(row["pruned"]))
     if row["finished"]:
-        return {"values": {"final": row["receipt_final"]} if row["receipt_final"] else {}, "waiting": False, "savedDecision": None}
+        return {"values": {"final": decision} if decision else {}, "waiting": False, "savedDecision": None}
     return read_checkpoint(LoadedCheckpointRows(where, row), job["threadId"])
 
 
@@ -5382,7 +5587,7 @@ def store_page(
                 store,
                 job,
                 db.for_job(row["job_id"]),
-                with_decision(listed_checkpoint(row, where_kept, job), decision or None),
+                with_decision(listed_checkpoint(row, where_kept, job, decision or None), decision or None),
                 row["calls"] or [],
                 json.loads(row["cancel"]) if row["cancel"] else None,
                 draft or None,
@@ -8357,7 +8562,7 @@ RUNNABLE_SQL = """
 SELECT j.job_id FROM durable_job.jobs j
 WHERE j.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
-                  JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
+                  JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
                   WHERE k.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')
   AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
@@ -9408,7 +9613,7 @@ class WebSite:
             return
         psycopg = need_psycopg()
         holders = (
-            "SELECT coalesce(string_agg(application_name || ' ' || pid, '|' ORDER BY pid), '') AS mark FROM pg_stat_activity "
+            "SELECT coalesce(string_agg(application_name || ' ' || pid, '|' ORDER BY pid), '') AS mark FROM pg_catalog.pg_stat_activity "
             "WHERE application_name LIKE 'durable_job %' AND application_name NOT LIKE 'durable_job read %' "
             "AND application_name NOT LIKE 'durable_job serve %'"
         )
