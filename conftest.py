@@ -490,6 +490,34 @@ def password_of(role: str) -> str:
         return next(line.rstrip("\n").split(":", 4)[4] for line in fh if line.split(":")[3] == role)
 
 
+def as_(ws: Workspace, role: str, tmp_path) -> Workspace:
+    """The same job's store, reached by another person from their own folder (no manifest, no sources)."""
+    root = tmp_path / f"{role}-desk"
+    os.makedirs(root, exist_ok=True)
+    other = Workspace(root, store=as_role(ws.store, role))
+    shutil.rmtree(other.src)
+    shutil.copytree(ws.src, other.src)  # the same request, byte for byte, and its sources: as a colleague's copy would be
+    return other
+
+
+def sql(url: str, statement: str, params=()) -> list:
+    """Rows of one statement run by the role the URL logs in as (psycopg, autocommit)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def refused(url: str, statement: str, params=()) -> str:
+    """The database's own refusal of a statement, as that role (it must be refused)."""
+    import psycopg
+
+    with pytest.raises(psycopg.Error) as caught:
+        sql(url, statement, params)
+    return str(caught.value)
+
+
 @pytest.fixture
 def store_url(pg_server) -> str:
     """A set-up store, as alice (a person granted by the administrator) logs in to it."""

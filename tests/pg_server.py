@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-ROLES = ("durable", "alice", "bob", "carol", "worker")  # the administrator, three people, a worker
+ROLES = ("durable", "alice", "bob", "carol", "worker", "mallory")  # the administrator, three people, a worker, a role never granted
 
 
 def pg_bin(name: str) -> str:

@@ -5,42 +5,17 @@ carol is granted but not named; `worker` runs jobs. Every refusal is tried throu
 
 import json
 import os
-import shutil
 import subprocess
 
 import psycopg
 import pytest
 from pg_server import pg_bin
 
-from conftest import REPO, Workspace, admin_url, as_role, clean_env, new_store, openai_workspace, store_rows
+from conftest import REPO, Workspace, admin_url, as_, as_role, clean_env, new_store, openai_workspace, refused, sql, store_rows
 
 # Every table of the store holding a job's rows (the migration tables and the roles list hold none).
 JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts")
 THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-
-
-def as_(ws: Workspace, role: str, tmp_path) -> Workspace:
-    """The same job's store, reached by another person from their own folder (no manifest, no sources)."""
-    root = tmp_path / f"{role}-desk"
-    os.makedirs(root, exist_ok=True)
-    other = Workspace(root, store=as_role(ws.store, role))
-    shutil.rmtree(other.src)
-    shutil.copytree(ws.src, other.src)  # the same request, byte for byte, and its sources: as a colleague's copy would be
-    return other
-
-
-def sql(url: str, statement: str, params=()) -> list:
-    """Rows of one statement run by the role the URL logs in as (psycopg, autocommit)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        cursor = conn.execute(statement, params)
-        return cursor.fetchall() if cursor.description else []
-
-
-def refused(url: str, statement: str, params=()) -> str:
-    """The database's own refusal of a statement, as that role (it must be refused)."""
-    with pytest.raises(psycopg.Error) as caught:
-        sql(url, statement, params)
-    return str(caught.value)
 
 
 def counts(url: str) -> dict:
