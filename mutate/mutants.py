@@ -528,4 +528,44 @@ MUTANTS = [
         "        pass\n    except SealError:\n        return False",
         ["tests/test_lasting.py::test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish"],
     ),
+    # --- issue 30: hostile roles ----------------------------------------------------------------------------
+    Mutant(
+        "is-admin-search-path-removed",
+        "store: no granted role becomes the administrator by shadowing the catalog",
+        '"CREATE OR REPLACE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "\n'
+        '    "SELECT session_user = pg_catalog.pg_get_userbyid(n.nspowner) "\n'
+        '    "OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) "\n'
+        '    "FROM pg_catalog.pg_namespace n WHERE',
+        '"CREATE OR REPLACE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE AS $$ "\n'
+        '    "SELECT session_user = pg_get_userbyid(n.nspowner) "\n'
+        '    "OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) "\n'
+        '    "FROM pg_namespace n WHERE',
+        [
+            "tests/test_hostile.py::test_every_function_of_the_store_has_a_fixed_search_path_and_no_trigger_is_anyones_to_call",
+            "tests/test_hostile.py::test_shadowing_the_catalog_makes_no_role_the_administrator",
+        ],
+    ),
+    Mutant(
+        "receipt-before-any-decision",
+        "store: a receipt is the last act of a decided or cancelled job",
+        "    \"IF NOT FOUND THEN RAISE EXCEPTION 'durable_job.receipts: job % has no decision or cancel recorded: no receipt yet', NEW.job_id \"\n"
+        "    \"USING ERRCODE = 'check_violation'; END IF; \"\n",
+        '    "IF NOT FOUND THEN RETURN NEW; END IF; "\n',
+        ["tests/test_hostile.py::test_a_receipt_copied_from_another_job_or_planted_before_a_decision_is_refused"],
+    ),
+    Mutant(
+        "finished-history-open",
+        "store: a finished job's history takes nothing more but from the administrator",
+        '    "IF ended IS NULL THEN RETURN NEW; END IF; "\n',
+        '    "IF true THEN RETURN NEW; END IF; "\n',
+        ["tests/test_hostile.py::test_a_finished_jobs_history_takes_nothing_more_from_any_role_and_still_verifies"],
+    ),
+    Mutant(
+        "migrate-advisory-lock",
+        "store: no role without grants delays migrate",
+        '                lock.execute("LOCK TABLE durable_job.migrate_lock IN EXCLUSIVE MODE NOWAIT")\n',
+        '                if not lock.execute("SELECT pg_try_advisory_lock(x\'6475726A6F627331\'::bigint)").fetchone()["pg_try_advisory_lock"]:\n'
+        '                    raise psycopg.errors.LockNotAvailable("held")\n',
+        ["tests/test_hostile.py::test_no_role_without_grants_delays_migrate_by_squatting_a_lock"],
+    ),
 ]
