@@ -4815,9 +4815,10 @@ def migration_lock(store: PgStore, refused) -> Iterator[None]:
 
     LOCK TABLE needs a privilege on the table, so a role without grants cannot take it (the advisory lock key of
     old was in pg_locks for anyone to hold, and migrate waited on it); a granted role may at most read the table
-    (ACCESS SHARE), which EXCLUSIVE does not wait for. The holding transaction runs no statement after its LOCK, so it
-    keeps no snapshot that setup's CREATE INDEX CONCURRENTLY would wait for. The empty table is made here, before
-    any lock, by the first migrate (a concurrent first one may make it at the same moment: both go on).
+    (ACCESS SHARE), which EXCLUSIVE does not wait for. The holding transaction runs nothing but its LOCK, which takes
+    no snapshot: setup's CREATE INDEX CONCURRENTLY waits for every transaction with one (a SELECT in it would make
+    migrate wait for itself for ever). The empty table is made here, before any lock, by the first migrate (a
+    concurrent first one may make it at the same moment: both go on).
     """
     import psycopg
 

@@ -564,7 +564,8 @@ MUTANTS = [
         "migrate-advisory-lock",
         "store: no role without grants delays migrate",
         '                lock.execute("LOCK TABLE durable_job.migrate_lock IN EXCLUSIVE MODE NOWAIT")\n',
-        '                if not lock.execute("SELECT pg_try_advisory_lock(x\'6475726A6F627331\'::bigint)").fetchone()["pg_try_advisory_lock"]:\n'
+        '                lock.execute("ROLLBACK")\n'
+        '                if not lock.execute("SELECT pg_try_advisory_lock(x\'6475726A6F627331\'::bigint) AS t").fetchone()["t"]:\n'
         '                    raise psycopg.errors.LockNotAvailable("held")\n',
         ["tests/test_hostile.py::test_no_role_without_grants_delays_migrate_by_squatting_a_lock"],
     ),
