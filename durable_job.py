@@ -4905,6 +4905,7 @@ STORE_GRANTS = (
     "GRANT DELETE ON durable_job.calls TO {role}",
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
+    "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
 )
 
 
@@ -4917,6 +4918,7 @@ def grant_store(store: PgStore, db: PgJournal, role: str, kind: str) -> None:
     from psycopg import sql
 
     who = sql.Identifier(role).as_string(db.conn)
+    database = sql.Identifier(db.rows("SELECT current_database() AS name")[0]["name"]).as_string(db.conn)
     statements = [
         "REVOKE ALL ON ALL TABLES IN SCHEMA durable_job FROM {role}",
         "REVOKE ALL ON ALL SEQUENCES IN SCHEMA durable_job FROM {role}",
@@ -4924,7 +4926,7 @@ def grant_store(store: PgStore, db: PgJournal, role: str, kind: str) -> None:
     ]
     with db.transaction():
         for statement in statements:
-            db.execute(statement.format(role=who), [], [])
+            db.execute(statement.format(role=who, database=database), [], [])
         db.change(
             "INSERT INTO durable_job.roles (role, kind) VALUES ({p.role}, {p.kind}) ON CONFLICT (role) DO UPDATE SET kind = EXCLUDED.kind",
             role=role,
@@ -8368,6 +8370,7 @@ def migrate_schema(
         if owner:
             with db.transaction():
                 adopted = db.change("UPDATE durable_job.jobs SET owner = {p.owner} WHERE owner = session_user::text", owner=owner)
+        database, public = public_database_rights(db)
     finally:
         conn.close()
     return {
@@ -8377,7 +8380,20 @@ def migrate_schema(
         "granted": list(grant),
         "grantedWorkers": list(grant_worker),
         "adopted": adopted,
+        "database": database,
+        "publicMay": public,
     }
+
+
+def public_database_rights(db: PgJournal) -> tuple[str, list]:
+    """What every role, granted or not, may still do in the store's database: CONNECT (then hold a snapshot that a first
+    set-up's CREATE INDEX CONCURRENTLY waits for) and TEMPORARY (then make objects named as the catalog). The README's
+    set-up revokes both from PUBLIC; migrate names any left."""
+    row = db.rows(
+        "SELECT has_database_privilege('public', current_database(), 'CONNECT') AS connect, "
+        "has_database_privilege('public', current_database(), 'TEMPORARY') AS temporary, current_database() AS name"
+    )[0]
+    return row["name"], [right for right in ("CONNECT", "TEMPORARY") if row[right.lower()]]
 
 
 PRUNE_PHASES = ("decided", "cancelled")
@@ -9112,6 +9128,15 @@ def text_migrate(out: dict, store) -> list:
     return [
         f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
         *(f"  granted {role} use of it" for role in out.get("granted") or []),
+        *(f"  granted worker {role} use of it" for role in out.get("grantedWorkers") or []),
+        *(
+            [
+                f"  every role may still {' and '.join(out['publicMay'])} in its database: as its owner, run "
+                f"REVOKE {', '.join(out['publicMay'])} ON DATABASE {out['database']} FROM PUBLIC (granted roles keep CONNECT)"
+            ]
+            if out.get("publicMay")
+            else []
+        ),
     ]
 
 

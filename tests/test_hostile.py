@@ -276,6 +276,7 @@ def test_no_role_without_grants_delays_migrate_by_squatting_a_lock(tmp_path, pg_
         started = time.monotonic()
         out = durable_job.migrate_schema(url, grant=("alice",))
         assert out["changed"] is True and time.monotonic() - started < 30
+        assert out["publicMay"] == ["CONNECT", "TEMPORARY"]  # and migrate says so, with the fix
         for mode in ("ACCESS SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"):
             with pytest.raises(psycopg.Error, match="permission denied"):
                 squatter.execute(f"LOCK TABLE durable_job.migrate_lock IN {mode} MODE")
@@ -296,3 +297,21 @@ def test_no_role_without_grants_delays_migrate_by_squatting_a_lock(tmp_path, pg_
     finally:
         reader.close()
     assert sql(admin, "SELECT count(*) FROM durable_job._migrations WHERE name = 'm010_creation_order'") == [(1,)]
+
+
+def test_with_the_readmes_revoke_a_role_with_no_grant_cannot_even_connect_and_granted_roles_work(tmp_path, pg_server):
+    """CONNECT left to PUBLIC lets any login hold a snapshot that a first set-up's CREATE INDEX CONCURRENTLY waits for;
+    the README's set-up revokes it (and TEMPORARY), and `migrate --grant` gives the granted roles CONNECT."""
+    import durable_job
+
+    url = new_store(pg_server, empty=True)
+    database = url.rsplit("/", 1)[1]
+    sql(url, f'REVOKE CONNECT, TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
+    out = durable_job.migrate_schema(url, grant=("alice", "bob"), grant_worker=("worker",))
+    assert out["publicMay"] == []
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(as_role(url, "mallory")).close()
+    assert "permission denied to create temporary tables" in refused(as_role(url, "alice"), "CREATE TEMP TABLE pg_namespace (x int)")
+    alice = Workspace(tmp_path, store=as_role(url, "alice"))
+    alice.write_manifest(reviewers=["bob"])
+    assert alice.start().ok()["interrupt"]
