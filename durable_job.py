@@ -9032,6 +9032,11 @@ WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker
 WEB_PAGE_JOBS = 50  # the list page shows the jobs waiting for me, then this many others a page
 WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
 WEB_SESSION_COOKIE = "durable_job_session"
+WEB_SIGN_IN_FREE = 3  # failed sign-ins of one role before each further try must wait (a person mistypes)
+WEB_SIGN_IN_FREE_ADDRESS = 10  # ... from one client address (several people may share one)
+WEB_SIGN_IN_CAP_SECONDS = 30  # the longest wait, doubling from 1 s: once guessing stops, the right password works within it
+WEB_SIGN_IN_AT_ONCE = 2  # sign-ins of one role, or from one address, checked at the same time
+WEB_SIGN_IN_FORGET_SECONDS = 15 * 60  # failures older than this are forgotten
 WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WEB_DECIDED = {"accept": "accepted", "reject": "rejected", "hold": "held"}
 
@@ -9176,6 +9181,56 @@ class WebPerson:
             return view
 
 
+class SignInThrottle:
+    """Failed sign-ins, per role (as typed, known or not) and per client address. After a few, each further try
+    waits twice as long as the one before, up to WEB_SIGN_IN_CAP_SECONDS, and only WEB_SIGN_IN_AT_ONCE tries of a
+    role or an address are checked at a time. A try it refuses is answered at once without asking the store, so
+    guessing in parallel gains nothing; an unknown role is throttled exactly as a known one, so the answers never
+    say which roles exist. Used on the server's event loop only (no lock)."""
+
+    def __init__(self):
+        self.failures: dict = {}  # ("role" | "address", value) → (failures in a row, the last one's monotonic time)
+        self.checking: dict = {}  # the same keys → tries being checked now
+
+    @staticmethod
+    def keys(role: str, address: str) -> tuple:
+        return (("role", role), ("address", address))
+
+    def wait(self, role: str, address: str) -> int:
+        """Whole seconds before a sign-in of role from address may be checked; 0: now."""
+        now, longest = time.monotonic(), 0.0
+        for key in self.keys(role, address):
+            if self.checking.get(key, 0) >= WEB_SIGN_IN_AT_ONCE:
+                longest = max(longest, 1.0)
+            count, last = self.failures.get(key, (0, 0.0))
+            free = WEB_SIGN_IN_FREE if key[0] == "role" else WEB_SIGN_IN_FREE_ADDRESS
+            if count >= free:
+                longest = max(longest, last + min(WEB_SIGN_IN_CAP_SECONDS, 2 ** min(count - free, 16)) - now)
+        return max(1, int(-(-longest // 1))) if longest > 0 else 0
+
+    def begin(self, role: str, address: str) -> None:
+        for key in self.keys(role, address):
+            self.checking[key] = self.checking.get(key, 0) + 1
+
+    def end(self, role: str, address: str, failed: bool) -> None:
+        """A checked try is over; a failure (the store refused the role and password) counts against both keys."""
+        now = time.monotonic()
+        for key in self.keys(role, address):
+            left = self.checking.pop(key, 1) - 1
+            if left:
+                self.checking[key] = left
+            if failed:
+                count, last = self.failures.get(key, (0, now))
+                self.failures[key] = (1 if now - last > WEB_SIGN_IN_FORGET_SECONDS else count + 1, now)
+        for key, (_, last) in list(self.failures.items()) if failed else ():
+            if now - last > WEB_SIGN_IN_FORGET_SECONDS:
+                del self.failures[key]
+
+    def signed_in(self, role: str) -> None:
+        """The role's own password: its failures are forgotten (the address's are not: it may be guessing others)."""
+        self.failures.pop(("role", role), None)
+
+
 class WebSite:
     """What one `serve` holds: its store or folders, its sessions (in memory), the change generation, the watcher."""
 
@@ -9186,6 +9241,7 @@ class WebSite:
         self.store, self.roots, self.program = store, roots, program
         self.idle_seconds, self.secure, self.say = idle_seconds, secure, say
         self.sessions: dict[str, WebPerson] = {}
+        self.throttle = SignInThrottle()
         self.token = secrets.token_urlsafe(32) if roots else None  # --root: the one-time sign-in token
         self.generation = 0
         self.down: str | None = None  # why the store cannot be read, since when
@@ -9464,7 +9520,7 @@ WEB_TEMPLATES = {
 {% if message %}<p class="flash bad" role="alert">{{ message }}</p>{% endif %}
 {% if store %}<p>Sign in with your PostgreSQL role and its password: the store checks them, and everything you do here is recorded as that role.</p>
 <form method="post" action="/login"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="next" value="{{ next }}">
-<label for="role">Role</label><input type="text" id="role" name="role" autocomplete="username" autocapitalize="none" required>
+<label for="role">Role</label><input type="text" id="role" name="role" value="{{ role }}" autocomplete="username" autocapitalize="none" required>
 <label for="password">Password</label><input type="password" id="password" name="password" autocomplete="current-password" required>
 <div class="acts"><button type="submit">Sign in</button></div></form>
 <p class="note">A role that logs in otherwise (peer, certificate) uses the command line.</p>
@@ -9972,6 +10028,21 @@ def web_app(site: WebSite):
         nxt = local_path(request.query_params.get("next"))
         return page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt)
 
+    def too_many_sign_ins(request, role: str, nxt: str, seconds: int, api: bool) -> Response:
+        """429 with Retry-After: the sign-in form again (the role kept) or JSON, saying when to try again."""
+        at = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
+        exc = WebRefusal(
+            429,
+            f"Too many sign-in attempts for this role or from this address: try again in {seconds} s (at {at} UTC)",
+            {"retryAfterSeconds": seconds},
+        )
+        if api:
+            response = refused(request, exc, api=True)
+        else:
+            response = page(request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        response.headers["Retry-After"] = str(seconds)
+        return response
+
     async def login(request):
         json_body = request.headers.get("content-type", "").startswith("application/json")
         if json_body:
@@ -9986,13 +10057,22 @@ def web_app(site: WebSite):
         nxt = local_path(body.get("next"))
         if not site.store:
             return refused(request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body)
+        address = request.client.host if request.client else ""
+        wait = site.throttle.wait(role, address)
+        if wait:  # refused before the store is asked: no password is checked
+            return too_many_sign_ins(request, role, nxt, wait, json_body)
+        site.throttle.begin(role, address)
+        failed = False
         try:
             person = await run_in_threadpool(site.sign_in, role, password)
         except WebRefusal as exc:
-            await asyncio.sleep(0.5)  # a wrong password costs the guesser a moment
+            failed = exc.status_code == 401  # an unknown role and a wrong password alike
             if json_body:
                 return refused(request, exc, api=True)
-            return page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, message=str(exc))
+            return page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        finally:
+            site.throttle.end(role, address, failed)
+        site.throttle.signed_in(role)
         request.session["sid"] = site.new_session(person)
         if json_body:
             return JSONResponse({"signedIn": person.principal})

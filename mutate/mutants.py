@@ -479,6 +479,13 @@ MUTANTS = [
         ["tests/test_web.py::test_an_idle_session_is_signed_out_and_a_cross_site_post_carries_no_session"],
     ),
     Mutant(
+        "sign-in-throttle-never-refuses",
+        "serve: guessed passwords are throttled per role and address, refused without asking the store",
+        "        if wait:  # refused before the store is asked: no password is checked",
+        "        if False:  # refused before the store is asked: no password is checked",
+        ["tests/test_web_hostile.py::test_password_guessing_is_throttled_alike_for_any_role_and_the_right_password_works_again"],
+    ),
+    Mutant(
         "revise-unbound",
         "revise: an edit bound to the results shown is refused once they changed",
         '        refuse_stale(bound, results_sha256(results), "revise")',

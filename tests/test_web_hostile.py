@@ -1,0 +1,92 @@
+"""`serve` among hostile roles: a password guesser, a page kept busy by the store, a NOTIFY flood.
+
+Real `serve` processes over real HTTP on loopback, against the session's PostgreSQL, whose roles log in with
+their own passwords (tests/test_web.py's helpers start them and sign people in).
+"""
+
+import re
+import threading
+import time
+import uuid
+
+import httpx
+import test_web
+from test_web import csrf, store_job
+
+from conftest import password_of, wait_for
+
+serving = test_web.serving  # the fixture that starts serves and stops them after each test
+
+
+def refused_by_store(pg_server, role: str) -> int:
+    """How many sign-ins as role the store itself has refused (its log's FATAL lines): the guesses it checked."""
+    with open(pg_server.log, errors="replace") as fh:
+        return fh.read().count(f'FATAL:  password authentication failed for user "{role}"')
+
+
+def alike(r: httpx.Response, role: str) -> str:
+    """A sign-in answer with what differs by request alone taken out: the nonce, the role typed, when to come back."""
+    text = re.sub(r'nonce[=-]"?[A-Za-z0-9_-]+', "", r.text).replace(role, "ROLE")
+    return re.sub(r"try again in \d+ s \(at [0-9:]+ UTC\)", "try again in N", text)
+
+
+def test_password_guessing_is_throttled_alike_for_any_role_and_the_right_password_works_again(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    nobody = f"nobody_{uuid.uuid4().hex[:8]}"
+    c = s.client()
+    token = csrf(c)
+
+    def guess(role: str, password: str = "not-it", api: bool = False) -> tuple:
+        began = time.monotonic()
+        if api:
+            r = c.post("/login", json={"role": role, "password": password}, headers={"x-csrftoken": token})
+        else:
+            r = c.post("/login", data={"csrftoken": token, "role": role, "password": password, "next": "/"})
+        return r, time.monotonic() - began
+
+    # a wrong password and an unknown role: the same answer, each checked by the store
+    wrong, unknown = guess("bob")[0], guess(nobody)[0]
+    assert wrong.status_code == unknown.status_code == 401 and "did not accept that role and password" in wrong.text
+    assert alike(wrong, "bob") == alike(unknown, nobody) and 'value="bob"' in wrong.text  # the role stays filled in
+    wrong, unknown = guess("bob", api=True)[0], guess(nobody, api=True)[0]
+    assert wrong.status_code == unknown.status_code == 401 and wrong.json() == unknown.json()
+    wait_for(lambda: (refused_by_store(pg_server, "bob"), refused_by_store(pg_server, nobody)) == (2, 2), timeout=10)
+
+    # twelve guessers at once for each: a few are checked, the rest refused at once without asking the store
+    start = threading.Barrier(24)
+    answers: list = []
+
+    def guesser(role):
+        start.wait()
+        answers.append((role, *guess(role)))
+
+    threads = [threading.Thread(target=guesser, args=(role,)) for role in ("bob", nobody) * 12]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    checked = [a for a in answers if a[1].status_code == 401]
+    throttled = [a for a in answers if a[1].status_code == 429]
+    assert len(checked) + len(throttled) == 24 and len(checked) <= 6, [a[1].status_code for a in answers]
+    for role, r, seconds in throttled:
+        assert 1 <= int(r.headers["retry-after"]) <= 60 and seconds < 1.5, (r.headers, seconds)
+        assert f'value="{role}"' in r.text and "try again in" in r.text and "<style nonce=" in r.text
+    assert {alike(r, role) for role, r, _ in throttled} == {alike(throttled[0][1], throttled[0][0])}  # any role alike
+    assert "Too many sign-in attempts" in throttled[0][1].text
+    wait_for(lambda: refused_by_store(pg_server, "bob") + refused_by_store(pg_server, nobody) == 4 + len(checked), timeout=10)
+    api, _ = guess("bob", api=True)
+    assert api.status_code == 429 and api.json()["retryAfterSeconds"] == int(api.headers["retry-after"])
+    assert "try again in" in api.json()["error"]
+
+    # the guessing stops: bob's own password signs him in within a minute, once the wait it was told is over
+    stopped = time.monotonic()
+    while True:
+        r, _ = guess("bob", password_of("bob"))
+        if r.status_code == 303:
+            break
+        assert r.status_code == 429 and time.monotonic() - stopped < 60, r.text
+        time.sleep(int(r.headers["retry-after"]))
+    assert time.monotonic() - stopped < 60
+    assert c.get("/api/jobs").json()["jobs"][0]["jobId"] == "journey"
+    assert refused_by_store(pg_server, "bob") + refused_by_store(pg_server, nobody) == 4 + len(checked)  # nothing more checked
