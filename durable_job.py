@@ -9032,6 +9032,8 @@ WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker
 WEB_PAGE_JOBS = 50  # the list page shows the jobs waiting for me, then this many others a page
 WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
 WEB_SESSION_COOKIE = "durable_job_session"
+WEB_IDLE_LEAST_MINUTES = 0.5  # the shortest --idle-minutes: thirty seconds (the watcher checks once a second)
+WEB_REFRESH_HEADER = "x-durable-job-refresh"  # the page's script marks its own refreshes with it: they are not a use
 WEB_SIGN_IN_FREE = 3  # failed sign-ins of one role before each further try must wait (a person mistypes)
 WEB_SIGN_IN_FREE_ADDRESS = 10  # ... from one client address (several people may share one)
 WEB_SIGN_IN_CAP_SECONDS = 30  # the longest wait, doubling from 1 s: once guessing stops, the right password works within it
@@ -9259,7 +9261,8 @@ class WebSite:
 
     def person(self, sid: str | None, touch: bool = True) -> WebPerson | None:
         """The session's person, unless it was idle too long (then signed out: its password forgotten).
-        A request is a use (touch); an open event stream is not, so an open tab alone keeps no one signed in."""
+        A person's own request is a use (touch); an event stream and the page's own refreshes are not, so an open tab
+        alone keeps no one signed in, however busy the store."""
         person = self.sessions.get(sid or "")
         if person is None:
             return None
@@ -9580,7 +9583,8 @@ WEB_SCRIPT = """(function () {
     return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; });
   }
   function swap() {
-    fetch(location.pathname + location.search, {credentials: 'same-origin', headers: {'Accept': 'text/html'}}).then(function (r) {
+    var headers = {'Accept': 'text/html', 'X-Durable-Job-Refresh': '1'};  // a refresh, not the person's own use
+    fetch(location.pathname + location.search, {credentials: 'same-origin', headers: headers}).then(function (r) {
       if (!r.ok) throw new Error(r.status);
       return r.text();
     }).then(function (html) {
@@ -9760,8 +9764,12 @@ def web_app(site: WebSite):
         )
         return response
 
-    def person_of(request) -> WebPerson | None:
-        return site.person(request.session.get("sid"))
+    def person_of(request, use: bool = True) -> WebPerson | None:
+        """The request's signed-in person. Only a person's own request is a use of the session: the page's script marks
+        its background refreshes (WEB_REFRESH_HEADER), and an event stream is never one, so a page kept busy by
+        changes in the store keeps no one signed in."""
+        own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"
+        return site.person(request.session.get("sid"), touch=own)
 
     def refused(request, exc: WebRefusal, person=None, api: bool = False) -> Response:
         if api:
@@ -9777,8 +9785,9 @@ def web_app(site: WebSite):
             return refused(request, exc)
         return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
 
-    def guarded(api: bool = False):
-        """A route for signed-in people only; a --root token in the query string signs the browser in."""
+    def guarded(api: bool = False, use: bool = True):
+        """A route for signed-in people only (use: a request to it is a use of the session, unless marked a refresh);
+        a --root token in the query string signs the browser in."""
 
         def wrap(handler):
             async def route(request):
@@ -9788,7 +9797,7 @@ def web_app(site: WebSite):
                     if person is not None:
                         request.session["sid"] = site.new_session(person)
                         return RedirectResponse(request.url.path, status_code=303)
-                person = person_of(request)
+                person = person_of(request, use)
                 if person is None:
                     return sign_in_first(request, api)
                 try:
@@ -10008,13 +10017,13 @@ def web_app(site: WebSite):
 
         return EventSourceResponse(events(), ping=WEB_PING_SECONDS, headers={"Cache-Control": "no-store"})
 
-    @guarded(api=True)
+    @guarded(api=True, use=False)
     async def api_events(request, person):
         job_id = request.path_params["job_id"]
         await run_in_threadpool(site.job_view, person, job_id)  # 404 before the stream opens
         return await stream(request, person, lambda _seen: site.job_view(person, job_id)["live"])
 
-    @guarded(api=True)
+    @guarded(api=True, use=False)
     async def api_list_events(request, person):
         after = request.query_params.get("after")
 
@@ -10204,8 +10213,11 @@ def serve(
     for root in roots:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root} is not a folder; name the folder that holds your state directories")
-    if not 0 < idle_minutes <= 24 * 60:
-        raise UsageError(f"--idle-minutes {idle_minutes:g}: give a number of minutes from 0 to 1440 (default {WEB_IDLE_MINUTES:g})")
+    if not WEB_IDLE_LEAST_MINUTES <= idle_minutes <= 24 * 60:
+        raise UsageError(
+            f"--idle-minutes {idle_minutes:g}: give a number of minutes from {WEB_IDLE_LEAST_MINUTES:g} (thirty seconds) to 1440 "
+            f"(default {WEB_IDLE_MINUTES:g})"
+        )
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port}: give a port from 1 to 65535 (0: any free one)")
     secure = check_serve_address(host, certfile, keyfile, behind_proxy)

@@ -476,7 +476,14 @@ MUTANTS = [
         "serve: an unused session is signed out",
         "        if time.monotonic() - person.last_seen > self.idle_seconds:\n            self.sign_out(cast(str, sid))",
         "        if False:\n            self.sign_out(cast(str, sid))",
-        ["tests/test_web.py::test_an_idle_session_is_signed_out_and_a_cross_site_post_carries_no_session"],
+        ["tests/test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in"],
+    ),
+    Mutant(
+        "page-refreshes-are-a-use",
+        "serve: only a person's own requests keep a session; the page's refreshes do not",
+        '        own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"',
+        "        own = use",
+        ["tests/test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in"],
     ),
     Mutant(
         "sign-in-throttle-never-refuses",

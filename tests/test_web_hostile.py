@@ -11,9 +11,9 @@ import uuid
 
 import httpx
 import test_web
-from test_web import csrf, store_job
+from test_web import csrf, sign_in, store_job
 
-from conftest import password_of, wait_for
+from conftest import Workspace, password_of, wait_for
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -90,3 +90,55 @@ def test_password_guessing_is_throttled_alike_for_any_role_and_the_right_passwor
     assert time.monotonic() - stopped < 60
     assert c.get("/api/jobs").json()["jobs"][0]["jobId"] == "journey"
     assert refused_by_store(pg_server, "bob") + refused_by_store(pg_server, nobody) == 4 + len(checked)  # nothing more checked
+
+
+def test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in(tmp_path, pg_server, serving):
+    """Only a person's own requests are a use: the page's refreshes after each change, and its event stream, are not."""
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store, "--idle-minutes", "0.5")
+    bob = sign_in(s, "bob")
+    page = bob.get("/")
+    assert page.status_code == 200 and "'X-Durable-Job-Refresh': '1'" in page.text  # the page's script marks its refreshes
+    digest = bob.get("/api/jobs/journey").json()["resultsSha256"]
+    last_own = time.monotonic()  # bob's last request of his own
+    stop = threading.Event()
+
+    def submit_jobs():  # alice submits a job for bob every few seconds: each changes bob's list
+        for n in range(20):
+            if stop.wait(2.5):
+                return
+            w = Workspace(tmp_path / f"more{n}", store=ws.store)
+            w.write_manifest(jobId=f"more-{n}", reviewers=["bob"])
+            w.run("submit", "--manifest", w.manifest, "--store", ws.store, state=False)
+
+    changes = threading.Thread(target=submit_jobs, daemon=True)
+    changes.start()
+    refreshed: list = []  # when the page refreshed itself, and what it got
+    signed_out = None
+    try:
+        with bob.stream("GET", "/api/events", timeout=60) as stream:  # the list page's own event stream
+            event = None
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                if event == "signed-out":
+                    signed_out = time.monotonic()
+                    break
+                if line.startswith("data: ") and event is None:  # a change: the page refreshes itself, as its script does
+                    r = bob.get("/", headers={"X-Durable-Job-Refresh": "1"})
+                    refreshed.append((time.monotonic() - last_own, r.status_code, r.text.count("/jobs/more-")))
+                if not line:
+                    event = None
+                assert time.monotonic() - last_own < 45, refreshed  # still signed in long after its idle limit
+    finally:
+        stop.set()
+    assert signed_out is not None and 29 <= signed_out - last_own < 40, refreshed
+    shown = [(at, code, jobs) for at, code, jobs in refreshed if code == 200]
+    assert len(shown) >= 4 and shown[-1][0] > 20 and shown[-1][2] > shown[0][2], refreshed  # changes kept coming, shown
+    assert bob.get("/").status_code == 303  # signed out: back to the sign-in form
+    r = bob.post(
+        "/jobs/journey/decision",
+        data={"csrftoken": csrf(bob), "decision": "hold", "reviewer": "Bob", "reason": "late", "resultsSha256": digest},
+    )
+    assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    assert ws.run("status").ok()["phase"] == "awaiting-review"  # nothing recorded
