@@ -9034,6 +9034,7 @@ WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
 WEB_SESSION_COOKIE = "durable_job_session"
 WEB_IDLE_LEAST_MINUTES = 0.5  # the shortest --idle-minutes: thirty seconds (the watcher checks once a second)
 WEB_REFRESH_HEADER = "x-durable-job-refresh"  # the page's script marks its own refreshes with it: they are not a use
+WEB_REREAD_SECONDS = 1 / 3  # the least time between two re-reads of the open pages, however many notifications come
 WEB_SIGN_IN_FREE = 3  # failed sign-ins of one role before each further try must wait (a person mistypes)
 WEB_SIGN_IN_FREE_ADDRESS = 10  # ... from one client address (several people may share one)
 WEB_SIGN_IN_CAP_SECONDS = 30  # the longest wait, doubling from 1 s: once guessing stops, the right password works within it
@@ -9413,7 +9414,9 @@ class WebSite:
     # -- change ----------------------------------------------------------------
 
     def bump(self) -> None:
-        """Something may have changed: every open stream re-reads (on the server's loop)."""
+        """Something may have changed: every open stream re-reads (on the server's loop). The store's watcher bumps at
+        most once every WEB_REREAD_SECONDS, however many notifications arrive (any role may NOTIFY the channel), and
+        a change within that time is read at its end: each person's pages re-read at most three times a second."""
         import asyncio
 
         self.generation += 1
@@ -9476,14 +9479,20 @@ class WebSite:
             if self.down is not None:
                 self.down = None
             self.bump_soon()  # (re)connected: every page reads its saved status again
-            seen = None
+            seen, poll_at, bumped, pending = None, 0.0, time.monotonic(), False
             while not self.stopping.is_set() and url in {p.url for p in list(self.sessions.values())}:
                 self.expire_idle()
-                notified = any(True for _ in conn.notifies(timeout=WEB_POLL_SECONDS, stop_after=1))
-                mark = conn.execute(holders).fetchone()[0]
-                if notified or mark != seen:
+                now = time.monotonic()
+                if now >= poll_at:
+                    mark, poll_at = conn.execute(holders).fetchone()[0], now + WEB_POLL_SECONDS
+                    pending = pending or mark != seen
                     seen = mark
+                if pending and now >= bumped + WEB_REREAD_SECONDS:
+                    pending, bumped = False, now
                     self.bump_soon()
+                due = min(poll_at, bumped + WEB_REREAD_SECONDS) if pending else poll_at
+                for _ in conn.notifies(timeout=max(0.0, due - time.monotonic()), stop_after=None if pending else 1):
+                    pending = True  # a flood of notifications is read here, and makes one re-read at the interval's end
 
     # -- addresses ---------------------------------------------------------------
 

@@ -493,6 +493,13 @@ MUTANTS = [
         ["tests/test_web_hostile.py::test_password_guessing_is_throttled_alike_for_any_role_and_the_right_password_works_again"],
     ),
     Mutant(
+        "every-notification-rereads",
+        "serve: a NOTIFY flood re-reads each person's pages at most three times a second",
+        "                if pending and now >= bumped + WEB_REREAD_SECONDS:",
+        "                if pending:",
+        ["tests/test_web_hostile.py::test_a_notify_flood_from_any_role_rereads_each_persons_pages_at_most_three_times_a_second"],
+    ),
+    Mutant(
         "revise-unbound",
         "revise: an edit bound to the results shown is refused once they changed",
         '        refuse_stale(bound, results_sha256(results), "revise")',

@@ -10,10 +10,12 @@ import time
 import uuid
 
 import httpx
+import psycopg
 import test_web
-from test_web import csrf, sign_in, store_job
+from pg_server import scram_verifier
+from test_web import bob_revises, csrf, sign_in, store_job
 
-from conftest import Workspace, password_of, wait_for
+from conftest import Workspace, as_role, password_of, wait_for
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -142,3 +144,65 @@ def test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in(tmp_path, pg_serve
     )
     assert r.status_code == 303 and r.headers["location"].startswith("/login")
     assert ws.run("status").ok()["phase"] == "awaiting-review"  # nothing recorded
+
+
+def rereads(url: str, role: str) -> int:
+    """How many statements role has run in the store's database (pg_stat_statements), the watcher's lock poll and
+    LISTEN aside: a page's re-read runs the same few each time."""
+    with psycopg.connect(as_role(url, "postgres"), autocommit=True) as conn:
+        return int(
+            conn.execute(
+                "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                "JOIN pg_roles r ON r.oid = s.userid WHERE d.datname = current_database() AND r.rolname = %s "
+                "AND s.query NOT LIKE '%%pg_stat_activity%%' AND s.query NOT LIKE 'LISTEN%%'",
+                (role,),
+            ).fetchone()[0]
+        )
+
+
+def test_a_notify_flood_from_any_role_rereads_each_persons_pages_at_most_three_times_a_second(tmp_path, pg_server, serving):
+    ws = store_job(tmp_path, pg_server)
+    name = ws.store.rsplit("/", 1)[1]
+    pg_server.sql("postgres", "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db=name)
+    mallory, password = f"mallory_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    pg_server.sql("postgres", f"CREATE ROLE {mallory} LOGIN PASSWORD '{scram_verifier(password)}'", db="postgres")  # no grant
+    s = serving(tmp_path, "--store", ws.store)
+    bob = sign_in(s, "bob")
+    seen: dict = {"/api/jobs/journey/events": [], "/api/events": []}
+    done = threading.Event()
+
+    def follow(path):  # one of bob's open pages
+        try:
+            with bob.stream("GET", path, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        seen[path].append(line)
+                    if done.is_set():
+                        return
+        except httpx.HTTPError:
+            pass
+
+    for path in [*seen, "/api/jobs/journey/events"]:
+        threading.Thread(target=follow, args=(path,), daemon=True).start()
+    wait_for(lambda: all(seen.values()), timeout=20)
+    with psycopg.connect(as_role(ws.store, mallory), password=password, autocommit=True) as flood:
+        time.sleep(1.5)
+        before = rereads(ws.store, "bob")
+        flood.execute("NOTIFY durable_job")  # one notification: one re-read of each page bob has open
+        time.sleep(1.5)
+        one = rereads(ws.store, "bob") - before
+        assert one > 0
+        began, sent = time.monotonic(), 0
+        while time.monotonic() - began < 3:
+            flood.execute("NOTIFY durable_job")
+            sent += 1
+        time.sleep(0.5)
+        seconds = time.monotonic() - began
+        flooded = rereads(ws.store, "bob") - before - one
+    assert sent > 1000
+    assert flooded <= one * (3 * seconds + 2), (one, flooded, sent)  # at most three re-reads a second, not one a notification
+    shown = seen["/api/jobs/journey/events"][-1]
+    revised = bob_revises(ws, tmp_path, "Alpha, after the flood.")  # a real change is still shown
+    assert revised["resultsSha256"] not in shown
+    wait_for(lambda: revised["resultsSha256"] in seen["/api/jobs/journey/events"][-1], timeout=10)
+    done.set()
