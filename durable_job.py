@@ -9263,6 +9263,14 @@ WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker
 WEB_PAGE_JOBS = 50  # the list page shows the jobs waiting for me, then this many others a page
 WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
 WEB_SESSION_COOKIE = "durable_job_session"
+WEB_IDLE_LEAST_MINUTES = 0.5  # the shortest --idle-minutes: thirty seconds (the watcher checks once a second)
+WEB_REFRESH_HEADER = "x-durable-job-refresh"  # the page's script marks its own refreshes with it: they are not a use
+WEB_REREAD_SECONDS = 1 / 3  # the least time between two re-reads of the open pages, however many notifications come
+WEB_SIGN_IN_FREE = 3  # failed sign-ins of one role before each further try must wait (a person mistypes)
+WEB_SIGN_IN_FREE_ADDRESS = 10  # ... from one client address (several people may share one)
+WEB_SIGN_IN_CAP_SECONDS = 30  # the longest wait, doubling from 1 s: once guessing stops, the right password works within it
+WEB_SIGN_IN_AT_ONCE = 2  # sign-ins of one role, or from one address, checked at the same time
+WEB_SIGN_IN_FORGET_SECONDS = 15 * 60  # failures older than this are forgotten
 WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WEB_DECIDED = {"accept": "accepted", "reject": "rejected", "hold": "held"}
 
@@ -9407,6 +9415,56 @@ class WebPerson:
             return view
 
 
+class SignInThrottle:
+    """Failed sign-ins, per role (as typed, known or not) and per client address. After a few, each further try
+    waits twice as long as the one before, up to WEB_SIGN_IN_CAP_SECONDS, and only WEB_SIGN_IN_AT_ONCE tries of a
+    role or an address are checked at a time. A try it refuses is answered at once without asking the store, so
+    guessing in parallel gains nothing; an unknown role is throttled exactly as a known one, so the answers never
+    say which roles exist. Used on the server's event loop only (no lock)."""
+
+    def __init__(self):
+        self.failures: dict = {}  # ("role" | "address", value) → (failures in a row, the last one's monotonic time)
+        self.checking: dict = {}  # the same keys → tries being checked now
+
+    @staticmethod
+    def keys(role: str, address: str) -> tuple:
+        return (("role", role), ("address", address))
+
+    def wait(self, role: str, address: str) -> int:
+        """Whole seconds before a sign-in of role from address may be checked; 0: now."""
+        now, longest = time.monotonic(), 0.0
+        for key in self.keys(role, address):
+            if self.checking.get(key, 0) >= WEB_SIGN_IN_AT_ONCE:
+                longest = max(longest, 1.0)
+            count, last = self.failures.get(key, (0, 0.0))
+            free = WEB_SIGN_IN_FREE if key[0] == "role" else WEB_SIGN_IN_FREE_ADDRESS
+            if count >= free:
+                longest = max(longest, last + min(WEB_SIGN_IN_CAP_SECONDS, 2 ** min(count - free, 16)) - now)
+        return max(1, int(-(-longest // 1))) if longest > 0 else 0
+
+    def begin(self, role: str, address: str) -> None:
+        for key in self.keys(role, address):
+            self.checking[key] = self.checking.get(key, 0) + 1
+
+    def end(self, role: str, address: str, failed: bool) -> None:
+        """A checked try is over; a failure (the store refused the role and password) counts against both keys."""
+        now = time.monotonic()
+        for key in self.keys(role, address):
+            left = self.checking.pop(key, 1) - 1
+            if left:
+                self.checking[key] = left
+            if failed:
+                count, last = self.failures.get(key, (0, now))
+                self.failures[key] = (1 if now - last > WEB_SIGN_IN_FORGET_SECONDS else count + 1, now)
+        for key, (_, last) in list(self.failures.items()) if failed else ():
+            if now - last > WEB_SIGN_IN_FORGET_SECONDS:
+                del self.failures[key]
+
+    def signed_in(self, role: str) -> None:
+        """The role's own password: its failures are forgotten (the address's are not: it may be guessing others)."""
+        self.failures.pop(("role", role), None)
+
+
 class WebSite:
     """What one `serve` holds: its store or folders, its sessions (in memory), the change generation, the watcher."""
 
@@ -9417,6 +9475,7 @@ class WebSite:
         self.store, self.roots, self.program = store, roots, program
         self.idle_seconds, self.secure, self.say = idle_seconds, secure, say
         self.sessions: dict[str, WebPerson] = {}
+        self.throttle = SignInThrottle()
         self.token = secrets.token_urlsafe(32) if roots else None  # --root: the one-time sign-in token
         self.generation = 0
         self.down: str | None = None  # why the store cannot be read, since when
@@ -9434,7 +9493,8 @@ class WebSite:
 
     def person(self, sid: str | None, touch: bool = True) -> WebPerson | None:
         """The session's person, unless it was idle too long (then signed out: its password forgotten).
-        A request is a use (touch); an open event stream is not, so an open tab alone keeps no one signed in."""
+        A person's own request is a use (touch); an event stream and the page's own refreshes are not, so an open tab
+        alone keeps no one signed in, however busy the store."""
         person = self.sessions.get(sid or "")
         if person is None:
             return None
@@ -9585,7 +9645,9 @@ class WebSite:
     # -- change ----------------------------------------------------------------
 
     def bump(self) -> None:
-        """Something may have changed: every open stream re-reads (on the server's loop)."""
+        """Something may have changed: every open stream re-reads (on the server's loop). The store's watcher bumps at
+        most once every WEB_REREAD_SECONDS, however many notifications arrive (any role may NOTIFY the channel), and
+        a change within that time is read at its end: each person's pages re-read at most three times a second."""
         import asyncio
 
         self.generation += 1
@@ -9648,14 +9710,20 @@ class WebSite:
             if self.down is not None:
                 self.down = None
             self.bump_soon()  # (re)connected: every page reads its saved status again
-            seen = None
+            seen, poll_at, bumped, pending = None, 0.0, time.monotonic(), False
             while not self.stopping.is_set() and url in {p.url for p in list(self.sessions.values())}:
                 self.expire_idle()
-                notified = any(True for _ in conn.notifies(timeout=WEB_POLL_SECONDS, stop_after=1))
-                mark = conn.execute(holders).fetchone()[0]
-                if notified or mark != seen:
+                now = time.monotonic()
+                if now >= poll_at:
+                    mark, poll_at = conn.execute(holders).fetchone()[0], now + WEB_POLL_SECONDS
+                    pending = pending or mark != seen
                     seen = mark
+                if pending and now >= bumped + WEB_REREAD_SECONDS:
+                    pending, bumped = False, now
                     self.bump_soon()
+                due = min(poll_at, bumped + WEB_REREAD_SECONDS) if pending else poll_at
+                for _ in conn.notifies(timeout=max(0.0, due - time.monotonic()), stop_after=None if pending else 1):
+                    pending = True  # a flood of notifications is read here, and makes one re-read at the interval's end
 
     # -- addresses ---------------------------------------------------------------
 
@@ -9695,7 +9763,7 @@ WEB_TEMPLATES = {
 {% if message %}<p class="flash bad" role="alert">{{ message }}</p>{% endif %}
 {% if store %}<p>Sign in with your PostgreSQL role and its password: the store checks them, and everything you do here is recorded as that role.</p>
 <form method="post" action="/login"><input type="hidden" name="csrftoken" value="{{ csrftoken }}"><input type="hidden" name="next" value="{{ next }}">
-<label for="role">Role</label><input type="text" id="role" name="role" autocomplete="username" autocapitalize="none" required>
+<label for="role">Role</label><input type="text" id="role" name="role" value="{{ role }}" autocomplete="username" autocapitalize="none" required>
 <label for="password">Password</label><input type="password" id="password" name="password" autocomplete="current-password" required>
 <div class="acts"><button type="submit">Sign in</button></div></form>
 <p class="note">A role that logs in otherwise (peer, certificate) uses the command line.</p>
@@ -9755,7 +9823,8 @@ WEB_SCRIPT = """(function () {
     return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; });
   }
   function swap() {
-    fetch(location.pathname + location.search, {credentials: 'same-origin', headers: {'Accept': 'text/html'}}).then(function (r) {
+    var headers = {'Accept': 'text/html', 'X-Durable-Job-Refresh': '1'};  // a refresh, not the person's own use
+    fetch(location.pathname + location.search, {credentials: 'same-origin', headers: headers}).then(function (r) {
       if (!r.ok) throw new Error(r.status);
       return r.text();
     }).then(function (html) {
@@ -9935,8 +10004,12 @@ def web_app(site: WebSite):
         )
         return response
 
-    def person_of(request) -> WebPerson | None:
-        return site.person(request.session.get("sid"))
+    def person_of(request, use: bool = True) -> WebPerson | None:
+        """The request's signed-in person. Only a person's own request is a use of the session: the page's script marks
+        its background refreshes (WEB_REFRESH_HEADER), and an event stream is never one, so a page kept busy by
+        changes in the store keeps no one signed in."""
+        own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"
+        return site.person(request.session.get("sid"), touch=own)
 
     def refused(request, exc: WebRefusal, person=None, api: bool = False) -> Response:
         if api:
@@ -9952,8 +10025,9 @@ def web_app(site: WebSite):
             return refused(request, exc)
         return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
 
-    def guarded(api: bool = False):
-        """A route for signed-in people only; a --root token in the query string signs the browser in."""
+    def guarded(api: bool = False, use: bool = True):
+        """A route for signed-in people only (use: a request to it is a use of the session, unless marked a refresh);
+        a --root token in the query string signs the browser in."""
 
         def wrap(handler):
             async def route(request):
@@ -9963,7 +10037,7 @@ def web_app(site: WebSite):
                     if person is not None:
                         request.session["sid"] = site.new_session(person)
                         return RedirectResponse(request.url.path, status_code=303)
-                person = person_of(request)
+                person = person_of(request, use)
                 if person is None:
                     return sign_in_first(request, api)
                 try:
@@ -10183,13 +10257,13 @@ def web_app(site: WebSite):
 
         return EventSourceResponse(events(), ping=WEB_PING_SECONDS, headers={"Cache-Control": "no-store"})
 
-    @guarded(api=True)
+    @guarded(api=True, use=False)
     async def api_events(request, person):
         job_id = request.path_params["job_id"]
         await run_in_threadpool(site.job_view, person, job_id)  # 404 before the stream opens
         return await stream(request, person, lambda _seen: site.job_view(person, job_id)["live"])
 
-    @guarded(api=True)
+    @guarded(api=True, use=False)
     async def api_list_events(request, person):
         after = request.query_params.get("after")
 
@@ -10202,6 +10276,21 @@ def web_app(site: WebSite):
     async def login_page(request):
         nxt = local_path(request.query_params.get("next"))
         return page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt)
+
+    def too_many_sign_ins(request, role: str, nxt: str, seconds: int, api: bool) -> Response:
+        """429 with Retry-After: the sign-in form again (the role kept) or JSON, saying when to try again."""
+        at = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
+        exc = WebRefusal(
+            429,
+            f"Too many sign-in attempts for this role or from this address: try again in {seconds} s (at {at} UTC)",
+            {"retryAfterSeconds": seconds},
+        )
+        if api:
+            response = refused(request, exc, api=True)
+        else:
+            response = page(request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        response.headers["Retry-After"] = str(seconds)
+        return response
 
     async def login(request):
         json_body = request.headers.get("content-type", "").startswith("application/json")
@@ -10217,13 +10306,22 @@ def web_app(site: WebSite):
         nxt = local_path(body.get("next"))
         if not site.store:
             return refused(request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body)
+        address = request.client.host if request.client else ""
+        wait = site.throttle.wait(role, address)
+        if wait:  # refused before the store is asked: no password is checked
+            return too_many_sign_ins(request, role, nxt, wait, json_body)
+        site.throttle.begin(role, address)
+        failed = False
         try:
             person = await run_in_threadpool(site.sign_in, role, password)
         except WebRefusal as exc:
-            await asyncio.sleep(0.5)  # a wrong password costs the guesser a moment
+            failed = exc.status_code == 401  # an unknown role and a wrong password alike
             if json_body:
                 return refused(request, exc, api=True)
-            return page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, message=str(exc))
+            return page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        finally:
+            site.throttle.end(role, address, failed)
+        site.throttle.signed_in(role)
         request.session["sid"] = site.new_session(person)
         if json_body:
             return JSONResponse({"signedIn": person.principal})
@@ -10355,8 +10453,11 @@ def serve(
     for root in roots:
         if not os.path.isdir(root):
             raise UsageError(f"--root {root} is not a folder; name the folder that holds your state directories")
-    if not 0 < idle_minutes <= 24 * 60:
-        raise UsageError(f"--idle-minutes {idle_minutes:g}: give a number of minutes from 0 to 1440 (default {WEB_IDLE_MINUTES:g})")
+    if not WEB_IDLE_LEAST_MINUTES <= idle_minutes <= 24 * 60:
+        raise UsageError(
+            f"--idle-minutes {idle_minutes:g}: give a number of minutes from {WEB_IDLE_LEAST_MINUTES:g} (thirty seconds) to 1440 "
+            f"(default {WEB_IDLE_MINUTES:g})"
+        )
     if not 0 <= port <= 65535:
         raise UsageError(f"--port {port}: give a port from 1 to 65535 (0: any free one)")
     secure = check_serve_address(host, certfile, keyfile, behind_proxy)

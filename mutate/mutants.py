@@ -474,9 +474,30 @@ MUTANTS = [
     Mutant(
         "sessions-never-idle",
         "serve: an unused session is signed out",
-        "        if time.monotonic() - person.last_seen > self.idle_seconds:\n            self.sign_out(cast(str, sid))",
-        "        if False:\n            self.sign_out(cast(str, sid))",
-        ["tests/test_web.py::test_an_idle_session_is_signed_out_and_a_cross_site_post_carries_no_session"],
+        "        idle_seconds=idle_minutes * 60,",
+        '        idle_seconds=float("inf"),',
+        ["tests/test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in"],
+    ),
+    Mutant(
+        "page-refreshes-are-a-use",
+        "serve: only a person's own requests keep a session; the page's refreshes do not",
+        '        own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"',
+        "        own = use",
+        ["tests/test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in"],
+    ),
+    Mutant(
+        "sign-in-throttle-never-refuses",
+        "serve: guessed passwords are throttled per role and address, refused without asking the store",
+        "        if wait:  # refused before the store is asked: no password is checked",
+        "        if False:  # refused before the store is asked: no password is checked",
+        ["tests/test_web_hostile.py::test_password_guessing_is_throttled_alike_for_any_role_and_the_right_password_works_again"],
+    ),
+    Mutant(
+        "every-notification-rereads",
+        "serve: a NOTIFY flood re-reads each person's pages at most three times a second",
+        "                if pending and now >= bumped + WEB_REREAD_SECONDS:",
+        "                if pending:",
+        ["tests/test_web_hostile.py::test_a_notify_flood_from_any_role_rereads_each_persons_pages_at_most_three_times_a_second"],
     ),
     Mutant(
         "revise-unbound",
