@@ -7284,7 +7284,7 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
     with open_job(store, "decide") as ctx:  # a decision sends nothing
-        repeated = repeated_decision(ctx, decision, bound)
+        repeated = repeated_decision(ctx, decision, reviewer, reason, bound)
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
@@ -7334,17 +7334,27 @@ def refuse_stale(bound: str | None, digest: str, command: str) -> None:
         )
 
 
-def repeated_decision(ctx: Context, decision: str, bound: str | None) -> dict | None:
-    """The recorded decision, when this decide repeats it (a second tap): the same principal, the same decision, on the
-    same results (the bound hash, when given). Nothing new is recorded; any other decide on a decided job is refused."""
+def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, bound: str | None) -> dict | None:
+    """The recorded decision, when this decide repeats it exactly (a second tap: the same form sent twice): the same
+    principal says the same decision, name and reason, on the same results (the bound hash, when given). Nothing new is
+    recorded. A decide that differs in any of them is refused, naming the recorded decision and what differs; the CLI's
+    decide and the web app's both come here."""
     checkpoint = ctx.checkpoint()
     final = checkpoint["values"].get("final")
-    if not final or final.get("decision") != decision or final.get("principal") != ctx.store.principal():
+    if not final or not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
         return None
-    if bound is not None and bound != final.get("resultsSha256"):
-        return None
-    if not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
-        return None
+    said = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
+    if bound is not None:
+        said["resultsSha256"] = bound
+    differs = [
+        f"{key} {json_words(value)}, recorded {json_words(final.get(key))}" for key, value in said.items() if final.get(key) != value
+    ]
+    if differs:
+        raise DecisionError(
+            f"Final decision already recorded: {final.get('decision')} by {by_whom(final, ctx.store)} at {final.get('decidedAtUtc')} "
+            f"({clip(json.dumps(final.get('reason'), ensure_ascii=False), 120)}); this decide differs from it ({'; '.join(differs)}): "
+            f"nothing was recorded, a decided job takes no other decision; see `{ctx.store.suggest('inspect')}`"
+        )
     values = checkpoint["values"]
     return {
         "jobId": ctx.job["jobId"],
