@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, paste, program_sha256, sha256
+from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, as_role, clean_env, openai_workspace, paste, program_sha256, sha256
 
 REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
 REVISED_CITATIONS = [
@@ -1217,3 +1217,20 @@ def test_a_repeated_decide_that_differs_in_anything_is_refused_and_only_the_same
         out = ws.run("decide", *again).ok()
         assert out["existing"] is True and out["final"] == final
     assert ws.state_bytes() == before
+
+
+def test_another_reviewer_saying_word_for_word_what_one_decided_is_refused(tmp_path, store_url):
+    """Two reviewers may decide: bob's decision stands, and carol's identical decide is not bob's second tap."""
+    alice = Workspace(tmp_path / "alice", store=store_url)
+    alice.write_manifest(jobId="two-reviewers", reviewers=["bob", "carol"])
+    alice.start().ok()
+    bob, carol = (Workspace(tmp_path / role, store=as_role(store_url, role)) for role in ("bob", "carol"))
+    for person in (bob, carol):
+        person.write_manifest(jobId="two-reviewers")
+    said = ("--decision", "hold", "--reviewer", "Reviewer", "--reason", "needs a second look")
+    final = bob.run("decide", *said).ok()["final"]
+    before = alice.state_bytes()
+    carol.run("decide", *said).held("Final decision already recorded", 'principal "carol", recorded "bob"')
+    assert alice.state_bytes() == before
+    again = bob.run("decide", *said).ok()  # bob's own second tap is answered
+    assert again["existing"] is True and again["final"] == final
