@@ -390,6 +390,23 @@ def paste(ws: Workspace, command: str, cwd=None, **fill) -> Result:
     return Result(proc)
 
 
+def make_key(folder, name: str, passphrase: str = "") -> str:
+    """A fresh ed25519 key pair (PATH and PATH.pub) made by ssh-keygen, as a person makes theirs."""
+    path = os.path.join(str(folder), name)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", name, "-f", path], check=True)
+    return path
+
+
+def allowed_signers(folder, name: str, *entries) -> str:
+    """git's allowed_signers file: (principal, key path, extra options) a line."""
+    path = os.path.join(str(folder), name)
+    with open(path, "w") as fh:
+        for principal, key, options in entries:
+            with open(key + ".pub") as pub:
+                fh.write(f'{principal} namespaces="durable-job"{options} {pub.read().strip()}\n')
+    return path
+
+
 _INPROCESS = threading.RLock()  # environment, working directory and umask belong to the whole process
 
 
@@ -686,6 +703,7 @@ __all__ = [
     "Provider",
     "Result",
     "Workspace",
+    "allowed_signers",
     "assert_held",
     "canonical",
     "clean_env",
@@ -695,6 +713,7 @@ __all__ = [
     "hold_run_lock",
     "hold_sqlite_lock",
     "kill_group",
+    "make_key",
     "new_store",
     "openai_workspace",
     "paste",

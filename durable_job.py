@@ -6865,7 +6865,7 @@ def read_kept_receipt(path: str) -> dict:
             receipt = strict_json(fh.read())
     except (OSError, ValueError) as exc:
         raise UsageError(f"--receipt {path}: cannot be read as a receipt ({clip(exc, 120)}); give the receipt.json you kept") from None
-    if not isinstance(receipt, dict) or "jobId" not in receipt:
+    if not isinstance(receipt, dict) or not isinstance(receipt.get("jobId"), str):
         raise UsageError(f"--receipt {path}: not a durable_job receipt (no jobId); give the receipt.json you kept")
     return receipt
 
@@ -6896,28 +6896,131 @@ def kept_receipt_fits(snap: Snapshot, path: str) -> str:
 
 
 def verify_receipt_alone(path: str, allowed_signers: str | None) -> dict:
-    """verify --receipt FILE with no job: the receipt's own signatures, checked with allowed_signers."""
+    """verify --receipt FILE with no job: the receipt's own signatures, checked with allowed_signers, and every field it
+    reports held against the signed record. A top-level field that disagrees with it fails; one the signature does not
+    cover is named (`unsigned`): only the receipt says it, and only the job (verify --receipt with it) can bind it."""
     receipt = read_kept_receipt(path)
-    checks = []
-    for act, record, when in (
-        ("decision", receipt.get("final"), "decidedAtUtc"),
-        ("cancel", receipt.get("cancel"), "cancelledAtUtc"),
-    ):
-        if not isinstance(record, dict):
-            continue
+    checks, verified, trusted = [], [], set()
+    acts = receipt_acts(receipt)
+    for act, record, when in acts:
+        shape = signature_shape(act, record, when)
         if not record.get("signature"):
             checks.append({"name": act, "ok": False, "detail": f"{act} unsigned: a receipt alone proves nothing without a signature"})
+        elif shape:
+            checks.append({"name": act, "ok": False, "detail": shape})
         elif allowed_signers is None:
             checks.append({"name": act, "ok": False, "detail": f"{act} signed, not checked: give --allowed-signers FILE"})
         else:
             try:
-                check_signature(allowed_signers, record.get("principal") or "", act, receipt["jobId"], record, record.get(when) or "")
-                checks.append({"name": act, "ok": True, "detail": f"{act} by {record.get('principal')} signed and verified"})
+                check_signature(allowed_signers, record["principal"], act, receipt["jobId"], record, record[when])
+                verified.append(act_words(act, record))
+                trusted.add(act)
+                checks.append({"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified"})
             except JobError as exc:
                 checks.append({"name": act, "ok": False, "detail": str(exc)})
-    if not checks:
+    if not acts:
         checks.append({"name": "receipt", "ok": False, "detail": "the receipt records no decision or cancel"})
-    return {"jobId": receipt["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
+    signed = [(act, record, record["signature"]["fields"]) for act, record, when in acts if not signature_shape(act, record, when)]
+    head = receipt_signed_head(receipt, *signed[0]) if signed else {}  # the act receipt_head reads: the decision, else the cancel
+    if head:
+        said = f"the signed {signed[0][0]}" if signed[0][0] in trusted else f"the {signed[0][0]}'s record"
+        differs = receipt_disagreements(receipt, said, head)
+        differs += [  # a record's own jobId is the job its signature names
+            f"{act_key(act)}.jobId is {json_words(record['jobId'])} in the receipt, {json_words(receipt['jobId'])} in its signature"
+            for act, record, _ in signed
+            if "jobId" in record and record["jobId"] != receipt["jobId"]
+        ]
+        tied = ", ".join(k for k in head if k in receipt)
+        checks.append(
+            {"name": "receipt fields", "ok": False, "detail": f"the receipt was changed after it was signed: {'; '.join(differs)}"}
+            if differs
+            else {"name": "receipt fields", "ok": True, "detail": f"{tied}: the same in {said}"}
+        )
+    unsigned = receipt_uncovered(receipt, head, signed)
+    if unsigned:
+        checks.append(
+            {
+                "name": "not covered",
+                "ok": True,
+                "warning": True,
+                "detail": "not covered by the signature, the receipt's word only (verify --receipt FILE with the job binds the "
+                f"whole receipt by its sha256): {', '.join(unsigned)}",
+            }
+        )
+    return {"jobId": receipt["jobId"], "ok": all(c["ok"] for c in checks), "verified": verified, "unsigned": unsigned, "checks": checks}
+
+
+# What a receipt's top level repeats of its act's record (receipt_head, receipt_fields): verify --receipt FILE alone holds
+# each against the signed record. A cancel's time is its cancelledAtUtc; it decides nothing and binds no results.
+RECEIPT_SIGNED_KEYS = ("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion")
+SIGNATURE_SIGNED_KEYS = ("armored", "chainHead", "fields")  # what of a signature record its message binds (signed_message)
+
+
+def receipt_acts(receipt: dict) -> list[tuple[str, dict, str]]:
+    """(act, record, its time's key) of the decision and the cancel a receipt carries, the decision first."""
+    acts = (("decision", receipt.get("final"), "decidedAtUtc"), ("cancel", receipt.get("cancel"), "cancelledAtUtc"))
+    return [(act, record, when) for act, record, when in acts if isinstance(record, dict)]
+
+
+def act_key(act: str) -> str:
+    """Where a receipt keeps the act's record."""
+    return "final" if act == "decision" else "cancel"
+
+
+def json_words(value) -> str:
+    return clip(json.dumps(value, ensure_ascii=False), 80)
+
+
+def signature_shape(act: str, record: dict, when: str) -> str | None:
+    """Why the act's record cannot be checked as signed (None when it can): a receipt from elsewhere may hold anything."""
+    signature = record.get("signature")
+    if not isinstance(signature, dict) or not isinstance(signature.get("armored"), str) or not isinstance(signature.get("chainHead"), dict):
+        return f"the {act}'s signature is not a signature record (armored text, chainHead and fields)"
+    fields = signature.get("fields")
+    if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+        return f"the {act}'s signature names no list of the fields it covers"
+    if not isinstance(record.get("principal"), str) or not isinstance(record.get(when), str):
+        return f"the {act}'s record names no principal or {when}: it cannot be checked"
+    return None
+
+
+def act_words(act: str, record: dict) -> str:
+    """ "decision accept by bob (Bob Reviewer) at T, results sha256 H": which act a check verified."""
+    who = f"by {record.get('principal')} ({record.get('reviewer')})"
+    if act == "cancel":
+        return f"cancel {who} at {record.get('cancelledAtUtc')}"
+    return f"decision {record.get('decision')} {who} at {record.get('decidedAtUtc')}, results sha256 {record.get('resultsSha256')}"
+
+
+def receipt_signed_head(receipt: dict, act: str, record: dict, fields: list) -> dict:
+    """What the receipt's top level must say, from the signed act alone: the keys the signature covers, each with its value."""
+    head: dict[str, Any] = {"outcome": "decided" if act == "decision" else "cancelled", "jobId": receipt["jobId"]}
+    if act == "cancel":  # it decides nothing and binds no results: no final decision beside it
+        head.update(decision=None, bound=False, final=None)
+    for top in RECEIPT_SIGNED_KEYS:
+        key = "cancelledAtUtc" if act == "cancel" and top == "decidedAtUtc" else top
+        if key in fields:
+            head[top] = bool(record.get(key)) if top == "bound" else record.get(key)
+    return head
+
+
+def receipt_disagreements(receipt: dict, record: str, head: dict) -> list[str]:
+    """Each top-level field of the receipt that says other than the act's signed record: named, with both values."""
+    return [
+        f"{key} is {json_words(receipt[key])} in the receipt, {json_words(value)} in {record}"
+        for key, value in head.items()
+        if key in receipt and receipt[key] != value
+    ]
+
+
+def receipt_uncovered(receipt: dict, head: dict, signed: list) -> list[str]:
+    """Every field the receipt reports that no signature covers: top-level ones, then the acts' own (final.statuses…)."""
+    enumerated = {act_key(act) for act, _, _ in signed}  # a signed act's record: its own keys are named one by one
+    uncovered = sorted(k for k in receipt if k not in head and k not in enumerated)
+    for act, record, fields in signed:
+        uncovered += sorted(f"{act_key(act)}.{k}" for k in record if k not in fields and k not in ("signature", "jobId"))
+        uncovered += sorted(f"{act_key(act)}.signature.{k}" for k in record["signature"] if k not in SIGNATURE_SIGNED_KEYS)
+    return uncovered
 
 
 def receipt_head_fits(snap: Snapshot, links: list) -> str:
@@ -7158,10 +7261,11 @@ def status(store: Store) -> dict:
         snap.close()
 
 
-def inspect(store: Store, *, html: str | None = None, prices: str | None = None) -> dict:
+def inspect(store: Store, *, html: str | None = None, prices: str | None = None, receipt: str | None = None) -> dict:
     """Show the sealed job, results, their hash and the final decision from saved state (runs nothing).
 
-    `tokens`: every call's usage added up; with prices (a file, see read_prices) an estimatedCost from it."""
+    `tokens`: every call's usage added up; with prices (a file, see read_prices) an estimatedCost from it.
+    receipt: a file to write the job's receipt to (`receiptFile`), for `verify --receipt FILE` on another machine."""
     need_job_id(store)
     priced = read_prices(prices) if prices else None
     snap = read_snapshot(store)
@@ -7169,11 +7273,49 @@ def inspect(store: Store, *, html: str | None = None, prices: str | None = None)
         out = inspect_document(snap, priced)
         if html:
             refuse_sealed_target(html, snap.job, snap.store)
+        if receipt:
+            out["receiptFile"] = write_receipt_copy(receipt, snap, out)
+        if html:
             write_html(html, snap, out)
             out["html"] = os.path.abspath(html)
         return out
     finally:
         snap.close()
+
+
+def write_receipt_copy(path: str, snap: Snapshot, out: dict) -> str:
+    """inspect --receipt FILE: the job's receipt, byte for byte as the job keeps it, written to FILE atomically; where it went.
+
+    A file already at FILE is replaced only when it holds this very receipt (an earlier copy): anything else there (not a
+    receipt, another job's, or a receipt of this job that differs, which may be the copy a rewritten history is checked
+    against) is refused, and nothing is written."""
+    raw = snap.store.read_receipt()
+    if raw is None:
+        fix = f"`{snap.store.suggest('resume')}` rewrites it" if snap.final or snap.phase == "deciding" else f"next: {out.get('next')}"
+        raise UsageError(
+            f"--receipt {path}: job {snap.job['jobId']} has no receipt yet (phase {snap.phase}): a receipt is written once the job "
+            f"is decided or cancelled; {fix}; then run inspect --receipt again"
+        )
+    if snap.store.holds_path(path):
+        raise UsageError(f"--receipt {path} is inside the state directory {snap.store.where()}; write the copy somewhere else")
+    if os.path.lexists(path):
+        try:
+            kept = read_kept_receipt(path)
+        except UsageError:
+            kept = None
+        if kept != strict_json(raw):
+            what = (
+                "is not a receipt"
+                if kept is None or "outcome" not in kept or "writtenAtUtc" not in kept
+                else f"holds job {kept['jobId']}'s receipt"
+                if kept["jobId"] != snap.job["jobId"]
+                else f"holds another receipt of job {snap.job['jobId']} (written at {kept.get('writtenAtUtc')})"
+            )
+            raise UsageError(
+                f"--receipt {path} already exists and {what}: nothing was written; name a new file, or move that one away first"
+            )
+    write_atomic(path, raw)
+    return os.path.abspath(path)
 
 
 def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
@@ -7350,7 +7492,7 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
     with open_job(store, "decide") as ctx:  # a decision sends nothing
-        repeated = repeated_decision(ctx, decision, bound)
+        repeated = repeated_decision(ctx, decision, reviewer, reason, bound)
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
@@ -7400,17 +7542,27 @@ def refuse_stale(bound: str | None, digest: str, command: str) -> None:
         )
 
 
-def repeated_decision(ctx: Context, decision: str, bound: str | None) -> dict | None:
-    """The recorded decision, when this decide repeats it (a second tap): the same principal, the same decision, on the
-    same results (the bound hash, when given). Nothing new is recorded; any other decide on a decided job is refused."""
+def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, bound: str | None) -> dict | None:
+    """The recorded decision, when this decide repeats it exactly (a second tap: the same form sent twice): the same
+    principal says the same decision, name and reason, on the same results (the bound hash, when given). Nothing new is
+    recorded. A decide that differs in any of them is refused, naming the recorded decision and what differs; the CLI's
+    decide and the web app's both come here."""
     checkpoint = ctx.checkpoint()
     final = checkpoint["values"].get("final")
-    if not final or final.get("decision") != decision or final.get("principal") != ctx.store.principal():
+    if not final or not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
         return None
-    if bound is not None and bound != final.get("resultsSha256"):
-        return None
-    if not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
-        return None
+    said = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
+    if bound is not None:
+        said["resultsSha256"] = bound
+    differs = [
+        f"{key} {json_words(value)}, recorded {json_words(final.get(key))}" for key, value in said.items() if final.get(key) != value
+    ]
+    if differs:
+        raise DecisionError(
+            f"Final decision already recorded: {final.get('decision')} by {by_whom(final, ctx.store)} at {final.get('decidedAtUtc')} "
+            f"({clip(json.dumps(final.get('reason'), ensure_ascii=False), 120)}); this decide differs from it ({'; '.join(differs)}): "
+            f"nothing was recorded, a decided job takes no other decision; see `{ctx.store.suggest('inspect')}`"
+        )
     values = checkpoint["values"]
     return {
         "jobId": ctx.job["jobId"],
@@ -9046,6 +9198,8 @@ def text_inspect(out: dict, store) -> list:
     lines += failed_lines(out)
     if out.get("decideCommand") and "next" not in out:  # inspect's own next says it
         lines.append(f"  next: {out['decideCommand']}")
+    if out.get("receiptFile"):
+        lines.append(f"  receipt written to {out['receiptFile']}: anyone with the signer's public key checks it with verify --receipt")
     return lines
 
 
@@ -10579,7 +10733,7 @@ def cmd_status(args) -> dict:
 
 def cmd_inspect(args) -> dict:
     """Show the sealed job, results, their hash and the final decision from saved state (runs nothing)."""
-    return inspect(store_from(args), html=args.html, prices=args.prices)
+    return inspect(store_from(args), html=args.html, prices=args.prices, receipt=args.receipt)
 
 
 def cmd_reconcile(args) -> dict:
@@ -10839,7 +10993,16 @@ COMMANDS = {
     "inspect": Command(
         cmd_inspect,
         text_inspect,
-        [flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE"), PRICES_FLAG],
+        [
+            flag("--html", metavar="FILE", type=path_argument, help="also write a self-contained review page to FILE"),
+            PRICES_FLAG,
+            flag(
+                "--receipt",
+                metavar="FILE",
+                type=path_argument,
+                help="also write the job's receipt to FILE, to check anywhere with verify --receipt FILE --allowed-signers F",
+            ),
+        ],
     ),
     "reconcile": Command(
         cmd_reconcile,

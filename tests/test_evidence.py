@@ -16,26 +16,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from conftest import BOTH, REPO, Workspace, admin_url, as_role, copy_program
+from conftest import BOTH, REPO, Workspace, admin_url, allowed_signers, as_role, copy_program, make_key
 
 SUMMARY = "Alpha revenue rose 12 percent in the quarter."
-
-
-def make_key(folder, name: str, passphrase: str = "") -> str:
-    """A fresh ed25519 key pair (PATH and PATH.pub), as a person makes theirs."""
-    path = os.path.join(str(folder), name)
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", name, "-f", path], check=True)
-    return path
-
-
-def allowed_signers(folder, name: str, *entries) -> str:
-    """git's allowed_signers file: (principal, key path, extra options) a line."""
-    path = os.path.join(str(folder), name)
-    with open(path, "w") as fh:
-        for principal, key, options in entries:
-            with open(key + ".pub") as pub:
-                fh.write(f'{principal} namespaces="durable-job"{options} {pub.read().strip()}\n')
-    return path
 
 
 def signatures(report: dict) -> dict:
@@ -394,7 +377,11 @@ def test_a_receipt_you_kept_is_checked_against_the_job_or_alone_by_its_signature
     forged.run("verify", "--receipt", str(kept)).held("kept receipt", "does not fit this job's history")
     alone = Workspace(tmp_path / "elsewhere")  # someone with only the receipt and the reviewer's public key
     report = alone.run("verify", "--receipt", str(kept), "--allowed-signers", signers, state=False).ok()
-    assert report["checks"] == [{"name": "decision", "ok": True, "detail": f"decision by {ws.principal()} signed and verified"}]
+    final = ws.receipt()["final"]
+    said = f"decision reject by {ws.principal()} (Dana Reviewer) at {final['decidedAtUtc']}, results sha256 {final['resultsSha256']}"
+    checks = {c["name"]: c for c in report["checks"]}
+    assert report["verified"] == [said] and checks["decision"] == {"name": "decision", "ok": True, "detail": f"{said}, signed and verified"}
+    assert checks["receipt fields"]["ok"] and checks["not covered"]["warning"]  # tests/test_receipt_file.py goes field by field
     edited = tmp_path / "edited-receipt.json"
     edited.write_text(json.dumps({**ws.receipt(), "final": {**ws.receipt()["final"], "decision": "accept"}}))
     alone.run("verify", "--receipt", str(edited), "--allowed-signers", signers, state=False).held("does not verify")

@@ -969,7 +969,10 @@ def test_race_decide_decide(ws, tmp_path, fake_baseline):
     ws.run("decide", "--decision", other, "--reviewer", "late", "--reason", "after the race").held(
         "Final decision already recorded", f"by {final['reviewer']}"
     )
-    again = ws.run("decide", "--decision", final["decision"], "--reviewer", "late", "--reason", "a second tap").ok()
+    ws.run("decide", "--decision", final["decision"], "--reviewer", "late", "--reason", "a second tap").held(
+        "Final decision already recorded", 'reviewer "late"'
+    )  # the same decision by someone else, for another reason, is not the same act
+    again = ws.run("decide", "--decision", final["decision"], "--reviewer", final["reviewer"], "--reason", final["reason"]).ok()
     assert again["existing"] is True and again["final"] == final  # the same act again: answered, nothing new recorded
     assert ws.receipt()["final"] == final and ws.run("inspect").ok()["final"] == final
     assert ws.run("verify").ok()["ok"] is True

@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, clean_env, openai_workspace, paste, program_sha256, sha256
+from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, as_role, clean_env, openai_workspace, paste, program_sha256, sha256
 
 REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
 REVISED_CITATIONS = [
@@ -1187,3 +1187,50 @@ def test_a_cancel_whose_receipt_was_lost_is_finished_not_repeated(ws):
     with open(os.path.join(ws.state, "receipt.json")) as fh:
         assert json.load(fh)["cancel"] == first
     assert ws.run("verify").ok()["ok"] is True
+
+
+@BOTH
+def test_a_repeated_decide_that_differs_in_anything_is_refused_and_only_the_same_one_is_answered(ws):
+    """The article's own test: an accept, then the same accept with another reason, is refused (it is not a second tap of
+    the first, whose reason it would silently drop); only the very same decide again answers the recorded decision."""
+    ws.inprocess = False  # the program as a person runs it: its exit code and its standard error
+    ws.start().ok()
+    said = ("--decision", "accept", "--reviewer", "fixture-owner", "--reason", "Structural source checks inspected")
+    final = ws.run("decide", *said).ok()["final"]
+    before, receipt = ws.state_bytes(), ws.receipt()
+    duplicate = ws.run("decide", *said[:-1], "duplicate")
+    line = duplicate.held("Final decision already recorded", "accept by fixture-owner", final["decidedAtUtc"])
+    assert 'reason "duplicate", recorded "Structural source checks inspected"' in line and "nothing was recorded" in line
+    assert duplicate.stdout == ""
+    for differs, why in (
+        (("--reviewer", "someone-else"), 'reviewer "someone-else", recorded "fixture-owner"'),
+        (("--decision", "reject"), 'decision "reject", recorded "accept"'),
+        (("--results-sha256", "0" * 64), f'resultsSha256 "{"0" * 64}", recorded "{final["resultsSha256"]}"'),
+    ):
+        flags = dict(zip(said[::2], said[1::2]))
+        flags.update(dict([differs]))
+        ws.run("decide", *[x for pair in flags.items() for x in pair]).held("Final decision already recorded", why)
+    # nothing recorded: every file of the state directory, or every row of the store, as it was
+    assert ws.state_bytes() == before and ws.receipt() == receipt
+    # the double tap: the same everything (with or without the results hash it was decided on) answers the recorded one
+    for again in (said, (*said, "--results-sha256", final["resultsSha256"])):
+        out = ws.run("decide", *again).ok()
+        assert out["existing"] is True and out["final"] == final
+    assert ws.state_bytes() == before
+
+
+def test_another_reviewer_saying_word_for_word_what_one_decided_is_refused(tmp_path, store_url):
+    """Two reviewers may decide: bob's decision stands, and carol's identical decide is not bob's second tap."""
+    alice = Workspace(tmp_path / "alice", store=store_url)
+    alice.write_manifest(jobId="two-reviewers", reviewers=["bob", "carol"])
+    alice.start().ok()
+    bob, carol = (Workspace(tmp_path / role, store=as_role(store_url, role)) for role in ("bob", "carol"))
+    for person in (bob, carol):
+        person.write_manifest(jobId="two-reviewers")
+    said = ("--decision", "hold", "--reviewer", "Reviewer", "--reason", "needs a second look")
+    final = bob.run("decide", *said).ok()["final"]
+    before = alice.state_bytes()
+    carol.run("decide", *said).held("Final decision already recorded", 'principal "carol", recorded "bob"')
+    assert alice.state_bytes() == before
+    again = bob.run("decide", *said).ok()  # bob's own second tap is answered
+    assert again["existing"] is True and again["final"] == final

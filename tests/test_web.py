@@ -212,8 +212,9 @@ def test_a_person_opens_the_printed_address_reviews_and_decides_once(tmp_path, s
     assert len(ws.journal("SELECT * FROM decisions")) == 1
     final = ws.run("inspect").ok()["final"]
     assert (final["decision"], final["reviewer"], final["signature"]) == ("accept", "Dana", None)
-    again = ws.run("decide", "--decision", "accept", "--reviewer", "Dana", "--reason", "again")
+    again = ws.run("decide", "--decision", "accept", "--reviewer", "Dana", "--reason", "read it all")
     assert again.ok()["existing"] is True and again.ok()["final"] == final  # the CLI answers a repeat the same way
+    ws.run("decide", "--decision", "accept", "--reviewer", "Dana", "--reason", "again").held("Final decision already recorded")
     assert ws.run("verify").ok()["ok"] is True
     code, out, err = s.stop()
     assert code == 0 and json.loads(out)["stoppedBy"] == "SIGTERM"
