@@ -40,6 +40,7 @@ bench: $(VENV)/.dev
 	$(PY) bench/bench.py --before $(BENCH_BEFORE)
 	$(PY) bench/web.py
 	$(PY) bench/lasting.py
+	$(PY) bench/hostile.py
 
 # Each named mutant (mutate/mutants.py) applied alone to a copy of the repository; its guarantee's tests
 # must notice it. Slow (minutes), so not part of `make test`: run it after changing a guarantee or its tests.
