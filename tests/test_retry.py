@@ -5,6 +5,7 @@ on the review page, and the job's thread beside the operation key in every provi
 All through the real CLI in subprocesses, with the fake model, the loopback provider and Chromium.
 """
 
+import glob
 import html
 import json
 import os
@@ -447,16 +448,21 @@ def test_a_long_response_id_is_clipped_on_a_phone_with_the_full_value_one_tap_aw
     assert heights[0] - heights[1] < 40, heights
 
 
-# --- the README's walk-through ------------------------------------------------------------------------
+# --- the walk-through (docs/real-job.md, moved there from the README) ------------------------------------------
 
 
 def test_the_walk_through_keeps_jobs_outside_the_clone_and_git_ignores_state():
     repo = os.path.dirname(PROGRAM)
-    with open(os.path.join(repo, "README.md"), encoding="utf-8") as fh:
-        readme = fh.read()
+    pages = [os.path.join(repo, "README.md"), *glob.glob(os.path.join(repo, "docs", "*.md"))]
+    docs = ""
+    for path in pages:
+        with open(path, encoding="utf-8") as fh:
+            docs += fh.read()
+    with open(os.path.join(repo, "docs", "real-job.md"), encoding="utf-8") as fh:
+        walk_through = fh.read()
     with open(os.path.join(repo, ".gitignore"), encoding="utf-8") as fh:
         ignored = fh.read().split()
     assert {"state", ".venv"} <= {line.strip("/") for line in ignored}
-    assert "--state-dir state/" not in readme and "--out job/" not in readme
-    assert "--state-dir ~/jobs/q3/state" in readme
-    assert "X-Durable-Job-Thread" in readme and "never retried automatically" in readme
+    assert "--state-dir state/" not in docs and "--out job/" not in docs
+    assert "--state-dir ~/jobs/q3/state" in walk_through
+    assert "X-Durable-Job-Thread" in walk_through and "never retried automatically" in walk_through

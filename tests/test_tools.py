@@ -35,16 +35,17 @@ def test_the_type_checker_catches_a_misspelt_key_of_a_typed_row(tmp_path, slip):
     assert slipped.returncode == 1 and "TypedDict" in slipped.stdout and new.split('"')[1] in slipped.stdout, slipped.stdout
 
 
-def test_the_readmes_python_example_runs_as_printed(tmp_path, capsys):
-    """The README's "From Python" example, with its two paths pointed at a new job: it decides and verifies."""
+def test_the_docs_python_example_runs_as_printed(tmp_path, capsys):
+    """The "From Python" example of docs/real-job.md (moved there from the README), with its two paths
+    pointed at a new job: it decides and verifies."""
     from conftest import Workspace
 
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
-        readme = fh.read()
-    section = readme[readme.index("## From Python") :]
+    with open(os.path.join(REPO, "docs", "real-job.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    section = page[page.index("## From Python") :]
     code = section[section.index("```python\n") + len("```python\n") : section.index("```", section.index("```python\n") + 10)]
     ws = Workspace(tmp_path)
     ws.write_manifest()
     code = code.replace("/home/dana/jobs/q3/state", ws.state).replace("/home/dana/jobs/q3/manifest.json", ws.manifest)
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/real-job.md", "exec"), {})
     assert capsys.readouterr().out.split() == ["decided", "True"]
