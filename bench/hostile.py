@@ -29,7 +29,7 @@ sys.path.insert(0, HERE)
 import psycopg  # noqa: E402
 from lasting import copy_job  # noqa: E402
 from pg_server import PgServer  # noqa: E402
-from store_kit import manifest, role_url  # noqa: E402
+from store_kit import one_finished_five_runnable, page_sql, role_url  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
@@ -41,17 +41,6 @@ def definitions(statements, replace: bool) -> list:
     """The policy helpers' CREATE statements among `statements` (m004's are CREATE FUNCTION: made replacing)."""
     chosen = [s for s in statements if any(f"durable_job.{name}" in s.split(" RETURNS ")[0] for name in POLICY_HELPERS)]
     return [s.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION") if replace else s for s in chosen]
-
-
-def listing_sql(limit: str) -> str:
-    array = "ARRAY[{}]::text[]".format
-    return (
-        dj.STORE_PAGE_SQL.replace("{filters}", "")
-        .replace("{p.limit}", limit)
-        .replace("{p.ns}", "''")
-        .replace("{p.keys}", array(", ".join(f"'{k}'" for k in dj.STATE_KEYS)))
-        .replace("{p.channels}", array(", ".join(f"'{c}'" for c in dj.LG_SAVED_CHANNELS)))
-    )
 
 
 def timed(fn) -> float:
@@ -67,8 +56,8 @@ def timed(fn) -> float:
 def figures(alice: str, worker: str) -> dict:
     with psycopg.connect(alice, autocommit=True) as a, psycopg.connect(worker, autocommit=True) as w:
         out = {
-            "listing (1,005 jobs)": timed(lambda: a.execute(listing_sql("NULL")).fetchall()),
-            "50-job page": timed(lambda: a.execute(listing_sql("50")).fetchall()),
+            "listing (1,005 jobs)": timed(lambda: a.execute(page_sql("NULL")).fetchall()),
+            "50-job page": timed(lambda: a.execute(page_sql("50")).fetchall()),
             "claim poll": timed(lambda: w.execute(dj.RUNNABLE_SQL).fetchall()),
         }
 
@@ -88,13 +77,7 @@ def main() -> int:
         store = server.new_database("hostile")
         dj.migrate_schema(store, grant=("alice",), grant_worker=("worker",))
         alice, admin, worker = role_url(store, "alice"), role_url(store, "durable"), role_url(store, "worker")
-        with dj.open_store(store=alice) as s:
-            dj.start(s, manifest(folder, "finished"))
-        with dj.open_store(store=alice, job="finished") as s:
-            dj.decide(s, decision="accept", reviewer="alice", reason="bench")
-        for n in range(5):
-            with dj.open_store(store=alice) as s:
-                dj.submit(s, manifest(folder, f"runnable-{n}"))
+        one_finished_five_runnable(folder, alice)
         copy_job(admin, "finished", 1, JOBS - 1)
         before, after = definitions(dj.STORE_FUNCTIONS, True), definitions(dj.SAFE_FUNCTIONS, False)
         assert len(before) == len(after) == len(POLICY_HELPERS), (len(before), len(after))

@@ -29,7 +29,7 @@ sys.path.insert(0, REPO)
 
 import psycopg  # noqa: E402
 from pg_server import PgServer  # noqa: E402
-from store_kit import manifest, role_url  # noqa: E402
+from store_kit import manifest, one_finished_five_runnable, page_sql, role_url  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
@@ -105,14 +105,7 @@ def raw_read(admin_alice: str, env) -> float:
 def raw_statement(alice: str, env) -> float:
     """psql running the listing's own statement (STORE_PAGE_SQL, every job) with its rows as JSON: the raw cost of
     reading every column `jobs` reads, before any of the program's own work."""
-    array = "ARRAY[{}]::text[]".format
-    sql = (
-        dj.STORE_PAGE_SQL.replace("{filters}", "")
-        .replace("{p.limit}", "NULL")
-        .replace("{p.ns}", "''")
-        .replace("{p.keys}", array(", ".join(f"'{k}'" for k in dj.STATE_KEYS)))
-        .replace("{p.channels}", array(", ".join(f"'{c}'" for c in dj.LG_SAVED_CHANNELS)))
-    )
+    sql = page_sql("NULL")
     return wall(["psql", "-XAt", alice, "-c", f"SELECT json_agg(t) FROM ({sql}) t"], env)
 
 
@@ -154,13 +147,7 @@ def main() -> int:
         store = server.new_database("lasting")
         dj.migrate_schema(store, grant=("alice", "bob"), grant_worker=("worker",))
         alice, admin = role_url(store, "alice"), role_url(store, "durable")
-        with dj.open_store(store=alice) as s:
-            dj.start(s, manifest(folder, "finished"))
-        with dj.open_store(store=alice, job="finished") as s:
-            dj.decide(s, decision="accept", reviewer="alice", reason="bench")
-        for n in range(5):
-            with dj.open_store(store=alice) as s:
-                dj.submit(s, manifest(folder, f"runnable-{n}"))
+        one_finished_five_runnable(folder, alice)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}
         py = [sys.executable, PROGRAM]
         rows, made, before = [], 1, None

@@ -47,3 +47,27 @@ def manifest(folder: str, job_id: str, items: int = 1, **extra) -> str:
             fh,
         )
     return path
+
+
+def page_sql(limit: str) -> str:
+    """The listing's own statement (STORE_PAGE_SQL) with its parameters written in: every job (limit "NULL") or a page."""
+    array = "ARRAY[{}]::text[]".format
+    return (
+        dj.STORE_PAGE_SQL.replace("{filters}", "")
+        .replace("{p.limit}", limit)
+        .replace("{p.ns}", "''")
+        .replace("{p.keys}", array(", ".join(f"'{k}'" for k in dj.STATE_KEYS)))
+        .replace("{p.channels}", array(", ".join(f"'{c}'" for c in dj.LG_SAVED_CHANNELS)))
+    )
+
+
+def one_finished_five_runnable(folder: str, alice: str) -> None:
+    """The store benchmarks' fixture: job `finished` run and decided by alice through the command API, and five submitted
+    jobs, runnable-0 to runnable-4."""
+    with dj.open_store(store=alice) as s:
+        dj.start(s, manifest(folder, "finished"))
+    with dj.open_store(store=alice, job="finished") as s:
+        dj.decide(s, decision="accept", reviewer="alice", reason="bench")
+    for n in range(5):
+        with dj.open_store(store=alice) as s:
+            dj.submit(s, manifest(folder, f"runnable-{n}"))
