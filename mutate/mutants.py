@@ -1,6 +1,7 @@
 """The mutants `make mutate` runs: small, plausible bugs, each in the code of one guarantee the contract states.
 
-Each is an exact piece of durable_job.py (`old`, found exactly once) and what it becomes (`new`), with
+Each is an exact piece of durable_job.py, or of the file its `path` names (the web app's mutants:
+durable_job_team/web.py), (`old`, found exactly once) and what it becomes (`new`), with
 the tests that must notice: the guarantee's own tests in tests/test_guarantees.py first. The first six
 are the ones an independent mutation run found surviving the suite (issue 25); keep them.
 """
@@ -17,6 +18,7 @@ class Mutant:
     old: str
     new: str
     tests: list = field(default_factory=list)
+    path: str = "durable_job.py"  # the file holding `old`, from the repository's root
 
 
 MUTANTS = [
@@ -508,6 +510,7 @@ MUTANTS = [
         "        if not role or not password or len(role) > 63 or len(password) > 1000:",
         "        if not role or len(role) > 63 or len(password) > 1000:",
         ["tests/test_web.py::test_a_server_accounts_own_pgpass_signs_no_one_in"],
+        path="durable_job_team/web.py",
     ),
     Mutant(
         "sessions-never-idle",
@@ -515,20 +518,23 @@ MUTANTS = [
         "        idle_seconds=idle_minutes * 60,",
         '        idle_seconds=float("inf"),',
         ["tests/test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in"],
+        path="durable_job_team/web.py",
     ),
     Mutant(
         "page-refreshes-are-a-use",
         "serve: only a person's own requests keep a session; the page's refreshes do not",
-        '        own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"',
-        "        own = use",
+        '    own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"',
+        "    own = use",
         ["tests/test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in"],
+        path="durable_job_team/web.py",
     ),
     Mutant(
         "sign-in-throttle-never-refuses",
         "serve: guessed passwords are throttled per role and address, refused without asking the store",
-        "        if wait:  # refused before the store is asked: no password is checked",
-        "        if False:  # refused before the store is asked: no password is checked",
+        "    if wait:  # refused before the store is asked: no password is checked",
+        "    if False:  # refused before the store is asked: no password is checked",
         ["tests/test_web_hostile.py::test_password_guessing_is_throttled_alike_for_any_role_and_the_right_password_works_again"],
+        path="durable_job_team/web.py",
     ),
     Mutant(
         "every-notification-rereads",
@@ -536,6 +542,7 @@ MUTANTS = [
         "                if pending and now >= bumped + WEB_REREAD_SECONDS:",
         "                if pending:",
         ["tests/test_web_hostile.py::test_a_notify_flood_from_any_role_rereads_each_persons_pages_at_most_three_times_a_second"],
+        path="durable_job_team/web.py",
     ),
     Mutant(
         "revise-unbound",
@@ -550,6 +557,7 @@ MUTANTS = [
         '    return value if re.fullmatch(r"/(jobs/[A-Za-z0-9._~%-]+)?", value) else "/"',
         "    return value",
         ["tests/test_web.py::test_people_sign_in_as_their_roles_and_see_and_do_only_what_they_may"],
+        path="durable_job_team/web.py",
     ),
     # --- a store that lasts (issue 24) -------------------------------------------------------------------------
     Mutant(

@@ -1,7 +1,7 @@
 """make mutate: apply each named mutant to durable_job.py, one at a time, and run the tests that guard it.
 
-Each mutant (mutate/mutants.py) is one small, plausible bug: an exact piece of durable_job.py and what
-it becomes. For each, the harness copies the repository to a temporary folder, makes the edit there
+Each mutant (mutate/mutants.py) is one small, plausible bug: an exact piece of durable_job.py (or of the
+file its `path` names, such as durable_job_team/web.py) and what it becomes. For each, the harness copies the repository to a temporary folder, makes the edit there
 (the working tree is never touched), runs the mutant's tests with `pytest -x`, and prints
 
     killed    NAME  (by TEST)
@@ -12,7 +12,7 @@ STALE: after a refactor, update its `old` text. Exit 0 only when every mutant is
 
     python mutate/run.py                  # every mutant, two at a time
     python mutate/run.py NAME [NAME ...]  # only these
-    python mutate/run.py --list           # name, guarantee and tests of each
+    python mutate/run.py --list           # name, guarantee and tests of each (and STALE, if its code is not found once)
     python mutate/run.py --file F         # the mutants of another list (a Python file defining MUTANTS)
 
 It is slow (minutes: each mutant runs real processes) and is not part of `make test`; run it after
@@ -56,14 +56,29 @@ def copy_repo(target: str) -> None:
             shutil.copy2(src, os.path.join(target, name))
 
 
+def target(mutant) -> str:
+    """The file the mutant edits, relative to the repository: durable_job.py unless it names another."""
+    return getattr(mutant, "path", None) or PROGRAM
+
+
+def stale(folder: str, mutant) -> str | None:
+    """Why the mutant's code cannot be found exactly once in its file under folder; None when it can."""
+    try:
+        with open(os.path.join(folder, target(mutant)), encoding="utf-8") as fh:
+            count = fh.read().count(mutant.old)
+    except FileNotFoundError:
+        return f"its file {target(mutant)} is not there: update its `path`"
+    return None if count == 1 else f"its code is in {target(mutant)} {count} times (expected once): update its `old` text"
+
+
 def mutate(folder: str, mutant) -> str | None:
     """Apply the mutant inside folder; None when applied, else why it cannot be."""
-    path = os.path.join(folder, PROGRAM)
+    why = stale(folder, mutant)
+    if why:
+        return why
+    path = os.path.join(folder, target(mutant))
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
-    count = text.count(mutant.old)
-    if count != 1:
-        return f"its code is in {PROGRAM} {count} times (expected once): update its `old` text"
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text.replace(mutant.old, mutant.new))
     return None
@@ -126,9 +141,15 @@ def main(argv=None) -> int:
             sys.exit(f"no mutant named {unknown[0]}; see --list")
         mutants = [m for m in mutants if m.name in args.names]
     if args.list:
+        stale_ones = 0
         for m in mutants:
-            print(f"{m.name:<40} {m.guarantee}\n{'':<40} tests: {' '.join(m.tests)}")
-        return 0
+            why = stale(REPO, m)
+            stale_ones += bool(why)
+            print(
+                f"{m.name:<40} {m.guarantee}\n{'':<40} {target(m)}; tests: {' '.join(m.tests)}"
+                + (f"\n{'':<40} STALE: {why}" if why else "")
+            )
+        return 1 if stale_ones else 0
     width = max(len(m.name) for m in mutants)
     outcomes = []
     began = time.monotonic()

@@ -73,7 +73,7 @@ def test_durable_job_reads_top_to_bottom_each_section_using_only_what_stands_abo
 
 
 def test_the_check_finds_a_use_from_below():
-    """The check itself: a function of section 1 that calls main() (section 21) and a constant built from a later one."""
+    """The check itself: a function of section 1 that calls main() (section 20) and a constant built from a later one."""
     with open(PROGRAM, encoding="utf-8") as fh:
         source = fh.read()
     second = source.index("\n# 2. ")

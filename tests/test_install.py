@@ -1,19 +1,22 @@
 """Installed like other Python tools: `pip install .` puts a `durable-job` command on PATH.
 
 The command runs the same single module, so a job started as `python durable_job.py`
-continues as `durable-job` (and back): the seal compares the module's bytes.
+continues as `durable-job` (and back): the seal compares the module's bytes. The team's
+extensions (durable_job_team: the web app, its templates and static files) are installed beside it.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, Result, clean_env
+from conftest import REPO, Result, clean_env, kill_group, wait_for
 
 PROJECT_FILES = ("durable_job.py", "pyproject.toml", "README.md", "requirements.txt")
+PROJECT_FOLDERS = ("durable_job_team",)  # the team's extensions: a package with its templates and static files
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +27,8 @@ def installed(tmp_path_factory) -> str:
     project.mkdir()
     for name in PROJECT_FILES:
         shutil.copy(os.path.join(REPO, name), project / name)
+    for name in PROJECT_FOLDERS:
+        shutil.copytree(os.path.join(REPO, name), project / name, ignore=shutil.ignore_patterns("__pycache__"))
     target = root / "site"
     proc = subprocess.run(
         [
@@ -54,12 +59,16 @@ def ws(ws):
     return ws
 
 
-def durable_job_command(installed: str, *args, cwd) -> Result:
-    """Run the installed `durable-job` console script, as a person with it on PATH would."""
+def installed_env(installed: str) -> dict:
     env = clean_env()
     env["PYTHONPATH"] = installed
     env["PATH"] = os.path.join(installed, "bin") + os.pathsep + env.get("PATH", "")
-    proc = subprocess.run(["durable-job", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    return env
+
+
+def durable_job_command(installed: str, *args, cwd) -> Result:
+    """Run the installed `durable-job` console script, as a person with it on PATH would."""
+    proc = subprocess.run(["durable-job", *args], capture_output=True, text=True, env=installed_env(installed), cwd=cwd, timeout=120)
     return Result(proc)
 
 
@@ -67,6 +76,53 @@ def test_the_installed_command_is_the_same_module_byte_for_byte(installed):
     with open(os.path.join(installed, "durable_job.py"), "rb") as a, open(os.path.join(REPO, "durable_job.py"), "rb") as b:
         assert a.read() == b.read()
     assert os.access(os.path.join(installed, "bin", "durable-job"), os.X_OK)
+
+
+def test_the_installed_web_app_is_the_packages_files_templates_and_static_included(installed):
+    for folder, _, names in os.walk(os.path.join(REPO, "durable_job_team")):
+        for name in names:
+            if "__pycache__" in folder:
+                continue
+            relative = os.path.relpath(os.path.join(folder, name), REPO)
+            with open(os.path.join(installed, relative), "rb") as a, open(os.path.join(REPO, relative), "rb") as b:
+                assert a.read() == b.read(), relative
+    for relative in ("durable_job_team/web.py", "durable_job_team/templates/job.html", "durable_job_team/static/app.css"):
+        assert os.path.isfile(os.path.join(installed, relative)), relative
+
+
+def test_the_installed_command_serves_the_web_app(ws, installed):
+    """`durable-job serve` finds its package, templates and static files where pip put them, and serves a page."""
+    import httpx
+
+    ws.start().ok()
+    proc = subprocess.Popen(
+        ["durable-job", "serve", "--root", ws.root, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=installed_env(installed),
+        cwd=ws.root,
+        start_new_session=True,
+    )
+    try:
+        said: list = []
+
+        def printed_address():
+            said.append(proc.stderr.readline())  # blocks until serve says something, or ends
+            assert said[-1] or proc.poll() is None, f"serve ended: {''.join(said)}"
+            return re.search(r"open (http://\S+)", said[-1])
+
+        address = wait_for(printed_address, timeout=60)
+        with httpx.Client(follow_redirects=True, timeout=30) as browser:
+            page = browser.get(address.group(1))
+            job = browser.get(address.group(1).split("?")[0] + "jobs/journey")
+        assert page.status_code == 200 and "Waiting for you (1)" in page.text
+        with open(os.path.join(REPO, "durable_job_team", "static", "app.css"), encoding="utf-8") as fh:
+            assert fh.read().strip().splitlines()[-1] in page.text  # the package's own CSS, inlined
+        assert job.status_code == 200 and 'id="live-state">Awaiting review: draft 1<' in job.text
+    finally:
+        kill_group(proc)
+        proc.wait(timeout=10)
 
 
 def test_a_job_started_as_a_script_continues_as_the_installed_command_and_back(ws, installed):

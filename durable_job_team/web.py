@@ -1,0 +1,1213 @@
+"""Web app: `durable-job serve`, the live review pages and their JSON API.
+
+The web app is a front end of durable_job's command API (section 17) and nothing more. Every read is
+read_snapshot/inspect_document or jobs(), every act is decide/revise/retry/cancel, run as the signed-in person:
+on a store, with that person's own role and password (their connections, so row-level security and the recorded
+principal are exactly the CLI's); in a --root, as the account running serve. A password lives only in this
+process's memory (the WebPerson's address), for the session's life; durable_job.redact() knows it, so it reaches
+no page, log or output. The framework (Starlette, uvicorn, sse-starlette, jinja2, asgi-csrf) is imported only
+here, and this module only by the `serve` command.
+
+Live status: one watcher thread learns that something changed (on a store: LISTEN on NOTIFY_CHANNEL, plus one
+light poll of the lock holders, whose taking and losing notify nothing; in a --root: one poll of the state
+directories' files) and bumps a generation. Every open event stream then wakes, and re-reads its job under its
+own person's policies, once per person, job and generation however many pages show it.
+
+The pages are Jinja2 templates (templates/, autoescaped); their CSS and script are static/app.css and
+static/app.js, inlined into each page under the response's Content-Security-Policy nonce. None of these files
+is sealed into a job: only durable_job.py is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hmac
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+import types
+from typing import Any, cast
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import durable_job
+
+WEB_REQUIREMENTS = "requirements-web.txt"
+
+try:
+    import jinja2
+    import markupsafe
+    import sse_starlette.sse
+    import uvicorn
+    from asgi_csrf import asgi_csrf
+    from sse_starlette.sse import EventSourceResponse
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.middleware import Middleware
+    from starlette.middleware.sessions import SessionMiddleware
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+    from starlette.routing import Route
+except ImportError:
+    raise durable_job.UsageError(
+        f"serve needs the web app's libraries, which are not installed: pip install -r {WEB_REQUIREMENTS}"
+    ) from None
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEMPLATES = os.path.join(HERE, "templates")
+STATIC = os.path.join(HERE, "static")
+
+WEB_IDLE_MINUTES = durable_job.WEB_IDLE_MINUTES  # a session unused this long is signed out (--idle-minutes)
+WEB_POLL_SECONDS = 1.0  # the watcher's light poll, and the longest a notification waits to be read
+WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker's last write) waits this long for it
+WEB_PAGE_JOBS = 50  # the list page shows the jobs waiting for me, then this many others a page
+WEB_PING_SECONDS = 15  # an idle event stream's keep-alive comment
+WEB_SESSION_COOKIE = "durable_job_session"
+WEB_IDLE_LEAST_MINUTES = 0.5  # the shortest --idle-minutes: thirty seconds (the watcher checks once a second)
+WEB_REFRESH_HEADER = "x-durable-job-refresh"  # the page's script marks its own refreshes with it: they are not a use
+WEB_REREAD_SECONDS = 1 / 3  # the least time between two re-reads of the open pages, however many notifications come
+WEB_SIGN_IN_FREE = 3  # failed sign-ins of one role before each further try must wait (a person mistypes)
+WEB_SIGN_IN_FREE_ADDRESS = 10  # ... from one client address (several people may share one)
+WEB_SIGN_IN_CAP_SECONDS = 30  # the longest wait, doubling from 1 s: once guessing stops, the right password works within it
+WEB_SIGN_IN_AT_ONCE = 2  # sign-ins of one role, or from one address, checked at the same time
+WEB_SIGN_IN_FORGET_SECONDS = 15 * 60  # failures older than this are forgotten
+WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+WEB_DECIDED = types.MappingProxyType({"accept": "accepted", "reject": "rejected", "hold": "held"})
+WEB_ACTS = ("decide", "revise", "retry", "cancel")  # what a page may do: the CLI's own commands, durable_job.<act>
+
+
+class WebRefusal(durable_job.JobError):
+    """A request the web app answers with an HTTP error: its status code, and a message that says the way on."""
+
+    def __init__(self, status_code: int, message: str, extra: dict | None = None):
+        super().__init__(message)
+        self.status_code, self.extra = status_code, extra or {}
+
+
+def act_refusal(exc: durable_job.JobError) -> WebRefusal:
+    """An act's refusal as the web answers it: 409 stale (with the current resultsSha256), 403 not this role's, 409 else."""
+    text = str(exc)
+    if isinstance(exc, WebRefusal):
+        return exc
+    if text.startswith("stale: "):
+        current = re.search(r"now ([0-9a-f]{64})", text)
+        return WebRefusal(409, text, {"stale": True, "resultsSha256": current.group(1) if current else None})
+    if isinstance(exc, durable_job.StateError) and re.search(r"^Role \S+ may not ", text):
+        return WebRefusal(403, text)
+    if isinstance(exc, durable_job.UsageError):
+        return WebRefusal(400, text)
+    return WebRefusal(409, text)
+
+
+def live_status(snap: durable_job.Snapshot, out: dict) -> dict:
+    """The one status line a page shows for a job, from its saved state: what `GET …/events` sends.
+
+    "Generating" only while a run holds the job, "Awaiting review" only from a saved draft at the review
+    interrupt, "Saved" only once the receipt is written.
+    """
+    phase, store = out["phase"], snap.store
+    detail, cls = "", "wait"
+    if phase == "running":
+        calls = out["running"].get("calls") or []
+        label = "Generating" + (f": item {calls[0]['itemId']}" if calls else "")
+        detail = f"{out['running'].get('command')} holds the job since {out['running'].get('sinceUtc')}"
+    elif phase == "awaiting-review":
+        failed = [r["itemId"] for r in snap.results if r.get("status") != "validated"]
+        label = f"Awaiting review: draft {snap.draft}"
+        detail = f"item {', '.join(failed)} failed: retry or revise it, or decide reject or hold" if failed else "every item validated"
+    elif phase == "uncertain-call":
+        label, cls = "Needs an operator", "bad"
+        detail = out["next"]
+    elif phase == "decided" and snap.has_receipt:
+        final = cast(dict, snap.final)
+        decision = str(final.get("decision"))
+        label, cls = f"Saved: {WEB_DECIDED.get(decision, decision)} by {durable_job.by_whom(final, store)}", "ok"
+        detail = f"at {final.get('decidedAtUtc')}, receipt written"
+    elif phase in ("decided", "deciding"):
+        label, detail = "Deciding: the decision is saved, its receipt not yet", out["next"]
+    elif phase == "cancelled":
+        label, cls = f"Cancelled by {durable_job.by_whom(snap.cancel, store)}", "bad"
+        detail = f"at {(snap.cancel or {}).get('cancelledAtUtc')}: nothing more runs"
+    else:
+        label, detail = "Not running", out["next"]
+    if out.get("sealBroken"):
+        detail = f"read-only here: {out['sealBroken']}"
+    return {
+        "jobId": snap.job["jobId"],
+        "phase": phase,
+        "resultsSha256": out["resultsSha256"],
+        "draftVersion": snap.draft,
+        "status": label,
+        "detail": detail,
+        "cls": cls,
+    }
+
+
+# -- people and sessions ---------------------------------------------------------------------------------------------
+
+
+class WebPerson:
+    """A signed-in person: who (the principal), how to reach their jobs (their store address, with their password,
+    in memory only; or the --root folders), their read connection, and their session's last use."""
+
+    def __init__(self, site: WebSite, principal: str, url: str | None):
+        self.site, self.principal, self.url = site, principal, url
+        self.lock = threading.Lock()  # one read connection: one read at a time
+        self.reader: durable_job.PgStore | None = None
+        self.views: dict = {}  # job id (or "" for the list) → (generation, view), shared by this person's pages
+        self.flash: dict = {}  # job id → the message of the last act, shown once
+        self.last_seen = time.monotonic()
+        self.signed_out = False
+
+    def read_store(self, job_id: str) -> durable_job.Store:
+        """The job, read on this person's one read connection (opened again after the database came back)."""
+        if not self.site.store:
+            return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program)
+        if self.url is None:
+            raise WebRefusal(401, "Signed out: sign in again")
+        if self.reader is None:
+            self.reader = durable_job.PgStore(self.url, "", program=self.site.program)
+        return self.reader.for_job(job_id)
+
+    def act_store(self, job_id: str) -> durable_job.Store:
+        """The job for one act: its own connections, closed after it, as a CLI command's."""
+        if not self.site.store:
+            return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program)
+        if self.url is None:
+            raise WebRefusal(401, "Signed out: sign in again")
+        return durable_job.PgStore(self.url, job_id, program=self.site.program)
+
+    def reset(self) -> None:
+        """Drop the read connection (after an error, at sign-out): the next read opens another."""
+        reader, self.reader = self.reader, None
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:
+                pass
+
+    def read(self, key: str, generation: int, fn):
+        """fn() under this person's read lock, once per generation for each key (a job, or the list)."""
+        with self.lock:
+            seen = self.views.get(key)
+            if seen is not None and seen[0] == generation:
+                return seen[1]
+            try:
+                view = fn()
+            except durable_job.JobError:
+                self.reset()
+                raise
+            self.views[key] = (generation, view)
+            return view
+
+
+class SignInThrottle:
+    """Failed sign-ins, per role (as typed, known or not) and per client address. After a few, each further try
+    waits twice as long as the one before, up to WEB_SIGN_IN_CAP_SECONDS, and only WEB_SIGN_IN_AT_ONCE tries of a
+    role or an address are checked at a time. A try it refuses is answered at once without asking the store, so
+    guessing in parallel gains nothing; an unknown role is throttled exactly as a known one, so the answers never
+    say which roles exist. Used on the server's event loop only (no lock)."""
+
+    def __init__(self):
+        self.failures: dict = {}  # ("role" | "address", value) → (failures in a row, the last one's monotonic time)
+        self.checking: dict = {}  # the same keys → tries being checked now
+
+    @staticmethod
+    def keys(role: str, address: str) -> tuple:
+        return (("role", role), ("address", address))
+
+    def wait(self, role: str, address: str) -> int:
+        """Whole seconds before a sign-in of role from address may be checked; 0: now."""
+        now, longest = time.monotonic(), 0.0
+        for key in self.keys(role, address):
+            if self.checking.get(key, 0) >= WEB_SIGN_IN_AT_ONCE:
+                longest = max(longest, 1.0)
+            count, last = self.failures.get(key, (0, 0.0))
+            free = WEB_SIGN_IN_FREE if key[0] == "role" else WEB_SIGN_IN_FREE_ADDRESS
+            if count >= free:
+                longest = max(longest, last + min(WEB_SIGN_IN_CAP_SECONDS, 2 ** min(count - free, 16)) - now)
+        return max(1, int(-(-longest // 1))) if longest > 0 else 0
+
+    def begin(self, role: str, address: str) -> None:
+        for key in self.keys(role, address):
+            self.checking[key] = self.checking.get(key, 0) + 1
+
+    def end(self, role: str, address: str, failed: bool) -> None:
+        """A checked try is over; a failure (the store refused the role and password) counts against both keys."""
+        now = time.monotonic()
+        for key in self.keys(role, address):
+            left = self.checking.pop(key, 1) - 1
+            if left:
+                self.checking[key] = left
+            if failed:
+                count, last = self.failures.get(key, (0, now))
+                self.failures[key] = (1 if now - last > WEB_SIGN_IN_FORGET_SECONDS else count + 1, now)
+        for key, (_, last) in list(self.failures.items()) if failed else ():
+            if now - last > WEB_SIGN_IN_FORGET_SECONDS:
+                del self.failures[key]
+
+    def signed_in(self, role: str) -> None:
+        """The role's own password: its failures are forgotten (the address's are not: it may be guessing others)."""
+        self.failures.pop(("role", role), None)
+
+
+class WebSite:
+    """What one `serve` holds: its store or folders, its sessions (in memory), the change generation, the watcher,
+    and its pages."""
+
+    def __init__(self, *, store: str | None, roots: list, program: str, idle_seconds: float, secure: bool, say):
+        self.store, self.roots, self.program = store, roots, program
+        self.idle_seconds, self.secure, self.say = idle_seconds, secure, say
+        self.sessions: dict[str, WebPerson] = {}
+        self.throttle = SignInThrottle()
+        self.token = secrets.token_urlsafe(32) if roots else None  # --root: the one-time sign-in token
+        self.generation = 0
+        self.down: str | None = None  # why the store cannot be read, since when
+        self.stopping = threading.Event()
+        self.act_locks: dict = {}
+        self.locks_lock = threading.Lock()
+        self.loop: Any = None  # the server's event loop, once it runs
+        self.changed: Any = None  # the asyncio.Event of the current generation (made on the server's loop)
+        self.base_address = ""  # the address to open, once serve listens
+        self.label = "role" if store else "account"  # how a page names a principal
+        self.pages = Pages(self.label)
+
+    def where(self) -> str:
+        return f"store {durable_job.public_url(self.store)}" if self.store else f"the state directories under {', '.join(self.roots)}"
+
+    # -- sessions ----------------------------------------------------------------
+
+    def person(self, sid: str | None, touch: bool = True) -> WebPerson | None:
+        """The session's person, unless it was idle too long (then signed out: its password forgotten).
+        A person's own request is a use (touch); an event stream and the page's own refreshes are not, so an open tab
+        alone keeps no one signed in, however busy the store."""
+        person = self.sessions.get(sid or "")
+        if person is None:
+            return None
+        if time.monotonic() - person.last_seen > self.idle_seconds:
+            self.sign_out(cast(str, sid))
+            return None
+        if touch:
+            person.last_seen = time.monotonic()
+        return person
+
+    def new_session(self, person: WebPerson) -> str:
+        sid = secrets.token_urlsafe(32)
+        self.sessions[sid] = person
+        return sid
+
+    def sign_out(self, sid: str) -> None:
+        person = self.sessions.pop(sid, None)
+        if person is not None:
+            person.signed_out = True
+            person.reset()
+            url, person.url = person.url, None  # the password is forgotten with the session
+            if url and url not in {p.url for p in self.sessions.values()}:  # unless another session signed in with it
+                durable_job.forget_secrets(url)
+
+    def expire_idle(self) -> None:
+        for sid, person in list(self.sessions.items()):
+            if time.monotonic() - person.last_seen > self.idle_seconds:
+                self.sign_out(sid)
+
+    def sign_in(self, role: str, password: str) -> WebPerson:
+        """A person signing in to a store with their role and password: the store itself checks them."""
+        if not role or not password or len(role) > 63 or len(password) > 1000:
+            raise WebRefusal(401, "Sign-in refused: give your store role and its password")
+        parts = urlsplit(cast(str, self.store))
+        host = parts.netloc.rpartition("@")[2]
+        url = urlunsplit((parts.scheme, f"{quote(role, safe='')}:{quote(password, safe='')}@{host}", parts.path, parts.query, ""))
+        person = WebPerson(self, role, url)
+        try:
+            person.read_store("")  # the person's read connection: the server checks the password as it opens
+            person.principal = cast(durable_job.PgStore, person.reader).principal()
+        except durable_job.JobError as exc:
+            person.reset()
+            if re.search(r"password|authentication|role .* does not exist|no pg_hba", str(exc), re.I):
+                raise WebRefusal(401, "Sign-in refused: the store did not accept that role and password") from None
+            raise WebRefusal(
+                503, f"The store cannot be reached now ({durable_job.clip(durable_job.redact(exc), 200)}); try again shortly"
+            ) from None
+        return person
+
+    def root_person(self) -> WebPerson:
+        return WebPerson(self, durable_job.os_account(os.geteuid()), None)
+
+    def spend_token(self, token: str) -> WebPerson | None:
+        """--root: the printed one-time token, exchanged once for a session; the next one is printed for another device."""
+        if not self.token or not hmac.compare_digest(token.encode(), self.token.encode()):
+            return None
+        self.token = secrets.token_urlsafe(32)
+        self.say(f"another device or browser can sign in once at: {self.address_with_token()}")
+        return self.root_person()
+
+    # -- reading ---------------------------------------------------------------
+
+    def job_dir(self, job_id: str) -> str:
+        """--root: the state directory holding jobId (the first, in path order)."""
+        for found in durable_job.state_dirs_under(self.roots, self.program):
+            try:
+                if found.load_job()["jobId"] == job_id:
+                    return found.root
+            except durable_job.JobError:
+                continue
+        raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
+
+    def open_snapshot(self, person: WebPerson, job_id: str) -> durable_job.Snapshot:
+        store = person.read_store(job_id)
+        if not store.has_job():  # unknown and invisible alike: the database shows a role no other role's job
+            raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
+        return durable_job.read_snapshot(store)
+
+    def job_view(self, person: WebPerson, job_id: str, render=None) -> dict:
+        """The job as its page and the API show it: inspect's document, the live status, and (render) the page's parts."""
+
+        def read():
+            snap = self.open_snapshot(person, job_id)
+            try:
+                out = durable_job.inspect_document(snap)
+                view = {"out": out, "live": live_status(snap, out)}
+                if render is not None:
+                    view["page"] = render(snap, out)
+                return view
+            finally:
+                snap.close()
+
+        if render is not None:  # a page is rendered for one request: not shared
+            with person.lock:
+                try:
+                    return read()
+                except durable_job.JobError:
+                    person.reset()
+                    raise
+        return person.read(job_id, self.generation, read)
+
+    def listing(self, person: WebPerson, **filters) -> dict:
+        """`jobs` as this person may see it (the API's, with its filters and pages)."""
+        where = {"store": person.url} if self.store else {"roots": self.roots}
+        return durable_job.jobs(**where, program=self.program, **filters)
+
+    def list_view(self, person: WebPerson, after: str | None = None) -> dict:
+        """The list page: every job waiting for me, then a page of the rest I may see (WEB_PAGE_JOBS, oldest
+        first, `after` the page before); read once a generation, however many pages show it."""
+
+        def read():
+            waiting = self.listing(person, to_review=True)["jobs"]
+            page = self.listing(person, limit=WEB_PAGE_JOBS, after=after)
+            shown = {r["jobId"] for r in waiting}
+            return {"waiting": waiting, "rest": [r for r in page["jobs"] if r["jobId"] not in shown], "nextCursor": page.get("nextCursor")}
+
+        return person.read(f"list {after or ''}", self.generation, read)
+
+    # -- acting ----------------------------------------------------------------
+
+    def act(self, person: WebPerson, job_id: str, command: str, fields: dict) -> dict:
+        """One act through the command API, as the person; a second tap of it waits for the first (the job's lock)."""
+        if command not in WEB_ACTS:
+            raise WebRefusal(400, f"no act {command!r} here")
+        with self.locks_lock:
+            lock = self.act_locks.setdefault(job_id, threading.Lock())
+        deadline = time.monotonic() + WEB_BUSY_SECONDS
+        with lock:
+            while True:
+                store = person.act_store(job_id)
+                try:
+                    if not store.has_job():
+                        raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
+                    act: Any = getattr(durable_job, command)
+                    return act(store, **fields)
+                except durable_job.BusyError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+                finally:
+                    store.close()
+
+    # -- change ----------------------------------------------------------------
+
+    def bump(self) -> None:
+        """Something may have changed: every open stream re-reads (on the server's loop). The store's watcher bumps at
+        most once every WEB_REREAD_SECONDS, however many notifications arrive (any role may NOTIFY the channel), and
+        a change within that time is read at its end: each person's pages re-read at most three times a second."""
+        self.generation += 1
+        changed, self.changed = self.changed, asyncio.Event()
+        if changed is not None:
+            changed.set()
+
+    def bump_soon(self) -> None:
+        """bump(), from the watcher's thread."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.bump)
+
+    def watch(self) -> None:
+        """The watcher thread: learns of changes and bumps; expires idle sessions."""
+        while not self.stopping.is_set():
+            try:
+                self.watch_store() if self.store else self.watch_roots()
+            except Exception as exc:  # the store went away: every page shows it, and the watcher tries again
+                down = (
+                    f"the store cannot be reached since {durable_job.now_utc()[11:19]} UTC "
+                    f"({durable_job.clip(durable_job.redact(exc), 160)}); reconnecting"
+                )
+                if self.down is None:
+                    self.down = down
+                    self.bump_soon()
+                self.stopping.wait(WEB_POLL_SECONDS)
+
+    def watch_roots(self) -> None:
+        """--root: one poll of every state directory's files (size and time) and lock, for all pages."""
+        seen = None
+        while not self.stopping.is_set():
+            self.expire_idle()
+            mark: list = []
+            for store in durable_job.state_dirs_under(self.roots, self.program):
+                for name in sorted(os.listdir(store.root)):
+                    st = os.stat(os.path.join(store.root, name))
+                    mark.append((store.root, name, st.st_size, st.st_mtime_ns))
+                mark.append((store.root, "holder", str(store.holder())))
+            if mark != seen:
+                seen = mark
+                self.bump_soon()
+            self.stopping.wait(WEB_POLL_SECONDS)
+
+    def listener_url(self) -> str | None:
+        """LISTEN needs a login but no privilege: the connection of any signed-in person serves, read nothing with."""
+        return next((p.url for p in list(self.sessions.values()) if p.url), None)
+
+    def watch_store(self) -> None:
+        """A store: LISTEN on NOTIFY_CHANNEL, and between notifications one light poll of who holds a job's lock."""
+        url = self.listener_url()
+        if url is None:
+            self.expire_idle()
+            self.stopping.wait(WEB_POLL_SECONDS)
+            return
+        psycopg = durable_job.need_psycopg()
+        holders = (
+            "SELECT coalesce(string_agg(application_name || ' ' || pid, '|' ORDER BY pid), '') AS mark FROM pg_catalog.pg_stat_activity "
+            "WHERE application_name LIKE 'durable_job %' AND application_name NOT LIKE 'durable_job read %' "
+            "AND application_name NOT LIKE 'durable_job serve %'"
+        )
+        with psycopg.connect(url, autocommit=True, application_name=f"durable_job serve {os.getpid()}", connect_timeout=5) as conn:
+            conn.execute(f"LISTEN {durable_job.NOTIFY_CHANNEL}")
+            if self.down is not None:
+                self.down = None
+            self.bump_soon()  # (re)connected: every page reads its saved status again
+            seen, poll_at, bumped, pending = None, 0.0, time.monotonic(), False
+            while not self.stopping.is_set() and url in {p.url for p in list(self.sessions.values())}:
+                self.expire_idle()
+                now = time.monotonic()
+                if now >= poll_at:
+                    mark, poll_at = conn.execute(holders).fetchone()[0], now + WEB_POLL_SECONDS
+                    pending = pending or mark != seen
+                    seen = mark
+                if pending and now >= bumped + WEB_REREAD_SECONDS:
+                    pending, bumped = False, now
+                    self.bump_soon()
+                due = min(poll_at, bumped + WEB_REREAD_SECONDS) if pending else poll_at
+                for _ in conn.notifies(timeout=max(0.0, due - time.monotonic()), stop_after=None if pending else 1):
+                    pending = True  # a flood of notifications is read here, and makes one re-read at the interval's end
+
+    # -- addresses ---------------------------------------------------------------
+
+    def address(self) -> str:
+        return self.base_address
+
+    def address_with_token(self) -> str:
+        return f"{self.base_address}?token={self.token}"
+
+
+# -- pages -----------------------------------------------------------------------------------------------------------
+
+
+def read_static(name: str) -> str:
+    with open(os.path.join(STATIC, name), encoding="utf-8") as fh:
+        return fh.read()
+
+
+class Pages:
+    """The templates (autoescaped), the page's CSS and its one script (read once, as serve starts), and how a page
+    or a refusal is answered: every page inlines them under a fresh nonce its Content-Security-Policy names."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+        # the review page's look (durable_job.py section 15), then the web app's own: files of this package, not a person's input
+        self.css = markupsafe.Markup(durable_job.PAGE_CSS + read_static("app.css"))
+        self.script = markupsafe.Markup(read_static("app.js"))
+
+    def page(self, request: Request, name: str, status_code: int = 200, **values) -> HTMLResponse:
+        nonce = secrets.token_urlsafe(16)
+        person = values.pop("person", None)
+        html = self.env.get_template(name).render(
+            css=self.css, nonce=nonce, person=person, label=self.label, csrftoken=request.scope["csrftoken"](), **values
+        )
+        response = HTMLResponse(html, status_code=status_code)
+        response.headers["Content-Security-Policy"] = (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+            "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        )
+        return response
+
+    def refused(self, request: Request, exc: WebRefusal, person=None, api: bool = False) -> Response:
+        if api:
+            return JSONResponse({"error": durable_job.redact(str(exc)), **exc.extra}, status_code=exc.status_code)
+        heading = {404: "No such job", 403: "Not yours to do", 401: "Sign in"}.get(exc.status_code, "Refused")
+        message = durable_job.redact(str(exc))
+        return self.page(request, "error.html", exc.status_code, person=person, title=heading, heading=heading, message=message)
+
+
+def web_item_acts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap: durable_job.Snapshot, out: dict):
+    """forms(item_id, result) for item_sections: a failed or edited item's retry and revise forms, at review only."""
+    ways = {f["itemId"]: f for f in out.get("failedItems") or []}
+
+    def forms(item_id: str, result: dict) -> durable_job.Html:
+        if not out.get("decideCommand") or out.get("sealBroken") or not snap.store.may("tends", snap.job):
+            return durable_job.Html("")
+        cites = result.get("citations") or []
+        html = site.pages.env.get_template("item_acts.html").render(
+            item_id=item_id,
+            here=here,
+            csrftoken=csrftoken,
+            person=person,
+            results=out["resultsSha256"],
+            retry="retryCommand" in ways.get(item_id, {}),
+            summary=result.get("summary") or "",
+            citations=json.dumps(cites, ensure_ascii=False, indent=1) if cites else "",
+        )
+        return durable_job.Html(markupsafe.Markup(html))
+
+    return forms
+
+
+def row_status(row: dict, label: str) -> tuple[str, str]:
+    """A `jobs` row's status as the list shows it (the job page's live status, in short), and its colour."""
+    phase = row["phase"]
+    if phase == "running":
+        return "Generating", "wait"
+    if phase == "awaiting-review":
+        return "Awaiting review", "wait"
+    if phase == "uncertain-call":
+        return "Needs an operator", "bad"
+    if phase == "decided":
+        by = row.get("decidedBy") or {}
+        decision = str(row.get("next") or "").removeprefix("decided: ").split(";")[0]
+        return f"Saved: {WEB_DECIDED.get(decision, decision)} by {by.get('reviewer')} ({label} {by.get('principal')})", "ok"
+    if phase == "cancelled":
+        return "Cancelled", "bad"
+    return phase.replace("-", " ").capitalize(), "wait"
+
+
+def age_text(created) -> str:
+    """How long ago a job was sealed, as a person says it (3 min ago), from its createdAtUtc."""
+    try:
+        then = datetime.datetime.fromisoformat(str(created).rstrip("Z")).replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return "created at an unknown time"
+    seconds = max(0, int((datetime.datetime.now(datetime.UTC) - then).total_seconds()))
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            n = seconds // size
+            return f"sealed {n} {unit}{'s' if unit == 'day' and n > 1 else ''} ago"
+    return "sealed just now"
+
+
+def list_rows(rows: list, label: str) -> list:
+    """The list page's rows: each `jobs` row with its status, colour and age, for the template to escape."""
+    shown = []
+    for r in rows:
+        status, cls = row_status(r, label)
+        shown.append({"r": r, "status": status, "cls": cls, "age": age_text(r.get("createdAtUtc"))})
+    return shown
+
+
+def local_path(value) -> str:
+    """Where a sign-in returns: the list or one job's page of this app, nothing else (no //host, no /\\host)."""
+    value = str(value or "/")
+    return value if re.fullmatch(r"/(jobs/[A-Za-z0-9._~%-]+)?", value) else "/"
+
+
+def quote_path(job_id: str) -> str:
+    return quote(job_id, safe="")
+
+
+def act_said(command: str, out: dict, label: str) -> str:
+    """The line a page shows after an act the command API recorded (or found already recorded)."""
+    if command == "decide":
+        final = out.get("final") or {}
+        said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
+        if out.get("existing"):
+            return f"Already recorded: {said}. Nothing new was recorded."
+        return f"Recorded: {said} (unsigned)."
+    if command in ("revise", "retry"):
+        return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
+    cancelled = out.get("cancelled") or {}
+    return f"Recorded: the job is cancelled by {cancelled.get('reviewer')} ({label} {cancelled.get('principal')})."
+
+
+# -- who asks: sessions, the --root token, refusals ------------------------------------------------------------------
+
+
+def person_of(site: WebSite, request: Request, use: bool = True) -> WebPerson | None:
+    """The request's signed-in person. Only a person's own request is a use of the session: the page's script marks
+    its background refreshes (WEB_REFRESH_HEADER), and an event stream is never one, so a page kept busy by
+    changes in the store keeps no one signed in."""
+    own = use and request.headers.get(WEB_REFRESH_HEADER) != "1"
+    return site.person(request.session.get("sid"), touch=own)
+
+
+def sign_in_first(site: WebSite, request: Request, api: bool) -> Response:
+    if api:
+        return JSONResponse({"error": "not signed in: POST /login first"}, status_code=401)
+    if site.roots:
+        exc = WebRefusal(401, "Open the address serve printed in its terminal (a one-time token), or ask its runner for a new one")
+        return site.pages.refused(request, exc)
+    return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+
+async def guarded(site: WebSite, handler, request: Request, api: bool, use: bool) -> Response:
+    """A route for signed-in people only (use: a request to it is a use of the session, unless marked a refresh);
+    a --root token in the query string signs the browser in. A refusal is answered as a page or, for the API, JSON."""
+    token = request.query_params.get("token")
+    if token and site.roots:
+        person = site.spend_token(token)
+        if person is not None:
+            request.session["sid"] = site.new_session(person)
+            return RedirectResponse(request.url.path, status_code=303)
+    person = person_of(site, request, use)
+    if person is None:
+        return sign_in_first(site, request, api)
+    try:
+        return await handler(site, request, person)
+    except WebRefusal as exc:
+        return site.pages.refused(request, exc, person, api)
+    except durable_job.JobError as exc:
+        if site.down:  # the store went away: say so, not what a read of it happened to raise
+            return site.pages.refused(request, WebRefusal(503, site.down[0].upper() + site.down[1:]), person, api)
+        return site.pages.refused(request, act_refusal(exc), person, api)
+
+
+# -- pages and forms -------------------------------------------------------------------------------------------------
+
+
+async def list_page(site: WebSite, request: Request, person: WebPerson) -> Response:
+    after = request.query_params.get("after")
+    view = await run_in_threadpool(site.list_view, person, after)
+    more = f"/?after={quote_path(view['nextCursor'])}" if view.get("nextCursor") else None
+    return site.pages.page(
+        request,
+        "list.html",
+        person=person,
+        title="Jobs",
+        waiting=list_rows(view["waiting"], site.label),
+        rest=list_rows(view["rest"], site.label),
+        more=more,
+        down=site.down,
+        script=site.pages.script,
+        events=f"/api/events?after={quote_path(after)}" if after else "/api/events",
+    )
+
+
+def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap: durable_job.Snapshot, out: dict) -> dict:
+    """A job page's parts: the items (with their acts), history, journal and decision as the review page renders
+    them (section 15, every value escaped there), and which acts this person may take."""
+    manifest, sources = snap.store.sealed_copies(snap.job)
+    acts = web_item_acts(site, person, here, csrftoken, snap, out)
+    reviewable = out.get("decideCommand") and not out.get("sealBroken")
+    return {
+        "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
+        "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
+        "journal": markupsafe.Markup(durable_job.journal_section(snap)),
+        "decision": markupsafe.Markup(durable_job.decision_section(snap, out)) if snap.final or snap.cancel else "",
+        "decide": list(durable_job.DECISIONS) if reviewable and snap.store.may("decides", snap.job) else [],
+        "cancel": out["phase"] not in ("decided", "cancelled", "deciding")
+        and not out.get("sealBroken")
+        and snap.store.may("tends", snap.job),
+        "operator": out["phase"] == "uncertain-call",
+    }
+
+
+async def job_page(site: WebSite, request: Request, person: WebPerson) -> Response:
+    job_id = request.path_params["job_id"]
+    here = f"/jobs/{quote_path(job_id)}"
+    csrftoken = request.scope["csrftoken"]()
+
+    def render(snap: durable_job.Snapshot, out: dict) -> dict:
+        return job_parts(site, person, here, csrftoken, snap, out)
+
+    view = await run_in_threadpool(site.job_view, person, job_id, render)
+    flash = person.flash.pop(job_id, None)
+    return site.pages.page(
+        request,
+        "job.html",
+        person=person,
+        title=job_id,
+        job_id=job_id,
+        here=here,
+        events=f"/api{here}/events",
+        out=view["out"],
+        live=view["live"],
+        flash=flash,
+        script=site.pages.script,
+        tokens=durable_job.tokens_words(view["out"]["tokens"]) if view["out"].get("tokens") else "",
+        **view["page"],
+    )
+
+
+async def form_fields(request: Request, names: tuple) -> dict:
+    form = await request.form()
+    return {n: str(form.get(n) or "") for n in names}
+
+
+async def act_and_return(site: WebSite, request: Request, person: WebPerson, command: str, fields: dict) -> Response:
+    """A form's act, then back to the job's page, which shows what was recorded or why it was refused."""
+    job_id = request.path_params["job_id"]
+    here = f"/jobs/{quote_path(job_id)}"
+    try:
+        out = await run_in_threadpool(site.act, person, job_id, command, fields)
+        person.flash[job_id] = {"text": act_said(command, out, site.label), "cls": ""}
+    except durable_job.JobError as exc:
+        refusal = act_refusal(exc)
+        if refusal.status_code == 404:
+            return site.pages.refused(request, refusal, person)
+        shown = " The page now shows the current version: review it, then act again." if refusal.extra.get("stale") else ""
+        person.flash[job_id] = {"text": f"Refused: {durable_job.redact(str(exc))}{shown}", "cls": "bad"}
+    return RedirectResponse(here, status_code=303)
+
+
+async def decision_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256"))
+    if f["decision"] not in durable_job.DECISIONS:
+        raise WebRefusal(400, "choose accept, reject or hold")
+    fields = {"decision": f["decision"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
+    return await act_and_return(site, request, person, "decide", fields)
+
+
+async def revise_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    f = await form_fields(request, ("item", "summary", "citations", "reviewer", "reason", "resultsSha256"))
+    try:
+        citations = durable_job.strict_json(f["citations"]) if f["citations"].strip() else None
+    except ValueError as exc:
+        person.flash[request.path_params["job_id"]] = {
+            "text": f'Refused: the citations are not valid JSON ({durable_job.clip(exc, 80)}); write a list of {{"quote", "claim"}} objects',
+            "cls": "bad",
+        }
+        return RedirectResponse(f"/jobs/{quote_path(request.path_params['job_id'])}", status_code=303)
+    fields = {
+        "item": f["item"],
+        "summary": f["summary"],
+        "citations": citations,
+        "reviewer": f["reviewer"],
+        "reason": f["reason"],
+        "results_sha256": f["resultsSha256"],
+    }
+    return await act_and_return(site, request, person, "revise", fields)
+
+
+async def retry_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    f = await form_fields(request, ("item", "reviewer", "reason", "resultsSha256"))
+    fields = {"item": f["item"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
+    return await act_and_return(site, request, person, "retry", fields)
+
+
+async def cancel_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    f = await form_fields(request, ("reviewer", "reason"))
+    return await act_and_return(site, request, person, "cancel", {"reviewer": f["reviewer"], "reason": f["reason"]})
+
+
+# -- the JSON API and the event streams ------------------------------------------------------------------------------
+
+
+async def api_jobs(site: WebSite, request: Request, person: WebPerson) -> Response:
+    q = request.query_params
+    filters: dict[str, Any] = {
+        "phases": q.getlist("phase"),
+        "owner": q.get("owner"),
+        "mine": q.get("mine") in ("1", "true"),
+        "to_review": q.get("toReview") in ("1", "true"),
+        "since": q.get("since"),
+        "after": q.get("after"),
+    }
+    if q.get("limit"):
+        if not q["limit"].isdigit() or not 0 < int(q["limit"]) <= 10000:
+            raise WebRefusal(400, "limit: give a number of jobs from 1 to 10000")
+        filters["limit"] = int(q["limit"])
+    filters = {k: v for k, v in filters.items() if v}
+    return JSONResponse(await run_in_threadpool(lambda: site.listing(person, **filters)))
+
+
+async def api_job(site: WebSite, request: Request, person: WebPerson) -> Response:
+    view = await run_in_threadpool(site.job_view, person, request.path_params["job_id"])
+    return JSONResponse(view["out"])
+
+
+async def api_decision(site: WebSite, request: Request, person: WebPerson) -> Response:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise WebRefusal(415, "the JSON API takes Content-Type: application/json")
+    try:
+        body = durable_job.strict_json((await request.body()).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise WebRefusal(400, 'the body is not JSON: send {"decision", "reason", "resultsSha256", "reviewer"}') from None
+    if (
+        not isinstance(body, dict)
+        or body.get("decision") not in durable_job.DECISIONS
+        or not durable_job.is_sha256_hex(body.get("resultsSha256"))
+    ):
+        raise WebRefusal(400, 'send {"decision": accept|reject|hold, "reason", "resultsSha256" (from GET /api/jobs/ID), "reviewer"}')
+    fields = {
+        "decision": body["decision"],
+        "reviewer": str(body.get("reviewer") or person.principal),
+        "reason": str(body.get("reason") or ""),
+        "results_sha256": body["resultsSha256"],
+    }
+    out = await run_in_threadpool(site.act, person, request.path_params["job_id"], "decide", fields)
+    return JSONResponse(out)
+
+
+async def stream_events(site: WebSite, request: Request, person: WebPerson, read):
+    """An event stream's events: the saved status at once, then again after each change, until the client or serve goes."""
+    sent = None
+    seen = -1
+    while not site.stopping.is_set():
+        if person.signed_out or site.person(request.session.get("sid"), touch=False) is not person:
+            yield {"event": "signed-out", "data": "{}"}
+            return
+        if site.generation != seen:
+            seen = site.generation
+            try:
+                data = await run_in_threadpool(read, seen)
+            except WebRefusal as exc:
+                yield {"event": "refused", "data": json.dumps({"error": str(exc), "status": exc.status_code})}
+                return
+            except durable_job.JobError as exc:
+                detail = site.down or durable_job.redact(durable_job.clip(exc, 200))
+                data = {"phase": None, "status": "Status unknown", "cls": "unknown", "detail": detail}
+            if data != sent:
+                sent = data
+                yield {"data": json.dumps(data, ensure_ascii=False), "retry": 1000}
+        changed = site.changed
+        if changed is not None and site.generation == seen:
+            try:
+                await asyncio.wait_for(changed.wait(), WEB_POLL_SECONDS * 5)
+            except TimeoutError:
+                pass
+
+
+def stream(site: WebSite, request: Request, person: WebPerson, read) -> Response:
+    return EventSourceResponse(stream_events(site, request, person, read), ping=WEB_PING_SECONDS, headers={"Cache-Control": "no-store"})
+
+
+async def api_events(site: WebSite, request: Request, person: WebPerson) -> Response:
+    job_id = request.path_params["job_id"]
+    await run_in_threadpool(site.job_view, person, job_id)  # 404 before the stream opens
+    return stream(site, request, person, lambda _seen: site.job_view(person, job_id)["live"])
+
+
+async def api_list_events(site: WebSite, request: Request, person: WebPerson) -> Response:
+    after = request.query_params.get("after")
+
+    def read(_seen):
+        view = site.list_view(person, after)
+        return {"list": True, "jobs": [[r["jobId"], r["phase"]] for r in view["waiting"] + view["rest"]], "detail": site.down or ""}
+
+    return stream(site, request, person, read)
+
+
+# -- signing in and out ----------------------------------------------------------------------------------------------
+
+
+async def login_page(site: WebSite, request: Request) -> Response:
+    nxt = local_path(request.query_params.get("next"))
+    return site.pages.page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt)
+
+
+def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seconds: int, api: bool) -> Response:
+    """429 with Retry-After: the sign-in form again (the role kept) or JSON, saying when to try again."""
+    at = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
+    exc = WebRefusal(
+        429,
+        f"Too many sign-in attempts for this role or from this address: try again in {seconds} s (at {at} UTC)",
+        {"retryAfterSeconds": seconds},
+    )
+    if api:
+        response = site.pages.refused(request, exc, api=True)
+    else:
+        response = site.pages.page(request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+    response.headers["Retry-After"] = str(seconds)
+    return response
+
+
+async def login_fields(request: Request) -> tuple[bool, dict]:
+    """Whether the sign-in came as JSON (the API) or as the form, and its fields."""
+    if not request.headers.get("content-type", "").startswith("application/json"):
+        return False, dict(await request.form())
+    try:
+        body = durable_job.strict_json((await request.body()).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return True, {}
+    return True, body if isinstance(body, dict) else {}
+
+
+async def login(site: WebSite, request: Request) -> Response:
+    json_body, body = await login_fields(request)
+    role, password = str(body.get("role") or ""), str(body.get("password") or "")
+    nxt = local_path(body.get("next"))
+    if not site.store:
+        return site.pages.refused(
+            request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body
+        )
+    address = request.client.host if request.client else ""
+    wait = site.throttle.wait(role, address)
+    if wait:  # refused before the store is asked: no password is checked
+        return too_many_sign_ins(site, request, role, nxt, wait, json_body)
+    site.throttle.begin(role, address)
+    failed = False
+    try:
+        person = await run_in_threadpool(site.sign_in, role, password)
+    except WebRefusal as exc:
+        failed = exc.status_code == 401  # an unknown role and a wrong password alike
+        if json_body:
+            return site.pages.refused(request, exc, api=True)
+        return site.pages.page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+    finally:
+        site.throttle.end(role, address, failed)
+    site.throttle.signed_in(role)
+    request.session["sid"] = site.new_session(person)
+    if json_body:
+        return JSONResponse({"signedIn": person.principal})
+    return RedirectResponse(nxt, status_code=303)
+
+
+async def logout(site: WebSite, request: Request) -> Response:
+    sid = request.session.pop("sid", None)
+    if sid:
+        site.sign_out(sid)
+    return RedirectResponse("/login" if site.store else "/signed-out", status_code=303)
+
+
+async def signed_out(site: WebSite, request: Request) -> Response:
+    return site.pages.page(
+        request, "error.html", title="Signed out", heading="Signed out", message="Open a new address from serve to sign in again."
+    )
+
+
+# -- the application -------------------------------------------------------------------------------------------------
+
+PAGE, API, STREAM, OPEN = "page", "api", "stream", "open"  # who may ask: signed in (a page, the API, an event stream: no use), anyone
+
+ROUTES = (  # (path, methods, handler, who may ask)
+    ("/", ("GET",), list_page, PAGE),
+    ("/login", ("GET",), login_page, OPEN),
+    ("/login", ("POST",), login, OPEN),
+    ("/logout", ("POST",), logout, OPEN),
+    ("/signed-out", ("GET",), signed_out, OPEN),
+    ("/jobs/{job_id:str}", ("GET",), job_page, PAGE),
+    ("/jobs/{job_id:str}/decision", ("POST",), decision_form, PAGE),
+    ("/jobs/{job_id:str}/revise", ("POST",), revise_form, PAGE),
+    ("/jobs/{job_id:str}/retry", ("POST",), retry_form, PAGE),
+    ("/jobs/{job_id:str}/cancel", ("POST",), cancel_form, PAGE),
+    ("/api/jobs", ("GET",), api_jobs, API),
+    ("/api/events", ("GET",), api_list_events, STREAM),
+    ("/api/jobs/{job_id:str}", ("GET",), api_job, API),
+    ("/api/jobs/{job_id:str}/events", ("GET",), api_events, STREAM),
+    ("/api/jobs/{job_id:str}/decision", ("POST",), api_decision, API),
+)
+
+
+def endpoint(site: WebSite, handler, who: str):
+    """A Starlette endpoint for a route of ROUTES: the handler, given the site, behind its sign-in check."""
+
+    async def route(request: Request) -> Response:
+        if who == OPEN:
+            return await handler(site, request)
+        return await guarded(site, handler, request, api=who != PAGE, use=who != STREAM)
+
+    return route
+
+
+@contextlib.asynccontextmanager
+async def lifespan(site: WebSite):
+    """While the app runs: the watcher thread; at its end, every stream stopped and every session signed out."""
+    site.loop = asyncio.get_running_loop()
+    site.bump()
+    watcher = threading.Thread(target=site.watch, name="durable_job serve watcher", daemon=True)
+    watcher.start()
+    yield
+    site.stopping.set()
+    site.bump()
+    watcher.join(timeout=WEB_POLL_SECONDS * 3)
+    for sid in list(site.sessions):
+        site.sign_out(sid)
+
+
+class NoStore:
+    """Every answer: not cached, not sniffed, sent to no referrer (the pages show sensitive documents)."""
+
+    HEADERS = ((b"cache-control", b"no-store"), (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"))
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], *self.HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def web_app(site: WebSite):
+    """The Starlette application: pages, forms, the JSON API and the event streams, behind sessions and CSRF checks."""
+    routes = [Route(path, endpoint(site, handler, who), methods=list(methods)) for path, methods, handler, who in ROUTES]
+    middleware = [
+        Middleware(
+            SessionMiddleware,
+            secret_key=secrets.token_urlsafe(32),  # in memory: a restarted serve knows no session, nor any password
+            session_cookie=WEB_SESSION_COOKIE,
+            max_age=None,
+            same_site="strict",
+            https_only=site.secure,
+        )
+    ]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: lifespan(site))
+    return asgi_csrf(
+        NoStore(app),
+        signing_secret=secrets.token_urlsafe(32),
+        always_protect={"/login", "/logout"},
+        cookie_samesite="Strict",
+        cookie_secure=site.secure,
+    )
+
+
+# -- serve -----------------------------------------------------------------------------------------------------------
+
+
+def check_serve_address(host: str, certfile: str | None, keyfile: str | None, behind_proxy: str | None) -> bool:
+    """Refuse what would expose sessions and passwords; whether cookies must be Secure (TLS here or at the proxy)."""
+    if bool(certfile) != bool(keyfile):
+        raise durable_job.UsageError("--certfile and --keyfile go together: give both (the certificate and its private key), or neither")
+    for flag_name, path in (("--certfile", certfile), ("--keyfile", keyfile)):
+        if path and not os.path.isfile(path):
+            raise durable_job.UsageError(f"{flag_name} {path} is not a file; name the PEM file")
+    if host not in WEB_LOOPBACK and not certfile and not behind_proxy:
+        raise durable_job.UsageError(
+            f"--host {host} is not a loopback address: passwords and sessions would cross the network unencrypted; give "
+            "--certfile and --keyfile, or --behind-proxy ADDRESS when a proxy in front of serve terminates TLS"
+        )
+    return bool(certfile or behind_proxy)
+
+
+def check_serve_args(store: str | None, roots, port: int, idle_minutes: float) -> None:
+    """Refuse a serve of nothing, of both, of a folder that is not there, or with a port or idle time out of range."""
+    if bool(store) == bool(roots):
+        raise durable_job.UsageError(
+            f"serve needs --store URL (a team's store, or set {durable_job.STORE_ENV}) or --root DIR (your state directories), one"
+        )
+    if store:
+        durable_job.remember_secrets(store)
+        durable_job.check_store_url(store)
+        durable_job.need_psycopg()
+    for root in roots:
+        if not os.path.isdir(root):
+            raise durable_job.UsageError(f"--root {root} is not a folder; name the folder that holds your state directories")
+    if not WEB_IDLE_LEAST_MINUTES <= idle_minutes <= 24 * 60:
+        raise durable_job.UsageError(
+            f"--idle-minutes {idle_minutes:g}: give a number of minutes from {WEB_IDLE_LEAST_MINUTES:g} (thirty seconds) to 1440 "
+            f"(default {WEB_IDLE_MINUTES:g})"
+        )
+    if not 0 <= port <= 65535:
+        raise durable_job.UsageError(f"--port {port}: give a port from 1 to 65535 (0: any free one)")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the address is printed: a browser's connection waits in its queue."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise durable_job.UsageError(
+            f"serve cannot listen on {host}:{port} ({exc.strerror}); give another --port (0: any free one)"
+        ) from None
+    sock.listen(128)  # from now on a browser's connection waits in the queue, even before the server's first accept
+    return sock
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, stopped by SIGTERM or Ctrl-C at once: every open event stream ends; serve then exits 0."""
+
+    def __init__(self, config: uvicorn.Config, site: WebSite):
+        super().__init__(config)
+        self.site = site
+        self.stopped: list = []  # the signal that stopped it
+
+    def handle_exit(self, sig, frame):
+        """SIGTERM or Ctrl-C: stop, ending every open event stream at once; serve then exits 0 (a stop asked for)."""
+        self.stopped.append(signal.Signals(sig).name)
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C: stop without waiting for open requests
+        self.should_exit = True
+        self.site.stopping.set()
+        sse_starlette.sse.AppStatus.should_exit = True
+        if self.site.loop is not None:
+            self.site.loop.call_soon_threadsafe(self.site.bump)
+
+
+def serve(
+    *,
+    store: str | None = None,
+    roots=(),
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    behind_proxy: str | None = None,
+    idle_minutes: float = WEB_IDLE_MINUTES,
+    program: str | None = None,
+    say=None,
+) -> dict:
+    """Serve the live review web app until SIGTERM or Ctrl-C: a team's store (store=URL) or state directories (roots).
+
+    Everyone signs in (a store's role and password; a --root's one-time printed token) and sees and does exactly
+    what the CLI lets them. The address to open is printed once (say, default stderr).
+    """
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    check_serve_args(store, roots, port, idle_minutes)
+    secure = check_serve_address(host, certfile, keyfile, behind_proxy)
+    durable_job.code_sha256()  # this process's own seal, from the bytes it loaded: a job sealed by another version is shown read-only
+    site = WebSite(
+        store=store,
+        roots=[os.path.abspath(r) for r in roots],
+        program=program or durable_job.default_program(),
+        idle_seconds=idle_minutes * 60,
+        secure=secure,
+        say=say,
+    )
+    sock = listen(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    site.base_address = f"{'https' if certfile else 'http'}://{shown}:{sock.getsockname()[1]}/"
+    config = uvicorn.Config(
+        web_app(site),
+        log_level="warning",
+        access_log=False,  # an address can carry the --root token: nothing logs addresses
+        proxy_headers=bool(behind_proxy),
+        forwarded_allow_ips=behind_proxy,
+        ssl_certfile=certfile,
+        ssl_keyfile=keyfile,
+        timeout_graceful_shutdown=5,
+        lifespan="on",
+    )
+    server = Server(config, site)
+    say(f"serving {site.where()}: open {site.address_with_token() if site.roots else site.address()}")
+    server.run(sockets=[sock])
+    return {"served": site.address(), "stoppedBy": server.stopped[0] if server.stopped else None}

@@ -1,0 +1,162 @@
+"""One-file core, real extensions: the web app lives in durable_job_team/, outside what a job seals.
+
+Every job seals the sha256 of durable_job.py and nothing else. The web app of `serve` (durable_job_team/web.py,
+its templates and static files) sits beside it: a CSS tweak, a template's wording or a route's code changes no
+seal, so every job in flight stays resumable and decidable; an edit of durable_job.py is still refused.
+"""
+
+import ast
+import os
+import re
+import shutil
+
+from test_web import Serve
+
+from conftest import BOTH, PROGRAM, REPO, Workspace, sha256
+
+TEAM = os.path.join(REPO, "durable_job_team")
+WEB = os.path.join(TEAM, "web.py")
+
+
+def copy_house(root) -> str:
+    """A copy of the program and its extensions (durable_job.py and durable_job_team/), as a release is laid out; its durable_job.py."""
+    os.makedirs(root, exist_ok=True)
+    shutil.copy(PROGRAM, os.path.join(str(root), "durable_job.py"))
+    shutil.copytree(TEAM, os.path.join(str(root), "durable_job_team"), ignore=shutil.ignore_patterns("__pycache__"))
+    return os.path.join(str(root), "durable_job.py")
+
+
+def edit(path: str, old: str, new: str) -> None:
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    assert text.count(old) == 1, (path, old)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text.replace(old, new))
+
+
+def restyle_web_app(program: str) -> None:
+    """A web-app-only release: new CSS, a template's new wording, a route's changed code."""
+    team = os.path.join(os.path.dirname(program), "durable_job_team")
+    with open(os.path.join(team, "static", "app.css"), "a", encoding="utf-8") as fh:
+        fh.write(".live b{letter-spacing:.02em}\n")
+    edit(os.path.join(team, "templates", "job.html"), "<h2>Decide</h2>", "<h2>Decide (restyled)</h2>")
+    edit(os.path.join(team, "web.py"), 'title="Jobs",', 'title="All jobs",')
+
+
+@BOTH
+def test_editing_the_web_app_strands_no_job_and_editing_the_core_still_holds(ws, tmp_path):
+    program = copy_house(tmp_path / "release")
+    started = ws.run("start", "--manifest", ws.manifest, program=program).ok()
+    assert started["interrupt"], started
+    sealed = ws.job()["codeSha256"]
+    assert sealed == sha256(open(program, "rb").read())
+
+    restyle_web_app(program)
+    assert sha256(open(program, "rb").read()) == sealed  # nothing sealed changed
+    assert ws.run("status", program=program).ok()["phase"] == "awaiting-review"
+
+    # the core edited: refused as ever, and the job is left as it was
+    core = copy_house(tmp_path / "core-edited")
+    with open(core, "a", encoding="utf-8") as fh:
+        fh.write("\n# a core edit\n")
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=core).held("Executable bytes changed")
+
+    decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "restyled release decides", program=program).ok()
+    assert decided["final"]["decision"] == "accept"
+    assert ws.run("verify", program=program).code == 0
+    assert ws.job()["codeSha256"] == sealed
+
+
+def test_a_restyled_web_app_serves_and_decides_a_job_the_unchanged_core_sealed(tmp_path):
+    """serve from a release whose web app changed: the page shows the new look, is not read-only, and its act is recorded."""
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    ws.start().ok()  # sealed by the repository's durable_job.py
+    program = copy_house(tmp_path / "release")
+    restyle_web_app(program)
+    s = Serve(tmp_path, "--root", str(tmp_path), program=program)
+    try:
+        browser = s.client()
+        browser.get("/?" + s.address.split("?", 1)[1])
+        listing = browser.get("/").text
+        assert "<title>All jobs · durable_job</title>" in listing and "letter-spacing:.02em" in listing
+        answer = browser.get("/jobs/journey")
+        page = answer.text
+        assert "<h2>Decide (restyled)</h2>" in page and "Read-only" not in page
+        # the CSS and the script are inlined under this response's nonce, and the policy allows nothing else
+        policy = answer.headers["content-security-policy"]
+        nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]+)'; style-src 'nonce-\1';", policy).group(1)
+        assert policy.startswith("default-src 'none';") and "'unsafe-inline'" not in policy
+        assert page.count("<style") == page.count(f'<style nonce="{nonce}">') == 1
+        assert page.count("<script") == page.count(f'<script nonce="{nonce}">') == 1
+        digest = re.search(r'data-results="([0-9a-f]{64})"', page).group(1)
+        token = browser.cookies["csrftoken"]
+        fields = {"csrftoken": token, "decision": "hold", "reviewer": "Dana", "reason": "restyled", "resultsSha256": digest}
+        assert browser.post("/jobs/journey/decision", data=fields).status_code == 303
+    finally:
+        s.kill()
+    assert ws.run("status").ok()["phase"] == "decided"
+    assert ws.run("verify").code == 0
+
+
+# -- the house rules for an extension --------------------------------------------------------------------------------
+
+
+def test_the_core_imports_the_web_app_only_inside_serve():
+    with open(PROGRAM, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    where = {}
+    for node in tree.body:
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                names = [sub.module or ""] if isinstance(sub, ast.ImportFrom) else [a.name for a in sub.names]
+                if any(n.split(".")[0] == "durable_job_team" for n in names):
+                    where[getattr(node, "name", "<module>")] = names
+    assert where == {"cmd_serve": ["durable_job_team"]}
+    assert "Web app" not in "".join(re.findall(r"^# \d+\. .*$", open(PROGRAM, encoding="utf-8").read(), re.M))
+
+
+def test_the_web_app_is_small_functions_over_the_command_api_with_no_module_state():
+    with open(WEB, encoding="utf-8") as fh:
+        source = fh.read()
+    tree = ast.parse(source)
+    long = [
+        (n.name, n.end_lineno - n.lineno + 1)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80
+    ]
+    assert long == []
+    mutable = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)
+    state = [ast.unparse(n)[:60] for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, mutable)]
+    assert state == []
+    assert not any(isinstance(n, ast.Global) for n in ast.walk(tree))
+    imported = {a.name for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    assert "durable_job" in imported and not re.search(r"^from durable_job import", source, re.M)
+
+
+def test_the_pages_are_autoescaped_templates_and_the_css_and_script_files_of_their_own():
+    import durable_job_team
+    from durable_job_team import web
+
+    assert os.path.dirname(durable_job_team.__file__) == TEAM  # this checkout's package, not an installed one
+    pages = web.Pages("account")
+    assert pages.env.autoescape is True
+    for name in os.listdir(web.TEMPLATES):
+        with open(os.path.join(web.TEMPLATES, name), encoding="utf-8") as fh:
+            text = fh.read()
+        assert "|safe" not in text.replace(" ", "") and "autoescape false" not in text, name
+    assert sorted(os.listdir(web.STATIC)) == ["app.css", "app.js"]
+    assert "<script" not in pages.script and "<style" not in pages.css
+    with open(WEB, encoding="utf-8") as fh:
+        assert not re.search(r"<(html|script|style|main|form)\b", fh.read())  # HTML lives in templates/
+    hostile = '<script>alert("x")</script>'
+    html = pages.env.get_template("error.html").render(heading=hostile, message=hostile, title=hostile, css="", nonce="n", csrftoken="t")
+    assert hostile not in html and html.count("&lt;script&gt;") == 3
+
+
+def test_the_web_app_is_installed_with_the_program():
+    with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as fh:
+        project = fh.read()
+    assert 'packages = ["durable_job_team"]' in project
+    assert re.search(r'durable_job_team = \["templates/\*\.html", "static/\*"\]', project)
+    assert 'files = ["durable_job.py", "durable_job_team"]' in project
