@@ -53,7 +53,7 @@ def test_password_guessing_is_throttled_alike_for_any_role_and_the_right_passwor
     assert alike(wrong, "bob") == alike(unknown, nobody) and 'value="bob"' in wrong.text  # the role stays filled in
     wrong, unknown = guess("bob", api=True)[0], guess(nobody, api=True)[0]
     assert wrong.status_code == unknown.status_code == 401 and wrong.json() == unknown.json()
-    wait_for(lambda: (refused_by_store(pg_server, "bob"), refused_by_store(pg_server, nobody)) == (2, 2), timeout=10)
+    wait_for(lambda: (refused_by_store(pg_server, "bob"), refused_by_store(pg_server, nobody)) == (2, 2), timeout=30)
 
     # twelve guessers at once for each: a few are checked, the rest refused at once without asking the store
     start = threading.Barrier(24)
@@ -76,9 +76,14 @@ def test_password_guessing_is_throttled_alike_for_any_role_and_the_right_passwor
         assert f'value="{role}"' in r.text and "try again in" in r.text and "<style nonce=" in r.text
     assert {alike(r, role) for role, r, _ in throttled} == {alike(throttled[0][1], throttled[0][0])}  # any role alike
     assert "Too many sign-in attempts" in throttled[0][1].text
-    wait_for(lambda: refused_by_store(pg_server, "bob") + refused_by_store(pg_server, nobody) == 4 + len(checked), timeout=10)
+    # through the API too: on a loaded machine the wait after the burst may be over, but then the guess it lets through
+    # starts a longer one, and the very next guess is refused
     api, _ = guess("bob", api=True)
+    if api.status_code == 401:
+        checked.append(("bob", api, 0.0))
+        api, _ = guess("bob", api=True)
     assert api.status_code == 429 and api.json()["retryAfterSeconds"] == int(api.headers["retry-after"])
+    wait_for(lambda: refused_by_store(pg_server, "bob") + refused_by_store(pg_server, nobody) == 4 + len(checked), timeout=30)
     assert "try again in" in api.json()["error"]
 
     # the guessing stops: bob's own password signs him in within a minute, once the wait it was told is over
