@@ -2164,15 +2164,6 @@ def sqlite_table(name: str) -> str:
     return f"CREATE TABLE {name} ({JOURNAL_TABLES[name].format(key='PRIMARY KEY', serial='INTEGER PRIMARY KEY AUTOINCREMENT')})"
 
 
-def store_table(name: str) -> str:
-    """CREATE TABLE of the same journal table in a store: every row names its job, part of the table's key."""
-    columns = JOURNAL_TABLES[name].format(key="NOT NULL", serial="BIGSERIAL PRIMARY KEY")
-    extra = (", seq BIGSERIAL" if name == "calls" else "") + (
-        f", PRIMARY KEY (job_id, {JOURNAL_KEYS[name]})" if name in JOURNAL_KEYS else ""
-    )
-    return f"CREATE TABLE durable_job.{name} ({columns}, job_id TEXT NOT NULL REFERENCES durable_job.jobs{extra})"
-
-
 # A state directory's journal (effects.sqlite), as numbered, append-only migrations.
 MIGRATIONS = [
     ("m001_calls", f"{sqlite_table('calls')}; CREATE INDEX calls_base ON calls (base_key, attempt)"),
@@ -2185,58 +2176,21 @@ MIGRATIONS = [
     ("m007_links", sqlite_table("links")),
 ]
 
-# A store's schema, as numbered, append-only migrations: the jobs, the same journal, the receipts.
-PG_MIGRATIONS = [
-    (
-        "m001_jobs",
-        "CREATE TABLE durable_job.jobs (job_id TEXT PRIMARY KEY, thread_id TEXT NOT NULL UNIQUE, record_json TEXT NOT NULL, "
-        "manifest BYTEA NOT NULL, manifest_sha256 TEXT NOT NULL, sources BYTEA[] NOT NULL, created_utc TEXT NOT NULL)",
-    ),
-    (
-        "m002_journal",
-        f"{store_table('calls')}; CREATE INDEX calls_base ON durable_job.calls (job_id, base_key, attempt); "
-        f"{store_table('call_events')}; CREATE INDEX call_events_job ON durable_job.call_events (job_id, id); "
-        f"{store_table('drafts')}; {store_table('outcomes')}; "
-        "CREATE TABLE durable_job.receipts (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, receipt_json TEXT NOT NULL, "
-        "written_utc TEXT NOT NULL)",
-    ),
-    # who did each act: the role the connection authenticated as, with the server's time, stamped by the database
-    # (store_policies' triggers); the owner and the reviewers of every job; the decision; the writers' lock rows
-    (
-        "m003_identity",
-        (
-            "CREATE TABLE durable_job.roles (role TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('person', 'worker')), "
-            "granted_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-            "ALTER TABLE durable_job.jobs ADD COLUMN owner TEXT NOT NULL DEFAULT session_user, "
-            "ADD COLUMN reviewers TEXT[] NOT NULL DEFAULT '{}', ADD COLUMN sealed_at TIMESTAMPTZ NOT NULL DEFAULT now()",
-            *(
-                f"ALTER TABLE durable_job.{t} ADD COLUMN principal TEXT NOT NULL DEFAULT session_user, "
-                "ADD COLUMN recorded_at TIMESTAMPTZ NOT NULL DEFAULT now()"
-                for t in (*RECORDED_TABLES, "receipts")
-            ),
-            store_table("decisions")
-            .replace("principal TEXT NOT NULL", "principal TEXT NOT NULL DEFAULT session_user")
-            .replace(", job_id TEXT", ", recorded_at TIMESTAMPTZ NOT NULL DEFAULT now(), job_id TEXT"),
-            "CREATE TABLE durable_job.job_locks (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, thread_id TEXT NOT NULL UNIQUE)",
-            "INSERT INTO durable_job.job_locks SELECT job_id, thread_id FROM durable_job.jobs",
-        ),
-    ),
-    # the chained history (a store's roles granted before it get its two rights at once)
-    (
-        "m005_links",
-        (
-            store_table("links"),
-            "DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP "
-            "EXECUTE format('GRANT SELECT, INSERT ON durable_job.links TO %I', r.role); END LOOP; END $$",
-        ),
-    ),
-]
-
-# Who may do what in a store, enforced by PostgreSQL itself (applied once LangGraph's own tables exist, which it
-# covers too): row-level security, ENABLEd and FORCEd on every table, a trigger that stamps each act with
-# session_user and the server's time, and triggers that keep history append-only. The administrator (the
-# schema's owner) keeps every right, so migrate, pg_dump and restores work; see store_grants for the rest.
-STORE_TABLES = (
+# A store's schema, as numbered, append-only migrations: SQL files in durable_job_team/migrations/, one a migration,
+# applied in this order (the first four before LangGraph's own tables exist, the rest once PostgresSaver.setup() has
+# made them). A released file never changes (tests/test_house.py hashes each): a change is a new file, named here.
+STORE_MIGRATIONS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable_job_team", "migrations")
+PG_MIGRATIONS = ("m001_jobs", "m002_journal", "m003_identity", "m005_links")
+PG_SETUP_MIGRATIONS = (
+    "m004_policies",
+    "m006_link_policies",
+    "m007_notify",
+    "m008_finished_mark",
+    "m009_retention",
+    "m010_creation_order",
+    "m011_hostile_roles",
+)
+STORE_TABLES = (  # every table a store's migrations make (LangGraph's among them), each under row-level security
     "jobs",
     "job_locks",
     "roles",
@@ -2252,421 +2206,42 @@ STORE_TABLES = (
     "checkpoint_blobs",
     "checkpoint_writes",
     "checkpoint_migrations",
+    "prunes",
+    "tombstones",
 )
-JOB_TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "job_locks")  # keyed by job_id
-THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")  # LangGraph's, keyed by the job's thread_id
-STORE_FUNCTIONS = (
-    # each reads `jobs` through its own row-level security: a job the session may not see makes every one false
-    "CREATE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE AS $$ "
-    "SELECT session_user = pg_get_userbyid(nspowner) OR (SELECT rolsuper FROM pg_roles WHERE rolname = session_user) "
-    "FROM pg_namespace WHERE nspname = 'durable_job' $$",
-    "CREATE FUNCTION durable_job.is_kind(k text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.roles WHERE role = session_user::text AND kind = k) $$",
-    "CREATE FUNCTION durable_job.runs(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job AND (owner = session_user::text OR durable_job.is_kind('worker'))) $$",
-    "CREATE FUNCTION durable_job.tends(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job AND durable_job.is_kind('person') "
-    "AND (owner = session_user::text OR session_user::text = ANY (reviewers))) $$",
-    # four eyes: the reviewers a manifest names decide, never its owner; with none named, the owner
-    "CREATE FUNCTION durable_job.decides(job text) RETURNS boolean LANGUAGE sql STABLE AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs WHERE job_id = job AND durable_job.is_kind('person') AND CASE "
-    "WHEN cardinality(reviewers) > 0 THEN session_user::text = ANY (reviewers) AND owner <> session_user::text "
-    "ELSE owner = session_user::text END) $$",
-    "CREATE FUNCTION durable_job.job_of(thread text) RETURNS text LANGUAGE sql STABLE AS $$ "
-    "SELECT job_id FROM durable_job.jobs WHERE thread_id = thread $$",
-    # every act is the connection's own: a role cannot write a row naming another principal
-    "CREATE FUNCTION durable_job.stamp() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NOT durable_job.is_admin() THEN NEW.principal := session_user; NEW.recorded_at := now(); END IF; RETURN NEW; END $$",
-    "CREATE FUNCTION durable_job.stamp_job() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NOT durable_job.is_admin() THEN NEW.owner := session_user; NEW.sealed_at := now(); END IF; RETURN NEW; END $$",
-    "CREATE FUNCTION durable_job.history() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
-    "RAISE EXCEPTION 'durable_job.% is history: its rows are written once and never changed or removed (% refused)', TG_TABLE_NAME, TG_OP "
-    "USING ERRCODE = 'insufficient_privilege'; END $$",
-    # a call's row changes only while it is pending: to its outcome, or to record a request id; a call never
-    # sent may be removed beside its not-sent event; and only the owner or a reviewer reconciles
-    "CREATE FUNCTION durable_job.call_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
-    "IF OLD.status <> 'pending' THEN RAISE EXCEPTION 'durable_job.calls: call % is %, and only a pending call changes', "
-    "OLD.operation_key, OLD.status USING ERRCODE = 'insufficient_privilege'; END IF; "
-    "IF TG_OP = 'DELETE' THEN "
-    "IF NOT EXISTS (SELECT 1 FROM durable_job.call_events n WHERE n.job_id = OLD.job_id AND n.operation_key = OLD.operation_key "
-    "AND n.event = 'not-sent' AND n.id > (SELECT max(d.id) FROM durable_job.call_events d WHERE d.job_id = OLD.job_id "
-    "AND d.operation_key = OLD.operation_key AND d.event = 'dispatch')) THEN RAISE EXCEPTION "
-    "'durable_job.calls: call % may be removed only beside its not-sent event', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; "
-    "END IF; RETURN OLD; END IF; "
-    "IF (NEW.job_id, NEW.operation_key, NEW.base_key, NEW.attempt, NEW.item_id, NEW.input_sha256, NEW.created_utc, NEW.principal, "
-    "NEW.recorded_at) IS DISTINCT FROM (OLD.job_id, OLD.operation_key, OLD.base_key, OLD.attempt, OLD.item_id, OLD.input_sha256, "
-    "OLD.created_utc, OLD.principal, OLD.recorded_at) OR NEW.status NOT IN ('pending', 'completed', 'abandoned', 'rejected') THEN "
-    "RAISE EXCEPTION 'durable_job.calls: call % may change only its outcome', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; "
-    "IF NEW.reconciliation_json IS DISTINCT FROM OLD.reconciliation_json AND NEW.status IN ('completed', 'abandoned') "
-    "AND NOT durable_job.tends(NEW.job_id) THEN RAISE EXCEPTION 'durable_job.calls: only the job''s owner or a reviewer reconciles "
-    "call %', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
-    # LangGraph upserts a task's special writes (an error, an interrupt, a resume value) in place; nothing else changes
-    "CREATE FUNCTION durable_job.write_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF durable_job.is_admin() OR (OLD.channel IN ('__error__', '__scheduled__', '__interrupt__', '__resume__') "
-    "AND NEW.channel = OLD.channel AND (NEW.thread_id, NEW.checkpoint_ns, NEW.checkpoint_id, NEW.task_id, NEW.idx, NEW.task_path) "
-    "IS NOT DISTINCT FROM (OLD.thread_id, OLD.checkpoint_ns, OLD.checkpoint_id, OLD.task_id, OLD.idx, OLD.task_path)) THEN RETURN NEW; END IF; "
-    "RAISE EXCEPTION 'durable_job.checkpoint_writes is history: only a task''s own error, interrupt or resume write is replaced' "
-    "USING ERRCODE = 'insufficient_privilege'; END $$",
-    "CREATE FUNCTION durable_job.event_check() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF NEW.event IN ('reconciled', 'retry') AND NOT durable_job.is_admin() AND NOT durable_job.tends(NEW.job_id) THEN "
-    "RAISE EXCEPTION 'durable_job.call_events: only the job''s owner or a reviewer may %', NEW.event "
-    "USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
-)
+NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
 
 
-def row_security(table: str) -> list:
-    """Row-level security ENABLEd and FORCEd on a store table, and the administrator's own policy (session checks run
-    once a statement, as a sub-SELECT)."""
-    return [
-        f"ALTER TABLE durable_job.{table} ENABLE ROW LEVEL SECURITY",
-        f"ALTER TABLE durable_job.{table} FORCE ROW LEVEL SECURITY",
-        f"CREATE POLICY admin ON durable_job.{table} USING ((SELECT durable_job.is_admin())) WITH CHECK ((SELECT durable_job.is_admin()))",
-    ]
+def sql_statements(text: str) -> list:
+    """The statements of a SQL file, split at each `;` outside a quoted string, a dollar-quoted body or a comment."""
+    out, start, n, size = [], 0, 0, len(text)
+    while n < size:
+        if text.startswith("--", n):
+            end = text.find("\n", n)
+            n = size if end < 0 else end
+        elif text[n] == "'":
+            n = text.index("'", n + 1) + 1
+            while text.startswith("'", n):  # '' inside a string
+                n = text.index("'", n + 1) + 1
+        elif text[n] == "$" and (tag := re.match(r"\$[A-Za-z_]*\$", text[n:])):
+            n = text.index(tag.group(), n + len(tag.group())) + len(tag.group())
+        elif text[n] == ";":
+            out.append(text[start:n])
+            start = n = n + 1
+        else:
+            n += 1
+    out.append(text[start:])
+    kept = [re.sub(r"^(\s*--[^\n]*\n)*", "", s).strip() for s in out]
+    return [s for s in kept if s]
 
 
-def store_policies() -> tuple:
-    """The m004_policies migration's statements: RLS on every table, the triggers, and the administrator's own policy."""
-    out = [*STORE_FUNCTIONS]
-    for table in STORE_TABLES:
-        if table == "links":  # made later, by m006_link_policies: this migration stays as it was first applied
-            continue
-        out += row_security(table)
-    # A read's policies cost next to nothing: what depends on the session alone is a sub-SELECT the server runs once
-    # a statement, and a row is seen through an index probe of the jobs the session sees, with no function call per
-    # row (a listing of 1,000 jobs as the administrator: 2.4 s with a function call a row, 0.52 s so, 0.51 s without RLS).
-    read = {t: f"EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = {t}.job_id)" for t in JOB_TABLES} | {
-        t: f"EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.thread_id = {t}.thread_id)" for t in THREAD_TABLES
-    }
-    read |= {
-        "jobs": "owner = session_user::text OR session_user::text = ANY (reviewers) OR (SELECT durable_job.is_kind('worker'))",
-        "roles": "true",
-        "_migrations": "true",
-        "checkpoint_migrations": "true",
-    }
-    runs_or_tends = "durable_job.runs(job_id) OR durable_job.tends(job_id)"
-    write = {
-        "jobs": "durable_job.is_kind('person')",
-        "job_locks": "durable_job.runs(job_id)",
-        "calls": runs_or_tends,
-        "call_events": runs_or_tends,
-        "drafts": "durable_job.tends(job_id)",
-        "outcomes": "durable_job.tends(job_id)",
-        "decisions": "durable_job.decides(job_id)",
-        "receipts": "durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id)",
-    }
-    thread_write = "durable_job.runs(durable_job.job_of(thread_id)) OR durable_job.decides(durable_job.job_of(thread_id))"
-    write |= dict.fromkeys(THREAD_TABLES, thread_write)
-    for table, rule in read.items():
-        out.append(f"CREATE POLICY reads ON durable_job.{table} FOR SELECT USING ({rule})")
-    for table, rule in write.items():
-        out.append(f"CREATE POLICY adds ON durable_job.{table} FOR INSERT WITH CHECK ({rule})")
-    # the UPDATEs history allows: a pending call's outcome (call_change checks what), LangGraph's own upserts of a
-    # checkpoint and of a task's writes, and the lock row a writer takes FOR UPDATE (history() refuses a real change)
-    changes = {
-        "calls": runs_or_tends,
-        "checkpoints": thread_write,
-        "checkpoint_writes": thread_write,
-        "job_locks": "durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id)",
-    }
-    for table, rule in changes.items():
-        out.append(f"CREATE POLICY changes ON durable_job.{table} FOR UPDATE USING ({rule}) WITH CHECK ({rule})")
-    out.append(f"CREATE POLICY removes ON durable_job.calls FOR DELETE USING ({runs_or_tends})")
-    out.append("CREATE TRIGGER stamp_job BEFORE INSERT ON durable_job.jobs FOR EACH ROW EXECUTE FUNCTION durable_job.stamp_job()")
-    for table in (*RECORDED_TABLES, "decisions", "receipts"):
-        out.append(f"CREATE TRIGGER stamp BEFORE INSERT ON durable_job.{table} FOR EACH ROW EXECUTE FUNCTION durable_job.stamp()")
-    history = (
-        "jobs",
-        "job_locks",
-        "call_events",
-        "drafts",
-        "outcomes",
-        "decisions",
-        "receipts",
-        "roles",
-        "checkpoints",
-        "checkpoint_blobs",
-    )
-    for table in history:
-        out.append(
-            f"CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.{table} FOR EACH ROW EXECUTE FUNCTION durable_job.history()"
-        )
-    out.append("CREATE TRIGGER history BEFORE DELETE ON durable_job.checkpoint_writes FOR EACH ROW EXECUTE FUNCTION durable_job.history()")
-    out.append(
-        "CREATE TRIGGER write_change BEFORE UPDATE ON durable_job.checkpoint_writes FOR EACH ROW EXECUTE FUNCTION durable_job.write_change()"
-    )
-    out.append(
-        "CREATE TRIGGER call_change BEFORE UPDATE OR DELETE ON durable_job.calls FOR EACH ROW EXECUTE FUNCTION durable_job.call_change()"
-    )
-    out.append(
-        "CREATE TRIGGER event_check BEFORE INSERT ON durable_job.call_events FOR EACH ROW EXECUTE FUNCTION durable_job.event_check()"
-    )
-    return tuple(out)
-
-
-# The chained history under the same rules: read as the job's other rows, added by whoever may act on the job, never
-# changed or removed but by the administrator.
-LINK_POLICIES = (
-    *row_security("links"),
-    "CREATE POLICY reads ON durable_job.links FOR SELECT USING (EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = links.job_id))",
-    "CREATE POLICY adds ON durable_job.links FOR INSERT WITH CHECK "
-    "(durable_job.runs(job_id) OR durable_job.tends(job_id) OR durable_job.decides(job_id))",
-    "CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.links FOR EACH ROW EXECUTE FUNCTION durable_job.history()",
-)
-
-# Every committed write to a job's rows notifies channel `durable_job` (a `serve` re-reads its open pages then).
-# A notification carries nothing (LISTEN checks no privilege): each page re-reads under its own person's policies.
-# One per statement, and PostgreSQL folds a transaction's notifications into one at its commit.
-NOTIFY_CHANNEL = "durable_job"
-NOTIFY_TABLES = ("jobs", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links", "checkpoints")
-NOTIFY_CHANGES = (
-    "CREATE FUNCTION durable_job.notify_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    f"PERFORM pg_notify('{NOTIFY_CHANNEL}', ''); RETURN NULL; END $$",
-    *(
-        f"CREATE TRIGGER notify_change AFTER INSERT OR UPDATE OR DELETE ON durable_job.{t} "
-        "FOR EACH STATEMENT EXECUTE FUNCTION durable_job.notify_change()"
-        for t in NOTIFY_TABLES
-    ),
-)
-
-# A finished job (its receipt written) is marked in its own row, by the database in the receipt's transaction, so
-# that a worker's claim reads the few unfinished jobs through a partial index instead of every job ever sealed.
-# The mark is the only change a jobs row ever takes: a trigger function the schema's owner runs (SECURITY
-# DEFINER) sets it once; no role may UPDATE jobs itself (no grant), and the history trigger refuses any other change.
-FINISHED_MARK = (
-    "ALTER TABLE durable_job.jobs ADD COLUMN finished_at timestamptz",
-    "UPDATE durable_job.jobs j SET finished_at = now() WHERE EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)",
-    "CREATE INDEX jobs_unfinished ON durable_job.jobs (created_utc, job_id) WHERE finished_at IS NULL",
-    "CREATE FUNCTION durable_job.job_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
-    "IF TG_OP = 'UPDATE' AND current_user = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'durable_job') "
-    "AND OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL "
-    "AND (to_jsonb(NEW) - 'finished_at') = (to_jsonb(OLD) - 'finished_at') THEN RETURN NEW; END IF; "
-    "RAISE EXCEPTION 'durable_job.jobs is history: its rows are written once and never changed or removed (% refused)', TG_OP "
-    "USING ERRCODE = 'insufficient_privilege'; END $$",
-    "DROP TRIGGER history ON durable_job.jobs",
-    "CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.jobs FOR EACH ROW EXECUTE FUNCTION durable_job.job_change()",
-    "CREATE FUNCTION durable_job.finish_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$ BEGIN "
-    "UPDATE durable_job.jobs SET finished_at = now() WHERE job_id = NEW.job_id AND finished_at IS NULL; RETURN NULL; END $$",
-    "REVOKE ALL ON FUNCTION durable_job.finish_job() FROM PUBLIC",
-    "CREATE POLICY finishes ON durable_job.jobs FOR UPDATE "
-    "USING (current_user = (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'durable_job'))",
-    "CREATE TRIGGER finish_job AFTER INSERT ON durable_job.receipts FOR EACH ROW EXECUTE FUNCTION durable_job.finish_job()",
-)
-
-# Retention, the administrator's alone (no role but the schema's owner may write these tables): `prune` keeps, per
-# job, what a reader needs once LangGraph's checkpoint history is gone (prunes); `delete` leaves a tombstone, which
-# keeps the jobId taken: the database refuses a jobs row under it, to every role (a SECURITY DEFINER trigger reads
-# the tombstones, which no other role sees).
-SCHEMA_OWNER = "(SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'durable_job')"
-RETENTION = (
-    "CREATE TABLE durable_job.prunes (job_id TEXT PRIMARY KEY REFERENCES durable_job.jobs, record_json TEXT NOT NULL, "
-    "marked_at timestamptz NOT NULL DEFAULT now())",
-    "CREATE TABLE durable_job.tombstones (job_id TEXT PRIMARY KEY, deleted_at timestamptz NOT NULL DEFAULT now(), "
-    "principal TEXT NOT NULL DEFAULT session_user, receipt_sha256 TEXT)",
-    *row_security("prunes"),
-    *row_security("tombstones"),
-    "CREATE POLICY reads ON durable_job.prunes FOR SELECT USING (EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = prunes.job_id))",
-    f"CREATE POLICY checks ON durable_job.tombstones FOR SELECT USING (current_user = {SCHEMA_OWNER})",
-    "CREATE FUNCTION durable_job.refuse_tombstoned() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$ "
-    "BEGIN IF EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = NEW.job_id) THEN RAISE EXCEPTION "
-    "'durable_job.jobs: jobId % was deleted and stays taken', NEW.job_id USING ERRCODE = 'unique_violation'; END IF; RETURN NEW; END $$",
-    "REVOKE ALL ON FUNCTION durable_job.refuse_tombstoned() FROM PUBLIC",
-    "CREATE FUNCTION durable_job.tombstoned(job text) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog "
-    "AS $$ SELECT EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = job) $$",
-    "CREATE TRIGGER tombstoned BEFORE INSERT ON durable_job.jobs FOR EACH ROW EXECUTE FUNCTION durable_job.refuse_tombstoned()",
-    # the roles granted before these tables existed read a pruned job's record as any other row of theirs
-    "DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP "
-    "EXECUTE format('GRANT SELECT ON durable_job.prunes TO %I', r.role); END LOOP; END $$",
-)
-
-# Note to maintainers: a function's body is parsed when it runs, with the CALLER's search_path, and a session's
-# temporary schema is searched first unless named: a granted role that made `CREATE TEMP TABLE pg_namespace` was
-# the administrator to every function that read the catalog unqualified (issue 30). Every function of the store
-# therefore runs with a fixed search_path (pg_catalog, then pg_temp last, where no caller can put anything first)
-# and names what it reads schema-qualified; tests/test_hostile.py reads the catalog for any that does not. A policy's
-# expression is parsed once, at CREATE POLICY, so its names are bound then. Trigger functions may be run by no one
-# directly: EXECUTE revoked from PUBLIC (a trigger runs whatever the writer's rights to call it).
-FIXED_PATH = "SET search_path = pg_catalog, pg_temp"
-SAFE_FUNCTIONS = (
-    "CREATE OR REPLACE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
-    "SELECT session_user = pg_catalog.pg_get_userbyid(n.nspowner) "
-    "OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) "
-    "FROM pg_catalog.pg_namespace n WHERE n.nspname = 'durable_job' $$",
-    "CREATE OR REPLACE FUNCTION durable_job.is_kind(k text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.roles r WHERE r.role = session_user::text AND r.kind = k) $$",
-    "CREATE OR REPLACE FUNCTION durable_job.runs(job text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = job "
-    "AND (j.owner = session_user::text OR durable_job.is_kind('worker'))) $$",
-    "CREATE OR REPLACE FUNCTION durable_job.tends(job text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = job AND durable_job.is_kind('person') "
-    "AND (j.owner = session_user::text OR session_user::text = ANY (j.reviewers))) $$",
-    "CREATE OR REPLACE FUNCTION durable_job.decides(job text) RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
-    "SELECT EXISTS (SELECT 1 FROM durable_job.jobs j WHERE j.job_id = job AND durable_job.is_kind('person') AND CASE "
-    "WHEN pg_catalog.cardinality(j.reviewers) > 0 THEN session_user::text = ANY (j.reviewers) AND j.owner <> session_user::text "
-    "ELSE j.owner = session_user::text END) $$",
-    "CREATE OR REPLACE FUNCTION durable_job.job_of(thread text) RETURNS text LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "
-    "SELECT j.job_id FROM durable_job.jobs j WHERE j.thread_id = thread $$",
-    "CREATE OR REPLACE FUNCTION durable_job.stamp() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF NOT durable_job.is_admin() THEN NEW.principal := session_user; NEW.recorded_at := pg_catalog.now(); END IF; RETURN NEW; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.stamp_job() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF NOT durable_job.is_admin() THEN NEW.owner := session_user; NEW.sealed_at := pg_catalog.now(); END IF; RETURN NEW; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.history() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
-    "RAISE EXCEPTION 'durable_job.% is history: its rows are written once and never changed or removed (% refused)', TG_TABLE_NAME, TG_OP "
-    "USING ERRCODE = 'insufficient_privilege'; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.call_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
-    "IF OLD.status <> 'pending' THEN RAISE EXCEPTION 'durable_job.calls: call % is %, and only a pending call changes', "
-    "OLD.operation_key, OLD.status USING ERRCODE = 'insufficient_privilege'; END IF; "
-    "IF TG_OP = 'DELETE' THEN "
-    "IF NOT EXISTS (SELECT 1 FROM durable_job.call_events n WHERE n.job_id = OLD.job_id AND n.operation_key = OLD.operation_key "
-    "AND n.event = 'not-sent' AND n.id > (SELECT pg_catalog.max(d.id) FROM durable_job.call_events d WHERE d.job_id = OLD.job_id "
-    "AND d.operation_key = OLD.operation_key AND d.event = 'dispatch')) THEN RAISE EXCEPTION "
-    "'durable_job.calls: call % may be removed only beside its not-sent event', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; "
-    "END IF; RETURN OLD; END IF; "
-    "IF (NEW.job_id, NEW.operation_key, NEW.base_key, NEW.attempt, NEW.item_id, NEW.input_sha256, NEW.created_utc, NEW.principal, "
-    "NEW.recorded_at) IS DISTINCT FROM (OLD.job_id, OLD.operation_key, OLD.base_key, OLD.attempt, OLD.item_id, OLD.input_sha256, "
-    "OLD.created_utc, OLD.principal, OLD.recorded_at) OR NEW.status NOT IN ('pending', 'completed', 'abandoned', 'rejected') THEN "
-    "RAISE EXCEPTION 'durable_job.calls: call % may change only its outcome', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; "
-    "IF NEW.reconciliation_json IS DISTINCT FROM OLD.reconciliation_json AND NEW.status IN ('completed', 'abandoned') "
-    "AND NOT durable_job.tends(NEW.job_id) THEN RAISE EXCEPTION 'durable_job.calls: only the job''s owner or a reviewer reconciles "
-    "call %', OLD.operation_key USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.write_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF durable_job.is_admin() OR (OLD.channel IN ('__error__', '__scheduled__', '__interrupt__', '__resume__') "
-    "AND NEW.channel = OLD.channel AND (NEW.thread_id, NEW.checkpoint_ns, NEW.checkpoint_id, NEW.task_id, NEW.idx, NEW.task_path) "
-    "IS NOT DISTINCT FROM (OLD.thread_id, OLD.checkpoint_ns, OLD.checkpoint_id, OLD.task_id, OLD.idx, OLD.task_path)) THEN RETURN NEW; END IF; "
-    "RAISE EXCEPTION 'durable_job.checkpoint_writes is history: only a task''s own error, interrupt or resume write is replaced' "
-    "USING ERRCODE = 'insufficient_privilege'; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.event_check() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF NEW.event IN ('reconciled', 'retry') AND NOT durable_job.is_admin() AND NOT durable_job.tends(NEW.job_id) THEN "
-    "RAISE EXCEPTION 'durable_job.call_events: only the job''s owner or a reviewer may %', NEW.event "
-    "USING ERRCODE = 'insufficient_privilege'; END IF; RETURN NEW; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.notify_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    f"PERFORM pg_catalog.pg_notify('{NOTIFY_CHANNEL}', ''); RETURN NULL; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.job_change() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ BEGIN "
-    "IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; "
-    "IF TG_OP = 'UPDATE' AND current_user = (SELECT pg_catalog.pg_get_userbyid(n.nspowner) FROM pg_catalog.pg_namespace n "
-    "WHERE n.nspname = 'durable_job') AND OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL "
-    "AND (pg_catalog.to_jsonb(NEW) - 'finished_at') = (pg_catalog.to_jsonb(OLD) - 'finished_at') THEN RETURN NEW; END IF; "
-    "RAISE EXCEPTION 'durable_job.jobs is history: its rows are written once and never changed or removed (% refused)', TG_OP "
-    "USING ERRCODE = 'insufficient_privilege'; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.finish_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER " + FIXED_PATH + " AS $$ BEGIN "
-    "UPDATE durable_job.jobs SET finished_at = pg_catalog.now() WHERE job_id = NEW.job_id AND finished_at IS NULL; RETURN NULL; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.refuse_tombstoned() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER " + FIXED_PATH + " AS $$ "
-    "BEGIN IF EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = NEW.job_id) THEN RAISE EXCEPTION "
-    "'durable_job.jobs: jobId % was deleted and stays taken', NEW.job_id USING ERRCODE = 'unique_violation'; END IF; RETURN NEW; END $$",
-    "CREATE OR REPLACE FUNCTION durable_job.tombstoned(job text) RETURNS boolean LANGUAGE sql STABLE SECURITY DEFINER " + FIXED_PATH + " "
-    "AS $$ SELECT EXISTS (SELECT 1 FROM durable_job.tombstones t WHERE t.job_id = job) $$",
-)
-
-# A finished job (its receipt written) takes nothing more into its history but from the administrator: a worker or an
-# owner that appended a row to a decided job's journal or chain made its `verify` fail for good. The one act after a
-# receipt is a cancelled job's owner or reviewer settling a call left pending (reconcile: the call's row, its event,
-# their links), as before. A trigger, not a policy: it must see the job's finish, which a policy of the writer's
-# table cannot name without a second lookup a row.
-AFTER_FINISH = (
-    "CREATE FUNCTION durable_job.refuse_finished() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ "
-    "DECLARE job text; ended timestamptz; settling boolean := false; BEGIN "
-    "IF durable_job.is_admin() THEN RETURN NEW; END IF; "
-    "IF TG_TABLE_NAME IN ('checkpoints', 'checkpoint_blobs', 'checkpoint_writes') THEN "
-    "SELECT j.job_id, j.finished_at INTO job, ended FROM durable_job.jobs j WHERE j.thread_id = NEW.thread_id; "
-    "ELSE SELECT j.job_id, j.finished_at INTO job, ended FROM durable_job.jobs j WHERE j.job_id = NEW.job_id; END IF; "
-    "IF ended IS NULL THEN RETURN NEW; END IF; "
-    "IF EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = job AND o.kind = 'cancel') AND durable_job.tends(job) THEN "
-    "IF TG_TABLE_NAME = 'calls' THEN settling := TG_OP = 'UPDATE' AND NEW.reconciliation_json IS DISTINCT FROM OLD.reconciliation_json; "
-    "ELSIF TG_TABLE_NAME = 'call_events' THEN settling := NEW.event = 'reconciled'; "
-    "ELSIF TG_TABLE_NAME = 'links' THEN settling := NEW.tbl IN ('calls', 'call_events'); END IF; END IF; "
-    "IF settling THEN RETURN NEW; END IF; "
-    "RAISE EXCEPTION 'durable_job.%: job % is finished (its receipt was written at %): its history takes nothing more', "
-    "TG_TABLE_NAME, job, ended USING ERRCODE = 'insufficient_privilege'; END $$",
-    *(
-        f"CREATE TRIGGER refuse_finished BEFORE INSERT ON durable_job.{t} FOR EACH ROW EXECUTE FUNCTION durable_job.refuse_finished()"
-        for t in ("call_events", "drafts", "outcomes", "decisions", "links", "checkpoint_blobs")
-    ),
-    *(
-        f"CREATE TRIGGER refuse_finished BEFORE INSERT OR UPDATE ON durable_job.{t} FOR EACH ROW EXECUTE FUNCTION durable_job.refuse_finished()"
-        for t in ("calls", "checkpoints", "checkpoint_writes")
-    ),
-)
-
-# A receipt is the last act of a decided or cancelled job, written once, and says what the journal says: the job's
-# own id and program, the decision row's decision and principal (or the cancel's), and, for a chained job, the chain
-# head just under its own link, the newest. A receipt copied from another job, or planted before anyone decided,
-# is refused (it would have shown the job decided and kept workers off it).
-RECEIPT_CHECK = (
-    "CREATE FUNCTION durable_job.receipt_check() RETURNS trigger LANGUAGE plpgsql " + FIXED_PATH + " AS $$ "
-    "DECLARE r jsonb; j record; d record; c record; l record; BEGIN "
-    "IF durable_job.is_admin() THEN RETURN NEW; END IF; "
-    "SELECT x.record_json, x.finished_at INTO j FROM durable_job.jobs x WHERE x.job_id = NEW.job_id; "
-    "IF NOT FOUND THEN RETURN NEW; END IF; "  # a job the writer may not see: the policy refuses the row
-    "BEGIN r := NEW.receipt_json::jsonb; EXCEPTION WHEN others THEN r := NULL; END; "
-    "IF r IS NULL OR pg_catalog.jsonb_typeof(r) <> 'object' THEN RAISE EXCEPTION 'durable_job.receipts: the receipt of job % is not a "
-    "JSON object', NEW.job_id USING ERRCODE = 'check_violation'; END IF; "
-    "IF j.finished_at IS NOT NULL THEN RAISE EXCEPTION 'durable_job.receipts: job % already has its receipt', NEW.job_id "
-    "USING ERRCODE = 'unique_violation'; END IF; "
-    "IF r ->> 'jobId' IS DISTINCT FROM NEW.job_id OR r ->> 'codeSha256' IS DISTINCT FROM (j.record_json::jsonb ->> 'codeSha256') THEN "
-    "RAISE EXCEPTION 'durable_job.receipts: the receipt names job % of program %, not job % of the program that sealed it', "
-    "r ->> 'jobId', r ->> 'codeSha256', NEW.job_id USING ERRCODE = 'check_violation'; END IF; "
-    "SELECT o.principal INTO c FROM durable_job.outcomes o WHERE o.job_id = NEW.job_id AND o.kind = 'cancel'; "
-    "IF FOUND THEN "
-    "IF r ->> 'outcome' IS DISTINCT FROM 'cancelled' OR r -> 'cancel' ->> 'principal' IS DISTINCT FROM c.principal THEN "
-    "RAISE EXCEPTION 'durable_job.receipts: job % was cancelled by %, and the receipt says otherwise', NEW.job_id, c.principal "
-    "USING ERRCODE = 'check_violation'; END IF; "
-    "ELSE SELECT x.decision, x.principal INTO d FROM durable_job.decisions x WHERE x.job_id = NEW.job_id AND x.kind = 'decision'; "
-    "IF NOT FOUND THEN RAISE EXCEPTION 'durable_job.receipts: job % has no decision or cancel recorded: no receipt yet', NEW.job_id "
-    "USING ERRCODE = 'check_violation'; END IF; "
-    "IF r ->> 'outcome' IS DISTINCT FROM 'decided' OR r ->> 'decision' IS DISTINCT FROM d.decision "
-    "OR r -> 'final' ->> 'decision' IS DISTINCT FROM d.decision OR r ->> 'principal' IS DISTINCT FROM d.principal "
-    "OR r -> 'final' ->> 'principal' IS DISTINCT FROM d.principal THEN "
-    "RAISE EXCEPTION 'durable_job.receipts: job % was decided % by %, and the receipt says otherwise', NEW.job_id, d.decision, "
-    "d.principal USING ERRCODE = 'check_violation'; END IF; END IF; "
-    "SELECT k.seq, k.act, k.prev_sha256 INTO l FROM durable_job.links k WHERE k.job_id = NEW.job_id ORDER BY k.seq DESC LIMIT 1; "
-    "IF FOUND AND (l.act <> 'receipt' OR r -> 'chainHead' ->> 'seq' IS DISTINCT FROM (l.seq - 1)::text "
-    "OR r -> 'chainHead' ->> 'sha256' IS DISTINCT FROM l.prev_sha256) THEN "
-    "RAISE EXCEPTION 'durable_job.receipts: the receipt of job % does not bind its history: its own link must be the newest', "
-    "NEW.job_id USING ERRCODE = 'check_violation'; END IF; "
-    "RETURN NEW; END $$",
-    "CREATE TRIGGER receipt_check BEFORE INSERT ON durable_job.receipts FOR EACH ROW EXECUTE FUNCTION durable_job.receipt_check()",
-)
-
-HARDENING = (
-    *SAFE_FUNCTIONS,
-    *AFTER_FINISH,
-    *RECEIPT_CHECK,
-    *(
-        f"REVOKE ALL ON FUNCTION durable_job.{f}() FROM PUBLIC"
-        for f in (
-            "stamp",
-            "stamp_job",
-            "history",
-            "call_change",
-            "write_change",
-            "event_check",
-            "notify_change",
-            "job_change",
-            "refuse_finished",
-            "receipt_check",
-        )
-    ),
-    "REVOKE ALL ON FUNCTION durable_job.tombstoned(text) FROM PUBLIC",
-    "DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP "
-    "EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO %I', r.role); END LOOP; END $$",
-)
-
-# Applied once LangGraph's tables exist (PostgresSaver.setup() makes them, after PG_MIGRATIONS).
-PG_SETUP_MIGRATIONS = [
-    ("m004_policies", store_policies()),
-    ("m006_link_policies", LINK_POLICIES),
-    ("m007_notify", NOTIFY_CHANGES),
-    ("m008_finished_mark", FINISHED_MARK),
-    ("m009_retention", RETENTION),
-    # `jobs` pages in creation order: an index in that order, so a page reads its rows, not a sort of every job
-    ("m010_creation_order", ("CREATE INDEX jobs_by_creation ON durable_job.jobs (created_utc, job_id)",)),
-    # every function with a fixed search_path; a finished job's history closed; a receipt only as the journal says (issue 30)
-    ("m011_hostile_roles", HARDENING),
-]
+def store_migrations(names: tuple) -> list:
+    """(name, statements) of each named migration file, for apply_migrations."""
+    found = []
+    for name in names:
+        with open(os.path.join(STORE_MIGRATIONS_DIR, f"{name}.sql"), encoding="utf-8") as fh:
+            found.append((name, tuple(sql_statements(fh.read()))))
+    return found
 
 
 class Dialect:
@@ -4467,7 +4042,7 @@ class PgStore(Store):
 
     def ready(self, db: PgJournal) -> bool:
         done, highest = self.schema_state(db)
-        names = {name for name, _ in PG_MIGRATIONS + PG_SETUP_MIGRATIONS}
+        names = set(PG_MIGRATIONS + PG_SETUP_MIGRATIONS)
         return done >= names and highest is not None and highest >= CHECKPOINT_MIGRATION
 
     def ensure_schema(self, journal: PgJournal) -> None:
@@ -4882,7 +4457,7 @@ def migrate_store(store: PgStore, conn) -> dict:
             done, highest = store.schema_state(db)
             return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
         refuse_while_held(store, db)
-        apply_migrations(db, PG_MIGRATIONS, "durable_job._migrations")
+        apply_migrations(db, store_migrations(PG_MIGRATIONS), "durable_job._migrations")
         from langgraph.checkpoint.postgres import PostgresSaver
 
         try:
@@ -4890,7 +4465,7 @@ def migrate_store(store: PgStore, conn) -> dict:
                 PostgresSaver(cp).setup()
         except psycopg.Error as exc:
             raise refused(exc) from None
-        apply_migrations(db, PG_SETUP_MIGRATIONS, "durable_job._migrations")
+        apply_migrations(db, store_migrations(PG_SETUP_MIGRATIONS), "durable_job._migrations")
         done, highest = store.schema_state(db)
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
 

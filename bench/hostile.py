@@ -79,7 +79,8 @@ def main() -> int:
         alice, admin, worker = role_url(store, "alice"), role_url(store, "durable"), role_url(store, "worker")
         one_finished_five_runnable(folder, alice)
         copy_job(admin, "finished", 1, JOBS - 1)
-        before, after = definitions(dj.STORE_FUNCTIONS, True), definitions(dj.SAFE_FUNCTIONS, False)
+        (_, m004), (_, m011) = dj.store_migrations(("m004_policies", "m011_hostile_roles"))
+        before, after = definitions(m004, True), definitions(m011, False)
         assert len(before) == len(after) == len(POLICY_HELPERS), (len(before), len(after))
         seen: dict = {"before": [], "after": []}
         for _ in range(ROUNDS):

@@ -9,6 +9,7 @@ are the ones an independent mutation run found surviving the suite (issue 25); k
 from dataclasses import dataclass, field
 
 G = "tests/test_guarantees.py"
+M011 = "durable_job_team/migrations/m011_hostile_roles.sql"  # a migration mutated: what a buggy release would have shipped
 
 
 @dataclass
@@ -426,9 +427,12 @@ MUTANTS = [
     Mutant(
         "jobs-visible-to-every-role",
         "who may: a role sees only the jobs it owns, reviews or runs as a worker",
-        '"jobs": "owner = session_user::text OR session_user::text = ANY (reviewers) OR (SELECT durable_job.is_kind(\'worker\'))",',
-        '"jobs": "owner = session_user::text OR session_user::text = ANY (reviewers) OR (SELECT durable_job.is_kind(\'person\'))",',
+        "CREATE POLICY reads ON durable_job.jobs FOR SELECT USING (owner = session_user::text OR session_user::text = ANY (reviewers) "
+        "OR (SELECT durable_job.is_kind('worker')));",
+        "CREATE POLICY reads ON durable_job.jobs FOR SELECT USING (owner = session_user::text OR session_user::text = ANY (reviewers) "
+        "OR (SELECT durable_job.is_kind('person')));",
         ["tests/test_identity.py::test_carol_sees_nothing_of_alices_job_through_the_cli_or_sql"],
+        path="durable_job_team/migrations/m004_policies.sql",
     ),
     Mutant(
         "signature-checked-now",
@@ -599,33 +603,32 @@ MUTANTS = [
     Mutant(
         "is-admin-search-path-removed",
         "store: no granted role becomes the administrator by shadowing the catalog",
-        '"CREATE OR REPLACE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE " + FIXED_PATH + " AS $$ "\n'
-        '    "SELECT session_user = pg_catalog.pg_get_userbyid(n.nspowner) "\n'
-        '    "OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) "\n'
-        '    "FROM pg_catalog.pg_namespace n WHERE',
-        '"CREATE OR REPLACE FUNCTION durable_job.is_admin() RETURNS boolean LANGUAGE sql STABLE AS $$ "\n'
-        '    "SELECT session_user = pg_get_userbyid(n.nspowner) "\n'
-        '    "OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) "\n'
-        '    "FROM pg_namespace n WHERE',
+        "LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT session_user = pg_catalog.pg_get_userbyid(n.nspowner) "
+        "OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) FROM pg_catalog.pg_namespace n WHERE",
+        "LANGUAGE sql STABLE AS $$ SELECT session_user = pg_get_userbyid(n.nspowner) "
+        "OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) FROM pg_namespace n WHERE",
         [
             "tests/test_hostile.py::test_every_function_of_the_store_has_a_fixed_search_path_and_no_trigger_is_anyones_to_call",
             "tests/test_hostile.py::test_shadowing_the_catalog_makes_no_role_the_administrator",
         ],
+        path=M011,
     ),
     Mutant(
         "receipt-before-any-decision",
         "store: a receipt is the last act of a decided or cancelled job",
-        "    \"IF NOT FOUND THEN RAISE EXCEPTION 'durable_job.receipts: job % has no decision or cancel recorded: no receipt yet', NEW.job_id \"\n"
-        "    \"USING ERRCODE = 'check_violation'; END IF; \"\n",
-        '    "IF NOT FOUND THEN RETURN NEW; END IF; "\n',
+        "IF NOT FOUND THEN RAISE EXCEPTION 'durable_job.receipts: job % has no decision or cancel recorded: no receipt yet', NEW.job_id "
+        "USING ERRCODE = 'check_violation'; END IF; ",
+        "IF NOT FOUND THEN RETURN NEW; END IF; ",
         ["tests/test_hostile.py::test_a_receipt_copied_from_another_job_or_planted_before_a_decision_is_refused"],
+        path=M011,
     ),
     Mutant(
         "finished-history-open",
         "store: a finished job's history takes nothing more but from the administrator",
-        '    "IF ended IS NULL THEN RETURN NEW; END IF; "\n',
-        '    "IF true THEN RETURN NEW; END IF; "\n',
+        "IF ended IS NULL THEN RETURN NEW; END IF; ",
+        "IF true THEN RETURN NEW; END IF; ",
         ["tests/test_hostile.py::test_a_finished_jobs_history_takes_nothing_more_from_any_role_and_still_verifies"],
+        path=M011,
     ),
     Mutant(
         "migrate-advisory-lock",

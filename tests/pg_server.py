@@ -188,9 +188,12 @@ class PgServer:
 
     def start_again(self) -> None:
         """After stop(): the same server up again on its port (a database that went away and came back)."""
-        proc = self._run([pg_bin("pg_ctl"), "-w", "-D", self.data, "-l", self.log, "-o", self.opts, "start"])
-        if proc.returncode != 0:
-            raise RuntimeError(f"PostgreSQL did not start again: {proc.stderr.strip()[-300:]}")
+        for attempt in range(5):  # an immediate stop's last backends may still hold the port a moment on a loaded machine
+            proc = self._run([pg_bin("pg_ctl"), "-w", "-D", self.data, "-l", self.log, "-o", self.opts, "start"])
+            if proc.returncode == 0:
+                return
+            time.sleep(1 + attempt)
+        raise RuntimeError(f"PostgreSQL did not start again: {proc.stderr.strip()[-300:]}")
 
 
 if __name__ == "__main__":  # a server for a person to try: python tests/pg_server.py FOLDER

@@ -1,6 +1,7 @@
 """The house (issue 31): durable_job.py reads top to bottom in numbered sections, each using only what stands above it."""
 
 import ast
+import hashlib
 import os
 import re
 import symtable
@@ -81,3 +82,57 @@ def test_the_check_finds_a_use_from_below():
     planted = source[:second] + "\n\ndef probe():\n    return main()\n\n\nPROBE = verify\n" + source[second:]
     assert [(s, where, name) for s, where, name, _ in uses_from_below(planted)] == [(1, "<module>", "verify"), (1, "probe", "main")]
     assert os.path.basename(PROGRAM) == "durable_job.py"
+
+
+# The store's migrations as released: a changed file would change the schema of every store set up after it, while the
+# stores set up before keep the old one under the same name. A change is a new migration, named in durable_job.py.
+RELEASED_MIGRATIONS = {
+    "m001_jobs": "42024ecc62e8a0489a59c94994f4c731a24c06d7ed53b90781435d02a5ea2b10",
+    "m002_journal": "e4adfe08b9bf920c5193cdff0c6c3726b9d68cf8e98dab96687967b9e83d9229",
+    "m003_identity": "5e4d828e266be06665b6427f3f5ed5fd6a1692978e2058a1e02fc8c9d5f9386f",
+    "m004_policies": "5ea07a5b4a83235a84c69c961928146a11f76dcda9afa3aebf9efea9e07c7c0b",
+    "m005_links": "a401a071c8cccb19905a1ec9d0e70307afcb63228ed9b8e80898ea8217bcc50e",
+    "m006_link_policies": "d8d17224907ec05e28d4bc02cac019293e1626d164a4ec66dd098f1a6773d0e4",
+    "m007_notify": "019b0cdece2764044492c8d15fc2a1508ed0e10eba77a23309ac21d397af3705",
+    "m008_finished_mark": "57d1dac35c33ca423805ad12d8c9cc53627e7427bae496dff038fd349eb239b3",
+    "m009_retention": "a4ae1db6b95062a9a43340d3de1362a590f2f7b77d48bd7bb6d7203fc004c90d",
+    "m010_creation_order": "2fd2d2d0b800ee08d62bd50487d50933bcd40761ac3d868ebd128a618c4e3a78",
+    "m011_hostile_roles": "7c15cfefb84c634fdfa5008a7b3d2f7e937b8efc8ee4687e09d6f77cea1bd4fd",
+}
+
+
+def test_the_stores_released_migrations_never_change_and_no_python_file_holds_its_sql():
+    import durable_job as dj
+
+    folder = dj.STORE_MIGRATIONS_DIR
+    on_disk = sorted(name.removesuffix(".sql") for name in os.listdir(folder) if name.endswith(".sql"))
+    assert on_disk == sorted(dj.PG_MIGRATIONS + dj.PG_SETUP_MIGRATIONS), "every migration file is applied, and every applied one is a file"
+    for name, digest in RELEASED_MIGRATIONS.items():
+        with open(os.path.join(folder, f"{name}.sql"), "rb") as fh:
+            assert hashlib.sha256(fh.read()).hexdigest() == digest, f"{name}.sql was released: write a new migration instead"
+    for name, statements in dj.store_migrations(dj.PG_MIGRATIONS + dj.PG_SETUP_MIGRATIONS):
+        assert statements and all(s and not s.endswith(";") for s in statements), name
+    root = os.path.dirname(PROGRAM)
+    sources = [PROGRAM] + [
+        os.path.join(root, "durable_job_team", f) for f in os.listdir(os.path.join(root, "durable_job_team")) if f.endswith(".py")
+    ]
+    for path in sources:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        for sql in ("CREATE FUNCTION durable_job.", "CREATE OR REPLACE FUNCTION durable_job.", "CREATE POLICY", "CREATE TRIGGER"):
+            assert sql not in text, f"{os.path.basename(path)} holds the store's SQL ({sql}): it belongs in a migration file"
+
+
+def test_a_migration_file_is_split_into_statements_as_postgresql_reads_it():
+    import durable_job as dj
+
+    text = (
+        "-- m999: a note; with a semicolon\n\nCREATE TABLE t (a text DEFAULT 'x;''y');\n\n"
+        "CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1; END $$;\n"
+        "-- a comment ; between\nDO $body$ BEGIN PERFORM 1; END $body$"
+    )
+    assert dj.sql_statements(text) == [
+        "CREATE TABLE t (a text DEFAULT 'x;''y')",
+        "CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1; END $$",
+        "DO $body$ BEGIN PERFORM 1; END $body$",
+    ]

@@ -485,10 +485,10 @@ def test_the_page_is_told_of_a_cli_decision_and_of_the_database_going_away(tmp_p
     wait_for(lambda: seen, timeout=20)
     assert seen[0][1]["status"] == "Awaiting review: draft 1"
     bob_url = as_role(ws.store, "bob")
-    decided_at = time.monotonic()
     ws.run(
         "decide", "--decision", "hold", "--reviewer", "Bob", "--reason", "later", "--store", bob_url, "--job", "journey", state=False
     ).ok()
+    decided_at = time.monotonic()  # the decision committed (the CLI's own start-up is not the page's delay)
 
     def next_event(after: int, predicate, timeout=20):
         wait_for(lambda: any(predicate(e) for _, e in seen[after:]), timeout=timeout)
