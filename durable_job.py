@@ -2523,9 +2523,41 @@ def chained(job: Job) -> bool:
     return job.get("chain") == CHAIN
 
 
-def chain_record(row: dict) -> dict:
-    """A row as its link binds it: every column the program writes, each as text (both backends read alike)."""
-    return {k: None if v is None else str(v) for k, v in sorted(row.items()) if k not in UNCHAINED_COLUMNS}
+# The columns a link binds, declared once a table: a column a later migration adds is chained only by naming it here
+# (on purpose, with a new CHAIN version, since older links do not hold it) or not at all, never by accident. Each is
+# every column the program writes; the others (UNCHAINED_COLUMNS) are a row's place and the server's clock.
+CHAIN_COLUMNS = {
+    "calls": (
+        "operation_key",
+        "base_key",
+        "attempt",
+        "item_id",
+        "input_sha256",
+        "status",
+        "output_text",
+        "response_id",
+        "request_id",
+        "usage_json",
+        "created_utc",
+        "updated_utc",
+        "reconciliation_json",
+        "principal",
+    ),
+    "call_events": ("operation_key", "event", "detail_json", "at_utc", "principal"),
+    "drafts": ("version", "item_id", "results_json", "results_sha256", "reviewer", "reason", "change_json", "created_utc", "principal"),
+    "outcomes": ("kind", "record_json", "created_utc", "principal"),
+    "decisions": ("kind", "decision", "reviewer", "reason", "record_json", "created_utc", "principal"),
+}
+
+
+def chain_record(table: str, row: dict) -> dict:
+    """A row of `table` as its link binds it: its chained columns, each as text (both backends read alike)."""
+    return {c: None if row[c] is None else str(row[c]) for c in sorted(CHAIN_COLUMNS[table])}
+
+
+def chained_columns(table: str) -> str:
+    """The SELECT list that reads what chain_record binds (and the row's key, which is one of them)."""
+    return ", ".join(CHAIN_COLUMNS[table])
 
 
 def link_digest(seq: int, prev: str, act: str, table: str, key: str, record) -> str:
@@ -2568,10 +2600,10 @@ def link_row(journal: Journal, act: str, table: str, key) -> None:
     if not journal.chained:
         return
     if table == "call_events":
-        row = journal.row("SELECT * FROM {call_events}{where} ORDER BY id DESC LIMIT 1")
+        row = journal.row(f"SELECT {chained_columns(table)} FROM {{call_events}}{{where}} ORDER BY id DESC LIMIT 1")
     else:
-        row = journal.row(f"SELECT * FROM {{{table}}} WHERE {{scope}}{JOURNAL_KEYS[table]} = {{p.key}}", key=key)
-    append_link(journal, act, table, str(key), None if row is None else chain_record(row))
+        row = journal.row(f"SELECT {chained_columns(table)} FROM {{{table}}} WHERE {{scope}}{JOURNAL_KEYS[table]} = {{p.key}}", key=key)
+    append_link(journal, act, table, str(key), None if row is None else chain_record(table, row))
 
 
 def link_result(journal: Journal, result: dict) -> None:
@@ -6357,7 +6389,7 @@ def chain_invariants(snap: Snapshot) -> str:
     journal = cast(Journal, snap.journal)
     for table in CHAINED_TABLES:
         key = JOURNAL_KEYS[table]
-        rows = {str(r[key]): chain_record(r) for r in journal.rows(f"SELECT * FROM {{{table}}}{{where}}")}
+        rows = {str(r[key]): chain_record(table, r) for r in journal.rows(f"SELECT {chained_columns(table)} FROM {{{table}}}{{where}}")}
         for row_key in sorted(set(rows) | {k for k, kept in replayed[table].items() if kept["record"] is not None}):
             found = replayed[table].get(row_key)
             if found is None:
@@ -6369,7 +6401,10 @@ def chain_invariants(snap: Snapshot) -> str:
                 raise SealError(
                     f"{table} row {clip(row_key, 40)} does not fit links row {found['seq']} ({found['act']}): {', '.join(differs)} changed"
                 )
-    event_rows = [chain_record(r) for r in journal.rows("SELECT * FROM {call_events}{where} ORDER BY id")]
+    event_rows = [
+        chain_record("call_events", r)
+        for r in journal.rows(f"SELECT {chained_columns('call_events')} FROM {{call_events}}{{where}} ORDER BY id")
+    ]
     for n, (row, event) in enumerate(itertools.zip_longest(event_rows, events), 1):
         if event is None:
             raise SealError(

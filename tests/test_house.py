@@ -136,3 +136,41 @@ def test_a_migration_file_is_split_into_statements_as_postgresql_reads_it():
         "CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1; END $$",
         "DO $body$ BEGIN PERFORM 1; END $body$",
     ]
+
+
+def test_every_column_of_a_chained_table_is_chained_or_declared_not_on_both_backends(tmp_path, store_url):
+    """A new column is chained on purpose (named in CHAIN_COLUMNS) or declared a row's place or the server's clock
+    (UNCHAINED_COLUMNS): a migration that adds one without deciding fails here, not in a later verify."""
+    import psycopg
+
+    import durable_job as dj
+    from conftest import admin_url
+
+    conn = dj.ledger(str(tmp_path / "effects.sqlite"))
+    try:
+        sqlite_columns = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in dj.CHAIN_COLUMNS}
+    finally:
+        conn.close()
+    with psycopg.connect(admin_url(store_url)) as pg:
+        store_columns = {
+            t: {
+                r[0]
+                for r in pg.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = 'durable_job' AND table_name = %s", (t,)
+                )
+            }
+            for t in dj.CHAIN_COLUMNS
+        }
+    for table, chained in dj.CHAIN_COLUMNS.items():
+        for backend, columns in (("state directory", sqlite_columns[table]), ("store", store_columns[table])):
+            assert set(chained) <= columns, (backend, table, set(chained) - columns)
+            assert columns - set(chained) <= dj.UNCHAINED_COLUMNS, (
+                f"{backend} {table}: {columns - set(chained)} neither chained nor declared"
+            )
+
+
+def test_a_link_binds_only_its_tables_named_columns():
+    import durable_job as dj
+
+    row = {c: n for n, c in enumerate(dj.CHAIN_COLUMNS["outcomes"])} | {"job_id": "j", "recorded_at": "now", "added_later": "x"}
+    assert dj.chain_record("outcomes", row) == {c: str(n) for n, c in enumerate(dj.CHAIN_COLUMNS["outcomes"])}
