@@ -4292,8 +4292,14 @@ class PgStore(Store):
     # -- the sealed job record -------------------------------------------------
 
     def load_row(self, db: PgJournal | None = None) -> dict | None:
+        """The job's row, or None in a store without it, or without the jobs table as this program reads it: a first
+        set-up under way elsewhere adds the table (m001) and its owner and reviewers (m003) in two transactions."""
         db = db or self.db()
-        if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
+        made = db.rows(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('durable_job.jobs') "
+            "AND attname = 'reviewers' AND NOT attisdropped) AS made"
+        )[0]["made"]
+        if not made:
             return None
         return db.row(
             "SELECT record_json, manifest, manifest_sha256, owner, array_to_json(reviewers) AS reviewers, session_user AS me, "

@@ -130,6 +130,26 @@ def test_a_role_without_create_is_told_to_migrate_and_works_after_it(empty_store
     assert w.run("verify").ok()["ok"] is True
 
 
+def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty_store, pg_server, tmp_path):
+    """A first set-up adds the jobs table (m001) and its owner and reviewers (m003) in two transactions: a start
+    whose first read falls between them finds no job there (it does not read columns not made yet), then sets
+    the rest up under the migration lock and seals its job. The store is left as if between the two."""
+    import durable_job as dj
+
+    db = empty_store.rsplit("/", 1)[1]
+    pg_server.sql(
+        "durable",
+        "CREATE SCHEMA durable_job; CREATE TABLE durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL); "
+        f"{dj.PG_MIGRATIONS[0][1]}; INSERT INTO durable_job._migrations VALUES ('{dj.PG_MIGRATIONS[0][0]}', 'now')",
+        db=db,
+    )
+    ws = Workspace(tmp_path, store=empty_store)
+    ws.write_manifest()
+    ws.run("status").held("StateError", "No job 'journey'")
+    assert ws.start().ok()["existing"] is False
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
 def slow_openai_job(ws, provider, seconds=30):
     openai_workspace(ws, provider)
     provider.behave(f"slow:{seconds}")
