@@ -17,7 +17,7 @@ The file reads top to bottom in sections, each using only what stands above it:
  6. Files and the run lock: atomic writes, the state directory, SQLite files
  7. Model adapters: fake and openai
  8. Validation of a proposal
- 9. PostgreSQL driver: store addresses, the libpq reader, psycopg
+ 9. PostgreSQL driver: store addresses, psycopg
 10. Journal: the schema of both dialects, one journal API, the call protocol
 11. Checkpoints: LangGraph's serializer and the langgraph-free reader
 12. Stores: the Store interface, a state directory, a team's PostgreSQL store
@@ -1831,15 +1831,13 @@ def results_sha256(results) -> str:
 
 
 ###############################################################################
-# 9. PostgreSQL driver: store addresses, the libpq reader, psycopg
+# 9. PostgreSQL driver: store addresses, psycopg
 ###############################################################################
 
 STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
 PG_REQUIREMENTS = "requirements-postgres.txt"
 CHECKPOINT_MIGRATION = 9  # the highest checkpoint_migrations row langgraph-checkpoint-postgres 3.2.0 writes
 SETUP_WAIT_SECONDS = 60.0
-LIBPQ_MIN_VERSION = 120000  # PQlibVersion() of the oldest libpq the reader speaks to (12.0); older: psycopg reads
-DRIVER_ENV = "DURABLE_JOB_PG_DRIVER"  # "psycopg": read through psycopg, never libpq directly
 # A reader's session setting, sent with the connection (no statement of its own): no JIT compilation. A listing's
 # one statement over a thousand jobs is costed high enough for the server to JIT-compile it, which took 1.2 s for a
 # statement that runs in 0.15 s; a reader's short statements never gain from it. A URL's own `options` replace it.
@@ -1900,8 +1898,8 @@ def forget_secrets(url: str) -> None:
 def address_secrets(url: str) -> frozenset:
     """The spellings of the password a store address carries (what remember_secrets notes).
 
-    The password is found by the driver's own parser (libpq's PQconninfoParse, else psycopg's
-    conninfo_to_dict), in the URL's user info or its query, and in a keyword string too (which
+    The password is found by the driver's own parser (psycopg's conninfo_to_dict, which is libpq's
+    PQconninfoParse), in the URL's user info or its query, and in a keyword string too (which
     check_store_url then refuses), plus the URL's own spelling of it.
     """
     from urllib.parse import parse_qsl, unquote, urlsplit
@@ -1918,182 +1916,14 @@ def address_secrets(url: str) -> frozenset:
 
 def conninfo_password(conninfo: str) -> str | None:
     """The password a libpq connection string (URL or keywords) carries, as libpq itself reads it; None without one."""
-    lib = load_libpq()
-    if lib is None:
-        try:
-            from psycopg.conninfo import conninfo_to_dict
-        except ImportError:
-            return None
-        try:
-            return cast("str | None", conninfo_to_dict(conninfo).get("password"))
-        except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
-            return None
-    import ctypes
-
-    class Option(ctypes.Structure):  # libpq-fe.h's PQconninfoOption
-        _fields_ = [
-            ("keyword", ctypes.c_char_p),
-            ("envvar", ctypes.c_char_p),
-            ("compiled", ctypes.c_char_p),
-            ("val", ctypes.c_char_p),
-            ("label", ctypes.c_char_p),
-            ("dispchar", ctypes.c_char_p),
-            ("dispsize", ctypes.c_int),
-        ]
-
-    error = ctypes.c_void_p()
-    options = lib.PQconninfoParse(conninfo.encode("utf-8", "surrogateescape"), ctypes.byref(error))
-    if error:
-        lib.PQfreemem(error)
-    if not options:
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
         return None
     try:
-        entries = ctypes.cast(options, ctypes.POINTER(Option))
-        n = 0
-        while entries[n].keyword is not None:
-            if entries[n].keyword == b"password" and entries[n].val is not None:
-                return entries[n].val.decode("utf-8", "replace")
-            n += 1
+        return cast("str | None", conninfo_to_dict(conninfo).get("password"))
+    except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
         return None
-    finally:
-        lib.PQconninfoFree(options)
-
-
-class LibpqError(Exception):
-    """A libpq failure on the read path (the fast reader's own psycopg.Error)."""
-
-
-@functools.cache
-def load_libpq():
-    """libpq as psycopg[binary] ships it (loaded with ctypes), or None: then readers use psycopg itself.
-
-    Importing psycopg costs a read-only command more than the rest of its run
-    (about 0.1 s: asyncio, its type system); status, inspect and jobs need only
-    a few text queries, so they speak to libpq directly. Writers use psycopg.
-    None also when DURABLE_JOB_PG_DRIVER=psycopg, or the library is older than
-    LIBPQ_MIN_VERSION.
-    """
-    if os.environ.get(DRIVER_ENV) == "psycopg":
-        return None
-    for entry in sys.path:
-        folder = os.path.join(entry or ".", "psycopg_binary.libs")
-        try:
-            names = [n for n in os.listdir(folder) if n.startswith("libpq") and ".so" in n]
-        except OSError:
-            continue
-        if names and os.path.isdir(os.path.join(entry or ".", "psycopg")):
-            import ctypes
-
-            try:
-                lib = ctypes.CDLL(os.path.join(folder, sorted(names)[-1]))
-            except OSError:
-                return None
-            declare_libpq(lib, ctypes)
-            return lib if lib.PQlibVersion() >= LIBPQ_MIN_VERSION else None
-    return None
-
-
-def declare_libpq(lib, ctypes) -> None:
-    P, S, N = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int  # pointer, string, int
-    for name, res, args in (
-        ("PQconnectdbParams", P, [ctypes.POINTER(S), ctypes.POINTER(S), N]),
-        ("PQstatus", N, [P]),
-        ("PQerrorMessage", S, [P]),
-        ("PQfinish", None, [P]),
-        ("PQlibVersion", N, []),
-        ("PQexecParams", P, [P, S, N, P, ctypes.POINTER(S), P, P, N]),
-        ("PQresultStatus", N, [P]),
-        ("PQresultErrorMessage", S, [P]),
-        ("PQntuples", N, [P]),
-        ("PQnfields", N, [P]),
-        ("PQfname", S, [P, N]),
-        ("PQftype", ctypes.c_uint, [P, N]),
-        ("PQgetisnull", N, [P, N, N]),
-        ("PQgetvalue", P, [P, N, N]),
-        ("PQgetlength", N, [P, N, N]),
-        ("PQcmdTuples", S, [P]),
-        ("PQclear", None, [P]),
-        ("PQconninfoParse", P, [S, ctypes.POINTER(P)]),
-        ("PQconninfoFree", None, [P]),
-        ("PQfreemem", None, [P]),
-    ):
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = res, args
-
-
-def pg_text(value):
-    """A parameter in PostgreSQL's text form."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return b"\\x" + bytes(value).hex().encode()
-    if isinstance(value, (list, tuple)):
-        return ("{" + ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value) + "}").encode()
-    return str(value).encode("utf-8")
-
-
-def pg_value(oid: int, raw: bytes):
-    """A result value from its text form, as psycopg would give it (the types the store's reads return)."""
-    if oid in (20, 21, 23, 26):
-        return int(raw)
-    if oid == 16:
-        return raw == b"t"
-    if oid == 17:
-        return bytes.fromhex(raw[2:].decode())
-    if oid in (114, 3802):
-        return json.loads(raw)
-    return raw.decode("utf-8")
-
-
-class LibpqConnection:
-    """The few calls a reader makes, straight to libpq: text parameters ($n), text results decoded by type, dict rows."""
-
-    def __init__(self, lib, url: str, name: str):
-        import ctypes
-
-        self.lib, self.ctypes = lib, ctypes
-        # keywords are read in order, the last one standing: options before dbname, so that the URL's own win
-        keys = (ctypes.c_char_p * 5)(b"options", b"dbname", b"application_name", b"connect_timeout", None)
-        values = (ctypes.c_char_p * 5)(READER_OPTIONS.encode(), url.encode(), name.encode(), b"10", None)
-        self.conn = lib.PQconnectdbParams(keys, values, 1)
-        if lib.PQstatus(self.conn) != 0:
-            message = (lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
-            lib.PQfinish(self.conn)
-            self.conn = None
-            raise LibpqError(message.strip())
-
-    def execute(self, statement: str, params: list) -> tuple[list[dict], int]:
-        lib, ctypes = self.lib, self.ctypes
-        values = (ctypes.c_char_p * max(1, len(params)))(*[pg_text(p) for p in params])
-        res = lib.PQexecParams(self.conn, statement.encode("utf-8"), len(params), None, values, None, None, 0)
-        try:
-            status = lib.PQresultStatus(res)
-            if status not in (1, 2):  # PGRES_COMMAND_OK, PGRES_TUPLES_OK
-                message = (lib.PQresultErrorMessage(res) or lib.PQerrorMessage(self.conn) or b"").decode("utf-8", "replace")
-                raise LibpqError(message.strip() or "the connection was lost")
-            fields = lib.PQnfields(res)
-            names = [lib.PQfname(res, c).decode() for c in range(fields)]
-            oids = [lib.PQftype(res, c) for c in range(fields)]
-            rows = [
-                {
-                    names[c]: None
-                    if lib.PQgetisnull(res, r, c)
-                    else pg_value(oids[c], ctypes.string_at(lib.PQgetvalue(res, r, c), lib.PQgetlength(res, r, c)))
-                    for c in range(fields)
-                }
-                for r in range(lib.PQntuples(res))
-            ]
-            done = lib.PQcmdTuples(res)
-            return rows, int(done) if done else -1
-        finally:
-            lib.PQclear(res)
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.lib.PQfinish(self.conn)
-            self.conn = None
 
 
 def holder_name(command: str) -> str:
@@ -2305,7 +2135,6 @@ class _Params:
 
 SQLITE = Dialect("", lambda name, n: f":{name}", "rowid", "BEGIN IMMEDIATE")
 PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
-LIBPQ = Dialect(STORE_SCHEMA, lambda name, n: f"${n}", "seq", "BEGIN")
 
 
 class Journal(abc.ABC):
@@ -2407,16 +2236,17 @@ class SqliteJournal(Journal):
 
 
 class PgJournal(Journal):
-    """A job's journal in a store, on a psycopg connection (writers) or a libpq reader.
+    """A job's journal in a store, on a psycopg connection (a writer's, or the read connection).
 
     Any database error becomes the store's StateError (`on_error`): a dropped
     connection has lost the job's lock with it, and is never reopened.
     """
 
+    dialect = PSYCOPG
+
     def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = ""):
         super().__init__(job_id, principal)
         self.conn, self.on_error, self.owns = conn, on_error, owns
-        self.dialect = LIBPQ if isinstance(conn, LibpqConnection) else PSYCOPG
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
         self.lock_xid: str | None = None  # and that transaction's id
 
@@ -2439,12 +2269,8 @@ class PgJournal(Journal):
 
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
         try:
-            if self.dialect is LIBPQ:
-                return self.conn.execute(sql, values)
             cursor = self.conn.execute(sql, dict(zip(names, values)) if names else None)
             return (cursor.fetchall() if cursor.description else []), cursor.rowcount
-        except LibpqError as exc:
-            raise self.on_error(exc) from None
         except Exception as exc:
             psycopg = sys.modules.get("psycopg")
             if psycopg is not None and isinstance(exc, psycopg.Error):
@@ -4046,20 +3872,11 @@ class PgStore(Store):
             reader.conn.close()
 
     def db(self) -> PgJournal:
-        """The writer's journal while locked, else the read connection (opened once, libpq or psycopg)."""
+        """The writer's journal while locked, else the read connection (opened once)."""
         if self.writer is not None:
             return self.writer
         if self.reader is None:
-            name = f"durable_job read {os.getpid()}"
-            lib = load_libpq()
-            if lib is None:
-                conn = self.connect(name, reader=True)
-            else:
-                try:
-                    conn = LibpqConnection(lib, self.url, name)
-                except LibpqError as exc:
-                    raise self.unreachable(exc) from None
-            self.reader = PgJournal(conn, self.job_id, self.failure)
+            self.reader = PgJournal(self.connect(f"durable_job read {os.getpid()}", reader=True), self.job_id, self.failure)
         return self.reader
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
@@ -4085,8 +3902,14 @@ class PgStore(Store):
     # -- the sealed job record -------------------------------------------------
 
     def load_row(self, db: PgJournal | None = None) -> dict | None:
+        """The job's row, or None in a store without it, or without the jobs table as this program reads it: a first
+        set-up under way elsewhere adds the table (m001) and its owner and reviewers (m003) in two transactions."""
         db = db or self.db()
-        if db.rows("SELECT to_regclass('durable_job.jobs') IS NOT NULL AS made")[0]["made"] is False:
+        made = db.rows(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('durable_job.jobs') "
+            "AND attname = 'reviewers' AND NOT attisdropped) AS made"
+        )[0]["made"]
+        if not made:
             return None
         return db.row(
             "SELECT record_json, manifest, manifest_sha256, owner, array_to_json(reviewers) AS reviewers, session_user AS me, "

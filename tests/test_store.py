@@ -130,6 +130,26 @@ def test_a_role_without_create_is_told_to_migrate_and_works_after_it(empty_store
     assert w.run("verify").ok()["ok"] is True
 
 
+def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty_store, pg_server, tmp_path):
+    """A first set-up adds the jobs table (m001) and its owner and reviewers (m003) in two transactions: a start
+    whose first read falls between them finds no job there (it does not read columns not made yet), then sets
+    the rest up under the migration lock and seals its job. The store is left as if between the two."""
+    import durable_job as dj
+
+    db = empty_store.rsplit("/", 1)[1]
+    pg_server.sql(
+        "durable",
+        "CREATE SCHEMA durable_job; CREATE TABLE durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL); "
+        f"{dj.PG_MIGRATIONS[0][1]}; INSERT INTO durable_job._migrations VALUES ('{dj.PG_MIGRATIONS[0][0]}', 'now')",
+        db=db,
+    )
+    ws = Workspace(tmp_path, store=empty_store)
+    ws.write_manifest()
+    ws.run("status").held("StateError", "No job 'journey'")
+    assert ws.start().ok()["existing"] is False
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
 def slow_openai_job(ws, provider, seconds=30):
     openai_workspace(ws, provider)
     provider.behave(f"slow:{seconds}")
@@ -309,37 +329,43 @@ def test_no_command_leaves_a_connection_open_behind_it(store_url, tmp_path):
         assert r.code in (0, 2) and connections() == [], (argv, r.stderr, connections())
 
 
-def test_without_the_bundled_libpq_reads_go_through_psycopg_and_say_the_same(ws_store):
-    """psycopg installed without its binary package ships no libpq to load: status, inspect and jobs then read
-    through psycopg itself, with the same answers. DURABLE_JOB_PG_DRIVER=psycopg makes a real process read that
-    way (a single-process patch could not show which modules the command imported)."""
+def test_a_read_opens_one_psycopg_connection_without_jit_unless_the_url_names_its_own_options(ws_store):
+    """status, inspect and jobs read through psycopg on one connection, named as a reader and sent READER_OPTIONS
+    (no JIT compilation); a URL's own `options` replace them. A real process each, psycopg.connect wrapped to
+    count the connections and ask each one's server for its jit setting."""
     ws = ws_store
     ws.start().ok()
     code = (
         "import json, sys\n"
         f"sys.path.insert(0, {os.path.dirname(PROGRAM)!r})\n"
-        "import durable_job\n"
-        "code = durable_job.main(sys.argv[2:])\n"
-        "print(json.dumps(['psycopg' in sys.modules, code]), file=sys.stderr)\n"
+        "import psycopg, durable_job\n"
+        "opened, connect = [], psycopg.connect\n"
+        "def counted(*args, **kwargs):\n"
+        "    conn = connect(*args, **kwargs)\n"
+        "    opened.append([kwargs.get('application_name'), conn.execute('SHOW jit').fetchone()['jit']])\n"
+        "    return conn\n"
+        "psycopg.connect = counted\n"
+        "code = durable_job.main(sys.argv[1:])\n"
+        "print(json.dumps([opened, code]), file=sys.stderr)\n"
     )
-    for argv in (
-        ["status", "--store", ws.store, "--job", "journey"],
-        ["inspect", "--store", ws.store, "--job", "journey"],
-        ["jobs", "--store", ws.store],
-    ):
-        answers = {}
-        for path in ("fast", "fallback"):
-            env = {**clean_env(), **({"DURABLE_JOB_PG_DRIVER": "psycopg"} if path == "fallback" else {})}
-            proc = subprocess.run([sys.executable, "-c", code, path, *argv, "--json"], capture_output=True, text=True, env=env, timeout=60)
-            imported, exit_code = json.loads(proc.stderr.strip().splitlines()[-1])
-            assert exit_code == 0 and imported == (path == "fallback"), (argv, path, proc.stderr)
-            answers[path] = json.loads(proc.stdout)
-        assert answers["fast"] == answers["fallback"], argv
-        assert answers["fast"].get("phase", "awaiting-review") == "awaiting-review"
+    for url, jit in ((ws.store, "off"), (ws.store + "?options=-c%20jit%3Don", "on")):
+        for argv in (
+            ["status", "--store", url, "--job", "journey"],
+            ["inspect", "--store", url, "--job", "journey"],
+            ["jobs", "--store", url],
+        ):
+            proc = subprocess.run(
+                [sys.executable, "-c", code, *argv, "--json"], capture_output=True, text=True, env=clean_env(), timeout=60
+            )
+            opened, exit_code = json.loads(proc.stderr.strip().splitlines()[-1])
+            assert exit_code == 0, (argv, proc.stderr)
+            assert len(opened) == 1 and opened[0][0].startswith("durable_job read ") and opened[0][1] == jit, (argv, opened)
+            answer = json.loads(proc.stdout)
+            assert (answer["jobs"][0] if "jobs" in answer else answer)["phase"] == "awaiting-review", argv
 
 
 def test_without_psycopg_a_store_url_holds_naming_the_requirements_file(tmp_path):
-    """A Python without site-packages has neither psycopg nor the libpq it ships (the read path's fast reader)."""
+    """A Python without site-packages has no psycopg: a store's every command, reads too, needs it."""
     code = (
         "import sys, runpy\n"
         "sys.path = [p for p in sys.path if 'site-packages' not in p]\n"
