@@ -137,10 +137,11 @@ def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty
     import durable_job as dj
 
     db = empty_store.rsplit("/", 1)[1]
+    ((name, first),) = dj.store_migrations(dj.PG_MIGRATIONS[:1])
     pg_server.sql(
         "durable",
         "CREATE SCHEMA durable_job; CREATE TABLE durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL); "
-        f"{dj.PG_MIGRATIONS[0][1]}; INSERT INTO durable_job._migrations VALUES ('{dj.PG_MIGRATIONS[0][0]}', 'now')",
+        f"{'; '.join(first)}; INSERT INTO durable_job._migrations VALUES ('{name}', 'now')",
         db=db,
     )
     ws = Workspace(tmp_path, store=empty_store)

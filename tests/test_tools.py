@@ -25,6 +25,7 @@ def test_the_type_checker_catches_a_misspelt_key_of_a_typed_row(tmp_path, slip):
     mypy = [sys.executable, "-m", "mypy", "--no-incremental"]  # installed with requirements-dev.txt
     for name in ("durable_job.py", "pyproject.toml"):
         shutil.copy(os.path.join(REPO, name), tmp_path / name)
+    shutil.copytree(os.path.join(REPO, "durable_job_team"), tmp_path / "durable_job_team")  # pyproject's mypy files name it
     clean = subprocess.run(mypy, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stdout
     text = (tmp_path / "durable_job.py").read_text()

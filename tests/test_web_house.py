@@ -158,5 +158,5 @@ def test_the_web_app_is_installed_with_the_program():
     with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as fh:
         project = fh.read()
     assert 'packages = ["durable_job_team"]' in project
-    assert re.search(r'durable_job_team = \["templates/\*\.html", "static/\*"\]', project)
+    assert re.search(r'durable_job_team = \["templates/\*\.html", "static/\*", "migrations/\*\.sql"\]', project)
     assert 'files = ["durable_job.py", "durable_job_team"]' in project
