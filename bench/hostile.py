@@ -34,12 +34,13 @@ from store_kit import one_finished_five_runnable, page_sql, role_url  # noqa: E4
 import durable_job as dj  # noqa: E402
 
 POLICY_HELPERS = ("is_admin()", "is_kind(", "runs(", "tends(", "decides(", "job_of(")
-ROUNDS, REPEATS, JOBS, TARGET = 7, 5, 1000, 1.05
+ROUNDS, REPEATS, JOBS, TARGET = 9, 5, 1000, 1.05
 
 
 def definitions(statements, replace: bool) -> list:
     """The policy helpers' CREATE statements among `statements` (m004's are CREATE FUNCTION: made replacing)."""
-    chosen = [s for s in statements if any(f"durable_job.{name}" in s.split(" RETURNS ")[0] for name in POLICY_HELPERS)]
+    functions = [s for s in statements if s.startswith(("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))]
+    chosen = [s for s in functions if any(f"durable_job.{name}" in s.split(" RETURNS ")[0] for name in POLICY_HELPERS)]
     return [s.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION") if replace else s for s in chosen]
 
 
