@@ -299,3 +299,34 @@ def test_with_the_readmes_revoke_a_role_with_no_grant_cannot_even_connect_and_gr
     alice = Workspace(tmp_path, store=as_role(url, "alice"))
     alice.write_manifest(reviewers=["bob"])
     assert alice.start().ok()["interrupt"]
+
+
+def test_a_store_set_up_before_this_release_is_brought_under_it_and_its_granted_roles_keep_their_way_in(tmp_path, pg_server):
+    """The program before m011 set the store up, granted alice and the worker, and ran alice's job to review; today's
+    `migrate` applies m011 over it (the functions fixed, the receipt and finished-job rules), gives the roles granted
+    before it CONNECT by name, so the README's revoke from PUBLIC locks out only the roles never granted; the old
+    job is still listed and verified."""
+    import subprocess
+
+    from conftest import REPO
+
+    old_program = tmp_path / "before_m011.py"
+    old_program.write_bytes(subprocess.run(["git", "-C", REPO, "show", "9c40cdd:durable_job.py"], capture_output=True, check=True).stdout)
+    url = new_store(pg_server, empty=True)
+    alice = Workspace(tmp_path / "alice", store=as_role(url, "alice"))
+    alice.write_manifest(jobId="old-job")
+    alice.run("migrate", "--store", url, "--grant", "alice", "--grant-worker", "worker", program=str(old_program)).ok()
+    assert alice.start(program=str(old_program)).ok()["interrupt"]
+    admin = admin_url(url)
+    assert sql(admin, "SELECT count(*) FROM durable_job._migrations WHERE name = 'm011_hostile_roles'") == [(0,)]
+    assert alice.run("migrate", "--store", url).ok()["changed"] is True
+    proconfig = sql(admin, "SELECT array_to_string(proconfig, ',') FROM pg_proc WHERE oid = 'durable_job.is_admin'::regproc")[0][0]
+    assert proconfig == "search_path=pg_catalog, pg_temp"
+    database = url.rsplit("/", 1)[1]
+    sql(admin, f'REVOKE CONNECT, TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
+    with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
+        psycopg.connect(as_role(url, "carol")).close()  # granted by no one here
+    listed = alice.run("jobs", "--store", alice.store).ok()["jobs"]
+    assert [(j["jobId"], j["phase"]) for j in listed] == [("old-job", "awaiting-review")]
+    assert alice.run("verify", "--job", "old-job").ok()["ok"] is True
+    assert sql(as_role(url, "worker"), "SELECT count(*) FROM durable_job.jobs") == [(1,)]

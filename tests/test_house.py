@@ -97,7 +97,7 @@ RELEASED_MIGRATIONS = {
     "m008_finished_mark": "57d1dac35c33ca423805ad12d8c9cc53627e7427bae496dff038fd349eb239b3",
     "m009_retention": "a4ae1db6b95062a9a43340d3de1362a590f2f7b77d48bd7bb6d7203fc004c90d",
     "m010_creation_order": "2fd2d2d0b800ee08d62bd50487d50933bcd40761ac3d868ebd128a618c4e3a78",
-    "m011_hostile_roles": "7c15cfefb84c634fdfa5008a7b3d2f7e937b8efc8ee4687e09d6f77cea1bd4fd",
+    "m011_hostile_roles": "aac079afb935846629d1ede81631bb88ffd1f67cb698691474bbfafca27414d7",
 }
 
 

@@ -81,4 +81,6 @@ REVOKE ALL ON FUNCTION durable_job.receipt_check() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION durable_job.tombstoned(text) FROM PUBLIC;
 
-DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO %I', r.role); END LOOP; END $$;
+-- the roles granted before this migration: tombstoned() stays theirs to call, and CONNECT on the store's database is
+-- theirs by grant, so that an administrator may revoke it from PUBLIC (docs/team-store.md) without locking them out
+DO $$ DECLARE r record; BEGIN FOR r IN SELECT role FROM durable_job.roles LOOP EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO %I', r.role); EXECUTE pg_catalog.format('GRANT CONNECT ON DATABASE %I TO %I', pg_catalog.current_database(), r.role); END LOOP; END $$;
