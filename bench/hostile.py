@@ -19,7 +19,6 @@ Exit 1 with --strict when a ratio misses it.
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,8 +27,7 @@ sys.path.insert(0, HERE)
 
 import psycopg  # noqa: E402
 from lasting import copy_job  # noqa: E402
-from pg_server import PgServer  # noqa: E402
-from store_kit import one_finished_five_runnable, page_sql, role_url  # noqa: E402
+from store_kit import one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
@@ -71,9 +69,7 @@ def figures(alice: str, worker: str) -> dict:
 
 
 def main() -> int:
-    folder = tempfile.mkdtemp(prefix="durable-job-hostile-bench-")
-    os.environ.setdefault("PGPASSFILE", os.path.join(folder, "pgpass"))
-    server = PgServer.start(os.path.join(folder, "pg"))
+    folder, server = throwaway_server("hostile")
     try:
         store = server.new_database("hostile")
         dj.migrate_schema(store, grant=("alice",), grant_worker=("worker",))

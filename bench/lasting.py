@@ -18,7 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,8 +27,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, REPO)
 
 import psycopg  # noqa: E402
-from pg_server import PgServer  # noqa: E402
-from store_kit import manifest, one_finished_five_runnable, page_sql, role_url  # noqa: E402
+from store_kit import manifest, one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
@@ -140,9 +138,7 @@ def prune_figures(server, folder: str, env: dict, count: int = 100) -> tuple:
 
 
 def main() -> int:
-    folder = tempfile.mkdtemp(prefix="durable-job-lasting-bench-")
-    os.environ.setdefault("PGPASSFILE", os.path.join(folder, "pgpass"))
-    server = PgServer.start(os.path.join(folder, "pg"))
+    folder, server = throwaway_server("lasting")
     try:
         store = server.new_database("lasting")
         dj.migrate_schema(store, grant=("alice", "bob"), grant_worker=("worker",))

@@ -1,8 +1,9 @@
-"""What the store benchmarks share: a role's address of a store, its password, a fake-mode manifest."""
+"""What the store benchmarks share: a throwaway server, a role's address of a store, its password, a fake-mode manifest."""
 
 import json
 import os
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -10,6 +11,16 @@ import durable_job as dj
 
 ALPHA = "Alpha reports steady revenue in the third quarter.\n"
 BETA = "Beta notes that costs rose faster than sales this year.\n"
+
+
+def throwaway_server(name: str):
+    """(a new temporary folder, a PostgreSQL server started in it), its roles' passwords in the folder's pgpass
+    unless PGPASSFILE already names one (tests/pg_server.py; the caller stops the server)."""
+    from pg_server import PgServer
+
+    folder = tempfile.mkdtemp(prefix=f"durable-job-{name}-bench-")
+    os.environ.setdefault("PGPASSFILE", os.path.join(folder, "pgpass"))
+    return folder, PgServer.start(os.path.join(folder, "pg"))
 
 
 def password_of(role: str) -> str:

@@ -13,7 +13,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -23,8 +22,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, REPO)
 
 import httpx  # noqa: E402
-from pg_server import PgServer  # noqa: E402
-from store_kit import manifest, password_of, role_url  # noqa: E402
+from store_kit import manifest, password_of, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 
@@ -127,9 +125,7 @@ def connections(bob: httpx.Client, store: str, jobs: list, pid: int, pages: int)
 
 
 def main() -> int:
-    folder = tempfile.mkdtemp(prefix="durable-job-web-bench-")
-    os.environ.setdefault("PGPASSFILE", os.path.join(folder, "pgpass"))
-    server = PgServer.start(os.path.join(folder, "pg"))
+    folder, server = throwaway_server("web")
     proc = None
     try:
         store = server.new_database("bench")
