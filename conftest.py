@@ -474,9 +474,9 @@ def pg_server(tmp_path_factory):
 
     server = PgServer.start(str(tmp_path_factory.mktemp("pg")))
     template = server.new_database(STORE_TEMPLATE)
-    import durable_job
+    from durable_job_team import store as team_store
 
-    durable_job.migrate_schema(template, grant=("alice", "bob", "carol"), grant_worker=("worker",))
+    team_store.migrate_schema(template, grant=("alice", "bob", "carol"), grant_worker=("worker",))
     yield server
     server.stop()
 

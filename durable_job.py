@@ -17,21 +17,19 @@ The file reads top to bottom in sections, each using only what stands above it:
  6. Files and the run lock: atomic writes, the state directory, SQLite files
  7. Model adapters: fake and openai
  8. Validation of a proposal
- 9. PostgreSQL driver: store addresses, psycopg
-10. Journal: the schema of both dialects, one journal API, the call protocol
-11. Checkpoints: LangGraph's serializer and the langgraph-free reader
-12. Stores: the Store interface, a state directory, a team's PostgreSQL store
-13. Graph: a run's Context and the LangGraph graph
-14. Where a job stands: open_job, snapshots, phase and next
-15. Review page: the HTML, every value escaped
-16. Receipt and verify
-17. Commands: the API the CLI, the workers and scripts call (open_store, start, status, ...)
-18. Workers: submit's queue run by `work`
-19. Output: text renderers
-20. CLI: argparse and main()
+ 9. Journal: one journal API over both backends, the state directory's schema, the call protocol
+10. Checkpoints: LangGraph's serializer and the langgraph-free reader
+11. Stores: the Store interface and a state directory
+12. Graph: a run's Context and the LangGraph graph
+13. Where a job stands: open_job, snapshots, phase and next
+14. Review page: the HTML, every value escaped
+15. Receipt and verify
+16. Commands: the API the CLI, the workers and scripts call (open_store, start, status, ...)
+17. Output: text renderers
+18. CLI: argparse and main()
 
 The live review web app (`serve`) is not here: it is durable_job_team/web.py, with its templates and static
-files, beside this file. It acts through the command API of section 17 like any other caller, and serve
+files, beside this file. It acts through the command API of section 16 like any other caller, and serve
 imports it only when it runs, so changing the web app changes nothing a job seals.
 
 Its own sha256 is sealed into every job, so a job is only ever continued by
@@ -174,7 +172,8 @@ if TYPING:
         sources: dict[str, str]
         threadId: str
         version: str
-        codeSha256: str
+        codeSha256: str  # durable_job.py's
+        codeFiles: NotRequired[dict[str, str]]  # a store job's: each other file of the code that runs it, by sha256
         dependencies: dict[str, str | None]
         createdAtUtc: str
         chain: NotRequired[int]  # CHAIN: its acts are chained (jobs sealed before have none)
@@ -344,8 +343,24 @@ def env_seconds(name: str, default: float, high: float, error: type[JobError], *
 @functools.cache
 def code_sha256() -> str:
     """sha256 of this program's own bytes, as sealed into every job (read once per process: they cannot change under it)."""
-    with open(os.path.abspath(__file__), "rb") as fh:
-        return sha256_hex(fh.read())
+    return file_sha256(os.path.abspath(__file__))
+
+
+@functools.cache
+def file_sha256(path: str) -> str:
+    """sha256 of a file of the program's code, or "missing" (read once per process)."""
+    try:
+        with open(path, "rb") as fh:
+            return sha256_hex(fh.read())
+    except FileNotFoundError:
+        return "missing"
+
+
+def code_files_sha256(names) -> dict[str, str]:
+    """{name: sha256} of files of the program's code, each named by its path from the folder holding durable_job.py
+    (a checkout, or the site-packages a wheel installs both into): what a store job seals beside code_sha256."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return {name: file_sha256(os.path.join(here, *name.split("/"))) for name in names}
 
 
 def crash_point(name: str, job: Job | dict | None = None) -> None:
@@ -968,7 +983,7 @@ def dependency_versions(names: tuple = DEPENDENCIES) -> dict[str, str | None]:
     return {name: versions[name] for name in names}
 
 
-CHAIN = 1  # a job record's "chain": every act of the job is chained (section 10); a job sealed before has no such key
+CHAIN = 1  # a job record's "chain": every act of the job is chained (section 9); a job sealed before has no such key
 
 
 APPROVAL_SUFFIX = ".sig"  # `seal --sign-key` writes the approver's signature beside the manifest: MANIFEST.sig
@@ -993,10 +1008,17 @@ def read_approval(manifest_path: str) -> str | None:
 
 
 def new_job(
-    manifest: Manifest, manifest_path: str, raw: bytes, dependencies: tuple = DEPENDENCIES, owner: str = "", approval: str | None = None
+    manifest: Manifest,
+    manifest_path: str,
+    raw: bytes,
+    dependencies: tuple = DEPENDENCIES,
+    owner: str = "",
+    approval: str | None = None,
+    code_files: tuple = (),
 ) -> Job:
     """The sealed job record; owner is who seals it (a store's database records its own column beside it); approval, the
-    approver's signature of the manifest (read_approval)."""
+    approver's signature of the manifest (read_approval); code_files, the files of the code that runs the job besides
+    durable_job.py (a store job's: the store extension and its migrations), each sealed by its sha256."""
     import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
 
     job: Job = {
@@ -1017,6 +1039,8 @@ def new_job(
     }
     if approval:
         job["approvalSignature"] = approval
+    if code_files:
+        job["codeFiles"] = code_files_sha256(code_files)
     return job
 
 
@@ -1030,6 +1054,12 @@ def check_program_seals(job: Job) -> None:
         raise SealError(
             f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}"
         )
+    sealed = job.get("codeFiles") or {}
+    for name, now in code_files_sha256(sealed).items():
+        if now != sealed[name]:
+            raise SealError(
+                f"Executable bytes changed: {name} now has sha256 {now}, the job sealed {sealed[name]}; continue with the exact program that started the job, or {NEW_JOB}"
+            )
     check_dependency_seal(job)
 
 
@@ -1831,126 +1861,7 @@ def results_sha256(results) -> str:
 
 
 ###############################################################################
-# 9. PostgreSQL driver: store addresses, psycopg
-###############################################################################
-
-STORE_SCHEMA = "durable_job"  # the journal, the job rows and LangGraph's checkpoint tables, apart from `public`
-PG_REQUIREMENTS = "requirements-postgres.txt"
-CHECKPOINT_MIGRATION = 9  # the highest checkpoint_migrations row langgraph-checkpoint-postgres 3.2.0 writes
-SETUP_WAIT_SECONDS = 60.0
-# A reader's session setting, sent with the connection (no statement of its own): no JIT compilation. A listing's
-# one statement over a thousand jobs is costed high enough for the server to JIT-compile it, which took 1.2 s for a
-# statement that runs in 0.15 s; a reader's short statements never gain from it. A URL's own `options` replace it.
-READER_OPTIONS = "-c jit=off"
-
-
-def need_psycopg():
-    """psycopg, or a HOLD naming the optional requirements file."""
-    try:
-        import psycopg
-    except ImportError:
-        raise UsageError(f"a --store URL needs PostgreSQL support, which is not installed: pip install -r {PG_REQUIREMENTS}") from None
-    return psycopg
-
-
-STORE_URL_SCHEMES = ("postgresql://", "postgres://")
-
-
-def check_store_url(url: str) -> None:
-    """A store is named by a postgresql:// URL only: a libpq keyword string could carry a password
-    that this program would then have to find and hide in every form it prints."""
-    if not isinstance(url, str) or not url.lower().startswith(STORE_URL_SCHEMES):
-        raise UsageError(
-            "the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
-            "keyword string (host=… user=…); put the password in PGPASSWORD or ~/.pgpass, never in the address"
-        )
-
-
-def public_url(url: str) -> str:
-    """The store URL with any password removed (user:secret@host → user@host, password=… dropped)."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, host = netloc.rpartition("@")
-            netloc = f"{userinfo.partition(':')[0]}@{host}"
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k.lower() != "password"])
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return "postgresql://[unparseable URL]"
-
-
-def remember_secrets(url: str) -> None:
-    """Note a store address's password so that redact() removes it from every output, error and stored record
-    (once per address: a listing makes a store object for every job, all on the same address)."""
-    SECRETS.update(address_secrets(url))
-
-
-def forget_secrets(url: str) -> None:
-    """The web app's sign-out: the person's password leaves the process's memory (this program's copies of it)."""
-    SECRETS.difference_update(address_secrets(url))
-    address_secrets.cache_clear()
-
-
-@functools.lru_cache(maxsize=64)
-def address_secrets(url: str) -> frozenset:
-    """The spellings of the password a store address carries (what remember_secrets notes).
-
-    The password is found by the driver's own parser (psycopg's conninfo_to_dict, which is libpq's
-    PQconninfoParse), in the URL's user info or its query, and in a keyword string too (which
-    check_store_url then refuses), plus the URL's own spelling of it.
-    """
-    from urllib.parse import parse_qsl, unquote, urlsplit
-
-    secrets = [conninfo_password(url) or ""]
-    try:
-        parts = urlsplit(url)
-        userinfo = parts.netloc.rpartition("@")[0]
-        secrets += [userinfo.partition(":")[2]] + [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
-    except ValueError:
-        pass
-    return frozenset(spelling for secret in secrets if len(secret) >= 3 for spelling in (secret, unquote(secret)))
-
-
-def conninfo_password(conninfo: str) -> str | None:
-    """The password a libpq connection string (URL or keywords) carries, as libpq itself reads it; None without one."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-    except ImportError:
-        return None
-    try:
-        return cast("str | None", conninfo_to_dict(conninfo).get("password"))
-    except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
-        return None
-
-
-def holder_name(command: str) -> str:
-    """The lock connection's application_name: how `status` and `jobs` name the holder (command, pid, since, host).
-
-    PostgreSQL keeps 63 bytes of it, so the host (the short name) comes last and is cut to fit.
-    """
-    import socket
-
-    head = f"durable_job {command} {os.getpid()} {now_utc()[:19]}Z"
-    host = "".join(ch for ch in socket.gethostname().split(".")[0] if 33 <= ord(ch) < 127)
-    return f"{head} {host}"[:63] if host else head
-
-
-def parse_holder_name(name) -> Holder:
-    """{pid, command, sinceUtc[, host]} from a holder_name, or an unknown holder."""
-    words = (name or "").split()
-    if len(words) in (4, 5) and words[0] == "durable_job" and words[2].isdigit():
-        holder: Holder = {"pid": int(words[2]), "command": words[1], "sinceUtc": words[3]}
-        if len(words) == 5:
-            holder["host"] = words[4]
-        return holder
-    return {"pid": None, "command": "unknown", "sinceUtc": None}
-
-
-###############################################################################
-# 10. Journal: the schema of both dialects, one journal API, the call protocol
+# 9. Journal: the schema of both dialects, one journal API, the call protocol
 ###############################################################################
 
 # The journal's four tables, written once: a state directory's migrations make them as they stand, a store's
@@ -2005,73 +1916,6 @@ MIGRATIONS = [
     ("m006_decisions", sqlite_table("decisions")),
     ("m007_links", sqlite_table("links")),
 ]
-
-# A store's schema, as numbered, append-only migrations: SQL files in durable_job_team/migrations/, one a migration,
-# applied in this order (the first four before LangGraph's own tables exist, the rest once PostgresSaver.setup() has
-# made them). A released file never changes (tests/test_house.py hashes each): a change is a new file, named here.
-STORE_MIGRATIONS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable_job_team", "migrations")
-PG_MIGRATIONS = ("m001_jobs", "m002_journal", "m003_identity", "m005_links")
-PG_SETUP_MIGRATIONS = (
-    "m004_policies",
-    "m006_link_policies",
-    "m007_notify",
-    "m008_finished_mark",
-    "m009_retention",
-    "m010_creation_order",
-    "m011_hostile_roles",
-)
-STORE_TABLES = (  # every table a store's migrations make (LangGraph's among them), each under row-level security
-    "jobs",
-    "job_locks",
-    "roles",
-    "calls",
-    "call_events",
-    "drafts",
-    "outcomes",
-    "decisions",
-    "receipts",
-    "links",
-    "_migrations",
-    "checkpoints",
-    "checkpoint_blobs",
-    "checkpoint_writes",
-    "checkpoint_migrations",
-    "prunes",
-    "tombstones",
-)
-NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
-
-
-def sql_statements(text: str) -> list:
-    """The statements of a SQL file, split at each `;` outside a quoted string, a dollar-quoted body or a comment."""
-    out, start, n, size = [], 0, 0, len(text)
-    while n < size:
-        if text.startswith("--", n):
-            end = text.find("\n", n)
-            n = size if end < 0 else end
-        elif text[n] == "'":
-            n = text.index("'", n + 1) + 1
-            while text.startswith("'", n):  # '' inside a string
-                n = text.index("'", n + 1) + 1
-        elif text[n] == "$" and (tag := re.match(r"\$[A-Za-z_]*\$", text[n:])):
-            n = text.index(tag.group(), n + len(tag.group())) + len(tag.group())
-        elif text[n] == ";":
-            out.append(text[start:n])
-            start = n = n + 1
-        else:
-            n += 1
-    out.append(text[start:])
-    kept = [re.sub(r"^(\s*--[^\n]*\n)*", "", s).strip() for s in out]
-    return [s for s in kept if s]
-
-
-def store_migrations(names: tuple) -> list:
-    """(name, statements) of each named migration file, for apply_migrations."""
-    found = []
-    for name in names:
-        with open(os.path.join(STORE_MIGRATIONS_DIR, f"{name}.sql"), encoding="utf-8") as fh:
-            found.append((name, tuple(sql_statements(fh.read()))))
-    return found
 
 
 class Dialect:
@@ -2134,7 +1978,6 @@ class _Params:
 
 
 SQLITE = Dialect("", lambda name, n: f":{name}", "rowid", "BEGIN IMMEDIATE")
-PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
 
 
 class Journal(abc.ABC):
@@ -2235,59 +2078,6 @@ class SqliteJournal(Journal):
             self.conn.close()
 
 
-class PgJournal(Journal):
-    """A job's journal in a store, on a psycopg connection (a writer's, or the read connection).
-
-    Any database error becomes the store's StateError (`on_error`): a dropped
-    connection has lost the job's lock with it, and is never reopened.
-    """
-
-    dialect = PSYCOPG
-
-    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = ""):
-        super().__init__(job_id, principal)
-        self.conn, self.on_error, self.owns = conn, on_error, owns
-        self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
-        self.lock_xid: str | None = None  # and that transaction's id
-
-    def began(self) -> None:
-        """A writer writes only while its lock stands: the lock connection's transaction, seen from this connection."""
-        if (
-            self.lock_pid is not None
-            and not self.rows(
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = {p.pid} AND locktype = 'transactionid' "
-                "AND transactionid::text = {p.xid} AND mode = 'ExclusiveLock' AND granted) AS held",
-                pid=self.lock_pid,
-                xid=self.lock_xid,
-            )[0]["held"]
-        ):
-            raise self.on_error(RuntimeError("the connection that held the job's lock is gone"))
-
-    def for_job(self, job_id: str) -> PgJournal:
-        """The same connection, scoped to another job (a listing reads every job on one connection)."""
-        return PgJournal(self.conn, job_id, self.on_error, owns=False)
-
-    def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
-        try:
-            cursor = self.conn.execute(sql, dict(zip(names, values)) if names else None)
-            return (cursor.fetchall() if cursor.description else []), cursor.rowcount
-        except Exception as exc:
-            psycopg = sys.modules.get("psycopg")
-            if psycopg is not None and isinstance(exc, psycopg.Error):
-                raise self.on_error(exc) from None
-            raise
-
-    def alive(self) -> None:
-        """Raise unless the connection and the job's lock are still there."""
-        self.rows("SELECT 1 AS up")
-        with self.transaction():
-            pass
-
-    def close(self) -> None:
-        if self.owns:
-            self.conn.close()
-
-
 def as_journal(db) -> Journal:
     """A Journal from a Journal or a plain sqlite3 connection (what the SPEC's ledger() returns)."""
     return SqliteJournal(db, owns=False) if isinstance(db, sqlite3.Connection) else db
@@ -2340,7 +2130,7 @@ def read_journal(path: str) -> SqliteJournal | None:
 # act's own transaction, under the job's lock: the canonical record of the act (the row as written, each column
 # as text) and the sha256 of that record with the link before it. verify replays the links into the rows they
 # must have left and compares, so a changed, reordered, removed or added row is named; only someone who
-# recomputes every link as well gets past it, and a signed decision (section 16) or a kept receipt catches that.
+# recomputes every link as well gets past it, and a signed decision (section 15) or a kept receipt catches that.
 GENESIS = "0" * 64  # the link before the first
 UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at"})  # a row's place and the server's clock
 
@@ -2860,7 +2650,7 @@ def latest_rejected(calls: list) -> bool:
 
 
 ###############################################################################
-# 11. Checkpoints: LangGraph's serializer and the langgraph-free reader
+# 10. Checkpoints: LangGraph's serializer and the langgraph-free reader
 ###############################################################################
 
 STATE_KEYS = ("index", "results", "raw", "result", "final")  # the thread state's own channels (see state_schema)
@@ -3100,68 +2890,8 @@ class SqliteCheckpointRows(CheckpointRows):
         ).fetchall()
 
 
-class PgCheckpointRows(CheckpointRows):
-    """PostgresSaver's tables in a store, read for one thread or many at once (three queries, whatever their number).
-
-    Simple channel values sit inline in the checkpoint's JSON, lists and dicts in checkpoint_blobs.
-    """
-
-    def __init__(self, journal: PgJournal, where: str, threads: list[str]):
-        self.journal, self.where = journal, where
-        self.latest_of: dict[str, tuple[str, dict]] = {}
-        self.writes_of: dict[tuple[str, str], list] = {}
-        if threads:
-            self.load(threads)
-
-    def load(self, threads: list[str]) -> None:
-        wanted: dict[str, dict[str, str]] = {}  # thread → {channel: version} of values kept as blobs
-        for row in self.journal.rows(
-            "SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, checkpoint FROM durable_job.checkpoints "
-            "WHERE thread_id = ANY({p.threads}) AND checkpoint_ns = {p.ns} ORDER BY thread_id, checkpoint_id DESC",
-            threads=threads,
-            ns=LG_ROOT_NAMESPACE,
-        ):
-            checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
-            inline, versions = checkpoint.get(LG_CHANNEL_VALUES) or {}, checkpoint.get(LG_CHANNEL_VERSIONS) or {}
-            self.latest_of[row["thread_id"]] = (row["checkpoint_id"], {key: inline[key] for key in STATE_KEYS if key in inline})
-            wanted[row["thread_id"]] = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
-        pairs = [(thread, channel, version) for thread, channels in wanted.items() for channel, version in channels.items()]
-        if pairs:
-            for blob in self.journal.rows(
-                "SELECT b.thread_id, b.channel, b.type, b.blob FROM durable_job.checkpoint_blobs b "
-                "JOIN unnest({p.threads}::text[], {p.channels}::text[], {p.versions}::text[]) AS w(thread_id, channel, version) "
-                "ON b.thread_id = w.thread_id AND b.channel = w.channel AND b.version = w.version WHERE b.checkpoint_ns = {p.ns}",
-                threads=[t for t, _, _ in pairs],
-                channels=[c for _, c, _ in pairs],
-                versions=[v for _, _, v in pairs],
-                ns=LG_ROOT_NAMESPACE,
-            ):
-                if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
-                    value = decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where)
-                    self.latest_of[blob["thread_id"]][1][blob["channel"]] = plain_value(value, blob["channel"], self.where)
-        latest = [(thread, cid) for thread, (cid, _) in self.latest_of.items()]
-        for w in self.journal.rows(
-            "SELECT w.thread_id, w.checkpoint_id, w.channel, w.type, w.blob FROM durable_job.checkpoint_writes w "
-            "JOIN unnest({p.threads}::text[], {p.checkpoints}::text[]) AS c(thread_id, checkpoint_id) "
-            "ON w.thread_id = c.thread_id AND w.checkpoint_id = c.checkpoint_id "
-            "WHERE w.checkpoint_ns = {p.ns} AND w.channel = ANY({p.channels}) "
-            "ORDER BY w.thread_id, w.channel = 'final' DESC, w.task_id DESC",
-            threads=[t for t, _ in latest],
-            checkpoints=[c for _, c in latest],
-            ns=LG_ROOT_NAMESPACE,
-            channels=list(LG_SAVED_CHANNELS),
-        ):
-            self.writes_of.setdefault((w["thread_id"], w["checkpoint_id"]), []).append((w["channel"], w["type"], w["blob"]))
-
-    def latest(self, thread_id: str) -> tuple[str, dict] | None:
-        return self.latest_of.get(thread_id)
-
-    def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
-        return self.writes_of.get((thread_id, checkpoint_id), [])
-
-
 ###############################################################################
-# 12. Stores: the one interface commands reach a job through
+# 11. Stores: the one interface commands reach a job through
 ###############################################################################
 
 # Note to maintainers: every command reaches a job only through a Store. A state
@@ -3259,11 +2989,43 @@ def may_by_rule(act: str, people: dict, principal: str) -> bool:
     return principal == owner or (act == "tends" and principal in reviewers)
 
 
+TEAM_PARTS = {  # the team's extensions, beside this file in durable_job_team/, and what each is for
+    "store": "a --store (the team's PostgreSQL store)",
+    "workers": "submit and work (the store's workers)",
+    "web": "serve (the review web app)",
+}
+
+
+def team_part(name: str):
+    """durable_job_team.<name>, imported by the command that needs it (never at this file's top), or a HOLD saying
+    how to get it when durable_job.py runs alone."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"durable_job_team.{name}")
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("durable_job_team"):
+            raise
+        raise UsageError(
+            f"{TEAM_PARTS[name]} needs durable_job_team/{name}.py, which is not beside this durable_job.py: "
+            "install the project (pip install .) or run the durable_job.py of a full checkout"
+        ) from None
+
+
 class Store(abc.ABC):
     """A job's storage, and how a person names it. Commands hold a Store, never a path or a connection of their own."""
 
     program: str  # the program as suggestions name it
     principal_label = "account"  # how outputs name who acted: an operating-system account, or a store's role
+    shared = False  # a team's store (durable_job_team.store): many jobs, each named by its jobId, under roles
+    job_id = ""  # the job a shared store's commands act on ("": none named yet; a state directory holds one)
+    row: dict | None = None  # a shared store's job row as a listing read it
+
+    code_files: tuple = ()  # the files of the code that runs its jobs besides durable_job.py (sealed into each: new_job)
+
+    def for_manifest(self, manifest: Manifest) -> Store:
+        """The store naming the manifest's job (start and submit in a shared store take the manifest's jobId)."""
+        return self
 
     # -- naming the job ------------------------------------------------------
 
@@ -3658,717 +3420,8 @@ class StateDirStore(Store):
         return "state directory private; journal and checkpoint files whole"
 
 
-def lock_holders(db: PgJournal) -> dict[str, Holder]:
-    """Who holds each job's lock row now, by jobId, among the jobs this role may see (none waits for it).
-
-    A held row's xmax is the holder's open transaction: pg_locks names its backend, pg_stat_activity the
-    role that authenticated it; the holder's own application_name adds its command, pid, start and host.
-    """
-    rows = db.rows(
-        "SELECT k.job_id, a.usename AS role, a.application_name, l.pid AS backend FROM durable_job.job_locks k "
-        "JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted "
-        "LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid"
-    )
-    return {r["job_id"]: {**parse_holder_name(r["application_name"]), "role": r["role"] or "unknown"} for r in rows}
-
-
-def holder_words(holder: Holder | None) -> str:
-    """ " (resume by role alice on host h, pid 123, since …)": who holds a job busy, as a refusal names them."""
-    if not holder:
-        return ""
-    where = f" on host {holder['host']}" if holder.get("host") else ""
-    return f" ({holder['command']} by role {holder.get('role', 'unknown')}{where}, pid {holder['pid']}, since {holder['sinceUtc']})"
-
-
-class PgLock:
-    """The job's writers' lock: its job_locks row, locked FOR UPDATE NOWAIT by a transaction left open on a
-    connection of its own for the writing command's whole run.
-
-    Only a role the policies let act on the job can lock its row (it must be able to UPDATE it), so a role
-    that may not touch a job cannot hold it busy, as it could with an advisory lock's key seen in pg_locks.
-    The server ends the transaction, freeing the row, when the process dies (TCP keepalives bound a lost
-    host). The journal's writes, on another connection, check before each transaction that the lock's
-    transaction still stands (PgJournal.began). A `start` of a new job locks it as soon as its row is sealed.
-    """
-
-    def __init__(self, store: PgStore, command: str):
-        self.store, self.command = store, command
-        self.conn = None
-
-    def __enter__(self):
-        store = self.store
-        conn = store.connect(f"durable_job {self.command} journal {os.getpid()}", writer=True)
-        try:
-            journal = PgJournal(conn, store.job_id, store.failure)
-            store.ensure_schema(journal)
-            journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
-            store.writer = journal
-            # a start or submit takes the lock only once its own row is sealed (seal_job): one that found the job
-            # sealed meanwhile and took it here would hold it from the sealer, then give up, and neither would run
-            if self.command not in ("start", "submit"):
-                store.load_job(journal)  # refuses a job this role cannot see as one that does not exist
-                self.take()
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        store.locks = self
-        return self
-
-    def take(self) -> None:
-        """Lock the job's row on a new connection, or refuse naming who holds it."""
-        import psycopg
-
-        store, writer = self.store, cast(PgJournal, self.store.writer)
-        self.conn = conn = store.connect(holder_name(self.command), writer=True)
-        try:
-            conn.execute("BEGIN")
-            row = conn.execute(
-                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid FROM durable_job.job_locks "
-                "WHERE job_id = %s FOR UPDATE NOWAIT",
-                (store.job_id,),
-            ).fetchone()
-        except psycopg.errors.LockNotAvailable:
-            raise BusyError(
-                f"Job {store.job_id} busy: another durable_job command{holder_words(store.holder(writer))} holds it in "
-                f"{store.public}; wait for it to finish, then {BusyError.AGAIN}"
-            ) from None
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise StateError(
-                f"Role {writer.principal} may not write job {store.job_id} in {store.public} ({clip(redact(exc), 120)}): "
-                f"its owner, its reviewers and the store's workers may; ask the store's administrator"
-            ) from None
-        except psycopg.Error as exc:
-            raise store.failure(exc) from None
-        if row is None:
-            raise StateError(
-                f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
-            )
-        writer.lock_pid, writer.lock_xid = row["pid"], row["xid"]
-
-    def __exit__(self, *exc):
-        store = self.store
-        writer, store.writer = store.writer, None
-        store.locks = None
-        for conn in (self.conn, writer.conn if writer is not None else None):
-            if conn is not None:
-                try:
-                    conn.close()  # closing the lock's session ends its transaction: the row is free
-                except Exception:
-                    pass
-        self.conn = None
-
-
-class PgStore(Store):
-    """A job in a shared PostgreSQL store (`--store URL --job ID`).
-
-    Who may do what to a job is the database's to decide (store_policies): this class only says so first.
-
-    A `jobs` row holds the sealed job record, the manifest's bytes and every
-    source's bytes, so after `start` no machine needs those files; the journal
-    tables hold the job's rows beside other jobs'; LangGraph's PostgresSaver
-    keeps the checkpoints (thread id = the job's threadId), all in the schema
-    `durable_job`. Writers hold the job's lock row (PgLock); readers never
-    wait for it, and write nothing.
-    """
-
-    principal_label = "role"
-
-    def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None):
-        remember_secrets(url)
-        check_store_url(url)
-        self.url, self.job_id, self.from_env = url, job_id, from_env
-        self.program = program or default_program()
-        self.public = public_url(url)
-        self.writer: PgJournal | None = None  # the locked journal while a writing command runs
-        self.locks: PgLock | None = None  # and the lock it holds
-        self.reader: PgJournal | None = None  # one read connection for status, inspect, jobs
-        self.row: dict | None = None
-
-    def for_job(self, job_id: str) -> PgStore:
-        """The same store, naming another job: its reads go through this store's read connection, which
-        closing this store closes (so a caller that opened one store has one thing to close)."""
-        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program)
-        other.reader = self.db().for_job(job_id)
-        return other
-
-    def address(self) -> list:
-        if self.from_env:  # DURABLE_JOB_STORE supplies the URL (and its password) on every machine
-            return ["--job", self.job_id]
-        return ["--store", self.public, "--job", self.job_id]
-
-    def store_address(self) -> list:
-        """The store's own flags, without a job (what `work` and `jobs` take)."""
-        return [] if self.from_env else ["--store", self.public]
-
-    def where(self) -> str:
-        return f"store {self.public}"
-
-    def receipt_location(self) -> str:
-        return f"durable_job.receipts row of job {self.job_id} in {self.public}"
-
-    def holds_path(self, path: str) -> bool:
-        return False  # nothing of the job lies in a folder here
-
-    def new_job_hint(self) -> str:
-        return "a jobId names one job in the store: give this request a new jobId in its manifest"
-
-    def sealed_manifest(self, job: Job) -> Manifest | None:
-        return self.sealed_copies(job)[0]
-
-    def sealed_copies(self, job: Job) -> tuple:
-        """The store's own copies (so a page made on any machine shows the sources), or what still matches."""
-        try:
-            return self.stored_copies(job)
-        except JobError:
-            return None, {}
-
-    def output_fields(self) -> dict:
-        return {"store": self.public}
-
-    # -- connections -----------------------------------------------------------
-
-    def failure(self, exc) -> StateError:
-        return StateError(
-            f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split())), 240)}); a lost connection "
-            f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
-            f"then `{self.suggest('resume')}` once the store is reachable"
-        )
-
-    def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True, reader: bool = False):
-        """A new autocommit psycopg connection with dict rows; the lock's own has TCP keepalives so a lost host frees the lock;
-        a reader's has READER_OPTIONS unless the URL names options of its own."""
-        psycopg = need_psycopg()
-        from psycopg.conninfo import conninfo_to_dict
-        from psycopg.rows import dict_row
-
-        extra: dict = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3} if writer else {}
-        if reader:
-            try:
-                extra.update({} if "options" in conninfo_to_dict(self.url) else {"options": READER_OPTIONS})
-            except psycopg.Error:
-                pass  # psycopg.connect names what is wrong with the URL
-        try:
-            return psycopg.connect(
-                self.url,
-                autocommit=True,
-                row_factory=dict_row,
-                prepare_threshold=0,
-                application_name=name[:63],
-                connect_timeout=10,
-                **extra,
-            )
-        except psycopg.Error as exc:
-            raise self.unreachable(exc) from None
-
-    def unreachable(self, exc) -> StateError:
-        return StateError(
-            f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split())), 240)}); "
-            f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again"
-        )
-
-    def close(self) -> None:
-        reader, self.reader = self.reader, None
-        if reader is not None and reader.owns:
-            reader.conn.close()
-
-    def db(self) -> PgJournal:
-        """The writer's journal while locked, else the read connection (opened once)."""
-        if self.writer is not None:
-            return self.writer
-        if self.reader is None:
-            self.reader = PgJournal(self.connect(f"durable_job read {os.getpid()}", reader=True), self.job_id, self.failure)
-        return self.reader
-
-    def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
-        """(journal migrations applied, highest checkpoint migration) in the store, ({}, None) before setup."""
-        row = db.rows(
-            "SELECT to_regclass('durable_job._migrations') IS NOT NULL AS journal, "
-            "to_regclass('durable_job.checkpoint_migrations') IS NOT NULL AS checkpoints"
-        )[0]
-        done = {r["name"] for r in db.rows("SELECT name FROM durable_job._migrations")} if row["journal"] else set()
-        highest = db.rows("SELECT max(v) AS v FROM durable_job.checkpoint_migrations")[0]["v"] if row["checkpoints"] else None
-        return done, highest
-
-    def ready(self, db: PgJournal) -> bool:
-        done, highest = self.schema_state(db)
-        names = set(PG_MIGRATIONS + PG_SETUP_MIGRATIONS)
-        return done >= names and highest is not None and highest >= CHECKPOINT_MIGRATION
-
-    def ensure_schema(self, journal: PgJournal) -> None:
-        """Set the schema up on first use (migrate_store); a role that may not create it is told who can."""
-        if not self.ready(journal):
-            migrate_store(self, journal.conn)
-
-    # -- the sealed job record -------------------------------------------------
-
-    def load_row(self, db: PgJournal | None = None) -> dict | None:
-        """The job's row, or None in a store without it, or without the jobs table as this program reads it: a first
-        set-up under way elsewhere adds the table (m001) and its owner and reviewers (m003) in two transactions."""
-        db = db or self.db()
-        made = db.rows(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('durable_job.jobs') "
-            "AND attname = 'reviewers' AND NOT attisdropped) AS made"
-        )[0]["made"]
-        if not made:
-            return None
-        return db.row(
-            "SELECT record_json, manifest, manifest_sha256, owner, array_to_json(reviewers) AS reviewers, session_user AS me, "
-            "array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(sources) s)) AS sources "
-            "FROM durable_job.jobs WHERE job_id = {p.job}",
-            job=self.job_id,
-        )
-
-    def has_job(self, db: PgJournal | None = None) -> bool:
-        return self.load_row(db) is not None
-
-    def load_job(self, db: PgJournal | None = None) -> Job:
-        """The job record, from the row this store read already (a job's row is written once) unless db asks for a fresh read."""
-        row = self.row = self.row if self.row is not None and db is None else self.load_row(db)
-        if row is None:
-            raise StateError(
-                f"No job {self.job_id!r} in the store {self.public}; check --job (`{self.program} jobs` lists them), "
-                f"or run `{self.suggest('start', '--manifest', 'MANIFEST')}` first"
-            )
-        try:
-            job = strict_json(row["record_json"])
-        except ValueError as exc:
-            raise StateError(
-                f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}"
-            ) from None
-        return cast(Job, job)
-
-    def check_seals(self, job: Job, *, mcp: str = "sealed", program: bool = True) -> tuple[Manifest, dict[str, str]]:
-        """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
-        if program:
-            check_program_seals(job)
-        return self.stored_copies(job)
-
-    def stored_copies(self, job: Job) -> tuple[Manifest, dict[str, str]]:
-        """The manifest and source texts the job row holds, each checked against its sha256."""
-        if self.row is None:
-            self.load_job()  # reads the row, or refuses naming the job
-        row = cast(dict, self.row)
-        raw = bytes(row["manifest"])
-        if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
-            raise SealError(
-                f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
-                f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}"
-            )
-        manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
-        check_job_matches_manifest(job, manifest)
-        stored = [bytes.fromhex(h) for h in row["sources"] or []]
-        if len(stored) != len(manifest["items"]):
-            raise source_failure(
-                manifest["items"][0]["id"],
-                f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup",
-            )
-        texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}
-        return manifest, texts
-
-    def prepare_new(self) -> None:
-        need_psycopg()
-
-    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
-        """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it.
-
-        The database makes the sealing role the job's owner. A jobId is store-wide: one another role holds
-        (invisible to this one) is refused as taken, whatever the bytes.
-        """
-        writer = cast(PgJournal, self.writer)
-        manifest = parse_manifest(manifest_bytes, job["manifestPath"])
-        reviewers = manifest.get("reviewers") or []
-        if writer.principal in reviewers:
-            raise ManifestError(
-                f"Manifest reviewers names {writer.principal}, the role sealing job {job['jobId']}: the reviewers a job names decide it, "
-                f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
-            )
-        if not writer.rows("SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may")[0]["may"]:
-            raise StateError(
-                f"Role {writer.principal} may not seal jobs in {self.public}: only a role granted as a person does "
-                f"(a worker runs jobs, nothing else); the store's administrator grants one with "
-                f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
-            )
-        data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
-        if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:
-            raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
-        with writer.transaction():
-            # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
-            # the session runs with standard_conforming_strings off, and the store would keep other bytes
-            cursor = writer.conn.execute(
-                "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc, "
-                "reviewers, owner) VALUES (%s, %s, %s, %b, %s, %b, %s, %s, session_user) ON CONFLICT (job_id) DO NOTHING",
-                (
-                    job["jobId"],
-                    job["threadId"],
-                    json.dumps(job, indent=2) + "\n",
-                    manifest_bytes,
-                    job["manifestSha256"],
-                    data,
-                    job["createdAtUtc"],
-                    reviewers,
-                ),
-            )
-            if cursor.rowcount == 1:
-                writer.conn.execute(
-                    "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
-                )
-        if cursor.rowcount != 1:
-            if not self.has_job(writer):
-                raise taken_error(self.job_id)
-            raise BusyError(
-                f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{self.suggest('resume')}`"
-            )
-        self.row = {
-            "record_json": json.dumps(job),
-            "manifest": manifest_bytes,
-            "manifest_sha256": job["manifestSha256"],
-            "sources": [d.hex() for d in data],
-            "owner": writer.principal,
-            "reviewers": reviewers,
-            "me": writer.principal,
-        }
-        cast(PgLock, self.locks).take()
-
-    # -- the writers' lock -----------------------------------------------------
-
-    def lock(self, command: str) -> PgLock:
-        return PgLock(self, command)
-
-    def holder(self, db: PgJournal | None = None) -> Holder | None:
-        """The writing command holding the job's lock now ({pid, command, sinceUtc, host, role}); never waits."""
-        return lock_holders(db or self.db()).get(self.job_id)
-
-    def principal(self) -> str:
-        """The role this store's connections authenticated as (session_user: a SET ROLE changes nothing)."""
-        if self.writer is not None:
-            return self.writer.principal
-        if self.row is not None and "me" in self.row:  # read with the job's row
-            return self.row["me"]
-        return self.db().rows("SELECT session_user AS me")[0]["me"]
-
-    def people(self, job: Job) -> dict:
-        row = self.row or self.load_row() or {}
-        return {"owner": row.get("owner") or "unknown", "reviewers": list(row.get("reviewers") or [])}
-
-    def check_own_request(self, job: Job) -> None:
-        if self.people(job)["owner"] != self.principal():
-            raise taken_error(self.job_id)
-
-    def may(self, act: str, job: Job) -> bool:
-        return may_by_rule(act, self.people(job), self.principal())
-
-    def check_may(self, command: str, review: str) -> None:
-        """The database refuses what a role may not do; this says so first, in words, naming who may."""
-        act = COMMAND_ACTS.get(command)
-        if act is None:
-            return
-        writer = cast(PgJournal, self.writer)
-        rights = writer.rows(
-            "SELECT durable_job.runs({p.job_id}) AS runs, durable_job.tends({p.job_id}) AS tends, "
-            "durable_job.decides({p.job_id}) AS decides, durable_job.is_admin() AS admin"
-        )[0]
-        people = self.people(self.load_job())
-        if rights["admin"] and act == "decides":  # the administrator may do anything, but decides by the job's rule alone
-            rights["decides"] = may_by_rule("decides", people, writer.principal)
-        elif rights["admin"]:
-            return
-        if rights[act] or (act == "runs" and review == "deciding" and rights["decides"]):
-            return  # a reviewer whose decide was cut short finishes recording it with resume
-        raise StateError(f"Role {writer.principal} may not {command} job {self.job_id} in {self.public}: {who_may(act, people)}")
-
-    # -- the journal -----------------------------------------------------------
-
-    def check_files(self) -> None:
-        """A writer's journal connection must still hold the lock before anything is written."""
-        if self.writer is not None:
-            self.writer.alive()
-
-    def journal(self) -> PgJournal:
-        """The journal on the lock's own connection: every row is written where the lock is held."""
-        if self.writer is None:
-            raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
-        return self.writer
-
-    def read_journal(self) -> PgJournal:
-        return self.db()
-
-    # -- checkpoints -----------------------------------------------------------
-
-    def checkpoint_connection(self):
-        conn = self.connect(f"durable_job checkpoints {os.getpid()}")
-        conn.execute("SET search_path TO durable_job")
-        return conn
-
-    def checkpointer(self, conn):
-        """PostgresSaver (autocommit, dict rows, prepare_threshold=0) that checks the lock is still held before each write."""
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
-            raise StateError(
-                f"langgraph-checkpoint-postgres is not the pinned version (its schema reaches {len(PostgresSaver.MIGRATIONS) - 1}, "
-                f"this program knows {CHECKPOINT_MIGRATION}): pip install -r {PG_REQUIREMENTS}"
-            )
-        store = self
-
-        class LockedSaver(PostgresSaver):
-            def put(self, *a, **kw):
-                store.journal().alive()  # refused outside the lock, and once the lock's connection is gone
-                return super().put(*a, **kw)
-
-            def put_writes(self, *a, **kw):
-                store.journal().alive()
-                return super().put_writes(*a, **kw)
-
-        return LockedSaver(conn, serde=checkpoint_serializer())
-
-    def pruned_record(self) -> dict | None:
-        if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
-            return strict_json(self.row["pruned"]) if self.row["pruned"] else None
-        db = self.db()
-        if db.rows("SELECT to_regclass('durable_job.prunes') IS NOT NULL AS made")[0]["made"] is False:
-            return None
-        row = db.row("SELECT record_json FROM durable_job.prunes WHERE job_id = {p.job_id}")
-        return None if row is None else strict_json(row["record_json"])
-
-    def read_checkpoint(self, job: Job) -> CheckpointState:
-        db = self.db()
-        if db.rows("SELECT to_regclass('durable_job.checkpoints') IS NOT NULL AS made")[0]["made"] is False:
-            return read_checkpoint(None, job["threadId"])
-        pruned = self.pruned_record()
-        if pruned is not None:
-            return pruned_checkpoint(pruned)
-        return read_checkpoint(
-            PgCheckpointRows(db, f"the checkpoint tables of job {self.job_id} in {self.public}", [job["threadId"]]), job["threadId"]
-        )
-
-    def checkpoints_digest(self, job: Job) -> str:
-        """Each row as PostgreSQL spells it (ROW(...)::text: the same text whichever driver reads it); a pruned job's
-        as prune found them, before removing them."""
-        pruned = self.pruned_record()
-        if pruned is not None:
-            return pruned["checkpointsSha256"]
-        orders = {"checkpoints": "checkpoint_ns, checkpoint_id", "checkpoint_blobs": "checkpoint_ns, channel, version"}
-        orders["checkpoint_writes"] = "checkpoint_ns, checkpoint_id, task_id, idx"
-        rows = [
-            [table, r["row"]]
-            for table, order in orders.items()
-            for r in self.db().rows(
-                f"SELECT ROW(t.*)::text AS row FROM durable_job.{table} t WHERE thread_id = {{p.thread}} ORDER BY {order}",
-                thread=job["threadId"],
-            )
-        ]
-        return sha256_hex(canonical(rows))
-
-    def storage_errors(self) -> tuple:
-        psycopg = sys.modules.get("psycopg")
-        return (psycopg.Error,) if psycopg is not None else ()
-
-    # -- retention (the administrator's: the database refuses it to every other role) -----------------------
-
-    def mark_pruned(self, record: dict) -> None:
-        self.journal().change(
-            "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
-            "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
-            record=json.dumps(record, sort_keys=True),
-        )
-
-    def drop_checkpoints(self, job: Job) -> None:
-        """LangGraph's checkpoint history of the job's thread, through the saver's own delete_thread."""
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with self.checkpoint_connection() as conn:
-            PostgresSaver(conn, serde=checkpoint_serializer()).delete_thread(job["threadId"])
-
-    def checkpoint_bytes(self, job: Job) -> int:
-        tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-        return sum(
-            int(
-                self.db().rows(
-                    f"SELECT coalesce(sum(pg_column_size(t.*)), 0) AS size FROM durable_job.{t} t WHERE thread_id = {{p.thread}}",
-                    thread=job["threadId"],
-                )[0]["size"]
-            )
-            for t in tables
-        )
-
-    def run_failure(self, exc: BaseException) -> StateError:
-        return self.failure(exc)
-
-    # -- the receipt -----------------------------------------------------------
-
-    def has_receipt(self) -> bool:
-        return self.read_receipt() is not None
-
-    def write_receipt(self, receipt: dict) -> None:
-        self.journal().change(
-            "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc, principal) "
-            "VALUES ({p.job_id}, {p.receipt}, {p.stamp}, {p.principal}) ON CONFLICT (job_id) DO NOTHING",  # written once, never over
-            receipt=json.dumps(receipt, indent=2, sort_keys=True) + "\n",
-            stamp=now_utc(),
-        )
-
-    def read_receipt(self) -> bytes | None:
-        db = self.db()
-        if db.rows("SELECT to_regclass('durable_job.receipts') IS NOT NULL AS made")[0]["made"] is False:
-            return None
-        row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
-        return None if row is None else row["receipt_json"].encode("utf-8")
-
-    # -- verify ----------------------------------------------------------------
-
-    def check_whole(self) -> str:
-        db = self.db()
-        if not self.ready(db):
-            raise StateError(
-                f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`"
-            )
-        self.check_seals(self.load_job(db), mcp="skip", program=False)  # another program's job is verified all the same
-        return "store schema current; the job row's manifest and source bytes match their sha256"
-
-
-def refuse_while_held(store: PgStore, db: PgJournal) -> None:
-    """An upgrade's migrations wait for a drained store: a job held now is being run or decided by the program before it."""
-    if db.rows("SELECT to_regclass('durable_job.job_locks') IS NOT NULL AS made")[0]["made"] is False:
-        return  # a store set up for the first time holds no job
-    holders = lock_holders(db)
-    if holders:
-        job_id, h = min(holders.items())
-        more = f" (and {len(holders) - 1} more)" if len(holders) > 1 else ""
-        raise BusyError(
-            f"The store {store.public} has migrations to apply, but job {job_id}{more} is held by {h.get('command')} "
-            f"(pid {h.get('pid')} on {h.get('host') or 'an unnamed host'}, role {h.get('role')}, since {h.get('sinceUtc')}): "
-            f"drain first (let its workers finish and its reviewers decide), then {BusyError.AGAIN}"
-        )
-
-
-@contextlib.contextmanager
-def migration_lock(store: PgStore, refused) -> Iterator[None]:
-    """Hold the store's migration lock: an EXCLUSIVE lock on durable_job.migrate_lock, in a transaction of a connection
-    that runs nothing else, polled with NOWAIT.
-
-    LOCK TABLE needs a privilege on the table, so a role without grants cannot take it (the advisory lock key of
-    old was in pg_locks for anyone to hold, and migrate waited on it); a granted role may at most read the table
-    (ACCESS SHARE), which EXCLUSIVE does not wait for. The holding transaction runs nothing but its LOCK, which takes
-    no snapshot: setup's CREATE INDEX CONCURRENTLY waits for every transaction with one (a SELECT in it would make
-    migrate wait for itself for ever). The empty table is made here, before any lock, by the first migrate (a
-    concurrent first one may make it at the same moment: both go on).
-    """
-    import psycopg
-
-    lock = store.connect(f"durable_job migrate lock {os.getpid()}")
-    try:
-        try:
-            lock.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
-            lock.execute("CREATE TABLE IF NOT EXISTS durable_job.migrate_lock ()")
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, psycopg.errors.DuplicateSchema):
-            pass
-        except psycopg.Error as exc:
-            raise refused(exc) from None
-        deadline = time.monotonic() + SETUP_WAIT_SECONDS
-        while True:
-            lock.execute("BEGIN")
-            try:
-                lock.execute("LOCK TABLE durable_job.migrate_lock IN EXCLUSIVE MODE NOWAIT")
-                break
-            except psycopg.errors.LockNotAvailable:
-                lock.execute("ROLLBACK")
-            except psycopg.Error as exc:
-                raise refused(exc) from None
-            if time.monotonic() > deadline:
-                raise BusyError(
-                    f"The store {store.public} is being set up by another process for over {SETUP_WAIT_SECONDS:.0f} s; {BusyError.AGAIN}"
-                )
-            time.sleep(0.05)
-        yield
-    finally:
-        lock.close()  # ends the transaction, and with it the lock
-
-
-def migrate_store(store: PgStore, conn) -> dict:
-    """Create or bring up to date the store's schema: the journal migrations, then PostgresSaver.setup().
-
-    A store already current is answered before any lock; otherwise the work runs under migration_lock. A role
-    without CREATE privilege is told that an administrator runs `migrate` once.
-    """
-    import psycopg
-
-    migrate = command_line(store.program, "migrate", ["--store", store.public])
-
-    def refused(exc) -> StateError:
-        """A role that may not create the schema is told who can; any other database error is the store's failure."""
-        if isinstance(exc, psycopg.errors.InsufficientPrivilege):
-            return StateError(
-                f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
-                f"an administrator runs `{migrate}` once (as the database owner), and grants this role use of schema durable_job"
-            )
-        return store.failure(exc)
-
-    db = PgJournal(conn, "", refused, owns=False)
-    if store.ready(db):
-        done, highest = store.schema_state(db)
-        return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
-    with migration_lock(store, refused):
-        if store.ready(db):  # another process finished it while this one waited
-            done, highest = store.schema_state(db)
-            return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
-        refuse_while_held(store, db)
-        apply_migrations(db, store_migrations(PG_MIGRATIONS), "durable_job._migrations")
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        try:
-            with store.checkpoint_connection() as cp:
-                PostgresSaver(cp).setup()
-        except psycopg.Error as exc:
-            raise refused(exc) from None
-        apply_migrations(db, store_migrations(PG_SETUP_MIGRATIONS), "durable_job._migrations")
-        done, highest = store.schema_state(db)
-        return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
-
-
-# What a granted role may touch, beside what the policies let it see: every row readable (its own jobs' only),
-# rows added, and only the UPDATEs and DELETEs history allows (a pending call's outcome, LangGraph's upserts,
-# the lock row). No CREATE, nothing on the migration tables but reading them.
-STORE_GRANTS = (
-    "GRANT USAGE ON SCHEMA durable_job TO {role}",
-    "GRANT SELECT ON ALL TABLES IN SCHEMA durable_job TO {role}",
-    "GRANT INSERT ON durable_job.jobs, durable_job.job_locks, durable_job.calls, durable_job.call_events, durable_job.drafts, "
-    "durable_job.outcomes, durable_job.decisions, durable_job.receipts, durable_job.links, durable_job.checkpoints, durable_job.checkpoint_blobs, "
-    "durable_job.checkpoint_writes TO {role}",
-    "GRANT UPDATE ON durable_job.calls, durable_job.job_locks, durable_job.checkpoints, durable_job.checkpoint_writes TO {role}",
-    "GRANT DELETE ON durable_job.calls TO {role}",
-    "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
-    "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
-    "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
-)
-
-
-def grant_store(store: PgStore, db: PgJournal, role: str, kind: str) -> None:
-    """Let role use the store as a person (owns, reviews, decides its jobs) or a worker (runs any runnable job, nothing else).
-
-    Every earlier right on the store's tables is revoked first, so a store granted before the policies
-    existed (SELECT, INSERT, UPDATE, DELETE on everything) is brought down to exactly these.
-    """
-    from psycopg import sql
-
-    who = sql.Identifier(role).as_string(db.conn)
-    database = sql.Identifier(db.rows("SELECT current_database() AS name")[0]["name"]).as_string(db.conn)
-    statements = [
-        "REVOKE ALL ON ALL TABLES IN SCHEMA durable_job FROM {role}",
-        "REVOKE ALL ON ALL SEQUENCES IN SCHEMA durable_job FROM {role}",
-        *STORE_GRANTS,
-    ]
-    with db.transaction():
-        for statement in statements:
-            db.execute(statement.format(role=who, database=database), [], [])
-        db.change(
-            "INSERT INTO durable_job.roles (role, kind) VALUES ({p.role}, {p.kind}) ON CONFLICT (role) DO UPDATE SET kind = EXCLUDED.kind",
-            role=role,
-            kind=kind,
-        )
-
-
 ###############################################################################
-# 13. Graph: a run's Context and the LangGraph graph
+# 12. Graph: a run's Context and the LangGraph graph
 ###############################################################################
 
 
@@ -4708,7 +3761,7 @@ def invoke_graph(ctx: Context, checkpoints, resume_value):
 
 
 ###############################################################################
-# 14. Where a job stands: open_job, snapshots, phase and next
+# 13. Where a job stands: open_job, snapshots, phase and next
 ###############################################################################
 
 FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
@@ -4899,166 +3952,6 @@ def make_snapshot(
     at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
     draft = (revised or (1, model_results)) if at_review else (1, model_results)
     return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt)
-
-
-# One page of a store's jobs in one statement: the page's rows chosen first (`page`: the filters, the order, the
-# limit), then beside each everything read_snapshot reads for it
-# (its calls, cancel, receipt, latest draft, decision, lock holder, and its latest checkpoint with the blobs and the
-# saved writes read_checkpoint looks at), so a listing costs one round trip a page whatever the number of jobs.
-# Row-level security scopes every table to the jobs the connecting role may see, the subqueries' tables included.
-# The filters are fixed fragments (PAGE_FILTERS) chosen by name; every value they compare is a bound parameter.
-STORE_PAGE_SQL = """
-WITH page AS (SELECT j.* FROM durable_job.jobs j WHERE true{filters} ORDER BY j.created_utc, j.job_id LIMIT {p.limit})
-SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.owner, array_to_json(j.reviewers) AS reviewers,
-  session_user AS me, array_to_json(ARRAY(SELECT encode(s, 'hex') FROM unnest(j.sources) s)) AS sources, j.created_utc,
-  (SELECT json_agg(c ORDER BY c.created_utc, c.seq) FROM durable_job.calls c WHERE c.job_id = j.job_id) AS calls,
-  (SELECT o.record_json FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel') AS cancel,
-  EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id) AS receipt,
-  j.finished_at IS NOT NULL AS finished,
-  (SELECT p.record_json FROM durable_job.prunes p WHERE p.job_id = j.job_id) AS pruned,
-  (SELECT json_build_object('version', d.version, 'results', d.results_json) FROM durable_job.drafts d
-    WHERE d.job_id = j.job_id ORDER BY d.version DESC LIMIT 1) AS draft,
-  (SELECT json_build_object('record', x.record_json, 'principal', x.principal) FROM durable_job.decisions x
-    WHERE x.job_id = j.job_id AND x.kind = 'decision') AS decision,
-  (SELECT json_build_object('role', a.usename, 'name', a.application_name) FROM durable_job.job_locks k
-    JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
-    LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,
-  cp.checkpoint_id, cp.checkpoint,
-  (SELECT json_agg(json_build_object('channel', b.channel, 'type', b.type, 'blob', encode(b.blob, 'hex')))
-    FROM durable_job.checkpoint_blobs b
-    JOIN jsonb_each_text(cp.checkpoint -> 'channel_versions') v(channel, version) ON b.channel = v.channel AND b.version = v.version
-    WHERE b.thread_id = j.thread_id AND b.checkpoint_ns = {p.ns} AND b.channel = ANY({p.keys})
-      AND NOT ((cp.checkpoint -> 'channel_values') ? b.channel)) AS blobs,
-  (SELECT json_agg(json_build_object('channel', w.channel, 'type', w.type, 'blob', encode(w.blob, 'hex'))
-                   ORDER BY w.channel = 'final' DESC, w.task_id DESC)
-    FROM durable_job.checkpoint_writes w
-    WHERE w.thread_id = j.thread_id AND w.checkpoint_ns = {p.ns} AND w.checkpoint_id = cp.checkpoint_id
-      AND w.channel = ANY({p.channels})) AS writes
-FROM page j
-LEFT JOIN LATERAL (SELECT k.checkpoint_id, k.checkpoint FROM durable_job.checkpoints k
-                   WHERE k.thread_id = j.thread_id AND k.checkpoint_ns = {p.ns} AND j.finished_at IS NULL
-                   ORDER BY k.checkpoint_id DESC LIMIT 1) cp ON true
-ORDER BY j.created_utc, j.job_id
-"""
-NOT_CANCELLED = "NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel')"
-PAGE_FILTERS = {
-    "owner": "j.owner = {p.owner}",
-    "mine": "j.owner = session_user::text",
-    "since": "j.created_utc >= {p.since}",
-    # names me as a reviewer, or names none and is mine (what --to-review asks beside the phase)
-    "reviews": "CASE WHEN cardinality(j.reviewers) > 0 THEN session_user::text = ANY(j.reviewers) ELSE j.owner = session_user::text END",
-    "cancelled": NOT_CANCELLED.replace("NOT EXISTS", "EXISTS"),
-    "not-cancelled": NOT_CANCELLED,
-    "after": "(j.created_utc, j.job_id) > ({p.after_at}, {p.after_id})",
-}
-
-
-class LoadedCheckpointRows(CheckpointRows):
-    """One thread's latest checkpoint as a listing's statement read it, as read_checkpoint asks for it (no more reads)."""
-
-    def __init__(self, where: str, row: dict):
-        self.where, self.found = where, None
-        if row["checkpoint_id"] is None:
-            return
-        checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
-        inline = checkpoint.get(LG_CHANNEL_VALUES) or {}
-        values = {key: inline[key] for key in STATE_KEYS if key in inline}
-        for blob in row["blobs"] or []:
-            if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
-                value = decode_checkpoint(blob["type"], bytes.fromhex(blob["blob"]), where)
-                values[blob["channel"]] = plain_value(value, blob["channel"], where)
-        self.found = (row["checkpoint_id"], values)
-        self.saved = [(w["channel"], w["type"], None if w["blob"] is None else bytes.fromhex(w["blob"])) for w in row["writes"] or []]
-
-    def latest(self, thread_id: str) -> tuple[str, dict] | None:
-        return self.found
-
-    def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
-        return self.saved if self.found else []
-
-
-def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None) -> CheckpointState:
-    """A listed job's checkpoint: a finished one's is its decision row alone, never a receipt's JSON (a listing row needs
-    no more of it; not reading every finished job's checkpoint took a 10,000-job listing from 2.8 s to 1.8 s); a pruned
-    one's, what prune kept; any other's, its latest checkpoint as the statement read it."""
-    if row["pruned"]:
-        return pruned_checkpoint(strict_json(row["pruned"]))
-    if row["finished"]:
-        return {"values": {"final": decision} if decision else {}, "waiting": False, "savedDecision": None}
-    return read_checkpoint(LoadedCheckpointRows(where, row), job["threadId"])
-
-
-def store_page(
-    lister: PgStore, filters=(), params: dict | None = None, limit: int | None = None
-) -> list[tuple[tuple, PgStore, Snapshot | StateError]]:
-    """One page of a store's jobs, oldest first, from one statement: (its key (createdAtUtc, jobId), its store, its
-    Snapshot as read_snapshot reads it, or the StateError that made it unreadable). `filters` names PAGE_FILTERS,
-    whose values `params` holds; `limit` None: every job. The caller closes the lister's connection."""
-    db = lister.db()
-    where = "".join(f" AND {PAGE_FILTERS[name]}" for name in filters)
-    try:
-        rows = db.rows(
-            STORE_PAGE_SQL.replace("{filters}", where),
-            ns=LG_ROOT_NAMESPACE,
-            keys=list(STATE_KEYS),
-            channels=list(LG_SAVED_CHANNELS),
-            limit=limit,
-            **(params or {}),
-        )
-    except StateError:  # asked only after a failure, so that a page is one statement
-        if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
-            return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
-        raise
-    page: list[tuple[tuple, PgStore, Snapshot | StateError]] = []
-    for row in rows:
-        store = lister.for_job(row["job_id"])
-        store.row = row
-        try:
-            job = store.load_job()
-            where_kept = f"the checkpoint tables of job {row['job_id']} in {lister.public}"
-            decision = row["decision"] and {**json.loads(row["decision"]["record"]), "principal": row["decision"]["principal"]}
-            draft = row["draft"] and (row["draft"]["version"], json.loads(row["draft"]["results"]))
-            holder = row["holder"] and {**parse_holder_name(row["holder"]["name"]), "role": row["holder"]["role"] or "unknown"}
-            snapshot: Snapshot | StateError = make_snapshot(
-                store,
-                job,
-                db.for_job(row["job_id"]),
-                with_decision(listed_checkpoint(row, where_kept, job, decision or None), decision or None),
-                row["calls"] or [],
-                json.loads(row["cancel"]) if row["cancel"] else None,
-                draft or None,
-                cast("Holder | None", holder or None),
-                row["receipt"],
-            )
-        except StateError as exc:
-            snapshot = exc
-        page.append(((row["created_utc"], row["job_id"]), store, snapshot))
-    return page
-
-
-# `usage` on a store: every job this role may see, with the usage of each of its calls made since the cutoff, in one
-# statement (the record's model is read here, not in SQL: a damaged record must not fail the whole sum).
-STORE_USAGE_SQL = """
-SELECT j.job_id, j.owner, j.record_json,
-  (SELECT json_agg(json_build_object('at', c.created_utc, 'usage', c.usage_json) ORDER BY c.created_utc, c.seq)
-    FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.usage_json IS NOT NULL AND c.created_utc >= {p.since}) AS calls
-FROM durable_job.jobs j ORDER BY j.created_utc, j.job_id
-"""
-
-
-def store_usage(lister: PgStore, cutoff: str) -> list[dict]:
-    """[{jobId, owner, model, calls: [{at, usage}]}] of every job of the store this role may see."""
-    db = lister.db()
-    if db.rows("SELECT to_regclass('durable_job.calls') IS NOT NULL AS made")[0]["made"] is False:
-        return []
-    spent = []
-    for row in db.rows(STORE_USAGE_SQL, since=cutoff):
-        try:
-            model = strict_json(row["record_json"]).get("model")
-        except (ValueError, AttributeError):
-            model = None
-        spent.append({"jobId": row["job_id"], "owner": row["owner"], "model": model, "calls": row["calls"] or []})
-    return spent
 
 
 def in_flight(snap: Snapshot) -> list:
@@ -5292,7 +4185,7 @@ def refuse_if_retry_pending(ctx: Context) -> None:
 
 
 ###############################################################################
-# 15. Review page: the HTML, every value escaped
+# 14. Review page: the HTML, every value escaped
 ###############################################################################
 
 # Note to maintainers: the page is built only with h() and hjoin(). A value reaches
@@ -5742,7 +4635,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
 
 
 ###############################################################################
-# 16. Receipt and verify
+# 15. Receipt and verify
 ###############################################################################
 
 # What a terminal outcome leaves behind (receipt.json, or the store's receipts row), and the
@@ -5862,6 +4755,7 @@ def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int
         "manifestPath": job["manifestPath"],
         "manifestSha256": job["manifestSha256"],
         "codeSha256": job["codeSha256"],
+        **({"codeFiles": job["codeFiles"]} if "codeFiles" in job else {}),
         "version": job["version"],
         "dependencies": job.get("dependencies"),
         "resultsSha256": results_sha256(results),
@@ -5896,11 +4790,8 @@ def made_by(job: Job) -> str:
     try:
         check_program_seals(job)
         return "made by this program, with the dependency versions installed here"
-    except SealError:
-        return (
-            f"made by another program (durable_job.py sha256 {str(job.get('codeSha256'))[:16]}…, graph version "
-            f"{job.get('version')}; this one is {code_sha256()[:16]}…, {VERSION}): every record is checked all the same"
-        )
+    except SealError as exc:  # its first clause says what differs: the graph version, a file of the code, a dependency
+        return f"made by another program ({str(exc).split(';')[0]}): every record is checked all the same"
 
 
 def verify_refusal(report: dict) -> SealError | None:
@@ -6171,7 +5062,7 @@ def decision_invariants(snap: Snapshot) -> str:
                 f"the journal's row {clip(json.dumps(decision.get(key)), 60)}"
             )
     principal, owner, reviewers = decision["principal"], people["owner"], people["reviewers"]
-    if isinstance(snap.store, PgStore) and not (principal in reviewers and principal != owner if reviewers else principal == owner):
+    if snap.store.shared and not (principal in reviewers and principal != owner if reviewers else principal == owner):
         raise SealError(f"the decision was recorded by role {principal}, who may not decide this job: {who_may('decides', people)}")
     return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
 
@@ -6512,7 +5403,7 @@ def receipt_invariants(snap: Snapshot) -> str:
 
 
 ###############################################################################
-# 17. Commands: the API the CLI, the workers and scripts call
+# 16. Commands: the API the CLI, the workers and scripts call
 ###############################################################################
 
 # Note to maintainers: each command is one function over a Store (open_store makes one)
@@ -6543,24 +5434,13 @@ def open_store(
         return StateDirStore(os.path.expanduser(state_dir), program)
     if not store:
         raise UsageError(f"name the job: --state-dir DIR, or --store URL --job JOB_ID (or set {STORE_ENV} to the store's URL)")
-    return PgStore(store, job or "", from_env=from_env, program=program)
-
-
-def for_manifest(store: Store, manifest: Manifest) -> Store:
-    """The store naming the manifest's job (start and submit in a PostgreSQL store take the manifest's jobId)."""
-    if not isinstance(store, PgStore):
-        return store
-    if store.job_id and store.job_id != manifest["jobId"]:
-        raise UsageError(
-            f"--job {store.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)"
-        )
-    return store if store.job_id else PgStore(store.url, manifest["jobId"], from_env=store.from_env, program=store.program)
+    return team_part("store").PgStore(store, job or "", from_env=from_env, program=program)
 
 
 @contextlib.contextmanager
 def manifests_job(store: Store, manifest: Manifest) -> Iterator[Store]:
     """for_manifest's store for the length of a command: closed after it when it is a new one."""
-    named = for_manifest(store, manifest)
+    named = store.for_manifest(manifest)
     try:
         yield named
     finally:
@@ -6568,8 +5448,19 @@ def manifests_job(store: Store, manifest: Manifest) -> Iterator[Store]:
             named.close()
 
 
+def delete(store: Store) -> dict:
+    """Remove a job from a store entirely, leaving a tombstone (who, when, its receipt's sha256) that keeps its jobId
+    taken: the store's administrator's alone, refused while anyone holds the job."""
+    need_job_id(store)
+    if not store.shared:
+        raise UsageError(
+            "delete removes a job from a --store; a state directory is one job's folder: remove the folder itself once its receipt is kept elsewhere"
+        )
+    return team_part("store").delete_job(store)
+
+
 def need_job_id(store: Store) -> None:
-    if isinstance(store, PgStore) and not store.job_id:
+    if store.shared and not store.job_id:
         raise UsageError(f"--store needs --job JOB_ID (list the store's jobs with `{store.program} jobs --store URL`)")
 
 
@@ -6611,7 +5502,7 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
     approval = read_approval(manifest_path)
     store.prepare_new()
     with store.lock("start"):
-        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval)
+        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
         store.seal_job(job, raw, sources)
         crash_point("after-seal", job)
         ctx = attach(store, job, manifest, sources)
@@ -6623,7 +5514,7 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
 
 def job_dependencies(store: Store) -> tuple:
     """The libraries a new job seals: a store's job also the PostgreSQL ones, whose behaviour its recovery relies on."""
-    return DEPENDENCIES + (STORE_DEPENDENCIES if isinstance(store, PgStore) else ())
+    return DEPENDENCIES + (STORE_DEPENDENCIES if store.shared else ())
 
 
 def check_same_job(store: Store, manifest: Manifest, raw: bytes) -> None:
@@ -7659,10 +6550,11 @@ def jobs(
         "sealed_by_other": sealed_by_other,
     }
     if store:
-        lister = PgStore(store, "", from_env=from_env, program=program)
+        team = team_part("store")
+        lister = team.PgStore(store, "", from_env=from_env, program=program)
         kind, address, prog = "store", lister.store_address(), lister.program
         try:
-            rows, last = store_job_rows(lister, filters, read_cursor(after, kind, 2) if after else None, limit, priced)
+            rows, last = team.store_job_rows(lister, filters, read_cursor(after, kind, 2) if after else None, limit, priced)
         finally:
             lister.close()
     else:
@@ -7699,56 +6591,6 @@ def keeps(row: dict, filters: dict, me: str) -> bool:
         and (filters["since"] is None or str(row["createdAtUtc"] or "") >= filters["since"].rstrip("Z"))
         and (not filters.get("sealed_by_other") or row.get("actsHere") is False)
     )
-
-
-def store_job_rows(lister: PgStore, filters: dict, after: list | None, limit: int | None, prices: dict | None) -> tuple[list, list | None]:
-    """One page of a store's jobs, oldest first, and the key of its last row when more remain (else None).
-
-    The owner, mine, since and the reviewer half of to_review are the statement's WHERE (store_page). The phase is not:
-    it is the program's reading of each job's checkpoint, calls, decision and lock together (job_phase), which SQL
-    could only copy, and a copy would drift from it. Only whether a job was cancelled is a fact of one table, so the
-    statement leaves out cancelled jobs when no phase asked for takes them; every other phase is kept or dropped here,
-    after the statement, and a page that dropped rows reads the next batch until it is full. Without a phase filter
-    (and without --to-review) a page is exactly one statement.
-    """
-    names, params = [], {}
-    if filters["owner"] is not None:
-        names.append("owner")
-        params["owner"] = filters["owner"]
-    if filters["mine"]:
-        names.append("mine")
-    if filters["since"]:
-        names.append("since")
-        params["since"] = filters["since"].rstrip("Z")
-    if filters["to_review"]:
-        names.append("reviews")
-    phases = set(filters["phases"])
-    if phases and phases <= {"cancelled"}:
-        names.append("cancelled")
-    elif (phases or filters["to_review"]) and not phases & {"cancelled", "unreadable"}:
-        names.append("not-cancelled")
-    sifted = bool(phases - {"cancelled"}) or filters["to_review"]  # rows the statement returns may still be dropped
-    batch = None if limit is None else limit + 1 if not sifted else max(limit + 1, 200)
-    found: list[tuple[tuple, dict]] = []
-    while True:
-        page = store_page(
-            lister,
-            names + (["after"] if after else []),
-            {**params, **({"after_at": after[0], "after_id": after[1]} if after else {})},
-            batch,
-        )
-        for key, store, snap in page:
-            row = job_row(store, snap, prices)
-            if keeps(row, filters, row.get("me") or ""):
-                found.append((key, row))
-        if batch is None or len(found) > cast(int, limit) or len(page) < batch:
-            break
-        after = list(page[-1][0])
-    for _, row in found:
-        row.pop("me", None)
-    if limit is not None and len(found) > limit:
-        return [row for _, row in found[:limit]], list(found[limit - 1][0])
-    return [row for _, row in found], None
 
 
 def dir_job_rows(roots: list, program: str | None, filters: dict, after: list | None, limit: int | None, prices: dict | None):
@@ -7834,7 +6676,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             row["sealedBy"] = {"codeSha256": job.get("codeSha256"), "version": job.get("version"), "dependencies": job.get("dependencies")}
         if out["phase"] == "running":  # which process (a `work` worker or a person's command), on which host
             row["runningBy"] = {k: out["running"].get(k) for k in ("command", "host", "pid", "sinceUtc")}
-        if isinstance(store, PgStore) and store.row is not None:
+        if store.shared and store.row is not None:
             row["me"] = store.row.get("me")
         return row
     except JobError as exc:
@@ -7878,9 +6720,10 @@ def usage(
     priced = read_prices(prices) if prices else None
     cutoff = (since or "").rstrip("Z")
     if store:
-        lister = PgStore(store, "", from_env=from_env, program=program)
+        team = team_part("store")
+        lister = team.PgStore(store, "", from_env=from_env, program=program)
         try:
-            spent = store_usage(lister, cutoff)
+            spent = team.store_usage(lister, cutoff)
         finally:
             lister.close()
         where: dict = {"store": lister.public}
@@ -7930,58 +6773,6 @@ def dir_usage(store: Store, cutoff: str) -> dict:
         if journal is not None:
             journal.close()
     return {"jobId": job["jobId"], "owner": store.people(job)["owner"], "model": job.get("model"), "calls": calls}
-
-
-def migrate_schema(
-    store: str, *, grant=(), grant_worker=(), owner: str | None = None, program: str | None = None, from_env: bool = False
-) -> dict:
-    """Create or update a store's schema and grant roles (run by the store's administrator, the schema's owner).
-
-    `grant`: roles of people (they own, review and decide jobs); `grant_worker`: roles that run jobs; `owner`:
-    the role that owns the jobs of a store made before jobs had owners (they are the administrator's until then).
-    """
-    target = PgStore(store, "", from_env=from_env, program=program)
-    conn = target.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
-    try:
-        result = migrate_store(target, conn)
-        db = PgJournal(conn, "", target.failure, owns=False)
-        if (grant or grant_worker or owner) and not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
-            raise StateError(
-                f"migrate --grant, --grant-worker and --owner are the store's administrator's (the owner of schema durable_job "
-                f"in {target.public}); run them as that role"
-            )
-        for role in grant:
-            grant_store(target, db, role, "person")
-        for role in grant_worker:
-            grant_store(target, db, role, "worker")
-        adopted = 0
-        if owner:
-            with db.transaction():
-                adopted = db.change("UPDATE durable_job.jobs SET owner = {p.owner} WHERE owner = session_user::text", owner=owner)
-        database, public = public_database_rights(db)
-    finally:
-        conn.close()
-    return {
-        "store": target.public,
-        "schema": STORE_SCHEMA,
-        **result,
-        "granted": list(grant),
-        "grantedWorkers": list(grant_worker),
-        "adopted": adopted,
-        "database": database,
-        "publicMay": public,
-    }
-
-
-def public_database_rights(db: PgJournal) -> tuple[str, list]:
-    """What every role, granted or not, may still do in the store's database: CONNECT (then hold a snapshot that a first
-    set-up's CREATE INDEX CONCURRENTLY waits for) and TEMPORARY (then make objects named as the catalog). The README's
-    set-up revokes both from PUBLIC; migrate names any left."""
-    row = db.rows(
-        "SELECT has_database_privilege('public', current_database(), 'CONNECT') AS connect, "
-        "has_database_privilege('public', current_database(), 'TEMPORARY') AS temporary, current_database() AS name"
-    )[0]
-    return row["name"], [right for right in ("CONNECT", "TEMPORARY") if row[right.lower()]]
 
 
 PRUNE_PHASES = ("decided", "cancelled")
@@ -8042,7 +6833,7 @@ def prune_candidates(store: str | None, roots: list, program: str | None, from_e
     if roots:
         yield [s for s in state_dirs_under(roots, program) if s.has_receipt()]
         return
-    lister = PgStore(cast(str, store), "", from_env=from_env, program=program)
+    lister = team_part("store").PgStore(cast(str, store), "", from_env=from_env, program=program)
     try:
         db = lister.db()
         if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
@@ -8095,403 +6886,8 @@ def prune_job(store: Store) -> int:
         return int(record["freedBytes"])
 
 
-DELETED_TABLES = ("links", "decisions", "outcomes", "drafts", "call_events", "calls", "receipts", "prunes", "job_locks")
-
-
-def delete(store: Store) -> dict:
-    """Remove a job from a store entirely, leaving a tombstone (who, when, its receipt's sha256) that keeps its jobId
-    taken: the store's administrator's alone, refused while anyone holds the job."""
-    need_job_id(store)
-    if not isinstance(store, PgStore):
-        raise UsageError(
-            "delete removes a job from a --store; a state directory is one job's folder: remove the folder itself once its receipt is kept elsewhere"
-        )
-    conn = store.connect(f"durable_job delete {os.getpid()} {now_utc()[:19]}Z")
-    db = PgJournal(conn, store.job_id, store.failure, owns=False)
-    try:
-        if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
-            raise StateError(
-                f"prune and delete are the store's administrator's (the owner of schema durable_job in {store.public}); run them as that role"
-            )
-        job = db.row("SELECT thread_id FROM durable_job.jobs WHERE job_id = {p.job_id}")
-        if job is None:
-            raise StateError(
-                f"No job {store.job_id} in {store.public}; list the store's jobs with `{store.program} jobs --store {store.public}`"
-            )
-        receipt = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
-        digest = sha256_hex(canonical(strict_json(receipt["receipt_json"]))) if receipt else None
-        with db.transaction():
-            free = db.rows("SELECT job_id FROM durable_job.job_locks WHERE job_id = {p.job_id} FOR UPDATE SKIP LOCKED")
-            if not free and db.rows("SELECT 1 AS held FROM durable_job.job_locks WHERE job_id = {p.job_id}"):  # held by a run
-                raise BusyError(f"Job {store.job_id} is held by a running command; let it finish, then {BusyError.AGAIN}")
-            db.change("INSERT INTO durable_job.tombstones (job_id, receipt_sha256) VALUES ({p.job_id}, {p.digest})", digest=digest)
-            for table in DELETED_TABLES:
-                db.change(f"DELETE FROM durable_job.{table} WHERE job_id = {{p.job_id}}")
-            for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
-                db.change(f"DELETE FROM durable_job.{table} WHERE thread_id = {{p.thread}}", thread=job["thread_id"])
-            db.change("DELETE FROM durable_job.jobs WHERE job_id = {p.job_id}")
-        stone = cast(dict, db.row("SELECT principal, deleted_at::text AS deleted_at FROM durable_job.tombstones WHERE job_id = {p.job_id}"))
-    finally:
-        conn.close()
-    return {
-        "jobId": store.job_id,
-        "deleted": True,
-        "tombstone": {"principal": stone["principal"], "deletedAt": stone["deleted_at"], "receiptSha256": digest},
-    }
-
-
 ###############################################################################
-# 18. Workers: submit and work (a queue over the shared store)
-###############################################################################
-#
-# `submit` seals a job into a store and runs nothing; any number of `work`
-# processes, on any machines, run the store's jobs. PostgreSQL is the only
-# coordination: a worker claims a job by locking the job's own lock row
-# (the lock every writing command takes), so two workers never run one job and
-# a killed worker's job is free again at once. A worker runs each job through
-# resume(), so the journal's protocol is exactly the one a person's `resume`
-# follows: a `pending` row commits before its request, so whatever is killed
-# when, no operation key reaches the provider twice, and a call whose outcome
-# is unknown waits for a person.
-
-WORK_IDLE_FIRST = 0.5  # seconds a polling worker first waits when nothing is runnable
-WORK_IDLE_MAX = 30.0  # the back-off's ceiling
-WORK_MAX_CONCURRENCY = 8
-# The store's jobs a worker may take on, oldest first. A prefilter only (the
-# decision is made under the job's lock): its lock row free (no open
-# transaction holds it, by its xmax in pg_locks), no pending call, not
-# cancelled, no receipt, and not waiting at the review (its latest checkpoint
-# has no interrupt write). Only unfinished jobs are read (finished_at, m008: the
-# jobs_unfinished index), so a poll costs the same however many jobs have ended.
-RUNNABLE_SQL = """
-SELECT j.job_id FROM durable_job.jobs j
-WHERE j.finished_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
-                  JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
-                  WHERE k.job_id = j.job_id)
-  AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')
-  AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
-  AND NOT EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)
-  AND NOT EXISTS (SELECT 1 FROM durable_job.checkpoint_writes w
-                  WHERE w.thread_id = j.thread_id AND w.checkpoint_ns = '' AND w.channel = '__interrupt__'
-                    AND w.checkpoint_id = (SELECT max(k.checkpoint_id) FROM durable_job.checkpoints k
-                                           WHERE k.thread_id = j.thread_id AND k.checkpoint_ns = ''))
-ORDER BY j.created_utc, j.job_id
-"""
-
-
-def submit(store: Store, manifest_path: str) -> dict:
-    """Seal a job into a store as start does, and run nothing: a `work` process runs it."""
-    if not isinstance(store, PgStore):
-        raise UsageError(f"submit works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
-    manifest, raw = read_manifest(manifest_path)
-    with manifests_job(store, manifest) as named:
-        return submit_job(cast(PgStore, named), manifest, manifest_path, raw)
-
-
-def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: bytes) -> dict:
-    existing = store.has_job()
-    if existing:
-        check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
-    else:
-        sources = load_sources(manifest, manifest_path)
-        approval = read_approval(manifest_path)
-        store.prepare_new()
-        with store.lock("submit"):
-            job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval)
-            store.seal_job(job, raw, sources)
-            crash_point("after-seal", job)
-    snap = read_snapshot(store)
-    try:
-        out = where_it_stands(snap, {"jobId": snap.job["jobId"], "existing": existing})
-    finally:
-        snap.close()
-    if out["phase"] in ("not-started", "ready"):
-        work = command_line(store.program, "work", store.store_address(), "--until-idle")
-        out["next"] = f"a worker runs it: {work} (or run it here: {out['next']})"
-    return out
-
-
-def manifest_files(paths: list) -> list[str]:
-    """The manifests a `submit` names: each file as given, and every `*.json` file in a folder given (by name)."""
-    found = []
-    for path in paths:
-        if os.path.isdir(path):
-            inside = sorted(n for n in os.listdir(path) if n.endswith(".json") and os.path.isfile(os.path.join(path, n)))
-            if not inside:
-                raise UsageError(f"{path} holds no *.json manifest; name the manifest files, or the folder that holds them")
-            found += [os.path.join(path, n) for n in inside]
-        else:
-            found.append(path)
-    return list(dict.fromkeys(found))
-
-
-def submit_all(store: Store, manifests: list, manifest: str | None = None) -> dict:
-    """Seal several manifests (files, or folders of *.json manifests) into a store, in order, each in its own
-    transaction as `submit` seals one; {"submits": [what submit returns for each]}.
-
-    Every manifest is read and checked first, so a bad one stops the command before anything is sealed. A refusal while
-    sealing one (a changed source, a jobId taken) stops there: the HOLD names that manifest, the ones already submitted
-    (they stay: nothing is undone) and the ones not tried. The same command again reports the submitted ones as
-    existing and goes on from the one that failed.
-    """
-    if not isinstance(store, PgStore):
-        raise UsageError(f"submit works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
-    if manifest is not None and manifests:
-        raise UsageError("give the manifests as arguments (submit M1 M2 … or a folder), or one --manifest M, not both")
-    if not manifests:
-        raise UsageError(
-            f"submit needs a manifest: submit M1 M2 … (or a folder of *.json manifests), or --manifest M; see {store.program} submit --help"
-        )
-    paths = manifest_files(list(manifests))
-    if store.job_id and len(paths) > 1:
-        raise UsageError(f"--job names one job: leave it out to submit {len(paths)} manifests (each names its own jobId)")
-    read: dict[str, str] = {}
-    for path in paths:
-        try:
-            job_id = read_manifest(path)[0]["jobId"]  # a bad manifest stops everything here, before any is sealed
-        except JobError as exc:
-            raise type(exc)(f"{exc}; nothing was submitted (every manifest is checked before any is sealed)") from None
-        if job_id in read:
-            raise ManifestError(
-                f"Manifests {read[job_id]} and {path} both name jobId {job_id}; give each request its own jobId (nothing was submitted)"
-            )
-        read[job_id] = path
-    done: list[dict] = []
-    for n, path in enumerate(paths):
-        try:
-            manifest_read, raw = read_manifest(path)
-            with manifests_job(store, manifest_read) as named:
-                done.append({**submit_job(cast(PgStore, named), manifest_read, path, raw), **named.output_fields()})
-        except JobError as exc:
-            raise type(exc)(f"{path}: {exc} — {submitted_words(done, paths[:n], paths[n + 1 :])}") from None
-    return {"submits": done}
-
-
-def submitted_words(done: list, their_paths: list, untried: list) -> str:
-    """What a stopped multiple submit had done: the jobs already sealed (kept) and the manifests not tried."""
-    kept = ", ".join(f"{out['jobId']} ({path})" for out, path in zip(done, their_paths)) or "none"
-    rest = f"; not tried: {', '.join(untried)}" if untried else ""
-    return (
-        f"already submitted, and kept: {kept}{rest}; fix this manifest, then run the same submit again (the submitted ones report existing)"
-    )
-
-
-def needs_person(snap: Snapshot) -> bool:
-    """Whether a job waits for a person (or for another run): anything but not-started or ready, or a rejected latest call."""
-    return snap.phase not in ("not-started", "ready") or latest_rejected(snap.calls)
-
-
-def progress_mark(snap: Snapshot) -> tuple:
-    """What changes when a job moves: a worker that failed on a job tries it again only once this differs."""
-    return (snap.phase, len(snap.calls), tuple(r["status"] for r in snap.calls), snap.values.get("index"), len(snap.model_results))
-
-
-class Worker:
-    """One `work` process: up to `concurrency` threads, each claiming a runnable job and running it to its next stop."""
-
-    def __init__(self, store: PgStore, concurrency: int, until_idle: bool, stop: threading.Event | None = None):
-        import socket
-        import threading
-
-        self.store, self.concurrency, self.until_idle = store, concurrency, until_idle
-        self.public = store.public
-        self.host = socket.gethostname().split(".")[0]
-        self.pid = os.getpid()
-        self.stop = stop or threading.Event()
-        self.guard = threading.Lock()
-        self.busy: set = set()  # jobs this process runs right now
-        self.failed: dict = {}  # job id -> progress_mark when it last failed here
-        self.runs: list = []  # one record per finished run
-        self.started = time.monotonic()
-
-    def say(self, text: str) -> None:
-        """One line on stderr per job transition: when, which worker, what."""
-        print(f"{now_utc()[:19]}Z work {self.host}:{self.pid} {printable(text)}", file=sys.stderr, flush=True)
-
-    def loop(self) -> None:
-        """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
-        reader = PgStore(self.store.url, "", from_env=self.store.from_env, program=self.store.program)  # a connection per thread
-        idle = WORK_IDLE_FIRST
-        try:
-            while not self.stop.is_set():
-                if self.run_one(reader):
-                    idle = WORK_IDLE_FIRST
-                    continue
-                if self.until_idle:
-                    return
-                self.stop.wait(idle)
-                idle = min(idle * 2, WORK_IDLE_MAX)
-        finally:
-            reader.close()
-
-    def candidates(self, reader: PgStore) -> list:
-        db = reader.db()
-        if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
-            return []  # a store not set up yet holds no job
-        return [r["job_id"] for r in db.rows(RUNNABLE_SQL)]
-
-    def run_one(self, reader: PgStore) -> bool:
-        """Run the first runnable job this thread can claim; False when there is none."""
-        for job_id in self.candidates(reader):
-            if self.stop.is_set():
-                return False
-            with self.guard:
-                if job_id in self.busy:
-                    continue
-                self.busy.add(job_id)
-            try:
-                if self.try_job(reader.for_job(job_id)):
-                    return True
-            finally:
-                with self.guard:
-                    self.busy.discard(job_id)
-        return False
-
-    def try_job(self, store: PgStore) -> bool:
-        """Run the job if, as read, it needs no person and has not failed here as it stands."""
-        try:
-            snap = read_snapshot(store)
-        except JobError:
-            return False  # unreadable: `jobs` and `status` say why
-        snap.close()
-        mark = progress_mark(snap)
-        if needs_person(snap) or self.failed.get(store.job_id) == mark:
-            return False
-        return self.run_job(store, snap.phase, mark)
-
-    def run_job(self, store: PgStore, phase: str, mark: tuple) -> bool:
-        """Claim the job (its lock row) and run it as `resume`; False if it was not ours to run."""
-        job_id, began = store.job_id, time.monotonic()
-        record: dict[str, Any] = {"jobId": job_id, "from": phase}
-        worker_store = PgStore(store.url, job_id, from_env=store.from_env, program=store.program)  # its own connections
-        try:
-            out = resume(
-                worker_store,
-                command="work",
-                stop=self.stop,
-                runnable_only=True,
-                on_claim=lambda: self.say(f"job {job_id}: claimed ({phase})"),
-            )
-            if out is None:
-                return False  # it moved since we looked (another worker, a person): under the lock, it is not runnable
-            record["to"] = self.phase_now(store)
-            record["results"] = [r["status"] for r in out["results"]]
-        except BusyError:
-            return False  # another worker (or a person's command) holds it: not a transition
-        except JobError as exc:
-            record["to"] = self.phase_now(store)
-            record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc).split())}"
-            if not isinstance(exc, WorkerStopping):
-                self.failed[store.job_id] = self.mark_now(store, mark)
-        except Exception as exc:  # a bug: logged, the job left as it is, the worker goes on
-            record["to"] = self.phase_now(store)
-            record["hold"] = f"InternalError: {type(exc).__name__}: {clip(redact(exc), 200)}"
-            self.failed[store.job_id] = self.mark_now(store, mark)
-        finally:
-            worker_store.close()
-        record["seconds"] = round(time.monotonic() - began, 3)
-        with self.guard:
-            self.runs.append(record)
-        done = f" ({', '.join(record['results'])})" if record.get("results") else ""
-        hold = f": HOLD: {record['hold']}" if record.get("hold") else ""
-        self.say(f"job {job_id}: {phase} -> {record['to']}{done} in {record['seconds']:.1f} s{hold}")
-        return True
-
-    def phase_now(self, store: PgStore) -> str:
-        """Where a job this worker just ran stands. Its lock connection is closed, but the server may not have
-        ended that session yet: a holder that is this process is not a run any more."""
-        try:
-            snap = read_snapshot(store)
-        except JobError:
-            return "unreadable"
-        snap.close()
-        holder: dict[str, Any] = dict(snap.holder or {})
-        ours = holder.get("pid") == self.pid and self.host.startswith(holder.get("host", ""))  # the name may cut the host short
-        if snap.phase == "running" and ours:
-            return job_phase(snap.review, snap.checkpoint, None)
-        return snap.phase
-
-    def mark_now(self, store: PgStore, fallback: tuple) -> tuple:
-        try:
-            snap = read_snapshot(store)
-        except JobError:
-            return fallback
-        snap.close()
-        return progress_mark(snap)
-
-    def run(self, signals: bool = True) -> dict:
-        """Run the threads until they end (idle with until_idle, or stopped); the summary `work` prints.
-
-        With signals, SIGTERM and Ctrl-C stop it gracefully: no new job, no new call, the call in flight
-        ends within its timeout; a second signal exits at once, leaving that call pending as a kill would.
-        """
-        import signal
-        import threading
-
-        stopped: list = []
-
-        def on_signal(signum, frame):
-            if stopped:  # a second signal: go now, as a kill would; a call in flight stays pending
-                self.say("second signal: exiting now; a call in flight stays pending (status, then reconcile)")
-                os._exit(2)
-            stopped.append(signum)
-            self.say(f"{signal.Signals(signum).name}: taking no new job; letting in-flight calls end (a second signal exits at once)")
-            self.stop.set()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if signals else {}
-        self.say(f"started: store {self.public}, concurrency {self.concurrency}" + (", until idle" if self.until_idle else ", polling"))
-        try:
-            threads = [
-                threading.Thread(target=contextvars.copy_context().run, args=(self.loop,), name=f"work-{n}", daemon=True)
-                for n in range(self.concurrency)
-            ]
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.2)  # short joins: the main thread stays free to take a signal
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        out = self.summary(bool(stopped) or self.stop.is_set())
-        self.say(
-            f"exiting: {len(self.runs)} run(s)"
-            + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
-            + (" (stopped by a signal)" if stopped else "")
-        )
-        return out
-
-    def summary(self, stopped: bool) -> dict:
-        counts: dict = {}
-        for r in self.runs:
-            counts[r["to"]] = counts.get(r["to"], 0) + 1
-        return {
-            "store": self.public,
-            "worker": {"host": self.host, "pid": self.pid},
-            "concurrency": self.concurrency,
-            "untilIdle": self.until_idle,
-            "stopped": stopped,
-            "seconds": round(time.monotonic() - self.started, 3),
-            "counts": counts,
-            "runs": self.runs,
-        }
-
-
-def work(
-    store: Store, *, concurrency: int = 1, until_idle: bool = False, stop: threading.Event | None = None, signals: bool = True
-) -> dict:
-    """Run the store's jobs that can go on without a person, each to its next stop, up to `concurrency` at once."""
-    if not isinstance(store, PgStore):
-        raise UsageError(f"work works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
-    if not 1 <= concurrency <= WORK_MAX_CONCURRENCY:
-        raise UsageError(f"--concurrency {concurrency} is out of range: give 1 to {WORK_MAX_CONCURRENCY} jobs at once per worker")
-    need_psycopg()
-    return Worker(store, concurrency, until_idle, stop).run(signals)
-
-
-###############################################################################
-# 19. Output: text renderers
+# 17. Output: text renderers
 ###############################################################################
 
 # A command's text (on a terminal, or with --text) is its own renderer's lines
@@ -8829,7 +7225,7 @@ def jobs_table(jobs: list) -> str:
 
 
 ###############################################################################
-# 20. CLI: argparse and main()
+# 18. CLI: argparse and main()
 ###############################################################################
 
 # Each cmd_* parses nothing itself: it hands the parsed flags to its command in the API above.
@@ -8863,7 +7259,7 @@ def store_url_from(args, command: str) -> Store:
 
 def with_manifests_job(args, store: Store) -> Store:
     """start and submit in a store name the manifest's job (read first, so that every message names it)."""
-    store = for_manifest(store, read_manifest(args.manifest)[0]) if isinstance(store, PgStore) else store
+    store = store.for_manifest(read_manifest(args.manifest)[0])
     args.opened = store
     return store
 
@@ -8926,7 +7322,9 @@ def signing_key(args) -> str | None:
 def cmd_seal(args) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it)."""
     if args.store or os.environ.get(STORE_ENV):  # the start it suggests names the store
-        args.opened = PgStore(args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store, program=args.program)
+        args.opened = team_part("store").PgStore(
+            args.store or os.environ[STORE_ENV], args.job_id, from_env=not args.store, program=args.program
+        )
     names = (
         "job_id",
         "approved_by",
@@ -9011,7 +7409,7 @@ def cmd_migrate(args) -> dict:
     url = args.store or os.environ.get(STORE_ENV)
     if not url:
         raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
-    return migrate_schema(
+    return team_part("store").migrate_schema(
         url, grant=args.grant or (), grant_worker=args.grant_worker or (), owner=args.owner, program=args.program, from_env=not args.store
     )
 
@@ -9019,36 +7417,28 @@ def cmd_migrate(args) -> dict:
 def cmd_submit(args) -> dict:
     """Seal jobs into a store as start does (one manifest, several, or a folder of them), and run nothing: `work` runs them."""
     store = store_url_from(args, "submit")
+    workers = team_part("workers")
     if args.manifest is not None and not args.manifests:  # one --manifest M: that job's own document, as it always was
-        return submit(with_manifests_job(args, store), args.manifest)
-    return submit_all(store, args.manifests, manifest=args.manifest)
+        return workers.submit(with_manifests_job(args, store), args.manifest)
+    return workers.submit_all(store, args.manifests, manifest=args.manifest)
 
 
 def cmd_work(args) -> dict:
     """Run the store's jobs that can go on without a person, each to its next stop, up to --concurrency at once."""
     store = store_url_from(args, "work")
     args.opened = None  # a worker's output names its store itself
-    return work(store, concurrency=args.concurrency, until_idle=args.until_idle)
+    return team_part("workers").work(store, concurrency=args.concurrency, until_idle=args.until_idle)
 
 
+WORK_MAX_CONCURRENCY = 8  # the jobs one `work` process runs at once, at most (--concurrency)
 WEB_IDLE_MINUTES = 30.0  # serve signs out a session unused this long (--idle-minutes)
 
 
 def cmd_serve(args) -> dict:
     """Serve the live review web app (sign in, follow jobs live, act from a phone) until SIGTERM or Ctrl-C.
 
-    The web app is durable_job_team.web, beside this file and outside the seal, imported only here. It imports this
-    module by name: run as a script, this module is __main__, so the name is pointed at it (one module, one state)."""
-    sys.modules["durable_job"] = sys.modules[__name__]
-    try:
-        from durable_job_team import web
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("durable_job_team"):
-            raise
-        raise UsageError(
-            "serve is the web app in the durable_job_team folder, which is not beside this durable_job.py: "
-            "install the project (pip install .) or run the durable_job.py of a full checkout"
-        ) from None
+    The web app is durable_job_team.web, beside this file and outside the seal, imported only here."""
+    web = team_part("web")
     store = args.store or (None if args.root else os.environ.get(STORE_ENV))
     return web.serve(
         store=store,
@@ -9392,11 +7782,18 @@ def help_command(command: str = "") -> str:
 
 
 def version_text() -> str:
-    """What `--version` prints: the release, the bytes every job seals, the graph label and the dependency versions."""
+    """What `--version` prints: the release, the bytes every job seals (and a store job's other sealed files), the
+    graph label and the dependency versions. Nothing outside the seal (the web app) is listed."""
     deps = ", ".join(f"{name} {version}" for name, version in dependency_versions().items())
+    try:
+        sealed = team_part("store").STORE_CODE_FILES
+    except UsageError:  # durable_job.py alone, without the team's extensions beside it
+        sealed = ()
+    store_files = "".join(f"\n  {name} sha256 {sha}" for name, sha in code_files_sha256(sealed).items())
     return (
         f"durable-job {__version__}\nprogram sha256 {code_sha256()} ({os.path.abspath(__file__)})\n"
-        f"graph version {VERSION}\ndependencies (sealed into every job): {deps}"
+        + (f"sealed into a store job besides it:{store_files}\n" if store_files else "")
+        + f"graph version {VERSION}\ndependencies (sealed into every job): {deps}"
     )
 
 
@@ -9540,7 +7937,7 @@ def hold_line(exc: JobError) -> str:
 def main(argv=None) -> int:
     user_umask = os.umask(0o077)  # everything this program creates is private; seal --use-umask asks for the user's own
     if os.environ.get(STORE_ENV):
-        remember_secrets(os.environ[STORE_ENV])
+        team_part("store").remember_secrets(os.environ[STORE_ENV])
     argv = sys.argv[1:] if argv is None else list(argv)
     args = None
     try:
@@ -9589,4 +7986,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a script, this file is the module __main__; the extensions (durable_job_team) import it by its name,
+    # which must then find this same module, not load the file a second time as another one.
+    sys.modules["durable_job"] = sys.modules[__name__]
     sys.exit(main())

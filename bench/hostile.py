@@ -30,6 +30,8 @@ from lasting import copy_job  # noqa: E402
 from store_kit import one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
+from durable_job_team import store as team_store  # noqa: E402
+from durable_job_team import workers  # noqa: E402
 
 POLICY_HELPERS = ("is_admin()", "is_kind(", "runs(", "tends(", "decides(", "job_of(")
 ROUNDS, REPEATS, JOBS, TARGET = 9, 5, 1000, 1.05
@@ -57,7 +59,7 @@ def figures(alice: str, worker: str) -> dict:
         out = {
             "listing (1,005 jobs)": timed(lambda: a.execute(page_sql("NULL")).fetchall()),
             "50-job page": timed(lambda: a.execute(page_sql("50")).fetchall()),
-            "claim poll": timed(lambda: w.execute(dj.RUNNABLE_SQL).fetchall()),
+            "claim poll": timed(lambda: w.execute(workers.RUNNABLE_SQL).fetchall()),
         }
 
     def status():
@@ -72,11 +74,11 @@ def main() -> int:
     folder, server = throwaway_server("hostile")
     try:
         store = server.new_database("hostile")
-        dj.migrate_schema(store, grant=("alice",), grant_worker=("worker",))
+        team_store.migrate_schema(store, grant=("alice",), grant_worker=("worker",))
         alice, admin, worker = role_url(store, "alice"), role_url(store, "durable"), role_url(store, "worker")
         one_finished_five_runnable(folder, alice)
         copy_job(admin, "finished", 1, JOBS - 1)
-        (_, m004), (_, m011) = dj.store_migrations(("m004_policies", "m011_hostile_roles"))
+        (_, m004), (_, m011) = team_store.store_migrations(("m004_policies", "m011_hostile_roles"))
         before, after = definitions(m004, True), definitions(m011, False)
         assert len(before) == len(after) == len(POLICY_HELPERS), (len(before), len(after))
         seen: dict = {"before": [], "after": []}

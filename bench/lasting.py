@@ -30,6 +30,8 @@ import psycopg  # noqa: E402
 from store_kit import manifest, one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
+from durable_job_team import store as team_store  # noqa: E402
+from durable_job_team import workers  # noqa: E402
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "100,1000,10000").split(","))
 JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
@@ -82,11 +84,11 @@ def wall(argv, env, runs=3) -> float:
 
 def claim_poll(url: str, runs=20) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(dj.RUNNABLE_SQL).fetchall()
+        conn.execute(workers.RUNNABLE_SQL).fetchall()
         times = []
         for _ in range(runs):
             began = time.perf_counter()
-            conn.execute(dj.RUNNABLE_SQL).fetchall()
+            conn.execute(workers.RUNNABLE_SQL).fetchall()
             times.append(time.perf_counter() - began)
     return statistics.median(times)
 
@@ -119,7 +121,7 @@ def prune_figures(server, folder: str, env: dict, count: int = 100) -> tuple:
     """A store of `count` finished jobs, each run and decided through the program, pruned by its administrator:
     its bytes per job after (VACUUM FULL: the space given back, as an administrator's maintenance does) / before."""
     store = server.new_database("pruned")
-    dj.migrate_schema(store, grant=("alice",))
+    team_store.migrate_schema(store, grant=("alice",))
     alice, admin = role_url(store, "alice"), role_url(store, "durable")
     for n in range(count):
         with dj.open_store(store=alice) as s:
@@ -141,7 +143,7 @@ def main() -> int:
     folder, server = throwaway_server("lasting")
     try:
         store = server.new_database("lasting")
-        dj.migrate_schema(store, grant=("alice", "bob"), grant_worker=("worker",))
+        team_store.migrate_schema(store, grant=("alice", "bob"), grant_worker=("worker",))
         alice, admin = role_url(store, "alice"), role_url(store, "durable")
         one_finished_five_runnable(folder, alice)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "DURABLE_JOB_"))}

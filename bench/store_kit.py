@@ -8,6 +8,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import durable_job as dj
+from durable_job_team import store as team_store
+from durable_job_team import workers
 
 ALPHA = "Alpha reports steady revenue in the third quarter.\n"
 BETA = "Beta notes that costs rose faster than sales this year.\n"
@@ -64,7 +66,7 @@ def page_sql(limit: str) -> str:
     """The listing's own statement (STORE_PAGE_SQL) with its parameters written in: every job (limit "NULL") or a page."""
     array = "ARRAY[{}]::text[]".format
     return (
-        dj.STORE_PAGE_SQL.replace("{filters}", "")
+        team_store.STORE_PAGE_SQL.replace("{filters}", "")
         .replace("{p.limit}", limit)
         .replace("{p.ns}", "''")
         .replace("{p.keys}", array(", ".join(f"'{k}'" for k in dj.STATE_KEYS)))
@@ -81,4 +83,4 @@ def one_finished_five_runnable(folder: str, alice: str) -> None:
         dj.decide(s, decision="accept", reviewer="alice", reason="bench")
     for n in range(5):
         with dj.open_store(store=alice) as s:
-            dj.submit(s, manifest(folder, f"runnable-{n}"))
+            workers.submit(s, manifest(folder, f"runnable-{n}"))

@@ -25,6 +25,7 @@ import httpx  # noqa: E402
 from store_kit import manifest, password_of, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
+from durable_job_team import store as team_store  # noqa: E402
 
 JOBS = 20
 
@@ -129,7 +130,7 @@ def main() -> int:
     proc = None
     try:
         store = server.new_database("bench")
-        dj.migrate_schema(store, grant=("alice", "bob", "carol"))
+        team_store.migrate_schema(store, grant=("alice", "bob", "carol"))
         jobs = make_jobs(folder, store)
         proc, base = start_serve(folder, store)
         bob = sign_in(base, "bob")

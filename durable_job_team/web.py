@@ -1,6 +1,6 @@
 """Web app: `durable-job serve`, the live review pages and their JSON API.
 
-The web app is a front end of durable_job's command API (section 17) and nothing more. Every read is
+The web app is a front end of durable_job's command API (section 16) and nothing more. Every read is
 read_snapshot/inspect_document or jobs(), every act is decide/revise/retry/cancel, run as the signed-in person:
 on a store, with that person's own role and password (their connections, so row-level security and the recorded
 principal are exactly the CLI's); in a --root, as the account running serve. A password lives only in this
@@ -38,6 +38,7 @@ from typing import Any, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import durable_job
+from durable_job_team import store as team_store
 
 WEB_REQUIREMENTS = "requirements-web.txt"
 
@@ -160,7 +161,7 @@ class WebPerson:
     def __init__(self, site: WebSite, principal: str, url: str | None):
         self.site, self.principal, self.url = site, principal, url
         self.lock = threading.Lock()  # one read connection: one read at a time
-        self.reader: durable_job.PgStore | None = None
+        self.reader: team_store.PgStore | None = None
         self.views: dict = {}  # job id (or "" for the list) → (generation, view), shared by this person's pages
         self.flash: dict = {}  # job id → the message of the last act, shown once
         self.last_seen = time.monotonic()
@@ -173,7 +174,7 @@ class WebPerson:
         if self.url is None:
             raise WebRefusal(401, "Signed out: sign in again")
         if self.reader is None:
-            self.reader = durable_job.PgStore(self.url, "", program=self.site.program)
+            self.reader = team_store.PgStore(self.url, "", program=self.site.program)
         return self.reader.for_job(job_id)
 
     def act_store(self, job_id: str) -> durable_job.Store:
@@ -182,7 +183,7 @@ class WebPerson:
             return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program)
         if self.url is None:
             raise WebRefusal(401, "Signed out: sign in again")
-        return durable_job.PgStore(self.url, job_id, program=self.site.program)
+        return team_store.PgStore(self.url, job_id, program=self.site.program)
 
     def reset(self) -> None:
         """Drop the read connection (after an error, at sign-out): the next read opens another."""
@@ -280,7 +281,7 @@ class WebSite:
         self.pages = Pages(self.label)
 
     def where(self) -> str:
-        return f"store {durable_job.public_url(self.store)}" if self.store else f"the state directories under {', '.join(self.roots)}"
+        return f"store {team_store.public_url(self.store)}" if self.store else f"the state directories under {', '.join(self.roots)}"
 
     # -- sessions ----------------------------------------------------------------
 
@@ -310,7 +311,7 @@ class WebSite:
             person.reset()
             url, person.url = person.url, None  # the password is forgotten with the session
             if url and url not in {p.url for p in self.sessions.values()}:  # unless another session signed in with it
-                durable_job.forget_secrets(url)
+                team_store.forget_secrets(url)
 
     def expire_idle(self) -> None:
         for sid, person in list(self.sessions.items()):
@@ -327,7 +328,7 @@ class WebSite:
         person = WebPerson(self, role, url)
         try:
             person.read_store("")  # the person's read connection: the server checks the password as it opens
-            person.principal = cast(durable_job.PgStore, person.reader).principal()
+            person.principal = cast(team_store.PgStore, person.reader).principal()
         except durable_job.JobError as exc:
             person.reset()
             if re.search(r"password|authentication|role .* does not exist|no pg_hba", str(exc), re.I):
@@ -488,14 +489,14 @@ class WebSite:
             self.expire_idle()
             self.stopping.wait(WEB_POLL_SECONDS)
             return
-        psycopg = durable_job.need_psycopg()
+        psycopg = team_store.need_psycopg()
         holders = (
             "SELECT coalesce(string_agg(application_name || ' ' || pid, '|' ORDER BY pid), '') AS mark FROM pg_catalog.pg_stat_activity "
             "WHERE application_name LIKE 'durable_job %' AND application_name NOT LIKE 'durable_job read %' "
             "AND application_name NOT LIKE 'durable_job serve %'"
         )
         with psycopg.connect(url, autocommit=True, application_name=f"durable_job serve {os.getpid()}", connect_timeout=5) as conn:
-            conn.execute(f"LISTEN {durable_job.NOTIFY_CHANNEL}")
+            conn.execute(f"LISTEN {team_store.NOTIFY_CHANNEL}")
             if self.down is not None:
                 self.down = None
             self.bump_soon()  # (re)connected: every page reads its saved status again
@@ -538,7 +539,7 @@ class Pages:
     def __init__(self, label: str):
         self.label = label
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
-        # the review page's look (durable_job.py section 15), then the web app's own: files of this package, not a person's input
+        # the review page's look (durable_job.py section 14), then the web app's own: files of this package, not a person's input
         self.css = markupsafe.Markup(durable_job.PAGE_CSS + read_static("app.css"))
         self.script = markupsafe.Markup(read_static("app.js"))
 
@@ -716,7 +717,7 @@ async def list_page(site: WebSite, request: Request, person: WebPerson) -> Respo
 
 def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap: durable_job.Snapshot, out: dict) -> dict:
     """A job page's parts: the items (with their acts), history, journal and decision as the review page renders
-    them (section 15, every value escaped there), and which acts this person may take."""
+    them (durable_job.py section 14, every value escaped there), and which acts this person may take."""
     manifest, sources = snap.store.sealed_copies(snap.job)
     acts = web_item_acts(site, person, here, csrftoken, snap, out)
     reviewable = out.get("decideCommand") and not out.get("sealBroken")
@@ -1112,9 +1113,9 @@ def check_serve_args(store: str | None, roots, port: int, idle_minutes: float) -
             f"serve needs --store URL (a team's store, or set {durable_job.STORE_ENV}) or --root DIR (your state directories), one"
         )
     if store:
-        durable_job.remember_secrets(store)
-        durable_job.check_store_url(store)
-        durable_job.need_psycopg()
+        team_store.remember_secrets(store)
+        team_store.check_store_url(store)
+        team_store.need_psycopg()
     for root in roots:
         if not os.path.isdir(root):
             raise durable_job.UsageError(f"--root {root} is not a folder; name the folder that holds your state directories")

@@ -16,6 +16,7 @@ import pytest
 from test_review import parse_page
 
 from conftest import BOTH, FAKE_KEY, Workspace, hold_run_lock, openai_workspace, store_rows
+from durable_job_team import store as team_store
 
 VICTIM_TEXT = "root's private notes: the only copy\n"
 
@@ -222,10 +223,10 @@ def test_a_password_in_the_url_is_found_by_the_drivers_parser_and_never_printed(
     import durable_job as dj
 
     for url, secret in (("postgresql://u:p%40ss-w0rd@h/db", "p@ss-w0rd"), ("postgresql://u@h/db?password=qu%3Dery-pw", "qu=ery-pw")):
-        assert dj.conninfo_password(url) == secret
-        dj.remember_secrets(url)
+        assert team_store.conninfo_password(url) == secret
+        team_store.remember_secrets(url)
         assert dj.redact(f"error: {secret} rejected") == "error: [redacted] rejected"
-        assert secret not in dj.public_url(url)
+        assert secret not in team_store.public_url(url)
 
 
 # --- 5. no SQL is built from a job id -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from conftest import Workspace, admin_url, as_, as_role, new_store, refused, sql, store_rows
+from durable_job_team import store as team_store
 
 PEOPLE_AND_WORKER = ("carol", "worker", "alice", "bob")
 
@@ -250,7 +251,6 @@ def test_a_row_names_the_role_that_wrote_it_and_its_notification_carries_nothing
 
 def test_no_role_without_grants_delays_migrate_by_squatting_a_lock(tmp_path, pg_server):
     """The advisory key of old, held by mallory, and the migration table's lock attempted by her: migrate goes on."""
-    import durable_job
 
     url = new_store(pg_server, empty=True)
     squatter = psycopg.connect(as_role(url, "mallory"), autocommit=False)
@@ -258,7 +258,7 @@ def test_no_role_without_grants_delays_migrate_by_squatting_a_lock(tmp_path, pg_
         squatter.execute("SELECT pg_advisory_lock(x'6475726A6F627331'::bigint)")  # the key migrate waited on before
         squatter.execute("SELECT pg_advisory_lock(0), pg_advisory_lock(1)")
         started = time.monotonic()
-        out = durable_job.migrate_schema(url, grant=("alice",))
+        out = team_store.migrate_schema(url, grant=("alice",))
         assert out["changed"] is True and time.monotonic() - started < 30
         assert out["publicMay"] == ["CONNECT", "TEMPORARY"]  # and migrate says so, with the fix
         for mode in ("ACCESS SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"):
@@ -270,13 +270,13 @@ def test_no_role_without_grants_delays_migrate_by_squatting_a_lock(tmp_path, pg_
     # a granted role may read the lock's table, never hold a lock migrate waits for: an upgrade runs while carol reads it
     admin = admin_url(url)
     sql(admin, "DELETE FROM durable_job._migrations WHERE name = 'm010_creation_order'; DROP INDEX durable_job.jobs_by_creation")
-    durable_job.migrate_schema(url, grant=("carol",))
+    team_store.migrate_schema(url, grant=("carol",))
     sql(admin, "DELETE FROM durable_job._migrations WHERE name = 'm010_creation_order'; DROP INDEX durable_job.jobs_by_creation")
     reader = psycopg.connect(as_role(url, "carol"), autocommit=False)
     try:
         reader.execute("LOCK TABLE durable_job.migrate_lock IN ACCESS SHARE MODE")
         done = threading.Event()
-        threading.Thread(target=lambda: (durable_job.migrate_schema(url), done.set()), daemon=True).start()
+        threading.Thread(target=lambda: (team_store.migrate_schema(url), done.set()), daemon=True).start()
         assert done.wait(30), "migrate waited for carol's read of its lock table"
     finally:
         reader.close()
@@ -286,12 +286,11 @@ def test_no_role_without_grants_delays_migrate_by_squatting_a_lock(tmp_path, pg_
 def test_with_the_readmes_revoke_a_role_with_no_grant_cannot_even_connect_and_granted_roles_work(tmp_path, pg_server):
     """CONNECT left to PUBLIC lets any login hold a snapshot that a first set-up's CREATE INDEX CONCURRENTLY waits for;
     the README's set-up revokes it (and TEMPORARY), and `migrate --grant` gives the granted roles CONNECT."""
-    import durable_job
 
     url = new_store(pg_server, empty=True)
     database = url.rsplit("/", 1)[1]
     sql(url, f'REVOKE CONNECT, TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
-    out = durable_job.migrate_schema(url, grant=("alice", "bob"), grant_worker=("worker",))
+    out = team_store.migrate_schema(url, grant=("alice", "bob"), grant_worker=("worker",))
     assert out["publicMay"] == []
     with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
         psycopg.connect(as_role(url, "mallory")).close()

@@ -7,6 +7,7 @@ import re
 import symtable
 
 from conftest import PROGRAM
+from durable_job_team import store as team_store
 
 SECTION = re.compile(r"# (\d+)\. (.+)")
 
@@ -74,7 +75,7 @@ def test_durable_job_reads_top_to_bottom_each_section_using_only_what_stands_abo
 
 
 def test_the_check_finds_a_use_from_below():
-    """The check itself: a function of section 1 that calls main() (section 20) and a constant built from a later one."""
+    """The check itself: a function of section 1 that calls main() (section 18) and a constant built from a later one."""
     with open(PROGRAM, encoding="utf-8") as fh:
         source = fh.read()
     second = source.index("\n# 2. ")
@@ -102,15 +103,16 @@ RELEASED_MIGRATIONS = {
 
 
 def test_the_stores_released_migrations_never_change_and_no_python_file_holds_its_sql():
-    import durable_job as dj
 
-    folder = dj.STORE_MIGRATIONS_DIR
+    folder = team_store.STORE_MIGRATIONS_DIR
     on_disk = sorted(name.removesuffix(".sql") for name in os.listdir(folder) if name.endswith(".sql"))
-    assert on_disk == sorted(dj.PG_MIGRATIONS + dj.PG_SETUP_MIGRATIONS), "every migration file is applied, and every applied one is a file"
+    assert on_disk == sorted(team_store.PG_MIGRATIONS + team_store.PG_SETUP_MIGRATIONS), (
+        "every migration file is applied, and every applied one is a file"
+    )
     for name, digest in RELEASED_MIGRATIONS.items():
         with open(os.path.join(folder, f"{name}.sql"), "rb") as fh:
             assert hashlib.sha256(fh.read()).hexdigest() == digest, f"{name}.sql was released: write a new migration instead"
-    for name, statements in dj.store_migrations(dj.PG_MIGRATIONS + dj.PG_SETUP_MIGRATIONS):
+    for name, statements in team_store.store_migrations(team_store.PG_MIGRATIONS + team_store.PG_SETUP_MIGRATIONS):
         assert statements and all(s and not s.endswith(";") for s in statements), name
     root = os.path.dirname(PROGRAM)
     sources = [PROGRAM] + [
@@ -124,14 +126,13 @@ def test_the_stores_released_migrations_never_change_and_no_python_file_holds_it
 
 
 def test_a_migration_file_is_split_into_statements_as_postgresql_reads_it():
-    import durable_job as dj
 
     text = (
         "-- m999: a note; with a semicolon\n\nCREATE TABLE t (a text DEFAULT 'x;''y');\n\n"
         "CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1; END $$;\n"
         "-- a comment ; between\nDO $body$ BEGIN PERFORM 1; END $body$"
     )
-    assert dj.sql_statements(text) == [
+    assert team_store.sql_statements(text) == [
         "CREATE TABLE t (a text DEFAULT 'x;''y')",
         "CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$ BEGIN RETURN 1; END $$",
         "DO $body$ BEGIN PERFORM 1; END $body$",
@@ -174,3 +175,45 @@ def test_a_link_binds_only_its_tables_named_columns():
 
     row = {c: n for n, c in enumerate(dj.CHAIN_COLUMNS["outcomes"])} | {"job_id": "j", "recorded_at": "now", "added_later": "x"}
     assert dj.chain_record("outcomes", row) == {c: str(n) for n, c in enumerate(dj.CHAIN_COLUMNS["outcomes"])}
+
+
+TEAM_LIBRARIES = ["durable_job_team", "psycopg", "psycopg_pool", "langgraph.checkpoint.postgres", "starlette", "uvicorn", "jinja2", "mcp"]
+
+
+def test_the_core_alone_runs_a_state_directory_job_without_the_teams_parts(tmp_path):
+    """durable_job.py copied alone (no durable_job_team beside it), in a Python where the team's and the optional
+    libraries cannot be imported: a state-directory job runs, is decided and verifies; --version says what it seals."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import Result, Workspace, clean_env
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    program = str(alone / "durable_job.py")
+    shutil.copy(PROGRAM, program)
+    ws = Workspace(tmp_path / "job")
+    ws.write_manifest()
+
+    def run(*args) -> Result:
+        code = (
+            "import sys, runpy\n"
+            f"for name in {TEAM_LIBRARIES!r}: sys.modules[name] = None\n"
+            f"sys.argv = [{program!r}, *{list(args)!r}]\n"
+            f"runpy.run_path({program!r}, run_name='__main__')\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=str(alone), timeout=120)
+        return Result(proc)
+
+    assert run("start", "--manifest", ws.manifest, "--state-dir", ws.state).ok()["interrupt"]
+    digest = run("inspect", "--state-dir", ws.state).ok()["resultsSha256"]
+    decided = run(
+        "decide", "--state-dir", ws.state, "--decision", "accept", "--reviewer", "r", "--reason", "alone", "--results-sha256", digest
+    )
+    assert decided.ok()["final"]["decision"] == "accept"
+    assert run("verify", "--state-dir", ws.state).code == 0
+    version = run("--version")
+    assert version.code == 0 and "program sha256" in version.stdout and "durable_job_team" not in version.stdout
+    refused = run("status", "--store", "postgresql://alice@localhost/jobs", "--job", "x")
+    assert refused.code == 2 and "needs durable_job_team/store.py, which is not beside this durable_job.py" in refused.stderr

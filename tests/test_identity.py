@@ -12,6 +12,7 @@ import pytest
 from pg_server import pg_bin
 
 from conftest import REPO, Workspace, admin_url, as_, as_role, clean_env, new_store, openai_workspace, refused, sql, store_rows
+from durable_job_team import workers
 
 # Every table of the store holding a job's rows (the migration tables and the roles list hold none).
 JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts")
@@ -139,11 +140,10 @@ def test_a_job_is_marked_finished_by_its_receipt_alone_so_a_claim_reads_only_unf
     assert mark() is False
     as_(review, "bob", tmp_path).run("decide", "--decision", "accept", "--reviewer", "Bob", "--reason", "ok").ok()
     assert mark() is True  # set in the receipt's own transaction, by the database
-    import durable_job as dj
 
-    plan = "\n".join(r[0] for r in sql(admin, "EXPLAIN " + dj.RUNNABLE_SQL))
+    plan = "\n".join(r[0] for r in sql(admin, "EXPLAIN " + workers.RUNNABLE_SQL))
     assert "jobs_unfinished" in plan or "finished_at IS NULL" in plan, plan  # the claim looks only at unfinished jobs
-    assert sql(as_role(review.store, "worker"), dj.RUNNABLE_SQL) == []
+    assert sql(as_role(review.store, "worker"), workers.RUNNABLE_SQL) == []
 
 
 def test_only_the_owner_and_reviewers_reconcile_revise_or_cancel_and_the_worker_only_runs(tmp_path, pg_server):

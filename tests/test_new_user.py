@@ -15,6 +15,7 @@ import time
 
 import durable_job as dj
 from conftest import ALPHA, PROGRAM, REPO, Workspace, clean_env, openai_workspace, wait_for
+from durable_job_team import store as team_store
 
 CONTRACT = os.path.join(REPO, "docs", "CONTRACT.md")
 
@@ -58,7 +59,7 @@ def test_the_contract_page_names_every_command_flag_manifest_key_journal_column_
     assert isinstance(db, sqlite3.Connection) and {"calls", "call_events", "drafts", "outcomes", "_migrations"} <= set(tables)
     for column in columns:
         assert f"`{column}`" in page, column
-    for table in dj.STORE_TABLES:  # a store's tables too, the new ones (who acts, who may) among them
+    for table in team_store.STORE_TABLES:  # a store's tables too, the new ones (who acts, who may) among them
         assert f"`{table}`" in page, table
     for column in ("owner", "reviewers", "sealed_at", "recorded_at", "thread_id", "kind", "granted_at"):
         assert f"`{column}`" in page, column

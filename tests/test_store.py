@@ -27,6 +27,7 @@ from conftest import (
     wait_for,
     wal_since,
 )
+from durable_job_team import store as team_store
 
 
 def other_machine(tmp_path, store: str, name="laptop") -> Workspace:
@@ -134,10 +135,9 @@ def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty
     """A first set-up adds the jobs table (m001) and its owner and reviewers (m003) in two transactions: a start
     whose first read falls between them finds no job there (it does not read columns not made yet), then sets
     the rest up under the migration lock and seals its job. The store is left as if between the two."""
-    import durable_job as dj
 
     db = empty_store.rsplit("/", 1)[1]
-    ((name, first),) = dj.store_migrations(dj.PG_MIGRATIONS[:1])
+    ((name, first),) = team_store.store_migrations(team_store.PG_MIGRATIONS[:1])
     pg_server.sql(
         "durable",
         "CREATE SCHEMA durable_job; CREATE TABLE durable_job._migrations (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL); "

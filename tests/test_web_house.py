@@ -1,8 +1,9 @@
 """One-file core, real extensions: the web app lives in durable_job_team/, outside what a job seals.
 
-Every job seals the sha256 of durable_job.py and nothing else. The web app of `serve` (durable_job_team/web.py,
-its templates and static files) sits beside it: a CSS tweak, a template's wording or a route's code changes no
-seal, so every job in flight stays resumable and decidable; an edit of durable_job.py is still refused.
+Every job seals the sha256 of durable_job.py, and a store job also each file of the store extension and its
+migrations (durable_job_team/store.py, workers.py, migrations/*.sql). The web app of `serve` (durable_job_team/web.py,
+its templates and static files) sits beside them, sealed by none: a CSS tweak, a template's wording or a route's code
+changes no seal, so every job in flight stays resumable and decidable; an edit of sealed code is still refused.
 """
 
 import ast
@@ -13,6 +14,7 @@ import shutil
 from test_web import Serve
 
 from conftest import BOTH, PROGRAM, REPO, Workspace, sha256
+from durable_job_team import store as team_store
 
 TEAM = os.path.join(REPO, "durable_job_team")
 WEB = os.path.join(TEAM, "web.py")
@@ -61,6 +63,20 @@ def test_editing_the_web_app_strands_no_job_and_editing_the_core_still_holds(ws,
         fh.write("\n# a core edit\n")
     ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=core).held("Executable bytes changed")
 
+    # the store extension edited (its code, or a migration it applied): a store job sealed each file and is refused,
+    # naming the file; a state directory's job never runs that code, sealed none of it, and goes on
+    sealed_files = ws.job().get("codeFiles")
+    assert sorted(sealed_files or ()) == (sorted(team_store.STORE_CODE_FILES) if ws.store else [])
+    for name, line in (("store.py", "# a store edit"), ("migrations/m011_hostile_roles.sql", "-- a migration edit")):
+        edited = copy_house(tmp_path / f"edited-{name.replace('/', '-')}")
+        with open(os.path.join(os.path.dirname(edited), "durable_job_team", *name.split("/")), "a", encoding="utf-8") as fh:
+            fh.write(f"\n{line}\n")
+        again = ws.run("resume", program=edited)
+        if ws.store:
+            again.held(f"Executable bytes changed: durable_job_team/{name} now has sha256")
+        else:
+            assert again.ok()["interrupt"], again
+
     decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "restyled release decides", program=program).ok()
     assert decided["final"]["decision"] == "accept"
     assert ws.run("verify", program=program).code == 0
@@ -102,18 +118,22 @@ def test_a_restyled_web_app_serves_and_decides_a_job_the_unchanged_core_sealed(t
 # -- the house rules for an extension --------------------------------------------------------------------------------
 
 
-def test_the_core_imports_the_web_app_only_inside_serve():
+def test_the_core_imports_an_extension_only_inside_the_commands_that_use_it():
+    """durable_job.py names no extension at its top: each command that needs one asks team_part() for it."""
     with open(PROGRAM, encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
-    where = {}
+    by_part: dict = {}
     for node in tree.body:
         for sub in ast.walk(node):
             if isinstance(sub, (ast.Import, ast.ImportFrom)):
                 names = [sub.module or ""] if isinstance(sub, ast.ImportFrom) else [a.name for a in sub.names]
-                if any(n.split(".")[0] == "durable_job_team" for n in names):
-                    where[getattr(node, "name", "<module>")] = names
-    assert where == {"cmd_serve": ["durable_job_team"]}
-    assert "Web app" not in "".join(re.findall(r"^# \d+\. .*$", open(PROGRAM, encoding="utf-8").read(), re.M))
+                assert not any(n.startswith("durable_job_team") for n in names), ast.unparse(sub)
+            if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "team_part":
+                assert isinstance(node, ast.FunctionDef), ast.unparse(node)[:80]  # never at module level
+                by_part.setdefault(sub.args[0].value, set()).add(node.name)
+    assert by_part["web"] == {"cmd_serve"}
+    assert by_part["workers"] == {"cmd_submit", "cmd_work"}
+    assert sorted(by_part) == ["store", "web", "workers"]
 
 
 def test_the_web_app_is_small_functions_over_the_command_api_with_no_module_state():
