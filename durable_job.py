@@ -374,17 +374,29 @@ def crash_point(name: str, job: Job | dict | None = None) -> None:
     os._exit(CRASH_POINTS[name])
 
 
-# Secrets this process has seen besides the API key (store passwords, mcp.passEnv values): whatever text
-# may be stored or printed passes redact(), which needs them wherever it is called, a bare error included.
-SECRETS: set[str] = set()
 JSON_ESCAPE = re.compile(r'\\u([0-9a-fA-F]{4})|\\(["\\\\/bfnrt])')
 JSON_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-def secrets_now() -> list:
-    """What redact() removes: the API key in the environment and every secret remembered, longest first."""
-    key = os.environ.get("OPENAI_API_KEY") or ""
-    return sorted({*([key] if len(key) >= 4 else []), *SECRETS}, key=len, reverse=True)
+class Secrets:
+    """The secrets one command (or one signed-in person of the web app) has seen besides the API key in the
+    environment: a store address's password, the values mcp.passEnv passes to a server. Whatever text may be
+    stored or printed passes redact(text, secrets). A Store holds its command's (store.secrets) and gives it to
+    every journal it opens; main() makes one a command; a fresh Secrets() removes the API key alone."""
+
+    def __init__(self, words=()):
+        self.words: set[str] = set(words)
+
+    def add(self, words) -> None:
+        self.words.update(words)
+
+    def discard(self, words) -> None:
+        self.words.difference_update(words)
+
+    def now(self) -> list:
+        """What redact() removes: the API key in the environment and every secret noted, longest first."""
+        key = os.environ.get("OPENAI_API_KEY") or ""
+        return sorted({*([key] if len(key) >= 4 else []), *self.words}, key=len, reverse=True)
 
 
 def json_unescaped(text: str) -> str:
@@ -393,7 +405,7 @@ def json_unescaped(text: str) -> str:
     return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")  # \\ud83d\\ude00 pairs join
 
 
-def redact(text) -> str:
+def redact(text, secrets: Secrets) -> str:
     """Remove the API key, store passwords and passed MCP secrets from any text that may be stored or printed.
 
     Also when the text spells one with JSON escapes (a model answering "\\u0073\\u006b-…"): JSON
@@ -401,27 +413,27 @@ def redact(text) -> str:
     its JSON re-encoded with the secret replaced (or, when it is not JSON, with its escapes decoded).
     """
     text = str(text)
-    secrets = secrets_now()
-    for secret in secrets:
+    words = secrets.now()
+    for secret in words:
         text = text.replace(secret, "[redacted]")
-    if "\\" not in text or not secrets:
+    if "\\" not in text or not words:
         return text
     decoded = json_unescaped(text)
-    if not any(secret in decoded for secret in secrets):
+    if not any(secret in decoded for secret in words):
         return text
     try:
-        return json.dumps(_redact_strings(json.loads(text)), ensure_ascii=False)
+        return json.dumps(_redact_strings(json.loads(text), secrets), ensure_ascii=False)
     except (ValueError, RecursionError):
-        return redact(decoded)
+        return redact(decoded, secrets)
 
 
-def _redact_strings(value):
+def _redact_strings(value, secrets: Secrets):
     if isinstance(value, str):
-        return redact(value)
+        return redact(value, secrets)
     if isinstance(value, list):
-        return [_redact_strings(v) for v in value]
+        return [_redact_strings(v, secrets) for v in value]
     if isinstance(value, dict):
-        return {redact(k): _redact_strings(v) for k, v in value.items()}
+        return {redact(k, secrets): _redact_strings(v, secrets) for k, v in value.items()}
     return value
 
 
@@ -437,9 +449,9 @@ def storable(text):
     return text
 
 
-def scrub(value):
-    """What may be stored of a provider-supplied string: text SQLite can hold, with the API key removed (None stays None)."""
-    return None if value is None else storable(redact(value))
+def scrub(value, secrets: Secrets):
+    """What may be stored of a provider-supplied string: text SQLite can hold, with the secrets removed (None stays None)."""
+    return None if value is None else storable(redact(value, secrets))
 
 
 # Characters a terminal or a browser acts on instead of showing: C0/C1 controls, DEL, the bidirectional
@@ -729,7 +741,7 @@ def check_mcp_env(spec: dict, name: str) -> None:
 ###############################################################################
 
 
-def read_mcp_source(item: Item, base_dir: str | None = None) -> bytes:
+def read_mcp_source(item: Item, base_dir: str | None = None, secrets: Secrets | None = None) -> bytes:
     """Read one text resource from a read-only MCP server over stdio; only resources/read is sent.
 
     The server runs with the manifest's folder as its working directory (so relative argv means the
@@ -753,7 +765,9 @@ def read_mcp_source(item: Item, base_dir: str | None = None) -> bytes:
     server = f"MCP server {command[0]!r}"
     if base_dir is not None and not os.path.isdir(base_dir):
         raise SourceError(f"Source {name}: the manifest's folder {base_dir} does not exist, and the MCP server runs there; create it first")
-    env, secrets = mcp_environment(item, get_default_environment())
+    env, passed = mcp_environment(item, get_default_environment())
+    if secrets is not None:  # never stored or shown by this command, whatever echoes one
+        secrets.add(passed)
     for noisy in ("mcp", "asyncio"):  # the SDK logs server trouble on stderr; the one HOLD line says it instead
         logging.getLogger(noisy).setLevel(logging.CRITICAL + 1)
 
@@ -774,7 +788,7 @@ def read_mcp_source(item: Item, base_dir: str | None = None) -> bytes:
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # the SDK wraps failures in exception groups: judge the innermost one
-        raise mcp_failure(name, server, uri, timeout, mcp_leaf_error(exc), secrets) from None
+        raise mcp_failure(name, server, uri, timeout, mcp_leaf_error(exc), passed) from None
     return mcp_text_bytes(name, uri, result)
 
 
@@ -817,7 +831,6 @@ def mcp_environment(item: Item, default: dict) -> tuple[dict, list]:
             f"but {missing[0]} is not set; export {missing[0]} and run the command again (its value is passed to the server only, never stored)"
         )
     passed = {key: os.environ[key] for key in spec.get("passEnv", [])}
-    SECRETS.update(v for v in passed.values() if len(v) >= 4)  # never stored or shown, whatever echoes one
     return {**default, **spec.get("env", {}), **passed}, [v for v in passed.values() if len(v) >= 4]
 
 
@@ -924,7 +937,7 @@ def check_source_bytes(item: Item, data: bytes) -> str:
     return text
 
 
-def load_sources(manifest: Manifest, manifest_path: str, *, mcp: str | dict = "launch") -> dict[str, str]:
+def load_sources(manifest: Manifest, manifest_path: str, *, mcp: str | dict = "launch", secrets: Secrets | None = None) -> dict[str, str]:
     """Read and check every source once; return {item id: text} decoded from the sealed bytes.
 
     An MCP item's resource is read by launching its server (mcp="launch"), skipped
@@ -945,7 +958,7 @@ def load_sources(manifest: Manifest, manifest_path: str, *, mcp: str | dict = "l
                 )
             data = mcp[item["id"]]
         else:
-            data = read_mcp_source(item, base) if "mcp" in item else read_file_source(base, item)
+            data = read_mcp_source(item, base, secrets) if "mcp" in item else read_file_source(base, item)
         texts[item["id"]] = check_source_bytes(item, data)
     return texts
 
@@ -1094,7 +1107,9 @@ def check_job_matches_manifest(job: Job, manifest: Manifest) -> None:
             )
 
 
-def check_file_seals(job: Job, *, mcp: str | dict = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
+def check_file_seals(
+    job: Job, *, mcp: str | dict = "launch", program: bool = True, secrets: Secrets | None = None
+) -> tuple[Manifest, dict[str, str]]:
     """Every seal of a job whose manifest and sources are files, in the contract's order; (manifest, texts).
     program=False (verify) leaves out the seals of the program that runs it: who made a record is a fact, not a fault."""
     if program:
@@ -1107,7 +1122,7 @@ def check_file_seals(job: Job, *, mcp: str | dict = "launch", program: bool = Tr
         )
     manifest = parse_manifest(raw, path)
     check_job_matches_manifest(job, manifest)
-    return manifest, load_sources(manifest, path, mcp=mcp)
+    return manifest, load_sources(manifest, path, mcp=mcp, secrets=secrets)
 
 
 def read_manifest_quiet(job: Job) -> Manifest | None:
@@ -1641,7 +1656,7 @@ def provider_endpoint(job) -> str:
     if job.get("mode") != "openai":
         return "fake"
     url = os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
-    return endpoint_of(url) or clip(redact(url.split("?")[0].split("@")[-1]), 200)
+    return endpoint_of(url) or clip(redact(url.split("?")[0].split("@")[-1], Secrets()), 200)
 
 
 def check_sealed_endpoint(manifest) -> None:
@@ -1990,12 +2005,13 @@ class Journal(abc.ABC):
 
     dialect: Dialect
 
-    def __init__(self, job_id: str = "", principal: str = ""):
+    def __init__(self, job_id: str = "", principal: str = "", secrets: Secrets | None = None):
         self.job_id = job_id
         self.principal = principal  # who acts: written beside each act (a store's database stamps its own over it)
         self.guard = _thread.RLock()
         self.in_transaction = False
         self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
+        self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2056,8 +2072,8 @@ class SqliteJournal(Journal):
 
     dialect = SQLITE
 
-    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True, principal: str = ""):
-        super().__init__(principal=principal)
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True, principal: str = "", secrets: Secrets | None = None):
+        super().__init__(principal=principal, secrets=secrets)
         self.conn, self.owns = conn, owns
         self.tables: set | None = None
 
@@ -2242,7 +2258,7 @@ def record_event(journal: Journal, key: str, event: str, detail: dict | None = N
             "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
             key=key,
             event=event,
-            detail=None if detail is None else redact(json.dumps(detail, sort_keys=True)),
+            detail=None if detail is None else redact(json.dumps(detail, sort_keys=True), journal.secrets),
             at=now_utc(),
         )
         link_row(journal, "event", "call_events", key)
@@ -2372,7 +2388,8 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
     what they recorded, and this answer is refused with nothing written.
     """
     journal = as_journal(db)
-    output_text, response_id, request_id = scrub(output_text), scrub(response_id), scrub(request_id)
+    secrets = journal.secrets
+    output_text, response_id, request_id = scrub(output_text, secrets), scrub(response_id, secrets), scrub(request_id, secrets)
     with journal.transaction():
         updated = journal.change(
             "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
@@ -2382,7 +2399,7 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
             request=request_id,
             stamp=now_utc(),
             key=key,
-            usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True)),
+            usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True), secrets),
         )
         if updated != 1:
             row = find_call(journal, key)
@@ -2411,9 +2428,9 @@ def fail_call(db, key: str, exc: BaseException) -> str:
     code = getattr(exc, "status_code", None)
     code = code if type(code) is int else None
     request_id = getattr(exc, "request_id", None)
-    request_id = scrub(request_id) if isinstance(request_id, str) else None
+    request_id = scrub(request_id, journal.secrets) if isinstance(request_id, str) else None
     status = "rejected" if code in REFUSAL_STATUSES else "pending"
-    detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc), 300), "requestId": request_id}
+    detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc, journal.secrets), 300), "requestId": request_id}
     with journal.transaction():
         updated = journal.change(
             "UPDATE {calls} SET status = {p.status}, request_id = COALESCE({p.request}, request_id), "
@@ -2438,7 +2455,12 @@ def forget_unsent_call(journal: Journal, key: str, exc: BaseException, url: str)
     the next run takes the same operation key again; the event history keeps the audit trail.
     """
     cause = exc.__cause__
-    detail = {"error": type(exc).__name__, "cause": type(cause).__name__, "url": url, "message": clip(redact(cause or exc), 300)}
+    detail = {
+        "error": type(exc).__name__,
+        "cause": type(cause).__name__,
+        "url": url,
+        "message": clip(redact(cause or exc, journal.secrets), 300),
+    }
     with journal.transaction():  # the event first: a store removes a pending row only beside its not-sent event
         record_event(journal, key, "not-sent", detail)
         journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
@@ -2495,7 +2517,7 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None
         raise
     finally:
         _OPERATION_KEY.reset(token)
-    output_text = scrub(output_text)  # what is journaled is exactly what the graph sees (never the key)
+    output_text = scrub(output_text, journal.secrets)  # what is journaled is exactly what the graph sees (never the key)
     crash_point("before-ledger", job)
     complete_call(journal, key, output_text, response_id, request_id, usage, on_complete)
     crash_point("after-ledger", job)
@@ -3021,6 +3043,7 @@ class Store(abc.ABC):
     job_id = ""  # the job a shared store's commands act on ("": none named yet; a state directory holds one)
     row: dict | None = None  # a shared store's job row as a listing read it
 
+    secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
     code_files: tuple = ()  # the files of the code that runs its jobs besides durable_job.py (sealed into each: new_job)
 
     def for_manifest(self, manifest: Manifest) -> Store:
@@ -3202,9 +3225,10 @@ class Store(abc.ABC):
 class StateDirStore(Store):
     """A job kept in a state directory (the embedded default)."""
 
-    def __init__(self, state_dir: str, program: str | None = None):
+    def __init__(self, state_dir: str, program: str | None = None, secrets: Secrets | None = None):
         self.root = state_dir
         self.program = program or default_program()
+        self.secrets = secrets or Secrets()
 
     def address(self) -> list:
         return ["--state-dir", os.path.abspath(self.root)]
@@ -3255,7 +3279,7 @@ class StateDirStore(Store):
 
     def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
         """The manifest is read at its sealed path; MCP items launched, skipped or checked against their kept copies."""
-        return check_file_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp, program=program)
+        return check_file_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp, program=program, secrets=self.secrets)
 
     def kept_mcp_sources(self) -> dict:
         """{item id: bytes} of the MCP resources read when the job was sealed ({} when none were kept)."""
@@ -3293,10 +3317,13 @@ class StateDirStore(Store):
         check_state_files(self.root)
 
     def journal(self) -> SqliteJournal:
-        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE)), principal=self.principal())
+        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE)), principal=self.principal(), secrets=self.secrets)
 
     def read_journal(self) -> SqliteJournal | None:
-        return read_journal(job_path(self.root, EFFECTS_FILE))
+        journal = read_journal(job_path(self.root, EFFECTS_FILE))
+        if journal is not None:
+            journal.secrets = self.secrets
+        return journal
 
     def checkpoint_connection(self) -> sqlite3.Connection:
         """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode.
@@ -3703,7 +3730,7 @@ def call_or_hold(ctx: Context, journal: Journal, item: Item, prompt: str, say=No
 
 
 def provider_failure(store: Store, item_id: str, key: str, status: str, code, exc) -> ProviderError:
-    message = clip(redact(exc), 200)
+    message = clip(redact(exc, store.secrets), 200)
     if status == "rejected":
         return ProviderError(
             f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. "
@@ -3719,7 +3746,7 @@ def provider_failure(store: Store, item_id: str, key: str, status: str, code, ex
 
 def not_sent_failure(store: Store, item_id: str, url: str, exc: BaseException) -> ProviderError:
     cause = exc.__cause__ or exc
-    why = clip(redact(f"{type(cause).__name__}: {cause}"), 160)
+    why = clip(redact(f"{type(cause).__name__}: {cause}", store.secrets), 160)
     return ProviderError(
         f"Model call for item {item_id} was not sent: the connection to {url} never opened ({why}), so no call happened "
         f"and no attempt was spent. Check OPENAI_BASE_URL (and that the server runs and its name and certificate are right), "
@@ -4685,7 +4712,7 @@ def sign_act(key_path: str, act: str, job_id: str, record: dict, head: dict) -> 
     proc = ssh_keygen(["-Y", "sign", "-q", "-f", key_path, "-n", SIGN_NAMESPACE], signed_message(act, job_id, record, head, fields))
     armored = proc.stdout.decode("ascii", "replace")
     if proc.returncode != 0 or SSHSIG_ARMOUR not in armored:
-        why = clip(redact(proc.stderr.decode("utf-8", "replace").strip()) or f"exit {proc.returncode}", 200)
+        why = clip(redact(proc.stderr.decode("utf-8", "replace").strip(), Secrets()) or f"exit {proc.returncode}", 200)
         raise UsageError(
             f"signing key {key_path} could not sign ({why}); nothing was recorded: a key with a passphrase must be in "
             f"ssh-agent (ssh-add {key_path}), or leave --sign-key out to record the {act} unsigned"
@@ -4935,7 +4962,9 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
                 status = "rejected"
             elif event == "reconciled":
                 status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
-        if status != r["status"] or (ids is not None and tuple(scrub(i) for i in ids) != (r["response_id"], r["request_id"])):
+        if status != r["status"] or (
+            ids is not None and tuple(scrub(i, snap.store.secrets) for i in ids) != (r["response_id"], r["request_id"])
+        ):
             raise SealError(
                 f"journal row {r['operation_key']} says {r['status']} but its events say {status}"
                 + ("" if status != r["status"] else " with other response or request ids")
@@ -5418,12 +5447,19 @@ def receipt_invariants(snap: Snapshot) -> str:
 
 
 def open_store(
-    *, state_dir: str | None = None, store: str | None = None, job: str | None = None, program: str | None = None, from_env: bool = False
+    *,
+    state_dir: str | None = None,
+    store: str | None = None,
+    job: str | None = None,
+    program: str | None = None,
+    from_env: bool = False,
+    secrets: Secrets | None = None,
 ) -> Store:
     """The Store a command works on: a state directory, or a job (`job`, its jobId) in the PostgreSQL store at URL `store`.
 
     `program` is how suggested commands name this program (default: `python <this file>`);
-    `from_env` says the URL came from DURABLE_JOB_STORE, so suggestions leave it out.
+    `from_env` says the URL came from DURABLE_JOB_STORE, so suggestions leave it out. `secrets`: what the command's
+    outputs, errors and writes leave out (default: a new Secrets; a store notes its address's password in it).
     A store's job may be named later by start and submit (the manifest's jobId).
     """
     if state_dir and store:
@@ -5431,10 +5467,10 @@ def open_store(
     if state_dir:
         if job:
             raise UsageError("--job names a job in a --store; a --state-dir holds one job: drop --job")
-        return StateDirStore(os.path.expanduser(state_dir), program)
+        return StateDirStore(os.path.expanduser(state_dir), program, secrets)
     if not store:
         raise UsageError(f"name the job: --state-dir DIR, or --store URL --job JOB_ID (or set {STORE_ENV} to the store's URL)")
-    return team_part("store").PgStore(store, job or "", from_env=from_env, program=program)
+    return team_part("store").PgStore(store, job or "", from_env=from_env, program=program, secrets=secrets)
 
 
 @contextlib.contextmanager
@@ -5496,7 +5532,7 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
         # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
         check_same_job(store, manifest, raw)
         return cast(dict, resume(store, existing=True))
-    sources = load_sources(manifest, manifest_path)
+    sources = load_sources(manifest, manifest_path, secrets=store.secrets)
     if manifest["mode"] == "openai":
         check_provider_settings(manifest)
     approval = read_approval(manifest_path)
@@ -5708,9 +5744,9 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
             record["responseFileSha256"] = digest
             update = (
                 "completed",
-                scrub(response["outputText"]),
-                scrub(response["responseId"]),
-                scrub(response.get("requestId")) or row["request_id"],
+                scrub(response["outputText"], ctx.journal.secrets),
+                scrub(response["responseId"], ctx.journal.secrets),
+                scrub(response.get("requestId"), ctx.journal.secrets) or row["request_id"],
             )
         else:
             update = ("abandoned", None, None, row["request_id"])
@@ -7242,7 +7278,12 @@ def store_from(args) -> Store:
     if not getattr(args, "state_dir", None) and not url:
         url, from_env = os.environ.get(STORE_ENV), True
     store = open_store(
-        state_dir=getattr(args, "state_dir", None), store=url, job=getattr(args, "job", None), program=args.program, from_env=from_env
+        state_dir=getattr(args, "state_dir", None),
+        store=url,
+        job=getattr(args, "job", None),
+        program=args.program,
+        from_env=from_env,
+        secrets=args.secrets,
     )
     args.opened = store
     return store
@@ -7868,14 +7909,14 @@ def refuse_unknown_flag(name: str, words: list) -> None:
         raise UsageError(f"unknown flag {flag_name} for {name}{abbreviated}; {advice} See {help_command(name)}")
 
 
-def emit(command: str, out: dict, fmt: str | None, store=None) -> None:
+def emit(command: str, out: dict, fmt: str | None, secrets: Secrets, store=None) -> None:
     """Print a command's document: its text on a terminal (or with --text), else the JSON."""
     fmt = fmt or ("text" if sys.stdout.isatty() else "json")
     if fmt == "text":
         text = text_document(command, printable(next_lines(out)), store, COMMANDS[command].text)
     else:
         text = json.dumps(out, indent=2, ensure_ascii=False)
-    sys.stdout.write(redact(text) + "\n")
+    sys.stdout.write(redact(text, secrets) + "\n")
     sys.stdout.flush()
 
 
@@ -7930,43 +7971,55 @@ def interrupted(args) -> str:
     )
 
 
-def hold_line(exc: JobError) -> str:
-    return f"HOLD: {type(exc).__name__}: {printable(' '.join(redact(exc).split()))}"
+def hold_line(exc: JobError, secrets: Secrets) -> str:
+    return f"HOLD: {type(exc).__name__}: {printable(' '.join(redact(exc, secrets).split()))}"
+
+
+def command_secrets(argv: list) -> Secrets:
+    """A command's Secrets, noted before anything runs: the password of each store address it names (a --store URL,
+    DURABLE_JOB_STORE), so that no output, refusal or record of it shows one (a store adds what it meets later)."""
+    words = [os.environ.get(STORE_ENV, ""), *(w.partition("=")[2] if w.startswith("--") else w for w in argv)]
+    secrets = Secrets()
+    for url in (w for w in words if w.lower().startswith(("postgresql://", "postgres://"))):
+        try:
+            secrets.add(team_part("store").address_secrets(url))
+        except UsageError:  # durable_job.py alone: no command here can reach a store to show its password
+            break
+    return secrets
 
 
 def main(argv=None) -> int:
     user_umask = os.umask(0o077)  # everything this program creates is private; seal --use-umask asks for the user's own
-    if os.environ.get(STORE_ENV):
-        team_part("store").remember_secrets(os.environ[STORE_ENV])
     argv = sys.argv[1:] if argv is None else list(argv)
+    secrets = command_secrets(argv)
     args = None
     try:
         args = parse_command_line(argv)
-        args.user_umask, args.program, args.opened = user_umask, program_name(), None
+        args.user_umask, args.program, args.opened, args.secrets = user_umask, program_name(), None, secrets
         command = COMMANDS[args.command]
         out = command.run(args)
         store = args.opened
         if store is not None and args.command not in ("jobs", "work", "usage"):
             out = {**out, **store.output_fields()}  # a store's job says which store (no password)
-        emit(args.command, out, args.fmt, store)
+        emit(args.command, out, args.fmt, secrets, store)
         refusal = command.refusal(out) if command.refusal else None
         if refusal:
             raise refusal
         return 0
     except BusyError as exc:
-        print(hold_line(exc.with_command(run_again(argv))), file=sys.stderr)
+        print(hold_line(exc.with_command(run_again(argv)), secrets), file=sys.stderr)
         return 2
     except JobError as exc:
-        print(hold_line(exc), file=sys.stderr)
+        print(hold_line(exc, secrets), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"HOLD: Interrupted: {printable(' '.join(redact(interrupted(args)).split()))}", file=sys.stderr)
+        print(f"HOLD: Interrupted: {printable(' '.join(redact(interrupted(args), secrets).split()))}", file=sys.stderr)
         return 2
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         then = "run the command again" if argv and argv[0] in CHANGES_NO_JOB else after_stop(args)
         print(
-            f"HOLD: StateError: {redact(exc.strerror or exc)}{where}; nothing was changed after the failing step: fix the cause, {then}",
+            f"HOLD: StateError: {redact(exc.strerror or exc, secrets)}{where}; nothing was changed after the failing step: fix the cause, {then}",
             file=sys.stderr,
         )
         return 2
@@ -7974,7 +8027,7 @@ def main(argv=None) -> int:
         if os.environ.get("DURABLE_JOB_DEBUG"):
             raise
         print(
-            f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc), 300)}; the saved state is left as it is: run {command_for('status', args)}, "
+            f"HOLD: InternalError: {type(exc).__name__}: {clip(redact(exc, secrets), 300)}; the saved state is left as it is: run {command_for('status', args)}, "
             "and set DURABLE_JOB_DEBUG=1 for a traceback to report",
             file=sys.stderr,
         )

@@ -35,7 +35,6 @@ from durable_job import (
     LG_ROOT_NAMESPACE,
     LG_SAVED_CHANNELS,
     NEW_JOB,
-    SECRETS,
     STATE_KEYS,
     BusyError,
     CheckpointRows,
@@ -48,6 +47,7 @@ from durable_job import (
     Manifest,
     ManifestError,
     SealError,
+    Secrets,
     Snapshot,
     StateError,
     Store,
@@ -133,21 +133,9 @@ def public_url(url: str) -> str:
         return "postgresql://[unparseable URL]"
 
 
-def remember_secrets(url: str) -> None:
-    """Note a store address's password so that redact() removes it from every output, error and stored record
-    (once per address: a listing makes a store object for every job, all on the same address)."""
-    SECRETS.update(address_secrets(url))
-
-
-def forget_secrets(url: str) -> None:
-    """The web app's sign-out: the person's password leaves the process's memory (this program's copies of it)."""
-    SECRETS.difference_update(address_secrets(url))
-    address_secrets.cache_clear()
-
-
 @functools.lru_cache(maxsize=64)
 def address_secrets(url: str) -> frozenset:
-    """The spellings of the password a store address carries (what remember_secrets notes).
+    """The spellings of the password a store address carries (what a Secrets notes of it).
 
     The password is found by the driver's own parser (psycopg's conninfo_to_dict, which is libpq's
     PQconninfoParse), in the URL's user info or its query, and in a keyword string too (which
@@ -298,8 +286,8 @@ class PgJournal(Journal):
 
     dialect = PSYCOPG
 
-    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = ""):
-        super().__init__(job_id, principal)
+    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = "", secrets: Secrets | None = None):
+        super().__init__(job_id, principal, secrets)
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
         self.lock_xid: str | None = None  # and that transaction's id
@@ -319,7 +307,7 @@ class PgJournal(Journal):
 
     def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
-        return PgJournal(self.conn, job_id, self.on_error, owns=False)
+        return PgJournal(self.conn, job_id, self.on_error, owns=False, secrets=self.secrets)
 
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
         try:
@@ -448,7 +436,7 @@ class PgLock:
         store = self.store
         conn = store.connect(f"durable_job {self.command} journal {os.getpid()}", writer=True)
         try:
-            journal = PgJournal(conn, store.job_id, store.failure)
+            journal = PgJournal(conn, store.job_id, store.failure, secrets=store.secrets)
             store.ensure_schema(journal)
             journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
             store.writer = journal
@@ -483,7 +471,7 @@ class PgLock:
             ) from None
         except psycopg.errors.InsufficientPrivilege as exc:
             raise StateError(
-                f"Role {writer.principal} may not write job {store.job_id} in {store.public} ({clip(redact(exc), 120)}): "
+                f"Role {writer.principal} may not write job {store.job_id} in {store.public} ({clip(redact(exc, store.secrets), 120)}): "
                 f"its owner, its reviewers and the store's workers may; ask the store's administrator"
             ) from None
         except psycopg.Error as exc:
@@ -524,8 +512,9 @@ class PgStore(Store):
     shared = True
     code_files = STORE_CODE_FILES
 
-    def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None):
-        remember_secrets(url)
+    def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None, secrets: Secrets | None = None):
+        self.secrets = secrets or Secrets()
+        self.secrets.add(address_secrets(url))  # first: whatever goes wrong from here on never shows the password
         check_store_url(url)
         self.url, self.job_id, self.from_env = url, job_id, from_env
         self.program = program or default_program()
@@ -540,12 +529,16 @@ class PgStore(Store):
             raise UsageError(
                 f"--job {self.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)"
             )
-        return self if self.job_id else PgStore(self.url, manifest["jobId"], from_env=self.from_env, program=self.program)
+        return (
+            self
+            if self.job_id
+            else PgStore(self.url, manifest["jobId"], from_env=self.from_env, program=self.program, secrets=self.secrets)
+        )
 
     def for_job(self, job_id: str) -> PgStore:
         """The same store, naming another job: its reads go through this store's read connection, which
         closing this store closes (so a caller that opened one store has one thing to close)."""
-        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program)
+        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets)
         other.reader = self.db().for_job(job_id)
         return other
 
@@ -587,7 +580,7 @@ class PgStore(Store):
 
     def failure(self, exc) -> StateError:
         return StateError(
-            f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split())), 240)}); a lost connection "
+            f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); a lost connection "
             f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
             f"then `{self.suggest('resume')}` once the store is reachable"
         )
@@ -620,7 +613,7 @@ class PgStore(Store):
 
     def unreachable(self, exc) -> StateError:
         return StateError(
-            f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split())), 240)}); "
+            f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); "
             f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again"
         )
 
@@ -634,7 +627,9 @@ class PgStore(Store):
         if self.writer is not None:
             return self.writer
         if self.reader is None:
-            self.reader = PgJournal(self.connect(f"durable_job read {os.getpid()}", reader=True), self.job_id, self.failure)
+            self.reader = PgJournal(
+                self.connect(f"durable_job read {os.getpid()}", reader=True), self.job_id, self.failure, secrets=self.secrets
+            )
         return self.reader
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
@@ -1056,12 +1051,12 @@ def migrate_store(store: PgStore, conn) -> dict:
         """A role that may not create the schema is told who can; any other database error is the store's failure."""
         if isinstance(exc, psycopg.errors.InsufficientPrivilege):
             return StateError(
-                f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc), 120)}): "
+                f"The store {store.public} is not set up and this role may not create its schema ({clip(redact(exc, store.secrets), 120)}): "
                 f"an administrator runs `{migrate}` once (as the database owner), and grants this role use of schema durable_job"
             )
         return store.failure(exc)
 
-    db = PgJournal(conn, "", refused, owns=False)
+    db = PgJournal(conn, "", refused, owns=False, secrets=store.secrets)
     if store.ready(db):
         done, highest = store.schema_state(db)
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": False}
@@ -1137,7 +1132,7 @@ def migrate_schema(
     conn = target.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
     try:
         result = migrate_store(target, conn)
-        db = PgJournal(conn, "", target.failure, owns=False)
+        db = PgJournal(conn, "", target.failure, owns=False, secrets=target.secrets)
         if (grant or grant_worker or owner) and not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
             raise StateError(
                 f"migrate --grant, --grant-worker and --owner are the store's administrator's (the owner of schema durable_job "
@@ -1399,7 +1394,7 @@ def delete_job(store: PgStore) -> dict:
     """Remove a job from a store entirely, leaving a tombstone (who, when, its receipt's sha256) that keeps its jobId
     taken: the store's administrator's alone, refused while anyone holds the job (durable_job.delete checks the rest)."""
     conn = store.connect(f"durable_job delete {os.getpid()} {now_utc()[:19]}Z")
-    db = PgJournal(conn, store.job_id, store.failure, owns=False)
+    db = PgJournal(conn, store.job_id, store.failure, owns=False, secrets=store.secrets)
     try:
         if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
             raise StateError(

@@ -4,7 +4,7 @@ The web app is a front end of durable_job's command API (section 16) and nothing
 read_snapshot/inspect_document or jobs(), every act is decide/revise/retry/cancel, run as the signed-in person:
 on a store, with that person's own role and password (their connections, so row-level security and the recorded
 principal are exactly the CLI's); in a --root, as the account running serve. A password lives only in this
-process's memory (the WebPerson's address), for the session's life; durable_job.redact() knows it, so it reaches
+process's memory (the WebPerson's address and Secrets), for the session's life; durable_job.redact() is given it, so it reaches
 no page, log or output. The framework (Starlette, uvicorn, sse-starlette, jinja2, asgi-csrf) is imported only
 here, and this module only by the `serve` command.
 
@@ -160,6 +160,7 @@ class WebPerson:
 
     def __init__(self, site: WebSite, principal: str, url: str | None):
         self.site, self.principal, self.url = site, principal, url
+        self.secrets = durable_job.Secrets(site.secrets.words)  # the site's, and (once a store is opened) this password
         self.lock = threading.Lock()  # one read connection: one read at a time
         self.reader: team_store.PgStore | None = None
         self.views: dict = {}  # job id (or "" for the list) → (generation, view), shared by this person's pages
@@ -170,20 +171,20 @@ class WebPerson:
     def read_store(self, job_id: str) -> durable_job.Store:
         """The job, read on this person's one read connection (opened again after the database came back)."""
         if not self.site.store:
-            return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program)
+            return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program, self.secrets)
         if self.url is None:
             raise WebRefusal(401, "Signed out: sign in again")
         if self.reader is None:
-            self.reader = team_store.PgStore(self.url, "", program=self.site.program)
+            self.reader = team_store.PgStore(self.url, "", program=self.site.program, secrets=self.secrets)
         return self.reader.for_job(job_id)
 
     def act_store(self, job_id: str) -> durable_job.Store:
         """The job for one act: its own connections, closed after it, as a CLI command's."""
         if not self.site.store:
-            return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program)
+            return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program, self.secrets)
         if self.url is None:
             raise WebRefusal(401, "Signed out: sign in again")
-        return team_store.PgStore(self.url, job_id, program=self.site.program)
+        return team_store.PgStore(self.url, job_id, program=self.site.program, secrets=self.secrets)
 
     def reset(self) -> None:
         """Drop the read connection (after an error, at sign-out): the next read opens another."""
@@ -265,6 +266,7 @@ class WebSite:
 
     def __init__(self, *, store: str | None, roots: list, program: str, idle_seconds: float, secure: bool, say):
         self.store, self.roots, self.program = store, roots, program
+        self.secrets = durable_job.Secrets(team_store.address_secrets(store) if store else ())  # serve's own address's
         self.idle_seconds, self.secure, self.say = idle_seconds, secure, say
         self.sessions: dict[str, WebPerson] = {}
         self.throttle = SignInThrottle()
@@ -309,9 +311,8 @@ class WebSite:
         if person is not None:
             person.signed_out = True
             person.reset()
-            url, person.url = person.url, None  # the password is forgotten with the session
-            if url and url not in {p.url for p in self.sessions.values()}:  # unless another session signed in with it
-                team_store.forget_secrets(url)
+            person.url, person.secrets = None, durable_job.Secrets()  # the password is forgotten with the session
+            team_store.address_secrets.cache_clear()  # this program's last copy of it (the others' are parsed again)
 
     def expire_idle(self) -> None:
         for sid, person in list(self.sessions.items()):
@@ -334,7 +335,8 @@ class WebSite:
             if re.search(r"password|authentication|role .* does not exist|no pg_hba", str(exc), re.I):
                 raise WebRefusal(401, "Sign-in refused: the store did not accept that role and password") from None
             raise WebRefusal(
-                503, f"The store cannot be reached now ({durable_job.clip(durable_job.redact(exc), 200)}); try again shortly"
+                503,
+                f"The store cannot be reached now ({durable_job.clip(durable_job.redact(exc, person.secrets), 200)}); try again shortly",
             ) from None
         return person
 
@@ -455,7 +457,7 @@ class WebSite:
             except Exception as exc:  # the store went away: every page shows it, and the watcher tries again
                 down = (
                     f"the store cannot be reached since {durable_job.now_utc()[11:19]} UTC "
-                    f"({durable_job.clip(durable_job.redact(exc), 160)}); reconnecting"
+                    f"({durable_job.clip(durable_job.redact(exc, self.secrets), 160)}); reconnecting"
                 )
                 if self.down is None:
                     self.down = down
@@ -557,10 +559,11 @@ class Pages:
         return response
 
     def refused(self, request: Request, exc: WebRefusal, person=None, api: bool = False) -> Response:
+        hidden = person.secrets if person is not None else durable_job.Secrets()
         if api:
-            return JSONResponse({"error": durable_job.redact(str(exc)), **exc.extra}, status_code=exc.status_code)
+            return JSONResponse({"error": durable_job.redact(str(exc), hidden), **exc.extra}, status_code=exc.status_code)
         heading = {404: "No such job", 403: "Not yours to do", 401: "Sign in"}.get(exc.status_code, "Refused")
-        message = durable_job.redact(str(exc))
+        message = durable_job.redact(str(exc), hidden)
         return self.page(request, "error.html", exc.status_code, person=person, title=heading, heading=heading, message=message)
 
 
@@ -778,7 +781,7 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
         if refusal.status_code == 404:
             return site.pages.refused(request, refusal, person)
         shown = " The page now shows the current version: review it, then act again." if refusal.extra.get("stale") else ""
-        person.flash[job_id] = {"text": f"Refused: {durable_job.redact(str(exc))}{shown}", "cls": "bad"}
+        person.flash[job_id] = {"text": f"Refused: {durable_job.redact(str(exc), person.secrets)}{shown}", "cls": "bad"}
     return RedirectResponse(here, status_code=303)
 
 
@@ -887,7 +890,7 @@ async def stream_events(site: WebSite, request: Request, person: WebPerson, read
                 yield {"event": "refused", "data": json.dumps({"error": str(exc), "status": exc.status_code})}
                 return
             except durable_job.JobError as exc:
-                detail = site.down or durable_job.redact(durable_job.clip(exc, 200))
+                detail = site.down or durable_job.redact(durable_job.clip(exc, 200), person.secrets)
                 data = {"phase": None, "status": "Status unknown", "cls": "unknown", "detail": detail}
             if data != sent:
                 sent = data
@@ -1113,7 +1116,6 @@ def check_serve_args(store: str | None, roots, port: int, idle_minutes: float) -
             f"serve needs --store URL (a team's store, or set {durable_job.STORE_ENV}) or --root DIR (your state directories), one"
         )
     if store:
-        team_store.remember_secrets(store)
         team_store.check_store_url(store)
         team_store.need_psycopg()
     for root in roots:

@@ -95,7 +95,7 @@ def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: byte
     if existing:
         check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
     else:
-        sources = load_sources(manifest, manifest_path)
+        sources = load_sources(manifest, manifest_path, secrets=store.secrets)
         approval = read_approval(manifest_path)
         store.prepare_new()
         with store.lock("submit"):
@@ -212,7 +212,9 @@ class Worker:
 
     def loop(self) -> None:
         """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
-        reader = PgStore(self.store.url, "", from_env=self.store.from_env, program=self.store.program)  # a connection per thread
+        reader = PgStore(
+            self.store.url, "", from_env=self.store.from_env, program=self.store.program, secrets=self.store.secrets
+        )  # a connection per thread
         idle = WORK_IDLE_FIRST
         try:
             while not self.stop.is_set():
@@ -265,7 +267,9 @@ class Worker:
         """Claim the job (its lock row) and run it as `resume`; False if it was not ours to run."""
         job_id, began = store.job_id, time.monotonic()
         record: dict[str, Any] = {"jobId": job_id, "from": phase}
-        worker_store = PgStore(store.url, job_id, from_env=store.from_env, program=store.program)  # its own connections
+        worker_store = PgStore(
+            store.url, job_id, from_env=store.from_env, program=store.program, secrets=store.secrets
+        )  # its own connections
         try:
             out = resume(
                 worker_store,
@@ -282,12 +286,12 @@ class Worker:
             return False  # another worker (or a person's command) holds it: not a transition
         except JobError as exc:
             record["to"] = self.phase_now(store)
-            record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc).split())}"
+            record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc, store.secrets).split())}"
             if not isinstance(exc, WorkerStopping):
                 self.failed[store.job_id] = self.mark_now(store, mark)
         except Exception as exc:  # a bug: logged, the job left as it is, the worker goes on
             record["to"] = self.phase_now(store)
-            record["hold"] = f"InternalError: {type(exc).__name__}: {clip(redact(exc), 200)}"
+            record["hold"] = f"InternalError: {type(exc).__name__}: {clip(redact(exc, store.secrets), 200)}"
             self.failed[store.job_id] = self.mark_now(store, mark)
         finally:
             worker_store.close()

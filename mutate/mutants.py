@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 G = "tests/test_guarantees.py"
 M011 = "durable_job_team/migrations/m011_hostile_roles.sql"  # a migration mutated: what a buggy release would have shipped
+STORE_PY = "durable_job_team/store.py"  # the store extension
+WORKERS_PY = "durable_job_team/workers.py"  # the workers' extension
 
 
 @dataclass
@@ -37,6 +39,7 @@ MUTANTS = [
         'texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}',
         'texts = {item["id"]: bytes(data).decode("utf-8") for item, data in zip(manifest["items"], stored)}',
         [f"{G}::test_a_stores_copies_of_the_manifest_and_sources_are_checked_on_every_later_command"],
+        path=STORE_PY,
     ),
     Mutant(
         "retry-draft-in-second-transaction",
@@ -65,6 +68,7 @@ MUTANTS = [
         'row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")',
         'row = db.row("SELECT receipt_json FROM durable_job.receipts ORDER BY written_utc DESC LIMIT 1")',
         [f"{G}::test_two_jobs_in_one_store_each_keep_their_own_calls_and_receipt"],
+        path=STORE_PY,
     ),
     # --- journal order and statuses ---------------------------------------------------------------------------
     Mutant(
@@ -285,7 +289,7 @@ MUTANTS = [
     Mutant(
         "reconcile-output-unredacted",
         "secrets: a reconciled answer is stored redacted",
-        '                "completed",\n                scrub(response["outputText"]),',
+        '                "completed",\n                scrub(response["outputText"], ctx.journal.secrets),',
         '                "completed",\n                response["outputText"],',
         [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"],
     ),
@@ -345,7 +349,7 @@ MUTANTS = [
     Mutant(
         "redact-escaped-spelling",
         "secrets: a secret spelled with JSON escapes is redacted",
-        '    if "\\\\" not in text or not secrets:\n        return text\n',
+        '    if "\\\\" not in text or not words:\n        return text\n',
         "    return text\n",
         ["tests/test_holes.py::test_a_key_the_model_spells_with_json_escapes_is_stored_and_shown_redacted"],
     ),
@@ -370,6 +374,7 @@ MUTANTS = [
         "            netloc = f\"{userinfo.partition(':')[0]}@{host}\"",
         '            netloc = f"{userinfo}@{host}"',
         ["tests/test_store.py::test_no_password_in_any_output_error_or_stored_row"],
+        path=STORE_PY,
     ),
     # --- the worker's claim and stop ----------------------------------------------------------------------------
     Mutant(
@@ -385,6 +390,7 @@ MUTANTS = [
         "            if not isinstance(exc, WorkerStopping):\n                self.failed[store.job_id] = self.mark_now(store, mark)",
         "            if not isinstance(exc, WorkerStopping):\n                pass",
         [f"{G}::test_a_worker_claims_only_what_needs_no_person"],
+        path=WORKERS_PY,
     ),
     # --- retry bounds -----------------------------------------------------------------------------------------
     Mutant(
@@ -584,6 +590,7 @@ MUTANTS = [
         '        if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:',
         "        if False:",
         ["tests/test_lasting.py::test_delete_is_the_administrators_and_its_tombstone_keeps_the_job_id_taken"],
+        path=STORE_PY,
     ),
     Mutant(
         "migrate-while-held",
@@ -591,6 +598,7 @@ MUTANTS = [
         "        refuse_while_held(store, db)\n",
         "",
         ["tests/test_store.py::test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job"],
+        path=STORE_PY,
     ),
     Mutant(
         "every-job-acts-here",
@@ -638,5 +646,6 @@ MUTANTS = [
         '                if not lock.execute("SELECT pg_try_advisory_lock(x\'6475726A6F627331\'::bigint) AS t").fetchone()["t"]:\n'
         '                    raise psycopg.errors.LockNotAvailable("held")\n',
         ["tests/test_hostile.py::test_no_role_without_grants_delays_migrate_by_squatting_a_lock"],
+        path=STORE_PY,
     ),
 ]

@@ -189,9 +189,10 @@ def test_a_passed_mcp_secret_in_model_output_is_redacted_like_the_key():
     spec = {"id": "doc", "mcp": {"command": ["x"], "uri": "docs://x", "passEnv": ["DOCS_TOKEN"]}, "sha256": "0" * 64}
     os.environ["DOCS_TOKEN"] = "tok-9f8e7d6c"
     try:
-        dj.mcp_environment(spec, {})
+        _, passed = dj.mcp_environment(spec, {})
+        assert passed == ["tok-9f8e7d6c"]  # what read_mcp_source adds to the command's Secrets
         escaped = "".join(f"\\u{ord(c):04x}" for c in "tok-9f8e7d6c")
-        assert dj.redact('{"summary": "token ' + escaped + '"}') == '{"summary": "token [redacted]"}'
+        assert dj.redact('{"summary": "token ' + escaped + '"}', dj.Secrets(passed)) == '{"summary": "token [redacted]"}'
     finally:
         del os.environ["DOCS_TOKEN"]
 
@@ -224,8 +225,11 @@ def test_a_password_in_the_url_is_found_by_the_drivers_parser_and_never_printed(
 
     for url, secret in (("postgresql://u:p%40ss-w0rd@h/db", "p@ss-w0rd"), ("postgresql://u@h/db?password=qu%3Dery-pw", "qu=ery-pw")):
         assert team_store.conninfo_password(url) == secret
-        team_store.remember_secrets(url)
-        assert dj.redact(f"error: {secret} rejected") == "error: [redacted] rejected"
+        secrets = dj.Secrets(team_store.address_secrets(url))
+        assert dj.redact(f"error: {secret} rejected", secrets) == "error: [redacted] rejected"
+        assert dj.redact(f"error: {secret} rejected", dj.Secrets()) != "error: [redacted] rejected"  # passed, not global
+        store = dj.open_store(store=url, job="x")
+        assert store.secrets.words >= {secret} and dj.redact(secret, store.secrets) == "[redacted]"
         assert secret not in team_store.public_url(url)
 
 
