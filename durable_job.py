@@ -6260,9 +6260,20 @@ def seal(
     except ManifestError as exc:
         raise ManifestError(seal_flag_message(str(exc))) from None
     raw = (json.dumps(manifest, indent=2) + "\n").encode()
+    approval = write_sealed_manifest(out, raw, job_id, approved_by, force=force, file_mode=file_mode, sign_key=sign_key)
+    written: dict[str, Any] = {"jobId": job_id, "manifest": target, "manifestSha256": sha256_hex(raw), "items": items}
+    if approval:
+        written["signature"] = approval
+    return written
+
+
+def write_sealed_manifest(out: str, raw: bytes, job_id: str, approved_by: str, *, force: bool, file_mode: int, sign_key: str | None):
+    """Write a sealed manifest's bytes (never over a file unless forced) and, with sign_key, the approver's signature
+    beside it (made before anything is written); the signature's path, or None."""
+    target = os.path.abspath(out)
     record = approval_record(job_id, approved_by, sha256_hex(raw))
-    approval = sign_act(sign_key, "approval", job_id, record, APPROVAL_HEAD)["armored"] if sign_key else None  # before any write
-    os.makedirs(base, exist_ok=True)
+    approval = sign_act(sign_key, "approval", job_id, record, APPROVAL_HEAD)["armored"] if sign_key else None
+    os.makedirs(os.path.dirname(target), exist_ok=True)
     if force:
         write_atomic(target, raw, file_mode)
     else:
@@ -6272,12 +6283,10 @@ def seal(
             raise ManifestError(f"{out} exists; pass --force to overwrite it") from None
     if approval:
         write_atomic(target + APPROVAL_SUFFIX, approval.encode("ascii"), file_mode)
-    elif os.path.exists(target + APPROVAL_SUFFIX):  # a signature of the manifest this one replaced signs nothing now
+        return target + APPROVAL_SUFFIX
+    if os.path.exists(target + APPROVAL_SUFFIX):  # a signature of the manifest this one replaced signs nothing now
         os.unlink(target + APPROVAL_SUFFIX)
-    written: dict[str, Any] = {"jobId": job_id, "manifest": target, "manifestSha256": sha256_hex(raw), "items": items}
-    if approval:
-        written["signature"] = target + APPROVAL_SUFFIX
-    return written
+    return None
 
 
 def seal_file_items(base: str, files: list) -> list:

@@ -218,6 +218,7 @@ class Bench:
     def prepare_demo(self) -> None:
         os.makedirs(self.work)
         shutil.copy2(self.source_program, self.program)
+        self.copy_team(self.work)
         shutil.copy2(os.path.join(REPO, DEMO_MANIFEST), os.path.join(self.work, DEMO_MANIFEST))
         shutil.copytree(os.path.join(REPO, DEMO_FIXTURES), os.path.join(self.work, DEMO_FIXTURES))
         # the bytecode `python -m durable_job` loads instead of compiling (the owner's option, not the SPEC's invocation)
@@ -226,13 +227,22 @@ class Bench:
         )
         self.install_copy()
 
+    def copy_team(self, folder: str) -> None:
+        """The team's extensions (durable_job_team: the store, its workers, the web app) beside the copied program, when
+        they are beside the program measured (a program from before they moved out of durable_job.py has none)."""
+        team = os.path.join(os.path.dirname(os.path.abspath(self.source_program)), "durable_job_team")
+        if os.path.isdir(team):
+            shutil.copytree(team, os.path.join(folder, "durable_job_team"), ignore=shutil.ignore_patterns("__pycache__"))
+
     def install_copy(self) -> None:
         """pip install (no deps, offline build) of the copied program into a private folder, as `pip install .` would."""
         project = os.path.join(self.root, "project")
         os.makedirs(project)
         shutil.copy2(self.program, project)
+        self.copy_team(project)
         for name in ("pyproject.toml", "README.md", "requirements.txt"):
-            shutil.copy2(os.path.join(REPO, name), project)
+            own = os.path.join(os.path.dirname(os.path.abspath(self.source_program)), name)  # a before's own pyproject
+            shutil.copy2(own if os.path.exists(own) else os.path.join(REPO, name), project)
         self.site = os.path.join(self.root, "site")
         proc = subprocess.run(
             [
@@ -813,14 +823,16 @@ def main(argv=None) -> int:
 
 
 def program_at(rev: str) -> str:
-    """durable_job.py as it was at git revision rev, in a temporary file."""
-    proc = subprocess.run(["git", "show", f"{rev}:durable_job.py"], cwd=REPO, capture_output=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench: --before {rev}: {proc.stderr.decode(errors='replace').strip()}")
-    path = os.path.join(tempfile.mkdtemp(prefix="durable_job_before."), "durable_job.py")
-    with open(path, "wb") as fh:
-        fh.write(proc.stdout)
-    return path
+    """The program as it was at git revision rev (durable_job.py, its pyproject.toml and, once it had them, the team's
+    extensions in durable_job_team/), in a temporary folder; its durable_job.py."""
+    folder = tempfile.mkdtemp(prefix="durable_job_before.")
+    listed = subprocess.run(["git", "ls-tree", "--name-only", rev], cwd=REPO, capture_output=True, text=True)
+    if listed.returncode != 0:
+        raise SystemExit(f"bench: --before {rev}: {listed.stderr.strip()}")
+    paths = [p for p in ("durable_job.py", "pyproject.toml", "durable_job_team") if p in listed.stdout.split()]
+    archive = subprocess.run(["git", "archive", rev, *paths], cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
+    return os.path.join(folder, "durable_job.py")
 
 
 def alternate(rounds: list) -> None:

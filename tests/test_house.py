@@ -6,6 +6,8 @@ import os
 import re
 import symtable
 
+import pytest
+
 from conftest import PROGRAM
 from durable_job_team import store as team_store
 
@@ -63,8 +65,12 @@ def uses_from_below(source: str) -> list:
     return sorted(found)
 
 
-def test_durable_job_reads_top_to_bottom_each_section_using_only_what_stands_above_it():
-    with open(PROGRAM, encoding="utf-8") as fh:
+TEAM = os.path.join(os.path.dirname(PROGRAM), "durable_job_team")
+
+
+@pytest.mark.parametrize("path", [PROGRAM, os.path.join(TEAM, "store.py")], ids=["durable_job.py", "store.py"])
+def test_the_core_and_the_store_read_top_to_bottom_each_section_using_only_what_stands_above_it(path):
+    with open(path, encoding="utf-8") as fh:
         source = fh.read()
     banners = sections(source.splitlines())
     assert [number for _, number, _ in banners] == list(range(1, len(banners) + 1)), "sections are numbered 1, 2, 3, … in order"
@@ -217,3 +223,15 @@ def test_the_core_alone_runs_a_state_directory_job_without_the_teams_parts(tmp_p
     assert version.code == 0 and "program sha256" in version.stdout and "durable_job_team" not in version.stdout
     refused = run("status", "--store", "postgresql://alice@localhost/jobs", "--job", "x")
     assert refused.code == 2 and "needs durable_job_team/store.py, which is not beside this durable_job.py" in refused.stderr
+
+
+def test_no_function_of_the_program_is_longer_than_80_lines():
+    files = [PROGRAM] + [os.path.join(TEAM, f) for f in sorted(os.listdir(TEAM)) if f.endswith(".py")]
+    long = []
+    for path in files:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                long.append((os.path.basename(path), node.name, node.end_lineno - node.lineno + 1))
+    assert len(files) == 5 and long == []
