@@ -36,11 +36,15 @@ test: $(VENV)/.dev system-deps
 
 # The program before the command API (issue 20) is measured in the same run: `make bench BENCH_BEFORE=REV` names another.
 BENCH_BEFORE ?= aa07c23
+# The floor (bench/floor.py): this program beside bare LangGraph and DBOS (installed into bench/.peers-venv, a throwaway
+# environment) on one 3-item job, every fsync held to 2 ms; FLOOR_BEFORE, the program before the floor issue, measured too.
+FLOOR_BEFORE ?= 7a8ab36
 bench: $(VENV)/.dev
 	$(PY) bench/bench.py --before $(BENCH_BEFORE)
 	$(PY) bench/web.py
 	$(PY) bench/lasting.py
 	$(PY) bench/hostile.py
+	$(PY) bench/floor.py $(if $(FLOOR_BEFORE),--before $(FLOOR_BEFORE))
 
 # Each named mutant (mutate/mutants.py) applied alone to a copy of the repository; its guarantee's tests
 # must notice it. Slow (minutes), so not part of `make test`: run it after changing a guarantee or its tests.
