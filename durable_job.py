@@ -3024,7 +3024,7 @@ def team_part(name: str):
     import importlib
 
     try:
-        return importlib.import_module(f"durable_job_team.{name}")
+        part = importlib.import_module(f"durable_job_team.{name}")
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("durable_job_team"):
             raise
@@ -3032,6 +3032,13 @@ def team_part(name: str):
             f"{TEAM_PARTS[name]} needs durable_job_team/{name}.py, which is not beside this durable_job.py: "
             "install the project (pip install .) or run the durable_job.py of a full checkout"
         ) from None
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "durable_job_team", f"{name}.py")
+    if os.path.abspath(str(part.__file__)) != beside:  # a store job seals the files beside this one: those must run
+        raise UsageError(
+            f"{TEAM_PARTS[name]} would run {part.__file__}, not {beside} beside this durable_job.py; run the "
+            "durable_job.py of the same checkout or installation (python -m durable_job, or the durable-job command)"
+        )
+    return part
 
 
 class Store(abc.ABC):

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import REPO, Result, clean_env, kill_group, wait_for
+from durable_job_team import store as team_store
 
 PROJECT_FILES = ("durable_job.py", "pyproject.toml", "README.md", "requirements.txt")
 PROJECT_FOLDERS = ("durable_job_team",)  # the team's extensions: a package with its templates and static files
@@ -188,8 +189,17 @@ def test_version_names_the_release_the_sealed_bytes_and_the_dependencies(install
     lines = printed.stdout.splitlines()
     assert lines[0] == f"durable-job {dj.__version__}" and f"program sha256 {digest}" in lines[1]
     assert f"graph version {dj.VERSION}" in lines
+    dependencies = next(line for line in lines if line.startswith("dependencies (sealed into every job): "))
     for name in dj.DEPENDENCIES:
-        assert f"{name} {metadata.version(name)}" in lines[3]
+        assert f"{name} {metadata.version(name)}" in dependencies
+    # what a store job seals besides: each file of the store extension and its migrations, each by its sha256, and
+    # nothing of the web app
+    sealed = {line.split()[0]: line.split()[2] for line in lines if line.startswith("  ")}
+    assert sorted(sealed) == sorted(team_store.STORE_CODE_FILES) and "durable_job_team/workers.py" in sealed
+    for name, sha in sealed.items():
+        with open(os.path.join(installed, *name.split("/")), "rb") as fh:
+            assert sha == sha256(fh.read()), name
+    assert "web.py" not in printed.stdout and "templates" not in printed.stdout and "static" not in printed.stdout
 
 
 @pytest.mark.parametrize(

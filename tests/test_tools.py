@@ -17,7 +17,7 @@ from conftest import REPO
 @pytest.mark.parametrize(
     "slip",
     [
-        ('return read_checkpoint(None, job["threadId"])', 'return read_checkpoint(None, job["threadID"])'),
+        ('"threadId": job["threadId"],', '"threadId": job["threadID"],'),
         ('if actual != item["sha256"]', 'if actual != item["sha265"]'),
     ],
 )
