@@ -78,7 +78,7 @@ if hold:  # a slow machine: whoever takes run.lock keeps it a while longer
         lock_class.__enter__ = slow_enter
 
     hold_longer(dj.RunLock)
-    hold_longer(team_store.PgLock)
+    hold_longer(dj.team_part("store").PgLock)
 
 pause = os.environ.get("FAULTS_PAUSE_BEFORE")
 if pause:  # the scheduler stops this process just before the named step, until the test says go
@@ -454,7 +454,8 @@ real_cursor = SqliteSaver.cursor
 
 
 class DiesBetweenRows:
-    """A cursor whose executemany of the advance task's writes dies after all but the last row."""
+    """A cursor whose executemany of an item step's writes (its results and the branch to the next) dies after all
+    but the last row."""
 
     def __init__(self, cur):
         self.cur = cur
@@ -468,7 +469,7 @@ class DiesBetweenRows:
     def executemany(self, query, rows):
         rows = list(rows)
         channels = {{row[6] for row in rows if len(row) > 6}}
-        if when == "between-write-rows" and {{"results", "branch:to:prepare"}} <= channels:
+        if when == "between-write-rows" and "results" in channels and any(c.startswith("branch:to:") for c in channels):
             for row in rows[:-1]:
                 self.cur.execute(query, row)
             os._exit(99)
