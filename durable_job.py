@@ -72,7 +72,7 @@ else:
 ###############################################################################
 
 __version__ = "1.1.0"  # the release (pyproject.toml reads it); VERSION below is the graph's label, sealed into every job
-VERSION = "durable-job-graph/1"
+VERSION = "durable-job-graph/2"  # 2: one saved step an item (1: four)
 SOURCE_MAX_BYTES = 3000
 MANIFEST_MAX_BYTES = 65536
 PROGRESS_MAX_CHARS = 600
@@ -114,8 +114,8 @@ CRASH_POINTS = {
     "after-ledger": 92,  # `completed` committed
     "after-seal": 93,  # job.json sealed, no checkpoint yet
     "after-pending": 94,  # `pending` committed, request not yet sent
-    "after-validate": 95,  # an item validated, its advance not yet checkpointed
-    "before-review": 96,  # last advance saved, review interrupt not yet saved
+    "after-validate": 95,  # an item validated, its step not yet checkpointed
+    "before-review": 96,  # last item's step saved, review interrupt not yet saved
     "after-decide": 97,  # decision saved, nothing printed yet
     "after-reconcile": 98,  # reconcile committed, nothing printed yet
     "after-decision-row": 99,  # the decision's journal row committed, the thread has not recorded it yet
@@ -2099,14 +2099,25 @@ def as_journal(db) -> Journal:
     return SqliteJournal(db, owns=False) if isinstance(db, sqlite3.Connection) else db
 
 
-def apply_migrations(journal: Journal, migrations: list, table: str) -> int:
-    """Apply, in order, each numbered migration not yet recorded in `table`, each in its own transaction; how many ran."""
-    journal.execute(f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)", [], [])
+def apply_migrations(journal: Journal, migrations: list, table: str, *, together: bool = False) -> int:
+    """Apply, in order, each numbered migration not yet recorded in `table`; how many ran. Each runs in its own
+    transaction, or with `together` all of them and the table that records them in one (a new state directory's
+    journal: its whole schema one commit, and a kill leaves it whole or not there)."""
+    create = f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)"
+    if together:
+        with journal.transaction():
+            journal.execute(create, [], [])
+            return apply_missing(journal, migrations, table)
+    journal.execute(create, [], [])
+    return apply_missing(journal, migrations, table)
+
+
+def apply_missing(journal: Journal, migrations: list, table: str) -> int:
     done = {r["name"] for r in journal.rows(f"SELECT name FROM {table}")}
     missing = [(name, sql) for name, sql in migrations if name not in done]
     for name, sql in missing:
         statements = sql.split(";") if isinstance(sql, str) else sql  # a tuple: statements that hold semicolons themselves
-        with journal.transaction():
+        with journal.transaction():  # joins the caller's, when together
             for statement in statements:
                 if statement.strip():
                     journal.execute(statement, [], [])  # DDL, as written: not a template
@@ -2115,8 +2126,8 @@ def apply_migrations(journal: Journal, migrations: list, table: str) -> int:
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a state directory's journal to this program's schema (MIGRATIONS)."""
-    apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations")
+    """Bring a state directory's journal to this program's schema (MIGRATIONS), in one transaction."""
+    apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations", together=True)
 
 
 def ledger(path: str) -> sqlite3.Connection:
@@ -3561,17 +3572,22 @@ def review_bundle(job: Job, results: list, draft: int = 1) -> dict:
 
 
 def build_graph(ctx: Context, checkpoints):
-    """prepare → (next item? model : accept); model → validate → advance → prepare."""
+    """START → (next item? item : accept); item → (next item? item : accept); accept (the review) → END.
+
+    Note to maintainers: one saved step an item (graph version 2; version 1 saved four: prepare, model, validate,
+    advance). The journal is what makes the step safe to run again: its call is claimed `pending` and committed
+    before the request, so a step killed anywhere after that finds its answer (or its uncertain call) in the journal
+    and never sends it again; validation is a pure function of the answer and the source, and the result's link is
+    written once (link_result). A checkpoint between the call and its validation would save nothing the journal
+    does not already hold, and cost two commits an item.
+    """
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
-    def prepare(state):
-        return {}
-
     def route(state):
-        return "model" if state["index"] < len(ctx.items) else "accept"
+        return "item" if state["index"] < len(ctx.items) else "accept"
 
-    def model(state):
+    def item_step(state):
         item = ctx.items[state["index"]]
         refuse_if_stopping(ctx)
         if ctx.concurrency > 1:
@@ -3579,21 +3595,26 @@ def build_graph(ctx: Context, checkpoints):
         prior = [] if ctx.concurrency > 1 else state["results"]
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
+        source = ctx.sources[item["id"]]
+
+        def validated(journal: Journal, key: str, output_text: str) -> None:
+            """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
+            raises for a bad answer; should it fail otherwise, the answer is committed all the same, unlinked here."""
+            try:
+                result = check_proposal(output_text, item, source)
+            except Exception:
+                return
+            link_result(journal, result)
+
         try:
-            return {"raw": call_or_hold(ctx, ctx.journal, item, prompt, say)}
+            raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
+            result = check_proposal(raw, item, source)
         except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
-            return {"raw": None, "result": unanswered(item, exc)}
-
-    def validate(state):
-        item = ctx.items[state["index"]]
-        result = state.get("result") or check_proposal(state["raw"], item, ctx.sources[item["id"]])
-        link_result(ctx.journal, result)
+            result = unanswered(item, exc)
+        link_result(ctx.journal, result)  # a reused answer's (or a failed item's): written once, never twice
         ctx.say(f"item {item['id']}: {result['status']}")
-        return {"result": result}
-
-    def advance(state):
         crash_point("after-validate", ctx.job)
-        return {"index": state["index"] + 1, "results": state["results"] + [state["result"]], "raw": None, "result": None}
+        return {"index": state["index"] + 1, "results": state["results"] + [result]}
 
     def accept(state):
         crash_point("before-review", ctx.job)
@@ -3603,13 +3624,10 @@ def build_graph(ctx: Context, checkpoints):
         return {"final": {**bundle, **decision}}
 
     graph = StateGraph(state_schema())
-    for name, fn in (("prepare", prepare), ("model", model), ("validate", validate), ("advance", advance), ("accept", accept)):
-        graph.add_node(name, fn)
-    graph.add_edge(START, "prepare")
-    graph.add_conditional_edges("prepare", route, ["model", "accept"])
-    graph.add_edge("model", "validate")
-    graph.add_edge("validate", "advance")
-    graph.add_edge("advance", "prepare")
+    graph.add_node("item", item_step)
+    graph.add_node("accept", accept)
+    graph.add_conditional_edges(START, route, ["item", "accept"])
+    graph.add_conditional_edges("item", route, ["item", "accept"])
     graph.add_edge("accept", END)
     return graph.compile(checkpointer=ctx.store.checkpointer(checkpoints))
 

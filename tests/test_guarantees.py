@@ -104,8 +104,8 @@ VECTOR_SOURCES = {
     "naïve": "Ein naïves Café-Résumé: die Façade des Zürcher Büros wird geprüft.\n",
 }
 VECTOR_KEYS = [
-    "0a60768f8ad872aa836029462ab405dbcc6c5a99c37dff3c7d84c8590a1b793b:1",
-    "73d23a0d62ae731c4b8f99e76c682f58a0e41815a1edb77a0b7447b88ddce1a7:1",
+    "f07c6fc913b532b27dbfa2dc341d5d312a61ac261e3b098149f08b54e9ea07d2:1",  # graph version 2
+    "380811a92ab80a60b1bd2d9a1a42010949ecab70f3ff2a90e5a81c6a1c155c23:1",
 ]
 VECTOR_RESULTS_SHA256 = "5a944e7a24dce782009f2afb1d43a34077d0b40249ba2eb13f315e11ef9568f2"
 
@@ -262,7 +262,7 @@ def break_seal(ws: Workspace, seal: str, tmp_path) -> str | None:
     if seal == "program":
         return copy_program(tmp_path, lambda text: text + "\n# one byte more\n")
     if seal == "version":
-        return copy_program(tmp_path, lambda text: text.replace('VERSION = "durable-job-graph/1"', 'VERSION = "durable-job-graph/2"'))
+        return copy_program(tmp_path, lambda text: text.replace('VERSION = "durable-job-graph/2"', 'VERSION = "durable-job-graph/3"'))
     if seal == "dependencies":
         path = os.path.join(ws.state, "job.json")
         job = json.load(open(path))
