@@ -2099,15 +2099,19 @@ def as_journal(db) -> Journal:
     return SqliteJournal(db, owns=False) if isinstance(db, sqlite3.Connection) else db
 
 
-def apply_migrations(journal: Journal, migrations: list, table: str, *, together: bool = False) -> int:
+def apply_migrations(journal: Journal, migrations: list, table: str, *, together: bool = False, then=None) -> int:
     """Apply, in order, each numbered migration not yet recorded in `table`; how many ran. Each runs in its own
     transaction, or with `together` all of them and the table that records them in one (a new state directory's
-    journal: its whole schema one commit, and a kill leaves it whole or not there)."""
+    journal: its whole schema one commit, and a kill leaves it whole or not there), and `then(journal)` with them
+    when any ran (a new job's first link: the schema and the seal's link one commit)."""
     create = f"CREATE TABLE IF NOT EXISTS {table} (name TEXT PRIMARY KEY, applied_utc TEXT NOT NULL)"
     if together:
         with journal.transaction():
             journal.execute(create, [], [])
-            return apply_missing(journal, migrations, table)
+            ran = apply_missing(journal, migrations, table)
+            if ran and then is not None:
+                then(journal)
+            return ran
     journal.execute(create, [], [])
     return apply_missing(journal, migrations, table)
 
@@ -2125,19 +2129,20 @@ def apply_missing(journal: Journal, migrations: list, table: str) -> int:
     return len(missing)
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Bring a state directory's journal to this program's schema (MIGRATIONS), in one transaction."""
-    apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations", together=True)
+def migrate(conn: sqlite3.Connection, then=None) -> None:
+    """Bring a state directory's journal to this program's schema (MIGRATIONS), in one transaction (see apply_migrations)."""
+    apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations", together=True, then=then)
 
 
-def ledger(path: str) -> sqlite3.Connection:
-    """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL.
+def ledger(path: str, then=None) -> sqlite3.Connection:
+    """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL;
+    `then(journal)` runs in the transaction that makes its schema.
 
     The name is the SPEC's; everywhere else this file calls it the journal.
     """
     conn = connect_sqlite(path)
     try:
-        migrate(conn)
+        migrate(conn, then)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or {NEW_JOB}") from None
@@ -3165,8 +3170,9 @@ class Store(abc.ABC):
         """Before a writer opens them: refuse damaged or lost storage."""
 
     @abc.abstractmethod
-    def journal(self) -> Journal:
-        """The journal, open for writing (the lock is held)."""
+    def journal(self, then=None) -> Journal:
+        """The journal, open for writing (the lock is held); `then(journal)` runs in the transaction that makes a new
+        journal's schema, if this one makes it (a state directory's: a store's schema is the administrator's migrate)."""
 
     @abc.abstractmethod
     def read_journal(self) -> Journal | None:
@@ -3175,8 +3181,9 @@ class Store(abc.ABC):
     # -- checkpoints -----------------------------------------------------------
 
     @abc.abstractmethod
-    def checkpoint_connection(self):
-        """Opened (its write lock tried) before a run sends anything."""
+    def checkpoint_connection(self, synced: bool = True):
+        """Opened (its write lock tried) before a run sends anything. synced=False (a run of the items): its commits
+        do not wait for the disk (see run_graph)."""
 
     @abc.abstractmethod
     def checkpointer(self, conn):
@@ -3334,8 +3341,8 @@ class StateDirStore(Store):
     def check_files(self) -> None:
         check_state_files(self.root)
 
-    def journal(self) -> SqliteJournal:
-        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE)), principal=self.principal(), secrets=self.secrets)
+    def journal(self, then=None) -> SqliteJournal:
+        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), then), principal=self.principal(), secrets=self.secrets)
 
     def read_journal(self) -> SqliteJournal | None:
         journal = read_journal(job_path(self.root, EFFECTS_FILE))
@@ -3343,8 +3350,8 @@ class StateDirStore(Store):
             journal.secrets = self.secrets
         return journal
 
-    def checkpoint_connection(self) -> sqlite3.Connection:
-        """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode.
+    def checkpoint_connection(self, synced: bool = True) -> sqlite3.Connection:
+        """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode (synchronous=NORMAL unless synced).
 
         SqliteSaver stores a task's writes with one executemany and then commits:
         that is atomic only inside a transaction. In autocommit mode a kill between
@@ -3353,6 +3360,8 @@ class StateDirStore(Store):
         """
         conn = connect_sqlite(job_path(self.root, CHECKPOINTS_FILE))
         conn.isolation_level = "DEFERRED"
+        if not synced:
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a commit is whole or absent after any failure, fsynced later
         return conn
 
     def checkpointer(self, conn):
@@ -3785,8 +3794,16 @@ def run_graph(ctx: Context, resume_value=None):
 
     No call goes out before the checkpoint file is open (its write lock tried:
     a locked or read-only file refuses the run first) and the graph is built.
+
+    Note to maintainers: a run of the items saves its checkpoints without waiting for the disk (SQLite's
+    synchronous=NORMAL in WAL mode; PostgreSQL's synchronous_commit=off). A killed process loses none of them (the
+    operating system holds what was written); a machine that loses power may lose the last few, each whole, and
+    the job then stands at an earlier step. That costs nothing the guarantee needs: every call's `pending` and
+    `completed` rows are the journal's, committed to disk before the request and after the answer, so the steps
+    run again find their answers there (or their uncertain calls) and nothing is sent twice. A person's decision
+    (a resume value) is saved synced: it ends the job.
     """
-    checkpoints = ctx.store.checkpoint_connection()
+    checkpoints = ctx.store.checkpoint_connection(synced=resume_value is not None)
     try:
         return invoke_graph(ctx, checkpoints, resume_value)
     finally:
@@ -3880,12 +3897,17 @@ class open_job:
 def attach(store: Store, job: Job, manifest: Manifest | None, sources: dict | None, stop: threading.Event | None = None) -> Context:
     """A run's context over a checked job (the lock held): storage checked, the journal open."""
     store.check_files()
-    journal = store.journal()
-    journal.chained = chained(job)
-    if journal.chained:
-        with journal.transaction():  # the seal is the first link (a start killed right after sealing: the next writer's)
-            if chain_head(journal)["seq"] == 0:
-                append_link(journal, "seal", "jobs", job["jobId"], job)
+
+    def seal_link(journal: Journal) -> None:
+        """The seal is the chain's first link: written with a new journal's schema, or by the next writer of a job
+        whose start was killed before it."""
+        journal.chained = chained(job)
+        if journal.chained and chain_head(journal)["seq"] == 0:
+            append_link(journal, "seal", "jobs", job["jobId"], job)
+
+    journal = store.journal(seal_link)
+    with journal.transaction():
+        seal_link(journal)
     return Context(store, job, manifest, sources, journal, stop)
 
 

@@ -236,7 +236,7 @@ def test_a_sealed_manifest_moved_or_broken_is_named_at_its_path_and_restoring_it
 
 def test_changed_version_label_is_refused(ws, tmp_path):
     ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"})
-    other = copy_program(tmp_path, lambda t: t.replace(f'VERSION = "{dj.VERSION}"', 'VERSION = "durable-job-graph/2"'))
+    other = copy_program(tmp_path, lambda t: t.replace(f'VERSION = "{dj.VERSION}"', 'VERSION = "durable-job-graph/other"'))
     ws.run("resume", program=other).held("Checkpoint graph version changed")
 
 

@@ -52,8 +52,10 @@ from durable_job import (
     StateError,
     Store,
     UsageError,
+    append_link,
     apply_migrations,
     canonical,
+    chained,
     check_job_matches_manifest,
     check_program_seals,
     check_source_bytes,
@@ -765,6 +767,8 @@ class PgStore(Store):
                 writer.conn.execute(
                     "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
                 )
+                writer.chained = chained(job)
+                append_link(writer, "seal", "jobs", job["jobId"], job)  # the chain's first link, in the seal's commit
         if cursor.rowcount != 1:
             if not self.has_job(writer):
                 raise taken_error(self.job_id)
@@ -836,7 +840,7 @@ class PgStore(Store):
         if self.writer is not None:
             self.writer.alive()
 
-    def journal(self) -> PgJournal:
+    def journal(self, then=None) -> PgJournal:
         """The journal on the lock's own connection: every row is written where the lock is held."""
         if self.writer is None:
             raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
@@ -847,9 +851,11 @@ class PgStore(Store):
 
     # -- checkpoints -----------------------------------------------------------
 
-    def checkpoint_connection(self):
+    def checkpoint_connection(self, synced: bool = True):
         conn = self.connect(f"durable_job checkpoints {os.getpid()}")
         conn.execute("SET search_path TO durable_job")
+        if not synced:  # a run of the items: see durable_job.run_graph
+            conn.execute("SET synchronous_commit = off")
         return conn
 
     def checkpointer(self, conn):

@@ -487,6 +487,35 @@ sys.exit(dj.main(sys.argv[1:]))
 '''
 
 
+def lose_checkpoints(state: str, keep: int) -> None:
+    """What a power cut may do to the item runs' checkpoints (saved without waiting for the disk): the newest ones
+    gone, each whole, keeping the first `keep` (0: none)."""
+    import sqlite3
+
+    with sqlite3.connect(os.path.join(state, "checkpoints.sqlite")) as conn:
+        ids = [r[0] for r in conn.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id")]
+        for table in ("writes", "checkpoints"):
+            conn.execute(f"DELETE FROM {table} WHERE checkpoint_id >= ?", (ids[keep],))
+
+
+def test_checkpoints_a_power_cut_takes_are_run_again_from_the_journal_and_nothing_is_sent_twice(tmp_path, provider):
+    """A run of the items saves its checkpoints without waiting for the disk (the journal's rows are what it waits
+    for): after a power cut the job stands at an earlier step, and the next run finds every answer in the journal."""
+    ws = openai_workspace(Workspace(tmp_path / "job"), provider)
+    first = ws.start().ok()
+    sent = len(provider.requests())
+    assert sent == 2 and first["interrupt"]
+    for keep in (2, 0):  # the review's checkpoint lost; then every checkpoint, the input's included
+        lose_checkpoints(ws.state, keep)
+        assert ws.run("status").ok()["phase"] != "awaiting-review"
+        again = ws.run("resume").ok()
+        assert again["interrupt"] and again["results"] == first["results"], again
+        assert len(provider.requests()) == sent  # nothing sent again
+    digest = ws.run("inspect").ok()["resultsSha256"]
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "after a power cut", "--results-sha256", digest).ok()
+    assert ws.run("verify").ok()["ok"] is True
+
+
 def test_a_kill_between_the_rows_of_one_tasks_writes_never_ends_the_graph_short(ws, tmp_path):
     """LangGraph stores a task's writes with one executemany: only a transaction makes that all-or-nothing.
     Killed between its rows, the next run must still reach the review, with every call made once."""
