@@ -75,6 +75,8 @@ import sys
 import tempfile
 import time
 
+import three_items  # bench/, beside this script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = os.path.join(REPO, "durable_job.py")
 PROVIDER = os.path.join(REPO, "tests", "provider_server.py")
@@ -83,14 +85,7 @@ DEMO_FIXTURES = "fixtures"
 FAKE_KEY = "sk-bench-not-a-secret"
 LATENCY = "slow:1"
 
-SOURCES = {
-    "alpha": "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
-    "The report is synthetic test input and describes no real event.\n",
-    "beta": "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
-    "The report is synthetic test input and describes no real event.\n",
-    "gamma": "STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\n"
-    "The report is synthetic test input and describes no real event.\n",
-}
+SOURCES = three_items.SOURCES
 
 # The SQL `status` runs against the journal, done by a bare interpreter: the
 # "python -c pass plus one SQLite read" baseline.
@@ -494,31 +489,7 @@ class Bench:
 
     def latency_manifest(self, concurrency: int) -> str:
         folder = os.path.join(self.root, "latency-src")
-        os.makedirs(folder, exist_ok=True)
-        items = []
-        for item_id, text in SOURCES.items():
-            data = text.encode("utf-8")
-            with open(os.path.join(folder, f"{item_id}.txt"), "wb") as fh:
-                fh.write(data)
-            items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": hashlib.sha256(data).hexdigest()})
-        manifest = {
-            "schemaVersion": 1,
-            "jobId": f"bench-latency-c{concurrency}",
-            "approved": True,
-            "approvedBy": "bench@example.test",
-            "mode": "openai",
-            "model": "gpt-bench",
-            "providerTransferApproved": True,
-            "maxModelCalls": 6,
-            "maxAttemptsPerItem": 2,
-            "maxConcurrentCalls": concurrency,
-            "items": items,
-        }
-        path = os.path.join(folder, f"manifest-c{concurrency}.json")
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=2)
-            fh.write("\n")
-        return path
+        return three_items.write_manifest(folder, f"manifest-c{concurrency}.json", f"bench-latency-c{concurrency}", concurrency)
 
     def latency(self) -> None:
         if not os.path.exists(self.program):

@@ -75,7 +75,6 @@ edit of the checkout cannot break a run half-way.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -91,20 +90,15 @@ import tempfile
 import threading
 import time
 
+import three_items  # bench/, beside this script
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(BENCH)
 TESTS = os.path.join(REPO, "tests")
 DBOS_SPEC = "dbos==3.4.*"
 PEERS_VENV = os.path.join(BENCH, ".peers-venv")
 
-SOURCES = {
-    "alpha": "STRUCTURAL FIXTURE ONLY: Alpha report requires owner review before any decision.\n"
-    "The report is synthetic test input and describes no real event.\n",
-    "beta": "STRUCTURAL FIXTURE ONLY: Beta report has one unresolved field.\n"
-    "The report is synthetic test input and describes no real event.\n",
-    "gamma": "STRUCTURAL FIXTURE ONLY: Gamma report lists three open questions.\n"
-    "The report is synthetic test input and describes no real event.\n",
-}
+SOURCES = three_items.SOURCES
 
 STRACE_CALLS = "fsync,fdatasync,pwrite64,write,unlink,unlinkat,ftruncate"
 MARK_BEGIN, MARK_END = "FLOOR-COUNT-BEGIN", "FLOOR-COUNT-END"
@@ -178,31 +172,7 @@ def git_has(rev: str, path: str) -> bool:
 
 def write_job(root: str) -> str:
     """The 3 sources and the base manifest (mode openai, one call at a time) in root/job; returns the manifest's path."""
-    folder = os.path.join(root, "job")
-    os.makedirs(folder)
-    items = []
-    for item_id, text in SOURCES.items():
-        data = text.encode("utf-8")
-        with open(os.path.join(folder, f"{item_id}.txt"), "wb") as fh:
-            fh.write(data)
-        items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": hashlib.sha256(data).hexdigest()})
-    manifest = {
-        "schemaVersion": 1,
-        "jobId": "floor",
-        "approved": True,
-        "approvedBy": "bench@example.test",
-        "mode": "openai",
-        "model": "gpt-bench",
-        "providerTransferApproved": True,
-        "maxModelCalls": 6,
-        "maxAttemptsPerItem": 2,
-        "maxConcurrentCalls": 1,
-        "items": items,
-    }
-    path = os.path.join(folder, "manifest.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2)
-    return path
+    return three_items.write_manifest(os.path.join(root, "job"), "manifest.json", "floor")
 
 
 def start_provider(root: str) -> tuple[subprocess.Popen, str, str]:
