@@ -390,9 +390,6 @@ class Secrets:
     def add(self, words) -> None:
         self.words.update(words)
 
-    def discard(self, words) -> None:
-        self.words.difference_update(words)
-
     def now(self) -> list:
         """What redact() removes: the API key in the environment and every secret noted, longest first."""
         key = os.environ.get("OPENAI_API_KEY") or ""
