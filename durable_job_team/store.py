@@ -4,7 +4,7 @@ An extension of durable_job.py (the one-file core), imported only by the command
 core's Store interface (section 11 there) for a store job, the store's own commands (migrate, a listing's page,
 usage, delete) and nothing a state directory needs. It is sealed into every store job beside durable_job.py, with
 the migrations it applies (durable_job_team/migrations/*.sql): a job in a store is continued only by exactly
-these bytes (see durable_job.sealed_files).
+these bytes (STORE_CODE_FILES in store.py; durable_job.new_job seals them as codeFiles).
 
 Sections, each using only what stands above it and the core:
 

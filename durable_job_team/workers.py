@@ -2,7 +2,7 @@
 
 An extension of durable_job.py (the one-file core) and of the store (durable_job_team/store.py), imported only by
 `submit` and `work`. A worker runs each job through the core's resume(), so the journal's protocol is exactly the
-one a person's `resume` follows. Sealed into a store job beside the store (see durable_job.sealed_files).
+one a person's `resume` follows. Sealed into a store job beside the store (STORE_CODE_FILES in store.py; durable_job.new_job seals them as codeFiles).
 """
 
 from __future__ import annotations
