@@ -5576,20 +5576,31 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
         # the same job continues exactly as `resume` (which re-checks every seal); another request is refused first
         check_same_job(store, manifest, raw)
         return cast(dict, resume(store, existing=True))
-    sources = load_sources(manifest, manifest_path, secrets=store.secrets)
-    if manifest["mode"] == "openai":
-        check_provider_settings(manifest)
-    approval = read_approval(manifest_path)
-    store.prepare_new()
-    with store.lock("start"):
-        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
-        store.seal_job(job, raw, sources)
-        crash_point("after-seal", job)
+    with sealing_new_job(store, manifest, manifest_path, raw, "start") as (job, sources):
         ctx = attach(store, job, manifest, sources)
         try:
             return run_output(ctx, run_graph(ctx), existing=False)
         finally:
             ctx.journal.close()
+
+
+@contextlib.contextmanager
+def sealing_new_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes, command: str) -> Iterator[tuple[Job, dict]]:
+    """Seal a new job (start's, or submit's into a store) and hold its lock for the block: (the job, its sources' texts).
+
+    Everything that can be refused is checked before anything is written: the sources, and for a start that will
+    call a provider its settings; then the approval, the job record sealed under the lock, and the after-seal crash point.
+    """
+    sources = load_sources(manifest, manifest_path, secrets=store.secrets)
+    if command == "start" and manifest["mode"] == "openai":
+        check_provider_settings(manifest)  # a submit's job runs on a worker, whose own settings are checked there
+    approval = read_approval(manifest_path)
+    store.prepare_new()
+    with store.lock(command):
+        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
+        store.seal_job(job, raw, sources)
+        crash_point("after-seal", job)
+        yield job, sources
 
 
 def job_dependencies(store: Store) -> tuple:

@@ -28,20 +28,16 @@ from durable_job import (
     check_same_job,
     clip,
     command_line,
-    crash_point,
-    job_dependencies,
     job_phase,
     latest_rejected,
-    load_sources,
     manifests_job,
-    new_job,
     now_utc,
     printable,
-    read_approval,
     read_manifest,
     read_snapshot,
     redact,
     resume,
+    sealing_new_job,
     where_it_stands,
 )
 from durable_job_team.store import PgStore, need_psycopg
@@ -95,13 +91,8 @@ def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: byte
     if existing:
         check_same_job(store, manifest, raw)  # the same job is reported as it stands; another request is refused
     else:
-        sources = load_sources(manifest, manifest_path, secrets=store.secrets)
-        approval = read_approval(manifest_path)
-        store.prepare_new()
-        with store.lock("submit"):
-            job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
-            store.seal_job(job, raw, sources)
-            crash_point("after-seal", job)
+        with sealing_new_job(store, manifest, manifest_path, raw, "submit"):
+            pass  # sealed, and its lock given back: a worker runs it
     snap = read_snapshot(store)
     try:
         out = where_it_stands(snap, {"jobId": snap.job["jobId"], "existing": existing})
