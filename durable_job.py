@@ -2008,6 +2008,7 @@ class Journal(abc.ABC):
         self.guard = _thread.RLock()
         self.in_transaction = False
         self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
+        self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
 
     def rows(self, template: str, **params) -> list[dict]:
@@ -2038,20 +2039,33 @@ class Journal(abc.ABC):
             if self.in_transaction:
                 yield self
                 return
-            self.execute(self.dialect.begin, [], [])
+            self.open_transaction()
             self.in_transaction = True
             try:
-                self.began()
                 yield self
             except BaseException:
-                self.in_transaction = False
+                self.in_transaction, self.head = False, None  # a link written in it is gone with it
                 self.execute("ROLLBACK", [], [])
                 raise
             self.in_transaction = False
             self.execute("COMMIT", [], [])
 
+    def open_transaction(self) -> None:
+        """BEGIN, then `began` (rolled back if that refuses); a backend may do both in one round trip."""
+        self.execute(self.dialect.begin, [], [])
+        try:
+            self.began()
+        except BaseException:
+            self.execute("ROLLBACK", [], [])
+            raise
+
     def began(self) -> None:  # noqa: B027 (only a store's writer checks its lock)
         """Inside a transaction just begun: anything that must hold before a write."""
+
+    def sole_writer(self) -> bool:
+        """Whether no other connection can add to this job's chain while this journal lives (a store's writer under the
+        job's lock): then it keeps the chain's head it wrote instead of reading it back before each link."""
+        return False
 
     @abc.abstractmethod
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
@@ -2215,6 +2229,8 @@ def chain_links(journal: Journal | None) -> list[dict]:
 
 def chain_head(journal: Journal) -> dict:
     """{seq, sha256} of the newest link ({0, GENESIS} before the first)."""
+    if journal.head is not None and journal.sole_writer():
+        return dict(journal.head)
     row = journal.row("SELECT seq, link_sha256 FROM {links}{where} ORDER BY seq DESC LIMIT 1")
     return {"seq": 0, "sha256": GENESIS} if row is None else {"seq": int(row["seq"]), "sha256": row["link_sha256"]}
 
@@ -2225,7 +2241,7 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
         return
     with journal.transaction():
         head = chain_head(journal)
-        seq = head["seq"] + 1
+        seq, link = head["seq"] + 1, link_digest(head["seq"] + 1, head["sha256"], act, table, key, record)
         journal.change(
             "INSERT INTO {links} ({job_col}seq, act, tbl, row_key, record_json, prev_sha256, link_sha256, at_utc) "
             "VALUES ({job_val}{p.seq}, {p.act}, {p.tbl}, {p.key}, {p.record}, {p.prev}, {p.link}, {p.at})",
@@ -2235,14 +2251,25 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
             key=key,
             record=json.dumps(record, sort_keys=True),
             prev=head["sha256"],
-            link=link_digest(seq, head["sha256"], act, table, key, record),
+            link=link,
             at=now_utc(),
         )
+        journal.head = {"seq": seq, "sha256": link}
 
 
-def link_row(journal: Journal, act: str, table: str, key) -> None:
-    """Chain the row of `table` keyed `key` as the act just left it (None once removed; call_events: its newest row)."""
+def written_rows(journal: Journal, template: str, table: str, **params) -> list[dict]:
+    """Run a writing statement on `table`; the rows it wrote, as the database stored them (RETURNING the columns the chain
+    records: what the database stamps itself included), so that their links need not read them back."""
+    return journal.rows(f"{template} RETURNING {chained_columns(table)}", **params)
+
+
+def link_row(journal: Journal, act: str, table: str, key, written: list[dict] | None = None) -> None:
+    """Chain the row of `table` keyed `key` as the act just left it (None once removed; call_events: its newest row);
+    `written`: that row as written_rows returned it, when the act has it."""
     if not journal.chained:
+        return
+    if written:
+        append_link(journal, act, table, str(key), chain_record(table, written[0]))
         return
     if table == "call_events":
         row = journal.row(f"SELECT {chained_columns(table)} FROM {{call_events}}{{where}} ORDER BY id DESC LIMIT 1")
@@ -2266,15 +2293,17 @@ def link_result(journal: Journal, result: dict) -> None:
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
     with journal.transaction():
-        journal.change(
+        written = written_rows(
+            journal,
             "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc, principal) "
             "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
+            "call_events",
             key=key,
             event=event,
             detail=None if detail is None else redact(json.dumps(detail, sort_keys=True), journal.secrets),
             at=now_utc(),
         )
-        link_row(journal, "event", "call_events", key)
+        link_row(journal, "event", "call_events", key, written)
 
 
 def input_sha256(job: Job, prompt: str) -> str:
@@ -2376,9 +2405,11 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
         key = f"{base}:{attempt}"
         stamp = now_utc()
-        journal.change(
+        written = written_rows(
+            journal,
             "INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc, "
             "principal) VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp}, {p.principal})",
+            "calls",
             key=key,
             base=base,
             attempt=attempt,
@@ -2386,7 +2417,7 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             digest=digest,
             stamp=stamp,
         )
-        link_row(journal, "call", "calls", key)
+        link_row(journal, "call", "calls", key, written)
         detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
         record_event(journal, key, "dispatch", detail)
         if retry is not None:
@@ -2404,9 +2435,11 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
     secrets = journal.secrets
     output_text, response_id, request_id = scrub(output_text, secrets), scrub(response_id, secrets), scrub(request_id, secrets)
     with journal.transaction():
-        updated = journal.change(
+        updated = written_rows(
+            journal,
             "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
             "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'",
+            "calls",
             output=output_text,
             response=response_id,
             request=request_id,
@@ -2414,13 +2447,13 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
             key=key,
             usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True), secrets),
         )
-        if updated != 1:
+        if len(updated) != 1:
             row = find_call(journal, key)
             raise StateError(
                 f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
                 f"was on the way (response {response_id}); that answer is not used and nothing was written: run status"
             )
-        link_row(journal, "outcome", "calls", key)
+        link_row(journal, "outcome", "calls", key, updated)
         record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
         if then is not None:
             then(journal, key, output_text)
@@ -3178,9 +3211,9 @@ class Store(abc.ABC):
     # -- checkpoints -----------------------------------------------------------
 
     @abc.abstractmethod
-    def checkpoint_connection(self, synced: bool = True):
-        """Opened (its write lock tried) before a run sends anything. synced=False (a run of the items): its commits
-        do not wait for the disk (see run_graph)."""
+    def checkpoint_connection(self, synced: bool = True) -> contextlib.AbstractContextManager:
+        """`with store.checkpoint_connection() as conn`: opened (its write lock tried) before a run sends anything, closed
+        (or given back) after. synced=False (a run of the items): its commits do not wait for the disk (see run_graph)."""
 
     @abc.abstractmethod
     def checkpointer(self, conn):
@@ -3347,7 +3380,8 @@ class StateDirStore(Store):
             journal.secrets = self.secrets
         return journal
 
-    def checkpoint_connection(self, synced: bool = True) -> sqlite3.Connection:
+    @contextlib.contextmanager
+    def checkpoint_connection(self, synced: bool = True) -> Iterator[sqlite3.Connection]:
         """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode (synchronous=NORMAL unless synced).
 
         SqliteSaver stores a task's writes with one executemany and then commits:
@@ -3359,7 +3393,10 @@ class StateDirStore(Store):
         conn.isolation_level = "DEFERRED"
         if not synced:
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a commit is whole or absent after any failure, fsynced later
-        return conn
+        try:
+            yield conn
+        finally:
+            conn.close()
 
     def checkpointer(self, conn):
         """LangGraph's SqliteSaver over checkpoints.sqlite."""
@@ -3603,6 +3640,8 @@ def build_graph(ctx: Context, checkpoints):
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
         source = ctx.sources[item["id"]]
 
+        linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
+
         def validated(journal: Journal, key: str, output_text: str) -> None:
             """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
             raises for a bad answer; should it fail otherwise, the answer is committed all the same, unlinked here."""
@@ -3611,13 +3650,15 @@ def build_graph(ctx: Context, checkpoints):
             except Exception:
                 return
             link_result(journal, result)
+            linked.append(result)  # complete_call returns only once its transaction, this link in it, has committed
 
         try:
             raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
             result = check_proposal(raw, item, source)
         except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
             result = unanswered(item, exc)
-        link_result(ctx.journal, result)  # a reused answer's (or a failed item's): written once, never twice
+        if linked != [result]:
+            link_result(ctx.journal, result)  # a reused answer's (or a failed item's): written once, never twice
         ctx.say(f"item {item['id']}: {result['status']}")
         crash_point("after-validate", ctx.job)
         return {"index": state["index"] + 1, "results": state["results"] + [result]}
@@ -3800,11 +3841,8 @@ def run_graph(ctx: Context, resume_value=None):
     run again find their answers there (or their uncertain calls) and nothing is sent twice. A person's decision
     (a resume value) is saved synced: it ends the job.
     """
-    checkpoints = ctx.store.checkpoint_connection(synced=resume_value is not None)
-    try:
+    with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints:
         return invoke_graph(ctx, checkpoints, resume_value)
-    finally:
-        checkpoints.close()  # a `work` process runs many jobs: each run gives its connection back
 
 
 def invoke_graph(ctx: Context, checkpoints, resume_value):

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import cast
@@ -294,18 +295,46 @@ class PgJournal(Journal):
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
         self.lock_xid: str | None = None  # and that transaction's id
 
+    def lock_held_sql(self) -> str:
+        """The statement that says whether the lock's transaction still stands, its two values written in (both are the
+        server's own: a backend's pid and a transaction id, checked to be digits), so that it can follow BEGIN unprepared."""
+        pid, xid = str(self.lock_pid), str(self.lock_xid)
+        if not (pid.isdigit() and xid.isdigit()):
+            raise self.on_error(RuntimeError(f"the job's lock names no transaction ({pid!r}, {xid!r})"))
+        return (
+            f"SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = {pid} AND locktype = 'transactionid' "
+            f"AND transactionid::text = '{xid}' AND mode = 'ExclusiveLock' AND granted) AS held"
+        )
+
+    def lock_lost(self) -> StateError:
+        return self.on_error(RuntimeError("the connection that held the job's lock is gone"))
+
     def began(self) -> None:
         """A writer writes only while its lock stands: the lock connection's transaction, seen from this connection."""
-        if (
-            self.lock_pid is not None
-            and not self.rows(
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = {p.pid} AND locktype = 'transactionid' "
-                "AND transactionid::text = {p.xid} AND mode = 'ExclusiveLock' AND granted) AS held",
-                pid=self.lock_pid,
-                xid=self.lock_xid,
-            )[0]["held"]
-        ):
-            raise self.on_error(RuntimeError("the connection that held the job's lock is gone"))
+        if self.lock_pid is not None and not self.rows(self.lock_held_sql())[0]["held"]:
+            raise self.lock_lost()
+
+    def open_transaction(self) -> None:
+        """A writer's BEGIN and its lock's check (began) in one round trip (one simple query, two statements)."""
+        if self.lock_pid is None:
+            return super().open_transaction()
+        held = self.first_of_last(f"BEGIN; {self.lock_held_sql()}")
+        if not held:
+            self.execute("ROLLBACK", [], [])
+            raise self.lock_lost()
+
+    def first_of_last(self, statements: str):
+        """Run literal statements as one simple query; the first value of the last one's first row."""
+        try:
+            cursor = self.conn.execute(statements, prepare=False)
+            while cursor.nextset():
+                pass
+            return next(iter(cursor.fetchone().values()))
+        except Exception as exc:
+            psycopg = sys.modules.get("psycopg")
+            if psycopg is not None and isinstance(exc, psycopg.Error):
+                raise self.on_error(exc) from None
+            raise
 
     def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
@@ -321,11 +350,15 @@ class PgJournal(Journal):
                 raise self.on_error(exc) from None
             raise
 
+    def sole_writer(self) -> bool:
+        return self.lock_pid is not None  # the job's lock keeps every other writer out while its transaction stands
+
     def alive(self) -> None:
-        """Raise unless the connection and the job's lock are still there."""
-        self.rows("SELECT 1 AS up")
-        with self.transaction():
-            pass
+        """Raise unless the connection and the job's lock are still there (one statement: the lock's check, or a ping)."""
+        if self.lock_pid is None:
+            self.rows("SELECT 1 AS up")
+        else:
+            self.began()
 
     def close(self) -> None:
         if self.owns:
@@ -419,6 +452,63 @@ def holder_words(holder: Holder | None) -> str:
     return f" ({holder['command']} by role {holder.get('role', 'unknown')}{where}, pid {holder['pid']}, since {holder['sinceUtc']})"
 
 
+class PgConnections:
+    """A process's idle connections to one store, one of each kind, shared by an opened store and every store it names
+    (for_manifest, for_job): a program that opens a store once (a worker, a caller of the command API) logs in once
+    for each kind, not once a job. Kinds: "work" (the reads and the journal's writes), "lock" (the job's lock, its
+    transaction ended before it comes back), "checkpoints" and "checkpoints unsynced" (LangGraph's saver).
+
+    A connection comes back only when it is idle and unbroken, and is pinged before it is used again: after the
+    database restarts, the next command logs in anew. Each kind has at most one idle connection (a second given back
+    is closed); a caller always has the one it took to itself.
+    """
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()  # a web app's requests take and give from several threads
+        self.idle: dict = {}  # kind -> a psycopg connection
+        self.schema_ready = False  # once a command found the store's schema whole, it stays so for this process
+
+    def take(self, kind: str, name: str):
+        """An idle connection of `kind` that still answers, named `name` (what holders and pg_stat_activity show), or None."""
+        with self.guard:
+            conn = self.idle.pop(kind, None)
+        if conn is None:
+            return None
+        try:
+            if conn.info.parameter_status("application_name") == name.encode():
+                conn.execute("SELECT 1")
+            else:
+                conn.execute("SELECT pg_catalog.set_config('application_name', %s, false)", (name,))
+            return conn
+        except Exception:
+            self.discard(conn)
+            return None
+
+    def give(self, kind: str, conn) -> None:
+        """Keep a connection a caller is done with (closed instead when it is broken or inside a transaction)."""
+        import psycopg
+
+        with self.guard:
+            keep = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and kind not in self.idle
+            if keep:
+                self.idle[kind] = conn
+        if not keep:
+            self.discard(conn)
+
+    @staticmethod
+    def discard(conn) -> None:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+    def close(self) -> None:
+        with self.guard:
+            idle, self.idle = self.idle, {}
+        for conn in idle.values():
+            self.discard(conn)
+
+
 class PgLock:
     """The job's writers' lock: its job_locks row, locked FOR UPDATE NOWAIT by a transaction left open on a
     connection of its own for the writing command's whole run.
@@ -436,9 +526,8 @@ class PgLock:
 
     def __enter__(self):
         store = self.store
-        conn = store.connect(f"durable_job {self.command} journal {os.getpid()}", writer=True)
         try:
-            journal = PgJournal(conn, store.job_id, store.failure, secrets=store.secrets)
+            journal = PgJournal(store.work_connection(), store.job_id, store.failure, owns=False, secrets=store.secrets)
             store.ensure_schema(journal)
             journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
             store.writer = journal
@@ -458,7 +547,7 @@ class PgLock:
         import psycopg
 
         store, writer = self.store, cast(PgJournal, self.store.writer)
-        self.conn = conn = store.connect(holder_name(self.command), writer=True)
+        self.conn = conn = store.pooled("lock", holder_name(self.command))
         try:
             conn.execute("BEGIN")
             row = conn.execute(
@@ -486,15 +575,15 @@ class PgLock:
 
     def __exit__(self, *exc):
         store = self.store
-        writer, store.writer = store.writer, None
-        store.locks = None
-        for conn in (self.conn, writer.conn if writer is not None else None):
-            if conn is not None:
-                try:
-                    conn.close()  # closing the lock's session ends its transaction: the row is free
-                except Exception:
-                    pass
-        self.conn = None
+        store.writer, store.locks = None, None
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.execute("ROLLBACK")  # ending the lock's transaction frees the row (closing the session would too)
+            except Exception:
+                PgConnections.discard(conn)
+                return
+            store.pool.give("lock", conn)
 
 
 class PgStore(Store):
@@ -523,7 +612,9 @@ class PgStore(Store):
         self.public = public_url(url)
         self.writer: PgJournal | None = None  # the locked journal while a writing command runs
         self.locks: PgLock | None = None  # and the lock it holds
-        self.reader: PgJournal | None = None  # one read connection for status, inspect, jobs
+        self.reader: PgJournal | None = None  # the journal that reads for status, inspect, jobs (on work_conn, or another store's)
+        self.work_conn = None  # this store's connection for reads and the journal's writes, from the pool
+        self.pool = PgConnections()  # shared with every store this one names (named_store)
         self.row: dict | None = None
 
     def for_manifest(self, manifest: Manifest) -> PgStore:
@@ -531,17 +622,20 @@ class PgStore(Store):
             raise UsageError(
                 f"--job {self.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)"
             )
-        return (
-            self
-            if self.job_id
-            else PgStore(self.url, manifest["jobId"], from_env=self.from_env, program=self.program, secrets=self.secrets)
-        )
+        return self if self.job_id else self.named_store(manifest["jobId"])
 
     def for_job(self, job_id: str) -> PgStore:
         """The same store, naming another job: its reads go through this store's read connection, which
         closing this store closes (so a caller that opened one store has one thing to close)."""
-        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets)
+        other = self.named_store(job_id)
         other.reader = self.db().for_job(job_id)
+        return other
+
+    def named_store(self, job_id: str) -> PgStore:
+        """This store naming job `job_id`, sharing this one's idle connections (closing it gives back what it took)."""
+        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets)
+        other.pool = self.pool
+        other.owns_pool = False
         return other
 
     def address(self) -> list:
@@ -619,19 +713,33 @@ class PgStore(Store):
             f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again"
         )
 
+    owns_pool = True  # a store open_store made closes the pool; a store it named gives its connection back to it
+
+    def pooled(self, kind: str, name: str):
+        """A connection of `kind` (see PgConnections) from the pool, or a new one."""
+        conn = self.pool.take(kind, name)
+        return conn if conn is not None else self.connect(name, writer=kind in ("work", "lock"), reader=kind == "work")
+
+    def work_connection(self):
+        """This store's one connection for reads and the journal's writes (taken from the pool at first use)."""
+        if self.work_conn is None:
+            self.work_conn = self.pooled("work", f"durable_job {os.getpid()}")
+        return self.work_conn
+
     def close(self) -> None:
-        reader, self.reader = self.reader, None
-        if reader is not None and reader.owns:
-            reader.conn.close()
+        self.reader = None
+        conn, self.work_conn = self.work_conn, None
+        if conn is not None:
+            self.pool.give("work", conn)
+        if self.owns_pool:
+            self.pool.close()
 
     def db(self) -> PgJournal:
-        """The writer's journal while locked, else the read connection (opened once)."""
+        """The writer's journal while locked, else the read journal (on this store's work connection)."""
         if self.writer is not None:
             return self.writer
         if self.reader is None:
-            self.reader = PgJournal(
-                self.connect(f"durable_job read {os.getpid()}", reader=True), self.job_id, self.failure, secrets=self.secrets
-            )
+            self.reader = PgJournal(self.work_connection(), self.job_id, self.failure, owns=False, secrets=self.secrets)
         return self.reader
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
@@ -651,8 +759,9 @@ class PgStore(Store):
 
     def ensure_schema(self, journal: PgJournal) -> None:
         """Set the schema up on first use (migrate_store); a role that may not create it is told who can."""
-        if not self.ready(journal):
+        if not self.pool.schema_ready and not self.ready(journal):
             migrate_store(self, journal.conn)
+        self.pool.schema_ready = True
 
     # -- the sealed job record -------------------------------------------------
 
@@ -851,12 +960,20 @@ class PgStore(Store):
 
     # -- checkpoints -----------------------------------------------------------
 
-    def checkpoint_connection(self, synced: bool = True):
-        conn = self.connect(f"durable_job checkpoints {os.getpid()}")
-        conn.execute("SET search_path TO durable_job")
-        if not synced:  # a run of the items: see durable_job.run_graph
-            conn.execute("SET synchronous_commit = off")
-        return conn
+    @contextlib.contextmanager
+    def checkpoint_connection(self, synced: bool = True) -> Iterator:
+        """From the pool, given back after: its settings are its kind's, made once when it is opened."""
+        kind = "checkpoints" if synced else "checkpoints unsynced"
+        conn = self.pool.take(kind, f"durable_job checkpoints {os.getpid()}")
+        if conn is None:
+            conn = self.connect(f"durable_job checkpoints {os.getpid()}")
+            conn.execute("SET search_path TO durable_job")
+            if not synced:  # a run of the items: see durable_job.run_graph
+                conn.execute("SET synchronous_commit = off")
+        try:
+            yield conn
+        finally:
+            self.pool.give(kind, conn)
 
     def checkpointer(self, conn):
         """PostgresSaver (autocommit, dict rows, prepare_threshold=0) that checks the lock is still held before each write."""

@@ -258,9 +258,7 @@ class Worker:
         """Claim the job (its lock row) and run it as `resume`; False if it was not ours to run."""
         job_id, began = store.job_id, time.monotonic()
         record: dict[str, Any] = {"jobId": job_id, "from": phase}
-        worker_store = PgStore(
-            store.url, job_id, from_env=store.from_env, program=store.program, secrets=store.secrets
-        )  # its own connections
+        worker_store = store.named_store(job_id)  # its own connections, from the thread's pool: reused job after job
         try:
             out = resume(
                 worker_store,
