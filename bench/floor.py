@@ -7,7 +7,8 @@ the same request bodies to the same loopback server (bench/floor_provider.py: te
 answers, a valid proposal for each item, so this program's job reaches its review):
 
 * this program on a new state directory each job, and on a PostgreSQL store (its administrator's role, migrated
-  once, untimed), through its command API: `dj.open_store(...)` then `dj.start(store, manifest)` (bench/floor_dj.py);
+  once, untimed), through its command API: `dj.start(store, manifest)` on a store opened once for the child's jobs (its
+  connections reused, as a worker's are), or on a state directory opened for each job (bench/floor_dj.py);
 * bare LangGraph, a 3-node graph with SqliteSaver (a new file each job) and PostgresSaver (bench/floor_langgraph.py);
 * DBOS Transact 3.4.x, a workflow of three steps and an event, its system database in SQLite and in PostgreSQL
   (bench/floor_dbos.py), installed by this script into a throwaway virtual environment of its own

@@ -4,9 +4,10 @@
     python bench/floor_dj.py --kind store --manifest BASE.json --root DIR --store URL   # a migrated store
 
 The durable_job imported is the one on PYTHONPATH (the parent puts a copy of the program there: this checkout's,
-or `--before REV`'s). A job is `dj.open_store(...)` then `dj.start(store, manifest)` to the review interrupt, and
-the store closed: on a new state directory each job (its set-up included), or in the store at URL, each job its own
-jobId. The manifest for job N (BASE with its jobId) is written before the timer starts.
+or `--before REV`'s). A job is `dj.start(store, manifest)` to the review interrupt: on a new state directory each
+job (`dj.open_store(state_dir=...)`, its set-up included, closed after), or in the store at URL, opened once for the
+child's jobs as a worker or a program calling the API opens it (its connections reused job after job, as the peers
+keep theirs), each job its own jobId. The manifest for job N (BASE with its jobId) is written before the timer starts.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ def main() -> None:
             json.dump({**base, "jobId": f"floor-{tag}-{n}"}, fh)
         return path, os.path.join(args.root, f"job-{n}", "state")
 
+    opened = dj.open_store(store=args.store) if args.kind == "store" else None  # once: its connections serve every job
+
     def run(arg: tuple[str, str]) -> dict:
         manifest, state = arg
-        where = {"state_dir": state} if args.kind == "dir" else {"store": args.store}
-        with dj.open_store(**where) as store:
+        if opened is not None:
+            return dj.start(opened, manifest)
+        with dj.open_store(state_dir=state) as store:
             return dj.start(store, manifest)
 
     def check(out: dict) -> str | None:

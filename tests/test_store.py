@@ -445,6 +445,51 @@ def test_jobs_reads_a_store_in_the_same_statements_for_two_jobs_or_eight_and_no_
     assert wal_since(store_url, before) < 64 * 1024  # next to no WAL (a page PostgreSQL prunes itself, at most)
 
 
+def test_a_store_opened_once_runs_job_after_job_on_the_same_connections_and_logs_in_again_after_a_restart(
+    store_url, tmp_path, pg_server
+):
+    """A program that opens a store once (a worker's thread, a caller of the command API) logs in once for each kind of
+    connection (reads and journal, lock, checkpoints), not once a job; after the database restarts, the next job logs in
+    anew and runs; closing the store closes them all."""
+    import psycopg
+
+    import durable_job as dj
+
+    def ours() -> list:
+        with psycopg.connect(store_url) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' AND application_name LIKE 'durable_job%'"
+            ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    ws = Workspace(tmp_path, store=store_url)
+    manifests = []
+    for n in range(4):
+        ws.write_manifest(jobId=f"floor-{n}")
+        manifests.append(shutil.copy(ws.manifest, os.path.join(os.path.dirname(ws.manifest), f"floor-{n}.json")))
+    seen = []
+    with dj.open_store(store=store_url) as store:
+        for manifest in manifests[:3]:
+            assert dj.start(store, str(manifest))["interrupt"]
+            seen.append(ours())
+        assert len(seen[0]) == 3 and seen[0] == seen[1] == seen[2]
+        pg_server.stop()
+        pg_server.start_again()
+        assert dj.start(store, str(manifests[3]))["interrupt"]
+        again = ours()
+        assert len(again) == 3 and not set(again) & set(seen[0])
+    assert ours() == []
+    # the server's crash (an immediate stop) may have lost a run's last checkpoints (committed without waiting for the
+    # disk): such a job stands ready, and its resume finds every answer in the journal and sends nothing again
+    phases = {j["jobId"]: j["phase"] for j in dj.jobs(store=store_url)["jobs"]}
+    assert set(phases) == {f"floor-{n}" for n in range(4)} and set(phases.values()) <= {"awaiting-review", "ready"}
+    for job_id in (j for j, phase in phases.items() if phase == "ready"):
+        with dj.open_store(store=store_url, job=job_id) as store:
+            calls = dj.status(store)["calls"]
+            assert dj.resume(store)["interrupt"] and dj.status(store)["calls"] == calls
+
+
 def test_a_script_that_closes_its_one_store_leaves_no_connection_behind(store_url, tmp_path):
     """Through the command API: `with open_store(store=URL) as store: start(store, manifest)` (the job named by the
     manifest) and the other commands on that store close every connection they opened."""
