@@ -785,8 +785,8 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
         assert info[name] == ("TEXT", 1, 0), name
     assert dj.ledger(os.path.join(ws.state, "effects.sqlite")).execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     store = dj.open_store(state_dir=ws.state)
-    saver = store.checkpointer(store.checkpoint_connection())
-    assert saver.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    with store.checkpoint_connection() as checkpoints:
+        assert store.checkpointer(checkpoints).conn.execute("PRAGMA synchronous").fetchone()[0] == 2
     inspected = ws.run("inspect").ok()
     assert inspected["job"] == job
 
@@ -882,9 +882,8 @@ def langgraph_view(ws):
     manifest = json.load(open(ws.manifest))
     store = dj.open_store(store=ws.store, job=job["jobId"]) if ws.store else dj.open_store(state_dir=ws.state)
     ctx = dj.Context(store, job, manifest, dj.load_sources(manifest, ws.manifest), store.read_journal())
-    checkpoints = store.checkpoint_connection()
-    state = dj.build_graph(ctx, checkpoints).get_state(ctx.config())
-    checkpoints.close()
+    with store.checkpoint_connection() as checkpoints:
+        state = dj.build_graph(ctx, checkpoints).get_state(ctx.config())
     ctx.journal.close()
     if ws.store:
         store.close()
