@@ -527,7 +527,8 @@ class PgLock:
     def __enter__(self):
         store = self.store
         try:
-            journal = PgJournal(store.work_connection(), store.job_id, store.failure, owns=False, secrets=store.secrets)
+            conn = store.work_connection(f"durable_job {self.command} journal {os.getpid()}")
+            journal = PgJournal(conn, store.job_id, store.failure, owns=False, secrets=store.secrets)
             store.ensure_schema(journal)
             journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
             store.writer = journal
@@ -572,6 +573,7 @@ class PgLock:
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
         writer.lock_pid, writer.lock_xid = row["pid"], row["xid"]
+        writer.head = None  # another writer may have added links since this one last wrote: read the head afresh once
 
     def __exit__(self, *exc):
         store = self.store
@@ -720,10 +722,10 @@ class PgStore(Store):
         conn = self.pool.take(kind, name)
         return conn if conn is not None else self.connect(name, writer=kind in ("work", "lock"), reader=kind == "work")
 
-    def work_connection(self):
-        """This store's one connection for reads and the journal's writes (taken from the pool at first use)."""
+    def work_connection(self, name: str):
+        """This store's one connection for reads and the journal's writes (taken from the pool at first use, named `name`)."""
         if self.work_conn is None:
-            self.work_conn = self.pooled("work", f"durable_job {os.getpid()}")
+            self.work_conn = self.pooled("work", name)
         return self.work_conn
 
     def close(self) -> None:
@@ -739,7 +741,9 @@ class PgStore(Store):
         if self.writer is not None:
             return self.writer
         if self.reader is None:
-            self.reader = PgJournal(self.work_connection(), self.job_id, self.failure, owns=False, secrets=self.secrets)
+            self.reader = PgJournal(
+                self.work_connection(f"durable_job read {os.getpid()}"), self.job_id, self.failure, owns=False, secrets=self.secrets
+            )
         return self.reader
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:

@@ -95,7 +95,7 @@ MUTANTS = [
     Mutant(
         "late-answer-overwrites",
         "journal: an answer for a call reconciled meanwhile writes nothing",
-        "updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'\",\n            \"calls\",\n            output=output_text,",
+        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = \'pending\'",\n            "calls",\n            output=output_text,',
         'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key}",\n            "calls",\n            output=output_text,',
         ["test_durable_job.py::test_complete_call_changes_only_a_pending_row_and_stores_no_key"],
     ),

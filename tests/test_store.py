@@ -153,6 +153,7 @@ def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty
 
 def slow_openai_job(ws, provider, seconds=30):
     openai_workspace(ws, provider)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = str(seconds + 30)  # the call outlasts the test's commands, however loaded the machine
     provider.behave(f"slow:{seconds}")
     proc = ws.popen("start", "--manifest", ws.manifest)
     wait_for(lambda: ws.has_job() and ws.db_rows(), timeout=60)
@@ -445,9 +446,7 @@ def test_jobs_reads_a_store_in_the_same_statements_for_two_jobs_or_eight_and_no_
     assert wal_since(store_url, before) < 64 * 1024  # next to no WAL (a page PostgreSQL prunes itself, at most)
 
 
-def test_a_store_opened_once_runs_job_after_job_on_the_same_connections_and_logs_in_again_after_a_restart(
-    store_url, tmp_path, pg_server
-):
+def test_a_store_opened_once_runs_job_after_job_on_the_same_connections_and_logs_in_again_after_a_restart(store_url, tmp_path, pg_server):
     """A program that opens a store once (a worker's thread, a caller of the command API) logs in once for each kind of
     connection (reads and journal, lock, checkpoints), not once a job; after the database restarts, the next job logs in
     anew and runs; closing the store closes them all."""
