@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import hashlib
 import hmac
 import json
 import os
@@ -165,6 +166,8 @@ class WebPerson:
         self.reader: team_store.PgStore | None = None
         self.views: dict = {}  # job id (or "" for the list) → (generation, view), shared by this person's pages
         self.flash: dict = {}  # job id → the message of the last act, shown once
+        self.prepared: dict = {}  # a passkey challenge → the act's record it signs (durable_job.passkey_request), and where
+        self.registering: dict = {}  # a registration's challenge → the relying party and origin it was asked for
         self.last_seen = time.monotonic()
         self.signed_out = False
 
@@ -433,6 +436,26 @@ class WebSite:
                 finally:
                     store.close()
 
+    # -- passkeys --------------------------------------------------------------
+
+    def passkeys_of(self, person: WebPerson) -> list:
+        """The passkeys registered for the person's principal (a store's table; a --root's state directories)."""
+        if self.store:
+            with person.lock:
+                rows = person.read_store("").passkey_rows()
+        else:
+            rows = durable_job.registered_passkeys(roots=self.roots, program=self.program)["passkeys"]
+        return [r for r in rows if r["principal"] == person.principal]
+
+    def add_passkey(self, person: WebPerson, job_id: str, row: dict) -> None:
+        """Register a passkey as the person: a store's own role (its policies stamp the principal), or, under --root,
+        in the journal of the job whose page registered it."""
+        store = person.act_store("") if self.store else durable_job.StateDirStore(self.job_dir(job_id), self.program, person.secrets)
+        try:
+            store.add_passkey(row)
+        finally:
+            store.close()
+
     # -- change ----------------------------------------------------------------
 
     def bump(self) -> None:
@@ -648,11 +671,12 @@ def act_said(command: str, out: dict, label: str) -> str:
         said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
         if out.get("existing"):
             return f"Already recorded: {said}. Nothing new was recorded."
-        return f"Recorded: {said} (unsigned)."
+        return f"Recorded: {said} ({durable_job.signed_words(final)})."
     if command in ("revise", "retry"):
         return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
     cancelled = out.get("cancelled") or {}
-    return f"Recorded: the job is cancelled by {cancelled.get('reviewer')} ({label} {cancelled.get('principal')})."
+    who = f"{cancelled.get('reviewer')} ({label} {cancelled.get('principal')})"
+    return f"Recorded: the job is cancelled by {who} ({durable_job.signed_words(cancelled)})."
 
 
 # -- who asks: sessions, the --root token, refusals ------------------------------------------------------------------
@@ -747,6 +771,11 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
 
     view = await run_in_threadpool(site.job_view, person, job_id, render)
     flash = person.flash.pop(job_id, None)
+    try:
+        rp_id, passkey_note = relying_party(request)[0], ""
+        passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+    except WebRefusal as exc:
+        rp_id, passkey_note, passkeys = "", str(exc), []
     return site.pages.page(
         request,
         "job.html",
@@ -760,6 +789,9 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         flash=flash,
         script=site.pages.script,
         tokens=durable_job.tokens_words(view["out"]["tokens"]) if view["out"].get("tokens") else "",
+        rp_id=rp_id,
+        passkeys=passkeys,
+        passkey_note=passkey_note,
         **view["page"],
     )
 
@@ -786,11 +818,11 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
 
 
 async def decision_form(site: WebSite, request: Request, person: WebPerson) -> Response:
-    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256"))
+    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256", "challenge", "passkey"))
     if f["decision"] not in durable_job.DECISIONS:
         raise WebRefusal(400, "choose accept, reject or hold")
     fields = {"decision": f["decision"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
-    return await act_and_return(site, request, person, "decide", fields)
+    return await act_and_return(site, request, person, "decide", {**fields, **signed_by_passkey(site, request, person, "decide", f)})
 
 
 async def revise_form(site: WebSite, request: Request, person: WebPerson) -> Response:
@@ -821,8 +853,140 @@ async def retry_form(site: WebSite, request: Request, person: WebPerson) -> Resp
 
 
 async def cancel_form(site: WebSite, request: Request, person: WebPerson) -> Response:
-    f = await form_fields(request, ("reviewer", "reason"))
-    return await act_and_return(site, request, person, "cancel", {"reviewer": f["reviewer"], "reason": f["reason"]})
+    f = await form_fields(request, ("reviewer", "reason", "challenge", "passkey"))
+    fields = {"reviewer": f["reviewer"], "reason": f["reason"]}
+    return await act_and_return(site, request, person, "cancel", {**fields, **signed_by_passkey(site, request, person, "cancel", f)})
+
+
+# -- passkeys: a person registers this device's, and it signs their decision or cancel -------------------------------
+
+
+def relying_party(request: Request) -> tuple[str, str]:
+    """(the relying-party id, the origin) of the page as the browser reached it: the host name it used."""
+    url = request.url
+    host = url.hostname or ""
+    if not host or re.fullmatch(r"[0-9.]+|.*:.*", host):
+        raise WebRefusal(
+            400,
+            f"passkeys need a host name, not the address {host}: open http://localhost:{url.port}{url.path} on this machine "
+            "(or serve this app under its name)",
+        )
+    return host, f"{url.scheme}://{url.netloc}"
+
+
+def signed_by_passkey(site: WebSite, request: Request, person: WebPerson, command: str, f: dict) -> dict:
+    """A form's passkey assertion (from the page's script), as decide's or cancel's passkey argument; {} without one."""
+    if not f.get("challenge") and not f.get("passkey"):
+        return {}
+    job_id = request.path_params["job_id"]
+    prepared = person.prepared.pop(f.get("challenge") or "", None)
+    if prepared is None or prepared["jobId"] != job_id or prepared["command"] != command:
+        raise WebRefusal(409, "This passkey signature was not asked for here, or was already used: nothing was recorded; tap again")
+    try:
+        assertion = durable_job.strict_json(f.get("passkey") or "")
+    except ValueError:
+        raise WebRefusal(400, "the passkey's answer is not JSON: nothing was recorded; tap again") from None
+    if not isinstance(assertion, dict):
+        raise WebRefusal(400, "the passkey's answer is not an object: nothing was recorded; tap again")
+    key = next((k for k in prepared["keys"] if k["credentialId"] == assertion.get("credentialId")), None)
+    if key is None:
+        raise WebRefusal(403, f"That passkey is not registered for {person.principal}: nothing was recorded")
+    return {
+        "passkey": {"prepared": prepared["out"], "assertion": assertion, "key": key, "rpId": prepared["rpId"], "origin": prepared["origin"]}
+    }
+
+
+async def json_body(request: Request) -> dict:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise WebRefusal(415, "the JSON API takes Content-Type: application/json")
+    try:
+        body = durable_job.strict_json((await request.body()).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise WebRefusal(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise WebRefusal(400, "the body is not a JSON object")
+    return body
+
+
+async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """What the person's passkey signs for a decision or cancel they are about to make: the act's record, made now
+    (nothing recorded), and its challenge. {"recorded": ...} when there is nothing to sign (the same decision is recorded)."""
+    body = await json_body(request)
+    job_id = request.path_params["job_id"]
+    rp_id, origin = relying_party(request)
+    keys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+    if not keys:
+        raise WebRefusal(409, f"No passkey of {person.principal} is registered for {rp_id}: register one first")
+    command = body.get("command")
+    if command == "decide":
+        if body.get("decision") not in durable_job.DECISIONS:
+            raise WebRefusal(400, "choose accept, reject or hold")
+        fields = {k: str(body.get(k) or "") for k in ("decision", "reviewer", "reason")}
+        fields["results_sha256"] = str(body.get("resultsSha256") or "")
+    elif command == "cancel":
+        fields = {k: str(body.get(k) or "") for k in ("reviewer", "reason")}
+    else:
+        raise WebRefusal(400, "sign a decide or a cancel")
+    out = await run_in_threadpool(site.act, person, job_id, command, {**fields, "prepare": True})
+    if "challenge" not in out:
+        return JSONResponse({"recorded": True})
+    person.prepared[out["challenge"]] = {"jobId": job_id, "command": command, "out": out, "keys": keys, "rpId": rp_id, "origin": origin}
+    return JSONResponse(
+        {"challenge": out["challenge"], "rpId": rp_id, "credentials": [k["credentialId"] for k in keys], "record": out["record"]}
+    )
+
+
+async def api_passkey_options(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """The options of navigator.credentials.create() for registering this device's passkey for the person's principal."""
+    webauthn = durable_job.need_webauthn()
+    from webauthn.helpers.structs import AuthenticatorSelectionCriteria, ResidentKeyRequirement, UserVerificationRequirement
+
+    body = await json_body(request)
+    rp_id, origin = relying_party(request)
+    if not site.store:
+        site.job_dir(str(body.get("jobId") or ""))  # --root: registered in this job's state directory
+    options = webauthn.generate_registration_options(
+        rp_id=rp_id,
+        rp_name="durable_job",
+        user_name=person.principal,
+        user_id=hashlib.sha256(person.principal.encode()).digest()[:16],
+        authenticator_selection=AuthenticatorSelectionCriteria(
+            resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.REQUIRED
+        ),
+    )
+    challenge = durable_job.b64url(options.challenge)
+    person.registering[challenge] = {"rpId": rp_id, "origin": origin, "jobId": str(body.get("jobId") or "")}
+    return JSONResponse(json.loads(webauthn.options_to_json(options)))
+
+
+async def api_passkey_register(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """The browser's new credential, verified for the challenge, relying party and origin asked for, then registered."""
+    webauthn = durable_job.need_webauthn()
+    body = await json_body(request)
+    asked = person.registering.pop(str(body.get("challenge") or ""), None)
+    if asked is None:
+        raise WebRefusal(409, "This registration was not asked for here, or was already used: tap the passkey button again")
+    try:
+        made = webauthn.verify_registration_response(
+            credential=body.get("credential"),
+            expected_challenge=durable_job.b64url_bytes(str(body.get("challenge"))),
+            expected_rp_id=asked["rpId"],
+            expected_origin=asked["origin"],
+            require_user_verification=True,
+        )
+    except Exception as exc:
+        raise WebRefusal(400, f"The passkey was not registered: {durable_job.clip(exc, 160)}") from None
+    row = {
+        "principal": person.principal,
+        "credentialId": durable_job.b64url(made.credential_id),
+        "rpId": asked["rpId"],
+        "origin": asked["origin"],
+        "validAfterUtc": durable_job.now_utc(),
+        "validBeforeUtc": None,
+        "publicKey": durable_job.b64url(made.credential_public_key),
+    }
+    await run_in_threadpool(site.add_passkey, person, asked["jobId"], row)
+    return JSONResponse({"registered": row["credentialId"], "principal": person.principal, "rpId": row["rpId"]})
 
 
 # -- the JSON API and the event streams ------------------------------------------------------------------------------
@@ -1021,6 +1185,9 @@ ROUTES = (  # (path, methods, handler, who may ask)
     ("/api/jobs/{job_id:str}", ("GET",), api_job, API),
     ("/api/jobs/{job_id:str}/events", ("GET",), api_events, STREAM),
     ("/api/jobs/{job_id:str}/decision", ("POST",), api_decision, API),
+    ("/api/jobs/{job_id:str}/sign", ("POST",), api_sign, API),
+    ("/api/passkeys/options", ("POST",), api_passkey_options, API),
+    ("/api/passkeys", ("POST",), api_passkey_register, API),
 )
 
 
@@ -1212,5 +1379,7 @@ def serve(
     )
     server = Server(config, site)
     say(f"serving {site.where()}: open {site.address_with_token() if site.roots else site.address()}")
+    if host in WEB_LOOPBACK and host != "localhost":  # WebAuthn takes a host name as relying party, never an address
+        say(f"passkeys need a host name: on this machine the same pages answer at http://localhost:{sock.getsockname()[1]}/")
     server.run(sockets=[sock])
     return {"served": site.address(), "stoppedBy": server.stopped[0] if server.stopped else None}
