@@ -36,7 +36,7 @@ import threading
 import time
 import types
 from typing import Any, cast
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import durable_job
 from durable_job_team import store as team_store
@@ -168,6 +168,7 @@ class WebPerson:
         self.flash: dict = {}  # job id → the message of the last act, shown once
         self.prepared: dict = {}  # a passkey challenge → the act's record it signs (durable_job.passkey_request), and where
         self.registering: dict = {}  # a registration's challenge → the relying party and origin it was asked for
+        self.drafts: dict = {}  # job id → what the person typed for an act that was not recorded (shown filled in, once)
         self.last_seen = time.monotonic()
         self.signed_out = False
 
@@ -692,7 +693,7 @@ def person_of(site: WebSite, request: Request, use: bool = True) -> WebPerson | 
 
 def sign_in_first(site: WebSite, request: Request, api: bool) -> Response:
     if api:
-        return JSONResponse({"error": "not signed in: POST /login first"}, status_code=401)
+        return JSONResponse({"error": "not signed in: POST /login first", "signedOut": True}, status_code=401)
     if site.roots:
         exc = WebRefusal(401, "Open the address serve printed in its terminal (a one-time token), or ask its runner for a new one")
         return site.pages.refused(request, exc)
@@ -709,6 +710,8 @@ async def guarded(site: WebSite, handler, request: Request, api: bool, use: bool
             request.session["sid"] = site.new_session(person)
             return RedirectResponse(request.url.path, status_code=303)
     person = person_of(site, request, use)
+    if person is None and request.method == "POST" and not api:  # a form sent without a session: keep what was typed
+        return stranded(site, request, "Your session has ended (the server restarted, or you were away too long)")
     if person is None:
         return sign_in_first(site, request, api)
     try:
@@ -719,6 +722,93 @@ async def guarded(site: WebSite, handler, request: Request, api: bool, use: bool
         if site.down:  # the store went away: say so, not what a read of it happened to raise
             return site.pages.refused(request, WebRefusal(503, site.down[0].upper() + site.down[1:]), person, api)
         return site.pages.refused(request, act_refusal(exc), person, api)
+
+
+# -- a reviewer is never stranded: an act that could not be recorded keeps what they typed ---------------------------
+
+WEB_KEPT_FORMS = re.compile(r"/jobs/([A-Za-z0-9._~%-]+)/(decision|cancel)")  # the acts whose typed fields a sign-in keeps
+WEB_KEPT_FIELDS = ("decision", "reason", "reviewer")
+WEB_KEPT_BYTES = 64 * 1024
+
+
+def typed_fields(request: Request) -> dict:
+    """What the person typed into a decision or cancel form (KeepTyped kept it): {} for any other request."""
+    return dict(request.scope.get("durable_job.typed") or {})
+
+
+def stranded(site: WebSite, request: Request, why: str, status_code: int = 401) -> Response:
+    """The styled page of an act that was not recorded for want of a valid session: what happened, what the person
+    typed (kept), and a sign-in that returns to the same job with it filled in. Nothing is recorded from here."""
+    typed = typed_fields(request)
+    found = WEB_KEPT_FORMS.fullmatch(request.url.path)
+    job_id = unquote(found.group(1)) if found else ""
+    act = "cancel" if found and found.group(2) == "cancel" else "decide"
+    return site.pages.page(
+        request,
+        "stranded.html",
+        status_code,
+        title="Sign in again",
+        why=why,
+        store=bool(site.store),
+        next=local_path(f"/jobs/{quote_path(job_id)}" if job_id else "/"),
+        act=act,
+        decision=typed.get("decision", "") if typed.get("decision") in durable_job.DECISIONS else "",
+        reason=typed.get("reason", ""),
+        job_id=job_id,
+    )
+
+
+class KeepTyped:
+    """Before the CSRF check: a decision or cancel form's fields are read (and replayed to the app), so that a request
+    the check refuses (a restarted server, a stale token) can still show the person what they typed."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        content_type = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0]
+        if scope["type"] != "http" or scope["method"] != "POST" or not WEB_KEPT_FORMS.fullmatch(scope["path"]):
+            return await self.app(scope, receive, send)
+        if content_type != b"application/x-www-form-urlencoded":
+            return await self.app(scope, receive, send)
+        messages, size, more = [], 0, True
+        while more:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False) and size <= WEB_KEPT_BYTES
+        if size <= WEB_KEPT_BYTES:
+            from urllib.parse import parse_qs
+
+            body = b"".join(m.get("body", b"") for m in messages).decode("utf-8", "replace")
+            fields = parse_qs(body, keep_blank_values=True)
+            scope = {**scope, "durable_job.typed": {k: fields[k][0] for k in WEB_KEPT_FIELDS if k in fields}}
+        replay = list(messages)
+
+        async def replayed():
+            return replay.pop(0) if replay else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def csrf_refused(site: WebSite):
+    """asgi_csrf's answer to a form or API call whose token does not match (a restarted server, an old page): the
+    stranded page, or JSON that tells the page's script to send the form as it is (which lands there too)."""
+
+    async def send_refusal(scope, send, _message_id):
+        request = Request(scope)
+        why = "This page's form token is no longer valid (the server restarted, or the page is old)"
+        if scope["path"].startswith("/api/"):
+            response: Response = JSONResponse({"error": f"{why}: sign in again", "signedOut": True}, status_code=403)
+        else:
+            response = stranded(site, request, why, 403)
+
+        async def nothing():
+            return {"type": "http.disconnect"}
+
+        await response(scope, nothing, send)
+
+    return send_refusal
 
 
 # -- pages and forms -------------------------------------------------------------------------------------------------
@@ -771,6 +861,7 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
 
     view = await run_in_threadpool(site.job_view, person, job_id, render)
     flash = person.flash.pop(job_id, None)
+    kept = person.drafts.pop(job_id, None)  # what the person typed for an act not recorded: filled in again
     try:
         rp_id, passkey_note = relying_party(request)[0], ""
         passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
@@ -792,6 +883,7 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         rp_id=rp_id,
         passkeys=passkeys,
         passkey_note=passkey_note,
+        kept=kept or {},
         **view["page"],
     )
 
@@ -814,6 +906,8 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
             return site.pages.refused(request, refusal, person)
         shown = " The page now shows the current version: review it, then act again." if refusal.extra.get("stale") else ""
         person.flash[job_id] = {"text": f"Refused: {durable_job.redact(str(exc), person.secrets)}{shown}", "cls": "bad"}
+        if command in ("decide", "cancel"):  # what they typed stays filled in
+            person.drafts[job_id] = {"act": command, "decision": fields.get("decision") or "", "reason": fields.get("reason") or ""}
     return RedirectResponse(here, status_code=303)
 
 
@@ -1095,7 +1189,7 @@ async def login_page(site: WebSite, request: Request) -> Response:
     return site.pages.page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt)
 
 
-def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seconds: int, api: bool) -> Response:
+def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seconds: int, api: bool, kept: dict) -> Response:
     """429 with Retry-After: the sign-in form again (the role kept) or JSON, saying when to try again."""
     at = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
     exc = WebRefusal(
@@ -1106,7 +1200,9 @@ def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seco
     if api:
         response = site.pages.refused(request, exc, api=True)
     else:
-        response = site.pages.page(request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        response = site.pages.page(
+            request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc), kept=kept
+        )
     response.headers["Retry-After"] = str(seconds)
     return response
 
@@ -1126,6 +1222,7 @@ async def login(site: WebSite, request: Request) -> Response:
     json_body, body = await login_fields(request)
     role, password = str(body.get("role") or ""), str(body.get("password") or "")
     nxt = local_path(body.get("next"))
+    kept = {k: str(body.get(f"keep_{k}") or "") for k in ("act", "decision", "reason")}
     if not site.store:
         return site.pages.refused(
             request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body
@@ -1133,7 +1230,7 @@ async def login(site: WebSite, request: Request) -> Response:
     address = request.client.host if request.client else ""
     wait = site.throttle.wait(role, address)
     if wait:  # refused before the store is asked: no password is checked
-        return too_many_sign_ins(site, request, role, nxt, wait, json_body)
+        return too_many_sign_ins(site, request, role, nxt, wait, json_body, kept)
     site.throttle.begin(role, address)
     failed = False
     try:
@@ -1142,11 +1239,15 @@ async def login(site: WebSite, request: Request) -> Response:
         failed = exc.status_code == 401  # an unknown role and a wrong password alike
         if json_body:
             return site.pages.refused(request, exc, api=True)
-        return site.pages.page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        return site.pages.page(
+            request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc), kept=kept
+        )
     finally:
         site.throttle.end(role, address, failed)
     site.throttle.signed_in(role)
     request.session["sid"] = site.new_session(person)
+    if nxt.startswith("/jobs/") and (kept["reason"] or kept["decision"]):  # filled in on the job's page, recorded only by a tap
+        person.drafts[unquote(nxt.removeprefix("/jobs/"))] = kept
     if json_body:
         return JSONResponse({"signedIn": person.principal})
     return RedirectResponse(nxt, status_code=303)
@@ -1249,12 +1350,15 @@ def web_app(site: WebSite):
         )
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: lifespan(site))
-    return asgi_csrf(
-        NoStore(app),
-        signing_secret=secrets.token_urlsafe(32),
-        always_protect={"/login", "/logout"},
-        cookie_samesite="Strict",
-        cookie_secure=site.secure,
+    return KeepTyped(
+        asgi_csrf(
+            NoStore(app),
+            signing_secret=secrets.token_urlsafe(32),
+            always_protect={"/login", "/logout"},
+            cookie_samesite="Strict",
+            cookie_secure=site.secure,
+            send_csrf_failed=csrf_refused(site),
+        )
     )
 
 

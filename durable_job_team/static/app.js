@@ -150,7 +150,7 @@
       form.requestSubmit(button);
     }).catch(function (e) {
       form.dataset.busy = '';
-      if (e.body && e.body.stale) {  // the results changed before signing: the page's own refusal shows what changed
+      if (e.body && (e.body.stale || e.body.signedOut)) {  // the results changed, or the session ended: the form's own answer says so
         form.dataset.signed = '1';
         f.challenge.value = ''; f.passkey.value = '';
         form.requestSubmit(button);
