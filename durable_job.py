@@ -4090,6 +4090,9 @@ def next_for_phase(snap: Snapshot) -> str:
     store = snap.store
     pending = [r for r in snap.calls if r["status"] == "pending"]
     resume = store.suggest("resume")
+    waiting = waiting_for_a_run(store, snap.job)
+    if waiting is not None and snap.phase in ("not-started", "ready", "deciding") and not latest_rejected(snap.calls):
+        return waiting  # resume is the runners' (the owner, the store's workers): this principal is told who runs it
     if snap.phase == "cancelled":
         if pending:  # nothing more runs, but the call's outcome still matters for accounting
             return (
@@ -4210,9 +4213,7 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
     """What to do at review: decide, or first act on a failed item (retry it, revise it, or decide reject or hold).
 
     Only what the acting principal may do is offered to it; a decision it may not make names who makes it."""
-    decide = decide_command(store, results)
-    if not store.may("decides", job):
-        decide = f"wait for the review: {who_may('decides', store.people(job))}, with {decide}"
+    decide = decide_command(store, results) if store.may("decides", job) else waiting_for_review(store, job)
     failed = failed_items(store, results, calls, manifest)
     if not failed:
         return decide
@@ -4225,6 +4226,27 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
     ways.append(f"decide: {decide}" if ways else decide)
     # one suggestion a line: each is a whole command to paste
     return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
+
+
+def waiting_for_review(store: Store, job: Job) -> str:
+    """What a principal who may not decide the job is told instead of a decide it would be refused: who decides."""
+    people = store.people(job)
+    deciders = people["reviewers"] or [people["owner"]]
+    return f"waiting for the review: {' or '.join(deciders)} decides ({who_may('decides', people)})"
+
+
+def waiting_for_a_run(store: Store, job: Job) -> str | None:
+    """What a principal who may not run the job is told instead of a resume it would be refused (None: it may run it)."""
+    if store.may("runs", job):
+        return None
+    return f"waiting for a worker: {who_may('runs', store.people(job))}"
+
+
+def review_step(store: Store, job: Job, results: list) -> dict:
+    """The ready-to-paste decide for a principal who may decide ({decideCommand}); else who decides ({decidedBy})."""
+    if store.may("decides", job):
+        return {"decideCommand": decide_command(store, results)}
+    return {"decidedBy": waiting_for_review(store, job)}
 
 
 def retry_command(store: Store, item_id: str) -> str:
@@ -4718,7 +4740,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
     if snap.final:
         f = snap.final
         bound = (
-            h("bound to resultsSha256 <code>{}</code>", f.get("boundResultsSha256"))
+            h("bound to resultsSha256 {}", long_id(f.get("boundResultsSha256")))
             if f.get("bound") or f.get("boundResultsSha256")
             else Html("not bound to a results hash")
         )
@@ -4751,6 +4773,8 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             "in place of YOU and WHY.</p></section>",
             out["decideCommand"],
         )
+    if out.get("decidedBy"):
+        return h("<section id='decide'><h2>Decide</h2><p>{}</p></section>", out["decidedBy"])
     why = (
         "A decision was saved, but the decide that saved it stopped before it finished."
         if snap.saved_decision
@@ -5831,7 +5855,7 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
         "index": values.get("index", 0),
         "results": [result_brief(r) for r in results],
         "final": values.get("final"),
-        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.store, results)}] if waiting else [],
+        "interrupt": [{**review_bundle(ctx.job, results, draft), **review_step(ctx.store, ctx.job, results)}] if waiting else [],
     }
     failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if waiting else []
     if failed:
@@ -6029,7 +6053,7 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
     if snap.saved_decision:
         out["savedDecision"] = snap.saved_decision
     if snap.waiting and not snap.cancel:
-        out["decideCommand"] = decide_command(snap.store, snap.results)
+        out.update(review_step(snap.store, snap.job, snap.results))
         out.update(failed_field(snap.store, snap.results, snap.calls, snap.store.sealed_manifest(snap.job)))
     return out
 
@@ -6100,7 +6124,7 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         }
         if drafted:
             new_results = drafted.pop("results")
-            out.update(retryDraft=drafted, decideCommand=decide_command(ctx.store, new_results))
+            out.update(retryDraft=drafted, **review_step(ctx.store, ctx.job, new_results))
         return out
 
 
@@ -6380,7 +6404,7 @@ def revise_item(store: Store, item: str, summary: str, citations, reviewer: str,
             "reason": reason,
             "principal": checked["revision"]["principal"],
             "result": checked,
-            "decideCommand": decide_command(ctx.store, new_results),
+            **review_step(ctx.store, ctx.job, new_results),
             **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
         }
 
@@ -6465,7 +6489,7 @@ def retry_item(store: Store, item: str, reviewer: str, reason: str, say, bound: 
                 not_sent=exc.not_sent,
             ) from None
         new_results = drafted.pop("results")
-        out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(ctx.store, new_results)}
+        out = {"jobId": ctx.job["jobId"], **drafted, **review_step(ctx.store, ctx.job, new_results)}
         out.update(failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest))
         return out
 
@@ -7436,7 +7460,7 @@ def text_run(out: dict, store) -> list:
     lines += failed_lines(out)
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
-        lines.append(f"  next: {bundle['decideCommand']}")
+        lines.append(f"  next: {bundle.get('decideCommand') or bundle.get('decidedBy')}")
     return lines
 
 
@@ -7476,8 +7500,8 @@ def text_inspect(out: dict, store) -> list:
     if out.get("cancelled"):
         lines.append(cancelled_line(out["cancelled"], store))
     lines += failed_lines(out)
-    if out.get("decideCommand") and "next" not in out:  # inspect's own next says it
-        lines.append(f"  next: {out['decideCommand']}")
+    if (out.get("decideCommand") or out.get("decidedBy")) and "next" not in out:  # inspect's own next says it
+        lines.append(f"  next: {out.get('decideCommand') or out.get('decidedBy')}")
     if out.get("receiptFile"):
         lines.append(f"  receipt written to {out['receiptFile']}: anyone with the signer's public key checks it with verify --receipt")
     return lines
@@ -7494,7 +7518,7 @@ def text_reconcile(out: dict, store) -> list:
         lines.append(
             f"  it was a retry: its answer is now draft {drafted['draftVersion']}, {drafted['itemId']} {drafted['result']['status']}{why}"
         )
-        lines.append(f"  next: {out['decideCommand']}")
+        lines.append(f"  next: {out.get('decideCommand') or out.get('decidedBy')}")
     return lines
 
 
@@ -7503,7 +7527,7 @@ def text_revise(out: dict, store) -> list:
         f"  {out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
-        f"  next: {out['decideCommand']}",
+        f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
     ]
 
 
@@ -7516,7 +7540,7 @@ def text_retry(out: dict, store) -> list:
         f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
-        f"  next: {out['decideCommand']}",
+        f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
     ]
 
 

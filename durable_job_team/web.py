@@ -596,7 +596,7 @@ def web_item_acts(site: WebSite, person: WebPerson, here: str, csrftoken: str, s
     ways = {f["itemId"]: f for f in out.get("failedItems") or []}
 
     def forms(item_id: str, result: dict) -> durable_job.Html:
-        if not out.get("decideCommand") or out.get("sealBroken") or not snap.store.may("tends", snap.job):
+        if out.get("phase") != "awaiting-review" or out.get("sealBroken") or not snap.store.may("tends", snap.job):
             return durable_job.Html("")
         cites = result.get("citations") or []
         html = site.pages.env.get_template("item_acts.html").render(
@@ -837,7 +837,7 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     them (durable_job.py section 14, every value escaped there), and which acts this person may take."""
     manifest, sources = snap.store.sealed_copies(snap.job)
     acts = web_item_acts(site, person, here, csrftoken, snap, out)
-    reviewable = out.get("decideCommand") and not out.get("sealBroken")
+    reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     return {
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
@@ -884,6 +884,7 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         passkeys=passkeys,
         passkey_note=passkey_note,
         kept=kept or {},
+        results_hash=markupsafe.Markup(durable_job.long_id(view["out"]["resultsSha256"])),
         **view["page"],
     )
 
@@ -904,11 +905,29 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
         refusal = act_refusal(exc)
         if refusal.status_code == 404:
             return site.pages.refused(request, refusal, person)
-        shown = " The page now shows the current version: review it, then act again." if refusal.extra.get("stale") else ""
-        person.flash[job_id] = {"text": f"Refused: {durable_job.redact(str(exc), person.secrets)}{shown}", "cls": "bad"}
+        text = f"Refused: {durable_job.redact(str(exc), person.secrets)}"
+        if refusal.extra.get("stale"):  # in words, not the CLI's: what changed, and that what was typed is kept
+            text = await run_in_threadpool(stale_words, site, person, job_id, str(fields.get("results_sha256") or ""), command)
+        person.flash[job_id] = {"text": text, "cls": "bad"}
         if command in ("decide", "cancel"):  # what they typed stays filled in
             person.drafts[job_id] = {"act": command, "decision": fields.get("decision") or "", "reason": fields.get("reason") or ""}
     return RedirectResponse(here, status_code=303)
+
+
+def stale_words(site: WebSite, person: WebPerson, job_id: str, shown: str, command: str) -> str:
+    """A stale act's refusal as a person reads it: the job changed since the page was shown, and how (each draft since)."""
+    out = site.job_view(person, job_id)["out"]
+    drafts = out.get("drafts") or []
+    since = next((n for n, d in enumerate(drafts) if d.get("previousResultsSha256") == shown), None)
+    later = drafts[since:] if since is not None else drafts[-1:]
+    changes = [
+        f"draft {d.get('version')}: item {d.get('itemId')} changed by {d.get('reviewer')} ({site.label} {d.get('principal')}), "
+        f"“{durable_job.clip(d.get('reason') or '', 80)}”"
+        for d in later
+    ]
+    what = "; ".join(changes) if changes else f"it is now at draft {out.get('draftVersion')}"
+    kept = ", with your reason kept below" if command in ("decide", "cancel") else ""
+    return f"Not recorded: the job changed since you opened it ({what}). The page now shows the current version{kept}: review the change, then act again."
 
 
 async def decision_form(site: WebSite, request: Request, person: WebPerson) -> Response:
