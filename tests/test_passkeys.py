@@ -10,7 +10,7 @@ import sys
 import test_web
 from test_web import phone, store_counts
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, password_of
+from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, password_of, wait_for
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -169,3 +169,37 @@ def test_a_role_registers_passkeys_only_for_itself(tmp_path, pg_server):
     assert psql("carol", "SELECT count(*) FROM durable_job.passkeys").stdout.strip() == "1"
     listed = subprocess.run([sys.executable, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env())
     assert listed.returncode == 0 and "\nbob cred-1 localhost " in listed.stdout and listed.stdout.startswith("# durable-job")
+
+
+def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_its_decision(tmp_path, serving):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    ws.start().ok()
+    s = serving(tmp_path, "--root", str(tmp_path))
+    port = s.base.rsplit(":", 1)[1]
+    driver = passkey_phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/jobs/journey?" + s.address.split("?", 1)[1])
+        wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+        assert "passkeys need a host name" in driver.page_source and not driver.find_elements("id", "passkey-register")
+        wait_for(lambda: any("sign in once at" in line for line in s.err), timeout=10)
+        token = [line for line in s.err if "sign in once at" in line][-1].split("?", 1)[1].strip()
+        driver.get(f"http://localhost:{port}/jobs/journey?{token}")  # the next one-time address, by the host's name
+        wait.until(lambda d: d.find_elements("id", "passkey-register"))
+        driver.find_element("id", "passkey-register").click()
+        wait.until(lambda d: "signed with your passkey" in d.page_source)
+        driver.find_element("id", "reason").send_keys("Mine, signed.")
+        driver.find_element("css selector", "button.accept").click()
+        wait.until(lambda d: "Saved: accepted by" in d.page_source and "signed with passkey" in d.page_source)
+    finally:
+        driver.quit()
+    assert len(ws.journal("SELECT * FROM passkeys")) == 1
+    listed = ws.run("passkeys", "--root", str(tmp_path), state=False)
+    assert listed.code == 0 and listed.stdout.count(" localhost ") == 1
+    keys = tmp_path / "allowed_passkeys"
+    keys.write_text(listed.stdout)
+    assert ws.run("verify", "--strict", "--allowed-passkeys", str(keys)).ok()["ok"] is True
+    assert ws.run("inspect", "--text").stdout.count("signed with passkey") >= 1
