@@ -96,6 +96,7 @@ LOCK_FILE = "run.lock"
 RECEIPT_FILE = "receipt.json"
 PRUNED_FILE = "pruned.json"  # a pruned job's last checkpoint values and its checkpoints' sha256, once prune removed them
 MCP_SOURCES_FILE = "mcp-sources.json"  # the MCP resources' text as sealed: verify checks them without launching a server
+PASSKEY_FORMAT = "webauthn"  # a signature record's format when a passkey on serve's page made it (section 15); else SSH's
 
 SYSTEM = (
     "You review one approved source document and propose a short structured summary. "
@@ -1927,7 +1928,28 @@ MIGRATIONS = [
     ("m005_principals", "; ".join(f"ALTER TABLE {t} ADD COLUMN principal TEXT" for t in RECORDED_TABLES)),
     ("m006_decisions", sqlite_table("decisions")),
     ("m007_links", sqlite_table("links")),
+    # the passkeys the account registered on serve's page (not part of any job's history: verify never trusts them)
+    (
+        "m008_passkeys",
+        "CREATE TABLE passkeys (credential_id TEXT PRIMARY KEY, principal TEXT NOT NULL, public_key TEXT NOT NULL, "
+        "rp_id TEXT NOT NULL, origin TEXT NOT NULL, valid_after_utc TEXT NOT NULL, valid_before_utc TEXT, created_utc TEXT NOT NULL)",
+    ),
 ]
+PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
+    "principal": "principal",
+    "credentialId": "credential_id",
+    "rpId": "rp_id",
+    "origin": "origin",
+    "validAfterUtc": "valid_after_utc",
+    "validBeforeUtc": "valid_before_utc",
+    "publicKey": "public_key",
+}
+
+
+def passkey_select(table: str) -> str:
+    """SELECT of every registered passkey of a passkeys table, under the names an allowed-passkeys line uses."""
+    columns = ", ".join(f'{c} AS "{k}"' for k, c in PASSKEY_COLUMNS.items())
+    return f"SELECT {columns} FROM {table} ORDER BY principal, created_utc, credential_id"
 
 
 class Dialect:
@@ -3267,6 +3289,14 @@ class Store(abc.ABC):
     def checkpoint_bytes(self, job: Job) -> int:
         """What the job's checkpoint history takes: the bytes a prune frees."""
 
+    @abc.abstractmethod
+    def passkey_rows(self) -> list[dict]:
+        """The passkeys registered here (PASSKEY_COLUMNS' keys): what the web page checks a passkey act with."""
+
+    @abc.abstractmethod
+    def add_passkey(self, row: dict) -> None:
+        """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own)."""
+
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
 
@@ -3379,6 +3409,25 @@ class StateDirStore(Store):
         if journal is not None:
             journal.secrets = self.secrets
         return journal
+
+    def passkey_rows(self) -> list[dict]:
+        journal = self.read_journal()
+        if journal is None:
+            return []
+        try:
+            return journal.rows(passkey_select("passkeys")) if journal.has_table("passkeys") else []
+        finally:
+            journal.close()
+
+    def add_passkey(self, row: dict) -> None:
+        journal = self.journal()
+        try:
+            values = {**row, "principal": self.principal(), "createdUtc": now_utc()}
+            names = [*PASSKEY_COLUMNS, "createdUtc"]
+            columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
+            journal.change(f"INSERT INTO passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values)
+        finally:
+            journal.close()
 
     @contextlib.contextmanager
     def checkpoint_connection(self, synced: bool = True) -> Iterator[sqlite3.Connection]:
@@ -4079,6 +4128,9 @@ def next_for_phase(snap: Snapshot) -> str:
     store = snap.store
     pending = [r for r in snap.calls if r["status"] == "pending"]
     resume = store.suggest("resume")
+    waiting = waiting_for_a_run(store, snap.job)
+    if waiting is not None and snap.phase in ("not-started", "ready", "deciding") and not latest_rejected(snap.calls):
+        return waiting  # resume is the runners' (the owner, the store's workers): this principal is told who runs it
     if snap.phase == "cancelled":
         if pending:  # nothing more runs, but the call's outcome still matters for accounting
             return (
@@ -4199,9 +4251,7 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
     """What to do at review: decide, or first act on a failed item (retry it, revise it, or decide reject or hold).
 
     Only what the acting principal may do is offered to it; a decision it may not make names who makes it."""
-    decide = decide_command(store, results)
-    if not store.may("decides", job):
-        decide = f"wait for the review: {who_may('decides', store.people(job))}, with {decide}"
+    decide = decide_command(store, results) if store.may("decides", job) else waiting_for_review(store, job)
     failed = failed_items(store, results, calls, manifest)
     if not failed:
         return decide
@@ -4214,6 +4264,27 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
     ways.append(f"decide: {decide}" if ways else decide)
     # one suggestion a line: each is a whole command to paste
     return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
+
+
+def waiting_for_review(store: Store, job: Job) -> str:
+    """What a principal who may not decide the job is told instead of a decide it would be refused: who decides."""
+    people = store.people(job)
+    deciders = people["reviewers"] or [people["owner"]]
+    return f"waiting for the review: {' or '.join(deciders)} decides ({who_may('decides', people)})"
+
+
+def waiting_for_a_run(store: Store, job: Job) -> str | None:
+    """What a principal who may not run the job is told instead of a resume it would be refused (None: it may run it)."""
+    if store.may("runs", job):
+        return None
+    return f"waiting for a worker: {who_may('runs', store.people(job))}"
+
+
+def review_step(store: Store, job: Job, results: list) -> dict:
+    """The ready-to-paste decide for a principal who may decide ({decideCommand}); else who decides ({decidedBy})."""
+    if store.may("decides", job):
+        return {"decideCommand": decide_command(store, results)}
+    return {"decidedBy": waiting_for_review(store, job)}
 
 
 def retry_command(store: Store, item_id: str) -> str:
@@ -4693,22 +4764,33 @@ def history_section(store: Store, drafts: list) -> Html:
     )
 
 
+def signed_words(record: dict) -> str:
+    """How an act's record is signed, in words: by a passkey (which, where), by an SSH key, or unsigned."""
+    signature = record.get("signature")
+    if not isinstance(signature, dict):
+        return "unsigned"
+    if signature.get("format") == PASSKEY_FORMAT:
+        return f"signed with passkey {clip(signature.get('credentialId'), 16)} at {signature.get('origin')}"
+    return "signed with an SSH key"
+
+
 def decision_section(snap: Snapshot, out: dict) -> Html:
     if snap.final:
         f = snap.final
         bound = (
-            h("bound to resultsSha256 <code>{}</code>", f.get("boundResultsSha256"))
+            h("bound to resultsSha256 {}", long_id(f.get("boundResultsSha256")))
             if f.get("bound") or f.get("boundResultsSha256")
             else Html("not bound to a results hash")
         )
         return h(
-            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p></section>",
+            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {}, {})</span></p></section>",
             f.get("decision"),
             by_whom(f, snap.store),
             f.get("reason"),
             f.get("decidedAtUtc"),
             f.get("draftVersion", 1),
             bound,
+            signed_words(f),
         )
     if snap.cancel:
         pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
@@ -4729,6 +4811,8 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             "in place of YOU and WHY.</p></section>",
             out["decideCommand"],
         )
+    if out.get("decidedBy"):
+        return h("<section id='decide'><h2>Decide</h2><p>{}</p></section>", out["decidedBy"])
     why = (
         "A decision was saved, but the decide that saved it stopped before it finished."
         if snap.saved_decision
@@ -4840,6 +4924,207 @@ def check_signature(allowed_signers: str, principal: str, act: str, job_id: str,
         raise SealError(f"the {act}'s signature does not verify as {principal} at {when} with {allowed_signers}: {why}")
 
 
+# -- passkeys: a person's WebAuthn credential, on the web page, signs the same record ------------------------------
+# The page asks for the act's record before anything is written (decide or cancel with prepare=True): the WebAuthn
+# challenge is the sha256 of the very message an SSH signature covers (signed_message: act, job, the record's fields,
+# the chain's head), so the authenticator's assertion signs the act itself. The act is then recorded only if nothing
+# changed since (the same record, the same chain head), with the assertion kept in its record: the authenticator
+# data, the client data JSON, the signature and the credential id, with the relying-party id and origin it was made
+# for. verify checks it offline with a file of registered public keys (--allowed-passkeys FILE), never with the
+# store's own copy: one line a key, as `passkeys` prints them (PASSKEY_LINE_FIELDS; docs/CONTRACT.md).
+PASSKEY_PREPARED_SECONDS = 300  # a signed record older than this is not recorded: the person signs afresh
+PASSKEY_LINE_FIELDS = ("principal", "credentialId", "rpId", "validAfterUtc", "validBeforeUtc", "publicKey")
+PASSKEY_FILE_HEADER = "# durable-job allowed passkeys: PRINCIPAL CREDENTIAL_ID RP_ID VALID_AFTER VALID_BEFORE PUBLIC_KEY ('-': no bound)"
+PASSKEY_ASSERTION = ("credentialId", "authenticatorData", "clientDataJSON", "signature")  # base64url, as the browser gave them
+PASSKEY_SIGNED_KEYS = ("chainHead", "fields", "rpId", "origin", *PASSKEY_ASSERTION)  # what a passkey signature record binds
+
+
+def need_webauthn():
+    """The webauthn library (requirements-web.txt), imported only when a passkey is registered or checked."""
+    try:
+        import webauthn  # type: ignore[import-untyped,unused-ignore]
+        import webauthn.helpers  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        raise UsageError("passkeys need the webauthn library, which is not installed: pip install -r requirements-web.txt") from None
+    return webauthn
+
+
+def b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def b64url_bytes(text: str) -> bytes:
+    import base64
+
+    if not isinstance(text, str) or not re.fullmatch(r"[A-Za-z0-9_-]*", text):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def passkey_challenge(act: str, job_id: str, record: dict, head: dict, fields: list) -> bytes:
+    """The WebAuthn challenge of an act: the sha256 of the message an SSH signature of it covers."""
+    return hashlib.sha256(signed_message(act, job_id, record, head, fields)).digest()
+
+
+def passkey_request(act: str, job_id: str, record: dict, head: dict) -> dict:
+    """What the page's passkey signs, before anything is recorded: the record, the chain's head and the challenge."""
+    fields = sorted(k for k in record if k != "signature")
+    return {
+        "prepared": act,
+        "jobId": job_id,
+        "record": record,
+        "chainHead": head,
+        "challenge": b64url(passkey_challenge(act, job_id, record, head, fields)),
+    }
+
+
+def utc_instant(text: str, what: str):
+    import datetime
+
+    try:
+        return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(datetime.UTC)
+    except ValueError:
+        raise UsageError(f"{what} {text!r} is not a UTC time (2026-12-01T09:00:00Z)") from None
+
+
+def passkey_line(row: dict) -> str:
+    """One registered passkey as a line of an allowed-passkeys file."""
+    return " ".join(str(row.get(k) or "-") for k in PASSKEY_LINE_FIELDS)
+
+
+def read_allowed_passkeys(path: str) -> list[dict]:
+    """The keys of an allowed-passkeys file (one a line, as `passkeys` prints them; # starts a comment)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--allowed-passkeys {path}: cannot be read ({clip(exc, 100)}); give the file `passkeys` printed") from None
+    keys = []
+    for n, line in enumerate(lines, 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != len(PASSKEY_LINE_FIELDS):
+            raise UsageError(
+                f"--allowed-passkeys {path} line {n}: give {' '.join(PASSKEY_FILE_HEADER.split(': ')[1:])}, as `passkeys` prints them"
+            )
+        key: dict = {k: (None if w == "-" and k.startswith("valid") else w) for k, w in zip(PASSKEY_LINE_FIELDS, words)}
+        for bound in ("validAfterUtc", "validBeforeUtc"):
+            if key[bound] is not None:
+                utc_instant(key[bound], f"--allowed-passkeys {path} line {n}:")
+        keys.append(key)
+    return keys
+
+
+def passkey_shape(signature: dict) -> str | None:
+    """Why a passkey signature record cannot be checked (None when it can)."""
+    if not all(isinstance(signature.get(k), str) and signature[k] for k in (*PASSKEY_ASSERTION, "rpId", "origin")):
+        return "a passkey signature needs credentialId, authenticatorData, clientDataJSON, signature, rpId and origin"
+    return None
+
+
+def check_passkey(keys: list, principal: str, act: str, job_id: str, record: dict, when: str, source: str) -> None:
+    """Verify an act's passkey assertion with a registered key of `principal` (from `source`), at the act's time, for the
+    relying party and origin the record names: else a SealError saying which."""
+    signature = record["signature"]
+    credential = str(signature.get("credentialId"))
+    mine = [k for k in keys if k["credentialId"] == credential]
+    key = next((k for k in mine if k["principal"] == principal), None)
+    if key is None:
+        whose = f"is registered for {mine[0]['principal']}, not {principal}" if mine else "is not among them"
+        raise SealError(f"the {act}'s passkey {clip(credential, 24)} {whose} in {source}: it proves nothing about {principal}")
+    if key["rpId"] != signature.get("rpId"):
+        raise SealError(f"the {act}'s passkey was registered for relying party {key['rpId']}, the {act} names {signature.get('rpId')}")
+    at = utc_instant(when, f"the {act}'s time")
+    if (key.get("validAfterUtc") and at < utc_instant(key["validAfterUtc"], "valid-after")) or (
+        key.get("validBeforeUtc") and at >= utc_instant(key["validBeforeUtc"], "valid-before")
+    ):
+        raise SealError(
+            f"the {act} at {when} is outside passkey {clip(credential, 24)}'s validity in {source} "
+            f"(valid after {key.get('validAfterUtc') or '-'}, before {key.get('validBeforeUtc') or '-'})"
+        )
+    check_assertion(key, act, job_id, record)
+
+
+def check_assertion(key: dict, act: str, job_id: str, record: dict) -> None:
+    """The assertion signs this act's challenge, for its relying party and origin, with the key, the person verified."""
+    webauthn = need_webauthn()
+    signature = record["signature"]
+    challenge = passkey_challenge(act, job_id, record, signature["chainHead"], signature.get("fields") or [])
+    credential = {
+        "id": signature["credentialId"],
+        "rawId": signature["credentialId"],
+        "type": "public-key",
+        "response": {k: signature[k] for k in ("authenticatorData", "clientDataJSON", "signature")},
+    }
+    try:
+        webauthn.verify_authentication_response(
+            credential=credential,
+            expected_challenge=challenge,
+            expected_rp_id=signature["rpId"],
+            expected_origin=signature["origin"],
+            credential_public_key=b64url_bytes(key["publicKey"]),
+            credential_current_sign_count=0,  # offline, a counter proves nothing: each act's own challenge does
+            require_user_verification=True,
+        )
+    except Exception as exc:
+        why = "it signs another record (the act, its job or the chain's head differ)" if "challenge" in str(exc) else clip(exc, 160)
+        raise SealError(f"the {act}'s passkey signature does not verify as {record.get('principal')}: {why}") from None
+
+
+def page_signature(passkey: dict, act: str, job_id: str, record: dict, head: dict, when_key: str) -> dict:
+    """The passkey signature of an act made on the page, which signed passkey_request's record: recorded only when the
+    record (at the time signed) and the chain's head are still exactly those, and the key verifies it."""
+    prepared = passkey.get("prepared") or {}
+    signed = dict(prepared.get("record") or {})
+    record[when_key] = signed.get(when_key)
+    age = time.time() - utc_instant(record[when_key] or "", "the signed time").timestamp()
+    if not 0 <= age <= PASSKEY_PREPARED_SECONDS:
+        raise DecisionError(f"Your passkey signed this {act} at {record[when_key]}, too long ago: nothing was recorded; tap again")
+    changed = sorted(k for k in set(record) | set(signed) if k != "signature" and record.get(k) != signed.get(k))
+    if changed or prepared.get("chainHead") != head or prepared.get("jobId") != job_id or prepared.get("prepared") != act:
+        what = ", ".join(changed) or "the job's history"
+        raise DecisionError(f"Changed since your passkey signed ({what}): nothing was recorded; review the job again, then decide")
+    assertion = passkey.get("assertion") or {}
+    signature = {
+        "format": PASSKEY_FORMAT,
+        "namespace": SIGN_NAMESPACE,
+        "chainHead": head,
+        "fields": sorted(k for k in record if k != "signature"),
+        **{k: assertion.get(k) for k in PASSKEY_ASSERTION},
+        "rpId": passkey.get("rpId"),
+        "origin": passkey.get("origin"),
+        "signedAtUtc": now_utc(),
+    }
+    if passkey_shape(signature):
+        raise UsageError(f"the passkey's answer is incomplete: {passkey_shape(signature)}; tap again")
+    try:
+        check_passkey([passkey["key"]], record["principal"], act, job_id, {**record, "signature": signature}, record[when_key], "the store")
+    except SealError as exc:
+        raise DecisionError(f"{exc}: nothing was recorded") from None
+    return signature
+
+
+def check_act_signature(files: dict, principal: str, act: str, job_id: str, record: dict, when: str) -> str:
+    """Check an act's signature, SSH or passkey, with the file given for its kind ({"sshsig": allowed_signers,
+    "webauthn": allowed_passkeys}); what was checked, in words."""
+    signature = record["signature"]
+    if signature.get("format") == PASSKEY_FORMAT:
+        check_passkey(read_allowed_passkeys(files[PASSKEY_FORMAT]), principal, act, job_id, record, when, files[PASSKEY_FORMAT])
+        return f"signed by {principal} with passkey {clip(signature['credentialId'], 16)} at {signature.get('origin')}"
+    check_signature(files["sshsig"], principal, act, job_id, record, when)
+    return f"signed by {principal}"
+
+
+def key_file_flag(signature: dict) -> tuple[str, str]:
+    """(the kind of a signature, the verify flag naming the file its keys are in)."""
+    if isinstance(signature, dict) and signature.get("format") == PASSKEY_FORMAT:
+        return PASSKEY_FORMAT, "--allowed-passkeys"
+    return "sshsig", "--allowed-signers"
+
+
 def receipt_head(final: dict | None, cancel: dict | None) -> dict:
     """Who decided what, why and when, at the receipt's top level for `jq` (a null decision for a cancel)."""
     who = final or cancel or {}
@@ -4914,7 +5199,7 @@ def verify_refusal(report: dict) -> SealError | None:
 UNCHAINED = "history not chained: consistency checks only (the job was sealed before its acts were chained)"
 
 
-def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | None = None) -> list:
+def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | None = None, allowed_passkeys: str | None = None) -> list:
     checks = []
 
     def check(name, fn):
@@ -4945,7 +5230,8 @@ def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | N
         check("chain", lambda: chain_invariants(snap))
     else:  # sealed before the chained history
         checks.append({"name": "chain", "ok": not strict, "warning": True, "detail": UNCHAINED})
-    check("signatures", lambda: signature_invariants(snap, allowed_signers, strict))
+    files = {"sshsig": allowed_signers, PASSKEY_FORMAT: allowed_passkeys}
+    check("signatures", lambda: signature_invariants(snap, files, strict))
     return checks
 
 
@@ -5258,9 +5544,11 @@ def signed_acts(snap: Snapshot) -> list[tuple[str, dict, str, str]]:
     return acts
 
 
-def approval_said(job: Job, allowed_signers: str | None) -> str:
+def approval_said(job: Job, allowed_signers: str | None, strict: bool = False) -> str:
     """The approver's signature of the manifest, verified as approvedBy at the job's sealing."""
     armored = job.get("approvalSignature")
+    if allowed_signers is None and strict:
+        raise SealError("approval signed, not checked: --strict checks every signature, give --allowed-signers FILE")
     if allowed_signers is None:
         return "approval signed (not checked: give --allowed-signers FILE)"
     record = approval_record(job["jobId"], job["approvedBy"], job["manifestSha256"])
@@ -5269,15 +5557,16 @@ def approval_said(job: Job, allowed_signers: str | None) -> str:
     return f"approval signed by {job['approvedBy']}, verified"
 
 
-def signature_invariants(snap: Snapshot, allowed_signers: str | None, strict: bool = False) -> str:
-    """Each signed act verifies with allowed_signers as the principal the journal recorded, at the act's own time, over
-    the chain's head just under it; an unsigned act says so."""
-    said = [approval_said(snap.job, allowed_signers)] if snap.job.get("approvalSignature") else []
+def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> str:
+    """Each signed act verifies with the key file of its kind (files: {"sshsig": allowed_signers, "webauthn":
+    allowed_passkeys}) as the principal the journal recorded, at the act's own time, over the chain's head just under
+    it; an unsigned act says so. --strict fails an unsigned act, and a signed one whose key file was not given."""
+    said = [approval_said(snap.job, files.get("sshsig"), strict)] if snap.job.get("approvalSignature") else []
     links = {int(link["seq"]): link for link in chain_links(snap.journal)}
     for act, record, principal, when in signed_acts(snap):
         signature = record.get("signature")
         if not signature and strict:
-            raise SealError(f"{act} unsigned: --strict asks for a signed {act} (decide --sign-key PATH)")
+            raise SealError(f"{act} unsigned: --strict asks for a signed {act} (decide --sign-key PATH, or a passkey on the page)")
         if not signature:
             said.append(
                 f"{act} unsigned (a rewrite of the whole history, every link recomputed, is caught only by a signature or a kept receipt)"
@@ -5289,11 +5578,13 @@ def signature_invariants(snap: Snapshot, allowed_signers: str | None, strict: bo
         under = links.get(head.get("seq"))
         if links and (under is None or under["link_sha256"] != head.get("sha256") or links.get(head["seq"] + 1, {}).get("act") != act):
             raise SealError(f"the {act}'s signature covers chain head {head.get('seq')}, which is not the link just under the {act}")
-        if allowed_signers is None:
-            said.append(f"{act} signed (not checked: give --allowed-signers FILE)")
+        kind, flag_name = key_file_flag(signature)
+        if files.get(kind) is None and strict:
+            raise SealError(f"{act} signed, not checked: --strict checks every signature, give {flag_name} FILE")
+        if files.get(kind) is None:
+            said.append(f"{act} signed (not checked: give {flag_name} FILE)")
             continue
-        check_signature(allowed_signers, principal, act, snap.job["jobId"], record, when)
-        said.append(f"{act} signed by {principal}, verified")
+        said.append(f"{act} {check_act_signature(files, principal, act, snap.job['jobId'], record, when)}, verified")
     return "; ".join(said) or "nothing signed or to sign yet"
 
 
@@ -5333,24 +5624,27 @@ def kept_receipt_fits(snap: Snapshot, path: str) -> str:
     return f"the receipt in {path} fits links rows {seq - 1} and {seq}"
 
 
-def verify_receipt_alone(path: str, allowed_signers: str | None) -> dict:
+def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkeys: str | None = None) -> dict:
     """verify --receipt FILE with no job: the receipt's own signatures, checked with allowed_signers, and every field it
     reports held against the signed record. A top-level field that disagrees with it fails; one the signature does not
     cover is named (`unsigned`): only the receipt says it, and only the job (verify --receipt with it) can bind it."""
     receipt = read_kept_receipt(path)
     checks, verified, trusted = [], [], set()
     acts = receipt_acts(receipt)
+    files = {"sshsig": allowed_signers, PASSKEY_FORMAT: allowed_passkeys}
     for act, record, when in acts:
         shape = signature_shape(act, record, when)
         if not record.get("signature"):
             checks.append({"name": act, "ok": False, "detail": f"{act} unsigned: a receipt alone proves nothing without a signature"})
         elif shape:
             checks.append({"name": act, "ok": False, "detail": shape})
-        elif allowed_signers is None:
-            checks.append({"name": act, "ok": False, "detail": f"{act} signed, not checked: give --allowed-signers FILE"})
+        elif files[key_file_flag(record["signature"])[0]] is None:
+            checks.append(
+                {"name": act, "ok": False, "detail": f"{act} signed, not checked: give {key_file_flag(record['signature'])[1]} FILE"}
+            )
         else:
             try:
-                check_signature(allowed_signers, record["principal"], act, receipt["jobId"], record, record[when])
+                check_act_signature(files, record["principal"], act, receipt["jobId"], record, record[when])
                 verified.append(act_words(act, record))
                 trusted.add(act)
                 checks.append({"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified"})
@@ -5412,7 +5706,13 @@ def json_words(value) -> str:
 def signature_shape(act: str, record: dict, when: str) -> str | None:
     """Why the act's record cannot be checked as signed (None when it can): a receipt from elsewhere may hold anything."""
     signature = record.get("signature")
-    if not isinstance(signature, dict) or not isinstance(signature.get("armored"), str) or not isinstance(signature.get("chainHead"), dict):
+    if isinstance(signature, dict) and signature.get("format") == PASSKEY_FORMAT and isinstance(signature.get("chainHead"), dict):
+        shape = passkey_shape(signature)
+        if shape:
+            return f"the {act}'s signature is not a passkey signature record: {shape}"
+    elif (
+        not isinstance(signature, dict) or not isinstance(signature.get("armored"), str) or not isinstance(signature.get("chainHead"), dict)
+    ):
         return f"the {act}'s signature is not a signature record (armored text, chainHead and fields)"
     fields = signature.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
@@ -5457,7 +5757,8 @@ def receipt_uncovered(receipt: dict, head: dict, signed: list) -> list[str]:
     uncovered = sorted(k for k in receipt if k not in head and k not in enumerated)
     for act, record, fields in signed:
         uncovered += sorted(f"{act_key(act)}.{k}" for k in record if k not in fields and k not in ("signature", "jobId"))
-        uncovered += sorted(f"{act_key(act)}.signature.{k}" for k in record["signature"] if k not in SIGNATURE_SIGNED_KEYS)
+        bound = PASSKEY_SIGNED_KEYS if record["signature"].get("format") == PASSKEY_FORMAT else SIGNATURE_SIGNED_KEYS
+        uncovered += sorted(f"{act_key(act)}.signature.{k}" for k in record["signature"] if k not in bound)
     return uncovered
 
 
@@ -5592,7 +5893,7 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
         "index": values.get("index", 0),
         "results": [result_brief(r) for r in results],
         "final": values.get("final"),
-        "interrupt": [{**review_bundle(ctx.job, results, draft), "decideCommand": decide_command(ctx.store, results)}] if waiting else [],
+        "interrupt": [{**review_bundle(ctx.job, results, draft), **review_step(ctx.store, ctx.job, results)}] if waiting else [],
     }
     failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if waiting else []
     if failed:
@@ -5790,7 +6091,7 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
     if snap.saved_decision:
         out["savedDecision"] = snap.saved_decision
     if snap.waiting and not snap.cancel:
-        out["decideCommand"] = decide_command(snap.store, snap.results)
+        out.update(review_step(snap.store, snap.job, snap.results))
         out.update(failed_field(snap.store, snap.results, snap.calls, snap.store.sealed_manifest(snap.job)))
     return out
 
@@ -5861,7 +6162,7 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         }
         if drafted:
             new_results = drafted.pop("results")
-            out.update(retryDraft=drafted, decideCommand=decide_command(ctx.store, new_results))
+            out.update(retryDraft=drafted, **review_step(ctx.store, ctx.job, new_results))
         return out
 
 
@@ -5936,14 +6237,32 @@ def need_text(value, flag: str) -> None:
 
 
 def decide(
-    store: Store, *, decision: str, reviewer: str, reason: str, results_sha256: str | None = None, sign_key: str | None = None
+    store: Store,
+    *,
+    decision: str,
+    reviewer: str,
+    reason: str,
+    results_sha256: str | None = None,
+    sign_key: str | None = None,
+    passkey: dict | None = None,
+    prepare: bool = False,
 ) -> dict:
     """Record the person's final decision once, while the job waits at review (bound to results_sha256 when given;
-    signed with the SSH key at sign_key when given, else recorded as unsigned)."""
-    return record_decision(store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key)
+    signed with the SSH key at sign_key, or by the page's passkey, when given, else recorded as unsigned). prepare:
+    record nothing, return what a passkey signs (passkey_request); passkey: that record, signed (page_signature)."""
+    return record_decision(store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key, passkey=passkey, prepare=prepare)
 
 
-def record_decision(store: Store, decision: str, reviewer: str, reason: str, bound: str | None, sign_key: str | None = None) -> dict:
+def record_decision(
+    store: Store,
+    decision: str,
+    reviewer: str,
+    reason: str,
+    bound: str | None,
+    sign_key: str | None = None,
+    passkey: dict | None = None,
+    prepare: bool = False,
+) -> dict:
     need_job_id(store)
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
@@ -5968,7 +6287,13 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
             "resultsSha256": digest,
             "principal": ctx.store.principal(),
         }
-        value["signature"] = sign_act(sign_key, "decision", ctx.job["jobId"], value, chain_head(ctx.journal)) if sign_key else None
+        head = chain_head(ctx.journal)
+        if prepare:
+            return passkey_request("decision", ctx.job["jobId"], value, head)
+        if passkey:
+            value["signature"] = page_signature(passkey, "decision", ctx.job["jobId"], value, head, "decidedAtUtc")
+        else:
+            value["signature"] = sign_act(sign_key, "decision", ctx.job["jobId"], value, head) if sign_key else None
         record_decision_row(
             ctx.journal, value
         )  # the journal first: verify requires its row, and a store refuses it from a role that may not decide
@@ -6117,7 +6442,7 @@ def revise_item(store: Store, item: str, summary: str, citations, reviewer: str,
             "reason": reason,
             "principal": checked["revision"]["principal"],
             "result": checked,
-            "decideCommand": decide_command(ctx.store, new_results),
+            **review_step(ctx.store, ctx.job, new_results),
             **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
         }
 
@@ -6202,7 +6527,7 @@ def retry_item(store: Store, item: str, reviewer: str, reason: str, say, bound: 
                 not_sent=exc.not_sent,
             ) from None
         new_results = drafted.pop("results")
-        out = {"jobId": ctx.job["jobId"], **drafted, "decideCommand": decide_command(ctx.store, new_results)}
+        out = {"jobId": ctx.job["jobId"], **drafted, **review_step(ctx.store, ctx.job, new_results)}
         out.update(failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest))
         return out
 
@@ -6251,7 +6576,9 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
     }
 
 
-def cancel(store: Store, *, reviewer: str, reason: str, sign_key: str | None = None) -> dict:
+def cancel(
+    store: Store, *, reviewer: str, reason: str, sign_key: str | None = None, passkey: dict | None = None, prepare: bool = False
+) -> dict:
     """Record a terminal cancel from any non-final state; nothing new is ever sent afterwards (signed as decide is)."""
     need_job_id(store)
     with open_job(store, "cancel", seals=False, cancelled_ok=True) as ctx:  # ending a job needs no sound inputs
@@ -6277,7 +6604,13 @@ def cancel(store: Store, *, reviewer: str, reason: str, sign_key: str | None = N
             "cancelledAtUtc": now_utc(),
             "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
         }
-        record["signature"] = sign_act(sign_key, "cancel", ctx.job["jobId"], record, chain_head(ctx.journal)) if sign_key else None
+        head = chain_head(ctx.journal)
+        if prepare:
+            return passkey_request("cancel", ctx.job["jobId"], record, head)
+        if passkey:
+            record["signature"] = page_signature(passkey, "cancel", ctx.job["jobId"], record, head, "cancelledAtUtc")
+        else:
+            record["signature"] = sign_act(sign_key, "cancel", ctx.job["jobId"], record, head) if sign_key else None
         with ctx.journal.transaction():
             record_cancel(ctx.journal, record)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
@@ -6479,19 +6812,30 @@ def seal_mcp_env(pairs: list) -> dict:
     return env
 
 
-def verify(store: Store, *, strict: bool = False, allowed_signers: str | None = None, receipt: str | None = None) -> dict:
+def verify(
+    store: Store,
+    *,
+    strict: bool = False,
+    allowed_signers: str | None = None,
+    receipt: str | None = None,
+    allowed_passkeys: str | None = None,
+) -> dict:
     """Re-check everything offline: seals, hashes, versions, journal invariants, the chain, results, receipt, signatures.
 
-    strict: a job whose history is not chained, or whose decision or cancel is unsigned, fails. allowed_signers: the file (git's format)
-    each signature is checked with; without it verify says which signatures there are, unchecked."""
+    strict: a job whose history is not chained, or whose decision or cancel is unsigned, or a signature whose key file was
+    not given, fails. allowed_signers: the file (git's format) each SSH signature is checked with; allowed_passkeys: the
+    file (as `passkeys` prints it) each passkey signature is checked with; without them verify says which signatures
+    there are, unchecked."""
     if allowed_signers is not None and not os.path.isfile(allowed_signers):
         raise UsageError(f"--allowed-signers {allowed_signers}: no such file; give git's allowed_signers file (PRINCIPAL KEY a line)")
+    if allowed_passkeys is not None:
+        read_allowed_passkeys(allowed_passkeys)  # a missing or malformed file is refused before anything is read
     need_job_id(store)
     if store.has_job():
         store.check_files()  # a damaged or lost database is named before anything reads it
     snap = read_snapshot(store)
     try:
-        checks = verify_checks(snap, strict, allowed_signers)
+        checks = verify_checks(snap, strict, allowed_signers, allowed_passkeys)
         if receipt is not None:
             try:
                 checks.append({"name": "kept receipt", "ok": True, "detail": kept_receipt_fits(snap, receipt)})
@@ -6835,6 +7179,32 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
 USAGE_BY = ("owner", "model", "day")
 
 
+def registered_passkeys(*, store: str | None = None, roots=(), program: str | None = None, from_env: bool = False) -> dict:
+    """The passkeys registered on serve's page: in a store (every role's), or in the state directories under folders
+    (roots), each once. `lines` are an allowed-passkeys file (verify --allowed-passkeys FILE) for a person to review
+    and keep outside the store: verify never trusts a key from the store alone."""
+    if roots and store:
+        raise UsageError("give --store URL or --root DIR, not both")
+    if not store and not roots:
+        raise UsageError(f"name where the passkeys are registered: --store URL (or set {STORE_ENV}), or --root DIR")
+    if store:
+        lister = team_part("store").PgStore(store, "", from_env=from_env, program=program)
+        try:
+            rows, where = lister.passkey_rows(), {"store": lister.public}
+        finally:
+            lister.close()
+    else:
+        found: dict[str, dict] = {}
+        for state in state_dirs_under(list(roots), program):
+            for row in state.passkey_rows():
+                found.setdefault(row["credentialId"], row)
+        rows, where = (
+            sorted(found.values(), key=lambda r: (r["principal"], r["credentialId"])),
+            {"roots": [os.path.abspath(r) for r in roots]},
+        )
+    return {**where, "passkeys": rows, "lines": [PASSKEY_FILE_HEADER, *(passkey_line(r) for r in rows)]}
+
+
 def usage(
     *,
     store: str | None = None,
@@ -7035,7 +7405,7 @@ def prune_job(store: Store) -> int:
 
 def text_document(command: str, out: dict, store: Store | None, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
-    if command in ("jobs", "migrate", "work", "usage") or "submits" in out:  # about a whole store or folder, not one job
+    if command in ("jobs", "migrate", "work", "usage", "passkeys") or "submits" in out:  # about a whole store or folder, not one job
         return "\n".join(render(out, store))
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, store)]
     for key in ("next", "sealBroken", "html"):
@@ -7103,6 +7473,8 @@ def signature_line(record: dict) -> str:
     signature = record.get("signature")
     if not signature:
         return "  unsigned: no SSH key signed it (decide --sign-key PATH signs)"
+    if signature.get("format") == PASSKEY_FORMAT:
+        return f"  {signed_words(record)}, over the chain's head (links row {signature['chainHead']['seq']}): verify --allowed-passkeys FILE checks it"
     return f"  signed with an SSH key over the chain's head (links row {signature['chainHead']['seq']}): verify --allowed-signers FILE checks it"
 
 
@@ -7126,7 +7498,7 @@ def text_run(out: dict, store) -> list:
     lines += failed_lines(out)
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
-        lines.append(f"  next: {bundle['decideCommand']}")
+        lines.append(f"  next: {bundle.get('decideCommand') or bundle.get('decidedBy')}")
     return lines
 
 
@@ -7166,8 +7538,8 @@ def text_inspect(out: dict, store) -> list:
     if out.get("cancelled"):
         lines.append(cancelled_line(out["cancelled"], store))
     lines += failed_lines(out)
-    if out.get("decideCommand") and "next" not in out:  # inspect's own next says it
-        lines.append(f"  next: {out['decideCommand']}")
+    if (out.get("decideCommand") or out.get("decidedBy")) and "next" not in out:  # inspect's own next says it
+        lines.append(f"  next: {out.get('decideCommand') or out.get('decidedBy')}")
     if out.get("receiptFile"):
         lines.append(f"  receipt written to {out['receiptFile']}: anyone with the signer's public key checks it with verify --receipt")
     return lines
@@ -7184,7 +7556,7 @@ def text_reconcile(out: dict, store) -> list:
         lines.append(
             f"  it was a retry: its answer is now draft {drafted['draftVersion']}, {drafted['itemId']} {drafted['result']['status']}{why}"
         )
-        lines.append(f"  next: {out['decideCommand']}")
+        lines.append(f"  next: {out.get('decideCommand') or out.get('decidedBy')}")
     return lines
 
 
@@ -7193,7 +7565,7 @@ def text_revise(out: dict, store) -> list:
         f"  {out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
-        f"  next: {out['decideCommand']}",
+        f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
     ]
 
 
@@ -7206,7 +7578,7 @@ def text_retry(out: dict, store) -> list:
         f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
-        f"  next: {out['decideCommand']}",
+        f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
     ]
 
 
@@ -7238,6 +7610,10 @@ def text_seal(out: dict, store) -> list:
 def text_verify(out: dict, store) -> list:
     mark = lambda c: "FAIL" if not c["ok"] else "warn" if c.get("warning") else "ok  "  # noqa: E731
     return [f"  {mark(check)} {check['name']}: {check['detail']}" for check in out.get("checks") or []]
+
+
+def text_passkeys(out: dict, store) -> list:
+    return list(out["lines"])
 
 
 def text_jobs(out: dict, store) -> list:
@@ -7500,8 +7876,14 @@ def cmd_seal(args) -> dict:
 def cmd_verify(args) -> dict:
     """Re-check everything offline: seals, journal invariants, results, receipt, the chained history and signatures."""
     if args.receipt and not (args.state_dir or args.store or args.job or os.environ.get(STORE_ENV)):
-        return verify_receipt_alone(args.receipt, args.allowed_signers)  # no job named: the receipt's own signatures
-    return verify(store_from(args), strict=args.strict, allowed_signers=args.allowed_signers, receipt=args.receipt)
+        return verify_receipt_alone(args.receipt, args.allowed_signers, args.allowed_passkeys)  # no job named: its own signatures
+    return verify(
+        store_from(args),
+        strict=args.strict,
+        allowed_signers=args.allowed_signers,
+        receipt=args.receipt,
+        allowed_passkeys=args.allowed_passkeys,
+    )
 
 
 def cmd_jobs(args) -> dict:
@@ -7517,6 +7899,12 @@ def cmd_jobs(args) -> dict:
         limit=args.limit if args.limit is not None else PAGE_ON_TERMINAL if sys.stdout.isatty() else None,
         **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices", "sealed_by_other"),
     )
+
+
+def cmd_passkeys(args) -> dict:
+    """Print the passkeys registered on serve's page as lines of an allowed-passkeys file (verify --allowed-passkeys)."""
+    url = args.store or (None if args.root else os.environ.get(STORE_ENV))
+    return registered_passkeys(store=url, roots=args.root or (), program=args.program, from_env=not args.store)
 
 
 def cmd_usage(args) -> dict:
@@ -7752,12 +8140,22 @@ COMMANDS = {
         cmd_verify,
         text_verify,
         [
-            flag("--strict", action="store_true", help="fail a job whose history is not chained or whose decision is unsigned"),
+            flag(
+                "--strict",
+                action="store_true",
+                help="fail a job whose history is not chained, whose decision is unsigned, or whose signatures' key file is not given",
+            ),
             flag(
                 "--allowed-signers",
                 type=path_argument,
                 metavar="FILE",
                 help="check each signature with this file (git's allowed_signers format; a principal is a role or an account)",
+            ),
+            flag(
+                "--allowed-passkeys",
+                type=path_argument,
+                metavar="FILE",
+                help="check each passkey signature with this file of registered keys (the lines `passkeys` prints)",
             ),
             flag(
                 "--receipt",
@@ -7864,6 +8262,7 @@ COMMANDS = {
         state_dir=False,
     ),
     "delete": Command(cmd_delete, text_delete),
+    "passkeys": Command(cmd_passkeys, text_passkeys, [STORE_FLAG, ROOT_FLAG], state_dir=False),
     "serve": Command(
         cmd_serve,
         text_serve,
@@ -8013,7 +8412,7 @@ def refuse_unknown_flag(name: str, words: list) -> None:
 
 def emit(command: str, out: dict, fmt: str | None, secrets: Secrets, store=None) -> None:
     """Print a command's document: its text on a terminal (or with --text), else the JSON."""
-    fmt = fmt or ("text" if sys.stdout.isatty() else "json")
+    fmt = fmt or ("text" if sys.stdout.isatty() or command == "passkeys" else "json")  # passkeys: a file's lines, piped too
     if fmt == "text":
         text = text_document(command, printable(next_lines(out)), store, COMMANDS[command].text)
     else:

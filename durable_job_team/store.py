@@ -36,6 +36,7 @@ from durable_job import (
     LG_ROOT_NAMESPACE,
     LG_SAVED_CHANNELS,
     NEW_JOB,
+    PASSKEY_COLUMNS,
     STATE_KEYS,
     BusyError,
     CheckpointRows,
@@ -71,6 +72,7 @@ from durable_job import (
     may_by_rule,
     now_utc,
     parse_manifest,
+    passkey_select,
     plain_value,
     pruned_checkpoint,
     read_checkpoint,
@@ -209,6 +211,7 @@ PG_SETUP_MIGRATIONS = (
     "m009_retention",
     "m010_creation_order",
     "m011_hostile_roles",
+    "m012_passkeys",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -236,6 +239,7 @@ STORE_TABLES = (  # every table a store's migrations make (LangGraph's among the
     "checkpoint_migrations",
     "prunes",
     "tombstones",
+    "passkeys",
 )
 NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
 
@@ -1052,6 +1056,21 @@ class PgStore(Store):
             record=json.dumps(record, sort_keys=True),
         )
 
+    def passkey_rows(self) -> list[dict]:
+        return self.db().rows(passkey_select("durable_job.passkeys"))
+
+    def add_passkey(self, row: dict) -> None:
+        """The row as the person's own role (the database stamps the principal: no role registers another's key)."""
+        names = [*PASSKEY_COLUMNS, "createdUtc"]
+        columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
+        values = {**row, "createdUtc": now_utc()}
+        values.pop("principal", None)
+        names.remove("principal")
+        columns.remove("principal")
+        self.db().change(
+            f"INSERT INTO durable_job.passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values
+        )
+
     def drop_checkpoints(self, job: Job) -> None:
         """LangGraph's checkpoint history of the job's thread, through the saver's own delete_thread."""
         from langgraph.checkpoint.postgres import PostgresSaver
@@ -1213,7 +1232,7 @@ STORE_GRANTS = (
     "GRANT SELECT ON ALL TABLES IN SCHEMA durable_job TO {role}",
     "GRANT INSERT ON durable_job.jobs, durable_job.job_locks, durable_job.calls, durable_job.call_events, durable_job.drafts, "
     "durable_job.outcomes, durable_job.decisions, durable_job.receipts, durable_job.links, durable_job.checkpoints, durable_job.checkpoint_blobs, "
-    "durable_job.checkpoint_writes TO {role}",
+    "durable_job.checkpoint_writes, durable_job.passkeys TO {role}",
     "GRANT UPDATE ON durable_job.calls, durable_job.job_locks, durable_job.checkpoints, durable_job.checkpoint_writes TO {role}",
     "GRANT DELETE ON durable_job.calls TO {role}",
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import hashlib
 import hmac
 import json
 import os
@@ -35,7 +36,7 @@ import threading
 import time
 import types
 from typing import Any, cast
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import durable_job
 from durable_job_team import store as team_store
@@ -165,6 +166,9 @@ class WebPerson:
         self.reader: team_store.PgStore | None = None
         self.views: dict = {}  # job id (or "" for the list) → (generation, view), shared by this person's pages
         self.flash: dict = {}  # job id → the message of the last act, shown once
+        self.prepared: dict = {}  # a passkey challenge → the act's record it signs (durable_job.passkey_request), and where
+        self.registering: dict = {}  # a registration's challenge → the relying party and origin it was asked for
+        self.drafts: dict = {}  # job id → what the person typed for an act that was not recorded (shown filled in, once)
         self.last_seen = time.monotonic()
         self.signed_out = False
 
@@ -433,6 +437,26 @@ class WebSite:
                 finally:
                     store.close()
 
+    # -- passkeys --------------------------------------------------------------
+
+    def passkeys_of(self, person: WebPerson) -> list:
+        """The passkeys registered for the person's principal (a store's table; a --root's state directories)."""
+        if self.store:
+            with person.lock:
+                rows = person.read_store("").passkey_rows()
+        else:
+            rows = durable_job.registered_passkeys(roots=self.roots, program=self.program)["passkeys"]
+        return [r for r in rows if r["principal"] == person.principal]
+
+    def add_passkey(self, person: WebPerson, job_id: str, row: dict) -> None:
+        """Register a passkey as the person: a store's own role (its policies stamp the principal), or, under --root,
+        in the journal of the job whose page registered it."""
+        store = person.act_store("") if self.store else durable_job.StateDirStore(self.job_dir(job_id), self.program, person.secrets)
+        try:
+            store.add_passkey(row)
+        finally:
+            store.close()
+
     # -- change ----------------------------------------------------------------
 
     def bump(self) -> None:
@@ -572,7 +596,7 @@ def web_item_acts(site: WebSite, person: WebPerson, here: str, csrftoken: str, s
     ways = {f["itemId"]: f for f in out.get("failedItems") or []}
 
     def forms(item_id: str, result: dict) -> durable_job.Html:
-        if not out.get("decideCommand") or out.get("sealBroken") or not snap.store.may("tends", snap.job):
+        if out.get("phase") != "awaiting-review" or out.get("sealBroken") or not snap.store.may("tends", snap.job):
             return durable_job.Html("")
         cites = result.get("citations") or []
         html = site.pages.env.get_template("item_acts.html").render(
@@ -648,11 +672,12 @@ def act_said(command: str, out: dict, label: str) -> str:
         said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
         if out.get("existing"):
             return f"Already recorded: {said}. Nothing new was recorded."
-        return f"Recorded: {said} (unsigned)."
+        return f"Recorded: {said} ({durable_job.signed_words(final)})."
     if command in ("revise", "retry"):
         return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
     cancelled = out.get("cancelled") or {}
-    return f"Recorded: the job is cancelled by {cancelled.get('reviewer')} ({label} {cancelled.get('principal')})."
+    who = f"{cancelled.get('reviewer')} ({label} {cancelled.get('principal')})"
+    return f"Recorded: the job is cancelled by {who} ({durable_job.signed_words(cancelled)})."
 
 
 # -- who asks: sessions, the --root token, refusals ------------------------------------------------------------------
@@ -668,7 +693,7 @@ def person_of(site: WebSite, request: Request, use: bool = True) -> WebPerson | 
 
 def sign_in_first(site: WebSite, request: Request, api: bool) -> Response:
     if api:
-        return JSONResponse({"error": "not signed in: POST /login first"}, status_code=401)
+        return JSONResponse({"error": "not signed in: POST /login first", "signedOut": True}, status_code=401)
     if site.roots:
         exc = WebRefusal(401, "Open the address serve printed in its terminal (a one-time token), or ask its runner for a new one")
         return site.pages.refused(request, exc)
@@ -685,6 +710,8 @@ async def guarded(site: WebSite, handler, request: Request, api: bool, use: bool
             request.session["sid"] = site.new_session(person)
             return RedirectResponse(request.url.path, status_code=303)
     person = person_of(site, request, use)
+    if person is None and request.method == "POST" and not api:  # a form sent without a session: keep what was typed
+        return stranded(site, request, "Your session has ended (the server restarted, or you were away too long)")
     if person is None:
         return sign_in_first(site, request, api)
     try:
@@ -695,6 +722,93 @@ async def guarded(site: WebSite, handler, request: Request, api: bool, use: bool
         if site.down:  # the store went away: say so, not what a read of it happened to raise
             return site.pages.refused(request, WebRefusal(503, site.down[0].upper() + site.down[1:]), person, api)
         return site.pages.refused(request, act_refusal(exc), person, api)
+
+
+# -- a reviewer is never stranded: an act that could not be recorded keeps what they typed ---------------------------
+
+WEB_KEPT_FORMS = re.compile(r"/jobs/([A-Za-z0-9._~%-]+)/(decision|cancel)")  # the acts whose typed fields a sign-in keeps
+WEB_KEPT_FIELDS = ("decision", "reason", "reviewer")
+WEB_KEPT_BYTES = 64 * 1024
+
+
+def typed_fields(request: Request) -> dict:
+    """What the person typed into a decision or cancel form (KeepTyped kept it): {} for any other request."""
+    return dict(request.scope.get("durable_job.typed") or {})
+
+
+def stranded(site: WebSite, request: Request, why: str, status_code: int = 401) -> Response:
+    """The styled page of an act that was not recorded for want of a valid session: what happened, what the person
+    typed (kept), and a sign-in that returns to the same job with it filled in. Nothing is recorded from here."""
+    typed = typed_fields(request)
+    found = WEB_KEPT_FORMS.fullmatch(request.url.path)
+    job_id = unquote(found.group(1)) if found else ""
+    act = "cancel" if found and found.group(2) == "cancel" else "decide"
+    return site.pages.page(
+        request,
+        "stranded.html",
+        status_code,
+        title="Sign in again",
+        why=why,
+        store=bool(site.store),
+        next=local_path(f"/jobs/{quote_path(job_id)}" if job_id else "/"),
+        act=act,
+        decision=typed.get("decision", "") if typed.get("decision") in durable_job.DECISIONS else "",
+        reason=typed.get("reason", ""),
+        job_id=job_id,
+    )
+
+
+class KeepTyped:
+    """Before the CSRF check: a decision or cancel form's fields are read (and replayed to the app), so that a request
+    the check refuses (a restarted server, a stale token) can still show the person what they typed."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        content_type = dict(scope.get("headers") or []).get(b"content-type", b"").split(b";")[0]
+        if scope["type"] != "http" or scope["method"] != "POST" or not WEB_KEPT_FORMS.fullmatch(scope["path"]):
+            return await self.app(scope, receive, send)
+        if content_type != b"application/x-www-form-urlencoded":
+            return await self.app(scope, receive, send)
+        messages, size, more = [], 0, True
+        while more:
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            more = message.get("more_body", False) and size <= WEB_KEPT_BYTES
+        if size <= WEB_KEPT_BYTES:
+            from urllib.parse import parse_qs
+
+            body = b"".join(m.get("body", b"") for m in messages).decode("utf-8", "replace")
+            fields = parse_qs(body, keep_blank_values=True)
+            scope = {**scope, "durable_job.typed": {k: fields[k][0] for k in WEB_KEPT_FIELDS if k in fields}}
+        replay = list(messages)
+
+        async def replayed():
+            return replay.pop(0) if replay else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def csrf_refused(site: WebSite):
+    """asgi_csrf's answer to a form or API call whose token does not match (a restarted server, an old page): the
+    stranded page, or JSON that tells the page's script to send the form as it is (which lands there too)."""
+
+    async def send_refusal(scope, send, _message_id):
+        request = Request(scope)
+        why = "This page's form token is no longer valid (the server restarted, or the page is old)"
+        if scope["path"].startswith("/api/"):
+            response: Response = JSONResponse({"error": f"{why}: sign in again", "signedOut": True}, status_code=403)
+        else:
+            response = stranded(site, request, why, 403)
+
+        async def nothing():
+            return {"type": "http.disconnect"}
+
+        await response(scope, nothing, send)
+
+    return send_refusal
 
 
 # -- pages and forms -------------------------------------------------------------------------------------------------
@@ -723,7 +837,7 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     them (durable_job.py section 14, every value escaped there), and which acts this person may take."""
     manifest, sources = snap.store.sealed_copies(snap.job)
     acts = web_item_acts(site, person, here, csrftoken, snap, out)
-    reviewable = out.get("decideCommand") and not out.get("sealBroken")
+    reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     return {
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
@@ -747,6 +861,12 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
 
     view = await run_in_threadpool(site.job_view, person, job_id, render)
     flash = person.flash.pop(job_id, None)
+    kept = person.drafts.pop(job_id, None)  # what the person typed for an act not recorded: filled in again
+    try:
+        rp_id, passkey_note = relying_party(request)[0], ""
+        passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+    except WebRefusal as exc:
+        rp_id, passkey_note, passkeys = "", str(exc), []
     return site.pages.page(
         request,
         "job.html",
@@ -760,6 +880,11 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         flash=flash,
         script=site.pages.script,
         tokens=durable_job.tokens_words(view["out"]["tokens"]) if view["out"].get("tokens") else "",
+        rp_id=rp_id,
+        passkeys=passkeys,
+        passkey_note=passkey_note,
+        kept=kept or {},
+        results_hash=markupsafe.Markup(durable_job.long_id(view["out"]["resultsSha256"])),
         **view["page"],
     )
 
@@ -780,17 +905,37 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
         refusal = act_refusal(exc)
         if refusal.status_code == 404:
             return site.pages.refused(request, refusal, person)
-        shown = " The page now shows the current version: review it, then act again." if refusal.extra.get("stale") else ""
-        person.flash[job_id] = {"text": f"Refused: {durable_job.redact(str(exc), person.secrets)}{shown}", "cls": "bad"}
+        text = f"Refused: {durable_job.redact(str(exc), person.secrets)}"
+        if refusal.extra.get("stale"):  # in words, not the CLI's: what changed, and that what was typed is kept
+            text = await run_in_threadpool(stale_words, site, person, job_id, str(fields.get("results_sha256") or ""), command)
+        person.flash[job_id] = {"text": text, "cls": "bad"}
+        if command in ("decide", "cancel"):  # what they typed stays filled in
+            person.drafts[job_id] = {"act": command, "decision": fields.get("decision") or "", "reason": fields.get("reason") or ""}
     return RedirectResponse(here, status_code=303)
 
 
+def stale_words(site: WebSite, person: WebPerson, job_id: str, shown: str, command: str) -> str:
+    """A stale act's refusal as a person reads it: the job changed since the page was shown, and how (each draft since)."""
+    out = site.job_view(person, job_id)["out"]
+    drafts = out.get("drafts") or []
+    since = next((n for n, d in enumerate(drafts) if d.get("previousResultsSha256") == shown), None)
+    later = drafts[since:] if since is not None else drafts[-1:]
+    changes = [
+        f"draft {d.get('version')}: item {d.get('itemId')} changed by {d.get('reviewer')} ({site.label} {d.get('principal')}), "
+        f"“{durable_job.clip(d.get('reason') or '', 80)}”"
+        for d in later
+    ]
+    what = "; ".join(changes) if changes else f"it is now at draft {out.get('draftVersion')}"
+    kept = ", with your reason kept below" if command in ("decide", "cancel") else ""
+    return f"Not recorded: the job changed since you opened it ({what}). The page now shows the current version{kept}: review the change, then act again."
+
+
 async def decision_form(site: WebSite, request: Request, person: WebPerson) -> Response:
-    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256"))
+    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256", "challenge", "passkey"))
     if f["decision"] not in durable_job.DECISIONS:
         raise WebRefusal(400, "choose accept, reject or hold")
     fields = {"decision": f["decision"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
-    return await act_and_return(site, request, person, "decide", fields)
+    return await act_and_return(site, request, person, "decide", {**fields, **signed_by_passkey(site, request, person, "decide", f)})
 
 
 async def revise_form(site: WebSite, request: Request, person: WebPerson) -> Response:
@@ -821,8 +966,140 @@ async def retry_form(site: WebSite, request: Request, person: WebPerson) -> Resp
 
 
 async def cancel_form(site: WebSite, request: Request, person: WebPerson) -> Response:
-    f = await form_fields(request, ("reviewer", "reason"))
-    return await act_and_return(site, request, person, "cancel", {"reviewer": f["reviewer"], "reason": f["reason"]})
+    f = await form_fields(request, ("reviewer", "reason", "challenge", "passkey"))
+    fields = {"reviewer": f["reviewer"], "reason": f["reason"]}
+    return await act_and_return(site, request, person, "cancel", {**fields, **signed_by_passkey(site, request, person, "cancel", f)})
+
+
+# -- passkeys: a person registers this device's, and it signs their decision or cancel -------------------------------
+
+
+def relying_party(request: Request) -> tuple[str, str]:
+    """(the relying-party id, the origin) of the page as the browser reached it: the host name it used."""
+    url = request.url
+    host = url.hostname or ""
+    if not host or re.fullmatch(r"[0-9.]+|.*:.*", host):
+        raise WebRefusal(
+            400,
+            f"passkeys need a host name, not the address {host}: open http://localhost:{url.port}{url.path} on this machine "
+            "(or serve this app under its name)",
+        )
+    return host, f"{url.scheme}://{url.netloc}"
+
+
+def signed_by_passkey(site: WebSite, request: Request, person: WebPerson, command: str, f: dict) -> dict:
+    """A form's passkey assertion (from the page's script), as decide's or cancel's passkey argument; {} without one."""
+    if not f.get("challenge") and not f.get("passkey"):
+        return {}
+    job_id = request.path_params["job_id"]
+    prepared = person.prepared.pop(f.get("challenge") or "", None)
+    if prepared is None or prepared["jobId"] != job_id or prepared["command"] != command:
+        raise WebRefusal(409, "This passkey signature was not asked for here, or was already used: nothing was recorded; tap again")
+    try:
+        assertion = durable_job.strict_json(f.get("passkey") or "")
+    except ValueError:
+        raise WebRefusal(400, "the passkey's answer is not JSON: nothing was recorded; tap again") from None
+    if not isinstance(assertion, dict):
+        raise WebRefusal(400, "the passkey's answer is not an object: nothing was recorded; tap again")
+    key = next((k for k in prepared["keys"] if k["credentialId"] == assertion.get("credentialId")), None)
+    if key is None:
+        raise WebRefusal(403, f"That passkey is not registered for {person.principal}: nothing was recorded")
+    return {
+        "passkey": {"prepared": prepared["out"], "assertion": assertion, "key": key, "rpId": prepared["rpId"], "origin": prepared["origin"]}
+    }
+
+
+async def json_body(request: Request) -> dict:
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        raise WebRefusal(415, "the JSON API takes Content-Type: application/json")
+    try:
+        body = durable_job.strict_json((await request.body()).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise WebRefusal(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise WebRefusal(400, "the body is not a JSON object")
+    return body
+
+
+async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """What the person's passkey signs for a decision or cancel they are about to make: the act's record, made now
+    (nothing recorded), and its challenge. {"recorded": ...} when there is nothing to sign (the same decision is recorded)."""
+    body = await json_body(request)
+    job_id = request.path_params["job_id"]
+    rp_id, origin = relying_party(request)
+    keys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+    if not keys:
+        raise WebRefusal(409, f"No passkey of {person.principal} is registered for {rp_id}: register one first")
+    command = body.get("command")
+    if command == "decide":
+        if body.get("decision") not in durable_job.DECISIONS:
+            raise WebRefusal(400, "choose accept, reject or hold")
+        fields = {k: str(body.get(k) or "") for k in ("decision", "reviewer", "reason")}
+        fields["results_sha256"] = str(body.get("resultsSha256") or "")
+    elif command == "cancel":
+        fields = {k: str(body.get(k) or "") for k in ("reviewer", "reason")}
+    else:
+        raise WebRefusal(400, "sign a decide or a cancel")
+    out = await run_in_threadpool(site.act, person, job_id, command, {**fields, "prepare": True})
+    if "challenge" not in out:
+        return JSONResponse({"recorded": True})
+    person.prepared[out["challenge"]] = {"jobId": job_id, "command": command, "out": out, "keys": keys, "rpId": rp_id, "origin": origin}
+    return JSONResponse(
+        {"challenge": out["challenge"], "rpId": rp_id, "credentials": [k["credentialId"] for k in keys], "record": out["record"]}
+    )
+
+
+async def api_passkey_options(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """The options of navigator.credentials.create() for registering this device's passkey for the person's principal."""
+    webauthn = durable_job.need_webauthn()
+    from webauthn.helpers.structs import AuthenticatorSelectionCriteria, ResidentKeyRequirement, UserVerificationRequirement
+
+    body = await json_body(request)
+    rp_id, origin = relying_party(request)
+    if not site.store:
+        site.job_dir(str(body.get("jobId") or ""))  # --root: registered in this job's state directory
+    options = webauthn.generate_registration_options(
+        rp_id=rp_id,
+        rp_name="durable_job",
+        user_name=person.principal,
+        user_id=hashlib.sha256(person.principal.encode()).digest()[:16],
+        authenticator_selection=AuthenticatorSelectionCriteria(
+            resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.REQUIRED
+        ),
+    )
+    challenge = durable_job.b64url(options.challenge)
+    person.registering[challenge] = {"rpId": rp_id, "origin": origin, "jobId": str(body.get("jobId") or "")}
+    return JSONResponse(json.loads(webauthn.options_to_json(options)))
+
+
+async def api_passkey_register(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """The browser's new credential, verified for the challenge, relying party and origin asked for, then registered."""
+    webauthn = durable_job.need_webauthn()
+    body = await json_body(request)
+    asked = person.registering.pop(str(body.get("challenge") or ""), None)
+    if asked is None:
+        raise WebRefusal(409, "This registration was not asked for here, or was already used: tap the passkey button again")
+    try:
+        made = webauthn.verify_registration_response(
+            credential=body.get("credential"),
+            expected_challenge=durable_job.b64url_bytes(str(body.get("challenge"))),
+            expected_rp_id=asked["rpId"],
+            expected_origin=asked["origin"],
+            require_user_verification=True,
+        )
+    except Exception as exc:
+        raise WebRefusal(400, f"The passkey was not registered: {durable_job.clip(exc, 160)}") from None
+    row = {
+        "principal": person.principal,
+        "credentialId": durable_job.b64url(made.credential_id),
+        "rpId": asked["rpId"],
+        "origin": asked["origin"],
+        "validAfterUtc": durable_job.now_utc(),
+        "validBeforeUtc": None,
+        "publicKey": durable_job.b64url(made.credential_public_key),
+    }
+    await run_in_threadpool(site.add_passkey, person, asked["jobId"], row)
+    return JSONResponse({"registered": row["credentialId"], "principal": person.principal, "rpId": row["rpId"]})
 
 
 # -- the JSON API and the event streams ------------------------------------------------------------------------------
@@ -931,7 +1208,7 @@ async def login_page(site: WebSite, request: Request) -> Response:
     return site.pages.page(request, "login.html", title="Sign in", store=bool(site.store), next=nxt)
 
 
-def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seconds: int, api: bool) -> Response:
+def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seconds: int, api: bool, kept: dict) -> Response:
     """429 with Retry-After: the sign-in form again (the role kept) or JSON, saying when to try again."""
     at = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
     exc = WebRefusal(
@@ -942,7 +1219,9 @@ def too_many_sign_ins(site: WebSite, request: Request, role: str, nxt: str, seco
     if api:
         response = site.pages.refused(request, exc, api=True)
     else:
-        response = site.pages.page(request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        response = site.pages.page(
+            request, "login.html", 429, title="Sign in", store=True, next=nxt, role=role, message=str(exc), kept=kept
+        )
     response.headers["Retry-After"] = str(seconds)
     return response
 
@@ -962,6 +1241,7 @@ async def login(site: WebSite, request: Request) -> Response:
     json_body, body = await login_fields(request)
     role, password = str(body.get("role") or ""), str(body.get("password") or "")
     nxt = local_path(body.get("next"))
+    kept = {k: str(body.get(f"keep_{k}") or "") for k in ("act", "decision", "reason")}
     if not site.store:
         return site.pages.refused(
             request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body
@@ -969,7 +1249,7 @@ async def login(site: WebSite, request: Request) -> Response:
     address = request.client.host if request.client else ""
     wait = site.throttle.wait(role, address)
     if wait:  # refused before the store is asked: no password is checked
-        return too_many_sign_ins(site, request, role, nxt, wait, json_body)
+        return too_many_sign_ins(site, request, role, nxt, wait, json_body, kept)
     site.throttle.begin(role, address)
     failed = False
     try:
@@ -978,11 +1258,15 @@ async def login(site: WebSite, request: Request) -> Response:
         failed = exc.status_code == 401  # an unknown role and a wrong password alike
         if json_body:
             return site.pages.refused(request, exc, api=True)
-        return site.pages.page(request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc))
+        return site.pages.page(
+            request, "login.html", exc.status_code, title="Sign in", store=True, next=nxt, role=role, message=str(exc), kept=kept
+        )
     finally:
         site.throttle.end(role, address, failed)
     site.throttle.signed_in(role)
     request.session["sid"] = site.new_session(person)
+    if nxt.startswith("/jobs/") and (kept["reason"] or kept["decision"]):  # filled in on the job's page, recorded only by a tap
+        person.drafts[unquote(nxt.removeprefix("/jobs/"))] = kept
     if json_body:
         return JSONResponse({"signedIn": person.principal})
     return RedirectResponse(nxt, status_code=303)
@@ -1021,6 +1305,9 @@ ROUTES = (  # (path, methods, handler, who may ask)
     ("/api/jobs/{job_id:str}", ("GET",), api_job, API),
     ("/api/jobs/{job_id:str}/events", ("GET",), api_events, STREAM),
     ("/api/jobs/{job_id:str}/decision", ("POST",), api_decision, API),
+    ("/api/jobs/{job_id:str}/sign", ("POST",), api_sign, API),
+    ("/api/passkeys/options", ("POST",), api_passkey_options, API),
+    ("/api/passkeys", ("POST",), api_passkey_register, API),
 )
 
 
@@ -1082,12 +1369,15 @@ def web_app(site: WebSite):
         )
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: lifespan(site))
-    return asgi_csrf(
-        NoStore(app),
-        signing_secret=secrets.token_urlsafe(32),
-        always_protect={"/login", "/logout"},
-        cookie_samesite="Strict",
-        cookie_secure=site.secure,
+    return KeepTyped(
+        asgi_csrf(
+            NoStore(app),
+            signing_secret=secrets.token_urlsafe(32),
+            always_protect={"/login", "/logout"},
+            cookie_samesite="Strict",
+            cookie_secure=site.secure,
+            send_csrf_failed=csrf_refused(site),
+        )
     )
 
 
@@ -1212,5 +1502,7 @@ def serve(
     )
     server = Server(config, site)
     say(f"serving {site.where()}: open {site.address_with_token() if site.roots else site.address()}")
+    if host in WEB_LOOPBACK and host != "localhost":  # WebAuthn takes a host name as relying party, never an address
+        say(f"passkeys need a host name: on this machine the same pages answer at http://localhost:{sock.getsockname()[1]}/")
     server.run(sockets=[sock])
     return {"served": site.address(), "stoppedBy": server.stopped[0] if server.stopped else None}

@@ -98,10 +98,19 @@ def submit_job(store: PgStore, manifest: Manifest, manifest_path: str, raw: byte
         out = where_it_stands(snap, {"jobId": snap.job["jobId"], "existing": existing})
     finally:
         snap.close()
-    if out["phase"] in ("not-started", "ready"):
-        work = command_line(store.program, "work", store.store_address(), "--until-idle")
-        out["next"] = f"a worker runs it: {work} (or run it here: {out['next']})"
+    if out["phase"] in ("not-started", "ready"):  # the worker's own address (its role), never the submitter's
+        work = command_line(store.program, "work", worker_address(store), "--until-idle")
+        out["next"] = f"waiting for a worker: a worker role runs {work} (or run it here, as its owner: {out['next']})"
     return out
+
+
+def worker_address(store: PgStore) -> list:
+    """The store's flags as a worker's role names them: the submitter's address with WORKER_ROLE for its user."""
+    address = store.store_address()
+    if address:
+        head, sep, rest = address[1].partition("://")
+        address = [address[0], f"{head}{sep}WORKER_ROLE@{rest.rpartition('@')[2]}" if "@" in rest else address[1]]
+    return address
 
 
 def manifest_files(paths: list) -> list[str]:

@@ -434,7 +434,10 @@ def test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown(tmp_p
     revised = bob_revises(ws, tmp_path, "Alpha, as bob rewrote it.")
     post_form(bob, "/jobs/journey/decision", decision="accept", reviewer="Bob", reason="ok", resultsSha256=shown)
     page = bob.get("/jobs/journey").text
-    assert "Refused: stale: results changed since review" in page and "The page now shows the current version" in page
+    assert "Not recorded: the job changed since you opened it (draft 2: item alpha changed by Bob (role bob), “clearer”)" in page
+    assert "The page now shows the current version, with your reason kept below" in page and ">ok</textarea>" in page
+    shown_text = re.sub(r"<details.*?</details>|(value|data-results|title)=(\"|')[0-9a-f]{64}(\"|')", "", page, flags=re.S)
+    assert not re.search(r"[0-9a-f]{64}", shown_text) and "--results-sha256" not in page  # no CLI words; a hash shown short
     assert shown_results(page) == revised["resultsSha256"] != shown and "draft 2" in page and "as bob rewrote it" in page
     post_form(
         bob,
@@ -446,7 +449,7 @@ def test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown(tmp_p
         reason="x",
         resultsSha256=shown,
     )
-    assert "Refused: stale: results changed since review" in bob.get("/jobs/journey").text  # an edit is bound too
+    assert "Not recorded: the job changed since you opened it" in bob.get("/jobs/journey").text  # an edit is bound too
     post_form(
         bob,
         "/jobs/journey/revise",
@@ -641,7 +644,9 @@ def test_a_reviewer_follows_and_decides_a_job_from_a_phone(tmp_path, pg_server, 
         wait.until(lambda d: d.find_element("id", "changed").is_displayed())  # the page says so, and keeps what was shown
         driver.find_element("id", "reason").send_keys("Read both items.")
         driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: "Refused: stale" in d.page_source)
+        wait.until(lambda d: "the job changed since you opened it" in d.page_source)
+        assert driver.find_element("id", "reason").get_attribute("value") == "Read both items."  # kept
+        driver.find_element("id", "reason").clear()
         assert "draft 2" in driver.page_source and "as Bob put it from his desk" in driver.page_source
         driver.find_element("id", "reason").send_keys("Read the new version.")
         driver.execute_script("var b = document.querySelector('button.accept'); b.click(); b.click();")  # a double tap

@@ -70,3 +70,93 @@
     }
   };
 })();
+/* Passkeys (WebAuthn): register this device's for the signed-in principal, and sign a decision or cancel with it.
+   The server makes the act's record first (nothing recorded); the passkey signs its challenge; the form then carries
+   the assertion, and the server records the act only if nothing changed since. Without a passkey the forms post as they are. */
+(function () {
+  if (!window.PublicKeyCredential || !navigator.credentials) return;
+  function bytes(b64) {
+    var s = atob(b64.replace(/-/g, '+').replace(/_/g, '/') + '==='.slice((b64.length + 3) % 4));
+    var out = new Uint8Array(s.length);
+    for (var i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+    return out.buffer;
+  }
+  function b64(buf) {
+    var s = '', a = new Uint8Array(buf);
+    for (var i = 0; i < a.length; i++) s += String.fromCharCode(a[i]);
+    return btoa(s).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  }
+  function token() {
+    var t = document.querySelector('input[name=csrftoken]');
+    return t ? t.value : '';
+  }
+  function post(url, body) {
+    return fetch(url, {method: 'POST', credentials: 'same-origin', body: JSON.stringify(body),
+                       headers: {'Content-Type': 'application/json', 'x-csrftoken': token()}}).then(function (r) {
+      return r.json().then(function (j) { if (!r.ok) { var e = new Error(j.error || r.status); e.body = j; throw e; } return j; });
+    });
+  }
+  function say(text) {
+    var p = document.getElementById('passkey-said');
+    if (p) p.textContent = text;
+  }
+  document.addEventListener('click', function (ev) {
+    var button = ev.target.closest && ev.target.closest('#passkey-register');
+    if (!button) return;
+    say('Asking this device for a passkey…');
+    var challenge;
+    post('/api/passkeys/options', {jobId: button.dataset.job}).then(function (o) {
+      challenge = o.challenge;
+      var options = {
+        rp: o.rp, challenge: bytes(o.challenge), user: {id: bytes(o.user.id), name: o.user.name, displayName: o.user.displayName},
+        pubKeyCredParams: o.pubKeyCredParams, timeout: o.timeout, attestation: o.attestation,
+        authenticatorSelection: o.authenticatorSelection,
+        excludeCredentials: (o.excludeCredentials || []).map(function (c) { return {type: c.type, id: bytes(c.id)}; })
+      };
+      return navigator.credentials.create({publicKey: options});
+    }).then(function (cred) {
+      var r = cred.response;
+      return post('/api/passkeys', {challenge: challenge, credential: {
+        id: cred.id, rawId: b64(cred.rawId), type: cred.type,
+        response: {clientDataJSON: b64(r.clientDataJSON), attestationObject: b64(r.attestationObject),
+                   transports: r.getTransports ? r.getTransports() : []}}});
+    }).then(function () {
+      location.reload();
+    }).catch(function (e) { say('No passkey was registered: ' + e.message); });
+  });
+  document.addEventListener('submit', function (ev) {
+    var form = ev.target;
+    if (!form.classList || !form.classList.contains('act-form') || form.dataset.sign !== 'passkey') return;
+    if (form.dataset.signed === '1') return;  // signed: posts as it is
+    ev.preventDefault();
+    if (form.dataset.busy === '1') return;  // a second tap while the first is being signed
+    form.dataset.busy = '1';
+    var button = ev.submitter, f = form.elements;
+    var body = {command: form.dataset.command, reviewer: f.reviewer.value, reason: f.reason.value,
+                resultsSha256: f.resultsSha256 ? f.resultsSha256.value : ''};
+    if (button && button.name === 'decision') body.decision = button.value;
+    say('Sign with your passkey…');
+    post(form.dataset.signUrl, body).then(function (s) {
+      if (s.recorded) return null;
+      return navigator.credentials.get({publicKey: {challenge: bytes(s.challenge), rpId: s.rpId, userVerification: 'required',
+        allowCredentials: s.credentials.map(function (id) { return {type: 'public-key', id: bytes(id)}; })}}).then(function (a) {
+        var r = a.response;
+        f.challenge.value = s.challenge;
+        f.passkey.value = JSON.stringify({credentialId: b64(a.rawId), authenticatorData: b64(r.authenticatorData),
+                                          clientDataJSON: b64(r.clientDataJSON), signature: b64(r.signature)});
+      });
+    }).then(function () {
+      form.dataset.signed = '1';
+      form.requestSubmit(button);
+    }).catch(function (e) {
+      form.dataset.busy = '';
+      if (e.body && (e.body.stale || e.body.signedOut)) {  // the results changed, or the session ended: the form's own answer says so
+        form.dataset.signed = '1';
+        f.challenge.value = ''; f.passkey.value = '';
+        form.requestSubmit(button);
+        return;
+      }
+      say('Not signed, nothing recorded: ' + e.message + '. Tap again to retry.');
+    });
+  });
+})();

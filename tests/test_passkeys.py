@@ -1,0 +1,205 @@
+"""Sign from the phone: a reviewer's passkey (WebAuthn) signs the decision made on the page, and verify checks it offline.
+
+Real Chromium at 390×844 with Selenium's virtual authenticator (a platform authenticator that verifies its user), a real
+`serve` over a real PostgreSQL store; every check afterwards runs the CLI as a person would, on copies of the receipt.
+"""
+
+import json
+import sys
+
+import test_web
+from test_web import phone, store_counts
+
+from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, password_of, wait_for
+
+serving = test_web.serving  # the fixture that starts serves and stops them after each test
+
+
+def passkey_phone(tmp_path):
+    """The phone of test_web, with a passkey authenticator built in (user verification: a fingerprint, say)."""
+    from selenium.webdriver.common.virtual_authenticator import Protocol, Transport, VirtualAuthenticatorOptions
+
+    driver = phone(tmp_path)
+    options = VirtualAuthenticatorOptions(
+        protocol=Protocol.CTAP2,
+        transport=Transport.INTERNAL,
+        has_resident_key=True,
+        has_user_verification=True,
+        is_user_consenting=True,
+        is_user_verified=True,
+    )
+    driver.add_virtual_authenticator(options)
+    return driver
+
+
+def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
+    driver.get(f"{base}/jobs/{job}")
+    driver.find_element("id", "role").send_keys(role)
+    driver.find_element("id", "password").send_keys(password_of(role))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{base}/jobs/{job}")
+
+
+def phone_accepts(driver, wait, base: str, job: str, reason: str) -> None:
+    driver.get(f"{base}/jobs/{job}")
+    wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+    assert "signed with your passkey" in driver.page_source
+    driver.find_element("id", "reason").send_keys(reason)
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: "Saved: accepted by bob (role bob)" in d.page_source)  # read whole: the page is being replaced
+    assert "signed with passkey" in driver.page_source
+
+
+def verify(ws: Workspace, *flags):
+    return ws.run("verify", *flags, state=False)
+
+
+def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_offline(tmp_path, pg_server, serving):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    jobs = {}
+    for job in ("journey", "second"):
+        ws = Workspace(tmp_path / job, store=store)
+        ws.write_manifest(jobId=job, reviewers=["bob"])
+        ws.start().ok()
+        jobs[job] = ws
+    ws = jobs["journey"]
+    s = serving(tmp_path, "--store", store)
+    port = s.base.rsplit(":", 1)[1]
+    assert f"http://localhost:{port}/" in "".join(s.err)  # serve names the address a passkey can use
+    base = f"http://localhost:{port}"
+    driver = passkey_phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        phone_signs_in(driver, wait, base, "journey", "bob")
+        assert "recorded unsigned" in driver.page_source
+        register = driver.find_element("id", "passkey-register")
+        assert "passkey" in register.text
+        register.click()
+        wait.until(lambda d: "signed with your passkey" in d.page_source)
+        phone_accepts(driver, wait, base, "journey", "Read both items on my phone.")
+        phone_accepts(driver, wait, base, "second", "The second one, too.")
+    finally:
+        driver.quit()
+    assert store_counts(store, "decisions", "receipts", "passkeys") == [2, 2, 1]
+
+    # the passkeys as lines of a file, piped: reviewed by a person and kept outside the store
+    listed = ws.run("passkeys", "--store", store, state=False)
+    assert listed.code == 0 and listed.json is None, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if line and not line.startswith("#")]
+    assert len(lines) == 1 and lines[0].split()[0] == "bob" and lines[0].split()[2] == "localhost"
+    keys = tmp_path / "allowed_passkeys"
+    keys.write_text(listed.stdout)
+
+    # another machine: a copy of the receipt, and the store
+    bob = as_role(store, "bob")
+    copies = {}
+    for job in ("journey", "second"):
+        copies[job] = tmp_path / f"{job}-receipt.json"
+        ws.run("inspect", "--store", bob, "--job", job, "--receipt", str(copies[job]), state=False).ok()
+    receipt = json.loads(copies["journey"].read_text())
+    signature = receipt["final"]["signature"]
+    assert signature["format"] == "webauthn" and signature["rpId"] == "localhost" and signature["origin"] == base
+    assert {"authenticatorData", "clientDataJSON", "signature", "credentialId"} <= set(signature)
+    assert receipt["final"]["reason"] == "Read both items on my phone." and receipt["principal"] == "bob"
+
+    checked = verify(
+        ws, "--strict", "--allowed-passkeys", str(keys), "--receipt", str(copies["journey"]), "--store", bob, "--job", "journey"
+    )
+    report = checked.ok()
+    assert report["ok"] is True, report
+    said = next(c for c in report["checks"] if c["name"] == "signatures")["detail"]
+    assert "decision signed by bob with passkey" in said and "verified" in said
+    alone = verify(ws, "--allowed-passkeys", str(keys), "--receipt", str(copies["journey"]))
+    assert alone.ok()["ok"] is True and alone.ok()["verified"]
+
+    # --strict never trusts a key from the store alone: no file, no pass
+    verify(ws, "--strict", "--store", bob, "--job", "journey").held("--allowed-passkeys FILE")
+    assert "not checked" in verify(ws, "--store", bob, "--job", "journey").ok()["checks"][-1]["detail"]
+
+    # a changed decision
+    changed = {**receipt, "decision": "reject", "final": {**receipt["final"], "decision": "reject"}}
+    tampered = tmp_path / "changed.json"
+    tampered.write_text(json.dumps(changed))
+    held = verify(ws, "--allowed-passkeys", str(keys), "--receipt", str(tampered)).held("verify found")
+    assert "signs another record" in held
+
+    # another job's assertion on this job's decision
+    other = json.loads(copies["second"].read_text())["final"]["signature"]
+    spliced = tmp_path / "spliced.json"
+    spliced.write_text(json.dumps({**receipt, "final": {**receipt["final"], "signature": {**other, "chainHead": signature["chainHead"]}}}))
+    assert "signs another record" in verify(ws, "--allowed-passkeys", str(keys), "--receipt", str(spliced)).held()
+
+    # the key outside its validity at the decision's time, then a key not in the file
+    principal, credential, rp, _after, _before, public = lines[0].split()
+    for bounds in (("2000-01-01T00:00:00Z", "2001-01-01T00:00:00Z"), ("2999-01-01T00:00:00Z", "-")):
+        expired = tmp_path / "expired_passkeys"
+        expired.write_text(f"{principal} {credential} {rp} {bounds[0]} {bounds[1]} {public}\n")
+        held = verify(ws, "--strict", "--allowed-passkeys", str(expired), "--store", bob, "--job", "journey").held()
+        assert "outside passkey" in held and "validity" in held
+    stranger = tmp_path / "stranger_passkeys"
+    stranger.write_text(f"{principal} AAAA{credential[4:]} {rp} - - {public}\n")
+    assert "is not among them" in verify(ws, "--strict", "--allowed-passkeys", str(stranger), "--store", bob, "--job", "journey").held()
+    carols = tmp_path / "carols_passkeys"
+    carols.write_text(f"carol {credential} {rp} - - {public}\n")
+    assert "registered for carol, not bob" in verify(ws, "--allowed-passkeys", str(carols), "--store", bob, "--job", "journey").held()
+
+
+def test_a_role_registers_passkeys_only_for_itself(tmp_path, pg_server):
+    """The store's policies: bob's row names bob whatever he writes; a worker registers none; nobody changes one."""
+    import subprocess
+
+    store = new_store(pg_server, "alice")
+
+    def psql(role: str, sql: str):
+        return subprocess.run(["psql", "-XAtq", "-v", "ON_ERROR_STOP=1", as_role(store, role), "-c", sql], capture_output=True, text=True)
+
+    row = "INSERT INTO durable_job.passkeys (credential_id, principal, public_key, rp_id, origin, valid_after_utc, created_utc) "
+    forged = psql("bob", row + "VALUES ('cred-1', 'alice', 'key', 'localhost', 'http://localhost', '2026-01-01T00:00:00Z', 'now')")
+    assert forged.returncode == 0, forged.stderr
+    assert psql("alice", "SELECT principal FROM durable_job.passkeys").stdout.strip() == "bob"  # stamped: his own
+    tricked = psql("bob", "SET ROLE alice; " + row + "VALUES ('cred-2', 'alice', 'k', 'localhost', 'o', 'x', 'now')")
+    assert tricked.returncode != 0
+    worker = psql("worker", row + "VALUES ('cred-3', 'worker', 'key', 'localhost', 'o', 'x', 'now')")
+    assert worker.returncode != 0 and "row-level security" in worker.stderr
+    for sql in ("UPDATE durable_job.passkeys SET principal = 'bob'", "DELETE FROM durable_job.passkeys"):
+        changed = psql("bob", sql)
+        assert changed.returncode != 0 and ("history" in changed.stderr or "permission denied" in changed.stderr), changed.stderr
+    assert psql("carol", "SELECT count(*) FROM durable_job.passkeys").stdout.strip() == "1"
+    listed = subprocess.run([sys.executable, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env())
+    assert listed.returncode == 0 and "\nbob cred-1 localhost " in listed.stdout and listed.stdout.startswith("# durable-job")
+
+
+def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_its_decision(tmp_path, serving):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    ws.start().ok()
+    s = serving(tmp_path, "--root", str(tmp_path))
+    port = s.base.rsplit(":", 1)[1]
+    driver = passkey_phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        driver.get(f"http://127.0.0.1:{port}/jobs/journey?" + s.address.split("?", 1)[1])
+        wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+        assert "passkeys need a host name" in driver.page_source and not driver.find_elements("id", "passkey-register")
+        wait_for(lambda: any("sign in once at" in line for line in s.err), timeout=10)
+        token = [line for line in s.err if "sign in once at" in line][-1].split("?", 1)[1].strip()
+        driver.get(f"http://localhost:{port}/jobs/journey?{token}")  # the next one-time address, by the host's name
+        wait.until(lambda d: d.find_elements("id", "passkey-register"))
+        driver.find_element("id", "passkey-register").click()
+        wait.until(lambda d: "signed with your passkey" in d.page_source)
+        driver.find_element("id", "reason").send_keys("Mine, signed.")
+        driver.find_element("css selector", "button.accept").click()
+        wait.until(lambda d: "Saved: accepted by" in d.page_source and "signed with passkey" in d.page_source)
+    finally:
+        driver.quit()
+    assert len(ws.journal("SELECT * FROM passkeys")) == 1
+    listed = ws.run("passkeys", "--root", str(tmp_path), state=False)
+    assert listed.code == 0 and listed.stdout.count(" localhost ") == 1
+    keys = tmp_path / "allowed_passkeys"
+    keys.write_text(listed.stdout)
+    assert ws.run("verify", "--strict", "--allowed-passkeys", str(keys)).ok()["ok"] is True
+    assert ws.run("inspect", "--text").stdout.count("signed with passkey") >= 1
