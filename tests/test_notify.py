@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 
+import test_web
 from receiver import Receiver
 
 from conftest import ALPHA, BETA, PROGRAM, Workspace, admin_url, as_role, clean_env, free_port, refused, sql, wait_for
 
 SECRET = b"hook-secret-" + b"s3cr3t" * 4
+serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
 
 def notify_config(tmp_path, port: int) -> str:
@@ -196,3 +198,18 @@ def test_notify_is_the_administrators_or_a_workers_and_names_its_config(tmp_path
         "failedTries": 0,
         "followed": False,
     }
+
+
+def test_serve_with_a_notification_config_delivers_the_folders_notifications_while_it_serves(ws, tmp_path, serving):
+    """`serve --root` named a config (DURABLE_JOB_NOTIFY): a job started meanwhile in a folder it serves is told to
+    the command target within seconds, by the serve process itself."""
+    got = tmp_path / "got.jsonl"
+    script = tmp_path / "take.py"
+    script.write_text(f"import sys\nopen({str(got)!r}, 'a').write(sys.stdin.read() + '\\n')\n")
+    config = tmp_path / "notify.json"
+    config.write_text(json.dumps({"webUrl": "https://me.example", "commands": [{"argv": [sys.executable, str(script)]}]}))
+    serving(tmp_path, "--root", str(tmp_path), env={"DURABLE_JOB_NOTIFY": str(config)})
+    ws.start().ok()
+    wait_for(lambda: got.exists() and got.read_text().strip(), timeout=30)
+    [event] = [json.loads(line) for line in got.read_text().splitlines() if line]
+    assert event["event"] == "awaiting-review" and event["link"] == "https://me.example/jobs/journey"
