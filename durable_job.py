@@ -2792,8 +2792,9 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # A run (start, resume, a worker's) that stops with a refusal a person must act on records it on the job, so that
 # status, jobs and the web app show who met it, when, what it said and the fix, and a store's workers leave the job
 # until something changes (see durable_job_team/workers.py). Not holds: another run holds the job, a worker told to
-# stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job.
-NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError)
+# stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
+# own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
+NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
 
 
 def is_hold(exc: BaseException) -> bool:
@@ -2822,7 +2823,8 @@ def write_hold(journal: Journal, message: str, fix: str, program: str, phase: st
 
 def clear_hold(journal: Journal) -> int:
     """Remove the job's hold (the owner's resume, a release), in the caller's transaction or its own; rows removed."""
-    return journal.change("DELETE FROM {holds}{where}")
+    # a WHERE of its own: SQLite empties a table read whole by rewriting it, a write even when nothing is held
+    return journal.change("DELETE FROM {holds} WHERE {scope}kind = 'hold'")
 
 
 def journal_hold(journal: Journal | None) -> dict | None:
@@ -4326,10 +4328,10 @@ def next_for_phase(snap: Snapshot) -> str:
         return (
             f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: check the provider's usage, then {reconcile_command(store, key)}; then {resume}"
         )
-    if snap.hold is not None:  # a run's refusal, recorded on the job: workers leave it until someone acts
-        return f"held by {snap.hold['by']} at {snap.hold['at']}: {snap.hold['fix']}"
     if latest_rejected(snap.calls):
         return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
+    if snap.hold is not None:  # a run's refusal, recorded on the job: workers leave it until someone acts
+        return f"held by {snap.hold['by']} at {snap.hold['at']}: {snap.hold['fix']}"
     return resume
 
 

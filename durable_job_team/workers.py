@@ -60,13 +60,11 @@ WORK_IDLE_MAX = 30.0  # the back-off's ceiling
 # The store's jobs a worker may take on, oldest first. A prefilter only (the
 # decision is made under the job's lock): its lock row free (no open
 # transaction holds it, by its xmax in pg_locks), no pending call, not
-# cancelled, no receipt, not held by a run of this program (m012_holds: a hold
-# another program met, say one the job's seals refused, leaves it to the others),
-# and not waiting at the review (its latest checkpoint
+# cancelled, no receipt, and not waiting at the review (its latest checkpoint
 # has no interrupt write). Only unfinished jobs are read (finished_at, m008: the
 # jobs_unfinished index), so a poll costs the same however many jobs have ended.
 RUNNABLE_SQL = """
-SELECT j.job_id FROM durable_job.jobs j
+SELECT j.job_id, (SELECT h.program FROM durable_job.holds h WHERE h.job_id = j.job_id) AS held_by FROM durable_job.jobs j
 WHERE j.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
                   JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
@@ -74,7 +72,6 @@ WHERE j.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')
   AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)
-  AND NOT EXISTS (SELECT 1 FROM durable_job.holds h WHERE h.job_id = j.job_id AND h.program = {p.program})
   AND NOT EXISTS (SELECT 1 FROM durable_job.checkpoint_writes w
                   WHERE w.thread_id = j.thread_id AND w.checkpoint_ns = '' AND w.channel = '__interrupt__'
                     AND w.checkpoint_id = (SELECT max(k.checkpoint_id) FROM durable_job.checkpoints k
@@ -231,7 +228,9 @@ class Worker:
         db = reader.db()
         if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
             return []  # a store not set up yet holds no job
-        return [r["job_id"] for r in db.rows(RUNNABLE_SQL, program=code_sha256())]
+        # a job held by a run of this program waits for a person (m012_holds); one another program's run held (its
+        # seals refused that program, say) is left to the others
+        return [r["job_id"] for r in db.rows(RUNNABLE_SQL) if r["held_by"] != code_sha256()]
 
     def run_one(self, reader: PgStore) -> bool:
         """Run the first runnable job this thread can claim; False when there is none."""
