@@ -86,6 +86,7 @@ DEPENDENCIES = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlit
 STORE_DEPENDENCIES = ("langgraph-checkpoint-postgres", "psycopg")  # sealed too by a job in a store
 DECISIONS = ("accept", "reject", "hold")
 STORE_ENV = "DURABLE_JOB_STORE"  # names a PostgreSQL store when a command gives neither --state-dir nor --store
+NOTIFY_ENV = "DURABLE_JOB_NOTIFY"  # names the notification config `work`, `serve` and `notify` deliver the outbox by
 NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job cannot go on as it is
 CALL_STATUSES = ("pending", "completed", "abandoned", "rejected")
 
@@ -500,6 +501,53 @@ def strict_json(data: bytes | str):
         raise ValueError(f"not UTF-8 at byte {exc.start}") from None
     except UnicodeEncodeError:
         raise ValueError("holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
+
+
+# -- traces: OpenTelemetry spans, only when the environment names an OTLP endpoint --------------------------------
+# Note to maintainers: with no OTEL_EXPORTER_OTLP_* variable set nothing is imported and span() yields None (one list
+# lookup). Set, durable_job_team/traces.py makes the SDK's tracer. A span's attributes hold ids, counts, names and
+# outcomes: never a source's text, a model's answer, a message that could quote them, or a secret.
+_TRACER: list = []  # [the tracer, or None], resolved once a process
+
+
+def tracer():
+    if not _TRACER:
+        found = None
+        if any(name.startswith("OTEL_EXPORTER_OTLP_") for name in os.environ):
+            try:
+                import importlib
+
+                found = importlib.import_module("durable_job_team.traces").tracer()
+            except ImportError:  # durable_job.py alone, or without requirements-otel.txt: no traces
+                found = None
+        _TRACER.append(found)
+    return _TRACER[0]
+
+
+@contextlib.contextmanager
+def span(name: str, attributes: dict) -> Iterator[Any]:
+    """A span around the block (None without traces); an error ends it failed, naming only the error's type."""
+    traced = tracer()
+    if traced is None:
+        yield None
+        return
+    with traced.start_as_current_span(name, record_exception=False, set_status_on_exception=False) as current:
+        traced_set(current, attributes)
+        try:
+            yield current
+        except BaseException as exc:
+            sys.modules["durable_job_team.traces"].failed(current, exc)
+            raise
+
+
+def traced_set(current, attributes: dict) -> None:
+    if current is not None:
+        current.set_attributes({k: v for k, v in attributes.items() if v is not None})
+
+
+def flush_traces() -> None:
+    if _TRACER and _TRACER[0] is not None:
+        sys.modules["durable_job_team.traces"].shutdown()
 
 
 ###############################################################################
@@ -1902,6 +1950,18 @@ JOURNAL_TABLES = {
         "seq INTEGER {key}, act TEXT NOT NULL, tbl TEXT NOT NULL, row_key TEXT NOT NULL, record_json TEXT NOT NULL, "
         "prev_sha256 TEXT NOT NULL, link_sha256 TEXT NOT NULL, at_utc TEXT NOT NULL"
     ),
+    # a run's refusal recorded on the job (a hold): who, when, the message and its fix, and the program that met it; one a job,
+    # replaced by the next, removed by the owner's resume or a release (not history: the links never bind it)
+    "holds": (
+        "kind TEXT {key} CHECK (kind = 'hold'), principal TEXT NOT NULL, at_utc TEXT NOT NULL, message TEXT NOT NULL, "
+        "fix TEXT NOT NULL, program TEXT NOT NULL"
+    ),
+    # notifications, written in the transaction of the act that causes each (add_notice) and delivered at least once
+    # by a sender (durable_job_team/notify.py), which marks one delivered only after every target took it
+    "outbox": (
+        "id TEXT {key}, event TEXT NOT NULL, payload_json TEXT NOT NULL, created_utc TEXT NOT NULL, "
+        "tries INTEGER NOT NULL DEFAULT 0, next_try_utc TEXT, delivered_utc TEXT, last_error TEXT"
+    ),
 }
 JOURNAL_KEYS = {
     "calls": "operation_key",
@@ -1909,6 +1969,8 @@ JOURNAL_KEYS = {
     "outcomes": "kind",
     "decisions": "kind",
     "links": "seq",
+    "holds": "kind",
+    "outbox": "id",
 }  # call_events: serial id
 RECORDED_TABLES = ("calls", "call_events", "drafts", "outcomes")  # a principal added to each (m005 / m003)
 
@@ -1934,6 +1996,8 @@ MIGRATIONS = [
         "CREATE TABLE passkeys (credential_id TEXT PRIMARY KEY, principal TEXT NOT NULL, public_key TEXT NOT NULL, "
         "rp_id TEXT NOT NULL, origin TEXT NOT NULL, valid_after_utc TEXT NOT NULL, valid_before_utc TEXT, created_utc TEXT NOT NULL)",
     ),
+    ("m009_holds", sqlite_table("holds")),
+    ("m010_outbox", f"{sqlite_table('outbox')}; CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -1963,7 +2027,7 @@ class Dialect:
     bound parameter. No value is ever spelled into SQL text.
     """
 
-    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links")
+    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds", "outbox")
 
     def __init__(self, schema: str, placeholder, row_order: str, begin: str):
         self.schema, self.placeholder, self.row_order, self.begin = schema, placeholder, row_order, begin
@@ -2014,6 +2078,24 @@ class _Params:
 SQLITE = Dialect("", lambda name, n: f":{name}", "rowid", "BEGIN IMMEDIATE")
 
 
+class Notices:
+    """What a run's notifications say of its job besides the event: its id and its people ({owner, reviewers}), read
+    through `people` once, when the first notification is written (a run that reaches none reads nothing more)."""
+
+    def __init__(self, job: Job, people):
+        self.job_id, self.people_of = job["jobId"], people
+        self.read: dict | None = None
+
+    def people(self) -> dict:
+        if self.read is None:
+            try:
+                found = self.people_of()
+                self.read = {"owner": found.get("owner"), "reviewers": list(found.get("reviewers") or [])}
+            except Exception:  # a notification never fails its act: it names fewer people
+                self.read = {"owner": None, "reviewers": []}
+        return self.read
+
+
 class Journal(abc.ABC):
     """One job's operation journal on one connection: statements written once (see Dialect), rows as dicts.
 
@@ -2031,6 +2113,7 @@ class Journal(abc.ABC):
         self.in_transaction = False
         self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
+        self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
 
     def rows(self, template: str, **params) -> list[dict]:
@@ -2300,8 +2383,9 @@ def link_row(journal: Journal, act: str, table: str, key, written: list[dict] | 
     append_link(journal, act, table, str(key), None if row is None else chain_record(table, row))
 
 
-def link_result(journal: Journal, result: dict) -> None:
-    """An item's result as validated, in the chain (a step run again after a kill adds no second, identical link)."""
+def link_result(journal: Journal, result: dict, then=None) -> None:
+    """An item's result as validated, in the chain (a step run again after a kill adds no second, identical link);
+    `then(journal)` runs in the link's transaction when one is added (the last item's: the awaiting-review notice)."""
     if not journal.chained:
         return
     with journal.transaction():
@@ -2311,6 +2395,8 @@ def link_result(journal: Journal, result: dict) -> None:
         )
         if last is None or json.loads(last["record_json"]) != result:
             append_link(journal, "result", "results", result["itemId"], result)
+            if then is not None:
+                then(journal)
 
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
@@ -2326,6 +2412,39 @@ def record_event(journal: Journal, key: str, event: str, detail: dict | None = N
             at=now_utc(),
         )
         link_row(journal, "event", "call_events", key, written)
+
+
+# -- notifications: the outbox ------------------------------------------------
+# Note to maintainers: a moment that needs a person (NOTICE_EVENTS) adds one outbox row in the transaction of the act
+# that causes it, never in a commit of its own, whether or not anyone has a notification config: the act and its
+# notification commit together or not at all. Its id is stable (the job, the event, the act's own key), so an act
+# run again after a kill adds nothing (ON CONFLICT DO NOTHING) and a receiver de-duplicates on it. A payload holds
+# ids, the phase and principal names, never a source's text, a model's output or a secret.
+NOTICE_EVENTS = ("awaiting-review", "uncertain-call", "held", "decided", "cancelled")
+
+
+def notice_id(job_id: str, event: str, key: str) -> str:
+    return sha256_hex(canonical({"job": job_id, "event": event, "key": key}))[:32]
+
+
+def add_notice(journal: Journal, event: str, phase: str, key: str, **fields) -> None:
+    """One notification in the outbox, in the caller's transaction (the act's); nothing for a journal that writes none."""
+    notices = journal.notices
+    if notices is None or not journal.has_table("outbox"):
+        return
+    stamp = now_utc()
+    nid = notice_id(notices.job_id, event, key)
+    payload = {"id": nid, "event": event, "jobId": notices.job_id, "phase": phase, "at": stamp, "principal": journal.principal}
+    payload.update(notices.people())
+    payload.update(fields)
+    journal.change(
+        "INSERT INTO {outbox} ({job_col}id, event, payload_json, created_utc) VALUES ({job_val}{p.id}, {p.event}, {p.payload}, {p.at}) "
+        "ON CONFLICT ({job_col}id) DO NOTHING",
+        id=nid,
+        event=event,
+        payload=redact(json.dumps(payload, sort_keys=True), journal.secrets),
+        at=stamp,
+    )
 
 
 def input_sha256(job: Job, prompt: str) -> str:
@@ -2513,6 +2632,8 @@ def fail_call(db, key: str, exc: BaseException) -> str:
         if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
             link_row(journal, "outcome", "calls", key)
             record_event(journal, key, "rejected" if status == "rejected" else "error", detail)
+            if status == "pending":  # its outcome unknown: a person reconciles it
+                add_notice(journal, "uncertain-call", "uncertain-call", key, operationKey=key)
     return status
 
 
@@ -2577,19 +2698,34 @@ def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None
     if say:
         say(f"item {item['id']}: model call {key}")
     crash_point("after-pending", job)
-    token = _OPERATION_KEY.set(key)
-    try:
-        output_text, response_id, request_id, usage = call_model(job, item, source, prompt)
-    except Exception as exc:
-        fail_call(journal, key, exc)
-        raise
-    finally:
-        _OPERATION_KEY.reset(token)
-    output_text = scrub(output_text, journal.secrets)  # what is journaled is exactly what the graph sees (never the key)
-    crash_point("before-ledger", job)
-    complete_call(journal, key, output_text, response_id, request_id, usage, on_complete)
+    traced = {"durable_job.job_id": job["jobId"], "durable_job.operation_key": key, "durable_job.attempt": int(key.rsplit(":", 1)[1])}
+    with span("durable_job model call", {**traced, "durable_job.item_id": item["id"], "durable_job.model": job.get("model")}) as current:
+        token = _OPERATION_KEY.set(key)
+        try:
+            output_text, response_id, request_id, usage = call_model(job, item, source, prompt)
+        except Exception as exc:
+            status = fail_call(journal, key, exc)
+            traced_set(current, {"durable_job.outcome": CALL_OUTCOMES.get(status, "uncertain")})
+            raise
+        finally:
+            _OPERATION_KEY.reset(token)
+        output_text = scrub(output_text, journal.secrets)  # what is journaled is exactly what the graph sees (never the key)
+        crash_point("before-ledger", job)
+        complete_call(journal, key, output_text, response_id, request_id, usage, on_complete)
+        tokens = call_tokens(json.dumps(usage) if usage is not None else None)
+        traced_set(
+            current,
+            {
+                "durable_job.outcome": "completed",
+                "durable_job.input_tokens": tokens["input"],
+                "durable_job.output_tokens": tokens["output"],
+            },
+        )
     crash_point("after-ledger", job)
     return output_text
+
+
+CALL_OUTCOMES = {"rejected": "rejected", "not-sent": "not sent", "pending": "uncertain"}  # fail_call's word: a span's outcome
 
 
 def last_event(journal: Journal, key: str) -> str | None:
@@ -2679,6 +2815,7 @@ def record_cancel(journal: Journal, record: dict) -> None:
             stamp=record["cancelledAtUtc"],
         )
         link_row(journal, "cancel", "outcomes", "cancel")
+        add_notice(journal, "cancelled", "cancelled", "cancel")
 
 
 def record_decision_row(journal: Journal, value: dict) -> None:
@@ -2695,6 +2832,7 @@ def record_decision_row(journal: Journal, value: dict) -> None:
             stamp=value["decidedAtUtc"],
         )
         link_row(journal, "decision", "decisions", "decision")
+        add_notice(journal, "decided", "decided", "decision", decision=value["decision"])
 
 
 def journal_decision(journal: Journal | None) -> dict | None:
@@ -2703,6 +2841,55 @@ def journal_decision(journal: Journal | None) -> dict | None:
         return None
     row = journal.row("SELECT record_json, principal FROM {decisions} WHERE {scope}kind = 'decision'")
     return None if row is None else {**json.loads(row["record_json"]), "principal": row["principal"]}
+
+
+# -- holds: a run's refusal, recorded on the job ------------------------------
+# A run (start, resume, a worker's) that stops with a refusal a person must act on records it on the job, so that
+# status, jobs and the web app show who met it, when, what it said and the fix, and a store's workers leave the job
+# until something changes (see durable_job_team/workers.py). Not holds: another run holds the job, a worker told to
+# stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
+# own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
+NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
+
+
+def is_hold(exc: BaseException) -> bool:
+    """Whether a run's refusal is recorded on the job as a hold."""
+    return isinstance(exc, JobError) and not isinstance(exc, NOT_HOLDS) and not getattr(exc, "uncertain", False)
+
+
+def write_hold(journal: Journal, message: str, fix: str, program: str, phase: str = "ready") -> dict:
+    """Record the job's hold (replacing an earlier one) and its `held` notice, in the caller's transaction or its own;
+    the hold as shown."""
+    stamp = now_utc()
+    with journal.transaction():
+        add_notice(journal, "held", phase, f"held {stamp}")
+        journal.change(
+            "INSERT INTO {holds} ({job_col}kind, principal, at_utc, message, fix, program) "
+            "VALUES ({job_val}'hold', {p.principal}, {p.at}, {p.message}, {p.fix}, {p.program}) "
+            "ON CONFLICT ({job_col}kind) DO UPDATE SET principal = excluded.principal, at_utc = excluded.at_utc, "
+            "message = excluded.message, fix = excluded.fix, program = excluded.program",
+            at=stamp,
+            message=redact(message, journal.secrets),
+            fix=redact(fix, journal.secrets),
+            program=program,
+        )
+    return {"by": journal.principal, "at": stamp, "message": message, "fix": fix}
+
+
+def clear_hold(journal: Journal) -> int:
+    """Remove the job's hold (the owner's resume, a release), in the caller's transaction or its own; rows removed."""
+    # a WHERE of its own: SQLite empties a table read whole by rewriting it, a write even when nothing is held
+    return journal.change("DELETE FROM {holds} WHERE {scope}kind = 'hold'")
+
+
+def journal_hold(journal: Journal | None) -> dict | None:
+    """The job's hold as outputs show it, {by, at, message, fix} (and the program that met it), or None."""
+    if journal is None or not journal.has_table("holds"):
+        return None
+    row = journal.row("SELECT principal, at_utc, message, fix, program FROM {holds}{where}")
+    if row is None:
+        return None
+    return {"by": row["principal"], "at": row["at_utc"], "message": row["message"], "fix": row["fix"], "program": row["program"]}
 
 
 def retry_request(journal: Journal, key: str) -> dict | None:
@@ -3030,6 +3217,7 @@ COMMAND_ACTS = {
     "revise": "tends",
     "retry": "tends",
     "cancel": "tends",
+    "release": "tends",
     "decide": "decides",
 }
 
@@ -3083,6 +3271,7 @@ TEAM_PARTS = {  # the team's extensions, beside this file in durable_job_team/, 
     "store": "a --store (the team's PostgreSQL store)",
     "workers": "submit and work (the store's workers)",
     "web": "serve (the review web app)",
+    "notify": "notify, and work or serve with a notification config (the outbox's sender)",
 }
 
 
@@ -3688,6 +3877,7 @@ def build_graph(ctx: Context, checkpoints):
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
         source = ctx.sources[item["id"]]
+        reviewed = awaiting_review if state["index"] == len(ctx.items) - 1 else None  # the last item's link: to review
 
         linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
 
@@ -3698,7 +3888,7 @@ def build_graph(ctx: Context, checkpoints):
                 result = check_proposal(output_text, item, source)
             except Exception:
                 return
-            link_result(journal, result)
+            link_result(journal, result, reviewed)
             linked.append(result)  # complete_call returns only once its transaction, this link in it, has committed
 
         try:
@@ -3707,7 +3897,7 @@ def build_graph(ctx: Context, checkpoints):
         except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
             result = unanswered(item, exc)
         if linked != [result]:
-            link_result(ctx.journal, result)  # a reused answer's (or a failed item's): written once, never twice
+            link_result(ctx.journal, result, reviewed)  # a reused answer's (or a failed item's): written once, never twice
         ctx.say(f"item {item['id']}: {result['status']}")
         crash_point("after-validate", ctx.job)
         return {"index": state["index"] + 1, "results": state["results"] + [result]}
@@ -3726,6 +3916,13 @@ def build_graph(ctx: Context, checkpoints):
     graph.add_conditional_edges("item", route, ["item", "accept"])
     graph.add_edge("accept", END)
     return graph.compile(checkpointer=ctx.store.checkpointer(checkpoints))
+
+
+def awaiting_review(journal: Journal) -> None:
+    """In the transaction that links the last item's result: the job goes to its review, and its reviewers (its owner
+    when it names none) are told."""
+    people = journal.notices.people() if journal.notices is not None else {"owner": None, "reviewers": []}
+    add_notice(journal, "awaiting-review", "awaiting-review", "model draft", to=people["reviewers"] or [people["owner"]])
 
 
 def refuse_if_stopping(ctx: Context) -> None:
@@ -3752,7 +3949,7 @@ def prefetch(ctx: Context, items: list) -> None:
 
     def one(item):
         journal = ctx.store.journal()
-        journal.chained = ctx.journal.chained
+        journal.chained, journal.notices = ctx.journal.chained, ctx.journal.notices
         try:
             prompt = model_input(item, ctx.sources[item["id"]], [])
             call_or_hold(ctx, journal, item, prompt, ctx.say)
@@ -3890,7 +4087,8 @@ def run_graph(ctx: Context, resume_value=None):
     run again find their answers there (or their uncertain calls) and nothing is sent twice. A person's decision
     (a resume value) is saved synced: it ends the job.
     """
-    with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints:
+    traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision_run": resume_value is not None}
+    with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
         return invoke_graph(ctx, checkpoints, resume_value)
 
 
@@ -3940,17 +4138,20 @@ class open_job:
         calls_model: bool = False,
         cancelled_ok: bool = False,
         stop: threading.Event | None = None,
+        holds: bool = False,
     ):
         self.store, self.command, self.stop = store, command, stop
         self.seals, self.calls_model, self.cancelled_ok = seals, calls_model, cancelled_ok
+        self.holds = holds  # a run: a refusal it meets is recorded on the job (record_hold); a person's resume lifts one
         self.lock: Any = None
         self.ctx: Context | None = None
+        self.job: Job | None = None
 
     def __enter__(self) -> Context:
         self.lock = self.store.lock(self.command)
         self.lock.__enter__()
         try:
-            job = self.store.load_job()
+            job = self.job = self.store.load_job()
             pruned = self.store.pruned_record()
             if pruned is not None:
                 raise DecisionError(
@@ -3959,7 +4160,7 @@ class open_job:
                     f"(`{self.store.suggest('inspect')}`, `{self.store.suggest('verify')}`)"
                 )
             manifest, sources = self.store.check_seals(job) if self.seals else (None, None)
-            self.ctx = attach(self.store, job, manifest, sources, self.stop)
+            self.ctx = attach(self.store, job, manifest, sources, self.stop, lifts_hold=self.lifts_hold(job))
             state = self.ctx.review()
             self.store.check_may(self.command, state)
             if state == "cancelled" and not self.cancelled_ok:
@@ -3967,19 +4168,65 @@ class open_job:
             if self.calls_model and state not in FINISHING and job["mode"] == "openai":
                 check_provider_settings(manifest)
             return self.ctx
-        except BaseException:
-            self.__exit__(None, None, None)
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, None)
             raise
 
+    def lifts_hold(self, job: Job) -> bool:
+        """A resume by the job's owner (a state directory's account) lifts its hold: someone changed something."""
+        return self.holds and self.command == "resume" and self.store.may("runs", job)
+
     def __exit__(self, *exc):
+        if self.holds and isinstance(exc[1], JobError) and self.job is not None:
+            record_refusal(self.store, self.ctx, self.job, exc[1])
         if self.ctx is not None:
             self.ctx.journal.close()
             self.ctx = None
         self.lock.__exit__(*exc)
 
 
-def attach(store: Store, job: Job, manifest: Manifest | None, sources: dict | None, stop: threading.Event | None = None) -> Context:
-    """A run's context over a checked job (the lock held): storage checked, the journal open."""
+def record_refusal(store: Store, ctx: Context | None, job: Job, exc: JobError) -> None:
+    """What a run's refusal leaves on the job (the lock held), never masking it (a journal that cannot take it, a lost
+    connection or a damaged file, leaves the refusal as it was): a hold with its `held` notice (record_hold); an
+    uncertain call a killed run left, its `uncertain-call` notice (the same id as the one its failure would have
+    written). Before its journal is open only a store's job takes a hold (a worker's program refused by the job's
+    seals): a state directory's journal is not made for it."""
+    try:
+        if is_hold(exc):
+            if ctx is not None or store.shared:
+                record_hold(store, ctx, job, exc)
+        elif isinstance(exc, UncertainCall) and exc.operation_key and ctx is not None:
+            with ctx.journal.transaction():
+                add_notice(ctx.journal, "uncertain-call", "uncertain-call", exc.operation_key, operationKey=exc.operation_key)
+    except Exception:  # the refusal itself is what the person must see
+        pass
+
+
+def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> None:
+    journal = ctx.journal if ctx is not None else store.journal()
+    if journal.notices is None:
+        journal.notices = Notices(job, lambda: store.people(job))
+    phase = "ready"
+    if ctx is not None:
+        checkpoint = ctx.checkpoint()
+        phase = job_phase(ctx.review(checkpoint), checkpoint, None)
+    fix = f"fix what it names, then {store.suggest('resume')}"
+    if store.shared:
+        fix += f" (or {store.suggest('release')}: the store's workers take it on again)"
+    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", fix, code_sha256(), phase)
+
+
+def attach(
+    store: Store,
+    job: Job,
+    manifest: Manifest | None,
+    sources: dict | None,
+    stop: threading.Event | None = None,
+    *,
+    lifts_hold: bool = False,
+) -> Context:
+    """A run's context over a checked job (the lock held): storage checked, the journal open; lifts_hold (the owner's
+    resume) removes the job's hold in the transaction that opens the run."""
     store.check_files()
 
     def seal_link(journal: Journal) -> None:
@@ -3990,8 +4237,11 @@ def attach(store: Store, job: Job, manifest: Manifest | None, sources: dict | No
             append_link(journal, "seal", "jobs", job["jobId"], job)
 
     journal = store.journal(seal_link)
+    journal.notices = Notices(job, lambda: store.people(job))
     with journal.transaction():
         seal_link(journal)
+        if lifts_hold:
+            clear_hold(journal)
     return Context(store, job, manifest, sources, journal, stop)
 
 
@@ -4047,8 +4297,10 @@ class Snapshot:
         draft: tuple[int, list],
         holder: Holder | None,
         has_receipt: bool,
+        hold: dict | None = None,
     ):
         self.store = store
+        self.hold = hold  # a run's refusal recorded on the job (journal_hold), or None
         self.job = job
         self.journal = journal
         self.checkpoint = checkpoint
@@ -4087,6 +4339,7 @@ def read_snapshot(store: Store) -> Snapshot:
             latest_draft(journal),
             holder,
             store.has_receipt(),
+            journal_hold(journal),
         )
     except BaseException:
         if journal is not None:
@@ -4104,12 +4357,13 @@ def make_snapshot(
     revised: tuple[int, list] | None,
     holder: Holder | None,
     has_receipt: bool,
+    hold: dict | None = None,
 ) -> Snapshot:
     """A Snapshot from what was read; the results under review are the latest draft once the job is at review."""
     model_results = list(checkpoint["values"].get("results") or [])
     at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
     draft = (revised or (1, model_results)) if at_review else (1, model_results)
-    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt)
+    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt, hold)
 
 
 def in_flight(snap: Snapshot) -> list:
@@ -4166,6 +4420,8 @@ def next_for_phase(snap: Snapshot) -> str:
         )
     if latest_rejected(snap.calls):
         return f"a call was rejected by the provider (no output, counts as an attempt): fix the cause, then {resume}"
+    if snap.hold is not None:  # a run's refusal, recorded on the job: workers leave it until someone acts
+        return f"held by {snap.hold['by']} at {snap.hold['at']}: {snap.hold['fix']}"
     return resume
 
 
@@ -4178,6 +4434,7 @@ def where_it_stands(snap: Snapshot, out: dict, *, ended_seals: bool = True) -> d
     broken = seal_report(snap.store, snap.job) if ended_seals or not ended else None
     out["phase"] = snap.phase
     out["next"] = next_step(snap, broken)
+    out["hold"] = shown_hold(snap.hold)
     if snap.phase == "running":
         out["running"] = {**cast(Holder, snap.holder), "calls": in_flight(snap)}
     if broken:
@@ -4186,6 +4443,11 @@ def where_it_stands(snap: Snapshot, out: dict, *, ended_seals: bool = True) -> d
     if pruned is not None:  # what a checkpoint would have told is the kept values; the history itself is gone
         out["pruned"] = {k: pruned.get(k) for k in ("markedUtc", "prunedUtc", "freedBytes", "principal")}
     return out
+
+
+def shown_hold(hold: dict | None) -> dict | None:
+    """A job's hold as status, jobs and the web app show it: {by, at, message, fix} (None: not held)."""
+    return None if hold is None else {k: hold[k] for k in ("by", "at", "message", "fix")}
 
 
 def seal_report(store: Store, job: Job) -> str | None:
@@ -5919,6 +6181,9 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
         ctx = attach(store, job, manifest, sources)
         try:
             return run_output(ctx, run_graph(ctx), existing=False)
+        except JobError as exc:
+            record_refusal(store, ctx, job, exc)
+            raise
         finally:
             ctx.journal.close()
 
@@ -5984,7 +6249,7 @@ def resume(
     call once `stop` is set.
     """
     need_job_id(store)
-    with open_job(store, command, calls_model=True, stop=stop) as ctx:
+    with open_job(store, command, calls_model=True, stop=stop, holds=True) as ctx:
         if runnable_only and (ctx.review() != "before-review" or latest_rejected(call_rows(ctx.journal))):
             return None  # it moved since it was listed (another worker, a person): under the lock, it is not runnable
         if on_claim is not None:
@@ -6294,9 +6559,10 @@ def record_decision(
             value["signature"] = page_signature(passkey, "decision", ctx.job["jobId"], value, head, "decidedAtUtc")
         else:
             value["signature"] = sign_act(sign_key, "decision", ctx.job["jobId"], value, head) if sign_key else None
-        record_decision_row(
-            ctx.journal, value
-        )  # the journal first: verify requires its row, and a store refuses it from a role that may not decide
+        traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision": decision, "durable_job.principal": value["principal"]}
+        with span("durable_job decision", {**traced, "durable_job.draft_version": draft}):
+            # the journal first: verify requires its row, and a store refuses it from a role that may not decide
+            record_decision_row(ctx.journal, value)
         crash_point("after-decision-row", ctx.job)
         final_state = run_graph(ctx, resume_value=value)
         crash_point("after-decide", ctx.job)
@@ -6615,6 +6881,73 @@ def cancel(
             record_cancel(ctx.journal, record)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
         return {"jobId": ctx.job["jobId"], "cancelled": record}
+
+
+def release(store: Store) -> dict:
+    """Lift the job's hold (a run's refusal recorded on it) once its cause is fixed, so a store's workers take it on again;
+    its owner's and reviewers' (a state directory's account's). Runs nothing."""
+    need_job_id(store)
+    with open_job(store, "release", seals=False, cancelled_ok=True) as ctx:  # lifting a hold needs no sound inputs
+        hold = journal_hold(ctx.journal)
+        if hold is not None:
+            with ctx.journal.transaction():
+                clear_hold(ctx.journal)
+    snap = read_snapshot(store)
+    try:
+        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold)})
+    finally:
+        snap.close()
+
+
+def notify(
+    *,
+    store: str | None = None,
+    roots=(),
+    state_dir: str | None = None,
+    program: str | None = None,
+    from_env: bool = False,
+    config: str | None = None,
+    follow: bool = False,
+    stop: threading.Event | None = None,
+) -> dict:
+    """Deliver the due notifications of a store (its administrator or a worker role), a state directory or the state
+    directories under folders (their owner), at least once each; with follow, until stopped (SIGTERM, Ctrl-C)."""
+    part = team_part("notify")
+    path = part.config_path(config)
+    if not path:
+        raise UsageError(f"notify needs a notification config: --notify FILE, or set {NOTIFY_ENV} (see docs/CONTRACT.md, Notifications)")
+    targets = part.read_config(path)
+    if sum(map(bool, (store, roots, state_dir))) != 1:
+        raise UsageError(f"name the outbox: --store URL (or set {STORE_ENV}), --state-dir DIR, or --root DIR (repeatable)")
+    boxes: list = []
+    if store:
+        sender, boxes = part.store_sender(team_part("store").PgStore(store, "", from_env=from_env, program=program), targets)
+    else:
+        folders = [state_dir] if state_dir else list(roots)
+        for folder in folders:
+            if os.stat(folder).st_uid != os.geteuid():
+                raise UsageError(f"{folder} is {os_account(os.stat(folder).st_uid)}'s: its owner delivers its notifications")
+        sender = part.dirs_sender(folders, targets)
+    try:
+        if follow:
+            sender.follow(stop or stop_on_signals())
+        else:
+            sender.once()
+    finally:
+        for box in boxes:
+            box.close()
+    return {"delivered": sender.delivered, "failedTries": sender.failed, "followed": follow}
+
+
+def stop_on_signals():
+    """An event SIGTERM or Ctrl-C sets (notify --follow ends at its next pass)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 def seal(
@@ -7009,12 +7342,14 @@ def jobs(
     after: str | None = None,
     prices: str | None = None,
     sealed_by_other: bool = False,
+    held: bool = False,
 ) -> dict:
     """List the jobs in a store (store=URL: those this role may see) or in the state directories under folders (roots).
 
     Filters: phases (any of), owner (a role, or an account under roots), mine (owned by whoever lists), to_review
     (awaiting review and naming me as a reviewer, or owned by me when it names none), since (created on or after),
-    sealed_by_other (only the jobs another program or graph version sealed: each row's actsHere says which). limit: at most this many rows (None: all); after: the nextCursor of the page before. Each row has its tokens; with
+    sealed_by_other (only the jobs another program or graph version sealed: each row's actsHere says which), held (only
+    the jobs a run's refusal holds: each row's hold says who met it, what it said and the fix). limit: at most this many rows (None: all); after: the nextCursor of the page before. Each row has its tokens; with
     prices (a file, see read_prices) also its estimatedCost. `nextCursor` and `nextPage` say how to read on.
     """
     if roots and store:
@@ -7030,6 +7365,7 @@ def jobs(
         "to_review": to_review,
         "since": since,
         "sealed_by_other": sealed_by_other,
+        "held": held,
     }
     if store:
         team = team_part("store")
@@ -7057,6 +7393,7 @@ def listing_flags(filters: dict, prices: str | None) -> list:
     flags += ["--to-review"] if filters["to_review"] else []
     flags += ["--since", filters["since"]] if filters["since"] else []
     flags += ["--sealed-by-other"] if filters.get("sealed_by_other") else []
+    flags += ["--held"] if filters.get("held") else []
     return flags + (["--prices", os.path.abspath(prices)] if prices else [])
 
 
@@ -7072,6 +7409,7 @@ def keeps(row: dict, filters: dict, me: str) -> bool:
         )
         and (filters["since"] is None or str(row["createdAtUtc"] or "") >= filters["since"].rstrip("Z"))
         and (not filters.get("sealed_by_other") or row.get("actsHere") is False)
+        and (not filters.get("held") or row.get("hold") is not None)
     )
 
 
@@ -7151,6 +7489,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "createdAtUtc": job.get("createdAtUtc"),
             "tokens": job_tokens(snap.calls),
             "actsHere": sealed_here(job),
+            "hold": out["hold"],
         }
         if prices is not None:
             row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
@@ -7173,6 +7512,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "mode": None,
             "createdAtUtc": None,
             "tokens": None,
+            "hold": None,
         }
 
 
@@ -7408,6 +7748,8 @@ def text_document(command: str, out: dict, store: Store | None, render) -> str:
     if command in ("jobs", "migrate", "work", "usage", "passkeys") or "submits" in out:  # about a whole store or folder, not one job
         return "\n".join(render(out, store))
     lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, store)]
+    if out.get("hold"):
+        lines += labelled_lines("held", f"{out['hold']['message']} (by {out['hold']['by']} at {out['hold']['at']})")
     for key in ("next", "sealBroken", "html"):
         if key in out:
             lines += labelled_lines(key, out[key])
@@ -7596,6 +7938,22 @@ def text_cancel(out: dict, store) -> list:
     return lines
 
 
+def text_release(out: dict, store) -> list:
+    """The hold lifted (or that there was none), and where the job stands."""
+    held = out["released"]
+    lifted = (
+        f"  released: the hold {held['by']} met at {held['at']} is lifted ({held['message']})" if held else "  not held: nothing to release"
+    )
+    return [lifted, f"  phase: {out['phase']}"]
+
+
+def text_notify(out: dict, store) -> list:
+    return [
+        f"notify: {out['delivered']} delivered, {out['failedTries']} failed tries"
+        + (" (followed until stopped)" if out["followed"] else "")
+    ]
+
+
 def text_seal(out: dict, store) -> list:
     lines = [f"  wrote {out.get('manifest')} (sha256 {out.get('manifestSha256')})"]
     for item in out.get("items") or []:
@@ -7732,6 +8090,8 @@ def jobs_table(jobs: list) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(head, widths)).rstrip()]
     for row, job in zip(rows, jobs):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if job.get("hold"):
+            lines += labelled_lines("held", f"{job['hold']['message']} (by {job['hold']['by']} at {job['hold']['at']})")
         lines += labelled_lines("next", job["next"])
     if priced:
         lines.append(f"costs: estimates from {priced[0]['pricesFile']}, not the provider's bill")
@@ -7833,6 +8193,25 @@ def cmd_cancel(args) -> dict:
     return cancel(store_from(args), **flags_of(args, "reviewer", "reason"), sign_key=signing_key(args))
 
 
+def cmd_release(args) -> dict:
+    """Lift the job's hold once its cause is fixed: the store's workers take it on again (runs nothing)."""
+    return release(store_from(args))
+
+
+def cmd_notify(args) -> dict:
+    """Deliver the outbox's notifications (a store's: its administrator or a worker role; a state directory's: its owner)."""
+    url = args.store or (None if args.root or args.state_dir else os.environ.get(STORE_ENV))
+    return notify(
+        store=url,
+        roots=args.root or (),
+        state_dir=args.state_dir,
+        program=args.program,
+        from_env=not args.store,
+        config=args.notify,
+        follow=args.follow,
+    )
+
+
 def signing_key(args) -> str | None:
     """--sign-key, else DURABLE_JOB_SIGNING_KEY, else None (the act is recorded unsigned)."""
     return args.sign_key or os.environ.get(SIGNING_KEY_ENV) or None
@@ -7897,7 +8276,7 @@ def cmd_jobs(args) -> dict:
         program=args.program,
         from_env=not args.store,
         limit=args.limit if args.limit is not None else PAGE_ON_TERMINAL if sys.stdout.isatty() else None,
-        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices", "sealed_by_other"),
+        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices", "sealed_by_other", "held"),
     )
 
 
@@ -7958,7 +8337,19 @@ def cmd_work(args) -> dict:
     """Run the store's jobs that can go on without a person, each to its next stop, up to --concurrency at once."""
     store = store_url_from(args, "work")
     args.opened = None  # a worker's output names its store itself
-    return team_part("workers").work(store, concurrency=args.concurrency, until_idle=args.until_idle)
+    return team_part("workers").work(store, concurrency=args.concurrency, until_idle=args.until_idle, notify=args.notify)
+
+
+def work_refusal(out: dict) -> JobError | None:
+    """`work --until-idle` that held a job (a run's refusal recorded on it) exits 2 after its summary, naming each."""
+    held = [r for r in out.get("runs") or [] if r.get("held")]
+    if not out.get("untilIdle") or not held:
+        return None
+    named = "; ".join(f"job {r['jobId']}: {r['hold']}" for r in held)
+    return JobError(
+        f"work held {len(held)} job(s), each left for a person: {named}. Each job's status names the fix; once it is fixed, "
+        "its owner's `release` (or resume) lets the workers take it on again"
+    )
 
 
 WORK_MAX_CONCURRENCY = 8  # the jobs one `work` process runs at once, at most (--concurrency)
@@ -7974,7 +8365,7 @@ def cmd_serve(args) -> dict:
     return web.serve(
         store=store,
         roots=args.root or (),
-        **flags_of(args, "host", "port", "certfile", "keyfile", "behind_proxy", "idle_minutes", "program"),
+        **flags_of(args, "host", "port", "certfile", "keyfile", "behind_proxy", "idle_minutes", "program", "notify"),
     )
 
 
@@ -8021,6 +8412,7 @@ PRICES_FLAG = flag(
     help="your JSON prices per model (per million input and output tokens, with the date set): shows an estimated cost",
 )
 ROOT_FLAG = flag("--root", type=path_argument, action="append", help="a folder holding state directories at any depth (repeatable)")
+NOTIFY_FLAG = flag("--notify", type=path_argument, metavar="FILE", help=f"the notification config to deliver by (default: ${NOTIFY_ENV})")
 SINCE_FLAG = flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)")
 PAGE_ON_TERMINAL = 50  # jobs a page shows on a terminal unless --limit says; piped, every job unless it says
 ADDRESS_FLAGS = [
@@ -8130,6 +8522,7 @@ COMMANDS = {
         ],
     ),
     "cancel": Command(cmd_cancel, text_cancel, [*WHO_FLAGS, SIGN_FLAG]),
+    "release": Command(cmd_release, text_release),
     "retry": Command(
         cmd_retry,
         text_retry,
@@ -8182,6 +8575,7 @@ COMMANDS = {
                 action="store_true",
                 help="only the jobs another version of the program sealed (this one cannot act on them: finish them with theirs)",
             ),
+            flag("--held", action="store_true", help="only the jobs a run's refusal holds (each row's hold: by, at, message, fix)"),
             flag(
                 "--limit",
                 type=int,
@@ -8269,6 +8663,7 @@ COMMANDS = {
         [
             STORE_FLAG,
             flag("--root", type=path_argument, action="append", help="a folder holding your state directories at any depth (repeatable)"),
+            NOTIFY_FLAG,
             flag("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; another needs TLS or --behind-proxy)"),
             flag("--port", type=int, default=8765, help="the port to listen on (default 8765; 0: any free port)"),
             flag("--certfile", type=path_argument, metavar="PEM", help="serve HTTPS with this certificate (with --keyfile)"),
@@ -8288,12 +8683,28 @@ COMMANDS = {
         ],
         state_dir=False,
     ),
+    "notify": Command(
+        cmd_notify,
+        text_notify,
+        [
+            STORE_FLAG,
+            flag("--state-dir", type=path_argument, help="one state directory's outbox"),
+            ROOT_FLAG,
+            NOTIFY_FLAG,
+            flag("--follow", action="store_true", help="keep delivering until SIGTERM or Ctrl-C (default: deliver what is due, then exit)"),
+        ],
+        state_dir=False,
+    ),
     "work": Command(
         cmd_work,
         text_work,
         [
             STORE_FLAG,
-            flag("--until-idle", action="store_true", help="exit 0 once no job is runnable (default: keep polling, with back-off)"),
+            flag(
+                "--until-idle",
+                action="store_true",
+                help="exit once no job is runnable: 0, or 2 if it held a job (default: keep polling, with back-off)",
+            ),
             flag(
                 "--concurrency",
                 type=int,
@@ -8301,8 +8712,10 @@ COMMANDS = {
                 metavar="N",
                 help=f"run up to N jobs at once in this process (1-{WORK_MAX_CONCURRENCY}, default 1)",
             ),
+            NOTIFY_FLAG,
         ],
         state_dir=False,
+        refusal=work_refusal,
     ),
 }
 CHANGES_NO_JOB = (
@@ -8315,6 +8728,7 @@ CHANGES_NO_JOB = (
     "work",
     "usage",
     "serve",
+    "notify",
 )  # a failure in these leaves nothing to resume
 
 
@@ -8498,7 +8912,9 @@ def main(argv=None) -> int:
         args = parse_command_line(argv)
         args.user_umask, args.program, args.opened, args.secrets = user_umask, program_name(), None, secrets
         command = COMMANDS[args.command]
-        out = command.run(args)
+        with span(f"durable_job {args.command}", {"durable_job.command": args.command}) as current:
+            out = command.run(args)
+            traced_set(current, {"durable_job.job_id": out.get("jobId") if isinstance(out, dict) else None})
         store = args.opened
         if store is not None and args.command not in ("jobs", "work", "usage"):
             out = {**out, **store.output_fields()}  # a store's job says which store (no password)
@@ -8537,6 +8953,7 @@ def main(argv=None) -> int:
         opened = known_store(args)
         if opened is not None:
             opened.close()  # a store's read connection: none outlives main()
+        flush_traces()
 
 
 if __name__ == "__main__":

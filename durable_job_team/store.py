@@ -212,6 +212,8 @@ PG_SETUP_MIGRATIONS = (
     "m010_creation_order",
     "m011_hostile_roles",
     "m012_passkeys",
+    "m013_holds",
+    "m014_outbox",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -240,6 +242,8 @@ STORE_TABLES = (  # every table a store's migrations make (LangGraph's among the
     "prunes",
     "tombstones",
     "passkeys",
+    "holds",
+    "outbox",
 )
 NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
 
@@ -1235,6 +1239,8 @@ STORE_GRANTS = (
     "durable_job.checkpoint_writes, durable_job.passkeys TO {role}",
     "GRANT UPDATE ON durable_job.calls, durable_job.job_locks, durable_job.checkpoints, durable_job.checkpoint_writes TO {role}",
     "GRANT DELETE ON durable_job.calls TO {role}",
+    "GRANT INSERT, UPDATE, DELETE ON durable_job.holds TO {role}",  # a run's refusal on its job (m013_holds)
+    "GRANT INSERT, UPDATE ON durable_job.outbox TO {role}",  # notifications; a sender marks them delivered (m014_outbox)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
@@ -1342,6 +1348,8 @@ SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.ow
     WHERE d.job_id = j.job_id ORDER BY d.version DESC LIMIT 1) AS draft,
   (SELECT json_build_object('record', x.record_json, 'principal', x.principal) FROM durable_job.decisions x
     WHERE x.job_id = j.job_id AND x.kind = 'decision') AS decision,
+  (SELECT json_build_object('by', h.principal, 'at', h.at_utc, 'message', h.message, 'fix', h.fix, 'program', h.program)
+    FROM durable_job.holds h WHERE h.job_id = j.job_id) AS hold,
   (SELECT json_build_object('role', a.usename, 'name', a.application_name) FROM durable_job.job_locks k
     JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
     LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,
@@ -1371,6 +1379,7 @@ PAGE_FILTERS = {
     "reviews": "CASE WHEN cardinality(j.reviewers) > 0 THEN session_user::text = ANY(j.reviewers) ELSE j.owner = session_user::text END",
     "cancelled": NOT_CANCELLED.replace("NOT EXISTS", "EXISTS"),
     "not-cancelled": NOT_CANCELLED,
+    "held": "EXISTS (SELECT 1 FROM durable_job.holds h WHERE h.job_id = j.job_id)",
     "after": "(j.created_utc, j.job_id) > ({p.after_at}, {p.after_id})",
 }
 
@@ -1451,6 +1460,7 @@ def store_page(
                 draft or None,
                 cast("Holder | None", holder or None),
                 row["receipt"],
+                row["hold"],
             )
         except StateError as exc:
             snapshot = exc
@@ -1504,6 +1514,8 @@ def store_job_rows(lister: PgStore, filters: dict, after: list | None, limit: in
         params["since"] = filters["since"].rstrip("Z")
     if filters["to_review"]:
         names.append("reviews")
+    if filters.get("held"):
+        names.append("held")
     phases = set(filters["phases"])
     if phases and phases <= {"cancelled"}:
         names.append("cancelled")
@@ -1533,7 +1545,7 @@ def store_job_rows(lister: PgStore, filters: dict, after: list | None, limit: in
     return [row for _, row in found], None
 
 
-DELETED_TABLES = ("links", "decisions", "outcomes", "drafts", "call_events", "calls", "receipts", "prunes", "job_locks")
+DELETED_TABLES = ("outbox", "holds", "links", "decisions", "outcomes", "drafts", "call_events", "calls", "receipts", "prunes", "job_locks")
 
 
 def delete_job(store: PgStore) -> dict:

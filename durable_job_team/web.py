@@ -137,6 +137,9 @@ def live_status(snap: durable_job.Snapshot, out: dict) -> dict:
     elif phase == "cancelled":
         label, cls = f"Cancelled by {durable_job.by_whom(snap.cancel, store)}", "bad"
         detail = f"at {(snap.cancel or {}).get('cancelledAtUtc')}: nothing more runs"
+    elif out.get("hold"):  # a run's refusal recorded on the job: the workers leave it until someone acts
+        label, cls = f"Held by {out['hold']['by']}: needs a person", "bad"
+        detail = f"{out['hold']['message']} (at {out['hold']['at']}); {out['hold']['fix']}"
     else:
         label, detail = "Not running", out["next"]
     if out.get("sealBroken"):
@@ -629,6 +632,8 @@ def row_status(row: dict, label: str) -> tuple[str, str]:
         return f"Saved: {WEB_DECIDED.get(decision, decision)} by {by.get('reviewer')} ({label} {by.get('principal')})", "ok"
     if phase == "cancelled":
         return "Cancelled", "bad"
+    if row.get("hold"):
+        return f"Held by {row['hold']['by']}: needs a person", "bad"
     return phase.replace("-", " ").capitalize(), "wait"
 
 
@@ -1112,6 +1117,7 @@ async def api_jobs(site: WebSite, request: Request, person: WebPerson) -> Respon
         "owner": q.get("owner"),
         "mine": q.get("mine") in ("1", "true"),
         "to_review": q.get("toReview") in ("1", "true"),
+        "held": q.get("held") in ("1", "true"),
         "since": q.get("since"),
         "after": q.get("after"),
     }
@@ -1468,8 +1474,10 @@ def serve(
     idle_minutes: float = WEB_IDLE_MINUTES,
     program: str | None = None,
     say=None,
+    notify: str | None = None,
 ) -> dict:
-    """Serve the live review web app until SIGTERM or Ctrl-C: a team's store (store=URL) or state directories (roots).
+    """Serve the live review web app until SIGTERM or Ctrl-C: a team's store (store=URL) or state directories (roots);
+    with a notification config (notify, else DURABLE_JOB_NOTIFY), also deliver their notifications.
 
     Everyone signs in (a store's role and password; a --root's one-time printed token) and sees and does exactly
     what the CLI lets them. The address to open is printed once (say, default stderr).
@@ -1504,5 +1512,40 @@ def serve(
     say(f"serving {site.where()}: open {site.address_with_token() if site.roots else site.address()}")
     if host in WEB_LOOPBACK and host != "localhost":  # WebAuthn takes a host name as relying party, never an address
         say(f"passkeys need a host name: on this machine the same pages answer at http://localhost:{sock.getsockname()[1]}/")
-    server.run(sockets=[sock])
+    halt = start_sender(store, site.roots, program, notify, say)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if halt is not None:
+            halt()
     return {"served": site.address(), "stoppedBy": server.stopped[0] if server.stopped else None}
+
+
+def start_sender(store: str | None, roots: list, program: str | None, notify: str | None, say):
+    """With a notification config, deliver the store's (or the folders') notifications in a thread while serving; a
+    function that stops it (None without a config: nothing of the sender is imported). serve's own address knows no
+    password: a store's sender logs in as its URL's role (the administrator or a worker) with PGPASSFILE's."""
+    path = os.environ.get(durable_job.NOTIFY_ENV) if notify is None else notify
+    if not path:
+        return None
+    notifying = durable_job.team_part("notify")
+    config = notifying.read_config(path)
+    boxes: list = []
+    if store:
+        target = durable_job.team_part("store").PgStore(store, "", program=program)
+        try:
+            sender, boxes = notifying.store_sender(target, config)
+        except durable_job.JobError as exc:
+            say(f"notify: not delivering: {exc}")
+            return None
+    else:
+        sender = notifying.dirs_sender(roots, config)
+    halt, thread = notifying.background(sender)
+
+    def stop() -> None:
+        halt.set()
+        thread.join()
+        for box in boxes:
+            box.close()
+
+    return stop

@@ -15,6 +15,7 @@ import time
 from typing import Any, cast
 
 from durable_job import (
+    NOTIFY_ENV,
     STORE_ENV,
     WORK_MAX_CONCURRENCY,
     BusyError,
@@ -27,7 +28,9 @@ from durable_job import (
     WorkerStopping,
     check_same_job,
     clip,
+    code_sha256,
     command_line,
+    is_hold,
     job_phase,
     latest_rejected,
     manifests_job,
@@ -61,7 +64,7 @@ WORK_IDLE_MAX = 30.0  # the back-off's ceiling
 # has no interrupt write). Only unfinished jobs are read (finished_at, m008: the
 # jobs_unfinished index), so a poll costs the same however many jobs have ended.
 RUNNABLE_SQL = """
-SELECT j.job_id FROM durable_job.jobs j
+SELECT j.job_id, (SELECT h.program FROM durable_job.holds h WHERE h.job_id = j.job_id) AS held_by FROM durable_job.jobs j
 WHERE j.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
                   JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
@@ -179,8 +182,10 @@ def submitted_words(done: list, their_paths: list, untried: list) -> str:
 
 
 def needs_person(snap: Snapshot) -> bool:
-    """Whether a job waits for a person (or for another run): anything but not-started or ready, or a rejected latest call."""
-    return snap.phase not in ("not-started", "ready") or latest_rejected(snap.calls)
+    """Whether a job waits for a person (or for another run): anything but not-started or ready, a rejected latest call,
+    or a hold a run of this program met (a release, the owner's resume or another program lifts it)."""
+    held = snap.hold is not None and snap.hold.get("program") == code_sha256()
+    return snap.phase not in ("not-started", "ready") or latest_rejected(snap.calls) or held
 
 
 def progress_mark(snap: Snapshot) -> tuple:
@@ -232,7 +237,9 @@ class Worker:
         db = reader.db()
         if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
             return []  # a store not set up yet holds no job
-        return [r["job_id"] for r in db.rows(RUNNABLE_SQL)]
+        # a job held by a run of this program waits for a person (m013_holds); one another program's run held (its
+        # seals refused that program, say) is left to the others
+        return [r["job_id"] for r in db.rows(RUNNABLE_SQL) if r["held_by"] != code_sha256()]
 
     def run_one(self, reader: PgStore) -> bool:
         """Run the first runnable job this thread can claim; False when there is none."""
@@ -285,6 +292,7 @@ class Worker:
         except JobError as exc:
             record["to"] = self.phase_now(store)
             record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc, store.secrets).split())}"
+            record["held"] = is_hold(exc)  # recorded on the job: `work --until-idle` exits 2
             if not isinstance(exc, WorkerStopping):
                 self.failed[store.job_id] = self.mark_now(store, mark)
         except Exception as exc:  # a bug: logged, the job left as it is, the worker goes on
@@ -382,12 +390,38 @@ class Worker:
 
 
 def work(
-    store: Store, *, concurrency: int = 1, until_idle: bool = False, stop: threading.Event | None = None, signals: bool = True
+    store: Store,
+    *,
+    concurrency: int = 1,
+    until_idle: bool = False,
+    stop: threading.Event | None = None,
+    signals: bool = True,
+    notify: str | None = None,
 ) -> dict:
-    """Run the store's jobs that can go on without a person, each to its next stop, up to `concurrency` at once."""
+    """Run the store's jobs that can go on without a person, each to its next stop, up to `concurrency` at once; with a
+    notification config (notify, else DURABLE_JOB_NOTIFY) also deliver the store's notifications, the due ones once more
+    before exiting."""
     if not isinstance(store, PgStore):
         raise UsageError(f"work works on a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job runs with `start`")
     if not 1 <= concurrency <= WORK_MAX_CONCURRENCY:
         raise UsageError(f"--concurrency {concurrency} is out of range: give 1 to {WORK_MAX_CONCURRENCY} jobs at once per worker")
     need_psycopg()
-    return Worker(store, concurrency, until_idle, stop).run(signals)
+    path = os.environ.get(NOTIFY_ENV) if notify is None else notify
+    if not path:  # no config: nothing of the sender is imported or run
+        return Worker(store, concurrency, until_idle, stop).run(signals)
+    from durable_job_team import notify as notifying
+
+    sender, boxes = notifying.store_sender(store, notifying.read_config(path))
+    halt, thread = notifying.background(sender)
+    try:
+        out = Worker(store, concurrency, until_idle, stop).run(signals)
+    finally:
+        halt.set()
+        thread.join()
+    try:
+        sender.once()  # before exiting: every event due now, once more
+    finally:
+        for box in boxes:
+            box.close()
+    out["notified"] = sender.delivered
+    return out

@@ -526,8 +526,9 @@ def test_two_jobs_in_one_store_each_keep_their_own_calls_and_receipt(tmp_path, s
 
 
 def test_a_worker_claims_only_what_needs_no_person(tmp_path, store_url, provider):
-    """A job that stopped with a HOLD in this worker is not tried again by it until its state changes, and a job
-    whose latest call the provider refused waits for a person: `work --until-idle` ends, with one run each."""
+    """A job that stopped with a HOLD is held (issue 35): no worker tries it again, in this process or the next, until
+    a person acts, and a job whose latest call the provider refused waits for a person: `work --until-idle` ends,
+    with one run each, and exits 2 naming both."""
     import psycopg
     from test_work import submit_jobs
 
@@ -538,11 +539,12 @@ def test_a_worker_claims_only_what_needs_no_person(tmp_path, store_url, provider
         conn.execute("UPDATE durable_job.jobs SET record_json = %s WHERE job_id = 'job-01'", (json.dumps(record),))
     provider.behave("401")
     done = refused.run("work", "--store", store_url, "--until-idle", state=False, timeout=90)
-    runs = done.ok()["runs"]
+    assert done.code == 2 and "work held 2 job(s)" in done.stderr
+    runs = done.json["runs"]
     assert sorted((r["jobId"], r["to"]) for r in runs) == [("job-00", "ready"), ("job-01", "not-started")], runs
     assert "Dependency versions changed" in next(r["hold"] for r in runs if r["jobId"] == "job-01")
     again = refused.run("work", "--store", store_url, "--until-idle", state=False, timeout=90).ok()
-    assert [r["jobId"] for r in again["runs"]] == ["job-01"] and len(provider.requests()) == 1  # the refused job waits for a person
+    assert again["runs"] == [] and len(provider.requests()) == 1  # both wait for a person: the holds outlive the worker
 
 
 # --- retry -------------------------------------------------------------------------------------------------------

@@ -105,6 +105,9 @@ RELEASED_MIGRATIONS = {
     "m009_retention": "a4ae1db6b95062a9a43340d3de1362a590f2f7b77d48bd7bb6d7203fc004c90d",
     "m010_creation_order": "2fd2d2d0b800ee08d62bd50487d50933bcd40761ac3d868ebd128a618c4e3a78",
     "m011_hostile_roles": "aac079afb935846629d1ede81631bb88ffd1f67cb698691474bbfafca27414d7",
+    "m012_passkeys": "c822086041471592ccf38555169db5281ea16da78ddc7878a7cf159b8ea2f975",
+    "m013_holds": "1a2c214048a21a60501ec9ea250044d507d493ac0c7d39e1da68ec62ef3d2b42",
+    "m014_outbox": "bc6deab567e96f3838612c7339eedc1e00e8e5493765aa6e05042d3d7d95ceff",
 }
 
 
@@ -234,4 +237,4 @@ def test_no_function_of_the_program_is_longer_than_80_lines():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long.append((os.path.basename(path), node.name, node.end_lineno - node.lineno + 1))
-    assert len(files) == 5 and long == []
+    assert len(files) == 7 and long == []  # the core, __init__, notify, store, traces, web, workers

@@ -215,10 +215,13 @@ def test_a_sealed_base_url_keeps_the_sources_from_any_other_endpoint(tmp_path, p
     assert alice.run("submit", "--manifest", alice.manifest).ok()["phase"] == "not-started"
     worker = as_(alice, "worker", tmp_path)
     elsewhere = provider.env(OPENAI_BASE_URL="http://127.0.0.1:9/v1", DURABLE_JOB_OPENAI_TIMEOUT="5")
-    done = worker.run("work", "--store", worker.store, "--until-idle", state=False, env=elsewhere).ok()
+    held = worker.run("work", "--store", worker.store, "--until-idle", state=False, env=elsewhere)
+    assert held.code == 2 and "work held 1 job(s)" in held.stderr  # issue 35: the hold is said, and recorded on the job
+    done = held.json
     assert [r.get("hold", "") for r in done["runs"]] == [done["runs"][0]["hold"]] and "seals its provider" in done["runs"][0]["hold"]
     assert sql(admin_url(alice.store), "SELECT count(*) FROM durable_job.calls")[0][0] == 0 and provider.requests() == []
     alice.run("resume", env=elsewhere).held("seals its provider", "nothing was sent", f"OPENAI_BASE_URL={provider.base_url}")
+    assert alice.run("release").ok()["released"]["by"] == "alice"  # her own resume's hold, lifted for the workers
     worker.run("work", "--store", worker.store, "--until-idle", state=False, env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5")).ok()
     endpoint = "http://127.0.0.1:" + provider.base_url.split(":")[2].split("/")[0] + "/v1"
     inspected = alice.run("inspect", "--html", str(tmp_path / "page.html")).ok()

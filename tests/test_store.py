@@ -111,6 +111,7 @@ def test_six_first_starts_on_an_empty_database_all_succeed(empty_store, tmp_path
         "createdAtUtc",
         "tokens",
         "actsHere",
+        "hold",
     }
     assert {j["owner"] for j in listed} == {"durable"}
 

@@ -133,7 +133,8 @@ def test_the_core_imports_an_extension_only_inside_the_commands_that_use_it():
                 by_part.setdefault(sub.args[0].value, set()).add(node.name)
     assert by_part["web"] == {"cmd_serve"}
     assert by_part["workers"] == {"cmd_submit", "cmd_work"}
-    assert sorted(by_part) == ["store", "web", "workers"]
+    assert by_part["notify"] == {"notify"}  # the outbox's sender, only with a notification config
+    assert sorted(by_part) == ["notify", "store", "web", "workers"]
 
 
 def test_the_web_app_is_small_functions_over_the_command_api_with_no_module_state():

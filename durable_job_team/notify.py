@@ -1,0 +1,355 @@
+"""Notifications: the sender that delivers the outbox's events at least once (issue 35).
+
+An extension of durable_job.py, imported only by a command that delivers (`notify`, and `work` and `serve` when a
+notification config is named): a job's acts write their outbox rows themselves, in their own transactions
+(durable_job.add_notice), whether or not any sender runs. Not sealed into any job: delivering changes nothing a job
+records but a row's delivery fields.
+
+The config (DURABLE_JOB_NOTIFY or --notify FILE), written by the store's administrator or the state directory's owner:
+
+    {"webUrl": "https://review.example",                               (optional: each event's `link`)
+     "webhooks": [{"url": "https://hooks.example/dj", "events": ["held"], "secretFile": "/etc/dj/hook.secret"}],
+     "commands": [{"argv": ["/usr/local/bin/page-me"], "events": ["awaiting-review", "uncertain-call"]}]}
+
+A webhook gets the event as a JSON POST; with `secretFile`, its header X-Durable-Job-Signature is
+`sha256=<hex HMAC-SHA256 of the body's bytes, keyed by the file's bytes (a trailing newline dropped)>`; the secret is
+read when the config is, kept in memory, never written anywhere. A command gets the event's JSON on its standard input
+(exit 0: taken). Each event goes with a stable `id` (also the header X-Durable-Job-Delivery) a receiver de-duplicates
+on: an event is marked delivered only once every target subscribed to it took it, so a sender killed in between, or
+a target that failed while another took it, sends it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from durable_job import (
+    EFFECTS_FILE,
+    NOTICE_EVENTS,
+    NOTIFY_ENV,
+    SqliteJournal,
+    StateError,
+    UsageError,
+    clip,
+    connect_sqlite,
+    job_path,
+    now_utc,
+    strict_json,
+)
+
+DELIVERY_TIMEOUT = 10.0  # seconds a webhook or a command may take
+LEASE_SECONDS = 15.0  # an event taken by a sender is left to it this long (longer than one delivery may take)
+BACKOFF_MAX = 30.0  # the longest wait between two tries of an event while its receiver is down
+FOLLOW_POLL = 1.0  # how often `notify --follow` (and a work or serve sender) looks for due events
+SIGNATURE_HEADER = "X-Durable-Job-Signature"
+DELIVERY_HEADER = "X-Durable-Job-Delivery"
+EVENT_HEADER = "X-Durable-Job-Event"
+
+
+###############################################################################
+# 1. The config
+###############################################################################
+
+
+def config_path(given: str | None) -> str | None:
+    """The config a command names (--notify FILE), else DURABLE_JOB_NOTIFY's, else None (nothing is delivered)."""
+    return given or os.environ.get(NOTIFY_ENV) or None
+
+
+def read_config(path: str) -> dict:
+    """The targets of a config file, checked: {webUrl, webhooks: [{url, events, secret}], commands: [{argv, events}]}."""
+
+    def bad(why: str) -> UsageError:
+        return UsageError(f"The notification config {path} {why}; see docs/CONTRACT.md (Notifications)")
+
+    try:
+        with open(path, "rb") as fh:
+            data = strict_json(fh.read(1 << 20).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"cannot be read ({clip(exc, 120)})") from None
+    if not isinstance(data, dict) or set(data) - {"webUrl", "webhooks", "commands"}:
+        raise bad('is not {"webUrl"?, "webhooks"?, "commands"?}')
+    hooks, commands = data.get("webhooks") or [], data.get("commands") or []
+    if not isinstance(hooks, list) or not isinstance(commands, list) or not hooks + commands:
+        raise bad("names no target: give webhooks or commands")
+    out: dict = {"webUrl": str(data.get("webUrl") or "").rstrip("/"), "webhooks": [], "commands": []}
+    for hook in hooks:
+        if (
+            not isinstance(hook, dict)
+            or set(hook) - {"url", "events", "secretFile"}
+            or not str(hook.get("url", "")).startswith(("http://", "https://"))
+        ):
+            raise bad('has a webhook that is not {"url": "http(s)://…", "events"?, "secretFile"?}')
+        out["webhooks"].append({"url": hook["url"], "events": target_events(hook, bad), "secret": read_secret(hook.get("secretFile"), bad)})
+    for command in commands:
+        argv = command.get("argv") if isinstance(command, dict) else None
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv) or set(command) - {"argv", "events"}:
+            raise bad('has a command that is not {"argv": ["program", …], "events"?}')
+        out["commands"].append({"argv": argv, "events": target_events(command, bad)})
+    return out
+
+
+def target_events(target: dict, bad) -> tuple:
+    events = target.get("events", list(NOTICE_EVENTS))
+    if not isinstance(events, list) or not events or set(events) - set(NOTICE_EVENTS):
+        raise bad(f"has a target whose events are not a list of {', '.join(NOTICE_EVENTS)}")
+    return tuple(events)
+
+
+def read_secret(path, bad) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(str(path), "rb") as fh:
+            secret = fh.read(4096).rstrip(b"\r\n")
+    except OSError as exc:
+        raise bad(f"names a secretFile that cannot be read ({exc.strerror})") from None
+    if not secret:
+        raise bad("names an empty secretFile")
+    return secret
+
+
+###############################################################################
+# 2. Delivering one event
+###############################################################################
+
+
+def event_document(payload_json: str, config: dict) -> dict:
+    event = json.loads(payload_json)
+    if config["webUrl"]:
+        event["link"] = f"{config['webUrl']}/jobs/{urllib.parse.quote(event['jobId'], safe='')}"
+    return event
+
+
+def signature(secret: bytes, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def post(hook: dict, event: dict, body: bytes) -> str | None:
+    """POST the event to a webhook; None when it took it (2xx), else why not (never the URL's query: it may hold a token)."""
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "durable-job-notify",
+        DELIVERY_HEADER: event["id"],
+        EVENT_HEADER: event["event"],
+    }
+    if hook["secret"] is not None:
+        headers[SIGNATURE_HEADER] = signature(hook["secret"], body)
+    where = urllib.parse.urlsplit(hook["url"])
+    name = f"webhook {where.scheme}://{where.netloc.rpartition('@')[2]}{where.path}"
+    try:
+        with urllib.request.urlopen(
+            urllib.request.Request(hook["url"], data=body, headers=headers, method="POST"), timeout=DELIVERY_TIMEOUT
+        ):
+            return None
+    except urllib.error.HTTPError as exc:
+        return f"{name}: HTTP {exc.code}"
+    except (OSError, ValueError) as exc:
+        return f"{name}: {type(exc).__name__}"
+
+
+def run_command(command: dict, body: bytes) -> str | None:
+    """Give the event to a command on its standard input; None when it exits 0."""
+    try:
+        done = subprocess.run(command["argv"], input=body, capture_output=True, timeout=DELIVERY_TIMEOUT, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"command {command['argv'][0]}: {type(exc).__name__}"
+    return None if done.returncode == 0 else f"command {command['argv'][0]}: exit {done.returncode}"
+
+
+def deliver(event: dict, config: dict) -> str | None:
+    """Every target subscribed to the event, each once; None when all took it, else what failed."""
+    body = json.dumps(event, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    failed = [post(h, event, body) for h in config["webhooks"] if event["event"] in h["events"]]
+    failed += [run_command(c, body) for c in config["commands"] if event["event"] in c["events"]]
+    errors = [f for f in failed if f]
+    return "; ".join(errors) if errors else None
+
+
+###############################################################################
+# 3. Outboxes: a store's (all the jobs its role may see), a state directory's
+###############################################################################
+
+
+def later(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + seconds)) + ".000000Z"
+
+
+class Outbox:
+    """One journal's outbox as a sender reads and marks it: `table` (a state directory's, or every job's of a store
+    this role may see) and `key`, the column naming each row's job."""
+
+    def __init__(self, journal, table: str, key: str):
+        self.journal, self.table, self.key = journal, table, key
+
+    def due(self, limit: int = 50) -> list:
+        return self.journal.rows(
+            f"SELECT {self.key} AS job, id, event, payload_json, tries FROM {self.table} WHERE delivered_utc IS NULL "
+            "AND (next_try_utc IS NULL OR next_try_utc <= {p.now}) ORDER BY created_utc LIMIT {p.limit}",
+            now=now_utc(),
+            limit=limit,
+        )
+
+    def mark(self, row: dict, sets: str, condition: str = "", **values) -> int:
+        """Change one row's delivery fields, in a transaction of its own (the sender's, never a job's)."""
+        with self.journal.transaction():
+            return self.journal.change(
+                f"UPDATE {self.table} SET {sets} WHERE {self.key} = {{p.job}} AND id = {{p.id}}{condition}",
+                job=row["job"],
+                id=row["id"],
+                **values,
+            )
+
+    def lease(self, row: dict) -> bool:
+        """Take the event for LEASE_SECONDS (another sender leaves it meanwhile); False when another took it first."""
+        taken = self.mark(
+            row,
+            "next_try_utc = {p.until}",
+            " AND delivered_utc IS NULL AND (next_try_utc IS NULL OR next_try_utc <= {p.now})",
+            until=later(LEASE_SECONDS),
+            now=now_utc(),
+        )
+        return taken == 1
+
+    def close(self) -> None:
+        self.journal.close()
+
+
+def state_dir_outbox(root: str) -> Outbox | None:
+    """A state directory's outbox (None before its journal, or one made by a program without it)."""
+    path = job_path(root, EFFECTS_FILE)
+    if not os.path.exists(path):
+        return None
+    journal = SqliteJournal(connect_sqlite(path))
+    if not journal.has_table("outbox"):
+        journal.close()
+        return None
+    return Outbox(journal, "outbox", "'dir'")
+
+
+def store_outbox(store) -> Outbox:
+    """A store's outbox, on a connection of the sender's own; the administrator or a worker role only."""
+    from durable_job_team.store import PgJournal
+
+    conn = store.connect(f"durable_job notify {os.getpid()}")
+    journal = PgJournal(conn, "", store.failure, secrets=store.secrets)
+    store.ensure_schema(journal)
+    may = journal.rows("SELECT durable_job.is_admin() OR durable_job.is_kind('worker') AS may, session_user AS me")[0]
+    if not may["may"]:
+        journal.close()
+        raise StateError(
+            f"Role {may['me']} may not deliver {store.public}'s notifications: its administrator or a worker role does "
+            "(`migrate --grant-worker ROLE`)"
+        )
+    return Outbox(journal, "durable_job.outbox", "job_id")
+
+
+###############################################################################
+# 4. The sender
+###############################################################################
+
+
+class Sender:
+    """Delivers every due event of its outboxes, at least once: an event is taken (a lease), delivered, and only then
+    marked delivered; a failure waits min(2^tries, 30) s before its next try."""
+
+    def __init__(self, config: dict, outboxes, say=None):
+        self.config, self.outboxes = config, outboxes  # outboxes: a function giving the current list
+        self.say = say or (lambda text: None)
+        self.delivered = 0
+        self.failed = 0
+
+    def once(self) -> int:
+        """One pass over every due event; how many were delivered."""
+        done = 0
+        for box in self.outboxes():
+            for row in box.due():
+                if not box.lease(row):
+                    continue
+                error = deliver(event_document(row["payload_json"], self.config), self.config)
+                if error is None:
+                    box.mark(row, "delivered_utc = {p.now}, tries = tries + 1, last_error = NULL", now=now_utc())
+                    done += 1
+                    self.say(f"delivered {row['event']} {row['id']} (job {row['job']})")
+                else:
+                    tries = int(row["tries"]) + 1
+                    box.mark(
+                        row,
+                        "tries = {p.tries}, next_try_utc = {p.next}, last_error = {p.error}",
+                        tries=tries,
+                        next=later(min(2.0**tries, BACKOFF_MAX)),
+                        error=clip(error, 300),
+                    )
+                    self.failed += 1
+                    self.say(
+                        f"not delivered {row['event']} {row['id']} (job {row['job']}): {error}; try {tries + 1} in {min(2**tries, BACKOFF_MAX):g} s"
+                    )
+        self.delivered += done
+        return done
+
+    def follow(self, stop: threading.Event) -> None:
+        """Deliver until stopped, looking for due events every FOLLOW_POLL seconds."""
+        while not stop.is_set():
+            try:
+                self.once()
+            except Exception as exc:  # a store that went away: said, tried again
+                self.say(f"notify: {clip(exc, 200)}; trying again")
+            stop.wait(FOLLOW_POLL)
+
+
+def say_line(text: str) -> None:
+    print(f"{now_utc()[:19]}Z notify {os.getpid()} {text}", file=sys.stderr, flush=True)
+
+
+def store_sender(store, config: dict, say=say_line) -> tuple[Sender, list]:
+    """A sender over a store's outbox; the list holds its outbox (close it after)."""
+    boxes = [store_outbox(store)]
+    return Sender(config, lambda: boxes, say), boxes
+
+
+def dirs_sender(roots: list, config: dict, say=say_line) -> Sender:
+    """A sender over every state directory under the folders (read afresh each pass: new jobs join)."""
+    import durable_job
+
+    def outboxes():
+        found = []
+        for root in roots:
+            dirs = (
+                [root] if os.path.exists(job_path(root, durable_job.JOB_FILE)) else [s.root for s in durable_job.state_dirs_under([root])]
+            )
+            for d in dirs:
+                box = state_dir_outbox(d)
+                if box is not None:
+                    found.append(box)
+        return ClosingList(found)
+
+    return Sender(config, outboxes, say)
+
+
+class ClosingList(list):
+    """The outboxes of one pass, closed once the pass has gone over them."""
+
+    def __iter__(self):
+        try:
+            yield from super().__iter__()
+        finally:
+            for box in list.__iter__(self):
+                box.close()
+
+
+def background(sender: Sender) -> tuple[threading.Event, threading.Thread]:
+    """Run a sender in a daemon thread (work, serve) until the event is set."""
+    stop = threading.Event()
+    thread = threading.Thread(target=sender.follow, args=(stop,), name="notify", daemon=True)
+    thread.start()
+    return stop, thread
