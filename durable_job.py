@@ -2027,6 +2027,40 @@ def validation_rules(job: Job | dict, manifest: Manifest | dict | None) -> dict:
     return {"figures": figures, "must_quote": figures and bool(manifest and manifest.get("figuresMustBeQuoted") is True)}
 
 
+def claim_ids(results: list) -> list[str]:
+    """Every claim of the results under review, as ITEM.N (N counts an item's citations from 1), in their order."""
+    return [f"{r['itemId']}.{n}" for r in results if r.get("status") == "validated" for n in range(1, len(r.get("citations") or []) + 1)]
+
+
+def checked_record(checked, results: list, digest: str | None) -> dict | None:
+    """decide --checked: {claims, of, resultsSha256}, the claims the person checked against their quotes, in the results'
+    order, of how many; None when the decide says nothing of it. An entry that names no claim is refused, named."""
+    if checked is None:
+        return None
+    claims = claim_ids(results)
+    if isinstance(checked, str) and checked.strip() == "all":
+        said = set(claims)
+    else:
+        entries = checked.split(",") if isinstance(checked, str) else checked
+        if not isinstance(entries, (list, tuple)):
+            raise UsageError("--checked: give ITEM.N,… (N counts an item's citations from 1) or all")
+        said = {str(e).strip() for e in entries}
+        for entry in entries:
+            if str(entry).strip() not in claims:
+                raise UsageError(
+                    f"--checked entry {clip(json.dumps(str(entry), ensure_ascii=False), 60)} names no claim of the results under review "
+                    f"({', '.join(claims) or 'none'}): give ITEM.N, N counting the item's citations from 1, or all"
+                )
+    return {"claims": [c for c in claims if c in said], "of": len(claims), "resultsSha256": digest}
+
+
+def checked_words(checked) -> str:
+    """ "checked 2 of 3 claims": what a decision's record says the person checked."""
+    if not isinstance(checked, dict):
+        return "claims not checked one by one"
+    return f"checked {len(checked.get('claims') or [])} of {checked.get('of')} claims"
+
+
 def results_sha256(results) -> str:
     return sha256_hex(canonical(list(results)))
 
@@ -4851,14 +4885,20 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             if f.get("bound") or f.get("boundResultsSha256")
             else Html("not bound to a results hash")
         )
+        checked = (
+            h("<p class='checked'>{}: {}</p>", checked_words(f["checked"]), ", ".join(f["checked"].get("claims") or []))
+            if "checked" in f
+            else ""
+        )
         return h(
-            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p></section>",
+            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {})</span></p>{}</section>",
             f.get("decision"),
             by_whom(f, snap.store),
             f.get("reason"),
             f.get("decidedAtUtc"),
             f.get("draftVersion", 1),
             bound,
+            checked,
         )
     if snap.cancel:
         pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
@@ -5000,6 +5040,7 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
         "reason": who.get("reason"),
         "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
         "bound": bool((final or {}).get("bound")),
+        **({"checked": final["checked"]} if final and "checked" in final else {}),  # what the person checked, claim by claim
     }
 
 
@@ -5300,7 +5341,7 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
     return str(key)
 
 
-DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal")
+DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal", "checked")
 
 
 def decision_invariants(snap: Snapshot) -> str:
@@ -5326,6 +5367,13 @@ def decision_invariants(snap: Snapshot) -> str:
     principal, owner, reviewers = decision["principal"], people["owner"], people["reviewers"]
     if snap.store.shared and not (principal in reviewers and principal != owner if reviewers else principal == owner):
         raise SealError(f"the decision was recorded by role {principal}, who may not decide this job: {who_may('decides', people)}")
+    if "checked" in decision:  # the claims it names are the decided results' own, counted from them
+        checked = decision["checked"]
+        results = current_draft(snap.journal, snap.model_results)[1]
+        expected = checked_record(list((checked or {}).get("claims") or []), results, decision.get("resultsSha256"))
+        if results_sha256(results) != decision.get("resultsSha256") or checked != expected:
+            raise SealError(f"the decision's checked claims {clip(json.dumps(checked), 80)} are not claims of the results it decided")
+        return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it; {checked_words(checked)}"
     return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
 
 
@@ -5541,7 +5589,7 @@ def verify_receipt_alone(path: str, allowed_signers: str | None) -> dict:
 
 # What a receipt's top level repeats of its act's record (receipt_head, receipt_fields): verify --receipt FILE alone holds
 # each against the signed record. A cancel's time is its cancelledAtUtc; it decides nothing and binds no results.
-RECEIPT_SIGNED_KEYS = ("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion")
+RECEIPT_SIGNED_KEYS = ("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion", "checked")
 SIGNATURE_SIGNED_KEYS = ("armored", "chainHead", "fields")  # what of a signature record its message binds (signed_message)
 
 
@@ -5578,7 +5626,8 @@ def act_words(act: str, record: dict) -> str:
     who = f"by {record.get('principal')} ({record.get('reviewer')})"
     if act == "cancel":
         return f"cancel {who} at {record.get('cancelledAtUtc')}"
-    return f"decision {record.get('decision')} {who} at {record.get('decidedAtUtc')}, results sha256 {record.get('resultsSha256')}"
+    checked = f", {checked_words(record['checked'])}" if "checked" in record else ""
+    return f"decision {record.get('decision')} {who} at {record.get('decidedAtUtc')}, results sha256 {record.get('resultsSha256')}{checked}"
 
 
 def receipt_signed_head(receipt: dict, act: str, record: dict, fields: list) -> dict:
@@ -6087,19 +6136,35 @@ def need_text(value, flag: str) -> None:
 
 
 def decide(
-    store: Store, *, decision: str, reviewer: str, reason: str, results_sha256: str | None = None, sign_key: str | None = None
+    store: Store,
+    *,
+    decision: str,
+    reviewer: str,
+    reason: str,
+    results_sha256: str | None = None,
+    sign_key: str | None = None,
+    checked: str | list | None = None,
 ) -> dict:
     """Record the person's final decision once, while the job waits at review (bound to results_sha256 when given;
-    signed with the SSH key at sign_key when given, else recorded as unsigned)."""
-    return record_decision(store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key)
+    signed with the SSH key at sign_key when given, else recorded as unsigned; checked: the claims the person checked
+    against their quotes, "ITEM.N,…" or "all" or a list of ITEM.N, recorded with it)."""
+    return record_decision(store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key, checked=checked)
 
 
-def record_decision(store: Store, decision: str, reviewer: str, reason: str, bound: str | None, sign_key: str | None = None) -> dict:
+def record_decision(
+    store: Store,
+    decision: str,
+    reviewer: str,
+    reason: str,
+    bound: str | None,
+    sign_key: str | None = None,
+    checked: str | list | None = None,
+) -> dict:
     need_job_id(store)
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
     with open_job(store, "decide") as ctx:  # a decision sends nothing
-        repeated = repeated_decision(ctx, decision, reviewer, reason, bound)
+        repeated = repeated_decision(ctx, decision, reviewer, reason, bound, checked)
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
@@ -6108,6 +6173,9 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
         failed = [r["itemId"] for r in results if r["status"] != "validated"]
         if decision == "accept" and failed:
             raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
+        claims = checked_record(checked, results, digest)
+        if decision == "accept":
+            refuse_unchecked(ctx.manifest, claims, results)
         value = {
             "decision": decision,
             "reviewer": reviewer,
@@ -6119,6 +6187,8 @@ def record_decision(store: Store, decision: str, reviewer: str, reason: str, bou
             "resultsSha256": digest,
             "principal": ctx.store.principal(),
         }
+        if claims is not None:  # what the person checked, claim by claim: signed, and repeated in the receipt
+            value["checked"] = claims
         value["signature"] = sign_act(sign_key, "decision", ctx.job["jobId"], value, chain_head(ctx.journal)) if sign_key else None
         record_decision_row(
             ctx.journal, value
@@ -6149,7 +6219,20 @@ def refuse_stale(bound: str | None, digest: str, command: str) -> None:
         )
 
 
-def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, bound: str | None) -> dict | None:
+def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: list) -> None:
+    """The manifest's reviewChecksEveryClaim: an accept needs every claim checked; refused, naming those left."""
+    if not (manifest and manifest.get("reviewChecksEveryClaim") is True):
+        return
+    left = [c for c in claim_ids(results) if c not in (claims or {}).get("claims", [])]
+    if left:
+        raise DecisionError(
+            f"Cannot accept: the manifest's reviewChecksEveryClaim asks every claim checked against its quote; not checked: "
+            f"{', '.join(left)} ({checked_words(claims) if claims else f'checked 0 of {len(claim_ids(results))} claims'}); read each, "
+            "then decide again with --checked naming every claim (or all), or decide reject or hold"
+        )
+
+
+def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, bound: str | None, checked=None) -> dict | None:
     """The recorded decision, when this decide repeats it exactly (a second tap: the same form sent twice): the same
     principal says the same decision, name and reason, on the same results (the bound hash, when given). Nothing new is
     recorded. A decide that differs in any of them is refused, naming the recorded decision and what differs; the CLI's
@@ -6158,9 +6241,13 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
     final = checkpoint["values"].get("final")
     if not final or not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
         return None
-    said = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
+    said: dict[str, Any] = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
     if bound is not None:
         said["resultsSha256"] = bound
+    if checked is not None:
+        said["checked"] = checked_record(
+            checked, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], final.get("resultsSha256")
+        )
     differs = [
         f"{key} {json_words(value)}, recorded {json_words(final.get(key))}" for key, value in said.items() if final.get(key) != value
     ]
@@ -7267,6 +7354,9 @@ def final_lines(final: dict | None, store: Store | None) -> list:
         lines.append(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
     else:
         lines.append(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
+    if "checked" in final:
+        claims = final["checked"].get("claims") or []
+        lines.append(f"  {checked_words(final['checked'])}" + (f": {', '.join(claims)}" if claims else ""))
     if "signature" in final:  # decisions recorded before signatures have no such key
         lines.append(signature_line(final))
     return lines
@@ -7613,7 +7703,9 @@ def cmd_reconcile(args) -> dict:
 
 def cmd_decide(args) -> dict:
     """Record the person's final decision once, while the job waits at review."""
-    return decide(store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256"), sign_key=signing_key(args))
+    return decide(
+        store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256", "checked"), sign_key=signing_key(args)
+    )
 
 
 def cmd_revise(args) -> dict:
@@ -7902,6 +7994,11 @@ COMMANDS = {
             flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
             BOUND_FLAG,
             SIGN_FLAG,
+            flag(
+                "--checked",
+                metavar="ITEM.N,…|all",
+                help="the claims you checked against their quotes (N counts an item's citations from 1), or all: recorded with the decision",
+            ),
         ],
     ),
     "revise": Command(
