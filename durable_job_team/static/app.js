@@ -7,7 +7,8 @@
   function hhmmss(d) { return d.toTimeString().slice(0, 8); }
   function main() { return document.querySelector('main'); }
   function dirty() {
-    return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; });
+    return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; })
+      || Array.prototype.some.call(document.querySelectorAll('main input[type=checkbox]'), function (c) { return c.checked !== c.defaultChecked; });
   }
   function swap() {
     var headers = {'Accept': 'text/html', 'X-Durable-Job-Refresh': '1'};  // a refresh, not the person's own use
