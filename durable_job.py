@@ -7599,7 +7599,7 @@ def jobs_table(jobs: list) -> str:
     if not jobs:
         return "jobs: none"
     priced = [j["estimatedCost"] for j in jobs if j.get("estimatedCost")]
-    head: tuple[str, ...] = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)", "TOKENS", "FIGURES Q/S/N")
+    head: tuple[str, ...] = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)", "FIGURES Q/S/N", "TOKENS")
     head += (f"EST. COST ({priced[0]['currency']})",) if priced else ()
     rows = [
         (
@@ -7610,8 +7610,8 @@ def jobs_table(jobs: list) -> str:
             f"{j['decidedBy']['reviewer']} ({j['decidedBy']['principal']})" if j["decidedBy"] else "-",
             str(j["mode"]),
             str(j["createdAtUtc"]),
-            f"{j['tokens']['total']:,}" if j.get("tokens") else "-",
             "/".join(str(j["figures"][w]) for w in FIGURE_WHERE) if j.get("figures") else "-",
+            f"{j['tokens']['total']:,}" if j.get("tokens") else "-",
         )
         + ((f"{j['estimatedCost']['amount']:.6f}" if j.get("estimatedCost") else "-",) if priced else ())
         for j in jobs
