@@ -160,6 +160,8 @@ if TYPING:
         items: list[Item]
         reviewers: NotRequired[list[str]]  # the roles that decide it in a store (never its owner)
         baseUrl: NotRequired[str]  # the provider endpoint its sources may go to
+        figuresMustBeQuoted: NotRequired[bool]  # a figure found nowhere in the source fails its item
+        reviewChecksEveryClaim: NotRequired[bool]  # an accept needs every claim checked (decide --checked)
 
     class Job(TypedDict):
         """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
@@ -180,6 +182,7 @@ if TYPING:
         createdAtUtc: str
         chain: NotRequired[int]  # CHAIN: its acts are chained (jobs sealed before have none)
         approvalSignature: NotRequired[str]  # the approver's SSH signature of the manifest (seal --sign-key)
+        figures: NotRequired[int]  # FIGURES: its validated results carry support flags (jobs sealed before have none)
 
     class Citation(TypedDict):
         quote: str
@@ -194,6 +197,7 @@ if TYPING:
         summary: NotRequired[str]
         citations: NotRequired[list[Citation]]
         proposalSha256: NotRequired[str]
+        figures: NotRequired[list[dict[str, str]]]  # each figure stated, and where it was found: quote, source, nowhere
         reason: NotRequired[str]
         revision: NotRequired[dict[str, Any]]
         retry: NotRequired[dict[str, Any]]
@@ -568,8 +572,11 @@ MANIFEST_KEYS = {
     "maxConcurrentCalls",
     "reviewers",
     "baseUrl",
+    "figuresMustBeQuoted",
+    "reviewChecksEveryClaim",
 }
-REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {"providerTransferApproved", "maxConcurrentCalls", "reviewers", "baseUrl"}
+MANIFEST_SWITCHES = ("providerTransferApproved", "figuresMustBeQuoted", "reviewChecksEveryClaim")  # optional true/false
+REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {*MANIFEST_SWITCHES, "maxConcurrentCalls", "reviewers", "baseUrl"}
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$.@-]{0,62}")  # a PostgreSQL role (or account) name as reviewers name it
 MAX_REVIEWERS = 16
 ITEM_KEYS = {"id", "path", "sha256", "mcp"}
@@ -665,8 +672,9 @@ def check_manifest(m) -> None:
         raise ManifestError('Manifest mode must be "fake" or "openai"')
     if not _check_text(m["model"], 1, 200):
         raise ManifestError("Manifest model must be a non-empty string (the model name sealed with the job)")
-    if "providerTransferApproved" in m and type(m["providerTransferApproved"]) is not bool:
-        raise ManifestError("Manifest providerTransferApproved must be true or false")
+    for key in MANIFEST_SWITCHES:
+        if key in m and type(m[key]) is not bool:
+            raise ManifestError(f"Manifest {key} must be true or false, not {clip(json.dumps(m[key]), 40)}")
     if m["mode"] == "openai" and m.get("providerTransferApproved") is not True:
         raise ManifestError(
             "Manifest providerTransferApproved must be true when mode is openai: the owner has not approved sending the sources to the provider"
@@ -1043,6 +1051,7 @@ def dependency_versions(names: tuple = DEPENDENCIES) -> dict[str, str | None]:
 
 
 CHAIN = 1  # a job record's "chain": every act of the job is chained (section 9); a job sealed before has no such key
+FIGURES = 1  # a job record's "figures": its validated results carry support flags (section 8); a job sealed before has none
 
 
 APPROVAL_SUFFIX = ".sig"  # `seal --sign-key` writes the approver's signature beside the manifest: MANIFEST.sig
@@ -1095,6 +1104,7 @@ def new_job(
         "dependencies": dependency_versions(dependencies),
         "createdAtUtc": now_utc(),
         "chain": CHAIN,
+        "figures": FIGURES,
     }
     if approval:
         job["approvalSignature"] = approval
@@ -1845,6 +1855,143 @@ def model_input(item, source, results):
     )
 
 
+# Figures: each number, amount, percentage, date, weekday and time a summary or a claim states, and where the item's
+# cited quotes, or else the rest of its source, state the same (docs/CONTRACT.md, "Figures"). A flag, never a decision
+# (unless the manifest's figuresMustBeQuoted): a figure is compared by what it means, as a reader would (18% = 18
+# percent, Sat = Saturday, 07:00 = 7am, 1,000 = 1000), never by its spelling. Deterministic: pure regular expressions.
+FIGURE_WHERE = ("quote", "source", "nowhere")
+MONTH_NAMES = {
+    name: n
+    for n, names in enumerate(
+        (
+            ("January", "Jan"),
+            ("February", "Feb"),
+            ("March", "Mar"),
+            ("April", "Apr"),
+            ("May",),
+            ("June", "Jun"),
+            ("July", "Jul"),
+            ("August", "Aug"),
+            ("September", "Sept", "Sep"),
+            ("October", "Oct"),
+            ("November", "Nov"),
+            ("December", "Dec"),
+        ),
+        1,
+    )
+    for name in names
+}
+WEEKDAY_FULL = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+WEEKDAY_SHORT = {"Mon": 0, "Tue": 1, "Tues": 1, "Wed": 2, "Thu": 3, "Thur": 3, "Thurs": 3, "Fri": 4, "Sat": 5, "Sun": 6}
+CURRENCIES = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "usd": "USD", "eur": "EUR", "gbp": "GBP", "jpy": "JPY"}
+CURRENCY_WORDS = {"dollar": "USD", "dollars": "USD", "euro": "EUR", "euros": "EUR", "pound": "GBP", "pounds": "GBP"}
+SCALES = {"thousand": 3, "k": 3, "million": 6, "m": 6, "mn": 6, "billion": 9, "bn": 9}
+_NUM = r"(?<![\w.,])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+_SCALE = r"(?:\s?(?P<scale>thousand|million|billion)\b|(?P<short>k|m|mn|bn)\b)?"
+_MONTH = "(?P<month>" + "|".join(sorted(MONTH_NAMES, key=len, reverse=True)) + r")\.?"
+_AMPM = r"\s?(?P<ampm>[ap]\.m\.|[ap]m\b)"
+FIGURE_PATTERNS = (  # in this order: a span one pattern takes is no other's (07:00's 07 is no number)
+    ("date", re.compile(r"(?<![\w-])(?P<year>\d{4})-(?P<mm>\d{2})-(?P<day>\d{2})(?![\w-])")),
+    (
+        "date",
+        re.compile(r"(?<![\w.,])(?P<day>\d{1,2})(?:st|nd|rd|th)?(?:\s+of)?\s+" + _MONTH + r"(?:,?\s+(?P<year>\d{4})(?![\w-]))?(?!\w)"),
+    ),
+    ("date", re.compile(r"(?<!\w)" + _MONTH + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?(?:,?\s+(?P<year>\d{4})(?![\w-]))?(?![\w:])")),
+    ("time", re.compile(r"(?<![\w.:])(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?" + _AMPM, re.I)),
+    ("time", re.compile(r"(?<![\w.:])(?P<hour>\d{1,2}):(?P<minute>\d{2})(?![\w:])")),
+    ("time", re.compile(r"(?<!\w)(?P<word>noon|midday|midnight)(?!\w)", re.I)),
+    ("weekday", re.compile(r"(?<!\w)(?P<full>" + "|".join(WEEKDAY_FULL) + r")s?(?!\w)", re.I)),
+    ("weekday", re.compile(r"(?<!\w)(?P<short>" + "|".join(sorted(WEEKDAY_SHORT, key=len, reverse=True)) + r")(?!\w)\.?")),
+    ("amount", re.compile(r"(?P<cur>[$€£¥]|\b(?:USD|EUR|GBP|JPY)\s?)" + _NUM.replace(r"(?<![\w.,])", "") + _SCALE)),
+    ("amount", re.compile(_NUM + _SCALE + r"\s?(?P<cur>USD|EUR|GBP|JPY|dollars?|euros?|pounds?)(?!\w)", re.I)),
+    ("percent", re.compile(_NUM + r"\s?(?:%|percent(?!\w)|per cent(?!\w)|pct(?!\w))", re.I)),
+    ("number", re.compile(_NUM + r"(?:st|nd|rd|th)?" + r"(?:\s(?P<scale>thousand|million|billion)\b)?" + r"(?![\w]|[.,]\d)")),
+)
+
+
+def figure_number(text: str, scale: str | None = None) -> str:
+    """A number's value as one spelling: 1,000 = 1000, 8.0 = 8, 1.2 million = 1200000."""
+    from decimal import Decimal
+
+    value = Decimal(text.replace(",", "")).scaleb(SCALES.get((scale or "").lower(), 0))
+    return format(value.normalize(), "f") if value else "0"
+
+
+def figure_keys(kind: str, m: re.Match) -> tuple[tuple, set] | None:
+    """(the figure's own key, every key a text stating it also supports), or None when it is no real figure (a 31 February)."""
+    g = m.groupdict()
+    if kind == "date":
+        month = int(g["mm"]) if g.get("mm") else MONTH_NAMES[g["month"]]
+        day, year = int(g["day"]), g.get("year")
+        if not (1 <= month <= 12 and 1 <= day <= 31):
+            return None
+        also = {("date", None, month, day), ("number", str(day))} | ({("number", str(int(year)))} if year else set())
+        return ("date", int(year) if year else None, month, day), also
+    if kind == "time":
+        if g.get("word"):
+            return ("time", 720 if g["word"].lower() in ("noon", "midday") else 0), set()
+        hour, minute = int(g["hour"]), int(g.get("minute") or 0)
+        ampm = (g.get("ampm") or "").lower()[:1]
+        if minute > 59 or hour > (12 if ampm else 24) or (ampm and hour == 0):
+            return None
+        hour = hour % 12 + (12 if ampm == "p" else 0) if ampm else hour % 24
+        return ("time", hour * 60 + minute), set()
+    if kind == "weekday":
+        day = WEEKDAY_FULL.index(g["full"].lower()) if g.get("full") else WEEKDAY_SHORT[g["short"]]
+        return ("weekday", day), set()
+    value = figure_number(g["num"], g.get("scale") or g.get("short"))
+    if kind == "amount":
+        cur = g["cur"].strip()
+        code = CURRENCIES.get(cur.lower()) or CURRENCY_WORDS[cur.lower()]
+        return ("amount", code, value), {("number", value)}
+    if kind == "percent":
+        return ("percent", value), {("number", value)}
+    return ("number", value), set()
+
+
+def figures_in(text: str) -> list[tuple[str, tuple, set]]:
+    """Each figure a text states, in order: (its words as written, its key, the keys it supports)."""
+    taken: list[tuple[int, int]] = []
+    found = []
+    for kind, pattern in FIGURE_PATTERNS:
+        for m in pattern.finditer(text):
+            start, end = m.span()
+            if any(start < b and a < end for a, b in taken):
+                continue
+            keys = figure_keys(kind, m)
+            if keys is None:
+                continue
+            taken.append((start, end))
+            found.append((start, m.group(0).strip(), keys[0], {keys[0], *keys[1]}))
+    return [(words, key, supports) for _, words, key, supports in sorted(found, key=lambda f: f[0])]
+
+
+def supported_keys(texts) -> set:
+    return {key for text in texts for _, _, supports in figures_in(text) for key in supports}
+
+
+def support_flags(summary: str, citations: list, source: str) -> list[dict]:
+    """Each figure the summary or a claim states (by its words, once), and where it is found: quote, source or nowhere."""
+    quoted = supported_keys(c["quote"] for c in citations)
+    anywhere = supported_keys([source])
+    flags: list[dict] = []
+    for text in [summary, *(c["claim"] for c in citations)]:
+        for words, key, _ in figures_in(text):
+            if all(f["text"] != words for f in flags):
+                flags.append({"text": words, "where": "quote" if key in quoted else "source" if key in anywhere else "nowhere"})
+    return flags
+
+
+def unquoted_figure(flags: list, proposal: dict) -> str | None:
+    """figuresMustBeQuoted: the reason a figure found nowhere fails its item, naming the figure and where it is stated."""
+    for flag in flags:
+        if flag["where"] == "nowhere":
+            said = [n for n, c in enumerate(proposal["citations"], 1) if flag["text"] in c["claim"]]
+            place = "the summary" if flag["text"] in proposal["summary"] else f"claim {said[0]}" if said else "a claim"
+            return f"figure {clip(repr(flag['text']), 60)} in {place} is nowhere in the source (figuresMustBeQuoted: every figure must be found)"
+    return None
+
+
 def meaningful_quote(quote: str, source: str) -> bool:
     stripped = quote.strip()
     whole = source.strip()
@@ -1888,10 +2035,12 @@ def citation_problem(cite, source: str) -> str | None:
     return None
 
 
-def check_proposal(raw, item, source):
-    """Validate one model output against the source; never raises for any output."""
+def check_proposal(raw, item, source, *, figures: bool = True, must_quote: bool = False):
+    """Validate one model output against the source; never raises for any output. figures: the validated result
+    carries its support flags (a job sealed before them: False); must_quote: a figure found nowhere fails it."""
     base = {"itemId": item["id"], "sourceSha256": item["sha256"]}
     problem: str | None
+    flags: list = []
     try:
         if not isinstance(raw, str):
             problem = f"model output is {type(raw).__name__}, not text"
@@ -1904,17 +2053,61 @@ def check_proposal(raw, item, source):
                 proposal, problem = None, f"model output is not valid JSON ({clip(exc, 80)}): {clip(repr(raw[:60]), 80)}"
             else:
                 problem = proposal_problem(proposal, item, source)
+                if not problem and figures:
+                    flags = support_flags(proposal["summary"], proposal["citations"], source)
+                    problem = unquoted_figure(flags, proposal) if must_quote else None
     except Exception as exc:  # a bad proposal must never crash the job
         problem = f"model output could not be checked ({type(exc).__name__})"
     if problem:
         return {**base, "status": "failed", "reason": clip(problem, 250)}
-    return {
+    result = {
         **base,
         "status": "validated",
         "summary": proposal["summary"],
         "citations": [{"quote": c["quote"], "claim": c["claim"]} for c in proposal["citations"]],
         "proposalSha256": sha256_hex(canonical(proposal)),
     }
+    return {**result, "figures": flags} if figures else result
+
+
+def validation_rules(job: Job | dict, manifest: Manifest | dict | None) -> dict:
+    """check_proposal's keywords for a job: support flags when it was sealed with them, and its manifest's rule."""
+    figures = job.get("figures") == FIGURES
+    return {"figures": figures, "must_quote": figures and bool(manifest and manifest.get("figuresMustBeQuoted") is True)}
+
+
+def claim_ids(results: list) -> list[str]:
+    """Every claim of the results under review, as ITEM.N (N counts an item's citations from 1), in their order."""
+    return [f"{r['itemId']}.{n}" for r in results if r.get("status") == "validated" for n in range(1, len(r.get("citations") or []) + 1)]
+
+
+def checked_record(checked, results: list, digest: str | None) -> dict | None:
+    """decide --checked: {claims, of, resultsSha256}, the claims the person checked against their quotes, in the results'
+    order, of how many; None when the decide says nothing of it. An entry that names no claim is refused, named."""
+    if checked is None:
+        return None
+    claims = claim_ids(results)
+    if isinstance(checked, str) and checked.strip() == "all":
+        said = set(claims)
+    else:
+        entries = checked.split(",") if isinstance(checked, str) else checked
+        if not isinstance(entries, (list, tuple)):
+            raise UsageError("--checked: give ITEM.N,… (N counts an item's citations from 1) or all")
+        said = {str(e).strip() for e in entries}
+        for entry in entries:
+            if str(entry).strip() not in claims:
+                raise UsageError(
+                    f"--checked entry {clip(json.dumps(str(entry), ensure_ascii=False), 60)} names no claim of the results under review "
+                    f"({', '.join(claims) or 'none'}): give ITEM.N, N counting the item's citations from 1, or all"
+                )
+    return {"claims": [c for c in claims if c in said], "of": len(claims), "resultsSha256": digest}
+
+
+def checked_words(checked) -> str:
+    """ "checked 2 of 3 claims": what a decision's record says the person checked."""
+    if not isinstance(checked, dict):
+        return "claims not checked one by one"
+    return f"checked {len(checked.get('claims') or [])} of {checked.get('of')} claims"
 
 
 def results_sha256(results) -> str:
@@ -3877,6 +4070,7 @@ def build_graph(ctx: Context, checkpoints):
         prompt = model_input(item, ctx.sources[item["id"]], prior)
         say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
         source = ctx.sources[item["id"]]
+        rules = validation_rules(ctx.job, ctx.manifest)
         reviewed = awaiting_review if state["index"] == len(ctx.items) - 1 else None  # the last item's link: to review
 
         linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
@@ -3885,7 +4079,7 @@ def build_graph(ctx: Context, checkpoints):
             """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
             raises for a bad answer; should it fail otherwise, the answer is committed all the same, unlinked here."""
             try:
-                result = check_proposal(output_text, item, source)
+                result = check_proposal(output_text, item, source, **rules)
             except Exception:
                 return
             link_result(journal, result, reviewed)
@@ -3893,7 +4087,7 @@ def build_graph(ctx: Context, checkpoints):
 
         try:
             raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
-            result = check_proposal(raw, item, source)
+            result = check_proposal(raw, item, source, **rules)
         except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
             result = unanswered(item, exc)
         if linked != [result]:
@@ -4848,6 +5042,23 @@ def highlight(source: str, citations: list, n: int) -> Html:
     return hjoin(out)
 
 
+FIGURE_CLASS = {"quote": "ok", "source": "wait", "nowhere": "bad"}
+
+
+def stated_in(result: dict, text: str) -> list:
+    """The result's support flags for the figures `text` (its summary, or one claim) states in those words."""
+    return [f for f in result.get("figures") or [] if isinstance(f, dict) and str(f.get("text")) in text]
+
+
+def figure_tags(result: dict, text: str) -> Html:
+    """Beside a summary or a claim: each figure it states, by where it was found (quote, source, nowhere)."""
+    tags = [
+        h(" <span class='pill {} fig'>{}: {}</span>", FIGURE_CLASS.get(str(f.get("where")), "bad"), f.get("text"), f.get("where"))
+        for f in stated_in(result, text)
+    ]
+    return hjoin(tags)
+
+
 def item_section(store: Store, n: int, r: dict, source: str | None, item: dict, call=None, ways: dict | None = None) -> Html:
     cls = "ok" if r["status"] == "validated" else "bad"
     where = item.get("path") or (item.get("mcp") or {}).get("uri", "")
@@ -4872,9 +5083,20 @@ def item_section(store: Store, n: int, r: dict, source: str | None, item: dict, 
             )
         )
     if r["status"] == "validated":
-        parts.append(h("<p><b>Summary:</b> {}</p><ol>", r["summary"]))
+        parts.append(h("<p><b>Summary:</b> {}{}</p><ol>", r["summary"], figure_tags(r, r["summary"])))
         for c, cite in enumerate(r["citations"]):
-            parts.append(h("<li id='c{}-{}'><a href='#q{}-{}'>“{}”</a> — {}</li>", n, c, n, c, cite["quote"], cite["claim"]))
+            parts.append(
+                h(
+                    "<li id='c{}-{}'><a href='#q{}-{}'>“{}”</a> — {}{}</li>",
+                    n,
+                    c,
+                    n,
+                    c,
+                    cite["quote"],
+                    cite["claim"],
+                    figure_tags(r, cite["claim"]),
+                )
+            )
         parts.append(Html("</ol>"))
     elif r["status"] == "failed":
         parts.append(h("<p class='bad'>Failed: {}</p>", r.get("reason", "")))
@@ -5044,8 +5266,13 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             if f.get("bound") or f.get("boundResultsSha256")
             else Html("not bound to a results hash")
         )
+        checked = (
+            h("<p class='checked'>{}: {}</p>", checked_words(f["checked"]), ", ".join(f["checked"].get("claims") or []))
+            if "checked" in f
+            else ""
+        )
         return h(
-            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {}, {})</span></p></section>",
+            "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {}, {})</span></p>{}</section>",
             f.get("decision"),
             by_whom(f, snap.store),
             f.get("reason"),
@@ -5053,6 +5280,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             f.get("draftVersion", 1),
             bound,
             signed_words(f),
+            checked,
         )
     if snap.cancel:
         pending = [r["operation_key"] for r in snap.calls if r["status"] == "pending"]
@@ -5397,6 +5625,7 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
         "reason": who.get("reason"),
         "decidedAtUtc": who.get("decidedAtUtc") or who.get("cancelledAtUtc"),
         "bound": bool((final or {}).get("bound")),
+        **({"checked": final["checked"]} if final and "checked" in final else {}),  # what the person checked, claim by claim
     }
 
 
@@ -5546,7 +5775,7 @@ def results_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: 
             raise SealError(f"item {r.get('itemId')} has a saved result but no completed call in the journal")
         output = done[-1]["output_text"]
         if texts is not None and r.get("itemId") in items:
-            if check_proposal(output, items[r["itemId"]], texts[r["itemId"]]) != r:
+            if check_proposal(output, items[r["itemId"]], texts[r["itemId"]], **validation_rules(snap.job, manifest)) != r:
                 raise SealError(f"item {r['itemId']}'s saved result differs from its journaled output checked again against the source")
         elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output or ""))) != r.get("proposalSha256"):
             raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
@@ -5629,6 +5858,7 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
     """Every revision changed one item of the draft before it, by the recorded person, into a result valid against its source."""
     rows = draft_rows(snap.journal)
     items = {i["id"]: i for i in (manifest["items"] if manifest else [])}
+    rules = validation_rules(snap.job, manifest)
     before = snap.model_results
     folded = set()
     for version, row in enumerate(rows, 2):
@@ -5650,7 +5880,7 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
         edited = dict(after[changed[0]])
         retry = json.loads(row["change_json"]).get("retry")
         if retry is not None:
-            folded.add(retry_draft_invariant(snap, row, edited, retry, items, texts))
+            folded.add(retry_draft_invariant(snap, row, edited, retry, items, texts, rules))
             before = after
             continue
         stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
@@ -5660,7 +5890,7 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
             raise SealError(f"{where}: the edited result does not name the person, principal, reason and time the journal recorded")
         if texts is not None and row["item_id"] in items:
             proposal = {"itemId": row["item_id"], "summary": edited.get("summary"), "citations": edited.get("citations")}
-            if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]]) != edited:
+            if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]], **rules) != edited:
                 raise SealError(f"{where}: item {row['item_id']}'s edit is not what validating it against the source gives")
         before = after
     answered = {c["operation_key"] for c in snap.calls if c["status"] == "completed"} & retry_keys(snap.journal)
@@ -5669,7 +5899,7 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
     return f"{len(rows)} revision(s), each one item validated against its source (or a retry's checked answer)" if rows else "no revisions"
 
 
-def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None) -> str:
+def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None, rules: dict) -> str:
     """A retry's draft: its item's result is the retried call's journaled answer, checked against the source."""
     where = f"draft {row['version']}"
     key = retry.get("operationKey")
@@ -5691,13 +5921,13 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
     if (
         texts is not None
         and row["item_id"] in items
-        and check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]]) != edited
+        and check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]], **rules) != edited
     ):
         raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
     return str(key)
 
 
-DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal")
+DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal", "checked")
 
 
 def decision_invariants(snap: Snapshot) -> str:
@@ -5723,6 +5953,13 @@ def decision_invariants(snap: Snapshot) -> str:
     principal, owner, reviewers = decision["principal"], people["owner"], people["reviewers"]
     if snap.store.shared and not (principal in reviewers and principal != owner if reviewers else principal == owner):
         raise SealError(f"the decision was recorded by role {principal}, who may not decide this job: {who_may('decides', people)}")
+    if "checked" in decision:  # the claims it names are the decided results' own, counted from them
+        checked = decision["checked"]
+        results = current_draft(snap.journal, snap.model_results)[1]
+        expected = checked_record(list((checked or {}).get("claims") or []), results, decision.get("resultsSha256"))
+        if results_sha256(results) != decision.get("resultsSha256") or checked != expected:
+            raise SealError(f"the decision's checked claims {clip(json.dumps(checked), 80)} are not claims of the results it decided")
+        return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it; {checked_words(checked)}"
     return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
 
 
@@ -5946,7 +6183,7 @@ def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkey
 
 # What a receipt's top level repeats of its act's record (receipt_head, receipt_fields): verify --receipt FILE alone holds
 # each against the signed record. A cancel's time is its cancelledAtUtc; it decides nothing and binds no results.
-RECEIPT_SIGNED_KEYS = ("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion")
+RECEIPT_SIGNED_KEYS = ("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion", "checked")
 SIGNATURE_SIGNED_KEYS = ("armored", "chainHead", "fields")  # what of a signature record its message binds (signed_message)
 
 
@@ -5989,7 +6226,8 @@ def act_words(act: str, record: dict) -> str:
     who = f"by {record.get('principal')} ({record.get('reviewer')})"
     if act == "cancel":
         return f"cancel {who} at {record.get('cancelledAtUtc')}"
-    return f"decision {record.get('decision')} {who} at {record.get('decidedAtUtc')}, results sha256 {record.get('resultsSha256')}"
+    checked = f", {checked_words(record['checked'])}" if "checked" in record else ""
+    return f"decision {record.get('decision')} {who} at {record.get('decidedAtUtc')}, results sha256 {record.get('resultsSha256')}{checked}"
 
 
 def receipt_signed_head(receipt: dict, act: str, record: dict, fields: list) -> dict:
@@ -6511,11 +6749,15 @@ def decide(
     sign_key: str | None = None,
     passkey: dict | None = None,
     prepare: bool = False,
+    checked: str | list | None = None,
 ) -> dict:
     """Record the person's final decision once, while the job waits at review (bound to results_sha256 when given;
     signed with the SSH key at sign_key, or by the page's passkey, when given, else recorded as unsigned). prepare:
-    record nothing, return what a passkey signs (passkey_request); passkey: that record, signed (page_signature)."""
-    return record_decision(store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key, passkey=passkey, prepare=prepare)
+    record nothing, return what a passkey signs (passkey_request); passkey: that record, signed (page_signature).
+    checked: the claims the person checked against their quotes, "ITEM.N,…" or "all" or a list of ITEM.N, recorded with it."""
+    return record_decision(
+        store, decision, reviewer, reason, bound=results_sha256, sign_key=sign_key, passkey=passkey, prepare=prepare, checked=checked
+    )
 
 
 def record_decision(
@@ -6527,12 +6769,13 @@ def record_decision(
     sign_key: str | None = None,
     passkey: dict | None = None,
     prepare: bool = False,
+    checked: str | list | None = None,
 ) -> dict:
     need_job_id(store)
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r}: give accept, reject or hold")
     with open_job(store, "decide") as ctx:  # a decision sends nothing
-        repeated = repeated_decision(ctx, decision, reviewer, reason, bound)
+        repeated = repeated_decision(ctx, decision, reviewer, reason, bound, checked)
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
@@ -6541,6 +6784,9 @@ def record_decision(
         failed = [r["itemId"] for r in results if r["status"] != "validated"]
         if decision == "accept" and failed:
             raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
+        claims = checked_record(checked, results, digest)
+        if decision == "accept":
+            refuse_unchecked(ctx.manifest, claims, results)
         value = {
             "decision": decision,
             "reviewer": reviewer,
@@ -6552,6 +6798,8 @@ def record_decision(
             "resultsSha256": digest,
             "principal": ctx.store.principal(),
         }
+        if claims is not None:  # what the person checked, claim by claim: signed, and repeated in the receipt
+            value["checked"] = claims
         head = chain_head(ctx.journal)
         if prepare:
             return passkey_request("decision", ctx.job["jobId"], value, head)
@@ -6589,7 +6837,20 @@ def refuse_stale(bound: str | None, digest: str, command: str) -> None:
         )
 
 
-def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, bound: str | None) -> dict | None:
+def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: list) -> None:
+    """The manifest's reviewChecksEveryClaim: an accept needs every claim checked; refused, naming those left."""
+    if not (manifest and manifest.get("reviewChecksEveryClaim") is True):
+        return
+    left = [c for c in claim_ids(results) if c not in (claims or {}).get("claims", [])]
+    if left:
+        raise DecisionError(
+            f"Cannot accept: the manifest's reviewChecksEveryClaim asks every claim checked against its quote; not checked: "
+            f"{', '.join(left)} ({checked_words(claims) if claims else f'checked 0 of {len(claim_ids(results))} claims'}); read each, "
+            "then decide again with --checked naming every claim (or all), or decide reject or hold"
+        )
+
+
+def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, bound: str | None, checked=None) -> dict | None:
     """The recorded decision, when this decide repeats it exactly (a second tap: the same form sent twice): the same
     principal says the same decision, name and reason, on the same results (the bound hash, when given). Nothing new is
     recorded. A decide that differs in any of them is refused, naming the recorded decision and what differs; the CLI's
@@ -6598,9 +6859,13 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
     final = checkpoint["values"].get("final")
     if not final or not ctx.store.has_receipt():  # the first decide stopped before its receipt: refused, naming resume, which writes it
         return None
-    said = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
+    said: dict[str, Any] = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
     if bound is not None:
         said["resultsSha256"] = bound
+    if checked is not None:
+        said["checked"] = checked_record(
+            checked, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], final.get("resultsSha256")
+        )
     differs = [
         f"{key} {json_words(value)}, recorded {json_words(final.get(key))}" for key, value in said.items() if final.get(key) != value
     ]
@@ -6671,7 +6936,9 @@ def revise_item(store: Store, item: str, summary: str, citations, reviewer: str,
         position = item_position(results, item)
         old = results[position]
         proposal = revised_proposal(item, summary, citations, old)
-        checked = check_proposal(json.dumps(proposal), ctx.items[position], ctx.sources[ctx.items[position]["id"]])
+        checked = check_proposal(
+            json.dumps(proposal), ctx.items[position], ctx.sources[ctx.items[position]["id"]], **validation_rules(ctx.job, ctx.manifest)
+        )
         if checked["status"] != "validated":
             raise DecisionError(f"Revision of {item} is invalid: {checked['reason']}; fix the files and run revise again")
         if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):
@@ -6804,7 +7071,7 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
     item_id = request["itemId"]
     position = item_position(results, item_id)
     item = next(i for i in ctx.items if i["id"] == item_id)
-    checked = check_proposal(output_text, item, ctx.sources[item_id])
+    checked = check_proposal(output_text, item, ctx.sources[item_id], **validation_rules(ctx.job, ctx.manifest))
     stamp = now_utc()
     attempt = int(key.rsplit(":", 1)[1])
     checked["retry"] = {
@@ -7488,6 +7755,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "mode": job.get("mode"),
             "createdAtUtc": job.get("createdAtUtc"),
             "tokens": job_tokens(snap.calls),
+            "figures": figure_counts(snap.results) if job.get("figures") == FIGURES else None,
             "actsHere": sealed_here(job),
             "hold": out["hold"],
         }
@@ -7513,7 +7781,18 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "createdAtUtc": None,
             "tokens": None,
             "hold": None,
+            "figures": None,
         }
+
+
+def figure_counts(results: list) -> dict:
+    """`jobs`: how many figures the results under review state, by where each was found (quote, source, nowhere)."""
+    counts = dict.fromkeys(FIGURE_WHERE, 0)
+    for r in results:
+        for f in r.get("figures") or []:
+            if f.get("where") in counts:
+                counts[f["where"]] += 1
+    return counts
 
 
 USAGE_BY = ("owner", "model", "day")
@@ -7782,8 +8061,16 @@ def result_lines(results: list | None, store: Store | None, *, summaries: bool =
             revised = f" (retried in draft {r['retry']['draftVersion']} by {by_whom(r['retry'], store)}, attempt {r['retry']['attempt']})"
         lines.append(f"  {r['itemId']:<12} {r['status']}{revised}{extra}")
         if r.get("summary") and summaries:
-            lines.append(f"    summary: {clip(r['summary'], 200)}")
+            lines.append(f"    summary: {clip(r['summary'], 200)}{figure_words(r, r['summary'])}")
+            for c, cite in enumerate(r.get("citations") or [], 1):
+                lines.append(f"    claim {r['itemId']}.{c}: {clip(cite.get('claim'), 160)}{figure_words(r, str(cite.get('claim')))}")
     return lines
+
+
+def figure_words(result: dict, text: str) -> str:
+    """inspect's words for figure_tags: ` [figures: 9 percent: nowhere, Sat: quote]`."""
+    said = [f"{f.get('text')}: {f.get('where')}" for f in stated_in(result, text)]
+    return f" [figures: {', '.join(said)}]" if said else ""
 
 
 def failed_lines(out: dict) -> list:
@@ -7806,6 +8093,9 @@ def final_lines(final: dict | None, store: Store | None) -> list:
         lines.append(f"  bound to resultsSha256 {final.get('boundResultsSha256')} (draft {final.get('draftVersion', 1)})")
     else:
         lines.append(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
+    if "checked" in final:
+        claims = final["checked"].get("claims") or []
+        lines.append(f"  {checked_words(final['checked'])}" + (f": {', '.join(claims)}" if claims else ""))
     if "signature" in final:  # decisions recorded before signatures have no such key
         lines.append(signature_line(final))
     return lines
@@ -8070,7 +8360,7 @@ def jobs_table(jobs: list) -> str:
     if not jobs:
         return "jobs: none"
     priced = [j["estimatedCost"] for j in jobs if j.get("estimatedCost")]
-    head: tuple[str, ...] = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)", "TOKENS")
+    head: tuple[str, ...] = ("JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED BY", "MODE", "CREATED (UTC)", "FIGURES Q/S/N", "TOKENS")
     head += (f"EST. COST ({priced[0]['currency']})",) if priced else ()
     rows = [
         (
@@ -8081,6 +8371,7 @@ def jobs_table(jobs: list) -> str:
             f"{j['decidedBy']['reviewer']} ({j['decidedBy']['principal']})" if j["decidedBy"] else "-",
             str(j["mode"]),
             str(j["createdAtUtc"]),
+            "/".join(str(j["figures"][w]) for w in FIGURE_WHERE) if j.get("figures") else "-",
             f"{j['tokens']['total']:,}" if j.get("tokens") else "-",
         )
         + ((f"{j['estimatedCost']['amount']:.6f}" if j.get("estimatedCost") else "-",) if priced else ())
@@ -8175,7 +8466,9 @@ def cmd_reconcile(args) -> dict:
 
 def cmd_decide(args) -> dict:
     """Record the person's final decision once, while the job waits at review."""
-    return decide(store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256"), sign_key=signing_key(args))
+    return decide(
+        store_from(args), **flags_of(args, "decision", "reviewer", "reason", "results_sha256", "checked"), sign_key=signing_key(args)
+    )
 
 
 def cmd_revise(args) -> dict:
@@ -8508,6 +8801,11 @@ COMMANDS = {
             flag("--decision", required=True, choices=list(DECISIONS), help="accept, reject or hold"),
             BOUND_FLAG,
             SIGN_FLAG,
+            flag(
+                "--checked",
+                metavar="ITEM.N,…|all",
+                help="the claims you checked against their quotes (N counts an item's citations from 1), or all: recorded with the decision",
+            ),
         ],
     ),
     "revise": Command(

@@ -617,6 +617,37 @@ def web_item_acts(site: WebSite, person: WebPerson, here: str, csrftoken: str, s
     return forms
 
 
+def web_claim_checks(site: WebSite, snap: durable_job.Snapshot, out: dict, forms):
+    """forms(item_id, result) with, for a person who may decide, each validated claim's check (claim_checks.html):
+    ticked after reading its quote, sent with the decision as its `checked` claims."""
+
+    def with_checks(item_id: str, result: dict) -> durable_job.Html:
+        acts = forms(item_id, result)
+        if (
+            result.get("status") != "validated"
+            or not out.get("decideCommand")
+            or out.get("sealBroken")
+            or not snap.store.may("decides", snap.job)
+        ):
+            return acts
+        claims = [
+            {
+                "id": f"{item_id}.{n}",
+                "quote": cite.get("quote"),
+                "claim": cite.get("claim"),
+                "figures": [
+                    {**f, "cls": durable_job.FIGURE_CLASS.get(str(f.get("where")), "bad")}
+                    for f in durable_job.stated_in(result, str(cite.get("claim")))
+                ],
+            }
+            for n, cite in enumerate(result.get("citations") or [], 1)
+        ]
+        html = site.pages.env.get_template("claim_checks.html").render(item_id=item_id, claims=claims)
+        return durable_job.hjoin([acts, durable_job.Html(markupsafe.Markup(html))])
+
+    return with_checks
+
+
 def row_status(row: dict, label: str) -> tuple[str, str]:
     """A `jobs` row's status as the list shows it (the job page's live status, in short), and its colour."""
     phase = row["phase"]
@@ -677,7 +708,8 @@ def act_said(command: str, out: dict, label: str) -> str:
         said = f"{final.get('decision')} by {final.get('reviewer')} ({label} {final.get('principal')}) at {final.get('decidedAtUtc')}"
         if out.get("existing"):
             return f"Already recorded: {said}. Nothing new was recorded."
-        return f"Recorded: {said} ({durable_job.signed_words(final)})."
+        checked = f" {durable_job.checked_words(final['checked']).capitalize()}." if "checked" in final else ""
+        return f"Recorded: {said} ({durable_job.signed_words(final)}).{checked}"
     if command in ("revise", "retry"):
         return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
     cancelled = out.get("cancelled") or {}
@@ -841,7 +873,7 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     """A job page's parts: the items (with their acts), history, journal and decision as the review page renders
     them (durable_job.py section 14, every value escaped there), and which acts this person may take."""
     manifest, sources = snap.store.sealed_copies(snap.job)
-    acts = web_item_acts(site, person, here, csrftoken, snap, out)
+    acts = web_claim_checks(site, snap, out, web_item_acts(site, person, here, csrftoken, snap, out))
     reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     return {
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
@@ -936,10 +968,12 @@ def stale_words(site: WebSite, person: WebPerson, job_id: str, shown: str, comma
 
 
 async def decision_form(site: WebSite, request: Request, person: WebPerson) -> Response:
-    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256", "challenge", "passkey"))
+    f = await form_fields(request, ("decision", "reviewer", "reason", "resultsSha256", "challenge", "passkey", "claims"))
     if f["decision"] not in durable_job.DECISIONS:
         raise WebRefusal(400, "choose accept, reject or hold")
     fields = {"decision": f["decision"], "reviewer": f["reviewer"], "reason": f["reason"], "results_sha256": f["resultsSha256"]}
+    if f["claims"]:  # the page offered each claim's check: the ticked ones are what the person checked (none, too)
+        fields["checked"] = [str(c) for c in (await request.form()).getlist("checked")]
     return await act_and_return(site, request, person, "decide", {**fields, **signed_by_passkey(site, request, person, "decide", f)})
 
 
@@ -1039,8 +1073,10 @@ async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Respon
     if command == "decide":
         if body.get("decision") not in durable_job.DECISIONS:
             raise WebRefusal(400, "choose accept, reject or hold")
-        fields = {k: str(body.get(k) or "") for k in ("decision", "reviewer", "reason")}
+        fields: dict = {k: str(body.get(k) or "") for k in ("decision", "reviewer", "reason")}
         fields["results_sha256"] = str(body.get("resultsSha256") or "")
+        if isinstance(body.get("checked"), list):  # the claims ticked on the page: signed with the decision
+            fields["checked"] = [str(c) for c in body["checked"]]
     elif command == "cancel":
         fields = {k: str(body.get(k) or "") for k in ("reviewer", "reason")}
     else:
@@ -1153,6 +1189,10 @@ async def api_decision(site: WebSite, request: Request, person: WebPerson) -> Re
         "reason": str(body.get("reason") or ""),
         "results_sha256": body["resultsSha256"],
     }
+    if "checked" in body:  # the claims checked, ["ITEM.N", …] (or "all"), recorded with the decision
+        if not (body["checked"] == "all" or (isinstance(body["checked"], list) and all(isinstance(c, str) for c in body["checked"]))):
+            raise WebRefusal(400, 'checked: send a list of claims ["ITEM.N", …] (N counts the item\'s citations from 1), or "all"')
+        fields["checked"] = body["checked"]
     out = await run_in_threadpool(site.act, person, request.path_params["job_id"], "decide", fields)
     return JSONResponse(out)
 

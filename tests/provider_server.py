@@ -169,7 +169,7 @@ class Handler(BaseHTTPRequestHandler):
                     "echo-key-escaped",
                     "echo-key-split",
                 )
-                or behaviour.startswith("slow:")
+                or behaviour.startswith(("slow:", "answer:"))
             )
             rid = out = None
             if answers:
@@ -182,6 +182,8 @@ class Handler(BaseHTTPRequestHandler):
                     if behaviour in ("not-json", "incomplete")
                     else ok_text(text)
                 )
+                if behaviour.startswith("answer:"):  # a scripted answer: this JSON text, whatever was asked
+                    out = behaviour[len("answer:") :]
                 if behaviour == "echo-key-output":  # a model repeating what it was sent: the caller's key in a valid proposal
                     out = ok_text(text, " (sent with " + self.headers.get("Authorization", "").removeprefix("Bearer ") + ")")
                 if behaviour in (

@@ -310,6 +310,8 @@ def spec_verdict(key, v, mode="fake"):
         return isinstance(v, str) and v in ("fake", "openai")
     if key == "providerTransferApproved":
         return v is True if mode == "openai" else type(v) is bool
+    if key in ("figuresMustBeQuoted", "reviewChecksEveryClaim"):
+        return type(v) is bool
     if key == "maxModelCalls":
         return _int_in(v, 1, 6)
     if key == "maxAttemptsPerItem":
@@ -993,7 +995,8 @@ def assert_well_formed(result, item, source):
         assert result["status"] == "validated"
         assert 1 <= len(result["citations"]) <= 3
         assert all(c["quote"] in source for c in result["citations"])
-        assert set(result) == {"itemId", "sourceSha256", "status", "summary", "citations", "proposalSha256"}
+        assert set(result) == {"itemId", "sourceSha256", "status", "summary", "citations", "proposalSha256", "figures"}
+        assert all(set(f) == {"text", "where"} and f["where"] in ("quote", "source", "nowhere") for f in result["figures"])
 
 
 def test_check_proposal_never_crashes_and_agrees_with_the_contract():

@@ -107,7 +107,7 @@ VECTOR_KEYS = [
     "f07c6fc913b532b27dbfa2dc341d5d312a61ac261e3b098149f08b54e9ea07d2:1",  # graph version 2
     "380811a92ab80a60b1bd2d9a1a42010949ecab70f3ff2a90e5a81c6a1c155c23:1",
 ]
-VECTOR_RESULTS_SHA256 = "5a944e7a24dce782009f2afb1d43a34077d0b40249ba2eb13f315e11ef9568f2"
+VECTOR_RESULTS_SHA256 = "5f02848431258f2973d85cc4e0f262bd1d2baeb6adbe0bb4da7ef1b62fd0b75d"  # each result carries its figures (issue 34)
 
 
 def test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift(tmp_path):

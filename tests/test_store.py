@@ -110,6 +110,7 @@ def test_six_first_starts_on_an_empty_database_all_succeed(empty_store, tmp_path
         "mode",
         "createdAtUtc",
         "tokens",
+        "figures",
         "actsHere",
         "hold",
     }
@@ -391,7 +392,20 @@ def test_jobs_lists_state_directories_under_a_root(tmp_path):
     assert [j["jobId"] for j in listed] == ["dir-job-0", "dir-job-1"]
     assert all(j["phase"] == "awaiting-review" and j["next"].startswith("python") for j in listed)
     text = Workspace(tmp_path).run("jobs", "--root", str(tmp_path / "jobs"), "--text").stdout
-    assert text.splitlines()[0].split() == ["JOB", "PHASE", "OWNER", "REVIEWERS", "DECIDED", "BY", "MODE", "CREATED", "(UTC)", "TOKENS"]
+    assert text.splitlines()[0].split() == [
+        "JOB",
+        "PHASE",
+        "OWNER",
+        "REVIEWERS",
+        "DECIDED",
+        "BY",
+        "MODE",
+        "CREATED",
+        "(UTC)",
+        "FIGURES",
+        "Q/S/N",
+        "TOKENS",
+    ]
 
 
 def statements_run(pg_server, url: str, run) -> int:

@@ -7,7 +7,8 @@
   function hhmmss(d) { return d.toTimeString().slice(0, 8); }
   function main() { return document.querySelector('main'); }
   function dirty() {
-    return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; });
+    return Array.prototype.some.call(document.querySelectorAll('main textarea'), function (t) { return t.value !== t.defaultValue; })
+      || Array.prototype.some.call(document.querySelectorAll('main input[type=checkbox]'), function (c) { return c.checked !== c.defaultChecked; });
   }
   function swap() {
     var headers = {'Accept': 'text/html', 'X-Durable-Job-Refresh': '1'};  // a refresh, not the person's own use
@@ -135,6 +136,10 @@
     var body = {command: form.dataset.command, reviewer: f.reviewer.value, reason: f.reason.value,
                 resultsSha256: f.resultsSha256 ? f.resultsSha256.value : ''};
     if (button && button.name === 'decision') body.decision = button.value;
+    if (f.claims && f.claims.value) {  // each claim's check stands beside its quotes, in this form by its form attribute
+      body.checked = Array.prototype.map.call(document.querySelectorAll('input[name="checked"][form="' + form.id + '"]:checked'),
+                                              function (c) { return c.value; });
+    }
     say('Sign with your passkey…');
     post(form.dataset.signUrl, body).then(function (s) {
       if (s.recorded) return null;

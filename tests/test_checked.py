@@ -1,0 +1,92 @@
+"""What the reviewer checked (issue 34), part two: claim by claim in the terminal. `decide --checked ITEM.N,…|all`
+records, in the decision (so in its signature and the receipt), which claims the person checked against their quotes;
+the manifest's reviewChecksEveryClaim refuses an accept until every claim is checked, naming those left."""
+
+import json
+
+from conftest import BOTH, Workspace, allowed_signers, make_key, openai_workspace
+
+BOILER = "The new boiler saves roughly 8 percent of gas a year.\nIt is serviced on Saturday at 07:00 for $1,200.\n"
+THREE = "answer:" + json.dumps(
+    {
+        "itemId": "alpha",
+        "summary": "It saves about 9 percent of gas; serviced on Saturdays.",
+        "citations": [
+            {"quote": "saves roughly 8 percent of gas a year", "claim": "The boiler saves about 9 percent."},
+            {"quote": "serviced on Saturday at 07:00", "claim": "It is serviced on Saturday at 7am."},
+            {"quote": "It is serviced on Saturday", "claim": "A service costs $1,200."},
+        ],
+    }
+)
+
+
+def three_claims(ws: Workspace, provider, **manifest) -> str:
+    """A job of one item with three claims, at review; its resultsSha256."""
+    openai_workspace(ws, provider, sources={"alpha": BOILER}, **manifest)
+    provider.behave(THREE)
+    ws.start().ok()
+    return ws.run("inspect").ok()["resultsSha256"]
+
+
+def decide(ws: Workspace, *flags: str, decision: str = "accept"):
+    return ws.run("decide", "--decision", decision, "--reviewer", "Bob", "--reason", "read every quote", *flags)
+
+
+@BOTH
+def test_checked_claims_are_recorded_in_the_decision_the_receipt_and_verify(ws, provider):
+    digest = three_claims(ws, provider)
+    final = decide(ws, "--checked", "alpha.3, alpha.1").ok()["final"]
+    checked = {"claims": ["alpha.1", "alpha.3"], "of": 3, "resultsSha256": digest}
+    assert final["checked"] == checked
+    receipt = ws.receipt()
+    assert receipt["checked"] == checked and receipt["final"]["checked"] == checked
+    decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
+    assert decision["ok"] and decision["detail"].endswith("checked 2 of 3 claims")
+    assert "checked 2 of 3 claims: alpha.1, alpha.3" in ws.run("inspect", "--text").stdout
+    again = decide(ws, "--checked", "alpha.1,alpha.3").ok()  # the same decide again: the recorded one
+    assert again["existing"] and again["final"] == final
+    decide(ws, "--checked", "all").held("DecisionError", "Final decision already recorded", "checked")
+
+
+@BOTH
+def test_a_bad_checked_entry_is_a_hold_naming_it_and_records_nothing(ws, provider):
+    three_claims(ws, provider)
+    decide(ws, "--checked", "alpha.1,alpha.4").held("UsageError", '--checked entry "alpha.4" names no claim', "alpha.1, alpha.2, alpha.3")
+    decide(ws, "--checked", "beta.1").held("UsageError", '"beta.1"')
+    decide(ws, "--checked", "").held("UsageError", '--checked entry ""')
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
+@BOTH
+def test_review_checks_every_claim_refuses_an_accept_naming_what_is_left(ws, provider):
+    three_claims(ws, provider, reviewChecksEveryClaim=True)
+    decide(ws, "--checked", "alpha.1,alpha.2").held("DecisionError", "Cannot accept", "not checked: alpha.3 (checked 2 of 3 claims)")
+    decide(ws).held("DecisionError", "not checked: alpha.1, alpha.2, alpha.3")
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+    final = decide(ws, "--checked", "all").ok()["final"]
+    assert final["checked"]["claims"] == ["alpha.1", "alpha.2", "alpha.3"] and final["checked"]["of"] == 3
+
+
+def test_review_checks_every_claim_leaves_reject_and_hold_free(ws, provider):
+    three_claims(ws, provider, reviewChecksEveryClaim=True)
+    assert decide(ws, decision="reject").ok()["final"]["decision"] == "reject"
+
+
+def test_the_checked_claims_are_signed_and_a_receipt_alone_says_how_many(ws, provider, tmp_path):
+    three_claims(ws, provider)
+    key = make_key(tmp_path, "bob")
+    decide(ws, "--checked", "alpha.2,alpha.3", "--sign-key", key).ok()
+    receipt = ws.receipt()
+    assert "checked" in receipt["final"]["signature"]["fields"]
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps(receipt))
+    signers = allowed_signers(tmp_path, "signers", (ws.principal(), key, ""))
+    alone = Workspace(tmp_path / "elsewhere")
+    report = alone.run("verify", "--receipt", str(kept), "--allowed-signers", signers, state=False).ok()
+    assert report["verified"][0].endswith("checked 2 of 3 claims")
+    assert "checked" not in report["unsigned"]
+    edited = tmp_path / "edited.json"  # a receipt that says more was checked than was signed
+    edited.write_text(json.dumps({**receipt, "checked": {**receipt["checked"], "claims": ["alpha.1", "alpha.2", "alpha.3"]}}))
+    alone.run("verify", "--receipt", str(edited), "--allowed-signers", signers, state=False).held(
+        "receipt was changed after it was signed", "checked"
+    )
