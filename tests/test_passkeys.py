@@ -40,10 +40,13 @@ def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
     wait.until(lambda d: d.current_url == f"{base}/jobs/{job}")
 
 
-def phone_accepts(driver, wait, base: str, job: str, reason: str) -> None:
+def phone_accepts(driver, wait, base: str, job: str, reason: str, ticks: int = 0) -> None:
+    """bob accepts on the page, having ticked the first `ticks` claims' checks."""
     driver.get(f"{base}/jobs/{job}")
     wait.until(lambda d: d.find_elements("css selector", "button.accept"))
     assert "signed with your passkey" in driver.page_source
+    for box in driver.find_elements("css selector", "input[name=checked]")[:ticks]:
+        driver.execute_script("arguments[0].scrollIntoView(); arguments[0].click();", box)
     driver.find_element("id", "reason").send_keys(reason)
     driver.find_element("css selector", "button.accept").click()
     wait.until(lambda d: "Saved: accepted by bob (role bob)" in d.page_source)  # read whole: the page is being replaced
@@ -78,7 +81,7 @@ def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_off
         assert "passkey" in register.text
         register.click()
         wait.until(lambda d: "signed with your passkey" in d.page_source)
-        phone_accepts(driver, wait, base, "journey", "Read both items on my phone.")
+        phone_accepts(driver, wait, base, "journey", "Read both items on my phone.", ticks=1)
         phone_accepts(driver, wait, base, "second", "The second one, too.")
     finally:
         driver.quit()
@@ -102,6 +105,8 @@ def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_off
     signature = receipt["final"]["signature"]
     assert signature["format"] == "webauthn" and signature["rpId"] == "localhost" and signature["origin"] == base
     assert {"authenticatorData", "clientDataJSON", "signature", "credentialId"} <= set(signature)
+    # the claim bob ticked is part of what his passkey signed
+    assert len(receipt["final"]["checked"]["claims"]) == 1 and "checked" in signature["fields"]
     assert receipt["final"]["reason"] == "Read both items on my phone." and receipt["principal"] == "bob"
 
     checked = verify(
