@@ -50,6 +50,22 @@ GAMMA = (
 FAKE_KEY = "sk-test-" + "k3y" * 6  # a made-up key: never a real secret
 
 
+# The boiler job (issue 34): a source whose figures an answer gets wrong, and one answer of three claims, each
+# a quote of the source (the loopback provider's `answer:` behaviour); test_checked and test_web_checked share it.
+BOILER = "The new boiler saves roughly 8 percent of gas a year.\nIt is serviced on Saturday at 07:00 for $1,200.\n"
+THREE = "answer:" + json.dumps(
+    {
+        "itemId": "alpha",
+        "summary": "It saves about 9 percent of gas; serviced on Saturdays.",
+        "citations": [
+            {"quote": "saves roughly 8 percent of gas a year", "claim": "The boiler saves about 9 percent."},
+            {"quote": "serviced on Saturday at 07:00", "claim": "It is serviced on Saturday at 7am."},
+            {"quote": "It is serviced on Saturday", "claim": "A service costs $1,200."},
+        ],
+    }
+)
+
+
 def sha256(data) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")

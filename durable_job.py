@@ -5597,6 +5597,13 @@ def page_signature(passkey: dict, act: str, job_id: str, record: dict, head: dic
     return signature
 
 
+def act_signature(act: str, job_id: str, record: dict, head: dict, sign_key: str | None, passkey: dict | None, when_key: str):
+    """What a decision's or cancel's record carries as its signature: the page's passkey's, the SSH key's, or None."""
+    if passkey:
+        return page_signature(passkey, act, job_id, record, head, when_key)
+    return sign_act(sign_key, act, job_id, record, head) if sign_key else None
+
+
 def check_act_signature(files: dict, principal: str, act: str, job_id: str, record: dict, when: str) -> str:
     """Check an act's signature, SSH or passkey, with the file given for its kind ({"sshsig": allowed_signers,
     "webauthn": allowed_passkeys}); what was checked, in words."""
@@ -6803,10 +6810,7 @@ def record_decision(
         head = chain_head(ctx.journal)
         if prepare:
             return passkey_request("decision", ctx.job["jobId"], value, head)
-        if passkey:
-            value["signature"] = page_signature(passkey, "decision", ctx.job["jobId"], value, head, "decidedAtUtc")
-        else:
-            value["signature"] = sign_act(sign_key, "decision", ctx.job["jobId"], value, head) if sign_key else None
+        value["signature"] = act_signature("decision", ctx.job["jobId"], value, head, sign_key, passkey, "decidedAtUtc")
         traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision": decision, "durable_job.principal": value["principal"]}
         with span("durable_job decision", {**traced, "durable_job.draft_version": draft}):
             # the journal first: verify requires its row, and a store refuses it from a role that may not decide
@@ -7140,10 +7144,7 @@ def cancel(
         head = chain_head(ctx.journal)
         if prepare:
             return passkey_request("cancel", ctx.job["jobId"], record, head)
-        if passkey:
-            record["signature"] = page_signature(passkey, "cancel", ctx.job["jobId"], record, head, "cancelledAtUtc")
-        else:
-            record["signature"] = sign_act(sign_key, "cancel", ctx.job["jobId"], record, head) if sign_key else None
+        record["signature"] = act_signature("cancel", ctx.job["jobId"], record, head, sign_key, passkey, "cancelledAtUtc")
         with ctx.journal.transaction():
             record_cancel(ctx.journal, record)
         write_receipt(ctx, None, "cancelled", {"cancel": record})

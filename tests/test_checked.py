@@ -4,20 +4,7 @@ the manifest's reviewChecksEveryClaim refuses an accept until every claim is che
 
 import json
 
-from conftest import BOTH, Workspace, allowed_signers, make_key, openai_workspace
-
-BOILER = "The new boiler saves roughly 8 percent of gas a year.\nIt is serviced on Saturday at 07:00 for $1,200.\n"
-THREE = "answer:" + json.dumps(
-    {
-        "itemId": "alpha",
-        "summary": "It saves about 9 percent of gas; serviced on Saturdays.",
-        "citations": [
-            {"quote": "saves roughly 8 percent of gas a year", "claim": "The boiler saves about 9 percent."},
-            {"quote": "serviced on Saturday at 07:00", "claim": "It is serviced on Saturday at 7am."},
-            {"quote": "It is serviced on Saturday", "claim": "A service costs $1,200."},
-        ],
-    }
-)
+from conftest import BOILER, BOTH, THREE, Workspace, allowed_signers, make_key, openai_workspace
 
 
 def three_claims(ws: Workspace, provider, **manifest) -> str:

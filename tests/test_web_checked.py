@@ -2,24 +2,9 @@
 quote, sent with the decision into the same `checked` record `decide --checked` makes; and each figure's flag shown
 beside its claim. Real `serve`, real PostgreSQL, real Chromium (the fixtures of tests/test_web.py)."""
 
-import json
-
 from test_web import phone, serving, text_of  # noqa: F401 (serving is a fixture)
 
-from conftest import Workspace, new_store, password_of
-
-BOILER = "The new boiler saves roughly 8 percent of gas a year.\nIt is serviced on Saturday at 07:00 for $1,200.\n"
-THREE = "answer:" + json.dumps(
-    {
-        "itemId": "alpha",
-        "summary": "It saves about 9 percent of gas; serviced on Saturdays.",
-        "citations": [
-            {"quote": "saves roughly 8 percent of gas a year", "claim": "The boiler saves about 9 percent."},
-            {"quote": "serviced on Saturday at 07:00", "claim": "It is serviced on Saturday at 7am."},
-            {"quote": "It is serviced on Saturday", "claim": "A service costs $1,200."},
-        ],
-    }
-)
+from conftest import BOILER, THREE, Workspace, new_store, password_of
 
 
 def waiting_job(root, store: str, provider, job_id: str, **manifest) -> Workspace:
