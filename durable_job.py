@@ -71,7 +71,7 @@ else:
 # 1. Constants and contract
 ###############################################################################
 
-__version__ = "1.1.0"  # the release (pyproject.toml reads it); VERSION below is the graph's label, sealed into every job
+__version__ = "1.2.0"  # the release (pyproject.toml reads it); VERSION below is the graph's label, sealed into every job
 VERSION = "durable-job-graph/2"  # 2: one saved step an item (1: four)
 SOURCE_MAX_BYTES = 3000
 MANIFEST_MAX_BYTES = 65536
@@ -91,8 +91,8 @@ NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job canno
 CALL_STATUSES = ("pending", "completed", "abandoned", "rejected")
 
 JOB_FILE = "job.json"
-EFFECTS_FILE = "effects.sqlite"
-CHECKPOINTS_FILE = "checkpoints.sqlite"
+EFFECTS_FILE = "effects.sqlite"  # the journal, and LangGraph's checkpoints beside it (one file: one WAL, one set-up)
+CHECKPOINTS_FILE = "checkpoints.sqlite"  # where a job started by 1.1.x or older keeps its checkpoints (read, never made)
 LOCK_FILE = "run.lock"
 RECEIPT_FILE = "receipt.json"
 PRUNED_FILE = "pruned.json"  # a pruned job's last checkpoint values and its checkpoints' sha256, once prune removed them
@@ -1230,6 +1230,13 @@ def job_path(state_dir: str, name: str) -> str:
     return os.path.join(state_dir, name)
 
 
+def checkpoints_path(state_dir: str) -> str:
+    """The file holding the job's LangGraph checkpoints: its journal's own (effects.sqlite), or checkpoints.sqlite beside
+    it for a job started before they moved in (1.1.x and older; such a job is only read: its seal names that program)."""
+    older = job_path(state_dir, CHECKPOINTS_FILE)
+    return older if os.path.exists(older) else job_path(state_dir, EFFECTS_FILE)
+
+
 def check_state_dir_safe(state_dir: str) -> None:
     """Refuse a state directory that another user owns or others can write."""
     st = os.stat(state_dir)
@@ -1555,8 +1562,8 @@ def sqlite_damage(path: str) -> str | None:
 
 def check_state_files(state_dir: str) -> None:
     """Before a writing command opens them: refuse a damaged, truncated or lost journal or checkpoint file."""
-    effects, checkpoints = job_path(state_dir, EFFECTS_FILE), job_path(state_dir, CHECKPOINTS_FILE)
-    for path in (effects, checkpoints):
+    effects, checkpoints = job_path(state_dir, EFFECTS_FILE), checkpoints_path(state_dir)
+    for path in dict.fromkeys((effects, checkpoints)):
         problem = sqlite_damage(path)
         if problem:
             raise StateError(f"{path} is damaged ({problem}); it is left untouched: restore it from a backup, or {NEW_JOB}")
@@ -1564,17 +1571,19 @@ def check_state_files(state_dir: str) -> None:
     def size(p):
         return os.path.getsize(p) if os.path.exists(p) else 0
 
-    if size(checkpoints) and not size(effects):
-        raise StateError(
-            f"{effects} is missing or empty but {checkpoints} holds the job's progress: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or {NEW_JOB}"
-        )
     receipt = job_path(state_dir, RECEIPT_FILE)
+    if not size(effects) and (size(checkpoints) or os.path.exists(receipt)):
+        held = f"{checkpoints} holds the job's progress" if size(checkpoints) else f"{receipt} records the job's end"
+        raise StateError(
+            f"{effects} is missing or empty but {held}: the journal of model calls is lost and running on could repeat calls. Nothing was changed: restore {EFFECTS_FILE} from a backup, or {NEW_JOB}"
+        )
     pruned = os.path.exists(job_path(state_dir, PRUNED_FILE))  # prune removed them, keeping what a reader needs
-    if size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided" and not pruned:
+    if checkpoints != effects and size(effects) and not size(checkpoints) and receipt_outcome(receipt) == "decided" and not pruned:
         # Calls journaled before the first checkpoint are normal (a crash there, or parallel calls sent
         # while langgraph loads): the thread restarts from its sealed beginning and reuses them. A
         # decided job, though, had a decision that lived only in the lost checkpoints (a cancel lives
-        # in the journal, and may come before any checkpoint).
+        # in the journal, and may come before any checkpoint). (A job whose checkpoints share the journal's
+        # file loses both at once: the check above.)
         raise StateError(
             f"{checkpoints} is missing or empty but {receipt} records a decision that lived only there. Nothing was changed: restore {CHECKPOINTS_FILE} from a backup, or {NEW_JOB}"
         )
@@ -2443,12 +2452,59 @@ def migrate(conn: sqlite3.Connection, then=None) -> None:
     apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations", together=True, then=then)
 
 
+def make_ledger(path: str, then=None) -> None:
+    """A new journal made whole before it has its name: its schema and `then(journal)` written to a private file no one
+    else can see (so with no rollback journal and no syncs), switched to WAL, fsynced once, then linked to its name.
+
+    One durable step where SQLite itself takes two commits (an empty file's switch to WAL commits through a rollback
+    journal, then the schema's own): a kill anywhere leaves no journal, or the whole one, and a leftover `.tmp` that
+    the next writer's make replaces (nothing else reads it; start's empty-directory check ignores it).
+    """
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+    except OSError as exc:
+        raise StateError(
+            f"{path} cannot be made ({exc.strerror}): the state directory must be readable and writable by you; nothing was changed"
+        ) from None
+    try:
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=OFF")
+            conn.execute("PRAGMA synchronous=OFF")
+            migrate(conn, then)
+            conn.execute("PRAGMA journal_mode=WAL")  # written into the header: the file opens in WAL mode from now on
+        finally:
+            conn.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # never over a journal someone else made meanwhile: theirs stands
+        except FileExistsError:
+            pass
+    except (OSError, sqlite3.DatabaseError) as exc:
+        raise StateError(
+            f"{path} cannot be made ({exc}); nothing was changed: fix the cause (free disk space, say), then run the command again"
+        ) from None
+    finally:
+        _remove(tmp)
+    fsync_dir(folder)
+
+
 def ledger(path: str, then=None) -> sqlite3.Connection:
     """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL;
     `then(journal)` runs in the transaction that makes its schema.
 
     The name is the SPEC's; everywhere else this file calls it the journal.
     """
+    if not os.path.exists(path):
+        make_ledger(path, then)
     conn = connect_sqlite(path)
     try:
         migrate(conn, then)
@@ -3813,14 +3869,15 @@ class StateDirStore(Store):
 
     @contextlib.contextmanager
     def checkpoint_connection(self, synced: bool = True) -> Iterator[sqlite3.Connection]:
-        """checkpoints.sqlite for SqliteSaver, in Python's implicit-transaction mode (synchronous=NORMAL unless synced).
+        """The checkpoints' file (checkpoints_path) for SqliteSaver, in Python's implicit-transaction mode (synchronous=NORMAL
+        unless synced: a connection's own setting, so the journal's commits in the same file stay FULL).
 
         SqliteSaver stores a task's writes with one executemany and then commits:
         that is atomic only inside a transaction. In autocommit mode a kill between
         rows left some of a task's writes without its `branch:to:` write, and the
         next run then ended the graph mid-way, exiting 0 short of the review.
         """
-        conn = connect_sqlite(job_path(self.root, CHECKPOINTS_FILE))
+        conn = connect_sqlite(checkpoints_path(self.root))
         conn.isolation_level = "DEFERRED"
         if not synced:
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a commit is whole or absent after any failure, fsynced later
@@ -3830,27 +3887,29 @@ class StateDirStore(Store):
             conn.close()
 
     def checkpointer(self, conn):
-        """LangGraph's SqliteSaver over checkpoints.sqlite."""
+        """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's)."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         saver = SqliteSaver(conn, serde=checkpoint_serializer())
         try:
             saver.setup()
         except sqlite3.DatabaseError as exc:
-            path = job_path(self.root, CHECKPOINTS_FILE)
+            path = checkpoints_path(self.root)
             raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup or {NEW_JOB}") from None
         return saver
 
     @contextlib.contextmanager
     def checkpoints_file(self) -> Iterator[sqlite3.Connection | None]:
-        """checkpoints.sqlite, read-only (None before it exists); a file that cannot be read is a StateError naming it."""
-        path = job_path(self.root, CHECKPOINTS_FILE)
+        """The checkpoints' file, read-only (None before it holds LangGraph's tables); a file that cannot be read is a
+        StateError naming it."""
+        path = checkpoints_path(self.root)
         if not os.path.exists(path):
             yield None
             return
         conn = connect_sqlite(path, readonly=True)
         try:
-            yield conn
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            yield conn if {LG_CHECKPOINTS_TABLE, LG_WRITES_TABLE} <= tables else None
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
         finally:
@@ -3871,9 +3930,7 @@ class StateDirStore(Store):
         if pruned is not None:
             return pruned_checkpoint(pruned)
         with self.checkpoints_file() as conn:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")} if conn else set()
-            path = job_path(self.root, CHECKPOINTS_FILE)
-            return read_checkpoint(SqliteCheckpointRows(conn, path) if conn and LG_CHECKPOINTS_TABLE in tables else None, job["threadId"])
+            return read_checkpoint(SqliteCheckpointRows(conn, checkpoints_path(self.root)) if conn else None, job["threadId"])
 
     def checkpoints_digest(self, job: Job) -> str:
         pruned = self.pruned_record()
@@ -3896,7 +3953,7 @@ class StateDirStore(Store):
 
         frames = traceback.extract_tb(exc.__traceback__)
         in_saver = any(os.path.join("langgraph", "checkpoint", "sqlite") in f.filename for f in frames)
-        failed = job_path(self.root, CHECKPOINTS_FILE if in_saver else EFFECTS_FILE)
+        failed = checkpoints_path(self.root) if in_saver else job_path(self.root, EFFECTS_FILE)
         return StateError(
             f"State file {failed} failed during the run ({exc}); nothing is retried: run `{self.suggest('status')}`, then `{self.suggest('resume')}` once the cause is fixed"
         )
@@ -3909,16 +3966,30 @@ class StateDirStore(Store):
         write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
     def drop_checkpoints(self, job: Job) -> None:
-        """prune's second step: LangGraph's checkpoint history of the job, whole files (their space is freed)."""
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.unlink(job_path(self.root, CHECKPOINTS_FILE) + suffix)
-            except FileNotFoundError:
-                pass
+        """prune's second step: LangGraph's checkpoint history of the job (the saver's delete_thread, then VACUUM: the
+        file gives the space back), or an older job's whole checkpoints.sqlite."""
+        path = checkpoints_path(self.root)
+        if path != job_path(self.root, EFFECTS_FILE):
+            for suffix in ("", "-wal", "-shm"):
+                _remove(path + suffix)
+            return
+        with self.checkpoint_connection() as conn:
+            self.checkpointer(conn).delete_thread(job["threadId"])
+            conn.commit()
+            conn.isolation_level = None
+            conn.execute("VACUUM")
 
     def checkpoint_bytes(self, job: Job) -> int:
-        path = job_path(self.root, CHECKPOINTS_FILE)
-        return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
+        """The bytes prune frees: an older job's checkpoints.sqlite, or the thread's serialized checkpoints and writes."""
+        path = checkpoints_path(self.root)
+        if path != job_path(self.root, EFFECTS_FILE):
+            return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
+        sizes = (
+            f"SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id = ?",
+            f"SELECT coalesce(sum(length(value)), 0) FROM {LG_WRITES_TABLE} WHERE thread_id = ?",
+        )
+        with self.checkpoints_file() as conn:
+            return sum(int(conn.execute(q, (job["threadId"],)).fetchone()[0]) for q in sizes) if conn else 0
 
     def write_receipt(self, receipt: dict) -> None:
         signature = ((receipt.get("final") or receipt.get("cancel") or {}).get("signature") or {}).get("armored")

@@ -30,12 +30,14 @@ How it is measured:
   depending on the neighbours). --no-floor leaves it out (and then the server still runs with fsync on).
 * Commits and fsyncs of one job, from a separate child of each contender (after the timed rounds, alone on the
   machine): it runs a warm-up job, then the counted job between two marker writes to /dev/null, all under
-  `strace -f -x -y -e trace=fsync,fdatasync,pwrite64,write,unlink,unlinkat,ftruncate`. Within the markers:
+  `strace -f -x -y -e trace=fsync,fdatasync,pwrite64,write,unlink,unlinkat,ftruncate,link,linkat,rename,renameat,renameat2`.
+  Within the markers:
   - fsyncs (client): every fsync and fdatasync call, any thread;
   - SQLite commits: WAL commit frames (a 24-byte frame header written to a `-wal` file whose "database size after
     commit" field is not zero: only a transaction's last frame carries it) plus rollback-journal commits (a
-    `-journal` file deleted, or truncated to 0 bytes); a state directory's set-up commits in rollback mode before
-    it switches its files to WAL, and DBOS's SQLite keeps the rollback journal;
+    `-journal` file deleted, or truncated to 0 bytes), plus a database file linked or renamed into place (a new
+    state directory's journal is made whole in a private file and linked to its name: one durable step, counted as
+    one commit); DBOS's SQLite keeps the rollback journal;
   - PostgreSQL commits: COMMIT (and ABORT) records that `pg_waldump` finds in the WAL between
     pg_current_wal_insert_lsn() read just before and just after the job (a CHECKPOINT first, so each counted job
     starts alike): every transaction that wrote, counted once, whichever connection ran it. (pg_stat_database's
@@ -101,7 +103,7 @@ PEERS_VENV = os.path.join(BENCH, ".peers-venv")
 
 SOURCES = three_items.SOURCES
 
-STRACE_CALLS = "fsync,fdatasync,pwrite64,write,unlink,unlinkat,ftruncate"
+STRACE_CALLS = "fsync,fdatasync,pwrite64,write,unlink,unlinkat,ftruncate,link,linkat,rename,renameat,renameat2"
 MARK_BEGIN, MARK_END = "FLOOR-COUNT-BEGIN", "FLOOR-COUNT-END"
 
 TARGET_DIR_COMMITS = 19
@@ -439,6 +441,7 @@ def strace_string(text: str) -> bytes:
 WAL_FRAME = re.compile(r'^\d+\s+pwrite64\(\d+<([^>]*-wal)>, "((?:[^"\\]|\\.)*)"(?:\.\.\.)?, (\d+), (\d+)\)')
 JOURNAL_UNLINK = re.compile(r'^\d+\s+unlink(?:at)?\((?:[^,"]*, )?"([^"]*-journal)"[^)]*\)\s+=\s+0\b')
 JOURNAL_TRUNCATE = re.compile(r"^\d+\s+ftruncate\(\d+<([^>]*-journal)>, 0\)\s+=\s+0\b")
+PLACED = re.compile(r'^\d+\s+(?:link|linkat|rename|renameat2?)\(.*"([^"]*\.sqlite)"[^"]*\)\s+=\s+0\b')
 FSYNC = re.compile(r"^\d+\s+(fsync|fdatasync)\(")
 UNFINISHED = re.compile(r"^(\d+)\s+(.*) <unfinished \.\.\.>$")
 RESUMED = re.compile(r"^(\d+)\s+<\.\.\. \w+ resumed>(.*)$")
@@ -448,7 +451,7 @@ def strace_window(path: str) -> dict:
     """Commits and fsyncs between the child's two markers in an strace -f -x -y output."""
     pending: dict[str, str] = {}
     inside = seen = False
-    counts = {"fsyncs": 0, "wal_commits": 0, "journal_commits": 0}
+    counts = {"fsyncs": 0, "wal_commits": 0, "journal_commits": 0, "placed_commits": 0}
     with open(path, errors="replace") as fh:
         for raw in fh:
             raw = raw.rstrip("\n")
@@ -475,9 +478,11 @@ def strace_window(path: str) -> dict:
                     counts["wal_commits"] += 1
             if JOURNAL_UNLINK.match(line) or JOURNAL_TRUNCATE.match(line):
                 counts["journal_commits"] += 1
+            if PLACED.match(line):
+                counts["placed_commits"] += 1
     if not seen:
         raise BenchError(f"no count markers in {path}")
-    counts["commits"] = counts["wal_commits"] + counts["journal_commits"]
+    counts["commits"] = counts["wal_commits"] + counts["journal_commits"] + counts["placed_commits"]
     return counts
 
 
@@ -853,7 +858,7 @@ def report(run: Floor, load: tuple) -> int:
     )
     if not args.skip_counts:
         print(
-            "(commits: SQLite WAL commit frames + rollback-journal commits from an strace -f of one job, set-up of a new file included; "
+            "(commits: SQLite WAL commit frames + rollback-journal commits + database files linked into place, from an strace -f of one job, set-up of a new file included; "
             "PostgreSQL COMMIT records by pg_waldump between the LSNs before and after the job; fsyncs: fsync+fdatasync calls in the "
             "contender's process (strace -f) and in the server's processes (strace -f -c attached) during that one job; "
             "x DBOS: median ms a job / DBOS's on the same backend)"

@@ -1230,7 +1230,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("name", ["job.json", "effects.sqlite", "checkpoints.sqlite"])
+@pytest.mark.parametrize("name", ["job.json", "effects.sqlite"])
 def test_a_damaged_state_file_is_named_and_left_exactly_as_it_is(decided, tmp_path, name, damage):
     state = clone_state(decided.state, tmp_path)
     path = os.path.join(state, name)
@@ -1254,7 +1254,7 @@ def test_a_damaged_state_file_is_named_and_left_exactly_as_it_is(decided, tmp_pa
     assert not {n for n in left - set(before) if not n.endswith(("-shm", "-wal")) and n != "run.lock"}, left
 
 
-@pytest.mark.parametrize("name", ["effects.sqlite", "checkpoints.sqlite"])
+@pytest.mark.parametrize("name", ["effects.sqlite"])
 def test_a_database_locked_by_another_process_is_named_and_untouched(midrun, tmp_path, name):
     state = clone_state(midrun.state, tmp_path)
     before = what_is_there(state)
@@ -1268,8 +1268,7 @@ def test_a_database_locked_by_another_process_is_named_and_untouched(midrun, tmp
         holder.stdin.close()
         holder.wait(timeout=30)
     assert what_is_there(state) == before
-    if name == "checkpoints.sqlite":  # once the lock is gone, the job simply continues
-        full_start(midrun, state=state)
+    full_start(midrun, state=state)  # once the lock is gone, the job simply continues
 
 
 def test_a_busy_timeout_that_is_not_a_number_of_seconds_is_refused(ws):
@@ -1298,6 +1297,8 @@ def read_only_mount(state):
 def fold_wal(state) -> None:
     """What a cleanly archived job looks like: every database's WAL folded in, no -wal or -shm left."""
     for name in ("effects.sqlite", "checkpoints.sqlite"):
+        if not os.path.exists(os.path.join(state, name)):
+            continue
         conn = sqlite3.connect(os.path.join(state, name))
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
@@ -1407,7 +1408,8 @@ def test_dependency_versions_are_sealed_and_a_different_install_is_refused_namin
 def test_state_directory_and_every_file_in_it_are_private(decided):
     assert stat.S_IMODE(os.stat(decided.state).st_mode) == 0o700
     names = state_files(decided.state)
-    assert {"job.json", "effects.sqlite", "checkpoints.sqlite", "run.lock", "receipt.json"} <= set(names)
+    assert {"job.json", "effects.sqlite", "run.lock", "receipt.json"} <= set(names)
+    assert "checkpoints.sqlite" not in names  # LangGraph's checkpoints live in the journal's file
     for name in names:
         assert stat.S_IMODE(os.stat(os.path.join(decided.state, name)).st_mode) == 0o600, name
 

@@ -89,9 +89,9 @@ def test_a_run_refused_for_a_locked_checkpoint_file_sends_nothing(ws, provider):
     ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "ops", "--reason", "500 from provider").ok()
     provider.behave("ok")
     rows = ws.db_rows()
-    holder = hold_sqlite_lock(os.path.join(ws.state, "checkpoints.sqlite"))
+    holder = hold_sqlite_lock(os.path.join(ws.state, "effects.sqlite"))
     try:
-        ws.run("resume", env={"DURABLE_JOB_BUSY_TIMEOUT": "0.2"}).held("checkpoints.sqlite", "locked")
+        ws.run("resume", env={"DURABLE_JOB_BUSY_TIMEOUT": "0.2"}).held("effects.sqlite", "locked")
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
@@ -107,7 +107,7 @@ def test_parallel_calls_are_journaled_only_after_the_graph_saved_its_first_check
 
     openai_workspace(ws, provider, sources=THREE, maxConcurrentCalls=3)
     ws.start().ok()
-    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
     blobs = [r[0] for r in conn.execute("SELECT checkpoint FROM checkpoints")]
     conn.close()
     first_checkpoint = min(datetime.fromisoformat(json.loads(b)["ts"]) for b in blobs)

@@ -492,7 +492,7 @@ def lose_checkpoints(state: str, keep: int) -> None:
     gone, each whole, keeping the first `keep` (0: none)."""
     import sqlite3
 
-    with sqlite3.connect(os.path.join(state, "checkpoints.sqlite")) as conn:
+    with sqlite3.connect(os.path.join(state, "effects.sqlite")) as conn:
         ids = [r[0] for r in conn.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id")]
         for table in ("writes", "checkpoints"):
             conn.execute(f"DELETE FROM {table} WHERE checkpoint_id >= ?", (ids[keep],))

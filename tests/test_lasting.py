@@ -423,6 +423,17 @@ def thread_rows(store: str, job_id: str) -> int:
     )
 
 
+def checkpoint_rows(w: Workspace) -> int:
+    """LangGraph's checkpoints and writes of the job's thread, in its journal's file."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{os.path.join(w.state, 'effects.sqlite')}?mode=ro", uri=True)
+    try:
+        return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("checkpoints", "writes"))
+    finally:
+        conn.close()
+
+
 def answers_as_before(w: Workspace, before: dict) -> None:
     """A pruned job still answers inspect, jobs and verify as it did (phase, results, decision), saying it was pruned."""
     now = w.run("inspect").ok()
@@ -443,13 +454,14 @@ def test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerabl
     done.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "ok").ok()
     started(waiting, "waiting-job")
     before, root = done.run("inspect").ok(), str(tmp_path)
+    held, size = checkpoint_rows(done), os.path.getsize(os.path.join(done.state, "effects.sqlite"))
     dry = done.run("prune", "--root", root, "--older-than", "0", "--dry-run", state=False).ok()
     assert [(j["jobId"], j["state"]) for j in dry["jobs"]] == [("done-job", "would prune")] and dry["freedBytes"] > 0
-    assert os.path.exists(os.path.join(done.state, "checkpoints.sqlite"))  # a dry run changes nothing
+    assert held > 0 and checkpoint_rows(done) == held  # a dry run changes nothing
     assert done.run("prune", "--root", root, "--older-than", "1", state=False).ok()["jobs"] == []  # it finished just now
     out = done.run("prune", "--root", root, "--older-than", "0", state=False).ok()
     assert [(j["jobId"], j["state"]) for j in out["jobs"]] == [("done-job", "pruned")] and out["freedBytes"] == dry["freedBytes"]
-    assert not os.path.exists(os.path.join(done.state, "checkpoints.sqlite"))
+    assert checkpoint_rows(done) == 0 and os.path.getsize(os.path.join(done.state, "effects.sqlite")) < size
     answers_as_before(done, before)
     rows = {r["jobId"]: r["phase"] for r in done.run("jobs", "--root", root, state=False).ok()["jobs"]}
     assert rows == {"done-job": "decided", "waiting-job": "awaiting-review"}  # the unfinished job is left whole

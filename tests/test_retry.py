@@ -29,11 +29,11 @@ def retry(ws: Workspace, item="alpha", reviewer="dana", reason="the quote was wr
 
 
 def checkpoint_rows(ws: Workspace) -> tuple:
-    """How many checkpoints and writes the job's thread has (checkpoints.sqlite, or the store's own test database)."""
+    """How many checkpoints and writes the job's thread has (effects.sqlite, or the store's own test database)."""
     if ws.store is not None:
         rows = store_rows(ws.store)
         return len(rows["checkpoints"]), len(rows["checkpoint_writes"])
-    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
     try:
         return conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0], conn.execute("SELECT count(*) FROM writes").fetchone()[0]
     finally:
