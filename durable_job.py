@@ -2458,7 +2458,7 @@ def make_ledger(path: str, then=None) -> None:
 
     One durable step where SQLite itself takes two commits (an empty file's switch to WAL commits through a rollback
     journal, then the schema's own): a kill anywhere leaves no journal, or the whole one, and a leftover `.tmp` that
-    the next writer's make replaces (nothing else reads it; start's empty-directory check ignores it).
+    the next opening removes (remove_leftovers; start's empty-directory check ignores it).
     """
     import tempfile
 
@@ -2484,17 +2484,24 @@ def make_ledger(path: str, then=None) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        try:
-            os.link(tmp, path)  # never over a journal someone else made meanwhile: theirs stands
-        except FileExistsError:
-            pass
+        os.link(tmp, path)  # never over a journal another writer made meanwhile
     except (OSError, sqlite3.DatabaseError) as exc:
-        raise StateError(
-            f"{path} cannot be made ({exc}); nothing was changed: fix the cause (free disk space, say), then run the command again"
-        ) from None
+        if not os.path.exists(path):  # else another writer made it first: theirs stands
+            raise StateError(
+                f"{path} cannot be made ({exc}); nothing was changed: fix the cause (free disk space, say), then run the command again"
+            ) from None
     finally:
         _remove(tmp)
     fsync_dir(folder)
+
+
+def remove_leftovers(path: str) -> None:
+    """The private files of makes killed before they finished (make_ledger), once the journal is there."""
+    import glob
+
+    folder, name = os.path.split(os.path.abspath(path))
+    for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")):
+        _remove(leftover)
 
 
 def ledger(path: str, then=None) -> sqlite3.Connection:
@@ -2505,6 +2512,7 @@ def ledger(path: str, then=None) -> sqlite3.Connection:
     """
     if not os.path.exists(path):
         make_ledger(path, then)
+    remove_leftovers(path)
     conn = connect_sqlite(path)
     try:
         migrate(conn, then)

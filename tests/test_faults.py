@@ -529,6 +529,50 @@ def test_a_kill_between_the_rows_of_one_tasks_writes_never_ends_the_graph_short(
     assert ws.run("verify").ok()["ok"] is True
 
 
+# A new state directory's journal is made in a private file and linked to its name (durable_job.make_ledger): this
+# launcher SIGKILLs the process just before that link, or just after it (its folder not yet fsynced).
+KILL_WHILE_MAKING_THE_JOURNAL = r'''
+import importlib.util, os, signal, sys
+
+spec = importlib.util.spec_from_file_location("durable_job", {program!r})
+dj = importlib.util.module_from_spec(spec)
+sys.modules["durable_job"] = dj
+spec.loader.exec_module(dj)
+when = os.environ["KILL_WHEN"]
+real_link = os.link
+
+
+def link(src, dst, *args, **kwargs):
+    made = str(dst).endswith("effects.sqlite")
+    if made and when == "before-link":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_link(src, dst, *args, **kwargs)
+    if made and when == "after-link":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+os.link = link
+sys.exit(dj.main(sys.argv[1:]))
+'''
+
+
+@pytest.mark.parametrize("when", ["before-link", "after-link"])
+def test_a_start_killed_while_its_journal_is_made_leaves_none_or_the_whole_one(ws, tmp_path, when):
+    killer = os.path.join(str(tmp_path), "kill_while_making_the_journal.py")
+    with open(killer, "w", encoding="utf-8") as fh:
+        fh.write(KILL_WHILE_MAKING_THE_JOURNAL.format(program=PROGRAM))
+    assert ws.start(program=killer, env={"KILL_WHEN": when}).code == -signal.SIGKILL
+    names = os.listdir(ws.state)
+    assert ("effects.sqlite" in names) == (when == "after-link")
+    assert len([n for n in names if n.startswith(".effects.sqlite.") and n.endswith(".tmp")]) == 1  # the private file, left
+    assert ws.run("status").ok()["phase"] == "not-started"
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"] and len(out["interrupt"]) == 1
+    assert not [n for n in os.listdir(ws.state) if n.endswith(".tmp")]  # the leftover went with the next make
+    assert [(r[1], r[2], r[3]) for r in ws.db_rows()] == [("alpha", "completed", 1), ("beta", "completed", 1)]
+    assert ws.run("verify").ok()["ok"] is True
+
+
 @pytest.mark.parametrize("when", ["resume-value", "task-resume", "final-write"])
 def test_a_decision_saved_by_a_killed_decide_is_shown_kept_and_finished_by_resume(ws, tmp_path, when):
     """LangGraph applies a saved resume value on the thread's next run: so that decision stands, and says so."""

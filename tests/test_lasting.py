@@ -448,6 +448,38 @@ def answers_as_before(w: Workspace, before: dict) -> None:
     w.run("resume").held("DecisionError", "was pruned", "nothing can run or change it")
 
 
+def as_kept_by_1_1(state: str) -> None:
+    """The state directory as release 1.1 kept it: LangGraph's checkpoints in a checkpoints.sqlite of their own."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(os.path.join(state, "checkpoints.sqlite"), check_same_thread=False)
+    SqliteSaver(conn).setup()
+    conn.execute("ATTACH DATABASE ? AS journal", (os.path.join(state, "effects.sqlite"),))
+    for table in ("checkpoints", "writes"):
+        conn.execute(f"INSERT INTO main.{table} SELECT * FROM journal.{table}")
+        conn.execute(f"DROP TABLE journal.{table}")
+    conn.commit()
+    conn.close()
+
+
+def test_a_job_whose_checkpoints_have_a_file_of_their_own_is_read_and_pruned_as_before(tmp_path):
+    """A job started by 1.1 (its checkpoints in checkpoints.sqlite) still answers status, inspect and verify, and prune
+    frees that whole file."""
+    done = Workspace(tmp_path / "done")
+    started(done, "older-job")
+    done.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "ok").ok()
+    before = done.run("inspect").ok()
+    as_kept_by_1_1(done.state)
+    assert done.run("inspect").ok()["results"] == before["results"]
+    assert done.run("status").ok()["phase"] == "decided" and done.run("verify").ok()["ok"] is True
+    out = done.run("prune", "--root", str(tmp_path), "--older-than", "0", state=False).ok()
+    assert [(j["jobId"], j["state"]) for j in out["jobs"]] == [("older-job", "pruned")] and out["freedBytes"] > 0
+    assert not os.path.exists(os.path.join(done.state, "checkpoints.sqlite"))
+    answers_as_before(done, before)
+
+
 def test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable(tmp_path):
     done, waiting = Workspace(tmp_path / "done"), Workspace(tmp_path / "waiting")
     started(done, "done-job")
