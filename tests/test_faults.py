@@ -531,7 +531,7 @@ def test_a_kill_between_the_rows_of_one_tasks_writes_never_ends_the_graph_short(
 
 # A new state directory's journal is made in a private file and linked to its name (durable_job.make_ledger): this
 # launcher SIGKILLs the process just before that link, or just after it (its folder not yet fsynced).
-KILL_WHILE_MAKING_THE_JOURNAL = r'''
+KILL_WHILE_MAKING_THE_JOURNAL = r"""
 import importlib.util, os, signal, sys
 
 spec = importlib.util.spec_from_file_location("durable_job", {program!r})
@@ -553,7 +553,7 @@ def link(src, dst, *args, **kwargs):
 
 os.link = link
 sys.exit(dj.main(sys.argv[1:]))
-'''
+"""
 
 
 @pytest.mark.parametrize("when", ["before-link", "after-link"])
