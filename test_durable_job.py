@@ -63,8 +63,9 @@ def test_state_files_are_what_the_contract_promises(ws):
     assert job["codeSha256"] == program_sha256() and job["version"] == dj.VERSION
     assert set(job["dependencies"]) == set(dj.DEPENDENCIES)
     assert stat.S_IMODE(os.stat(ws.state).st_mode) == 0o700
-    for name in ("job.json", "effects.sqlite", "checkpoints.sqlite", "run.lock"):
+    for name in ("job.json", "effects.sqlite", "run.lock"):
         assert stat.S_IMODE(os.stat(os.path.join(ws.state, name)).st_mode) == 0o600, name
+    assert not os.path.exists(os.path.join(ws.state, "checkpoints.sqlite"))  # the checkpoints live in the journal's file
     conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = [r[1] for r in conn.execute("PRAGMA table_info(calls)")]
@@ -777,7 +778,7 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
     assert job["jobId"] == "journey" and job["model"] == "fake-structural-1"
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", job["threadId"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", job["createdAtUtc"])
-    conn = sqlite3.connect(os.path.join(ws.state, "checkpoints.sqlite"))
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"))
     assert [r[0] for r in conn.execute("SELECT DISTINCT thread_id FROM checkpoints")] == [job["threadId"]]
     info = {r[1]: (r[2], r[3], r[5]) for r in sqlite3.connect(os.path.join(ws.state, "effects.sqlite")).execute("PRAGMA table_info(calls)")}
     assert info["operation_key"] == ("TEXT", 0, 1) and info["attempt"] == ("INTEGER", 1, 0) and info["output_text"] == ("TEXT", 0, 0)
@@ -913,7 +914,7 @@ def test_the_langgraph_free_reader_says_exactly_what_the_checkpoint_says(ws, mom
         return  # PostgresSaver keeps simple values inline in its JSON column, the rest as the blobs checked below for SQLite
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    path = os.path.join(ws.state, "checkpoints.sqlite")
+    path = os.path.join(ws.state, "effects.sqlite")
     conn = sqlite3.connect(path)
     blobs = conn.execute(
         "SELECT type, checkpoint FROM checkpoints UNION ALL SELECT type, value FROM writes WHERE channel IN ('final', '__resume__')"
@@ -966,7 +967,7 @@ def test_a_state_channel_stored_as_a_langgraph_object_is_refused_not_shown_empty
     import ormsgpack
 
     ws.start().ok()
-    path = os.path.join(ws.state, "checkpoints.sqlite")
+    path = os.path.join(ws.state, "effects.sqlite")
     conn = sqlite3.connect(path)
     checkpoint_id, blob = conn.execute("SELECT checkpoint_id, checkpoint FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
     checkpoint = json.loads(blob)
@@ -980,7 +981,7 @@ def test_a_state_channel_stored_as_a_langgraph_object_is_refused_not_shown_empty
 
 
 def test_status_and_inspect_read_the_checkpoint_without_langgraph_or_openai(ws):
-    """The read-only commands decode checkpoints.sqlite themselves (JSON): neither langgraph, the SDK nor msgpack is imported."""
+    """The read-only commands decode the checkpoints themselves (JSON): neither langgraph, the SDK nor msgpack is imported."""
     ws.start().ok()
     code = (
         "import runpy, sys\n"

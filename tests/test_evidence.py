@@ -138,8 +138,8 @@ DIR_TARGETS = [
     ("effects", "outcomes", "record_json", "kind"),
     ("effects", "decisions", "reviewer", None),
     ("effects", "links", "record_json", "seq"),
-    ("checkpoints", "checkpoints", "metadata", "checkpoint_id"),
-    ("checkpoints", "writes", "value", "task_id"),
+    ("effects", "checkpoints", "metadata", "checkpoint_id"),  # LangGraph's two tables, in the journal's file
+    ("effects", "writes", "value", "task_id"),
 ]
 STORE_TARGETS = [
     ("store", "calls", "output_text", "operation_key"),
