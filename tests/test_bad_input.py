@@ -1254,6 +1254,18 @@ def test_a_damaged_state_file_is_named_and_left_exactly_as_it_is(decided, tmp_pa
     assert not {n for n in left - set(before) if not n.endswith(("-shm", "-wal")) and n != "run.lock"}, left
 
 
+def test_a_finished_jobs_lost_journal_is_named_and_nothing_runs_again(decided, tmp_path):
+    """effects.sqlite holds the journal and the checkpoints: gone from a decided job, no command starts it over."""
+    state = clone_state(decided.state, tmp_path)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(os.path.join(state, "effects.sqlite" + suffix)):
+            os.unlink(os.path.join(state, "effects.sqlite" + suffix))
+    before = file_bytes(state)
+    for command in (["resume"], ["decide", "--decision", "hold", "--reviewer", "r", "--reason", "x"]):
+        decided.run(*command, "--state-dir", state).held("effects.sqlite", "is missing or empty", "receipt.json records the job's end")
+    assert file_bytes(state) == before and "effects.sqlite" not in os.listdir(state)
+
+
 @pytest.mark.parametrize("name", ["effects.sqlite"])
 def test_a_database_locked_by_another_process_is_named_and_untouched(midrun, tmp_path, name):
     state = clone_state(midrun.state, tmp_path)
