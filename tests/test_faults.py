@@ -412,14 +412,19 @@ def test_crash_points_are_ignored_in_openai_mode(ws, provider):
 # loaded unchanged) ends the process right after the checkpointer saved the write the test names:
 # Command's resume value, the review task's own copy of it, or the review node's `final` write (its
 # checkpoint not yet saved).
-KILL_INSIDE_LANGGRAPH = r'''
-import contextlib, importlib.util, os, sys, time
-from langgraph.checkpoint.sqlite import SqliteSaver
+LOAD_THE_PROGRAM = r"""
+import contextlib, importlib.util, os, signal, sys, time
 
 spec = importlib.util.spec_from_file_location("durable_job", {program!r})
 dj = importlib.util.module_from_spec(spec)
 sys.modules["durable_job"] = dj
 spec.loader.exec_module(dj)
+"""  # a launcher's head: durable_job.py loaded unchanged, as `dj`
+KILL_INSIDE_LANGGRAPH = (
+    LOAD_THE_PROGRAM
+    + r'''
+from langgraph.checkpoint.sqlite import SqliteSaver
+
 when = os.environ["KILL_AFTER_WRITE"]
 real_put_writes = SqliteSaver.put_writes
 
@@ -485,6 +490,7 @@ def cursor(self, transaction=True):
 SqliteSaver.cursor = cursor
 sys.exit(dj.main(sys.argv[1:]))
 '''
+)
 
 
 def lose_checkpoints(state: str, keep: int) -> None:
@@ -531,13 +537,9 @@ def test_a_kill_between_the_rows_of_one_tasks_writes_never_ends_the_graph_short(
 
 # A new state directory's journal is made in a private file and linked to its name (durable_job.make_ledger): this
 # launcher SIGKILLs the process just before that link, or just after it (its folder not yet fsynced).
-KILL_WHILE_MAKING_THE_JOURNAL = r"""
-import importlib.util, os, signal, sys
-
-spec = importlib.util.spec_from_file_location("durable_job", {program!r})
-dj = importlib.util.module_from_spec(spec)
-sys.modules["durable_job"] = dj
-spec.loader.exec_module(dj)
+KILL_WHILE_MAKING_THE_JOURNAL = (
+    LOAD_THE_PROGRAM
+    + r"""
 when = os.environ["KILL_WHEN"]
 real_link = os.link
 
@@ -554,6 +556,7 @@ def link(src, dst, *args, **kwargs):
 os.link = link
 sys.exit(dj.main(sys.argv[1:]))
 """
+)
 
 
 @pytest.mark.parametrize("when", ["before-link", "after-link"])
