@@ -500,15 +500,15 @@ MUTANTS = [
     Mutant(
         "repeat-for-any-principal",
         "decide: only the same principal's same decision is a repeat; anyone else's is refused",
-        '    said = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}\n',
-        '    said = {"decision": decision, "reviewer": reviewer, "reason": reason}\n',
+        '    said: dict[str, Any] = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}\n',
+        '    said: dict[str, Any] = {"decision": decision, "reviewer": reviewer, "reason": reason}\n',
         ["tests/test_review.py::test_another_reviewer_saying_word_for_word_what_one_decided_is_refused"],
     ),
     Mutant(
         "repeat-by-decision-alone",
         "decide: a repeat is the same act only when the person said the same (decision, name, reason, results)",
-        '    said = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}\n',
-        '    said = {"decision": decision, "principal": ctx.store.principal()}\n',
+        '    said: dict[str, Any] = {"decision": decision, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}\n',
+        '    said: dict[str, Any] = {"decision": decision, "principal": ctx.store.principal()}\n',
         [
             "tests/test_review.py::test_a_repeated_decide_that_differs_in_anything_is_refused_and_only_the_same_one_is_answered",
             "tests/test_faults.py::test_race_decide_decide",
@@ -647,5 +647,19 @@ MUTANTS = [
         '                    raise psycopg.errors.LockNotAvailable("held")\n',
         ["tests/test_hostile.py::test_no_role_without_grants_delays_migrate_by_squatting_a_lock"],
         path=STORE_PY,
+    ),
+    Mutant(
+        "lost-journal-of-a-finished-job",
+        "state directory: a finished job whose journal (and checkpoints) is lost is named, and nothing runs again",
+        "    if not size(effects) and (size(checkpoints) or os.path.exists(receipt)):\n",
+        "    if not size(effects) and size(checkpoints):\n",
+        ["tests/test_bad_input.py::test_a_finished_jobs_lost_journal_is_named_and_nothing_runs_again"],
+    ),
+    Mutant(
+        "prune-leaves-the-rows",
+        "prune: a state directory's job's checkpoints are removed from the journal's file, their space given back",
+        '            self.checkpointer(conn).delete_thread(job["threadId"])\n',
+        "            pass\n",
+        ["tests/test_lasting.py::test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable"],
     ),
 ]
