@@ -554,6 +554,221 @@ def flush_traces() -> None:
         sys.modules["durable_job_team.traces"].shutdown()
 
 
+# -- sealed at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Sealed at rest") -------------------
+# Note to maintainers: a job started (a state directory) or submitted (a store migrated with a key) while a
+# key-encryption key (KEK) is given gets its own random 256-bit data key, kept only wrapped (AES-GCM under the KEK)
+# beside the KEK's id; the KEK itself never enters the state, the store, an output or a log. Every value with content
+# (a call's answer, a draft, a reason, an outcome's record, a link's record, a hold's message, a checkpoint, the
+# receipt, an MCP source's copy) is written as AES-GCM ciphertext under the data key, its associated data binding it to
+# (job, table, row, column): SEALED_PREFIX, then the row's place in clear, then base64(nonce || ciphertext). Moved to
+# another row, it no longer matches its place; to another job, it no longer decrypts. Ids, phases, principals, times,
+# hashes and token counts stay clear. `shred` destroys the wrapped data key; `rotate-key` rewraps it.
+SEALED_PREFIX = "dj-enc:v1:"
+SEALED_CHECKPOINT_TAG = "dj-enc-v1+"  # a checkpoint's serializer type, sealed: this prefix, then the plain value's own type
+KEY_FILE_ENV = "DURABLE_JOB_KEY_FILE"
+KEY_COMMAND_ENV = "DURABLE_JOB_KEY_COMMAND"
+KEK_BYTES = 32
+NONCE_BYTES = 12
+
+
+class SealedError(JobError):
+    """A job's content is sealed at rest and cannot be read here: no key, the wrong key, shredded, or not its own."""
+
+
+def b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("not base64") from None
+
+
+def aesgcm(key: bytes):
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # only a sealed job loads it
+
+    return AESGCM(key)
+
+
+def kek_id(key: bytes) -> str:
+    """A key-encryption key's id: a short sha256 of it (never the key), kept beside each key it wraps."""
+    return "kek-" + sha256_hex(b"durable_job key-encryption key\n" + key)[:16]
+
+
+KEY_FIX = f"set {KEY_FILE_ENV} (or --key-file FILE) to the file of 32 random bytes the job was sealed with, or {KEY_COMMAND_ENV}"
+
+
+class Kek:
+    """The key-encryption key the environment names: a file of 32 random bytes, or a command that wraps and unwraps
+    (`COMMAND wrap` / `COMMAND unwrap`: the key on stdin, the result on stdout; an age identity or a KMS behind it)."""
+
+    def __init__(self, *, key: bytes | None = None, command: str | None = None, where: str = ""):
+        self.key, self.command, self.where = key, command, where
+        self.id = kek_id(key) if key is not None else "cmd-" + sha256_hex((command or "").encode())[:16]
+
+    def wrap(self, data_key: bytes, job_id: str) -> str:
+        if self.key is None:
+            return b64(self.run_command("wrap", data_key))
+        nonce = os.urandom(NONCE_BYTES)
+        return b64(nonce + aesgcm(self.key).encrypt(nonce, data_key, b"durable_job data key\n" + job_id.encode()))
+
+    def unwrap(self, wrapped: str, job_id: str) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            blob = unb64(wrapped)
+            if self.key is None:
+                data_key = self.run_command("unwrap", blob)
+            else:
+                data_key = aesgcm(self.key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], b"durable_job data key\n" + job_id.encode())
+        except (InvalidTag, ValueError):
+            data_key = b""
+        if len(data_key) != KEK_BYTES:
+            raise SealedError(f"job {job_id}'s data key does not unwrap with the key {self.where} names; {KEY_FIX}")
+        return data_key
+
+    def run_command(self, verb: str, data: bytes) -> bytes:
+        import shlex
+        import subprocess
+
+        try:
+            done = subprocess.run([*shlex.split(self.command or ""), verb], input=data, capture_output=True, timeout=60, check=False)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            raise SealedError(f"{KEY_COMMAND_ENV} could not be run ({type(exc).__name__}); fix the command it names") from None
+        if done.returncode != 0:
+            raise SealedError(f"{KEY_COMMAND_ENV} failed to {verb} a data key (exit {done.returncode}); fix the command it names")
+        return done.stdout
+
+
+def read_kek_file(path: str, flag: str) -> Kek:
+    """The KEK in a file: exactly 32 bytes (raw), refused naming the file and the fix otherwise."""
+    make = "make one with `head -c 32 /dev/urandom > FILE; chmod 600 FILE`"
+    try:
+        with open(os.path.expanduser(path), "rb") as fh:
+            key = fh.read(KEK_BYTES + 1)
+    except OSError as exc:
+        raise SealedError(f"{flag} {path} cannot be read ({exc.strerror}); name the key file, or {make}") from None
+    if len(key) != KEK_BYTES:
+        raise SealedError(f"{flag} {path} holds {len(key)} bytes, not the {KEK_BYTES} random bytes of a key; name the key file, or {make}")
+    return Kek(key=key, where=f"{flag} {path}")
+
+
+def kek_from_env() -> Kek | None:
+    """The KEK DURABLE_JOB_KEY_FILE (the CLI's --key-file sets it) or DURABLE_JOB_KEY_COMMAND names, or None."""
+    path = os.environ.get(KEY_FILE_ENV)
+    if path:
+        return read_kek_file(path, KEY_FILE_ENV)
+    command = os.environ.get(KEY_COMMAND_ENV)
+    return Kek(command=command, where=KEY_COMMAND_ENV) if command else None
+
+
+def rotated_refusal(job_id: str, stored_id: str, kek: Kek) -> SealedError:
+    return SealedError(
+        f"job {job_id}'s data key is wrapped under key-encryption key {stored_id}, not {kek.id} that {kek.where} names: "
+        f"if the key was rotated (rotate-key), {KEY_FILE_ENV} must name the new key file"
+    )
+
+
+class Sealer:
+    """One sealed job's data key (or, when it cannot be had, why): seals and opens its content values."""
+
+    def __init__(self, job_id: str, key: bytes | None, refusal: str = ""):
+        self.job_id, self.refusal = job_id, refusal
+        self.cipher = aesgcm(key) if key is not None else None
+
+    @classmethod
+    def of_row(cls, job_id: str, row: dict | None, kek: Kek | None, where: str) -> Sealer | None:
+        """The sealer of a job whose key row (kek_id, wrapped, shredded_utc) was read; None: the job is not sealed."""
+        if row is None:
+            return None
+        if row.get("shredded_utc"):
+            return cls(job_id, None, f"job {job_id}'s content was shredded at {row['shredded_utc']} by {row.get('shredded_by')}: it cannot be read by anyone")
+        if kek is None:
+            return cls(job_id, None, f"job {job_id} in {where} is sealed at rest and no key is given: {KEY_FIX}")
+        if row["kek_id"] != kek.id:
+            return cls(job_id, None, str(rotated_refusal(job_id, row["kek_id"], kek)))
+        return cls(job_id, kek.unwrap(row["wrapped"], job_id))
+
+    @property
+    def shredded(self) -> bool:
+        return self.cipher is None and " shredded " in self.refusal
+
+    def need(self):
+        if self.cipher is None:
+            raise SealedError(self.refusal)
+        return self.cipher
+
+    def bound(self, table: str, row: str, column: str) -> bytes:
+        return canonical(["durable_job sealed value", self.job_id, table, row, column])
+
+    def seal(self, text: str, table: str, row: str, column: str) -> str:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self.need().encrypt(nonce, text.encode("utf-8", "surrogatepass"), self.bound(table, row, column))
+        return f"{SEALED_PREFIX}{table}:{column}:{b64(row.encode('utf-8', 'surrogatepass'))}:{b64(nonce + sealed)}"
+
+    def open(self, text: str, table: str | None = None, row: str | None = None, column: str | None = None) -> str:
+        """A sealed value's text; refused (nothing of it shown) when it was sealed for another place or does not decrypt."""
+        from cryptography.exceptions import InvalidTag
+
+        label = text[len(SEALED_PREFIX) :].split(":")
+        try:
+            at_table, at_column, at_row = label[0], label[1], unb64(label[2]).decode("utf-8", "surrogatepass")
+            blob = unb64(label[3])
+        except (IndexError, ValueError, UnicodeDecodeError):
+            at_table = at_column = at_row = "?"
+            blob = b""
+        place = f"{table or at_table} row {row if row is not None else at_row} column {column or at_column}"
+        found = ((table, at_table), (row, at_row), (column, at_column))
+        if any(here is not None and here != sealed_for for here, sealed_for in found):
+            raise SealedError(f"job {self.job_id}: {place} holds a value sealed for another row; nothing of it is shown: restore it from a backup")
+        cipher = self.need()
+        try:
+            return cipher.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.bound(at_table, at_row, at_column)).decode("utf-8", "surrogatepass")
+        except (InvalidTag, ValueError):
+            raise SealedError(
+                f"job {self.job_id}: {place} does not decrypt under the job's data key (copied from another job, or changed); "
+                "nothing of it is shown: restore it from a backup"
+            ) from None
+
+
+def is_sealed(value) -> bool:
+    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+
+
+SEALED_DOCUMENT = "sealedAtRest"  # a sealed file's one content field (its jobId and outcome stay clear, for listings)
+
+
+def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str) -> str:
+    """A file's text as a job sealed at rest keeps it (a receipt, a prune record): sealed whole, its jobId and outcome
+    left beside it; unchanged for a job that is not sealed."""
+    if sealer is None:
+        return text
+    clear = {k: document[k] for k in ("jobId", "outcome") if k in document}
+    return json.dumps({**clear, SEALED_DOCUMENT: sealer.seal(text, table, sealer.job_id, "document")}, indent=2, sort_keys=True) + "\n"
+
+
+def opened_document(sealer_of, raw: bytes, table: str) -> bytes:
+    """A file's bytes as written before sealed_document (`sealer_of()`: the job's Sealer, asked only for a sealed file)."""
+    if SEALED_DOCUMENT.encode() not in raw:
+        return raw
+    try:
+        sealed = json.loads(raw)[SEALED_DOCUMENT]
+    except (ValueError, KeyError, TypeError):
+        return raw
+    sealer = sealer_of()
+    if sealer is None or not is_sealed(sealed):
+        raise SealedError(f"a {table} file is sealed at rest, and its job's data key is not kept beside it: restore the state directory whole")
+    return sealer.open(sealed, table, sealer.job_id, "document").encode("utf-8", "surrogatepass")
+
+
+
 ###############################################################################
 # 3. Manifest
 ###############################################################################
@@ -2191,6 +2406,13 @@ MIGRATIONS = [
     ),
     ("m009_holds", sqlite_table("holds")),
     ("m010_outbox", f"{sqlite_table('outbox')}; CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)"),
+    # a job sealed at rest: its data key, wrapped under the key-encryption key kek_id names (never the KEK itself);
+    # a shred empties `wrapped` and says who and when (the row stays: the job was sealed, and is now unreadable)
+    (
+        "m011_data_keys",
+        "CREATE TABLE data_keys (kind TEXT PRIMARY KEY CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
+        "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
+    ),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -2220,7 +2442,7 @@ class Dialect:
     bound parameter. No value is ever spelled into SQL text.
     """
 
-    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds", "outbox")
+    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds", "outbox", "data_keys")
 
     def __init__(self, schema: str, placeholder, row_order: str, begin: str):
         self.schema, self.placeholder, self.row_order, self.begin = schema, placeholder, row_order, begin
@@ -2289,6 +2511,10 @@ class Notices:
         return self.read
 
 
+SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}  # the column naming the row a sealed value is bound to
+SEALED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
+
+
 class Journal(abc.ABC):
     """One job's operation journal on one connection: statements written once (see Dialect), rows as dicts.
 
@@ -2308,6 +2534,7 @@ class Journal(abc.ABC):
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
         self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
+        self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2325,7 +2552,26 @@ class Journal(abc.ABC):
         sql, names = self.dialect.render(template)
         values = {**params, "job_id": self.job_id, "principal": self.principal}
         with self.guard:
-            return self.execute(sql, names, [values[name] for name in names])
+            rows, changed = self.execute(sql, names, [values[name] for name in names])
+        if rows and any(is_sealed(v) for row in rows for v in row.values()):
+            rows = [self.opened(template, row) for row in rows]
+        return rows, changed
+
+    def sealed(self, table: str, row, column: str, value):
+        """A content value as this journal writes it: sealed to its place when the job is sealed at rest."""
+        if self.sealer is None or value is None:
+            return value
+        return self.sealer.seal(value, table, str(row), column)
+
+    def opened(self, template: str, row: dict) -> dict:
+        """A row read, each sealed value opened and held to the place it was read from (its table, row and column)."""
+        table = SEALED_TABLE.search(template)
+        name = table.group(1) if table else None
+        key = row.get(SEALED_KEYS.get(name or "", ""))
+        place = str(key) if key is not None and name else None
+        if self.sealer is None:
+            raise SealedError(f"job {self.job_id or 'here'} is sealed at rest, and this reader has no key: {KEY_FIX}")
+        return {c: self.sealer.open(v, name, place, c) if is_sealed(v) else v for c, v in row.items()}
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Journal]:
@@ -2465,6 +2711,28 @@ def read_journal(path: str) -> SqliteJournal | None:
     return SqliteJournal(connect_sqlite(path, readonly=True))
 
 
+def data_key_row(journal: Journal) -> dict | None:
+    """The job's data key row (kek_id, wrapped, created_utc, shredded_utc, shredded_by), or None: not sealed at rest."""
+    if not journal.has_table("data_keys"):
+        return None
+    return journal.row("SELECT kek_id, wrapped, created_utc, shredded_utc, shredded_by FROM {data_keys}{where}")
+
+
+def start_sealed(journal: Journal, kek: Kek | None, job_id: str) -> Sealer | None:
+    """A new job's data key, made and kept wrapped when a key-encryption key is given (in the caller's transaction, before
+    anything of the job is written); None, and nothing written, without one or for a journal that holds a job already."""
+    if kek is None or journal.row("SELECT 1 AS one FROM {links}{where} LIMIT 1") or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1"):
+        return None
+    data_key = os.urandom(KEK_BYTES)
+    journal.change(
+        "INSERT INTO {data_keys} ({job_col}kind, kek_id, wrapped, created_utc) VALUES ({job_val}'data', {p.kek}, {p.wrapped}, {p.at})",
+        kek=kek.id,
+        wrapped=kek.wrap(data_key, job_id),
+        at=now_utc(),
+    )
+    return Sealer(job_id, data_key)
+
+
 # -- the chained history -----------------------------------------------------
 # Note to maintainers: every act a chained job records (a call's row made, changed or removed; each event, draft,
 # cancel and decision; each item's result as validated; the seal itself, first) appends one `links` row in the
@@ -2547,7 +2815,7 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
             act=act,
             tbl=table,
             key=key,
-            record=json.dumps(record, sort_keys=True),
+            record=journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
             prev=head["sha256"],
             link=link,
             at=now_utc(),
@@ -2601,7 +2869,7 @@ def record_event(journal: Journal, key: str, event: str, detail: dict | None = N
             "call_events",
             key=key,
             event=event,
-            detail=None if detail is None else redact(json.dumps(detail, sort_keys=True), journal.secrets),
+            detail=None if detail is None else journal.sealed("call_events", key, "detail_json", redact(json.dumps(detail, sort_keys=True), journal.secrets)),
             at=now_utc(),
         )
         link_row(journal, "event", "call_events", key, written)
@@ -2774,7 +3042,7 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
             "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
             "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'",
             "calls",
-            output=output_text,
+            output=journal.sealed("calls", key, "output_text", output_text),
             response=response_id,
             request=request_id,
             stamp=now_utc(),
@@ -2820,7 +3088,7 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             request=request_id,
             stamp=now_utc(),
             key=key,
-            refusal=json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None,
+            refusal=journal.sealed("calls", key, "reconciliation_json", json.dumps({"rejected": detail}, sort_keys=True)) if status == "rejected" else None,
         )
         if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
             link_row(journal, "outcome", "calls", key)
@@ -2858,10 +3126,10 @@ def reconcile_call(journal: Journal, key: str, status: str, output_text, respons
             "request_id = {p.request}, reconciliation_json = {p.record}, updated_utc = {p.stamp} "
             "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
             status=status,
-            output=output_text,
+            output=journal.sealed("calls", key, "output_text", output_text),
             response=response_id,
             request=request_id,
-            record=json.dumps(record, sort_keys=True),
+            record=journal.sealed("calls", key, "reconciliation_json", json.dumps(record, sort_keys=True)),
             stamp=record["reconciledAtUtc"],
             key=key,
         )
@@ -2981,11 +3249,11 @@ def insert_draft(journal: Journal, version: int, item_id: str, results: list, re
             "{p.principal})",
             version=version,
             item=item_id,
-            results=json.dumps(results),
+            results=journal.sealed("drafts", version, "results_json", json.dumps(results)),
             digest=results_sha256(results),
             reviewer=reviewer,
-            reason=reason,
-            change=json.dumps(change),
+            reason=journal.sealed("drafts", version, "reason", reason),
+            change=journal.sealed("drafts", version, "change_json", json.dumps(change)),
             stamp=stamp,
         )
         link_row(journal, "draft", "drafts", version)
@@ -3004,7 +3272,7 @@ def record_cancel(journal: Journal, record: dict) -> None:
         journal.change(
             "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
             "VALUES ({job_val}'cancel', {p.record}, {p.stamp}, {p.principal})",
-            record=json.dumps(record, sort_keys=True),
+            record=journal.sealed("outcomes", "cancel", "record_json", json.dumps(record, sort_keys=True)),
             stamp=record["cancelledAtUtc"],
         )
         link_row(journal, "cancel", "outcomes", "cancel")
@@ -3020,8 +3288,8 @@ def record_decision_row(journal: Journal, value: dict) -> None:
             "VALUES ({job_val}'decision', {p.decision}, {p.reviewer}, {p.reason}, {p.record}, {p.stamp}, {p.principal})",
             decision=value["decision"],
             reviewer=value["reviewer"],
-            reason=value["reason"],
-            record=json.dumps(value, sort_keys=True),
+            reason=journal.sealed("decisions", "decision", "reason", value["reason"]),
+            record=journal.sealed("decisions", "decision", "record_json", json.dumps(value, sort_keys=True)),
             stamp=value["decidedAtUtc"],
         )
         link_row(journal, "decision", "decisions", "decision")
@@ -3042,7 +3310,7 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # until something changes (see durable_job_team/workers.py). Not holds: another run holds the job, a worker told to
 # stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
 # own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
-NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
+NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError, SealedError)
 
 
 def is_hold(exc: BaseException) -> bool:
@@ -3062,8 +3330,8 @@ def write_hold(journal: Journal, message: str, fix: str, program: str, phase: st
             "ON CONFLICT ({job_col}kind) DO UPDATE SET principal = excluded.principal, at_utc = excluded.at_utc, "
             "message = excluded.message, fix = excluded.fix, program = excluded.program",
             at=stamp,
-            message=redact(message, journal.secrets),
-            fix=redact(fix, journal.secrets),
+            message=journal.sealed("holds", "hold", "message", redact(message, journal.secrets)),
+            fix=journal.sealed("holds", "hold", "fix", redact(fix, journal.secrets)),
             program=program,
         )
     return {"by": journal.principal, "at": stamp, "message": message, "fix": fix}
@@ -3147,8 +3415,9 @@ def exactly_json(value) -> bool:
     return True
 
 
-def checkpoint_serializer():
-    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json").
+def checkpoint_serializer(sealer: Sealer | None = None):
+    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json"); a job sealed at rest's
+    `sealer` seals every value it stores (type SEALED_CHECKPOINT_TAG + the plain type; see sealed_checkpoint).
 
     Everything this program keeps in its state is plain JSON, so its
     checkpoints can be read with sqlite3 and jq, and status and inspect decode
@@ -3172,7 +3441,42 @@ def checkpoint_serializer():
                 return json.loads(data[1])  # exactly what was written: no LangChain object revival
             return super().loads_typed(data)
 
-    return JsonFirstSerializer()
+    if sealer is None:
+        return JsonFirstSerializer()
+    own: Sealer = sealer
+
+    class SealedSerializer(JsonFirstSerializer):  # LangGraph's EncryptedSerializer's way, the associated data the job's
+        def dumps_typed(self, obj):
+            return sealed_checkpoint(own, *super().dumps_typed(obj))
+
+        def loads_typed(self, data):
+            return super().loads_typed(opened_checkpoint(own, data[0], data[1]))
+
+    return SealedSerializer()
+
+
+def sealed_checkpoint(sealer: Sealer, kind: str, blob: bytes) -> tuple[str, bytes]:
+    """A checkpoint value sealed: bound to the job and its plain type (a saver's row is not known to its serializer)."""
+    nonce = os.urandom(NONCE_BYTES)
+    return SEALED_CHECKPOINT_TAG + kind, nonce + sealer.need().encrypt(nonce, bytes(blob), sealer.bound("checkpoints", kind, "value"))
+
+
+def opened_checkpoint(sealer: Sealer | None, kind: str, blob: Any) -> tuple[str, Any]:
+    """(type, value) of a stored checkpoint value, opened when sealed; refused when it does not decrypt."""
+    if not kind.startswith(SEALED_CHECKPOINT_TAG):
+        return kind, blob
+    from cryptography.exceptions import InvalidTag
+
+    if sealer is None:
+        raise SealedError(f"a checkpoint is sealed at rest, and this reader has no key: {KEY_FIX}")
+    plain, data = kind[len(SEALED_CHECKPOINT_TAG) :], bytes(blob or b"")
+    try:
+        return plain, sealer.need().decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], sealer.bound("checkpoints", plain, "value"))
+    except (InvalidTag, ValueError):
+        raise SealedError(
+            f"job {sealer.job_id}: a checkpoint does not decrypt under the job's data key (copied from another job, or changed); "
+            "nothing of it is shown: restore it from a backup"
+        ) from None
 
 
 # LangGraph internals the reader below depends on: none of them is public API.
@@ -3338,8 +3642,8 @@ def saved_decision(writes: list, where: str) -> dict | None:
 class SqliteCheckpointRows(CheckpointRows):
     """checkpoints.sqlite, as SqliteSaver writes it (the whole checkpoint serialized in one value)."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str):
-        self.conn, self.where = conn, path
+    def __init__(self, conn: sqlite3.Connection, path: str, sealer: Sealer | None = None):
+        self.conn, self.where, self.sealer = conn, path, sealer
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
         row = self.conn.execute(
@@ -3349,15 +3653,16 @@ class SqliteCheckpointRows(CheckpointRows):
         ).fetchone()
         if row is None:
             return None
-        channels = decode_checkpoint(row[1], row[2], self.where).get(LG_CHANNEL_VALUES, {})
+        channels = decode_checkpoint(*opened_checkpoint(self.sealer, row[1], row[2]), self.where).get(LG_CHANNEL_VALUES, {})
         return row[0], {key: plain_value(channels[key], key, self.where) for key in STATE_KEYS if key in channels}
 
     def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
-        return self.conn.execute(
+        found = self.conn.execute(
             f"SELECT channel, type, value FROM {LG_WRITES_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
             "AND channel IN (?, ?, ?) ORDER BY channel = 'final' DESC, task_id DESC",
             (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, *LG_SAVED_CHANNELS),
         ).fetchall()
+        return [(channel, *opened_checkpoint(self.sealer, kind, value)) for channel, kind, value in found]
 
 
 ###############################################################################
@@ -3784,13 +4089,41 @@ class StateDirStore(Store):
         check_state_files(self.root)
 
     def journal(self, then=None) -> SqliteJournal:
-        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), then), principal=self.principal(), secrets=self.secrets)
+        def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
+            journal.sealer = start_sealed(journal, kek_from_env(), self.load_job()["jobId"])
+            self.sealing = [journal.sealer]
+            if then is not None:
+                then(journal)
+
+        journal = SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first), principal=self.principal(), secrets=self.secrets)
+        journal.sealer = self.sealer(journal)
+        return journal
 
     def read_journal(self) -> SqliteJournal | None:
         journal = read_journal(job_path(self.root, EFFECTS_FILE))
         if journal is not None:
             journal.secrets = self.secrets
+            journal.sealer = self.sealer(journal)
         return journal
+
+    sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
+
+    def sealer(self, journal: Journal | None = None) -> Sealer | None:
+        """The job's Sealer (None: not sealed at rest), read from its journal's data_keys row once a command."""
+        if self.sealing is None:
+            own = journal is None
+            journal = self.read_journal_plain() if own else journal
+            try:
+                row = data_key_row(journal) if journal is not None else None
+            finally:
+                if own and journal is not None:
+                    journal.close()
+            live = row is not None and not row.get("shredded_utc")
+            self.sealing = [Sealer.of_row(self.load_job()["jobId"], row, kek_from_env() if live else None, self.root)]
+        return self.sealing[0]
+
+    def read_journal_plain(self) -> SqliteJournal | None:
+        return read_journal(job_path(self.root, EFFECTS_FILE))
 
     def passkey_rows(self) -> list[dict]:
         journal = self.read_journal()
@@ -3833,7 +4166,7 @@ class StateDirStore(Store):
         """LangGraph's SqliteSaver over checkpoints.sqlite."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        saver = SqliteSaver(conn, serde=checkpoint_serializer())
+        saver = SqliteSaver(conn, serde=checkpoint_serializer(self.sealer()))
         try:
             saver.setup()
         except sqlite3.DatabaseError as exc:
@@ -3873,7 +4206,8 @@ class StateDirStore(Store):
         with self.checkpoints_file() as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")} if conn else set()
             path = job_path(self.root, CHECKPOINTS_FILE)
-            return read_checkpoint(SqliteCheckpointRows(conn, path) if conn and LG_CHECKPOINTS_TABLE in tables else None, job["threadId"])
+            found = SqliteCheckpointRows(conn, path, self.sealer()) if conn and LG_CHECKPOINTS_TABLE in tables else None
+            return read_checkpoint(found, job["threadId"])
 
     def checkpoints_digest(self, job: Job) -> str:
         pruned = self.pruned_record()
@@ -3924,14 +4258,16 @@ class StateDirStore(Store):
         signature = ((receipt.get("final") or receipt.get("cancel") or {}).get("signature") or {}).get("armored")
         if signature:  # beside the receipt, as `ssh-keygen -Y verify -s` reads it
             write_atomic(job_path(self.root, RECEIPT_FILE + ".sig"), signature.encode("ascii"))
-        write_atomic(job_path(self.root, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
+        text = json.dumps(receipt, indent=2, sort_keys=True) + "\n"
+        write_atomic(job_path(self.root, RECEIPT_FILE), sealed_document(self.sealer(), receipt, text, "receipts").encode())
 
     def read_receipt(self) -> bytes | None:
         try:
             with open(job_path(self.root, RECEIPT_FILE), "rb") as fh:
-                return fh.read()
+                raw = fh.read()
         except FileNotFoundError:
             return None
+        return opened_document(self.sealer, raw, "receipts")
 
     def check_whole(self) -> str:
         check_state_dir_safe(self.root)
