@@ -123,6 +123,9 @@ CRASH_POINTS = {
     "after-decision-row": 99,  # the decision's journal row committed, the thread has not recorded it yet
     "after-prune-mark": 100,  # a finished job marked for prune, its checkpoints still whole
     "after-prune-delete": 101,  # its checkpoints removed, the mark not yet finished
+    "before-shred": 102,  # shred's transaction open, the data key not yet destroyed
+    "in-shred": 103,  # the data key destroyed and its tombstone linked, not yet committed
+    "after-shred": 104,  # the shred committed, the freed pages not yet truncated away
 }
 
 # The operation key of the call being made: call_model passes it to the openai adapter as a header. The
@@ -679,8 +682,9 @@ def rotated_refusal(job_id: str, stored_id: str, kek: Kek) -> SealedError:
 class Sealer:
     """One sealed job's data key (or, when it cannot be had, why): seals and opens its content values."""
 
-    def __init__(self, job_id: str, key: bytes | None, refusal: str = ""):
+    def __init__(self, job_id: str, key: bytes | None, refusal: str = "", why: str = ""):
         self.job_id, self.refusal = job_id, refusal
+        self.why = why  # why there is no key: "no-key", "wrong-key", "shredded" ("" with one)
         self.cipher = aesgcm(key) if key is not None else None
 
     @classmethod
@@ -689,16 +693,13 @@ class Sealer:
         if row is None:
             return None
         if row.get("shredded_utc"):
-            return cls(job_id, None, f"job {job_id}'s content was shredded at {row['shredded_utc']} by {row.get('shredded_by')}: it cannot be read by anyone")
+            shredded = f"job {job_id}'s content was shredded at {row['shredded_utc']} by {row.get('shredded_by')}: nobody can read it"
+            return cls(job_id, None, shredded, "shredded")
         if kek is None:
-            return cls(job_id, None, f"job {job_id} in {where} is sealed at rest and no key is given: {KEY_FIX}")
+            return cls(job_id, None, f"job {job_id} in {where} is sealed at rest and no key is given: {KEY_FIX}", "no-key")
         if row["kek_id"] != kek.id:
-            return cls(job_id, None, str(rotated_refusal(job_id, row["kek_id"], kek)))
+            return cls(job_id, None, str(rotated_refusal(job_id, row["kek_id"], kek)), "wrong-key")
         return cls(job_id, kek.unwrap(row["wrapped"], job_id))
-
-    @property
-    def shredded(self) -> bool:
-        return self.cipher is None and " shredded " in self.refusal
 
     def need(self):
         if self.cipher is None:
@@ -2511,7 +2512,8 @@ class Notices:
         return self.read
 
 
-SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}  # the column naming the row a sealed value is bound to
+SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}
+SEALED_TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds")  # where content values are  # the column naming the row a sealed value is bound to
 SEALED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
 
 
@@ -2535,6 +2537,7 @@ class Journal(abc.ABC):
         self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
         self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
+        self.unread: set | None = None  # verify without the key: the (table, row, column) of each sealed value read unopened
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2571,6 +2574,9 @@ class Journal(abc.ABC):
         place = str(key) if key is not None and name else None
         if self.sealer is None:
             raise SealedError(f"job {self.job_id or 'here'} is sealed at rest, and this reader has no key: {KEY_FIX}")
+        if self.sealer.cipher is None and self.unread is not None:  # verify without the content: note what it did not read
+            self.unread.update((name, place, c) for c, v in row.items() if is_sealed(v))
+            return row
         return {c: self.sealer.open(v, name, place, c) if is_sealed(v) else v for c, v in row.items()}
 
     @contextlib.contextmanager
@@ -3984,6 +3990,16 @@ class Store(abc.ABC):
     def add_passkey(self, row: dict) -> None:
         """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own)."""
 
+    def sealer(self, journal: Journal | None = None) -> Sealer | None:
+        """The job's Sealer when it is sealed at rest (docs/CONTRACT.md, "Sealed at rest"), else None."""
+        return None
+
+    def secure_writes(self, journal: Journal) -> None:  # noqa: B027 (a store's database overwrites nothing it frees)
+        """Before a shred or a rotation: what the journal frees is overwritten, not only marked free."""
+
+    def scrub_freed(self) -> None:  # noqa: B027
+        """After a shred or a rotation: the old pages a write-ahead log still holds are truncated away."""
+
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
 
@@ -4124,6 +4140,16 @@ class StateDirStore(Store):
 
     def read_journal_plain(self) -> SqliteJournal | None:
         return read_journal(job_path(self.root, EFFECTS_FILE))
+
+    def secure_writes(self, journal: Journal) -> None:
+        cast(SqliteJournal, journal).conn.execute("PRAGMA secure_delete = ON")  # freed bytes overwritten with zeros
+
+    def scrub_freed(self) -> None:
+        conn = connect_sqlite(job_path(self.root, EFFECTS_FILE))
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log's old page images gone, the file zero bytes
+        finally:
+            conn.close()
 
     def passkey_rows(self) -> list[dict]:
         journal = self.read_journal()
@@ -6069,6 +6095,73 @@ def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | N
     return checks
 
 
+# -- verify of a job whose content cannot be read here: no key given, or shredded ------------------------------------
+SEALED_SIGNATURES = "not checked: the records they sign are sealed at rest (give the key to check them)"
+
+
+def run_check(checks: list, name: str, fn) -> None:
+    """One check of verify's report: its detail, or why it failed (a damaged state fails it, never crashes verify)."""
+    try:
+        checks.append({"name": name, "ok": True, "detail": fn() or "ok"})
+    except JobError as exc:
+        checks.append({"name": name, "ok": False, "detail": str(exc)})
+    except Exception as exc:
+        checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
+
+
+def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
+    """verify without the job's content: the files, the seals, the journal's calls, the chain's order and every hash over
+    a record in clear (a shred's tombstone), and what it could not read. A shredded job passes ("content shredded");
+    one whose key was not given passes with a warning (its content unchecked), and fails under --strict."""
+    job = store.load_job()
+    journal = store.read_journal()
+    checks: list = []
+    try:
+        if journal is not None:
+            journal.unread = set()
+            for table in SEALED_TABLES:  # each sealed value is counted, whatever the checks below read
+                journal.rows(f"SELECT * FROM {{{table}}}{{where}}") if journal.has_table(table) else None
+
+        def seals() -> str:
+            store.check_seals(job, mcp="sealed", program=False)
+            return f"manifest and sources match; {made_by(job)}"
+
+        run_check(checks, "files", store.check_whole)
+        run_check(checks, "seals", seals)
+        run_check(checks, "journal", lambda: journal_invariants(call_rows(journal), retry_keys(journal)))
+        run_check(checks, "chain", lambda: chain_structure(chain_links(journal)))
+        checks.append({"name": "signatures", "ok": not strict, "warning": True, "detail": SEALED_SIGNATURES})
+        checks.append(content_check(sealer, (journal.unread if journal is not None else None) or set(), strict))
+    finally:
+        if journal is not None:
+            journal.close()
+    return {"jobId": job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def content_check(sealer: Sealer, unread: set, strict: bool) -> dict:
+    places = sorted({f"{table}.{column}" for table, _, column in unread})
+    where = f"{len(unread)} sealed values ({', '.join(places)})" if unread else "its sealed values"
+    if sealer.why == "shredded":
+        return {"name": "content", "ok": True, "detail": f"content shredded: {sealer.refusal}; {where} stay, unreadable"}
+    return {"name": "content", "ok": not strict, "warning": True, "detail": f"content sealed at rest, not read: {where}; {KEY_FIX}"}
+
+
+def chain_structure(links: list) -> str:
+    """The chain's order without its sealed records: each link numbered in turn and naming the one before; the hash of
+    each link whose record is in clear recomputed."""
+    prev, clear = GENESIS, 0
+    for n, link in enumerate(links, 1):
+        if int(link["seq"]) != n or link["prev_sha256"] != prev:
+            raise SealError(f"links: link {n} does not follow link {n - 1} (a link was removed, added or reordered)")
+        if not is_sealed(link["record_json"]):
+            record = json.loads(link["record_json"])
+            if link_digest(n, prev, link["act"], link["tbl"], link["row_key"], record) != link["link_sha256"]:
+                raise SealError(f"links: link {n} ({link['act']}) does not hash to its link_sha256: it was changed")
+            clear += 1
+        prev = link["link_sha256"]
+    return f"{len(links)} links in order, each naming the one before; {clear} in clear rehashed, the rest sealed"
+
+
 def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:
     by_base: dict[str, list] = {}
     for r in calls:
@@ -7503,6 +7596,89 @@ def release(store: Store) -> dict:
         snap.close()
 
 
+def shred(store: Store) -> dict:
+    """Destroy a sealed job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
+    need_job_id(store)
+    if store.shared:
+        return team_part("store").shred_job(store)
+    job = store.load_job()
+    owner = store.people(job)["owner"]
+    if owner != store.principal():
+        raise DecisionError(f"job {job['jobId']} in {store.where()} is {owner}'s: only its owner shreds it")
+    with store.lock("shred"):
+        journal = store.journal()
+        try:
+            tombstone = shred_key(store, journal, job, store.principal())
+        finally:
+            journal.close()
+    crash_point("after-shred", job)
+    store.scrub_freed()
+    return {"jobId": job["jobId"], "shredded": tombstone}
+
+
+def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
+    """The shred itself, one transaction: the wrapped data key emptied (overwritten where the store can) and its tombstone
+    (who, when, the KEK's id) linked into the chain in clear; a job shredded already says when, and by whom."""
+    store.secure_writes(journal)
+    with journal.transaction():
+        row = data_key_row(journal)
+        if row is None:
+            raise UsageError(f"job {job['jobId']} is not sealed at rest: it has no data key to shred (delete the job instead)")
+        if row["shredded_utc"]:
+            return {"act": "shred", "kekId": row["kek_id"], "principal": row["shredded_by"], "shreddedUtc": row["shredded_utc"], "again": True}
+        crash_point("before-shred", job)
+        stamp = now_utc()
+        journal.change(
+            "UPDATE {data_keys} SET wrapped = NULL, shredded_utc = {p.at}, shredded_by = {p.principal}{where}",
+            at=stamp,
+        )
+        record = {"act": "shred", "kekId": row["kek_id"], "principal": who, "shreddedUtc": stamp}
+        journal.sealer, journal.chained = None, chained(job)  # the tombstone stays in clear: it is what remains
+        append_link(journal, "shred", "data_keys", "data", record)
+        crash_point("in-shred", job)
+    return record
+
+
+def rotate_key(store: Store, new_key_file: str) -> dict:
+    """Rewrap the data key under a new key-encryption key (a store: every live job's, one transaction); content untouched."""
+    new = read_kek_file(new_key_file, "--new-key-file")
+    old = kek_from_env()
+    if old is None:
+        raise UsageError(f"rotate-key needs the current key as well as the new one: {KEY_FIX}")
+    if store.shared:
+        return team_part("store").rotate_keys(store, old, new)
+    job = store.load_job()
+    with store.lock("rotate-key"):
+        journal = store.journal()
+        try:
+            store.secure_writes(journal)
+            with journal.transaction():
+                done = rewrap(journal, job["jobId"], old, new)
+        finally:
+            journal.close()
+    store.scrub_freed()
+    return {"jobId": job["jobId"], "rotated": done, "kekId": new.id, "next": f"from now on {KEY_FILE_ENV} must name {new_key_file}"}
+
+
+def rewrap(journal: Journal, job_id: str, old: Kek, new: Kek) -> str:
+    """One job's data key rewrapped under `new` (in the caller's transaction); what was done."""
+    row = data_key_row(journal)
+    if row is None:
+        raise UsageError(f"job {job_id} is not sealed at rest: it has no data key to rewrap")
+    if row["shredded_utc"]:
+        return "shredded: no key to rewrap"
+    if row["kek_id"] == new.id:
+        return "already under the new key"
+    if row["kek_id"] != old.id:
+        raise rotated_refusal(job_id, row["kek_id"], old)
+    journal.change(
+        "UPDATE {data_keys} SET kek_id = {p.kek}, wrapped = {p.wrapped}{where}",
+        kek=new.id,
+        wrapped=new.wrap(old.unwrap(row["wrapped"], job_id), job_id),
+    )
+    return "rewrapped"
+
+
 def notify(
     *,
     store: str | None = None,
@@ -7770,6 +7946,11 @@ def verify(
     need_job_id(store)
     if store.has_job():
         store.check_files()  # a damaged or lost database is named before anything reads it
+        sealer = store.sealer()
+        if sealer is not None and sealer.cipher is None:
+            if sealer.why == "wrong-key":
+                raise SealedError(sealer.refusal)
+            return verify_sealed(store, sealer, strict)
     snap = read_snapshot(store)
     try:
         checks = verify_checks(snap, strict, allowed_signers, allowed_passkeys)
@@ -8565,6 +8746,16 @@ def text_cancel(out: dict, store) -> list:
     return lines
 
 
+def text_shred(out: dict, store) -> list:
+    t = out["shredded"]
+    again = " (already)" if t.get("again") else ""
+    return [f"  shredded{again}: by {t['principal']} at {t['shreddedUtc']}; the content is unreadable, the history and its hashes remain"]
+
+
+def text_rotate_key(out: dict, store) -> list:
+    return [f"  {out['rotated']}: the data key is wrapped under {out['kekId']}", f"  {out['next']}"]
+
+
 def text_release(out: dict, store) -> list:
     """The hold lifted (or that there was none), and where the job stands."""
     held = out["released"]
@@ -8823,6 +9014,16 @@ def cmd_cancel(args) -> dict:
     return cancel(store_from(args), **flags_of(args, "reviewer", "reason"), sign_key=signing_key(args))
 
 
+def cmd_shred(args) -> dict:
+    """Destroy a sealed job's data key: its content unreadable for good; its ids, hashes, chain and signatures remain."""
+    return shred(store_from(args))
+
+
+def cmd_rotate_key(args) -> dict:
+    """Rewrap sealed jobs' data keys under a new key-encryption key (the current one given as usual); content untouched."""
+    return rotate_key(store_from(args), args.new_key_file)
+
+
 def cmd_release(args) -> dict:
     """Lift the job's hold once its cause is fixed: the store's workers take it on again (runs nothing)."""
     return release(store_from(args))
@@ -9017,7 +9218,7 @@ class Command:
 
     def flag_names(self) -> list:
         """Every flag this command takes (positional arguments are not flags)."""
-        common = ["--state-dir", "--store", "--job"] if self.state_dir else []
+        common = ["--state-dir", "--store", "--job", "--key-file"] if self.state_dir else []
         common += ["--json", "--text", "--help", "-h"]
         return common + [name for names, _ in self.flags for name in names if name.startswith("-")]
 
@@ -9049,6 +9250,7 @@ ADDRESS_FLAGS = [
     flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),
     STORE_FLAG,
     flag("--job", metavar="JOB_ID", help="the job's id in the --store (start: the manifest's jobId, checked)"),
+    flag("--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})"),
 ]
 WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
 BOUND_FLAG = flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")
@@ -9158,6 +9360,20 @@ COMMANDS = {
     ),
     "cancel": Command(cmd_cancel, text_cancel, [*WHO_FLAGS, SIGN_FLAG]),
     "release": Command(cmd_release, text_release),
+    "shred": Command(cmd_shred, text_shred),
+    "rotate-key": Command(
+        cmd_rotate_key,
+        text_rotate_key,
+        [
+            flag(
+                "--new-key-file",
+                required=True,
+                type=path_argument,
+                metavar="FILE",
+                help=f"the new key-encryption key (32 random bytes); the current one is {KEY_FILE_ENV} or --key-file",
+            )
+        ],
+    ),
     "retry": Command(
         cmd_retry,
         text_retry,
@@ -9546,6 +9762,8 @@ def main(argv=None) -> int:
     try:
         args = parse_command_line(argv)
         args.user_umask, args.program, args.opened, args.secrets = user_umask, program_name(), None, secrets
+        if getattr(args, "key_file", None):
+            os.environ[KEY_FILE_ENV] = args.key_file  # read where a key is needed, and by the processes this one starts
         command = COMMANDS[args.command]
         with span(f"durable_job {args.command}", {"durable_job.command": args.command}) as current:
             out = command.run(args)
