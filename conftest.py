@@ -395,6 +395,38 @@ def assert_held(code, stdout, stderr, *phrases) -> str:
     return lines[0]
 
 
+def new_key_file(folder, name: str = "kek") -> str:
+    """A key-encryption key as an administrator makes one: 32 random bytes in a private file (never a fixture)."""
+    path = os.path.join(str(folder), name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+        fh.write(os.urandom(32))
+    return path
+
+
+def encoded_forms(texts) -> dict:
+    """Each text as bytes in every encoding a file or a dump may hold it: UTF-8, UTF-16 (both orders), JSON-escaped
+    (non-ASCII as \\u escapes, and as is), and a base64 of its UTF-8 (what a careless `bytea` or JSON blob would show)."""
+    import base64
+
+    forms = {}
+    for text in texts:
+        for name, data in {
+            "utf-8": text.encode(),
+            "utf-16-le": text.encode("utf-16-le"),
+            "utf-16-be": text.encode("utf-16-be"),
+            "json": json.dumps(text)[1:-1].encode(),
+            "json-utf8": json.dumps(text, ensure_ascii=False)[1:-1].encode(),
+            "base64": base64.b64encode(text.encode())[:24],
+        }.items():
+            forms[(text, name)] = data
+    return forms
+
+
+def found_forms(blobs: dict, texts) -> list:
+    """(where, text, encoding) of each text found in any of the blobs ({name: bytes})."""
+    return [(where, text, how) for (text, how), data in encoded_forms(texts).items() for where, blob in blobs.items() if data in blob]
+
+
 def paste(ws: Workspace, command: str, cwd=None, **fill) -> Result:
     """Run a printed command as a person pastes it into a shell, placeholders filled in (`YOU="dana"`): `python`
     is this interpreter, the environment the workspace's, the folder its root unless `cwd` says."""

@@ -728,10 +728,14 @@ class Sealer:
         place = f"{table or at_table} row {row if row is not None else at_row} column {column or at_column}"
         found = ((table, at_table), (row, at_row), (column, at_column))
         if any(here is not None and here != sealed_for for here, sealed_for in found):
-            raise SealedError(f"job {self.job_id}: {place} holds a value sealed for another row; nothing of it is shown: restore it from a backup")
+            raise SealedError(
+                f"job {self.job_id}: {place} holds a value sealed for another row; nothing of it is shown: restore it from a backup"
+            )
         cipher = self.need()
         try:
-            return cipher.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.bound(at_table, at_row, at_column)).decode("utf-8", "surrogatepass")
+            return cipher.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.bound(at_table, at_row, at_column)).decode(
+                "utf-8", "surrogatepass"
+            )
         except (InvalidTag, ValueError):
             raise SealedError(
                 f"job {self.job_id}: {place} does not decrypt under the job's data key (copied from another job, or changed); "
@@ -765,9 +769,10 @@ def opened_document(sealer_of, raw: bytes, table: str) -> bytes:
         return raw
     sealer = sealer_of()
     if sealer is None or not is_sealed(sealed):
-        raise SealedError(f"a {table} file is sealed at rest, and its job's data key is not kept beside it: restore the state directory whole")
+        raise SealedError(
+            f"a {table} file is sealed at rest, and its job's data key is not kept beside it: restore the state directory whole"
+        )
     return sealer.open(sealed, table, sealer.job_id, "document").encode("utf-8", "surrogatepass")
-
 
 
 ###############################################################################
@@ -2513,7 +2518,15 @@ class Notices:
 
 
 SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}
-SEALED_TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds")  # where content values are  # the column naming the row a sealed value is bound to
+SEALED_TABLES = (
+    "calls",
+    "call_events",
+    "drafts",
+    "outcomes",
+    "decisions",
+    "links",
+    "holds",
+)  # where content values are  # the column naming the row a sealed value is bound to
 SEALED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
 
 
@@ -2727,7 +2740,11 @@ def data_key_row(journal: Journal) -> dict | None:
 def start_sealed(journal: Journal, kek: Kek | None, job_id: str) -> Sealer | None:
     """A new job's data key, made and kept wrapped when a key-encryption key is given (in the caller's transaction, before
     anything of the job is written); None, and nothing written, without one or for a journal that holds a job already."""
-    if kek is None or journal.row("SELECT 1 AS one FROM {links}{where} LIMIT 1") or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1"):
+    if (
+        kek is None
+        or journal.row("SELECT 1 AS one FROM {links}{where} LIMIT 1")
+        or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1")
+    ):
         return None
     data_key = os.urandom(KEK_BYTES)
     journal.change(
@@ -2875,7 +2892,9 @@ def record_event(journal: Journal, key: str, event: str, detail: dict | None = N
             "call_events",
             key=key,
             event=event,
-            detail=None if detail is None else journal.sealed("call_events", key, "detail_json", redact(json.dumps(detail, sort_keys=True), journal.secrets)),
+            detail=None
+            if detail is None
+            else journal.sealed("call_events", key, "detail_json", redact(json.dumps(detail, sort_keys=True), journal.secrets)),
             at=now_utc(),
         )
         link_row(journal, "event", "call_events", key, written)
@@ -3094,7 +3113,9 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             request=request_id,
             stamp=now_utc(),
             key=key,
-            refusal=journal.sealed("calls", key, "reconciliation_json", json.dumps({"rejected": detail}, sort_keys=True)) if status == "rejected" else None,
+            refusal=journal.sealed("calls", key, "reconciliation_json", json.dumps({"rejected": detail}, sort_keys=True))
+            if status == "rejected"
+            else None,
         )
         if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
             link_row(journal, "outcome", "calls", key)
@@ -6130,8 +6151,8 @@ def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
         run_check(checks, "seals", seals)
         run_check(checks, "journal", lambda: journal_invariants(call_rows(journal), retry_keys(journal)))
         run_check(checks, "chain", lambda: chain_structure(chain_links(journal)))
-        checks.append({"name": "signatures", "ok": not strict, "warning": True, "detail": SEALED_SIGNATURES})
         checks.append(content_check(sealer, (journal.unread if journal is not None else None) or set(), strict))
+        checks.append({"name": "signatures", "ok": not strict, "warning": True, "detail": SEALED_SIGNATURES})
     finally:
         if journal is not None:
             journal.close()
@@ -6873,6 +6894,7 @@ def sealing_new_job(store: Store, manifest: Manifest, manifest_path: str, raw: b
     if command == "start" and manifest["mode"] == "openai":
         check_provider_settings(manifest)  # a submit's job runs on a worker, whose own settings are checked there
     approval = read_approval(manifest_path)
+    kek_from_env()  # a key file named but unusable is refused before anything is written
     store.prepare_new()
     with store.lock(command):
         job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
@@ -7625,7 +7647,13 @@ def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
         if row is None:
             raise UsageError(f"job {job['jobId']} is not sealed at rest: it has no data key to shred (delete the job instead)")
         if row["shredded_utc"]:
-            return {"act": "shred", "kekId": row["kek_id"], "principal": row["shredded_by"], "shreddedUtc": row["shredded_utc"], "again": True}
+            return {
+                "act": "shred",
+                "kekId": row["kek_id"],
+                "principal": row["shredded_by"],
+                "shreddedUtc": row["shredded_utc"],
+                "again": True,
+            }
         crash_point("before-shred", job)
         stamp = now_utc()
         journal.change(
