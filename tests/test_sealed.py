@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 
 import pytest
+
 from conftest import BOILER, THREE, Workspace, file_bytes, found_forms, new_key_file, openai_workspace
 
 REASON = "Checked each quote — the 9 percent claim is wrong; the service cost is right"
