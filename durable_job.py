@@ -747,7 +747,25 @@ def is_sealed(value) -> bool:
     return isinstance(value, str) and value.startswith(SEALED_PREFIX)
 
 
-SEALED_DOCUMENT = "sealedAtRest"  # a sealed file's one content field (its jobId and outcome stay clear, for listings)
+def sealed_source(sealer: Sealer | None, job_id: str, item_id: str, text: str) -> bytes:
+    """A source's bytes as a store keeps them: sealed to its job and item when the job is sealed at rest."""
+    return text.encode("utf-8") if sealer is None else sealer.seal(text, "jobs", item_id, "sources").encode("ascii")
+
+
+def opened_source(sealer_of, job_id: str, item_id: str, data: bytes) -> bytes:
+    """A kept source's bytes, opened when sealed (`sealer_of()`: the job's Sealer, asked only for a sealed one)."""
+    data = bytes(data)
+    if not data.startswith(SEALED_PREFIX.encode()):
+        return data
+    sealer = sealer_of()
+    if sealer is None:
+        raise SealedError(
+            f"job {job_id}'s source {item_id} is sealed at rest, and its data key is not kept: restore the store from a backup"
+        )
+    return sealer.open(data.decode("ascii"), "jobs", item_id, "sources").encode("utf-8", "surrogatepass")
+
+
+SEALED_DOCUMENT = "sealedAtRest"  # a sealed document's one content field (ids, outcome, principals and hashes stay clear)
 
 
 def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str) -> str:
@@ -755,7 +773,10 @@ def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str
     left beside it; unchanged for a job that is not sealed."""
     if sealer is None:
         return text
-    clear = {k: document[k] for k in ("jobId", "outcome") if k in document}
+    clear = {k: document[k] for k in ("jobId", "outcome", "codeSha256", "decision", "principal", "chainHead") if k in document}
+    for part, keys in (("final", ("decision", "principal")), ("cancel", ("principal",))):  # what a store's receipt_check reads
+        if isinstance(document.get(part), dict):
+            clear[part] = {k: document[part][k] for k in keys if k in document[part]}
     return json.dumps({**clear, SEALED_DOCUMENT: sealer.seal(text, table, sealer.job_id, "document")}, indent=2, sort_keys=True) + "\n"
 
 
@@ -2416,7 +2437,7 @@ MIGRATIONS = [
     # a shred empties `wrapped` and says who and when (the row stays: the job was sealed, and is now unreadable)
     (
         "m011_data_keys",
-        "CREATE TABLE data_keys (kind TEXT PRIMARY KEY CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
+        "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
         "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
     ),
 ]
@@ -2551,6 +2572,8 @@ class Journal(abc.ABC):
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
         self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
         self.unread: set | None = None  # verify without the key: the (table, row, column) of each sealed value read unopened
+        self.sealer_of: Any = None  # a store's reader: how to find its job's Sealer when it first reads a sealed value
+        self.opens = True  # False: sealed values are returned as read (a listing opens each row's with that job's key)
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2569,7 +2592,7 @@ class Journal(abc.ABC):
         values = {**params, "job_id": self.job_id, "principal": self.principal}
         with self.guard:
             rows, changed = self.execute(sql, names, [values[name] for name in names])
-        if rows and any(is_sealed(v) for row in rows for v in row.values()):
+        if rows and self.opens and any(is_sealed(v) for row in rows for v in row.values()):
             rows = [self.opened(template, row) for row in rows]
         return rows, changed
 
@@ -2585,6 +2608,8 @@ class Journal(abc.ABC):
         name = table.group(1) if table else None
         key = row.get(SEALED_KEYS.get(name or "", ""))
         place = str(key) if key is not None and name else None
+        if self.sealer is None and self.sealer_of is not None:
+            self.sealer = self.sealer_of()
         if self.sealer is None:
             raise SealedError(f"job {self.job_id or 'here'} is sealed at rest, and this reader has no key: {KEY_FIX}")
         if self.sealer.cipher is None and self.unread is not None:  # verify without the content: note what it did not read
@@ -2746,14 +2771,24 @@ def start_sealed(journal: Journal, kek: Kek | None, job_id: str) -> Sealer | Non
         or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1")
     ):
         return None
+    sealer, wrapped = new_sealer(kek, job_id)
+    keep_data_key(journal, kek, wrapped)
+    return sealer
+
+
+def new_sealer(kek: Kek, job_id: str) -> tuple[Sealer, str]:
+    """A new job's random 256-bit data key: its Sealer, and the key wrapped under the KEK (all that is ever kept of it)."""
     data_key = os.urandom(KEK_BYTES)
+    return Sealer(job_id, data_key), kek.wrap(data_key, job_id)
+
+
+def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
     journal.change(
-        "INSERT INTO {data_keys} ({job_col}kind, kek_id, wrapped, created_utc) VALUES ({job_val}'data', {p.kek}, {p.wrapped}, {p.at})",
+        "INSERT INTO {data_keys} ({job_col}kek_id, wrapped, created_utc) VALUES ({job_val}{p.kek}, {p.wrapped}, {p.at})",
         kek=kek.id,
-        wrapped=kek.wrap(data_key, job_id),
+        wrapped=wrapped,
         at=now_utc(),
     )
-    return Sealer(job_id, data_key)
 
 
 # -- the chained history -----------------------------------------------------
@@ -3488,12 +3523,14 @@ def sealed_checkpoint(sealer: Sealer, kind: str, blob: bytes) -> tuple[str, byte
     return SEALED_CHECKPOINT_TAG + kind, nonce + sealer.need().encrypt(nonce, bytes(blob), sealer.bound("checkpoints", kind, "value"))
 
 
-def opened_checkpoint(sealer: Sealer | None, kind: str, blob: Any) -> tuple[str, Any]:
+def opened_checkpoint(sealer: Any, kind: str, blob: Any) -> tuple[str, Any]:
     """(type, value) of a stored checkpoint value, opened when sealed; refused when it does not decrypt."""
     if not kind.startswith(SEALED_CHECKPOINT_TAG):
         return kind, blob
     from cryptography.exceptions import InvalidTag
 
+    if callable(sealer):  # a store's listing: the job's Sealer, found only for a sealed value
+        sealer = sealer()
     if sealer is None:
         raise SealedError(f"a checkpoint is sealed at rest, and this reader has no key: {KEY_FIX}")
     plain, data = kind[len(SEALED_CHECKPOINT_TAG) :], bytes(blob or b"")
@@ -3833,6 +3870,7 @@ class Store(abc.ABC):
     row: dict | None = None  # a shared store's job row as a listing read it
 
     secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
+    sealed_unread = False  # verify without a job's key: the seals check leaves out the sealed copies it cannot read
     code_files: tuple = ()  # the files of the code that runs its jobs besides durable_job.py (sealed into each: new_job)
 
     def for_manifest(self, manifest: Manifest) -> Store:
@@ -6137,6 +6175,7 @@ def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
     job = store.load_job()
     journal = store.read_journal()
     checks: list = []
+    store.sealed_unread = True
     try:
         if journal is not None:
             journal.unread = set()
@@ -9274,11 +9313,12 @@ ROOT_FLAG = flag("--root", type=path_argument, action="append", help="a folder h
 NOTIFY_FLAG = flag("--notify", type=path_argument, metavar="FILE", help=f"the notification config to deliver by (default: ${NOTIFY_ENV})")
 SINCE_FLAG = flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)")
 PAGE_ON_TERMINAL = 50  # jobs a page shows on a terminal unless --limit says; piped, every job unless it says
+KEY_FLAG = flag("--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})")
 ADDRESS_FLAGS = [
     flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),
     STORE_FLAG,
     flag("--job", metavar="JOB_ID", help="the job's id in the --store (start: the manifest's jobId, checked)"),
-    flag("--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})"),
+    KEY_FLAG,
 ]
 WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
 BOUND_FLAG = flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")
@@ -9443,6 +9483,7 @@ COMMANDS = {
         text_jobs,
         [
             STORE_FLAG,
+            KEY_FLAG,
             ROOT_FLAG,
             flag("--phase", dest="phases", action="append", default=[], metavar="PHASE", help="only jobs in this phase (repeatable)"),
             flag("--owner", metavar="ROLE", help="only jobs this role (or account, under --root) owns"),
@@ -9483,6 +9524,7 @@ COMMANDS = {
         text_migrate,
         [
             STORE_FLAG,
+            KEY_FLAG,
             flag(
                 "--grant", action="append", metavar="ROLE", help="let ROLE (a person) own, review and decide jobs (repeatable); no CREATE"
             ),
@@ -9503,6 +9545,7 @@ COMMANDS = {
             flag("--manifest", type=path_argument, help="one approved manifest JSON file (its job's own document, as before)"),
             STORE_FLAG,
             flag("--job", metavar="JOB_ID", help="the manifest's jobId (checked)"),
+            KEY_FLAG,
             flag(
                 "manifests",
                 nargs="*",
@@ -9579,6 +9622,7 @@ COMMANDS = {
         text_work,
         [
             STORE_FLAG,
+            KEY_FLAG,
             flag(
                 "--until-idle",
                 action="store_true",

@@ -10,7 +10,22 @@ import sqlite3
 
 import pytest
 
-from conftest import BOILER, THREE, Workspace, file_bytes, found_forms, new_key_file, openai_workspace
+from conftest import (
+    BOILER,
+    THREE,
+    Workspace,
+    admin_url,
+    as_role,
+    file_bytes,
+    found_forms,
+    new_key_file,
+    new_store,
+    openai_workspace,
+    pg_dump,
+    pg_restore,
+    refused,
+    sql,
+)
 
 REASON = "Checked each quote — the 9 percent claim is wrong; the service cost is right"
 REVISED = "It saves roughly 8 percent of gas a year; serviced on Saturdays at 07:00."
@@ -222,3 +237,84 @@ def test_bad_keys_are_one_line_holds_naming_the_file_and_the_fix(tmp_path):
     other = Workspace(tmp_path / "job2")
     other.run("rotate-key", "--new-key-file", short, env={"DURABLE_JOB_KEY_FILE": key}).held("--new-key-file", "holds 16 bytes")
     other.run("rotate-key", "--new-key-file", wrong).held("UsageError", "needs the current key")
+
+
+# -- a team's store ---------------------------------------------------------------------------------------------------
+
+
+def sealed_store(pg_server, tmp_path) -> tuple[str, str]:
+    """A store its administrator migrated with a key-encryption key (so it seals every new job); (alice's URL, the key)."""
+    url = new_store(pg_server)
+    key = new_key_file(tmp_path)
+    migrated = Workspace(tmp_path / "admin", store=admin_url(url)).run("migrate", "--store", admin_url(url), "--key-file", key).ok()
+    assert migrated["sealedAtRest"]["kekId"].startswith("kek-")
+    return url, key
+
+
+def test_a_sealed_stores_dump_holds_none_of_the_content_and_every_command_works_with_the_key(pg_server, tmp_path, provider):
+    url, key = sealed_store(pg_server, tmp_path)
+    ws = Workspace(tmp_path / "job", store=url)
+    sealed_boiler_job(ws, provider, key)
+    dump = pg_dump(pg_server, url, str(tmp_path / "store.sql"))
+    assert b"durable_job.data_keys" in dump and found_forms({"dump": dump}, ["journey", "alpha", "reject"]) != []
+    assert found_forms({"dump": dump}, CONTENT) == []
+    with open(key, "rb") as fh:
+        kek = fh.read()
+    assert kek not in dump and base64.b64encode(kek) not in dump and kek.hex().encode() not in dump
+
+    inspected = ws.run("inspect").ok()
+    assert inspected["results"][0]["summary"] == REVISED and inspected["final"]["reason"] == REASON
+    assert ws.run("verify").ok()["ok"]
+    listed = ws.run("jobs", "--store", url, "--key-file", key).ok()
+    assert [j["phase"] for j in listed["jobs"]] == ["decided"]
+
+    bare = Workspace(tmp_path / "job", store=url)
+    bare.env = without_key(ws)
+    for command in (["status"], ["inspect"], ["verify"], ["jobs", "--store", url]):
+        done = bare.run(*command)
+        assert found_forms({"out": (done.stdout + done.stderr).encode()}, CONTENT) == [], command
+    bare.run("inspect").held("SealedError", "is sealed at rest and no key is given")
+    report = bare.run("verify").ok()
+    assert "content sealed at rest, not read" in {c["name"]: c for c in report["checks"]}["content"]["detail"]
+    # the store seals every new job: one started without the key is refused before anything is written
+    other = Workspace(tmp_path / "other", store=url)
+    other.write_manifest(sources={"alpha": BOILER}, jobId="other")
+    other.start().held("SealedError", "seals every new job at rest", "DURABLE_JOB_KEY_FILE")
+    assert not other.has_job()
+
+
+def test_only_the_administrator_shreds_a_store_job_and_a_rotation_leaves_old_dumps_unreadable(pg_server, tmp_path, provider):
+    url, key = sealed_store(pg_server, tmp_path)
+    ws = Workspace(tmp_path / "job", store=url)
+    sealed_boiler_job(ws, provider, key)
+    backup = str(tmp_path / "before-shred.sql")
+    pg_dump(pg_server, url, backup)
+
+    ws.run("shred").held("StateError", "shred is the store's administrator's")
+    for statement in (
+        "UPDATE durable_job.data_keys SET wrapped = NULL",
+        "DELETE FROM durable_job.data_keys",
+        "SET ROLE bob; UPDATE durable_job.data_keys SET kek_id = 'x'",
+        "INSERT INTO durable_job.data_keys (job_id, kek_id, wrapped, created_utc) VALUES ('journey', 'k', 'w', 'now')",
+        "UPDATE durable_job.sealing SET kek_id = 'x'",
+    ):
+        assert "permission denied" in refused(url, statement) or "row-level security" in refused(url, statement), statement
+    assert sql(url, "SELECT count(*) FROM durable_job.data_keys WHERE wrapped IS NOT NULL") == [(1,)]
+
+    admin = Workspace(tmp_path / "admin", store=admin_url(url))
+    shredded = admin.run("shred", "--job", "journey").ok()["shredded"]
+    assert shredded["principal"] == "durable"
+    ws.run("inspect").held("SealedError", "was shredded at", "by durable")
+    checks = {c["name"]: c for c in ws.run("verify").ok()["checks"]}
+    assert "content shredded" in checks["content"]["detail"] and checks["chain"]["ok"]
+
+    # the backup taken before the shred still holds the wrapped key: rotating the key makes it unreadable
+    new = new_key_file(tmp_path, "kek-2")
+    rotated = admin.run("rotate-key", "--store", admin_url(url), "--new-key-file", new, env={"DURABLE_JOB_KEY_FILE": key}).ok()
+    assert rotated["jobs"] == {"rewrapped": 0, "shredded": 1, "already": 0}
+    restored = as_role(pg_restore(pg_server, backup), "alice")
+    old = Workspace(tmp_path / "restored", store=restored)
+    old.env = {**without_key(ws), "DURABLE_JOB_KEY_FILE": new}
+    for command in (["inspect"], ["status"]):
+        line = old.run(*command, "--job", "journey").held("SealedError", "DURABLE_JOB_KEY_FILE must name the new key file")
+        assert found_forms({"line": line.encode()}, CONTENT) == []
