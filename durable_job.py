@@ -9313,7 +9313,9 @@ ROOT_FLAG = flag("--root", type=path_argument, action="append", help="a folder h
 NOTIFY_FLAG = flag("--notify", type=path_argument, metavar="FILE", help=f"the notification config to deliver by (default: ${NOTIFY_ENV})")
 SINCE_FLAG = flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)")
 PAGE_ON_TERMINAL = 50  # jobs a page shows on a terminal unless --limit says; piped, every job unless it says
-KEY_FLAG = flag("--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})")
+KEY_FLAG = flag(
+    "--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})"
+)
 ADDRESS_FLAGS = [
     flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),
     STORE_FLAG,

@@ -45,6 +45,7 @@ from durable_job import (
     CheckpointState,
     Dialect,
     Holder,
+    Item,
     Job,
     JobError,
     Journal,
@@ -862,7 +863,7 @@ class PgStore(Store):
                 manifest["items"][0]["id"],
                 f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup",
             )
-        pairs = zip(manifest["items"], stored)
+        pairs: Iterator[tuple[Item, bytes]] = zip(manifest["items"], stored)
         if self.sealed_unread:  # verify without the key: the sources it cannot read are left to the `content` check
             pairs = ((item, data) for item, data in pairs if not is_sealed(bytes(data).decode("latin-1")))
         opened = [(item, opened_source(self.sealer, self.job_id, item["id"], data)) for item, data in pairs]
