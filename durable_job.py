@@ -765,6 +765,23 @@ def opened_source(sealer_of, job_id: str, item_id: str, data: bytes) -> bytes:
     return sealer.open(data.decode("ascii"), "jobs", item_id, "sources").encode("utf-8", "surrogatepass")
 
 
+def sealed_pruned(sealer: Sealer | None, record: dict) -> dict:
+    """A prune record as a sealed job keeps it: the checkpoint values it keeps (results, the final) sealed."""
+    if sealer is None or is_sealed(record.get("values")):
+        return record
+    return {**record, "values": sealer.seal(json.dumps(record["values"], sort_keys=True), "prunes", sealer.job_id, "values")}
+
+
+def opened_pruned(sealer_of, record: dict) -> dict:
+    """A prune record with its values opened (`sealer_of()`: the job's Sealer, asked only for sealed values)."""
+    if not is_sealed(record.get("values")):
+        return record
+    sealer = sealer_of() if sealer_of is not None else None
+    if sealer is None:
+        raise SealedError(f"a prune record is sealed at rest, and this reader has no key: {KEY_FIX}")
+    return {**record, "values": json.loads(sealer.open(record["values"], "prunes", sealer.job_id, "values"))}
+
+
 SEALED_DOCUMENT = "sealedAtRest"  # a sealed document's one content field (ids, outcome, principals and hashes stay clear)
 
 
@@ -2762,7 +2779,7 @@ def data_key_row(journal: Journal) -> dict | None:
     return journal.row("SELECT kek_id, wrapped, created_utc, shredded_utc, shredded_by FROM {data_keys}{where}")
 
 
-def start_sealed(journal: Journal, kek: Kek | None, job_id: str) -> Sealer | None:
+def start_sealed(journal: Journal, kek: Kek | None, job_id: str, pending: tuple | None = None) -> Sealer | None:
     """A new job's data key, made and kept wrapped when a key-encryption key is given (in the caller's transaction, before
     anything of the job is written); None, and nothing written, without one or for a journal that holds a job already."""
     if (
@@ -2771,7 +2788,7 @@ def start_sealed(journal: Journal, kek: Kek | None, job_id: str) -> Sealer | Non
         or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1")
     ):
         return None
-    sealer, wrapped = new_sealer(kek, job_id)
+    sealer, wrapped = pending or new_sealer(kek, job_id)
     keep_data_key(journal, kek, wrapped)
     return sealer
 
@@ -4133,7 +4150,11 @@ class StateDirStore(Store):
         try:
             with open(job_path(self.root, MCP_SOURCES_FILE), "rb") as fh:
                 kept = strict_json(fh.read(1 << 20))
-            return {k: v.encode("utf-8", "surrogatepass") for k, v in kept["items"].items()}
+            items = kept["items"]
+            if any(is_sealed(v) for v in items.values()):
+                sealer = cast(Sealer, self.sealer())
+                items = {k: sealer.open(v, "mcp_sources", k, "text") for k, v in items.items()}
+            return {k: v.encode("utf-8", "surrogatepass") for k, v in items.items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
@@ -4150,6 +4171,10 @@ class StateDirStore(Store):
             )
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
+        kek = kek_from_env()
+        if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are sealed too
+            self.pending = new_sealer(kek, job["jobId"])
+            kept = {item_id: self.pending[0].seal(text, "mcp_sources", item_id, "text") for item_id, text in kept.items()}
         if kept:
             write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
         write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
@@ -4165,7 +4190,7 @@ class StateDirStore(Store):
 
     def journal(self, then=None) -> SqliteJournal:
         def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
-            journal.sealer = start_sealed(journal, kek_from_env(), self.load_job()["jobId"])
+            journal.sealer = start_sealed(journal, kek_from_env(), self.load_job()["jobId"], self.pending)
             self.sealing = [journal.sealer]
             if then is not None:
                 then(journal)
@@ -4182,6 +4207,7 @@ class StateDirStore(Store):
         return journal
 
     sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
+    pending: tuple | None = None  # a job being started with a key: (its Sealer, its wrapped data key), kept with its journal
 
     def sealer(self, journal: Journal | None = None) -> Sealer | None:
         """The job's Sealer (None: not sealed at rest), read from its journal's data_keys row once a command."""
@@ -4280,9 +4306,10 @@ class StateDirStore(Store):
             return None
         try:
             with open(path, "rb") as fh:
-                return strict_json(fh.read().decode("utf-8"))
+                record = strict_json(fh.read().decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise StateError(f"{path} cannot be read ({clip(exc, 120)}); restore it from a backup") from None
+        return opened_pruned(self.sealer, record)
 
     def read_checkpoint(self, job: Job) -> CheckpointState:
         pruned = self.pruned_record()
@@ -4325,6 +4352,7 @@ class StateDirStore(Store):
 
     def mark_pruned(self, record: dict) -> None:
         """prune's first step: what a reader needs, kept before anything goes (a kill leaves the job whole and marked)."""
+        record = sealed_pruned(self.sealer(), record)
         write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
     def drop_checkpoints(self, job: Job) -> None:
@@ -6591,6 +6619,11 @@ def read_kept_receipt(path: str) -> dict:
         raise UsageError(f"--receipt {path}: cannot be read as a receipt ({clip(exc, 120)}); give the receipt.json you kept") from None
     if not isinstance(receipt, dict) or not isinstance(receipt.get("jobId"), str):
         raise UsageError(f"--receipt {path}: not a durable_job receipt (no jobId); give the receipt.json you kept")
+    if SEALED_DOCUMENT in receipt:
+        raise SealedError(
+            f"--receipt {path}: this receipt is sealed at rest (a job's own copy); write a readable one with "
+            "`inspect --receipt FILE` (the key given) and give that"
+        )
     return receipt
 
 

@@ -84,6 +84,7 @@ from durable_job import (
     now_utc,
     opened_checkpoint,
     opened_document,
+    opened_pruned,
     opened_source,
     parse_manifest,
     passkey_select,
@@ -93,6 +94,7 @@ from durable_job import (
     redact,
     rotated_refusal,
     sealed_document,
+    sealed_pruned,
     sealed_source,
     sha256_hex,
     shred_key,
@@ -1088,12 +1090,12 @@ class PgStore(Store):
 
     def pruned_record(self) -> dict | None:
         if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
-            return strict_json(self.row["pruned"]) if self.row["pruned"] else None
+            return opened_pruned(self.sealer, strict_json(self.row["pruned"])) if self.row["pruned"] else None
         db = self.db()
         if db.rows("SELECT to_regclass('durable_job.prunes') IS NOT NULL AS made")[0]["made"] is False:
             return None
         row = db.row("SELECT record_json FROM durable_job.prunes WHERE job_id = {p.job_id}")
-        return None if row is None else strict_json(row["record_json"])
+        return None if row is None else opened_pruned(self.sealer, strict_json(row["record_json"]))
 
     def read_checkpoint(self, job: Job) -> CheckpointState:
         db = self.db()
@@ -1134,7 +1136,7 @@ class PgStore(Store):
         self.journal().change(
             "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
             "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
-            record=json.dumps(record, sort_keys=True),
+            record=json.dumps(sealed_pruned(self.sealer(), record), sort_keys=True),
         )
 
     def passkey_rows(self) -> list[dict]:
@@ -1568,7 +1570,7 @@ def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None, se
     no more of it; not reading every finished job's checkpoint took a 10,000-job listing from 2.8 s to 1.8 s); a pruned
     one's, what prune kept; any other's, its latest checkpoint as the statement read it."""
     if row["pruned"]:
-        return pruned_checkpoint(strict_json(row["pruned"]))
+        return pruned_checkpoint(opened_pruned(sealer_of, strict_json(row["pruned"])))
     if row["finished"]:
         return {"values": {"final": decision} if decision else {}, "waiting": False, "savedDecision": None}
     return read_checkpoint(LoadedCheckpointRows(where, row, sealer_of), job["threadId"])

@@ -318,3 +318,18 @@ def test_only_the_administrator_shreds_a_store_job_and_a_rotation_leaves_old_dum
     for command in (["inspect"], ["status"]):
         line = old.run(*command, "--job", "journey").held("SealedError", "DURABLE_JOB_KEY_FILE must name the new key file")
         assert found_forms({"line": line.encode()}, CONTENT) == []
+
+
+def test_a_pruned_sealed_job_keeps_its_last_values_sealed(tmp_path):
+    ws = Workspace(tmp_path / "job")
+    key = new_key_file(tmp_path)
+    fake_sealed_job(ws, key)
+    pruned = ws.run("prune", "--root", str(tmp_path), "--older-than", "0", state=False).ok()
+    assert [j["jobId"] for j in pruned["jobs"]] == ["journey"], pruned
+    files = file_bytes(ws.state)
+    assert "pruned.json" in files and found_forms(files, CONTENT) == []
+    assert ws.run("inspect").ok()["results"][0]["summary"] == BOILER.splitlines()[0]
+    assert ws.run("verify").ok()["ok"]
+    bare = Workspace(tmp_path / "job")
+    bare.env = without_key(ws)
+    bare.run("inspect").held("SealedError", "no key is given")
