@@ -333,3 +333,20 @@ def test_a_pruned_sealed_job_keeps_its_last_values_sealed(tmp_path):
     bare = Workspace(tmp_path / "job")
     bare.env = without_key(ws)
     bare.run("inspect").held("SealedError", "no key is given")
+
+
+@pytest.mark.parametrize("point,code,whole", [("in-shred", 103, True), ("after-shred", 104, False)])
+def test_a_store_shred_killed_leaves_the_job_whole_or_shredded(pg_server, tmp_path, point, code, whole):
+    url, key = sealed_store(pg_server, tmp_path)
+    ws = Workspace(tmp_path / "job", store=url)
+    fake_sealed_job(ws, key)
+    admin = Workspace(tmp_path / "admin", store=admin_url(url))
+    assert admin.run("shred", "--job", "journey", env={"DURABLE_JOB_FAKE_CRASH": point}).code == code
+    if whole:
+        assert ws.run("inspect").ok()["final"]["reason"] == REASON
+        assert sql(url, "SELECT count(*) FROM durable_job.data_keys WHERE wrapped IS NOT NULL") == [(1,)]
+    else:
+        ws.run("inspect").held("SealedError", "shredded")
+    admin.run("shred", "--job", "journey").ok()
+    checks = {c["name"]: c for c in ws.run("verify").ok()["checks"]}
+    assert "content shredded" in checks["content"]["detail"] and "1 in clear rehashed" in checks["chain"]["detail"]
