@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sqlite3
+import sys
 
 import pytest
 
@@ -350,3 +351,32 @@ def test_a_store_shred_killed_leaves_the_job_whole_or_shredded(pg_server, tmp_pa
     admin.run("shred", "--job", "journey").ok()
     checks = {c["name"]: c for c in ws.run("verify").ok()["checks"]}
     assert "content shredded" in checks["content"]["detail"] and "1 in clear rehashed" in checks["chain"]["detail"]
+
+
+KMS = """import os, sys
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+key = open(os.environ["TEST_KMS_KEY"], "rb").read()
+data = sys.stdin.buffer.read()
+if sys.argv[1] == "wrap":
+    nonce = os.urandom(12)
+    sys.stdout.buffer.write(nonce + AESGCM(key).encrypt(nonce, data, b"kms"))
+else:
+    sys.stdout.buffer.write(AESGCM(key).decrypt(data[:12], data[12:], b"kms"))
+"""
+
+
+def test_a_key_command_holds_the_key_encryption_key_as_a_kms_or_age_would(tmp_path):
+    """DURABLE_JOB_KEY_COMMAND: the program never sees the KEK, only asks the command to wrap and unwrap its data key."""
+    kms = tmp_path / "kms.py"
+    kms.write_text(KMS)
+    ws = Workspace(tmp_path / "job")
+    ws.write_manifest(sources={"alpha": BOILER})
+    ws.env.update({"DURABLE_JOB_KEY_COMMAND": f"{sys.executable} {kms}", "TEST_KMS_KEY": new_key_file(tmp_path)})
+    digest = ws.start().ok()["interrupt"][0]["resultsSha256"]
+    ws.run("decide", "--decision", "accept", "--reviewer", "bob", "--reason", REASON, "--results-sha256", digest).ok()
+    assert found_forms(file_bytes(ws.state), CONTENT) == []
+    assert ws.run("inspect").ok()["final"]["reason"] == REASON
+    (kek_id,) = ws.journal("SELECT kek_id FROM data_keys")[0]
+    assert kek_id.startswith("cmd-")
+    ws.env["TEST_KMS_KEY"] = new_key_file(tmp_path, "another")  # the KMS lost or changed its key: refused, one line
+    ws.run("inspect").held("SealedError", "DURABLE_JOB_KEY_COMMAND failed to unwrap a data key", "fix the command")
