@@ -8532,6 +8532,7 @@ def prune(
     dry_run: bool = False,
     program: str | None = None,
     from_env: bool = False,
+    shred_sealed: bool = False,
 ) -> dict:
     """Remove what finished jobs no longer need: LangGraph's checkpoint history of each job decided or cancelled more
     than older_than days ago (a store's, as its administrator, or the state directories under roots).
@@ -8539,7 +8540,8 @@ def prune(
     Kept: the job record, the journal, the drafts, the results and decision as the chained history records them,
     the receipt and its signature, and (in the prune record) the last checkpoint values and the checkpoints' sha256,
     so inspect, jobs and verify still answer. A job is first marked, then pruned, then the mark finished: a kill
-    leaves it whole (unmarked) or marked, and the next prune finishes it.
+    leaves it whole (unmarked) or marked, and the next prune finishes it. `shred_sealed`: each such job sealed at rest is
+    shredded too, once pruned (its data key destroyed: see shred), in place of keeping its content.
     """
     if bool(store) == bool(roots):
         raise UsageError(f"prune needs --store URL (or {STORE_ENV}) or --root DIR, one")
@@ -8554,12 +8556,16 @@ def prune(
     out = []
     with prune_candidates(store, list(roots), program, from_env) as jobs_here:
         for one in jobs_here:
-            row = prune_row(one, set(phases), cutoff)
+            row = prune_row(one, set(phases), cutoff, shred_sealed)
             if row is None:
                 continue
-            if not dry_run:
+            if not dry_run and row["state"] != "pruned":
                 row["freedBytes"] = prune_job(one)
                 row["state"] = "pruned"
+            if shred_sealed and one.sealer() is not None:
+                row["state"] += ", would shred" if dry_run else ", shredded"
+                if not dry_run:
+                    shred(one)
             out.append(row)
     return {
         "dryRun": dry_run,
@@ -8591,13 +8597,19 @@ def prune_candidates(store: str | None, roots: list, program: str | None, from_e
         lister.close()
 
 
-def prune_row(store: Store, phases: set, cutoff: str) -> dict | None:
-    """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None."""
+def prune_row(store: Store, phases: set, cutoff: str, shred: bool = False) -> dict | None:
+    """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None;
+    with `shred`, a pruned job sealed at rest and not yet shredded too (a shredded job: None, nothing left to read)."""
+    sealer = store.sealer()
+    if sealer is not None and sealer.why == "shredded":
+        return None
     receipt = strict_json((store.read_receipt() or b"{}").decode("utf-8"))
     outcome = receipt.get("outcome") or ("decided" if receipt.get("final") else "cancelled" if receipt.get("cancel") else None)
     ended = (receipt.get("final") or {}).get("decidedAtUtc") or (receipt.get("cancel") or {}).get("cancelledAtUtc") or ""
+    to_shred = shred and sealer is not None
     pruned = store.pruned_record()
-    if outcome not in phases or not ended or ended > cutoff or (pruned is not None and pruned.get("prunedUtc")):
+    done = pruned is not None and pruned.get("prunedUtc")
+    if outcome not in phases or not ended or ended > cutoff or (done and not to_shred):
         return None
     job = store.load_job()
     return {
@@ -8605,7 +8617,7 @@ def prune_row(store: Store, phases: set, cutoff: str) -> dict | None:
         "outcome": outcome,
         "finishedUtc": ended,
         "freedBytes": store.checkpoint_bytes(job),
-        "state": "marked: to finish" if pruned is not None else "would prune",
+        "state": "pruned" if done else "marked: to finish" if pruned is not None else "would prune",
     }
 
 
@@ -9236,7 +9248,7 @@ def cmd_prune(args) -> dict:
         program=args.program,
         from_env=not args.store,
         phases=args.phases or PRUNE_PHASES,
-        **flags_of(args, "older_than", "dry_run"),
+        **flags_of(args, "older_than", "dry_run", "shred_sealed"),
     )
 
 
@@ -9609,6 +9621,8 @@ COMMANDS = {
                 help="decided or cancelled (repeatable; default both)",
             ),
             flag("--dry-run", action="store_true", help="print what would go and the bytes it frees; change nothing"),
+            flag("--shred", dest="shred_sealed", action="store_true", help="also shred each job sealed at rest: its content destroyed for good (see shred)"),
+            KEY_FLAG,
         ],
         state_dir=False,
     ),

@@ -773,6 +773,7 @@ class PgStore(Store):
     def db(self) -> PgJournal:
         """The writer's journal while locked, else the read journal (on this store's work connection)."""
         if self.writer is not None:
+            self.writer.sealer_of = self.sealer
             return self.writer
         if self.reader is None:
             self.reader = PgJournal(

@@ -380,3 +380,20 @@ def test_a_key_command_holds_the_key_encryption_key_as_a_kms_or_age_would(tmp_pa
     assert kek_id.startswith("cmd-")
     ws.env["TEST_KMS_KEY"] = new_key_file(tmp_path, "another")  # the KMS lost or changed its key: refused, one line
     ws.run("inspect").held("SealedError", "DURABLE_JOB_KEY_COMMAND failed to unwrap a data key", "fix the command")
+
+
+@pytest.mark.parametrize("ws", ["dir", "store"], indirect=True)
+def test_prune_shred_prunes_and_shreds_each_finished_sealed_job_once(ws, tmp_path):
+    key = new_key_file(tmp_path)
+    if ws.store is not None:  # the administrator prunes a store, as they migrate it: with the key, sealing on
+        Workspace(tmp_path / "admin", store=admin_url(ws.store)).run("migrate", "--store", admin_url(ws.store), "--key-file", key).ok()
+    fake_sealed_job(ws, key)
+    where = ["--store", admin_url(ws.store)] if ws.store else ["--root", str(tmp_path)]
+    dry = ws.run("prune", *where, "--older-than", "0", "--shred", "--dry-run", state=False).ok()
+    assert [j["state"] for j in dry["jobs"]] == ["would prune, would shred"]
+    done = ws.run("prune", *where, "--older-than", "0", "--shred", state=False).ok()
+    assert [j["state"] for j in done["jobs"]] == ["pruned, shredded"]
+    ws.run("inspect").held("SealedError", "shredded")
+    checks = {c["name"]: c for c in ws.run("verify").ok()["checks"]}
+    assert "content shredded" in checks["content"]["detail"]
+    assert ws.run("prune", *where, "--older-than", "0", "--shred", state=False).ok()["jobs"] == []  # once
