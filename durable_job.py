@@ -9621,7 +9621,12 @@ COMMANDS = {
                 help="decided or cancelled (repeatable; default both)",
             ),
             flag("--dry-run", action="store_true", help="print what would go and the bytes it frees; change nothing"),
-            flag("--shred", dest="shred_sealed", action="store_true", help="also shred each job sealed at rest: its content destroyed for good (see shred)"),
+            flag(
+                "--shred",
+                dest="shred_sealed",
+                action="store_true",
+                help="also shred each job sealed at rest: its content destroyed for good (see shred)",
+            ),
             KEY_FLAG,
         ],
         state_dir=False,
