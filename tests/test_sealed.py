@@ -398,3 +398,23 @@ def test_prune_shred_prunes_and_shreds_each_finished_sealed_job_once(ws, tmp_pat
     checks = {c["name"]: c for c in ws.run("verify").ok()["checks"]}
     assert "content shredded" in checks["content"]["detail"]
     assert ws.run("prune", *where, "--older-than", "0", "--shred", state=False).ok()["jobs"] == []  # once
+
+
+def test_a_store_ciphertext_copied_into_another_jobs_row_is_refused_naming_it(pg_server, tmp_path):
+    url, key = sealed_store(pg_server, tmp_path)
+    first, second = Workspace(tmp_path / "first", store=url), Workspace(tmp_path / "second", store=url)
+    fake_sealed_job(first, key)
+    second.write_manifest(sources={"alpha": BOILER}, jobId="second")
+    second.env["DURABLE_JOB_KEY_FILE"] = key
+    digest = second.start().ok()["interrupt"][0]["resultsSha256"]
+    second.run("decide", "--decision", "accept", "--reviewer", "bob", "--reason", REASON, "--results-sha256", digest).ok()
+    admin = admin_url(url)  # who can write a row at all: the administrator, or whoever restores a doctored backup
+    sql(admin, "ALTER TABLE durable_job.decisions DISABLE TRIGGER USER")
+    sql(
+        admin,
+        "UPDATE durable_job.decisions SET record_json = (SELECT record_json FROM durable_job.decisions WHERE job_id = 'second') WHERE job_id = 'journey'",
+    )
+    for command in ("inspect", "verify"):
+        line = first.run(command).held("decisions row decision column record_json does not decrypt", "nothing of it is shown")
+        assert found_forms({"line": line.encode()}, CONTENT) == []
+    assert second.run("verify").ok()["ok"]
