@@ -395,6 +395,68 @@ def assert_held(code, stdout, stderr, *phrases) -> str:
     return lines[0]
 
 
+def new_key_file(folder, name: str = "kek") -> str:
+    """A key-encryption key as an administrator makes one: 32 random bytes in a private file (never a fixture)."""
+    path = os.path.join(str(folder), name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+        fh.write(os.urandom(32))
+    return path
+
+
+def encoded_forms(texts) -> dict:
+    """Each text as bytes in every encoding a file or a dump may hold it: UTF-8, UTF-16 (both orders), JSON-escaped
+    (non-ASCII as \\u escapes, and as is), and a base64 of its UTF-8 (what a careless `bytea` or JSON blob would show)."""
+    import base64
+
+    forms = {}
+    for text in texts:
+        for name, data in {
+            "utf-8": text.encode(),
+            "utf-16-le": text.encode("utf-16-le"),
+            "utf-16-be": text.encode("utf-16-be"),
+            "json": json.dumps(text)[1:-1].encode(),
+            "json-utf8": json.dumps(text, ensure_ascii=False)[1:-1].encode(),
+            "base64": base64.b64encode(text.encode())[:24],
+            "hex": text.encode().hex().encode(),  # a bytea column as pg_dump writes it
+        }.items():
+            forms[(text, name)] = data
+    return forms
+
+
+def found_forms(blobs: dict, texts) -> list:
+    """(where, text, encoding) of each text found in any of the blobs ({name: bytes})."""
+    return [(where, text, how) for (text, how), data in encoded_forms(texts).items() for where, blob in blobs.items() if data in blob]
+
+
+def pg_dump(pg_server, url: str, path: str) -> bytes:
+    """A plain-SQL dump of a store's whole database as a backup takes it (by the server's superuser: every row); its bytes."""
+    from pg_server import passfile, pg_bin
+
+    database = url.rsplit("/", 1)[1]
+    argv = [pg_bin("pg_dump"), "-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "postgres", "-d", database, "-f", path]
+    subprocess.run(argv, check=True, capture_output=True, timeout=120, env={**os.environ, "PGPASSFILE": passfile()})
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def pg_restore(pg_server, path: str) -> str:
+    """A dump restored into a new database of the same server, as an administrator restores a backup; its owner's URL."""
+    import uuid
+
+    from pg_server import passfile, pg_bin
+
+    url = pg_server.new_database("r" + uuid.uuid4().hex[:16])
+    argv = [pg_bin("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "postgres"]
+    subprocess.run(
+        [*argv, "-d", url.rsplit("/", 1)[1], "-f", path],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "PGPASSFILE": passfile()},
+    )
+    return url
+
+
 def paste(ws: Workspace, command: str, cwd=None, **fill) -> Result:
     """Run a printed command as a person pastes it into a shell, placeholders filled in (`YOU="dana"`): `python`
     is this interpreter, the environment the workspace's, the folder its root unless `cwd` says."""

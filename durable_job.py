@@ -123,6 +123,9 @@ CRASH_POINTS = {
     "after-decision-row": 99,  # the decision's journal row committed, the thread has not recorded it yet
     "after-prune-mark": 100,  # a finished job marked for prune, its checkpoints still whole
     "after-prune-delete": 101,  # its checkpoints removed, the mark not yet finished
+    "before-shred": 102,  # shred's transaction open, the data key not yet destroyed
+    "in-shred": 103,  # the data key destroyed and its tombstone linked, not yet committed
+    "after-shred": 104,  # the shred committed, the freed pages not yet truncated away
 }
 
 # The operation key of the call being made: call_model passes it to the openai adapter as a header. The
@@ -552,6 +555,262 @@ def traced_set(current, attributes: dict) -> None:
 def flush_traces() -> None:
     if _TRACER and _TRACER[0] is not None:
         sys.modules["durable_job_team.traces"].shutdown()
+
+
+# -- sealed at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Sealed at rest") -------------------
+# Note to maintainers: a job started (a state directory) or submitted (a store migrated with a key) while a
+# key-encryption key (KEK) is given gets its own random 256-bit data key, kept only wrapped (AES-GCM under the KEK)
+# beside the KEK's id; the KEK itself never enters the state, the store, an output or a log. Every value with content
+# (a call's answer, a draft, a reason, an outcome's record, a link's record, a hold's message, a checkpoint, the
+# receipt, an MCP source's copy) is written as AES-GCM ciphertext under the data key, its associated data binding it to
+# (job, table, row, column): SEALED_PREFIX, then the row's place in clear, then base64(nonce || ciphertext). Moved to
+# another row, it no longer matches its place; to another job, it no longer decrypts. Ids, phases, principals, times,
+# hashes and token counts stay clear. `shred` destroys the wrapped data key; `rotate-key` rewraps it.
+SEALED_PREFIX = "dj-enc:v1:"
+SEALED_CHECKPOINT_TAG = "dj-enc-v1+"  # a checkpoint's serializer type, sealed: this prefix, then the plain value's own type
+KEY_FILE_ENV = "DURABLE_JOB_KEY_FILE"
+KEY_COMMAND_ENV = "DURABLE_JOB_KEY_COMMAND"
+KEK_BYTES = 32
+NONCE_BYTES = 12
+
+
+class SealedError(JobError):
+    """A job's content is sealed at rest and cannot be read here: no key, the wrong key, shredded, or not its own."""
+
+
+def b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("not base64") from None
+
+
+def aesgcm(key: bytes):
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # only a sealed job loads it
+
+    return AESGCM(key)
+
+
+def kek_id(key: bytes) -> str:
+    """A key-encryption key's id: a short sha256 of it (never the key), kept beside each key it wraps."""
+    return "kek-" + sha256_hex(b"durable_job key-encryption key\n" + key)[:16]
+
+
+KEY_FIX = f"set {KEY_FILE_ENV} (or --key-file FILE) to the file of 32 random bytes the job was sealed with, or {KEY_COMMAND_ENV}"
+
+
+class Kek:
+    """The key-encryption key the environment names: a file of 32 random bytes, or a command that wraps and unwraps
+    (`COMMAND wrap` / `COMMAND unwrap`: the key on stdin, the result on stdout; an age identity or a KMS behind it)."""
+
+    def __init__(self, *, key: bytes | None = None, command: str | None = None, where: str = ""):
+        self.key, self.command, self.where = key, command, where
+        self.id = kek_id(key) if key is not None else "cmd-" + sha256_hex((command or "").encode())[:16]
+
+    def wrap(self, data_key: bytes, job_id: str) -> str:
+        if self.key is None:
+            return b64(self.run_command("wrap", data_key))
+        nonce = os.urandom(NONCE_BYTES)
+        return b64(nonce + aesgcm(self.key).encrypt(nonce, data_key, b"durable_job data key\n" + job_id.encode()))
+
+    def unwrap(self, wrapped: str, job_id: str) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            blob = unb64(wrapped)
+            if self.key is None:
+                data_key = self.run_command("unwrap", blob)
+            else:
+                data_key = aesgcm(self.key).decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], b"durable_job data key\n" + job_id.encode())
+        except (InvalidTag, ValueError):
+            data_key = b""
+        if len(data_key) != KEK_BYTES:
+            raise SealedError(f"job {job_id}'s data key does not unwrap with the key {self.where} names; {KEY_FIX}")
+        return data_key
+
+    def run_command(self, verb: str, data: bytes) -> bytes:
+        import shlex
+        import subprocess
+
+        try:
+            done = subprocess.run([*shlex.split(self.command or ""), verb], input=data, capture_output=True, timeout=60, check=False)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            raise SealedError(f"{KEY_COMMAND_ENV} could not be run ({type(exc).__name__}); fix the command it names") from None
+        if done.returncode != 0:
+            raise SealedError(f"{KEY_COMMAND_ENV} failed to {verb} a data key (exit {done.returncode}); fix the command it names")
+        return done.stdout
+
+
+def read_kek_file(path: str, flag: str) -> Kek:
+    """The KEK in a file: exactly 32 bytes (raw), refused naming the file and the fix otherwise."""
+    make = "make one with `head -c 32 /dev/urandom > FILE; chmod 600 FILE`"
+    try:
+        with open(os.path.expanduser(path), "rb") as fh:
+            key = fh.read(KEK_BYTES + 1)
+    except OSError as exc:
+        raise SealedError(f"{flag} {path} cannot be read ({exc.strerror}); name the key file, or {make}") from None
+    if len(key) != KEK_BYTES:
+        raise SealedError(f"{flag} {path} holds {len(key)} bytes, not the {KEK_BYTES} random bytes of a key; name the key file, or {make}")
+    return Kek(key=key, where=f"{flag} {path}")
+
+
+def kek_from_env() -> Kek | None:
+    """The KEK DURABLE_JOB_KEY_FILE (the CLI's --key-file sets it) or DURABLE_JOB_KEY_COMMAND names, or None."""
+    path = os.environ.get(KEY_FILE_ENV)
+    if path:
+        return read_kek_file(path, KEY_FILE_ENV)
+    command = os.environ.get(KEY_COMMAND_ENV)
+    return Kek(command=command, where=KEY_COMMAND_ENV) if command else None
+
+
+def rotated_refusal(job_id: str, stored_id: str, kek: Kek) -> SealedError:
+    return SealedError(
+        f"job {job_id}'s data key is wrapped under key-encryption key {stored_id}, not {kek.id} that {kek.where} names: "
+        f"if the key was rotated (rotate-key), {KEY_FILE_ENV} must name the new key file"
+    )
+
+
+class Sealer:
+    """One sealed job's data key (or, when it cannot be had, why): seals and opens its content values."""
+
+    def __init__(self, job_id: str, key: bytes | None, refusal: str = "", why: str = ""):
+        self.job_id, self.refusal = job_id, refusal
+        self.why = why  # why there is no key: "no-key", "wrong-key", "shredded" ("" with one)
+        self.cipher = aesgcm(key) if key is not None else None
+
+    @classmethod
+    def of_row(cls, job_id: str, row: dict | None, kek: Kek | None, where: str) -> Sealer | None:
+        """The sealer of a job whose key row (kek_id, wrapped, shredded_utc) was read; None: the job is not sealed."""
+        if row is None:
+            return None
+        if row.get("shredded_utc"):
+            shredded = f"job {job_id}'s content was shredded at {row['shredded_utc']} by {row.get('shredded_by')}: nobody can read it"
+            return cls(job_id, None, shredded, "shredded")
+        if kek is None:
+            return cls(job_id, None, f"job {job_id} in {where} is sealed at rest and no key is given: {KEY_FIX}", "no-key")
+        if row["kek_id"] != kek.id:
+            return cls(job_id, None, str(rotated_refusal(job_id, row["kek_id"], kek)), "wrong-key")
+        return cls(job_id, kek.unwrap(row["wrapped"], job_id))
+
+    def need(self):
+        if self.cipher is None:
+            raise SealedError(self.refusal)
+        return self.cipher
+
+    def bound(self, table: str, row: str, column: str) -> bytes:
+        return canonical(["durable_job sealed value", self.job_id, table, row, column])
+
+    def seal(self, text: str, table: str, row: str, column: str) -> str:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self.need().encrypt(nonce, text.encode("utf-8", "surrogatepass"), self.bound(table, row, column))
+        return f"{SEALED_PREFIX}{table}:{column}:{b64(row.encode('utf-8', 'surrogatepass'))}:{b64(nonce + sealed)}"
+
+    def open(self, text: str, table: str | None = None, row: str | None = None, column: str | None = None) -> str:
+        """A sealed value's text; refused (nothing of it shown) when it was sealed for another place or does not decrypt."""
+        from cryptography.exceptions import InvalidTag
+
+        label = text[len(SEALED_PREFIX) :].split(":")
+        try:
+            at_table, at_column, at_row = label[0], label[1], unb64(label[2]).decode("utf-8", "surrogatepass")
+            blob = unb64(label[3])
+        except (IndexError, ValueError, UnicodeDecodeError):
+            at_table = at_column = at_row = "?"
+            blob = b""
+        place = f"{table or at_table} row {row if row is not None else at_row} column {column or at_column}"
+        found = ((table, at_table), (row, at_row), (column, at_column))
+        if any(here is not None and here != sealed_for for here, sealed_for in found):
+            raise SealedError(
+                f"job {self.job_id}: {place} holds a value sealed for another row; nothing of it is shown: restore it from a backup"
+            )
+        cipher = self.need()
+        try:
+            return cipher.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.bound(at_table, at_row, at_column)).decode(
+                "utf-8", "surrogatepass"
+            )
+        except (InvalidTag, ValueError):
+            raise SealedError(
+                f"job {self.job_id}: {place} does not decrypt under the job's data key (copied from another job, or changed); "
+                "nothing of it is shown: restore it from a backup"
+            ) from None
+
+
+def is_sealed(value) -> bool:
+    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+
+
+def sealed_source(sealer: Sealer | None, job_id: str, item_id: str, text: str) -> bytes:
+    """A source's bytes as a store keeps them: sealed to its job and item when the job is sealed at rest."""
+    return text.encode("utf-8") if sealer is None else sealer.seal(text, "jobs", item_id, "sources").encode("ascii")
+
+
+def opened_source(sealer_of, job_id: str, item_id: str, data: bytes) -> bytes:
+    """A kept source's bytes, opened when sealed (`sealer_of()`: the job's Sealer, asked only for a sealed one)."""
+    data = bytes(data)
+    if not data.startswith(SEALED_PREFIX.encode()):
+        return data
+    sealer = sealer_of()
+    if sealer is None:
+        raise SealedError(
+            f"job {job_id}'s source {item_id} is sealed at rest, and its data key is not kept: restore the store from a backup"
+        )
+    return sealer.open(data.decode("ascii"), "jobs", item_id, "sources").encode("utf-8", "surrogatepass")
+
+
+def sealed_pruned(sealer: Sealer | None, record: dict) -> dict:
+    """A prune record as a sealed job keeps it: the checkpoint values it keeps (results, the final) sealed."""
+    if sealer is None or is_sealed(record.get("values")):
+        return record
+    return {**record, "values": sealer.seal(json.dumps(record["values"], sort_keys=True), "prunes", sealer.job_id, "values")}
+
+
+def opened_pruned(sealer_of, record: dict) -> dict:
+    """A prune record with its values opened (`sealer_of()`: the job's Sealer, asked only for sealed values)."""
+    if not is_sealed(record.get("values")):
+        return record
+    sealer = sealer_of() if sealer_of is not None else None
+    if sealer is None:
+        raise SealedError(f"a prune record is sealed at rest, and this reader has no key: {KEY_FIX}")
+    return {**record, "values": json.loads(sealer.open(record["values"], "prunes", sealer.job_id, "values"))}
+
+
+SEALED_DOCUMENT = "sealedAtRest"  # a sealed document's one content field (ids, outcome, principals and hashes stay clear)
+
+
+def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str) -> str:
+    """A file's text as a job sealed at rest keeps it (a receipt, a prune record): sealed whole, its jobId and outcome
+    left beside it; unchanged for a job that is not sealed."""
+    if sealer is None:
+        return text
+    clear = {k: document[k] for k in ("jobId", "outcome", "codeSha256", "decision", "principal", "chainHead") if k in document}
+    for part, keys in (("final", ("decision", "principal")), ("cancel", ("principal",))):  # what a store's receipt_check reads
+        if isinstance(document.get(part), dict):
+            clear[part] = {k: document[part][k] for k in keys if k in document[part]}
+    return json.dumps({**clear, SEALED_DOCUMENT: sealer.seal(text, table, sealer.job_id, "document")}, indent=2, sort_keys=True) + "\n"
+
+
+def opened_document(sealer_of, raw: bytes, table: str) -> bytes:
+    """A file's bytes as written before sealed_document (`sealer_of()`: the job's Sealer, asked only for a sealed file)."""
+    if SEALED_DOCUMENT.encode() not in raw:
+        return raw
+    try:
+        sealed = json.loads(raw)[SEALED_DOCUMENT]
+    except (ValueError, KeyError, TypeError):
+        return raw
+    sealer = sealer_of()
+    if sealer is None or not is_sealed(sealed):
+        raise SealedError(
+            f"a {table} file is sealed at rest, and its job's data key is not kept beside it: restore the state directory whole"
+        )
+    return sealer.open(sealed, table, sealer.job_id, "document").encode("utf-8", "surrogatepass")
 
 
 ###############################################################################
@@ -2200,6 +2459,13 @@ MIGRATIONS = [
     ),
     ("m009_holds", sqlite_table("holds")),
     ("m010_outbox", f"{sqlite_table('outbox')}; CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)"),
+    # a job sealed at rest: its data key, wrapped under the key-encryption key kek_id names (never the KEK itself);
+    # a shred empties `wrapped` and says who and when (the row stays: the job was sealed, and is now unreadable)
+    (
+        "m011_data_keys",
+        "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
+        "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
+    ),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -2229,7 +2495,7 @@ class Dialect:
     bound parameter. No value is ever spelled into SQL text.
     """
 
-    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds", "outbox")
+    TABLES = ("calls", "call_events", "drafts", "outcomes", "decisions", "links", "holds", "outbox", "data_keys")
 
     def __init__(self, schema: str, placeholder, row_order: str, begin: str):
         self.schema, self.placeholder, self.row_order, self.begin = schema, placeholder, row_order, begin
@@ -2298,6 +2564,19 @@ class Notices:
         return self.read
 
 
+SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}
+SEALED_TABLES = (
+    "calls",
+    "call_events",
+    "drafts",
+    "outcomes",
+    "decisions",
+    "links",
+    "holds",
+)  # where content values are  # the column naming the row a sealed value is bound to
+SEALED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
+
+
 class Journal(abc.ABC):
     """One job's operation journal on one connection: statements written once (see Dialect), rows as dicts.
 
@@ -2317,6 +2596,10 @@ class Journal(abc.ABC):
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
         self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
+        self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
+        self.unread: set | None = None  # verify without the key: the (table, row, column) of each sealed value read unopened
+        self.sealer_of: Any = None  # a store's reader: how to find its job's Sealer when it first reads a sealed value
+        self.opens = True  # False: sealed values are returned as read (a listing opens each row's with that job's key)
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -2334,7 +2617,31 @@ class Journal(abc.ABC):
         sql, names = self.dialect.render(template)
         values = {**params, "job_id": self.job_id, "principal": self.principal}
         with self.guard:
-            return self.execute(sql, names, [values[name] for name in names])
+            rows, changed = self.execute(sql, names, [values[name] for name in names])
+        if rows and self.opens and any(is_sealed(v) for row in rows for v in row.values()):
+            rows = [self.opened(template, row) for row in rows]
+        return rows, changed
+
+    def sealed(self, table: str, row, column: str, value):
+        """A content value as this journal writes it: sealed to its place when the job is sealed at rest."""
+        if self.sealer is None or value is None:
+            return value
+        return self.sealer.seal(value, table, str(row), column)
+
+    def opened(self, template: str, row: dict) -> dict:
+        """A row read, each sealed value opened and held to the place it was read from (its table, row and column)."""
+        table = SEALED_TABLE.search(template)
+        name = table.group(1) if table else None
+        key = row.get(SEALED_KEYS.get(name or "", ""))
+        place = str(key) if key is not None and name else None
+        if self.sealer is None and self.sealer_of is not None:
+            self.sealer = self.sealer_of()
+        if self.sealer is None:
+            raise SealedError(f"job {self.job_id or 'here'} is sealed at rest, and this reader has no key: {KEY_FIX}")
+        if self.sealer.cipher is None and self.unread is not None:  # verify without the content: note what it did not read
+            self.unread.update((name, place, c) for c, v in row.items() if is_sealed(v))
+            return row
+        return {c: self.sealer.open(v, name, place, c) if is_sealed(v) else v for c, v in row.items()}
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Journal]:
@@ -2529,6 +2836,42 @@ def read_journal(path: str) -> SqliteJournal | None:
     return SqliteJournal(connect_sqlite(path, readonly=True))
 
 
+def data_key_row(journal: Journal) -> dict | None:
+    """The job's data key row (kek_id, wrapped, created_utc, shredded_utc, shredded_by), or None: not sealed at rest."""
+    if not journal.has_table("data_keys"):
+        return None
+    return journal.row("SELECT kek_id, wrapped, created_utc, shredded_utc, shredded_by FROM {data_keys}{where}")
+
+
+def start_sealed(journal: Journal, kek: Kek | None, job_id: str, pending: tuple | None = None) -> Sealer | None:
+    """A new job's data key, made and kept wrapped when a key-encryption key is given (in the caller's transaction, before
+    anything of the job is written); None, and nothing written, without one or for a journal that holds a job already."""
+    if (
+        kek is None
+        or journal.row("SELECT 1 AS one FROM {links}{where} LIMIT 1")
+        or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1")
+    ):
+        return None
+    sealer, wrapped = pending or new_sealer(kek, job_id)
+    keep_data_key(journal, kek, wrapped)
+    return sealer
+
+
+def new_sealer(kek: Kek, job_id: str) -> tuple[Sealer, str]:
+    """A new job's random 256-bit data key: its Sealer, and the key wrapped under the KEK (all that is ever kept of it)."""
+    data_key = os.urandom(KEK_BYTES)
+    return Sealer(job_id, data_key), kek.wrap(data_key, job_id)
+
+
+def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
+    journal.change(
+        "INSERT INTO {data_keys} ({job_col}kek_id, wrapped, created_utc) VALUES ({job_val}{p.kek}, {p.wrapped}, {p.at})",
+        kek=kek.id,
+        wrapped=wrapped,
+        at=now_utc(),
+    )
+
+
 # -- the chained history -----------------------------------------------------
 # Note to maintainers: every act a chained job records (a call's row made, changed or removed; each event, draft,
 # cancel and decision; each item's result as validated; the seal itself, first) appends one `links` row in the
@@ -2611,7 +2954,7 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
             act=act,
             tbl=table,
             key=key,
-            record=json.dumps(record, sort_keys=True),
+            record=journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
             prev=head["sha256"],
             link=link,
             at=now_utc(),
@@ -2665,7 +3008,9 @@ def record_event(journal: Journal, key: str, event: str, detail: dict | None = N
             "call_events",
             key=key,
             event=event,
-            detail=None if detail is None else redact(json.dumps(detail, sort_keys=True), journal.secrets),
+            detail=None
+            if detail is None
+            else journal.sealed("call_events", key, "detail_json", redact(json.dumps(detail, sort_keys=True), journal.secrets)),
             at=now_utc(),
         )
         link_row(journal, "event", "call_events", key, written)
@@ -2838,7 +3183,7 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
             "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
             "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'",
             "calls",
-            output=output_text,
+            output=journal.sealed("calls", key, "output_text", output_text),
             response=response_id,
             request=request_id,
             stamp=now_utc(),
@@ -2884,7 +3229,9 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             request=request_id,
             stamp=now_utc(),
             key=key,
-            refusal=json.dumps({"rejected": detail}, sort_keys=True) if status == "rejected" else None,
+            refusal=journal.sealed("calls", key, "reconciliation_json", json.dumps({"rejected": detail}, sort_keys=True))
+            if status == "rejected"
+            else None,
         )
         if updated == 1:  # a row reconciled meanwhile keeps what the person recorded, and its events
             link_row(journal, "outcome", "calls", key)
@@ -2922,10 +3269,10 @@ def reconcile_call(journal: Journal, key: str, status: str, output_text, respons
             "request_id = {p.request}, reconciliation_json = {p.record}, updated_utc = {p.stamp} "
             "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
             status=status,
-            output=output_text,
+            output=journal.sealed("calls", key, "output_text", output_text),
             response=response_id,
             request=request_id,
-            record=json.dumps(record, sort_keys=True),
+            record=journal.sealed("calls", key, "reconciliation_json", json.dumps(record, sort_keys=True)),
             stamp=record["reconciledAtUtc"],
             key=key,
         )
@@ -3045,11 +3392,11 @@ def insert_draft(journal: Journal, version: int, item_id: str, results: list, re
             "{p.principal})",
             version=version,
             item=item_id,
-            results=json.dumps(results),
+            results=journal.sealed("drafts", version, "results_json", json.dumps(results)),
             digest=results_sha256(results),
             reviewer=reviewer,
-            reason=reason,
-            change=json.dumps(change),
+            reason=journal.sealed("drafts", version, "reason", reason),
+            change=journal.sealed("drafts", version, "change_json", json.dumps(change)),
             stamp=stamp,
         )
         link_row(journal, "draft", "drafts", version)
@@ -3068,7 +3415,7 @@ def record_cancel(journal: Journal, record: dict) -> None:
         journal.change(
             "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
             "VALUES ({job_val}'cancel', {p.record}, {p.stamp}, {p.principal})",
-            record=json.dumps(record, sort_keys=True),
+            record=journal.sealed("outcomes", "cancel", "record_json", json.dumps(record, sort_keys=True)),
             stamp=record["cancelledAtUtc"],
         )
         link_row(journal, "cancel", "outcomes", "cancel")
@@ -3084,8 +3431,8 @@ def record_decision_row(journal: Journal, value: dict) -> None:
             "VALUES ({job_val}'decision', {p.decision}, {p.reviewer}, {p.reason}, {p.record}, {p.stamp}, {p.principal})",
             decision=value["decision"],
             reviewer=value["reviewer"],
-            reason=value["reason"],
-            record=json.dumps(value, sort_keys=True),
+            reason=journal.sealed("decisions", "decision", "reason", value["reason"]),
+            record=journal.sealed("decisions", "decision", "record_json", json.dumps(value, sort_keys=True)),
             stamp=value["decidedAtUtc"],
         )
         link_row(journal, "decision", "decisions", "decision")
@@ -3106,7 +3453,7 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # until something changes (see durable_job_team/workers.py). Not holds: another run holds the job, a worker told to
 # stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
 # own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
-NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
+NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError, SealedError)
 
 
 def is_hold(exc: BaseException) -> bool:
@@ -3126,8 +3473,8 @@ def write_hold(journal: Journal, message: str, fix: str, program: str, phase: st
             "ON CONFLICT ({job_col}kind) DO UPDATE SET principal = excluded.principal, at_utc = excluded.at_utc, "
             "message = excluded.message, fix = excluded.fix, program = excluded.program",
             at=stamp,
-            message=redact(message, journal.secrets),
-            fix=redact(fix, journal.secrets),
+            message=journal.sealed("holds", "hold", "message", redact(message, journal.secrets)),
+            fix=journal.sealed("holds", "hold", "fix", redact(fix, journal.secrets)),
             program=program,
         )
     return {"by": journal.principal, "at": stamp, "message": message, "fix": fix}
@@ -3211,8 +3558,9 @@ def exactly_json(value) -> bool:
     return True
 
 
-def checkpoint_serializer():
-    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json").
+def checkpoint_serializer(sealer: Sealer | None = None):
+    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json"); a job sealed at rest's
+    `sealer` seals every value it stores (type SEALED_CHECKPOINT_TAG + the plain type; see sealed_checkpoint).
 
     Everything this program keeps in its state is plain JSON, so its
     checkpoints can be read with sqlite3 and jq, and status and inspect decode
@@ -3236,7 +3584,44 @@ def checkpoint_serializer():
                 return json.loads(data[1])  # exactly what was written: no LangChain object revival
             return super().loads_typed(data)
 
-    return JsonFirstSerializer()
+    if sealer is None:
+        return JsonFirstSerializer()
+    own: Sealer = sealer
+
+    class SealedSerializer(JsonFirstSerializer):  # LangGraph's EncryptedSerializer's way, the associated data the job's
+        def dumps_typed(self, obj):
+            return sealed_checkpoint(own, *super().dumps_typed(obj))
+
+        def loads_typed(self, data):
+            return super().loads_typed(opened_checkpoint(own, data[0], data[1]))
+
+    return SealedSerializer()
+
+
+def sealed_checkpoint(sealer: Sealer, kind: str, blob: bytes) -> tuple[str, bytes]:
+    """A checkpoint value sealed: bound to the job and its plain type (a saver's row is not known to its serializer)."""
+    nonce = os.urandom(NONCE_BYTES)
+    return SEALED_CHECKPOINT_TAG + kind, nonce + sealer.need().encrypt(nonce, bytes(blob), sealer.bound("checkpoints", kind, "value"))
+
+
+def opened_checkpoint(sealer: Any, kind: str, blob: Any) -> tuple[str, Any]:
+    """(type, value) of a stored checkpoint value, opened when sealed; refused when it does not decrypt."""
+    if not kind.startswith(SEALED_CHECKPOINT_TAG):
+        return kind, blob
+    from cryptography.exceptions import InvalidTag
+
+    if callable(sealer):  # a store's listing: the job's Sealer, found only for a sealed value
+        sealer = sealer()
+    if sealer is None:
+        raise SealedError(f"a checkpoint is sealed at rest, and this reader has no key: {KEY_FIX}")
+    plain, data = kind[len(SEALED_CHECKPOINT_TAG) :], bytes(blob or b"")
+    try:
+        return plain, sealer.need().decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], sealer.bound("checkpoints", plain, "value"))
+    except (InvalidTag, ValueError):
+        raise SealedError(
+            f"job {sealer.job_id}: a checkpoint does not decrypt under the job's data key (copied from another job, or changed); "
+            "nothing of it is shown: restore it from a backup"
+        ) from None
 
 
 # LangGraph internals the reader below depends on: none of them is public API.
@@ -3402,8 +3787,8 @@ def saved_decision(writes: list, where: str) -> dict | None:
 class SqliteCheckpointRows(CheckpointRows):
     """checkpoints.sqlite, as SqliteSaver writes it (the whole checkpoint serialized in one value)."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str):
-        self.conn, self.where = conn, path
+    def __init__(self, conn: sqlite3.Connection, path: str, sealer: Sealer | None = None):
+        self.conn, self.where, self.sealer = conn, path, sealer
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
         row = self.conn.execute(
@@ -3413,15 +3798,16 @@ class SqliteCheckpointRows(CheckpointRows):
         ).fetchone()
         if row is None:
             return None
-        channels = decode_checkpoint(row[1], row[2], self.where).get(LG_CHANNEL_VALUES, {})
+        channels = decode_checkpoint(*opened_checkpoint(self.sealer, row[1], row[2]), self.where).get(LG_CHANNEL_VALUES, {})
         return row[0], {key: plain_value(channels[key], key, self.where) for key in STATE_KEYS if key in channels}
 
     def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
-        return self.conn.execute(
+        found = self.conn.execute(
             f"SELECT channel, type, value FROM {LG_WRITES_TABLE} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? "
             "AND channel IN (?, ?, ?) ORDER BY channel = 'final' DESC, task_id DESC",
             (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, *LG_SAVED_CHANNELS),
         ).fetchall()
+        return [(channel, *opened_checkpoint(self.sealer, kind, value)) for channel, kind, value in found]
 
 
 ###############################################################################
@@ -3565,6 +3951,7 @@ class Store(abc.ABC):
     row: dict | None = None  # a shared store's job row as a listing read it
 
     secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
+    sealed_unread = False  # verify without a job's key: the seals check leaves out the sealed copies it cannot read
     code_files: tuple = ()  # the files of the code that runs its jobs besides durable_job.py (sealed into each: new_job)
 
     def for_manifest(self, manifest: Manifest) -> Store:
@@ -3743,6 +4130,16 @@ class Store(abc.ABC):
     def add_passkey(self, row: dict) -> None:
         """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own)."""
 
+    def sealer(self, journal: Journal | None = None) -> Sealer | None:
+        """The job's Sealer when it is sealed at rest (docs/CONTRACT.md, "Sealed at rest"), else None."""
+        return None
+
+    def secure_writes(self, journal: Journal) -> None:  # noqa: B027 (a store's database overwrites nothing it frees)
+        """Before a shred or a rotation: what the journal frees is overwritten, not only marked free."""
+
+    def scrub_freed(self) -> None:  # noqa: B027
+        """After a shred or a rotation: the old pages a write-ahead log still holds are truncated away."""
+
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
 
@@ -3817,7 +4214,11 @@ class StateDirStore(Store):
         try:
             with open(job_path(self.root, MCP_SOURCES_FILE), "rb") as fh:
                 kept = strict_json(fh.read(1 << 20))
-            return {k: v.encode("utf-8", "surrogatepass") for k, v in kept["items"].items()}
+            items = kept["items"]
+            if any(is_sealed(v) for v in items.values()):
+                sealer = cast(Sealer, self.sealer())
+                items = {k: sealer.open(v, "mcp_sources", k, "text") for k, v in items.items()}
+            return {k: v.encode("utf-8", "surrogatepass") for k, v in items.items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
@@ -3834,6 +4235,10 @@ class StateDirStore(Store):
             )
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
+        kek = kek_from_env()
+        if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are sealed too
+            self.pending = new_sealer(kek, job["jobId"])
+            kept = {item_id: self.pending[0].seal(text, "mcp_sources", item_id, "text") for item_id, text in kept.items()}
         if kept:
             write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
         write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
@@ -3848,13 +4253,52 @@ class StateDirStore(Store):
         check_state_files(self.root)
 
     def journal(self, then=None) -> SqliteJournal:
-        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), then), principal=self.principal(), secrets=self.secrets)
+        def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
+            journal.sealer = start_sealed(journal, kek_from_env(), self.load_job()["jobId"], self.pending)
+            self.sealing = [journal.sealer]
+            if then is not None:
+                then(journal)
+
+        journal = SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first), principal=self.principal(), secrets=self.secrets)
+        journal.sealer = self.sealer(journal)
+        return journal
 
     def read_journal(self) -> SqliteJournal | None:
         journal = read_journal(job_path(self.root, EFFECTS_FILE))
         if journal is not None:
             journal.secrets = self.secrets
+            journal.sealer = self.sealer(journal)
         return journal
+
+    sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
+    pending: tuple | None = None  # a job being started with a key: (its Sealer, its wrapped data key), kept with its journal
+
+    def sealer(self, journal: Journal | None = None) -> Sealer | None:
+        """The job's Sealer (None: not sealed at rest), read from its journal's data_keys row once a command."""
+        if self.sealing is None:
+            own = journal is None
+            journal = self.read_journal_plain() if own else journal
+            try:
+                row = data_key_row(journal) if journal is not None else None
+            finally:
+                if own and journal is not None:
+                    journal.close()
+            live = row is not None and not row.get("shredded_utc")
+            self.sealing = [Sealer.of_row(self.load_job()["jobId"], row, kek_from_env() if live else None, self.root)]
+        return self.sealing[0]
+
+    def read_journal_plain(self) -> SqliteJournal | None:
+        return read_journal(job_path(self.root, EFFECTS_FILE))
+
+    def secure_writes(self, journal: Journal) -> None:
+        cast(SqliteJournal, journal).conn.execute("PRAGMA secure_delete = ON")  # freed bytes overwritten with zeros
+
+    def scrub_freed(self) -> None:
+        conn = connect_sqlite(job_path(self.root, EFFECTS_FILE))
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log's old page images gone, the file zero bytes
+        finally:
+            conn.close()
 
     def passkey_rows(self) -> list[dict]:
         journal = self.read_journal()
@@ -3898,7 +4342,7 @@ class StateDirStore(Store):
         """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's)."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        saver = SqliteSaver(conn, serde=checkpoint_serializer())
+        saver = SqliteSaver(conn, serde=checkpoint_serializer(self.sealer()))
         try:
             saver.setup()
         except sqlite3.DatabaseError as exc:
@@ -3929,16 +4373,18 @@ class StateDirStore(Store):
             return None
         try:
             with open(path, "rb") as fh:
-                return strict_json(fh.read().decode("utf-8"))
+                record = strict_json(fh.read().decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise StateError(f"{path} cannot be read ({clip(exc, 120)}); restore it from a backup") from None
+        return opened_pruned(self.sealer, record)
 
     def read_checkpoint(self, job: Job) -> CheckpointState:
         pruned = self.pruned_record()
         if pruned is not None:
             return pruned_checkpoint(pruned)
         with self.checkpoints_file() as conn:
-            return read_checkpoint(SqliteCheckpointRows(conn, checkpoints_path(self.root)) if conn else None, job["threadId"])
+            found = SqliteCheckpointRows(conn, checkpoints_path(self.root), self.sealer()) if conn else None
+            return read_checkpoint(found, job["threadId"])
 
     def checkpoints_digest(self, job: Job) -> str:
         pruned = self.pruned_record()
@@ -3971,6 +4417,7 @@ class StateDirStore(Store):
 
     def mark_pruned(self, record: dict) -> None:
         """prune's first step: what a reader needs, kept before anything goes (a kill leaves the job whole and marked)."""
+        record = sealed_pruned(self.sealer(), record)
         write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
     def drop_checkpoints(self, job: Job) -> None:
@@ -4003,14 +4450,16 @@ class StateDirStore(Store):
         signature = ((receipt.get("final") or receipt.get("cancel") or {}).get("signature") or {}).get("armored")
         if signature:  # beside the receipt, as `ssh-keygen -Y verify -s` reads it
             write_atomic(job_path(self.root, RECEIPT_FILE + ".sig"), signature.encode("ascii"))
-        write_atomic(job_path(self.root, RECEIPT_FILE), (json.dumps(receipt, indent=2, sort_keys=True) + "\n").encode())
+        text = json.dumps(receipt, indent=2, sort_keys=True) + "\n"
+        write_atomic(job_path(self.root, RECEIPT_FILE), sealed_document(self.sealer(), receipt, text, "receipts").encode())
 
     def read_receipt(self) -> bytes | None:
         try:
             with open(job_path(self.root, RECEIPT_FILE), "rb") as fh:
-                return fh.read()
+                raw = fh.read()
         except FileNotFoundError:
             return None
+        return opened_document(self.sealer, raw, "receipts")
 
     def check_whole(self) -> str:
         check_state_dir_safe(self.root)
@@ -5812,6 +6261,74 @@ def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | N
     return checks
 
 
+# -- verify of a job whose content cannot be read here: no key given, or shredded ------------------------------------
+SEALED_SIGNATURES = "not checked: the records they sign are sealed at rest (give the key to check them)"
+
+
+def run_check(checks: list, name: str, fn) -> None:
+    """One check of verify's report: its detail, or why it failed (a damaged state fails it, never crashes verify)."""
+    try:
+        checks.append({"name": name, "ok": True, "detail": fn() or "ok"})
+    except JobError as exc:
+        checks.append({"name": name, "ok": False, "detail": str(exc)})
+    except Exception as exc:
+        checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
+
+
+def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
+    """verify without the job's content: the files, the seals, the journal's calls, the chain's order and every hash over
+    a record in clear (a shred's tombstone), and what it could not read. A shredded job passes ("content shredded");
+    one whose key was not given passes with a warning (its content unchecked), and fails under --strict."""
+    job = store.load_job()
+    journal = store.read_journal()
+    checks: list = []
+    store.sealed_unread = True
+    try:
+        if journal is not None:
+            journal.unread = set()
+            for table in SEALED_TABLES:  # each sealed value is counted, whatever the checks below read
+                journal.rows(f"SELECT * FROM {{{table}}}{{where}}") if journal.has_table(table) else None
+
+        def seals() -> str:
+            store.check_seals(job, mcp="sealed", program=False)
+            return f"manifest and sources match; {made_by(job)}"
+
+        run_check(checks, "files", store.check_whole)
+        run_check(checks, "seals", seals)
+        run_check(checks, "journal", lambda: journal_invariants(call_rows(journal), retry_keys(journal)))
+        run_check(checks, "chain", lambda: chain_structure(chain_links(journal)))
+        checks.append(content_check(sealer, (journal.unread if journal is not None else None) or set(), strict))
+        checks.append({"name": "signatures", "ok": not strict, "warning": True, "detail": SEALED_SIGNATURES})
+    finally:
+        if journal is not None:
+            journal.close()
+    return {"jobId": job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
+
+
+def content_check(sealer: Sealer, unread: set, strict: bool) -> dict:
+    places = sorted({f"{table}.{column}" for table, _, column in unread})
+    where = f"{len(unread)} sealed values ({', '.join(places)})" if unread else "its sealed values"
+    if sealer.why == "shredded":
+        return {"name": "content", "ok": True, "detail": f"content shredded: {sealer.refusal}; {where} stay, unreadable"}
+    return {"name": "content", "ok": not strict, "warning": True, "detail": f"content sealed at rest, not read: {where}; {KEY_FIX}"}
+
+
+def chain_structure(links: list) -> str:
+    """The chain's order without its sealed records: each link numbered in turn and naming the one before; the hash of
+    each link whose record is in clear recomputed."""
+    prev, clear = GENESIS, 0
+    for n, link in enumerate(links, 1):
+        if int(link["seq"]) != n or link["prev_sha256"] != prev:
+            raise SealError(f"links: link {n} does not follow link {n - 1} (a link was removed, added or reordered)")
+        if not is_sealed(link["record_json"]):
+            record = json.loads(link["record_json"])
+            if link_digest(n, prev, link["act"], link["tbl"], link["row_key"], record) != link["link_sha256"]:
+                raise SealError(f"links: link {n} ({link['act']}) does not hash to its link_sha256: it was changed")
+            clear += 1
+        prev = link["link_sha256"]
+    return f"{len(links)} links in order, each naming the one before; {clear} in clear rehashed, the rest sealed"
+
+
 def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:
     by_base: dict[str, list] = {}
     for r in calls:
@@ -6181,6 +6698,11 @@ def read_kept_receipt(path: str) -> dict:
         raise UsageError(f"--receipt {path}: cannot be read as a receipt ({clip(exc, 120)}); give the receipt.json you kept") from None
     if not isinstance(receipt, dict) or not isinstance(receipt.get("jobId"), str):
         raise UsageError(f"--receipt {path}: not a durable_job receipt (no jobId); give the receipt.json you kept")
+    if SEALED_DOCUMENT in receipt:
+        raise SealedError(
+            f"--receipt {path}: this receipt is sealed at rest (a job's own copy); write a readable one with "
+            "`inspect --receipt FILE` (the key given) and give that"
+        )
     return receipt
 
 
@@ -6523,6 +7045,7 @@ def sealing_new_job(store: Store, manifest: Manifest, manifest_path: str, raw: b
     if command == "start" and manifest["mode"] == "openai":
         check_provider_settings(manifest)  # a submit's job runs on a worker, whose own settings are checked there
     approval = read_approval(manifest_path)
+    kek_from_env()  # a key file named but unusable is refused before anything is written
     store.prepare_new()
     with store.lock(command):
         job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
@@ -7246,6 +7769,95 @@ def release(store: Store) -> dict:
         snap.close()
 
 
+def shred(store: Store) -> dict:
+    """Destroy a sealed job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
+    need_job_id(store)
+    if store.shared:
+        return team_part("store").shred_job(store)
+    job = store.load_job()
+    owner = store.people(job)["owner"]
+    if owner != store.principal():
+        raise DecisionError(f"job {job['jobId']} in {store.where()} is {owner}'s: only its owner shreds it")
+    with store.lock("shred"):
+        journal = store.journal()
+        try:
+            tombstone = shred_key(store, journal, job, store.principal())
+        finally:
+            journal.close()
+    crash_point("after-shred", job)
+    store.scrub_freed()
+    return {"jobId": job["jobId"], "shredded": tombstone}
+
+
+def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
+    """The shred itself, one transaction: the wrapped data key emptied (overwritten where the store can) and its tombstone
+    (who, when, the KEK's id) linked into the chain in clear; a job shredded already says when, and by whom."""
+    store.secure_writes(journal)
+    with journal.transaction():
+        row = data_key_row(journal)
+        if row is None:
+            raise UsageError(f"job {job['jobId']} is not sealed at rest: it has no data key to shred (delete the job instead)")
+        if row["shredded_utc"]:
+            return {
+                "act": "shred",
+                "kekId": row["kek_id"],
+                "principal": row["shredded_by"],
+                "shreddedUtc": row["shredded_utc"],
+                "again": True,
+            }
+        crash_point("before-shred", job)
+        stamp = now_utc()
+        journal.change(
+            "UPDATE {data_keys} SET wrapped = NULL, shredded_utc = {p.at}, shredded_by = {p.principal}{where}",
+            at=stamp,
+        )
+        record = {"act": "shred", "kekId": row["kek_id"], "principal": who, "shreddedUtc": stamp}
+        journal.sealer, journal.chained = None, chained(job)  # the tombstone stays in clear: it is what remains
+        append_link(journal, "shred", "data_keys", "data", record)
+        crash_point("in-shred", job)
+    return record
+
+
+def rotate_key(store: Store, new_key_file: str) -> dict:
+    """Rewrap the data key under a new key-encryption key (a store: every live job's, one transaction); content untouched."""
+    new = read_kek_file(new_key_file, "--new-key-file")
+    old = kek_from_env()
+    if old is None:
+        raise UsageError(f"rotate-key needs the current key as well as the new one: {KEY_FIX}")
+    if store.shared:
+        return team_part("store").rotate_keys(store, old, new)
+    job = store.load_job()
+    with store.lock("rotate-key"):
+        journal = store.journal()
+        try:
+            store.secure_writes(journal)
+            with journal.transaction():
+                done = rewrap(journal, job["jobId"], old, new)
+        finally:
+            journal.close()
+    store.scrub_freed()
+    return {"jobId": job["jobId"], "rotated": done, "kekId": new.id, "next": f"from now on {KEY_FILE_ENV} must name {new_key_file}"}
+
+
+def rewrap(journal: Journal, job_id: str, old: Kek, new: Kek) -> str:
+    """One job's data key rewrapped under `new` (in the caller's transaction); what was done."""
+    row = data_key_row(journal)
+    if row is None:
+        raise UsageError(f"job {job_id} is not sealed at rest: it has no data key to rewrap")
+    if row["shredded_utc"]:
+        return "shredded: no key to rewrap"
+    if row["kek_id"] == new.id:
+        return "already under the new key"
+    if row["kek_id"] != old.id:
+        raise rotated_refusal(job_id, row["kek_id"], old)
+    journal.change(
+        "UPDATE {data_keys} SET kek_id = {p.kek}, wrapped = {p.wrapped}{where}",
+        kek=new.id,
+        wrapped=new.wrap(old.unwrap(row["wrapped"], job_id), job_id),
+    )
+    return "rewrapped"
+
+
 def notify(
     *,
     store: str | None = None,
@@ -7513,6 +8125,11 @@ def verify(
     need_job_id(store)
     if store.has_job():
         store.check_files()  # a damaged or lost database is named before anything reads it
+        sealer = store.sealer()
+        if sealer is not None and sealer.cipher is None:
+            if sealer.why == "wrong-key":
+                raise SealedError(sealer.refusal)
+            return verify_sealed(store, sealer, strict)
     snap = read_snapshot(store)
     try:
         checks = verify_checks(snap, strict, allowed_signers, allowed_passkeys)
@@ -7994,6 +8611,7 @@ def prune(
     dry_run: bool = False,
     program: str | None = None,
     from_env: bool = False,
+    shred_sealed: bool = False,
 ) -> dict:
     """Remove what finished jobs no longer need: LangGraph's checkpoint history of each job decided or cancelled more
     than older_than days ago (a store's, as its administrator, or the state directories under roots).
@@ -8001,7 +8619,8 @@ def prune(
     Kept: the job record, the journal, the drafts, the results and decision as the chained history records them,
     the receipt and its signature, and (in the prune record) the last checkpoint values and the checkpoints' sha256,
     so inspect, jobs and verify still answer. A job is first marked, then pruned, then the mark finished: a kill
-    leaves it whole (unmarked) or marked, and the next prune finishes it.
+    leaves it whole (unmarked) or marked, and the next prune finishes it. `shred_sealed`: each such job sealed at rest is
+    shredded too, once pruned (its data key destroyed: see shred), in place of keeping its content.
     """
     if bool(store) == bool(roots):
         raise UsageError(f"prune needs --store URL (or {STORE_ENV}) or --root DIR, one")
@@ -8016,12 +8635,16 @@ def prune(
     out = []
     with prune_candidates(store, list(roots), program, from_env) as jobs_here:
         for one in jobs_here:
-            row = prune_row(one, set(phases), cutoff)
+            row = prune_row(one, set(phases), cutoff, shred_sealed)
             if row is None:
                 continue
-            if not dry_run:
+            if not dry_run and row["state"] != "pruned":
                 row["freedBytes"] = prune_job(one)
                 row["state"] = "pruned"
+            if shred_sealed and one.sealer() is not None:
+                row["state"] += ", would shred" if dry_run else ", shredded"
+                if not dry_run:
+                    shred(one)
             out.append(row)
     return {
         "dryRun": dry_run,
@@ -8053,13 +8676,19 @@ def prune_candidates(store: str | None, roots: list, program: str | None, from_e
         lister.close()
 
 
-def prune_row(store: Store, phases: set, cutoff: str) -> dict | None:
-    """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None."""
+def prune_row(store: Store, phases: set, cutoff: str, shred: bool = False) -> dict | None:
+    """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None;
+    with `shred`, a pruned job sealed at rest and not yet shredded too (a shredded job: None, nothing left to read)."""
+    sealer = store.sealer()
+    if sealer is not None and sealer.why == "shredded":
+        return None
     receipt = strict_json((store.read_receipt() or b"{}").decode("utf-8"))
     outcome = receipt.get("outcome") or ("decided" if receipt.get("final") else "cancelled" if receipt.get("cancel") else None)
     ended = (receipt.get("final") or {}).get("decidedAtUtc") or (receipt.get("cancel") or {}).get("cancelledAtUtc") or ""
+    to_shred = shred and sealer is not None
     pruned = store.pruned_record()
-    if outcome not in phases or not ended or ended > cutoff or (pruned is not None and pruned.get("prunedUtc")):
+    done = pruned is not None and pruned.get("prunedUtc")
+    if outcome not in phases or not ended or ended > cutoff or (done and not to_shred):
         return None
     job = store.load_job()
     return {
@@ -8067,7 +8696,7 @@ def prune_row(store: Store, phases: set, cutoff: str) -> dict | None:
         "outcome": outcome,
         "finishedUtc": ended,
         "freedBytes": store.checkpoint_bytes(job),
-        "state": "marked: to finish" if pruned is not None else "would prune",
+        "state": "pruned" if done else "marked: to finish" if pruned is not None else "would prune",
     }
 
 
@@ -8306,6 +8935,16 @@ def text_cancel(out: dict, store) -> list:
         lines.append(f"  pending call {key} stays visible; for accounting, check the provider's usage, then:")
         lines.append(f"    {reconcile_command(store, key)}")
     return lines
+
+
+def text_shred(out: dict, store) -> list:
+    t = out["shredded"]
+    again = " (already)" if t.get("again") else ""
+    return [f"  shredded{again}: by {t['principal']} at {t['shreddedUtc']}; the content is unreadable, the history and its hashes remain"]
+
+
+def text_rotate_key(out: dict, store) -> list:
+    return [f"  {out['rotated']}: the data key is wrapped under {out['kekId']}", f"  {out['next']}"]
 
 
 def text_release(out: dict, store) -> list:
@@ -8566,6 +9205,16 @@ def cmd_cancel(args) -> dict:
     return cancel(store_from(args), **flags_of(args, "reviewer", "reason"), sign_key=signing_key(args))
 
 
+def cmd_shred(args) -> dict:
+    """Destroy a sealed job's data key: its content unreadable for good; its ids, hashes, chain and signatures remain."""
+    return shred(store_from(args))
+
+
+def cmd_rotate_key(args) -> dict:
+    """Rewrap sealed jobs' data keys under a new key-encryption key (the current one given as usual); content untouched."""
+    return rotate_key(store_from(args), args.new_key_file)
+
+
 def cmd_release(args) -> dict:
     """Lift the job's hold once its cause is fixed: the store's workers take it on again (runs nothing)."""
     return release(store_from(args))
@@ -8678,7 +9327,7 @@ def cmd_prune(args) -> dict:
         program=args.program,
         from_env=not args.store,
         phases=args.phases or PRUNE_PHASES,
-        **flags_of(args, "older_than", "dry_run"),
+        **flags_of(args, "older_than", "dry_run", "shred_sealed"),
     )
 
 
@@ -8760,7 +9409,7 @@ class Command:
 
     def flag_names(self) -> list:
         """Every flag this command takes (positional arguments are not flags)."""
-        common = ["--state-dir", "--store", "--job"] if self.state_dir else []
+        common = ["--state-dir", "--store", "--job", "--key-file"] if self.state_dir else []
         common += ["--json", "--text", "--help", "-h"]
         return common + [name for names, _ in self.flags for name in names if name.startswith("-")]
 
@@ -8788,10 +9437,14 @@ ROOT_FLAG = flag("--root", type=path_argument, action="append", help="a folder h
 NOTIFY_FLAG = flag("--notify", type=path_argument, metavar="FILE", help=f"the notification config to deliver by (default: ${NOTIFY_ENV})")
 SINCE_FLAG = flag("--since", metavar="DATE", help="only jobs created on or after this UTC date or time (2026-12-01)")
 PAGE_ON_TERMINAL = 50  # jobs a page shows on a terminal unless --limit says; piped, every job unless it says
+KEY_FLAG = flag(
+    "--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})"
+)
 ADDRESS_FLAGS = [
     flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),
     STORE_FLAG,
     flag("--job", metavar="JOB_ID", help="the job's id in the --store (start: the manifest's jobId, checked)"),
+    KEY_FLAG,
 ]
 WHO_FLAGS = [flag("--reviewer", required=True, help="who takes this action"), flag("--reason", required=True, help="why")]
 BOUND_FLAG = flag("--results-sha256", help="refuse unless the results are still exactly these (from inspect)")
@@ -8901,6 +9554,20 @@ COMMANDS = {
     ),
     "cancel": Command(cmd_cancel, text_cancel, [*WHO_FLAGS, SIGN_FLAG]),
     "release": Command(cmd_release, text_release),
+    "shred": Command(cmd_shred, text_shred),
+    "rotate-key": Command(
+        cmd_rotate_key,
+        text_rotate_key,
+        [
+            flag(
+                "--new-key-file",
+                required=True,
+                type=path_argument,
+                metavar="FILE",
+                help=f"the new key-encryption key (32 random bytes); the current one is {KEY_FILE_ENV} or --key-file",
+            )
+        ],
+    ),
     "retry": Command(
         cmd_retry,
         text_retry,
@@ -8942,6 +9609,7 @@ COMMANDS = {
         text_jobs,
         [
             STORE_FLAG,
+            KEY_FLAG,
             ROOT_FLAG,
             flag("--phase", dest="phases", action="append", default=[], metavar="PHASE", help="only jobs in this phase (repeatable)"),
             flag("--owner", metavar="ROLE", help="only jobs this role (or account, under --root) owns"),
@@ -8982,6 +9650,7 @@ COMMANDS = {
         text_migrate,
         [
             STORE_FLAG,
+            KEY_FLAG,
             flag(
                 "--grant", action="append", metavar="ROLE", help="let ROLE (a person) own, review and decide jobs (repeatable); no CREATE"
             ),
@@ -9002,6 +9671,7 @@ COMMANDS = {
             flag("--manifest", type=path_argument, help="one approved manifest JSON file (its job's own document, as before)"),
             STORE_FLAG,
             flag("--job", metavar="JOB_ID", help="the manifest's jobId (checked)"),
+            KEY_FLAG,
             flag(
                 "manifests",
                 nargs="*",
@@ -9030,6 +9700,13 @@ COMMANDS = {
                 help="decided or cancelled (repeatable; default both)",
             ),
             flag("--dry-run", action="store_true", help="print what would go and the bytes it frees; change nothing"),
+            flag(
+                "--shred",
+                dest="shred_sealed",
+                action="store_true",
+                help="also shred each job sealed at rest: its content destroyed for good (see shred)",
+            ),
+            KEY_FLAG,
         ],
         state_dir=False,
     ),
@@ -9078,6 +9755,7 @@ COMMANDS = {
         text_work,
         [
             STORE_FLAG,
+            KEY_FLAG,
             flag(
                 "--until-idle",
                 action="store_true",
@@ -9289,6 +9967,8 @@ def main(argv=None) -> int:
     try:
         args = parse_command_line(argv)
         args.user_umask, args.program, args.opened, args.secrets = user_umask, program_name(), None, secrets
+        if getattr(args, "key_file", None):
+            os.environ[KEY_FILE_ENV] = args.key_file  # read where a key is needed, and by the processes this one starts
         command = COMMANDS[args.command]
         with span(f"durable_job {args.command}", {"durable_job.command": args.command}) as current:
             out = command.run(args)

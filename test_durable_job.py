@@ -720,7 +720,7 @@ def test_a_misspelled_flag_is_named_with_the_closest_one_not_reported_as_a_missi
         "unknown flag --decison for decide", "did you mean --decision?", "decide --help"
     )
     ws.run("resume", "--manifest", ws.manifest).held(
-        "unknown flag --manifest for resume", "it takes --state-dir, --store, --job, --json, --text", "resume --help"
+        "unknown flag --manifest for resume", "it takes --state-dir, --store, --job, --key-file, --json, --text", "resume --help"
     )
     ws.run("status", "extra").held("unexpected argument 'extra' for status", "status --help")
 

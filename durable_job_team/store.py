@@ -30,6 +30,8 @@ from typing import cast
 
 from durable_job import (
     COMMAND_ACTS,
+    KEY_FILE_ENV,
+    KEY_FIX,
     LG_CHANNEL_VALUES,
     LG_CHANNEL_VERSIONS,
     LG_EMPTY_TYPE,
@@ -43,11 +45,15 @@ from durable_job import (
     CheckpointState,
     Dialect,
     Holder,
+    Item,
     Job,
     JobError,
     Journal,
+    Kek,
     Manifest,
     ManifestError,
+    SealedError,
+    Sealer,
     SealError,
     Secrets,
     Snapshot,
@@ -64,20 +70,34 @@ from durable_job import (
     checkpoint_serializer,
     clip,
     command_line,
+    crash_point,
     decode_checkpoint,
     default_program,
+    is_sealed,
     job_row,
+    keep_data_key,
     keeps,
+    kek_from_env,
     make_snapshot,
     may_by_rule,
+    new_sealer,
     now_utc,
+    opened_checkpoint,
+    opened_document,
+    opened_pruned,
+    opened_source,
     parse_manifest,
     passkey_select,
     plain_value,
     pruned_checkpoint,
     read_checkpoint,
     redact,
+    rotated_refusal,
+    sealed_document,
+    sealed_pruned,
+    sealed_source,
     sha256_hex,
+    shred_key,
     source_failure,
     strict_json,
     taken_error,
@@ -214,6 +234,7 @@ PG_SETUP_MIGRATIONS = (
     "m012_passkeys",
     "m013_holds",
     "m014_outbox",
+    "m015_sealed",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -244,6 +265,8 @@ STORE_TABLES = (  # every table a store's migrations make (LangGraph's among the
     "passkeys",
     "holds",
     "outbox",
+    "sealing",
+    "data_keys",
 )
 NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
 
@@ -381,6 +404,7 @@ class PgCheckpointRows(CheckpointRows):
 
     def __init__(self, journal: PgJournal, where: str, threads: list[str]):
         self.journal, self.where = journal, where
+        self.sealer = lambda: journal.sealer or (journal.sealer_of() if journal.sealer_of else None)  # for a sealed value
         self.latest_of: dict[str, tuple[str, dict]] = {}
         self.writes_of: dict[tuple[str, str], list] = {}
         if threads:
@@ -410,7 +434,7 @@ class PgCheckpointRows(CheckpointRows):
                 ns=LG_ROOT_NAMESPACE,
             ):
                 if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
-                    value = decode_checkpoint(blob["type"], bytes(blob["blob"]), self.where)
+                    value = decode_checkpoint(*opened_checkpoint(self.sealer, blob["type"], bytes(blob["blob"])), self.where)
                     self.latest_of[blob["thread_id"]][1][blob["channel"]] = plain_value(value, blob["channel"], self.where)
         latest = [(thread, cid) for thread, (cid, _) in self.latest_of.items()]
         for w in self.journal.rows(
@@ -424,7 +448,8 @@ class PgCheckpointRows(CheckpointRows):
             ns=LG_ROOT_NAMESPACE,
             channels=list(LG_SAVED_CHANNELS),
         ):
-            self.writes_of.setdefault((w["thread_id"], w["checkpoint_id"]), []).append((w["channel"], w["type"], w["blob"]))
+            saved = (w["channel"], *opened_checkpoint(self.sealer, w["type"], w["blob"]))
+            self.writes_of.setdefault((w["thread_id"], w["checkpoint_id"]), []).append(saved)
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
         return self.latest_of.get(thread_id)
@@ -639,6 +664,7 @@ class PgStore(Store):
         closing this store closes (so a caller that opened one store has one thing to close)."""
         other = self.named_store(job_id)
         other.reader = self.db().for_job(job_id)
+        other.reader.sealer_of = other.sealer
         return other
 
     def named_store(self, job_id: str) -> PgStore:
@@ -747,11 +773,13 @@ class PgStore(Store):
     def db(self) -> PgJournal:
         """The writer's journal while locked, else the read journal (on this store's work connection)."""
         if self.writer is not None:
+            self.writer.sealer_of = self.sealer
             return self.writer
         if self.reader is None:
             self.reader = PgJournal(
                 self.work_connection(f"durable_job read {os.getpid()}"), self.job_id, self.failure, owns=False, secrets=self.secrets
             )
+            self.reader.sealer_of = self.sealer
         return self.reader
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
@@ -838,7 +866,11 @@ class PgStore(Store):
                 manifest["items"][0]["id"],
                 f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup",
             )
-        texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}
+        pairs: Iterator[tuple[Item, bytes]] = zip(manifest["items"], stored)
+        if self.sealed_unread:  # verify without the key: the sources it cannot read are left to the `content` check
+            pairs = ((item, data) for item, data in pairs if not is_sealed(bytes(data).decode("latin-1")))
+        opened = [(item, opened_source(self.sealer, self.job_id, item["id"], data)) for item, data in pairs]
+        texts = {item["id"]: check_source_bytes(item, data) for item, data in opened}
         return manifest, texts
 
     def prepare_new(self) -> None:
@@ -864,7 +896,8 @@ class PgStore(Store):
                 f"(a worker runs jobs, nothing else); the store's administrator grants one with "
                 f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
             )
-        data = [sources[item["id"]].encode("utf-8") for item in manifest["items"]]
+        sealer, wrapped = self.start_sealing(writer, job)
+        data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
         if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         with writer.transaction():
@@ -888,6 +921,9 @@ class PgStore(Store):
                 writer.conn.execute(
                     "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
                 )
+                if sealer is not None:  # the data key before the first link: every record of the job is sealed
+                    keep_data_key(writer, cast(Kek, kek_from_env()), cast(str, wrapped))
+                    writer.sealer, self.sealing = sealer, [sealer]
                 writer.chained = chained(job)
                 append_link(writer, "seal", "jobs", job["jobId"], job)  # the chain's first link, in the seal's commit
         if cursor.rowcount != 1:
@@ -965,10 +1001,54 @@ class PgStore(Store):
         """The journal on the lock's own connection: every row is written where the lock is held."""
         if self.writer is None:
             raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
+        if self.writer.sealer is None:
+            self.writer.sealer = self.sealer(self.writer)
         return self.writer
 
     def read_journal(self) -> PgJournal:
         return self.db()
+
+    def scrub_freed(self) -> None:
+        """The old wrapped keys' dead rows vacuumed away (the write-ahead log and backups keep them: rotate the key)."""
+        conn = self.connect(f"durable_job vacuum {os.getpid()}")
+        try:
+            conn.execute("VACUUM durable_job.data_keys")
+        except Exception:  # only the table's owner vacuums it: the rows are unreadable without the old key all the same
+            pass
+        finally:
+            conn.close()
+
+    sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
+
+    def sealer(self, journal: Journal | None = None) -> Sealer | None:
+        """The job's Sealer (None: not sealed at rest), from its data_keys row, read once a command."""
+        if self.sealing is None:
+            db = cast(PgJournal, journal or self.db())
+            made = db.rows("SELECT to_regclass('durable_job.data_keys') IS NOT NULL AS made")[0]["made"]
+            row = (
+                db.row(
+                    "SELECT kek_id, wrapped, created_utc, shredded_utc, shredded_by FROM durable_job.data_keys WHERE job_id = {p.job}",
+                    job=self.job_id,
+                )
+                if made
+                else None
+            )
+            live = row is not None and not row.get("shredded_utc")
+            self.sealing = [Sealer.of_row(self.job_id, row, kek_from_env() if live else None, self.public)]
+        return self.sealing[0]
+
+    def start_sealing(self, writer: PgJournal, job: Job) -> tuple[Sealer | None, str | None]:
+        """A new job's Sealer and its wrapped data key when a key is given (or the store seals every job: then refused
+        without one), before anything of the job is written."""
+        kek = kek_from_env()
+        made = writer.rows("SELECT to_regclass('durable_job.sealing') IS NOT NULL AS made")[0]["made"]
+        marked = writer.row("SELECT kek_id, since_utc FROM durable_job.sealing") if made else None
+        if kek is None and marked is not None:
+            raise SealedError(f"the store {self.public} seals every new job at rest (since {marked['since_utc']}): {KEY_FIX}")
+        if kek is None:
+            return None, None
+        sealer, wrapped = new_sealer(kek, job["jobId"])
+        return sealer, wrapped
 
     # -- checkpoints -----------------------------------------------------------
 
@@ -1007,16 +1087,16 @@ class PgStore(Store):
                 store.journal().alive()
                 return super().put_writes(*a, **kw)
 
-        return LockedSaver(conn, serde=checkpoint_serializer())
+        return LockedSaver(conn, serde=checkpoint_serializer(self.sealer()))
 
     def pruned_record(self) -> dict | None:
         if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
-            return strict_json(self.row["pruned"]) if self.row["pruned"] else None
+            return opened_pruned(self.sealer, strict_json(self.row["pruned"])) if self.row["pruned"] else None
         db = self.db()
         if db.rows("SELECT to_regclass('durable_job.prunes') IS NOT NULL AS made")[0]["made"] is False:
             return None
         row = db.row("SELECT record_json FROM durable_job.prunes WHERE job_id = {p.job_id}")
-        return None if row is None else strict_json(row["record_json"])
+        return None if row is None else opened_pruned(self.sealer, strict_json(row["record_json"]))
 
     def read_checkpoint(self, job: Job) -> CheckpointState:
         db = self.db()
@@ -1057,7 +1137,7 @@ class PgStore(Store):
         self.journal().change(
             "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
             "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
-            record=json.dumps(record, sort_keys=True),
+            record=json.dumps(sealed_pruned(self.sealer(), record), sort_keys=True),
         )
 
     def passkey_rows(self) -> list[dict]:
@@ -1103,10 +1183,11 @@ class PgStore(Store):
         return self.read_receipt() is not None
 
     def write_receipt(self, receipt: dict) -> None:
+        text = json.dumps(receipt, indent=2, sort_keys=True) + "\n"
         self.journal().change(
             "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc, principal) "
             "VALUES ({p.job_id}, {p.receipt}, {p.stamp}, {p.principal}) ON CONFLICT (job_id) DO NOTHING",  # written once, never over
-            receipt=json.dumps(receipt, indent=2, sort_keys=True) + "\n",
+            receipt=sealed_document(self.sealer(), receipt, text, "receipts"),
             stamp=now_utc(),
         )
 
@@ -1115,7 +1196,7 @@ class PgStore(Store):
         if db.rows("SELECT to_regclass('durable_job.receipts') IS NOT NULL AS made")[0]["made"] is False:
             return None
         row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
-        return None if row is None else row["receipt_json"].encode("utf-8")
+        return None if row is None else opened_document(self.sealer, row["receipt_json"].encode("utf-8"), "receipts")
 
     # -- verify ----------------------------------------------------------------
 
@@ -1241,6 +1322,7 @@ STORE_GRANTS = (
     "GRANT DELETE ON durable_job.calls TO {role}",
     "GRANT INSERT, UPDATE, DELETE ON durable_job.holds TO {role}",  # a run's refusal on its job (m013_holds)
     "GRANT INSERT, UPDATE ON durable_job.outbox TO {role}",  # notifications; a sender marks them delivered (m014_outbox)
+    "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
@@ -1294,6 +1376,7 @@ def migrate_schema(
             grant_store(target, db, role, "person")
         for role in grant_worker:
             grant_store(target, db, role, "worker")
+        sealing = mark_sealing(target, db)
         adopted = 0
         if owner:
             with db.transaction():
@@ -1308,8 +1391,80 @@ def migrate_schema(
         "granted": list(grant),
         "grantedWorkers": list(grant_worker),
         "adopted": adopted,
+        **sealing,
         "database": database,
         "publicMay": public,
+    }
+
+
+def mark_sealing(store: PgStore, db: PgJournal) -> dict:
+    """A migrate run with a key-encryption key: the store seals every new job from now on (its mark: the key's id, never
+    the key); without one, what the store says of itself."""
+    kek = kek_from_env()
+    if kek is not None:
+        if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
+            raise StateError(
+                f"turning sealing at rest on is the store's administrator's (the owner of schema durable_job in {store.public})"
+            )
+        with db.transaction():
+            db.change(
+                "INSERT INTO durable_job.sealing (kek_id, since_utc) VALUES ({p.kek}, {p.at}) ON CONFLICT (one) DO NOTHING",
+                kek=kek.id,
+                at=now_utc(),
+            )
+    marked = db.row("SELECT kek_id, since_utc FROM durable_job.sealing")
+    return {"sealedAtRest": None if marked is None else {"kekId": marked["kek_id"], "since": marked["since_utc"]}}
+
+
+def need_admin(store: PgStore, db: PgJournal, command: str) -> None:
+    """A friendly refusal first; the database refuses the write itself to any other role (no grant, no policy)."""
+    if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
+        raise StateError(
+            f"{command} is the store's administrator's (the owner of schema durable_job in {store.public}); role {db.principal or 'this role'} "
+            "may not: ask the administrator"
+        )
+
+
+def shred_job(store: PgStore) -> dict:
+    """shred in a store: the job's data key destroyed and its tombstone chained, in one transaction, by the administrator."""
+    need_admin(store, store.db(), "shred")
+    job = store.load_job()
+    with store.lock("shred"):
+        tombstone = shred_key(store, store.journal(), job, store.principal())
+    crash_point("after-shred", job)
+    store.scrub_freed()
+    return {"jobId": job["jobId"], "shredded": tombstone}
+
+
+def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
+    """rotate-key in a store: every live job's data key rewrapped under the new key, in one transaction (the administrator's)."""
+    db = store.db()
+    need_admin(store, db, "rotate-key")
+    counts = {"rewrapped": 0, "shredded": 0, "already": 0}
+    with db.transaction():
+        for row in db.rows("SELECT job_id, kek_id, wrapped, shredded_utc FROM durable_job.data_keys ORDER BY job_id FOR UPDATE"):
+            job_id = row["job_id"]
+            if row["shredded_utc"] or row["kek_id"] == new.id:
+                counts["shredded" if row["shredded_utc"] else "already"] += 1
+                continue
+            if row["kek_id"] != old.id:
+                raise rotated_refusal(job_id, row["kek_id"], old)
+            wrapped = new.wrap(old.unwrap(row["wrapped"], job_id), job_id)
+            db.change(
+                "UPDATE durable_job.data_keys SET kek_id = {p.kek}, wrapped = {p.wrapped} WHERE job_id = {p.job}",
+                kek=new.id,
+                wrapped=wrapped,
+                job=job_id,
+            )
+            counts["rewrapped"] += 1
+        db.change("UPDATE durable_job.sealing SET kek_id = {p.kek}", kek=new.id)
+    store.scrub_freed()
+    return {
+        "jobId": "",
+        "rotated": f"{counts['rewrapped']} jobs' data keys rewrapped",
+        "jobs": counts,
+        "kekId": new.id,
+        "next": f"from now on {KEY_FILE_ENV} must name the new key file",
     }
 
 
@@ -1387,7 +1542,7 @@ PAGE_FILTERS = {
 class LoadedCheckpointRows(CheckpointRows):
     """One thread's latest checkpoint as a listing's statement read it, as read_checkpoint asks for it (no more reads)."""
 
-    def __init__(self, where: str, row: dict):
+    def __init__(self, where: str, row: dict, sealer_of=None):
         self.where, self.found = where, None
         if row["checkpoint_id"] is None:
             return
@@ -1396,10 +1551,13 @@ class LoadedCheckpointRows(CheckpointRows):
         values = {key: inline[key] for key in STATE_KEYS if key in inline}
         for blob in row["blobs"] or []:
             if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
-                value = decode_checkpoint(blob["type"], bytes.fromhex(blob["blob"]), where)
+                value = decode_checkpoint(*opened_checkpoint(sealer_of, blob["type"], bytes.fromhex(blob["blob"])), where)
                 values[blob["channel"]] = plain_value(value, blob["channel"], where)
         self.found = (row["checkpoint_id"], values)
-        self.saved = [(w["channel"], w["type"], None if w["blob"] is None else bytes.fromhex(w["blob"])) for w in row["writes"] or []]
+        self.saved = [
+            (w["channel"], *opened_checkpoint(sealer_of, w["type"], None if w["blob"] is None else bytes.fromhex(w["blob"])))
+            for w in row["writes"] or []
+        ]
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
         return self.found
@@ -1408,15 +1566,15 @@ class LoadedCheckpointRows(CheckpointRows):
         return self.saved if self.found else []
 
 
-def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None) -> CheckpointState:
+def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None, sealer_of=None) -> CheckpointState:
     """A listed job's checkpoint: a finished one's is its decision row alone, never a receipt's JSON (a listing row needs
     no more of it; not reading every finished job's checkpoint took a 10,000-job listing from 2.8 s to 1.8 s); a pruned
     one's, what prune kept; any other's, its latest checkpoint as the statement read it."""
     if row["pruned"]:
-        return pruned_checkpoint(strict_json(row["pruned"]))
+        return pruned_checkpoint(opened_pruned(sealer_of, strict_json(row["pruned"])))
     if row["finished"]:
         return {"values": {"final": decision} if decision else {}, "waiting": False, "savedDecision": None}
-    return read_checkpoint(LoadedCheckpointRows(where, row), job["threadId"])
+    return read_checkpoint(LoadedCheckpointRows(where, row, sealer_of), job["threadId"])
 
 
 def store_page(
@@ -1427,6 +1585,7 @@ def store_page(
     whose values `params` holds; `limit` None: every job. The caller closes the lister's connection."""
     db = lister.db()
     where = "".join(f" AND {PAGE_FILTERS[name]}" for name in filters)
+    db.opens = False  # each row's sealed values are its own job's: opened below, with that job's key
     try:
         rows = db.rows(
             STORE_PAGE_SQL.replace("{filters}", where),
@@ -1437,14 +1596,17 @@ def store_page(
             **(params or {}),
         )
     except StateError:  # asked only after a failure, so that a page is one statement
+        db.opens = True
         if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
             return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
         raise
+    db.opens = True
     page: list[tuple[tuple, PgStore, Snapshot | StateError]] = []
-    for row in rows:
-        store = lister.for_job(row["job_id"])
-        store.row = row
+    for found in rows:
+        store = lister.for_job(found["job_id"])
+        store.row = row = found
         try:
+            row = opened_row(found, store)
             job = store.load_job()
             where_kept = f"the checkpoint tables of job {row['job_id']} in {lister.public}"
             decision = row["decision"] and {**json.loads(row["decision"]["record"]), "principal": row["decision"]["principal"]}
@@ -1453,8 +1615,8 @@ def store_page(
             snapshot: Snapshot | StateError = make_snapshot(
                 store,
                 job,
-                db.for_job(row["job_id"]),
-                with_decision(listed_checkpoint(row, where_kept, job, decision or None), decision or None),
+                store.db(),
+                with_decision(listed_checkpoint(row, where_kept, job, decision or None, store.sealer), decision or None),
                 row["calls"] or [],
                 json.loads(row["cancel"]) if row["cancel"] else None,
                 draft or None,
@@ -1464,8 +1626,41 @@ def store_page(
             )
         except StateError as exc:
             snapshot = exc
+        except SealedError as exc:  # listed all the same, by its ids, with why its content is not shown
+            snapshot = StateError(str(exc))
         page.append(((row["created_utc"], row["job_id"]), store, snapshot))
     return page
+
+
+def opened_row(row: dict, store: PgStore) -> dict:
+    """A listing's row with its job's sealed values opened with that job's key (a job not sealed: the row as it is)."""
+
+    def opened(value, table: str, key: str, column: str):
+        if not is_sealed(value):
+            return value
+        sealer = store.sealer()
+        if sealer is None:
+            raise SealedError(f"job {store.job_id} holds sealed values but no data key: restore the store from a backup")
+        return sealer.open(value, table, key, column)
+
+    row = dict(row)
+    row["cancel"] = opened(row["cancel"], "outcomes", "cancel", "record_json")
+    if row["draft"]:
+        row["draft"] = {**row["draft"], "results": opened(row["draft"]["results"], "drafts", str(row["draft"]["version"]), "results_json")}
+    if row["decision"]:
+        row["decision"] = {**row["decision"], "record": opened(row["decision"]["record"], "decisions", "decision", "record_json")}
+    if row["hold"]:
+        hold = row["hold"]
+        row["hold"] = {
+            **hold,
+            "message": opened(hold["message"], "holds", "hold", "message"),
+            "fix": opened(hold["fix"], "holds", "hold", "fix"),
+        }
+    row["calls"] = [
+        {**c, **{k: opened(c.get(k), "calls", c["operation_key"], k) for k in ("output_text", "reconciliation_json") if k in c}}
+        for c in row["calls"] or []
+    ]
+    return row
 
 
 # `usage` on a store: every job this role may see, with the usage of each of its calls made since the cutoff, in one
@@ -1545,7 +1740,20 @@ def store_job_rows(lister: PgStore, filters: dict, after: list | None, limit: in
     return [row for _, row in found], None
 
 
-DELETED_TABLES = ("outbox", "holds", "links", "decisions", "outcomes", "drafts", "call_events", "calls", "receipts", "prunes", "job_locks")
+DELETED_TABLES = (
+    "data_keys",
+    "outbox",
+    "holds",
+    "links",
+    "decisions",
+    "outcomes",
+    "drafts",
+    "call_events",
+    "calls",
+    "receipts",
+    "prunes",
+    "job_locks",
+)
 
 
 def delete_job(store: PgStore) -> dict:
