@@ -385,12 +385,13 @@ MUTANTS = [
         ["tests/test_work.py::test_sigterm_mid_call_lets_the_call_finish_sends_nothing_new_and_exits"],
     ),
     Mutant(
+        # (the worker's own in-process mark of a failed job is a third guard behind the hold and needs_person: a HOLD
+        # alone never reaches it, so the mutant sits where the hold is recorded)
         "worker-retries-a-held-job",
-        "work: a job that held in this worker is not tried again until it changes",
-        "            if not isinstance(exc, WorkerStopping):\n                self.failed[store.job_id] = self.mark_now(store, mark)",
-        "            if not isinstance(exc, WorkerStopping):\n                pass",
+        "work: a job a worker's program is refused by (its seals) is held: no worker tries it again until a person acts",
+        "            if ctx is not None or store.shared:\n                record_hold(store, ctx, job, exc)",
+        "            if ctx is not None:\n                record_hold(store, ctx, job, exc)",
         [f"{G}::test_a_worker_claims_only_what_needs_no_person"],
-        path=WORKERS_PY,
     ),
     # --- retry bounds -----------------------------------------------------------------------------------------
     Mutant(
