@@ -809,10 +809,13 @@ class PgStore(Store):
         """The job's row, or None in a store without it, or without the jobs table as this program reads it: a first
         set-up under way elsewhere adds the table (m001) and its owner and reviewers (m003) in two transactions."""
         db = db or self.db()
-        made = db.rows(
-            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('durable_job.jobs') "
-            "AND attname = 'reviewers' AND NOT attisdropped) AS made"
-        )[0]["made"]
+        made = (
+            self.pool.schema_ready
+            or db.rows(  # a schema found whole this process has them (ensure_schema)
+                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass('durable_job.jobs') "
+                "AND attname = 'reviewers' AND NOT attisdropped) AS made"
+            )[0]["made"]
+        )
         if not made:
             return None
         return db.row(
@@ -1024,7 +1027,7 @@ class PgStore(Store):
         """The job's Sealer (None: not sealed at rest), from its data_keys row, read once a command."""
         if self.sealing is None:
             db = cast(PgJournal, journal or self.db())
-            made = db.rows("SELECT to_regclass('durable_job.data_keys') IS NOT NULL AS made")[0]["made"]
+            made = self.pool.schema_ready or db.rows("SELECT to_regclass('durable_job.data_keys') IS NOT NULL AS made")[0]["made"]
             row = (
                 db.row(
                     "SELECT kek_id, wrapped, created_utc, shredded_utc, shredded_by FROM durable_job.data_keys WHERE job_id = {p.job}",
@@ -1041,7 +1044,7 @@ class PgStore(Store):
         """A new job's Sealer and its wrapped data key when a key is given (or the store seals every job: then refused
         without one), before anything of the job is written."""
         kek = kek_from_env()
-        made = writer.rows("SELECT to_regclass('durable_job.sealing') IS NOT NULL AS made")[0]["made"]
+        made = self.pool.schema_ready or writer.rows("SELECT to_regclass('durable_job.sealing') IS NOT NULL AS made")[0]["made"]
         marked = writer.row("SELECT kek_id, since_utc FROM durable_job.sealing") if made else None
         if kek is None and marked is not None:
             raise SealedError(f"the store {self.public} seals every new job at rest (since {marked['since_utc']}): {KEY_FIX}")
