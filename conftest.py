@@ -670,8 +670,8 @@ class Provider:
     def requests(self) -> list:
         if not os.path.exists(self.log):
             return []
-        with open(self.log) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        with open(self.log) as fh:  # a line the server is still writing (no newline yet) is not a request logged yet
+            return [json.loads(line) for line in fh if line.endswith("\n") and line.strip()]
 
     def response_file(self, logged: dict, path: str) -> str:
         """The --response-file a person writes from one line of this server's log, for an answer that never arrived."""
