@@ -206,6 +206,7 @@ class Worker:
         self.pid = os.getpid()
         self.stop = stop or threading.Event()
         self.guard = threading.Lock()
+        self.saying = threading.Lock()  # one thread's line at a time: print's text and newline are two writes
         self.busy: set = set()  # jobs this process runs right now
         self.failed: dict = {}  # job id -> progress_mark when it last failed here
         self.runs: list = []  # one record per finished run
@@ -213,7 +214,8 @@ class Worker:
 
     def say(self, text: str) -> None:
         """One line on stderr per job transition: when, which worker, what."""
-        print(f"{now_utc()[:19]}Z work {self.host}:{self.pid} {printable(text)}", file=sys.stderr, flush=True)
+        with self.saying:
+            print(f"{now_utc()[:19]}Z work {self.host}:{self.pid} {printable(text)}", file=sys.stderr, flush=True)
 
     def loop(self) -> None:
         """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
