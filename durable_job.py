@@ -2613,10 +2613,20 @@ class Journal(abc.ABC):
         with self.transaction():
             return self.run(template, params)[1]
 
-    def run(self, template: str, params: dict) -> tuple[list[dict], int]:
+    def write(self, template: str, **params) -> None:
+        """A writing statement whose answer the act does not need (a link, a notification's row), in a transaction of its
+        own unless the caller's is open: a backend may send it with the next statement that needs an answer, or with the
+        COMMIT (see PgJournal.send), its error then raised there."""
+        with self.transaction():
+            self.run(template, params, answer=False)
+
+    def run(self, template: str, params: dict, *, answer: bool = True) -> tuple[list[dict], int]:
         sql, names = self.dialect.render(template)
         values = {**params, "job_id": self.job_id, "principal": self.principal}
         with self.guard:
+            if not answer:
+                self.send(sql, names, [values[name] for name in names])
+                return [], -1
             rows, changed = self.execute(sql, names, [values[name] for name in names])
         if rows and self.opens and any(is_sealed(v) for row in rows for v in row.values()):
             rows = [self.opened(template, row) for row in rows]
@@ -2659,10 +2669,10 @@ class Journal(abc.ABC):
                 yield self
             except BaseException:
                 self.in_transaction, self.head = False, None  # a link written in it is gone with it
-                self.execute("ROLLBACK", [], [])
+                self.rollback()
                 raise
             self.in_transaction = False
-            self.execute("COMMIT", [], [])
+            self.commit()
 
     def open_transaction(self) -> None:
         """BEGIN, then `began` (rolled back if that refuses); a backend may do both in one round trip."""
@@ -2672,6 +2682,12 @@ class Journal(abc.ABC):
         except BaseException:
             self.execute("ROLLBACK", [], [])
             raise
+
+    def commit(self) -> None:
+        self.execute("COMMIT", [], [])
+
+    def rollback(self) -> None:
+        self.execute("ROLLBACK", [], [])
 
     def began(self) -> None:  # noqa: B027 (only a store's writer checks its lock)
         """Inside a transaction just begun: anything that must hold before a write."""
@@ -2684,6 +2700,10 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
         """Run one statement; (rows as dicts, rows changed)."""
+
+    def send(self, sql: str, names: list, values: list) -> None:
+        """Run one statement whose answer nobody reads (see write): here, at once."""
+        self.execute(sql, names, values)
 
     def has_table(self, name: str) -> bool:
         return True
@@ -2947,7 +2967,7 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
     with journal.transaction():
         head = chain_head(journal)
         seq, link = head["seq"] + 1, link_digest(head["seq"] + 1, head["sha256"], act, table, key, record)
-        journal.change(
+        journal.write(
             "INSERT INTO {links} ({job_col}seq, act, tbl, row_key, record_json, prev_sha256, link_sha256, at_utc) "
             "VALUES ({job_val}{p.seq}, {p.act}, {p.tbl}, {p.key}, {p.record}, {p.prev}, {p.link}, {p.at})",
             seq=seq,
@@ -2960,6 +2980,13 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
             at=now_utc(),
         )
         journal.head = {"seq": seq, "sha256": link}
+
+
+def sent_row(journal: Journal, table: str, **values) -> list[dict]:
+    """A row this act inserts, as the database stores it, for its link: the values sent, the journal's principal (the
+    one a store's database stamps is session_user, which its writer read as its principal; an administrator's is kept
+    as sent) and NULL in every other chained column (none has a default). So an insert need not wait for its answer."""
+    return [{column: values.get(column) for column in CHAIN_COLUMNS[table]} | {"principal": journal.principal}]
 
 
 def written_rows(journal: Journal, template: str, table: str, **params) -> list[dict]:
@@ -3000,20 +3027,18 @@ def link_result(journal: Journal, result: dict, then=None) -> None:
 
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
+    detail_json = None if detail is None else redact(json.dumps(detail, sort_keys=True), journal.secrets)
+    row = sent_row(journal, "call_events", operation_key=key, event=event, detail_json=detail_json, at_utc=now_utc())
     with journal.transaction():
-        written = written_rows(
-            journal,
+        journal.write(
             "INSERT INTO {call_events} ({job_col}operation_key, event, detail_json, at_utc, principal) "
             "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
-            "call_events",
             key=key,
             event=event,
-            detail=None
-            if detail is None
-            else journal.sealed("call_events", key, "detail_json", redact(json.dumps(detail, sort_keys=True), journal.secrets)),
-            at=now_utc(),
+            detail=None if detail_json is None else journal.sealed("call_events", key, "detail_json", detail_json),
+            at=row[0]["at_utc"],
         )
-        link_row(journal, "event", "call_events", key, written)
+        link_row(journal, "event", "call_events", key, row)
 
 
 # -- notifications: the outbox ------------------------------------------------
@@ -3039,7 +3064,7 @@ def add_notice(journal: Journal, event: str, phase: str, key: str, **fields) -> 
     payload = {"id": nid, "event": event, "jobId": notices.job_id, "phase": phase, "at": stamp, "principal": journal.principal}
     payload.update(notices.people())
     payload.update(fields)
-    journal.change(
+    journal.write(
         "INSERT INTO {outbox} ({job_col}id, event, payload_json, created_utc) VALUES ({job_val}{p.id}, {p.event}, {p.payload}, {p.at}) "
         "ON CONFLICT ({job_col}id) DO NOTHING",
         id=nid,
@@ -3061,6 +3086,17 @@ def latest_attempt(journal: Journal, base: str) -> CallRow | None:
     return cast(
         "CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1", base=base)
     )
+
+
+def attempts_so_far(journal: Journal, base: str) -> tuple[CallRow | None, int]:
+    """The latest attempt of this work (None before the first) and how many calls the job holds, in one statement."""
+    found = journal.rows(
+        "SELECT n.calls_held, c.* FROM (SELECT count(*) AS calls_held FROM {calls}{where}) n LEFT JOIN "
+        "(SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1) c ON 1 = 1",
+        base=base,
+    )[0]
+    used = int(found.pop("calls_held"))
+    return (cast("CallRow", found) if found["operation_key"] is not None else None), used
 
 
 def find_call(journal: Journal, key: str) -> CallRow | None:
@@ -3133,7 +3169,7 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
     base = base_key(job, item, prompt)
     digest = input_sha256(job, prompt)
     with journal.transaction():
-        row = latest_attempt(journal, base)
+        row, used = attempts_so_far(journal, base)
         if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         if row is not None and row["status"] == "pending":
@@ -3143,16 +3179,13 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             raise BudgetError(
                 f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it"
             )
-        used = journal.rows("SELECT count(*) AS n FROM {calls}{where}")[0]["n"]
         if used >= manifest["maxModelCalls"]:
             raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
         key = f"{base}:{attempt}"
         stamp = now_utc()
-        written = written_rows(
-            journal,
+        journal.write(
             "INSERT INTO {calls} ({job_col}operation_key, base_key, attempt, item_id, input_sha256, status, created_utc, updated_utc, "
             "principal) VALUES ({job_val}{p.key}, {p.base}, {p.attempt}, {p.item}, {p.digest}, 'pending', {p.stamp}, {p.stamp}, {p.principal})",
-            "calls",
             key=key,
             base=base,
             attempt=attempt,
@@ -3160,6 +3193,10 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             digest=digest,
             stamp=stamp,
         )
+        written = sent_row(
+            journal, "calls", operation_key=key, base_key=base, attempt=attempt, item_id=item["id"], input_sha256=digest, status="pending"
+        )
+        written[0].update(created_utc=stamp, updated_utc=stamp)
         link_row(journal, "call", "calls", key, written)
         detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
         record_event(journal, key, "dispatch", detail)

@@ -25,8 +25,8 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import cast
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 from durable_job import (
     COMMAND_ACTS,
@@ -235,6 +235,7 @@ PG_SETUP_MIGRATIONS = (
     "m013_holds",
     "m014_outbox",
     "m015_sealed",
+    "m016_lock_check",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -311,11 +312,26 @@ def store_migrations(names: tuple) -> list:
 PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
 
 
+# The job's lock checked by a statement that fails (SQLSTATE LOCK_LOST) when the lock's transaction is gone
+# (m016_lock_check): sent first in a writer's transaction, or before a checkpoint's writes, it aborts what follows it.
+LOCK_CHECK = "SELECT durable_job.lock_stands(%(holder)s, %(xact)s)"
+LOCK_LOST = "DJ001"
+
+
 class PgJournal(Journal):
     """A job's journal in a store, on a psycopg connection (a writer's, or the read connection).
 
     Any database error becomes the store's StateError (`on_error`): a dropped
     connection has lost the job's lock with it, and is never reopened.
+
+    Note to maintainers: a writer under the job's lock keeps its connection in psycopg's pipeline mode (`pipe`, from
+    PgLock.take to the lock's end). A statement whose answer is read (rows, a count) is sent with everything queued
+    before it and waited for (one round trip); one whose answer nobody reads (`send`: BEGIN, the lock's check, a
+    link, a notification) only joins the queue. So a transaction costs the round trips of what it reads, plus its
+    COMMIT's: the server runs the queue in order, and the first statement that fails (a policy's refusal, the lock's
+    check) aborts the transaction and is raised at the next answer awaited, where the act's ROLLBACK follows. No
+    COMMIT is ever queued behind a failure the act has not seen: a failed queue leaves the transaction aborted, and
+    its COMMIT is then a ROLLBACK.
     """
 
     dialect = PSYCOPG
@@ -325,17 +341,29 @@ class PgJournal(Journal):
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
         self.lock_xid: str | None = None  # and that transaction's id
+        self.pipe = None  # a writer's psycopg Pipeline while it holds the lock (see the note above)
+        self.unpipe: Callable[[], Any] | None = None
 
-    def lock_held_sql(self) -> str:
-        """The statement that says whether the lock's transaction still stands, its two values written in (both are the
-        server's own: a backend's pid and a transaction id, checked to be digits), so that it can follow BEGIN unprepared."""
+    def lock_values(self) -> tuple[str, str]:
+        """The lock's backend pid and transaction id, checked to be digits (both are the server's own), so that the
+        statements that check them may have them written in."""
         pid, xid = str(self.lock_pid), str(self.lock_xid)
         if not (pid.isdigit() and xid.isdigit()):
             raise self.on_error(RuntimeError(f"the job's lock names no transaction ({pid!r}, {xid!r})"))
+        return pid, xid
+
+    def lock_held_sql(self) -> str:
+        """The statement that says whether the lock's transaction still stands."""
+        pid, xid = self.lock_values()
         return (
             f"SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = {pid} AND locktype = 'transactionid' "
             f"AND transactionid::text = '{xid}' AND mode = 'ExclusiveLock' AND granted) AS held"
         )
+
+    def lock_check(self) -> dict:
+        """LOCK_CHECK's values: this writer's lock."""
+        pid, xid = self.lock_values()
+        return {"holder": int(pid), "xact": xid}
 
     def lock_lost(self) -> StateError:
         return self.on_error(RuntimeError("the connection that held the job's lock is gone"))
@@ -346,13 +374,19 @@ class PgJournal(Journal):
             raise self.lock_lost()
 
     def open_transaction(self) -> None:
-        """A writer's BEGIN and its lock's check (began) in one round trip (one simple query, two statements)."""
+        """A writer's BEGIN and its lock's check: queued (pipelined), or in one simple query's round trip."""
         if self.lock_pid is None:
             return super().open_transaction()
+        if self.pipe is not None:
+            self.send("BEGIN", [], [])
+            check = self.lock_check()
+            self.send(LOCK_CHECK, list(check), list(check.values()))
+            return None
         held = self.first_of_last(f"BEGIN; {self.lock_held_sql()}")
         if not held:
             self.execute("ROLLBACK", [], [])
             raise self.lock_lost()
+        return None
 
     def first_of_last(self, statements: str):
         """Run literal statements as one simple query; the first value of the last one's first row."""
@@ -362,10 +396,16 @@ class PgJournal(Journal):
                 pass
             return next(iter(cursor.fetchone().values()))
         except Exception as exc:
-            psycopg = sys.modules.get("psycopg")
-            if psycopg is not None and isinstance(exc, psycopg.Error):
-                raise self.on_error(exc) from None
-            raise
+            raise self.failed(exc) from None
+
+    def failed(self, exc: Exception) -> Exception:
+        """A database error as the store's StateError (the lock's check as the lost lock); anything else as it is."""
+        psycopg = sys.modules.get("psycopg")
+        if psycopg is None or not isinstance(exc, psycopg.Error):
+            return exc
+        if getattr(exc, "sqlstate", None) == LOCK_LOST:
+            return self.lock_lost()
+        return self.on_error(exc)
 
     def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
@@ -374,12 +414,54 @@ class PgJournal(Journal):
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
         try:
             cursor = self.conn.execute(sql, dict(zip(names, values)) if names else None)
+            if self.pipe is not None:
+                self.pipe.sync()  # this statement's answer, and every queued one's before it
             return (cursor.fetchall() if cursor.description else []), cursor.rowcount
         except Exception as exc:
-            psycopg = sys.modules.get("psycopg")
-            if psycopg is not None and isinstance(exc, psycopg.Error):
-                raise self.on_error(exc) from None
+            raise self.failed(exc) from None
+
+    def send(self, sql: str, names: list, values: list) -> None:
+        """Queued when pipelined (see the note above), else run at once."""
+        if self.pipe is None:
+            self.execute(sql, names, values)
+            return
+        try:
+            self.conn.execute(sql, dict(zip(names, values)) if names else None)
+        except Exception as exc:
+            raise self.failed(exc) from None
+
+    def commit(self) -> None:
+        """COMMIT, or (a queued statement failed: the transaction is aborted) ROLLBACK and the failure raised."""
+        try:
+            self.execute("COMMIT", [], [])
+        except BaseException:
+            self.rollback()
             raise
+
+    def rollback(self) -> None:
+        """ROLLBACK; when pipelined, a queued statement's failure (already the act's reason to roll back) is let go."""
+        if self.pipe is not None:
+            try:
+                self.pipe.sync()
+            except Exception:
+                pass
+        if self.conn.closed:
+            return
+        self.execute("ROLLBACK", [], [])
+
+    def pipelined(self) -> None:
+        """Under the job's lock: this connection in pipeline mode until unpipelined (see the note above)."""
+        stack = contextlib.ExitStack()
+        self.pipe = stack.enter_context(self.conn.pipeline())
+        self.unpipe = stack.close
+
+    def unpipelined(self) -> None:
+        unpipe, self.pipe, self.unpipe = self.unpipe, None, None
+        if unpipe is not None and not self.conn.closed:
+            try:
+                unpipe()
+            except Exception:
+                pass  # a broken connection is discarded by whoever gives it back
 
     def sole_writer(self) -> bool:
         return self.lock_pid is not None  # the job's lock keeps every other writer out while its transaction stands
@@ -607,9 +689,12 @@ class PgLock:
             )
         writer.lock_pid, writer.lock_xid = row["pid"], row["xid"]
         writer.head = None  # another writer may have added links since this one last wrote: read the head afresh once
+        writer.pipelined()
 
     def __exit__(self, *exc):
         store = self.store
+        if store.writer is not None:
+            store.writer.unpipelined()
         store.writer, store.locks = None, None
         conn, self.conn = self.conn, None
         if conn is not None:
@@ -651,6 +736,7 @@ class PgStore(Store):
         self.work_conn = None  # this store's connection for reads and the journal's writes, from the pool
         self.pool = PgConnections()  # shared with every store this one names (named_store)
         self.row: dict | None = None
+        self.checkpoint_modes: contextlib.ExitStack | None = None  # while a checkpoint connection is out: its pipeline's exit
 
     def for_manifest(self, manifest: Manifest) -> PgStore:
         if self.job_id and self.job_id != manifest["jobId"]:
@@ -1057,7 +1143,8 @@ class PgStore(Store):
 
     @contextlib.contextmanager
     def checkpoint_connection(self, synced: bool = True) -> Iterator:
-        """From the pool, given back after: its settings are its kind's, made once when it is opened."""
+        """From the pool, given back after: its settings are its kind's, made once when it is opened. While it is out,
+        a run's saver (checkpointer) may put it in pipeline mode; it leaves that mode before it goes back."""
         kind = "checkpoints" if synced else "checkpoints unsynced"
         conn = self.pool.take(kind, f"durable_job checkpoints {os.getpid()}")
         if conn is None:
@@ -1066,12 +1153,16 @@ class PgStore(Store):
             if not synced:  # a run of the items: see durable_job.run_graph
                 conn.execute("SET synchronous_commit = off")
         try:
-            yield conn
+            with contextlib.ExitStack() as self.checkpoint_modes:
+                yield conn
         finally:
+            self.checkpoint_modes = None
             self.pool.give(kind, conn)
 
     def checkpointer(self, conn):
-        """PostgresSaver (autocommit, dict rows, prepare_threshold=0) that checks the lock is still held before each write."""
+        """PostgresSaver (autocommit, dict rows, prepare_threshold=0) whose every write is refused once the job's lock is
+        gone: on a connection in pipeline mode, the lock's check goes out first in the same implicit transaction as the
+        saver's statements (one round trip; a lost lock aborts them all); else it is checked just before."""
         from langgraph.checkpoint.postgres import PostgresSaver
 
         if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
@@ -1080,17 +1171,31 @@ class PgStore(Store):
                 f"this program knows {CHECKPOINT_MIGRATION}): pip install -r {PG_REQUIREMENTS}"
             )
         store = self
+        modes = self.checkpoint_modes
+        pipe = modes.enter_context(conn.pipeline()) if modes is not None else None
 
         class LockedSaver(PostgresSaver):
+            fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
+
+            def checked(self, write, *a, **kw):
+                journal = store.journal()
+                if self.pipe is None:
+                    journal.alive()  # refused outside the lock, and once the lock's connection is gone
+                    return write(*a, **kw)
+                with self.fencing:
+                    try:
+                        conn.execute(LOCK_CHECK, journal.lock_check())
+                        return write(*a, **kw)
+                    except need_psycopg().Error as exc:
+                        raise journal.failed(exc) from None
+
             def put(self, *a, **kw):
-                store.journal().alive()  # refused outside the lock, and once the lock's connection is gone
-                return super().put(*a, **kw)
+                return self.checked(super().put, *a, **kw)
 
             def put_writes(self, *a, **kw):
-                store.journal().alive()
-                return super().put_writes(*a, **kw)
+                return self.checked(super().put_writes, *a, **kw)
 
-        return LockedSaver(conn, serde=checkpoint_serializer(self.sealer()))
+        return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.sealer()))
 
     def pruned_record(self) -> dict | None:
         if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
@@ -1328,6 +1433,7 @@ STORE_GRANTS = (
     "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
+    "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(integer, text) TO {role}",  # a writer's check of its lock (m016_lock_check)
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
 )
 
