@@ -2957,7 +2957,10 @@ def chain_head(journal: Journal) -> dict:
     if journal.head is not None and journal.sole_writer():
         return dict(journal.head)
     row = journal.row("SELECT seq, link_sha256 FROM {links}{where} ORDER BY seq DESC LIMIT 1")
-    return {"seq": 0, "sha256": GENESIS} if row is None else {"seq": int(row["seq"]), "sha256": row["link_sha256"]}
+    head = {"seq": 0, "sha256": GENESIS} if row is None else {"seq": int(row["seq"]), "sha256": row["link_sha256"]}
+    if journal.sole_writer():
+        journal.head = dict(head)  # read once: its own links keep it from here (a rollback forgets it)
+    return head
 
 
 def append_link(journal: Journal, act: str, table: str, key: str, record) -> None:
