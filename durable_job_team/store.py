@@ -235,7 +235,7 @@ PG_SETUP_MIGRATIONS = (
     "m013_holds",
     "m014_outbox",
     "m015_sealed",
-    "m016_lock_check",
+    "m016_floor",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -313,7 +313,7 @@ PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
 
 
 # The job's lock checked by a statement that fails (SQLSTATE LOCK_LOST) when the lock's transaction is gone
-# (m016_lock_check): sent first in a writer's transaction, or before a checkpoint's writes, it aborts what follows it.
+# (m016_floor): sent first in a writer's transaction, or before a checkpoint's writes, it aborts what follows it.
 LOCK_CHECK = "SELECT durable_job.lock_stands(%(holder)s, %(xact)s)"
 LOCK_LOST = "DJ001"
 
@@ -1433,7 +1433,7 @@ STORE_GRANTS = (
     "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
-    "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(integer, text) TO {role}",  # a writer's check of its lock (m016_lock_check)
+    "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(integer, text) TO {role}",  # a writer's check of its lock (m016_floor)
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
 )
 

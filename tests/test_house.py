@@ -109,7 +109,7 @@ RELEASED_MIGRATIONS = {
     "m013_holds": "1a2c214048a21a60501ec9ea250044d507d493ac0c7d39e1da68ec62ef3d2b42",
     "m014_outbox": "bc6deab567e96f3838612c7339eedc1e00e8e5493765aa6e05042d3d7d95ceff",
     "m015_sealed": "690c753c8c361896d043db195e7b285eb4ecb85624a3b3fa3582446fa826093b",
-    "m016_lock_check": "0104f260d273fbd25660c5c9b63a2b3e46dca48e2a27ada014401ec7e3cfefae",
+    "m016_floor": "2bcdff1a8087b5a20184cf61cbb415b8c68601933ca6a7f87df9b617a8a0dd3e",
 }
 
 
