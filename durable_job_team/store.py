@@ -314,7 +314,7 @@ PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
 
 # The job's lock checked by a statement that fails (SQLSTATE LOCK_LOST) when the lock's transaction is gone
 # (m016_floor): sent first in a writer's transaction, or before a checkpoint's writes, it aborts what follows it.
-LOCK_CHECK = "SELECT durable_job.lock_stands(%(holder)s, %(xact)s)"
+LOCK_CHECK = "SELECT durable_job.lock_stands(%(xact)s)"
 LOCK_LOST = "DJ001"
 
 
@@ -341,6 +341,7 @@ class PgJournal(Journal):
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
         self.lock_xid: str | None = None  # and that transaction's id
+        self.lock_xid8: str | None = None  # the same with its epoch (pg_current_xact_id)
         self.pipe = None  # a writer's psycopg Pipeline while it holds the lock (see the note above)
         self.unpipe: Callable[[], Any] | None = None
 
@@ -361,9 +362,8 @@ class PgJournal(Journal):
         )
 
     def lock_check(self) -> dict:
-        """LOCK_CHECK's values: this writer's lock."""
-        pid, xid = self.lock_values()
-        return {"holder": int(pid), "xact": xid}
+        """LOCK_CHECK's values: this writer's lock (its transaction's full id)."""
+        return {"xact": str(self.lock_xid8)}
 
     def lock_lost(self) -> StateError:
         return self.on_error(RuntimeError("the connection that held the job's lock is gone"))
@@ -403,8 +403,11 @@ class PgJournal(Journal):
         psycopg = sys.modules.get("psycopg")
         if psycopg is None or not isinstance(exc, psycopg.Error):
             return exc
-        if getattr(exc, "sqlstate", None) == LOCK_LOST:
-            return self.lock_lost()
+        cause: BaseException | None = exc
+        while cause is not None:  # a pipeline's later statements fail as "pipeline aborted", the check's failure before them
+            if getattr(cause, "sqlstate", None) == LOCK_LOST:
+                return self.lock_lost()
+            cause = cause.__context__
         return self.on_error(exc)
 
     def for_job(self, job_id: str) -> PgJournal:
@@ -667,7 +670,7 @@ class PgLock:
         try:
             conn.execute("BEGIN")
             row = conn.execute(
-                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid FROM durable_job.job_locks "
+                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid, pg_current_xact_id()::text AS xid8 FROM durable_job.job_locks "
                 "WHERE job_id = %s FOR UPDATE NOWAIT",
                 (store.job_id,),
             ).fetchone()
@@ -687,7 +690,7 @@ class PgLock:
             raise StateError(
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
-        writer.lock_pid, writer.lock_xid = row["pid"], row["xid"]
+        writer.lock_pid, writer.lock_xid, writer.lock_xid8 = row["pid"], row["xid"], row["xid8"]
         writer.head = None  # another writer may have added links since this one last wrote: read the head afresh once
         writer.pipelined()
 
@@ -1433,7 +1436,7 @@ STORE_GRANTS = (
     "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
-    "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(integer, text) TO {role}",  # a writer's check of its lock (m016_floor)
+    "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(text) TO {role}",  # a writer's check of its lock (m016_floor)
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
 )
 

@@ -217,6 +217,32 @@ def test_a_dropped_lock_connection_ends_the_run_with_a_hold(ws_store, provider, 
     assert status["phase"] == "uncertain-call" and [c[2] for c in status["calls"]] == ["pending"]
 
 
+def test_a_lost_lock_refuses_the_answer_that_arrives_after_it(ws_store, provider, pg_server):
+    """Only the lock's connection dropped (the journal's own stays up): the statement that checks the lock goes out first
+    in the answer's transaction and aborts it, so nothing of the answer is written and the call stays pending."""
+    ws = ws_store
+    proc = slow_openai_job(ws, provider, seconds=3)
+    killed = psql_rows(
+        pg_server,
+        ws.store,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'durable_job start %' "
+        "AND application_name NOT LIKE 'durable_job start journal %'",
+    )
+    assert killed.split() == ["t"]  # the lock's connection alone
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("HOLD: StateError: The store")
+        and "the connection that held the job's lock is gone" in lines[0]
+    ), err
+    assert len(provider.requests()) == 1
+    status = ws.run("status").ok()
+    assert status["phase"] == "uncertain-call" and [c[2] for c in status["calls"]] == ["pending"]
+    assert [e["event"] for e in ws.events()] == ["dispatch"]  # no completed event: the answer's transaction never committed
+
+
 def test_no_password_in_any_output_error_or_stored_row(pg_server, store_url, tmp_path):
     secret = password_of("alice")  # alice's real password, in the URL this time: the server checks it
     url = store_url.replace("postgresql://alice@", f"postgresql://alice:{secret}@")
