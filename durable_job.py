@@ -7043,7 +7043,8 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
         "final": values.get("final"),
         "interrupt": [{**review_bundle(ctx.job, results, draft), **review_step(ctx.store, ctx.job, results)}] if waiting else [],
     }
-    failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if waiting else []
+    failing = waiting and any(r.get("status") == "failed" for r in results)
+    failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
     if failed:
         out["failedItems"] = failed
     if existing is not None:

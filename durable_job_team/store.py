@@ -340,26 +340,9 @@ class PgJournal(Journal):
         super().__init__(job_id, principal, secrets)
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
-        self.lock_xid: str | None = None  # and that transaction's id
-        self.lock_xid8: str | None = None  # the same with its epoch (pg_current_xact_id)
+        self.lock_xid8: str | None = None  # and that transaction's full id (pg_current_xact_id: with its epoch)
         self.pipe = None  # a writer's psycopg Pipeline while it holds the lock (see the note above)
         self.unpipe: Callable[[], Any] | None = None
-
-    def lock_values(self) -> tuple[str, str]:
-        """The lock's backend pid and transaction id, checked to be digits (both are the server's own), so that the
-        statements that check them may have them written in."""
-        pid, xid = str(self.lock_pid), str(self.lock_xid)
-        if not (pid.isdigit() and xid.isdigit()):
-            raise self.on_error(RuntimeError(f"the job's lock names no transaction ({pid!r}, {xid!r})"))
-        return pid, xid
-
-    def lock_held_sql(self) -> str:
-        """The statement that says whether the lock's transaction still stands."""
-        pid, xid = self.lock_values()
-        return (
-            f"SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks WHERE pid = {pid} AND locktype = 'transactionid' "
-            f"AND transactionid::text = '{xid}' AND mode = 'ExclusiveLock' AND granted) AS held"
-        )
 
     def lock_check(self) -> dict:
         """LOCK_CHECK's values: this writer's lock (its transaction's full id)."""
@@ -370,33 +353,19 @@ class PgJournal(Journal):
 
     def began(self) -> None:
         """A writer writes only while its lock stands: the lock connection's transaction, seen from this connection."""
-        if self.lock_pid is not None and not self.rows(self.lock_held_sql())[0]["held"]:
-            raise self.lock_lost()
+        if self.lock_pid is not None:
+            check = self.lock_check()
+            self.execute(LOCK_CHECK, list(check), list(check.values()))
 
     def open_transaction(self) -> None:
-        """A writer's BEGIN and its lock's check: queued (pipelined), or in one simple query's round trip."""
-        if self.lock_pid is None:
+        """A writer's BEGIN and its lock's check, queued: answered with the transaction's first read, or its COMMIT."""
+        if self.pipe is None:
             return super().open_transaction()
-        if self.pipe is not None:
-            self.send("BEGIN", [], [])
+        self.send("BEGIN", [], [])
+        if self.lock_pid is not None:
             check = self.lock_check()
             self.send(LOCK_CHECK, list(check), list(check.values()))
-            return None
-        held = self.first_of_last(f"BEGIN; {self.lock_held_sql()}")
-        if not held:
-            self.execute("ROLLBACK", [], [])
-            raise self.lock_lost()
         return None
-
-    def first_of_last(self, statements: str):
-        """Run literal statements as one simple query; the first value of the last one's first row."""
-        try:
-            cursor = self.conn.execute(statements, prepare=False)
-            while cursor.nextset():
-                pass
-            return next(iter(cursor.fetchone().values()))
-        except Exception as exc:
-            raise self.failed(exc) from None
 
     def failed(self, exc: Exception) -> Exception:
         """A database error as the store's StateError (the lock's check as the lost lock); anything else as it is."""
@@ -635,7 +604,7 @@ class PgLock:
     that may not touch a job cannot hold it busy, as it could with an advisory lock's key seen in pg_locks.
     The server ends the transaction, freeing the row, when the process dies (TCP keepalives bound a lost
     host). The journal's writes, on another connection, check before each transaction that the lock's
-    transaction still stands (PgJournal.began). A `start` of a new job locks it as soon as its row is sealed.
+    transaction still stands (LOCK_CHECK, first in each). A `start` of a new job locks it as soon as its row is sealed.
     """
 
     def __init__(self, store: PgStore, command: str):
@@ -670,7 +639,7 @@ class PgLock:
         try:
             conn.execute("BEGIN")
             row = conn.execute(
-                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::xid::text AS xid, pg_current_xact_id()::text AS xid8 FROM durable_job.job_locks "
+                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8 FROM durable_job.job_locks "
                 "WHERE job_id = %s FOR UPDATE NOWAIT",
                 (store.job_id,),
             ).fetchone()
@@ -690,7 +659,7 @@ class PgLock:
             raise StateError(
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
-        writer.lock_pid, writer.lock_xid, writer.lock_xid8 = row["pid"], row["xid"], row["xid8"]
+        writer.lock_pid, writer.lock_xid8 = row["pid"], row["xid8"]
         writer.head = None  # another writer may have added links since this one last wrote: read the head afresh once
         writer.pipelined()
 

@@ -594,6 +594,22 @@ MUTANTS = [
         path=STORE_PY,
     ),
     Mutant(
+        "journal-writes-without-its-lock",
+        "store: a writer whose lock's connection is gone writes nothing more",
+        '        self.send("BEGIN", [], [])\n        if self.lock_pid is not None:',
+        '        self.send("BEGIN", [], [])\n        if False:',
+        ["tests/test_store.py::test_a_lost_lock_refuses_the_answer_that_arrives_after_it"],
+        path=STORE_PY,
+    ),
+    Mutant(
+        "checkpoints-written-without-the-lock",
+        "store: a lost lock aborts a checkpoint write in its own transaction",
+        "                        conn.execute(LOCK_CHECK, journal.lock_check())\n",
+        "",
+        ["tests/test_store.py::test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction"],
+        path=STORE_PY,
+    ),
+    Mutant(
         "migrate-while-held",
         "upgrades: migrate waits for a drained store",
         "        refuse_while_held(store, db)\n",

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import (
     PROGRAM,
     Result,
@@ -532,6 +534,39 @@ def test_a_store_opened_once_runs_job_after_job_on_the_same_connections_and_logs
         with dj.open_store(store=store_url, job=job_id) as store:
             calls = dj.status(store)["calls"]
             assert dj.resume(store)["interrupt"] and dj.status(store)["calls"] == calls
+
+
+def test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction(store_url, tmp_path, pg_server):
+    """LangGraph's saver, as a run uses it (its connection in pipeline mode): the lock's check goes out with each write,
+    in the same implicit transaction, so once the lock's connection is gone the write is refused whole and the store
+    keeps the checkpoints it had."""
+    import durable_job as dj
+
+    ws = Workspace(tmp_path, store=store_url)
+    ws.write_manifest()
+    with dj.open_store(store=store_url) as store:
+        assert dj.start(store, ws.manifest)["interrupt"]
+    counts = "SELECT (SELECT count(*) FROM durable_job.checkpoints) || ' ' || (SELECT count(*) FROM durable_job.checkpoint_writes)"
+    before = psql_rows(pg_server, store_url, counts)
+    with dj.open_store(store=store_url, job="journey") as store, store.lock("resume"), store.checkpoint_connection(synced=False) as conn:
+        saver = store.checkpointer(conn)
+        config = {"configurable": {"thread_id": ws.job()["threadId"], "checkpoint_ns": ""}}
+        latest = saver.get_tuple(config)
+        saver.put_writes(latest.config, [("results", [])], "task-before")  # the lock stands: written
+        assert psql_rows(pg_server, store_url, counts) != before
+        before = psql_rows(pg_server, store_url, counts)
+        killed = psql_rows(
+            pg_server,
+            store_url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'durable_job resume %' "
+            "AND application_name NOT LIKE 'durable_job resume journal %'",
+        )
+        assert killed.split() == ["t"]
+        with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
+            saver.put_writes(latest.config, [("results", [])], "task-after")
+        with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
+            saver.put(latest.config, latest.checkpoint, latest.metadata, {})
+    assert psql_rows(pg_server, store_url, counts) == before
 
 
 def test_a_script_that_closes_its_one_store_leaves_no_connection_behind(store_url, tmp_path):
