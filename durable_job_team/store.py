@@ -1324,8 +1324,13 @@ def migration_lock(store: PgStore, refused) -> Iterator[None]:
         try:
             lock.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
             lock.execute("CREATE TABLE IF NOT EXISTS durable_job.migrate_lock ()")
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, psycopg.errors.DuplicateSchema):
-            pass
+        except (
+            psycopg.errors.UniqueViolation,
+            psycopg.errors.DuplicateTable,
+            psycopg.errors.DuplicateSchema,
+            psycopg.errors.DuplicateObject,
+        ):
+            pass  # the other made it first (its table's row type can be the name that collides: "type … already exists")
         except psycopg.Error as exc:
             raise refused(exc) from None
         deadline = time.monotonic() + SETUP_WAIT_SECONDS
