@@ -2594,6 +2594,7 @@ class Journal(abc.ABC):
         self.in_transaction = False
         self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
+        self.results_linked: dict | None = None  # and each item's newest result link's record, likewise (link_result)
         self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
         self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
@@ -2668,7 +2669,8 @@ class Journal(abc.ABC):
             try:
                 yield self
             except BaseException:
-                self.in_transaction, self.head = False, None  # a link written in it is gone with it
+                self.in_transaction = False
+                self.forget()  # a link written in it is gone with it
                 self.rollback()
                 raise
             self.in_transaction = False
@@ -2682,6 +2684,10 @@ class Journal(abc.ABC):
         except BaseException:
             self.execute("ROLLBACK", [], [])
             raise
+
+    def forget(self) -> None:
+        """Drop what this journal remembers of the chain (its head, the items' result links): read afresh when next needed."""
+        self.head = self.results_linked = None
 
     def commit(self) -> None:
         self.execute("COMMIT", [], [])
@@ -2983,6 +2989,8 @@ def append_link(journal: Journal, act: str, table: str, key: str, record) -> Non
             at=now_utc(),
         )
         journal.head = {"seq": seq, "sha256": link}
+        if table == "results" and journal.results_linked is not None:
+            journal.results_linked[key] = json.loads(json.dumps(record))  # as a read of the link would give it
 
 
 def sent_row(journal: Journal, table: str, **values) -> list[dict]:
@@ -3019,14 +3027,25 @@ def link_result(journal: Journal, result: dict, then=None) -> None:
     if not journal.chained:
         return
     with journal.transaction():
-        last = journal.row(
-            "SELECT record_json FROM {links} WHERE {scope}tbl = 'results' AND row_key = {p.item} ORDER BY seq DESC LIMIT 1",
-            item=result["itemId"],
-        )
-        if last is None or json.loads(last["record_json"]) != result:
+        if last_result_link(journal, result["itemId"]) != result:
             append_link(journal, "result", "results", result["itemId"], result)
             if then is not None:
                 then(journal)
+
+
+def last_result_link(journal: Journal, item_id: str) -> dict | None:
+    """The record of the item's newest result link (None before its first). A job's only writer reads every item's once
+    and keeps them (append_link adds its own), as it keeps the chain's head."""
+    if not journal.sole_writer():
+        last = journal.row(
+            "SELECT seq, record_json FROM {links} WHERE {scope}tbl = 'results' AND row_key = {p.item} ORDER BY seq DESC LIMIT 1",
+            item=item_id,
+        )
+        return None if last is None else json.loads(last["record_json"])
+    if journal.results_linked is None:
+        rows = journal.rows("SELECT seq, row_key, record_json FROM {links} WHERE {scope}tbl = 'results' ORDER BY seq")
+        journal.results_linked = {r["row_key"]: json.loads(r["record_json"]) for r in rows}  # each item's newest last
+    return journal.results_linked.get(item_id)
 
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
@@ -5000,10 +5019,12 @@ def attach(
 
     journal = store.journal(seal_link)
     journal.notices = Notices(job, lambda: store.people(job))
-    with journal.transaction():
-        seal_link(journal)
-        if lifts_hold:
-            clear_hold(journal)
+    journal.chained = chained(job)
+    if lifts_hold or (journal.chained and chain_head(journal)["seq"] == 0):  # else nothing to write: no transaction
+        with journal.transaction():
+            seal_link(journal)
+            if lifts_hold:
+                clear_hold(journal)
     return Context(store, job, manifest, sources, journal, stop)
 
 

@@ -660,7 +660,7 @@ class PgLock:
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
         writer.lock_pid, writer.lock_xid8 = row["pid"], row["xid8"]
-        writer.head = None  # another writer may have added links since this one last wrote: read the head afresh once
+        writer.forget()  # another writer may have added links since this one last wrote: read the chain afresh once
         writer.pipelined()
 
     def __exit__(self, *exc):
