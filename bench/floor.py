@@ -675,6 +675,19 @@ class Floor:
         self.contenders.append(c)
         return c
 
+    def migrated_store(self, name: str, program: str) -> str:
+        """A new database of the run's server, set up (untimed) by that copy of this program's migrate; its URL."""
+        url = self.server.new_database(name)
+        migrate = subprocess.run(
+            [sys.executable, os.path.join(self.programs[program], "durable_job.py"), "migrate", "--store", url, "--json"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        if migrate.returncode != 0:
+            raise BenchError(f"migrate of the store ({program}) failed: {migrate.stderr.strip()[-600:]}")
+        return url
+
     def make_contenders(self) -> None:
         py, dj, before = sys.executable, os.path.join(BENCH, "floor_dj.py"), self.args.before
         dir_argv = [py, dj, "--kind", "dir", "--manifest", self.manifest, "--root", "{folder}"]
@@ -683,6 +696,7 @@ class Floor:
         self.children[first.key] = first.start()
         self.children[first.key].job(0)
         bodies = capture_bodies(self.log, self.root)
+        has_api = False
         if before:
             with open(os.path.join(self.programs["before"], "durable_job.py"), encoding="utf-8") as fh:
                 has_api = "def open_store(" in fh.read()
@@ -690,17 +704,13 @@ class Floor:
                 self.contender("dj-dir-before", f"this program @{before}, state dir", "SQLite", dir_argv, "before")
             else:
                 progress(f"--before {before}: that program has no command API; measured as a process only")
-        url = self.server.new_database("floor_dj")
-        migrate = subprocess.run(
-            [py, os.path.join(self.programs["now"], "durable_job.py"), "migrate", "--store", url, "--json"],
-            env=self.env,
-            capture_output=True,
-            text=True,
-        )
-        if migrate.returncode != 0:
-            raise BenchError(f"migrate of the store failed: {migrate.stderr.strip()[-600:]}")
+        url = self.migrated_store("floor_dj", "now")
         store_argv = [py, dj, "--kind", "store", "--manifest", self.manifest, "--root", "{folder}", "--store", url]
         self.contender("dj-store", "this program, store", "PostgreSQL", store_argv, "now", server=True)
+        if before and has_api:  # the program at REV on a store of its own, migrated by that program
+            old_url = self.migrated_store("floor_dj_before", "before")
+            old_argv = [*store_argv[:-1], old_url]
+            self.contender("dj-store-before", f"this program @{before}, store", "PostgreSQL", old_argv, "before", server=True)
         lg = os.path.join(BENCH, "floor_langgraph.py")
         lg_sqlite = [py, lg, "--kind", "sqlite", "--bodies", bodies, "--root", "{folder}"]
         self.contender("lg-sqlite", "LangGraph + SqliteSaver", "SQLite", lg_sqlite)
@@ -898,7 +908,7 @@ def report(run: Floor, load: tuple) -> int:
             ("fsyncs, that job on a state dir", "dj-dir", TARGET_DIR_FSYNCS, "lg-sqlite"),
         ):
             kind = "fsyncs" if what.startswith("fsyncs") else "commits"
-            before = counted("dj-dir-before", kind) if mine == "dj-dir" else "-"
+            before = counted(f"{mine}-before", kind)
             beside = counted(peer, kind) + ("" if before == "-" else f"; {before}")
             target(what, by_key[mine].counts[kind], limit, str(by_key[mine].counts[kind]), beside)
     floor = "" if floor_env else ", no floor"
@@ -911,6 +921,9 @@ def report(run: Floor, load: tuple) -> int:
         ratio = median(mine.ms) / median(peer.ms)
         shown = f"{ratio:.2f}x ({median(mine.ms):.0f} / {median(peer.ms):.0f} ms, {len(mine.ms)} rounds{floor})"
         beside = f"{by_key[graph].name}: {median(by_key[graph].ms) / median(peer.ms):.2f}x"
+        earlier = by_key.get(mine.key + "-before")
+        if earlier is not None:
+            beside += f"; @{args.before}: {median(earlier.ms) / median(peer.ms):.2f}x"
         target(what, ratio, TARGET_VS_DBOS, shown, beside, unit="x")
     if "before" in process:
         now, before = median(process["now"]), median(process["before"])
