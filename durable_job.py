@@ -4854,7 +4854,7 @@ def not_sent_failure(store: Store, item_id: str, url: str, exc: BaseException) -
     )
 
 
-def run_graph(ctx: Context, resume_value=None):
+def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
     """Continue the thread: from its sealed beginning when no checkpoint exists yet.
 
     No call goes out before the checkpoint file is open (its write lock tried:
@@ -4866,14 +4866,15 @@ def run_graph(ctx: Context, resume_value=None):
     the job then stands at an earlier step. That costs nothing the guarantee needs: every call's `pending` and
     `completed` rows are the journal's, committed to disk before the request and after the answer, so the steps
     run again find their answers there (or their uncertain calls) and nothing is sent twice. A person's decision
-    (a resume value) is saved synced: it ends the job.
+    (a resume value) is saved synced: it ends the job. `fresh`: the job was sealed by this command, so its thread
+    has no checkpoint yet and is not read for one.
     """
     traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision_run": resume_value is not None}
     with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
-        return invoke_graph(ctx, checkpoints, resume_value)
+        return invoke_graph(ctx, checkpoints, resume_value, fresh)
 
 
-def invoke_graph(ctx: Context, checkpoints, resume_value):
+def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
     from langgraph.types import Command
 
     app = build_graph(ctx, checkpoints)
@@ -4881,7 +4882,7 @@ def invoke_graph(ctx: Context, checkpoints, resume_value):
     try:
         if resume_value is not None:
             app.invoke(Command(resume=resume_value), config, durability="sync")
-        elif not app.get_state(config).values:
+        elif fresh or not app.get_state(config).values:
             app.invoke(initial_state(), config, durability="sync")
         else:
             app.invoke(None, config, durability="sync")
@@ -7088,7 +7089,7 @@ def start_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes) 
     with sealing_new_job(store, manifest, manifest_path, raw, "start") as (job, sources):
         ctx = attach(store, job, manifest, sources)
         try:
-            return run_output(ctx, run_graph(ctx), existing=False)
+            return run_output(ctx, run_graph(ctx, fresh=True), existing=False)
         except JobError as exc:
             record_refusal(store, ctx, job, exc)
             raise

@@ -47,7 +47,8 @@ How it is measured:
 * A whole job as a process: `python durable_job.py start --manifest M --state-dir NEW --json`, start-up included,
   wall time until it exits at the review, median of --process-runs (default 7); with --before REV the program
   as it was at REV (`git archive REV durable_job.py durable_job_team`, in a temporary folder) is measured in the
-  same run, alternating, as a process and in-process on a state directory.
+  same run, alternating, as a process and in-process on a state directory and on a store (a database of its own,
+  migrated by that program).
 
 What differs between the contenders besides their durability (so a reader can weigh the ratios):
 

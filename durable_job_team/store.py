@@ -325,7 +325,7 @@ class PgJournal(Journal):
     connection has lost the job's lock with it, and is never reopened.
 
     Note to maintainers: a writer under the job's lock keeps its connection in psycopg's pipeline mode (`pipe`, from
-    PgLock.take to the lock's end). A statement whose answer is read (rows, a count) is sent with everything queued
+    PgLock.take, or from the seal of the job a start makes, to the lock's end). A statement whose answer is read (rows, a count) is sent with everything queued
     before it and waited for (one round trip); one whose answer nobody reads (`send`: BEGIN, the lock's check, a
     link, a notification) only joins the queue. So a transaction costs the round trips of what it reads, plus its
     COMMIT's: the server runs the queue in order, and the first statement that fails (a policy's refusal, the lock's
@@ -422,7 +422,10 @@ class PgJournal(Journal):
         self.execute("ROLLBACK", [], [])
 
     def pipelined(self) -> None:
-        """Under the job's lock: this connection in pipeline mode until unpipelined (see the note above)."""
+        """Under the job's lock (and while a start seals its job): this connection in pipeline mode until unpipelined
+        (see the note above)."""
+        if self.pipe is not None:
+            return
         stack = contextlib.ExitStack()
         self.pipe = stack.enter_context(self.conn.pipeline())
         self.unpipe = stack.close
@@ -961,6 +964,7 @@ class PgStore(Store):
         data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
         if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
+        writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
         with writer.transaction():
             # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
             # the session runs with standard_conforming_strings off, and the store would keep other bytes
@@ -978,6 +982,7 @@ class PgStore(Store):
                     reviewers,
                 ),
             )
+            cast(Any, writer.pipe).sync()  # its answer: whether the row is new
             if cursor.rowcount == 1:
                 writer.conn.execute(
                     "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
