@@ -67,7 +67,10 @@ Targets (the floor issue; a MISS is reported, not failed: exit 0 unless --strict
 
 * commits of one whole 3-item start to the review, set-up included, on a new state directory <= 19; on a store <= 16
 * fsyncs of that job on a state directory <= 24
-* in-process time a job <= 1.0x DBOS's on the same backend (SQLite; PostgreSQL on the same server)
+* in-process time a job <= 1.0x DBOS's on the same backend (SQLite; PostgreSQL on the same server); on PostgreSQL
+  also the nearer target issue 32's closing note proposes, <= 1.5x: bare LangGraph with PostgresSaver is already
+  about 0.65x DBOS, and the journal's seven synchronous commits (the seal, and each call's pending and completed) at
+  the 2 ms floor add about 0.3x before any of its statements, links, policies or triggers run
 * a whole job as a process no slower than --before REV's (median wall-time ratio <= 1.0x; only with --before; the
   CPU and minimum ratios beside it are steadier when other work shares the machine, which the run notes from the
   load average)
@@ -111,6 +114,7 @@ TARGET_DIR_COMMITS = 19
 TARGET_STORE_COMMITS = 16
 TARGET_DIR_FSYNCS = 24
 TARGET_VS_DBOS = 1.0
+TARGET_VS_DBOS_STORE_PROPOSED = 1.5  # the nearer target for a store, measured why (see the docstring)
 TARGET_PROCESS = 1.0
 
 
@@ -926,6 +930,8 @@ def report(run: Floor, load: tuple) -> int:
         if earlier is not None:
             beside += f"; @{args.before}: {median(earlier.ms) / median(peer.ms):.2f}x"
         target(what, ratio, TARGET_VS_DBOS, shown, beside, unit="x")
+        if backend == "PostgreSQL":
+            target(f"{what} (proposed)", ratio, TARGET_VS_DBOS_STORE_PROPOSED, shown, beside, unit="x")
     if "before" in process:
         now, before = median(process["now"]), median(process["before"])
         shown = f"{now / before:.2f}x ({now:.0f} / {before:.0f} ms, {len(process['now'])} runs each)"

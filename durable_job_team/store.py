@@ -954,7 +954,11 @@ class PgStore(Store):
                 f"Manifest reviewers names {writer.principal}, the role sealing job {job['jobId']}: the reviewers a job names decide it, "
                 f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
             )
-        if not writer.rows("SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may")[0]["may"]:
+        rights = writer.rows(
+            "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone",
+            job=job["jobId"],
+        )[0]
+        if not rights["may"]:
             raise StateError(
                 f"Role {writer.principal} may not seal jobs in {self.public}: only a role granted as a person does "
                 f"(a worker runs jobs, nothing else); the store's administrator grants one with "
@@ -962,7 +966,7 @@ class PgStore(Store):
             )
         sealer, wrapped = self.start_sealing(writer, job)
         data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
-        if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:
+        if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
         with writer.transaction():
@@ -989,7 +993,8 @@ class PgStore(Store):
                 )
                 if sealer is not None:  # the data key before the first link: every record of the job is sealed
                     keep_data_key(writer, cast(Kek, kek_from_env()), cast(str, wrapped))
-                    writer.sealer, self.sealing = sealer, [sealer]
+                    writer.sealer = sealer
+                self.sealing = [sealer]  # its data key (or that it has none) is known: not read again this command
                 writer.chained = chained(job)
                 append_link(writer, "seal", "jobs", job["jobId"], job)  # the chain's first link, in the seal's commit
         if cursor.rowcount != 1:

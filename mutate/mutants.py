@@ -36,8 +36,8 @@ MUTANTS = [
     Mutant(
         "store-sources-unchecked",
         "seals: a store's sources are checked against their sha256 on every later command",
-        'texts = {item["id"]: check_source_bytes(item, bytes(data)) for item, data in zip(manifest["items"], stored)}',
-        'texts = {item["id"]: bytes(data).decode("utf-8") for item, data in zip(manifest["items"], stored)}',
+        'texts = {item["id"]: check_source_bytes(item, data) for item, data in opened}',
+        'texts = {item["id"]: bytes(data).decode("utf-8") for item, data in opened}',
         [f"{G}::test_a_stores_copies_of_the_manifest_and_sources_are_checked_on_every_later_command"],
         path=STORE_PY,
     ),
@@ -95,8 +95,8 @@ MUTANTS = [
     Mutant(
         "late-answer-overwrites",
         "journal: an answer for a call reconciled meanwhile writes nothing",
-        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = \'pending\'",\n            "calls",\n            output=output_text,',
-        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key}",\n            "calls",\n            output=output_text,',
+        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = \'pending\'",\n            "calls",\n            output=journal.sealed(',
+        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key}",\n            "calls",\n            output=journal.sealed(',
         ["test_durable_job.py::test_complete_call_changes_only_a_pending_row_and_stores_no_key"],
     ),
     Mutant(
@@ -588,7 +588,7 @@ MUTANTS = [
     Mutant(
         "tombstone-not-consulted",
         "delete: a deleted job's id stays taken, and says so",
-        '        if writer.rows("SELECT durable_job.tombstoned({p.job}) AS gone", job=job["jobId"])[0]["gone"]:',
+        '        if rights["gone"]:',
         "        if False:",
         ["tests/test_lasting.py::test_delete_is_the_administrators_and_its_tombstone_keeps_the_job_id_taken"],
         path=STORE_PY,
