@@ -3215,10 +3215,8 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
             digest=digest,
             stamp=stamp,
         )
-        written = sent_row(
-            journal, "calls", operation_key=key, base_key=base, attempt=attempt, item_id=item["id"], input_sha256=digest, status="pending"
-        )
-        written[0].update(created_utc=stamp, updated_utc=stamp)
+        pending = {"base_key": base, "attempt": attempt, "item_id": item["id"], "input_sha256": digest, "status": "pending"}
+        written = sent_row(journal, "calls", operation_key=key, created_utc=stamp, updated_utc=stamp, **pending)
         link_row(journal, "call", "calls", key, written)
         detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
         record_event(journal, key, "dispatch", detail)

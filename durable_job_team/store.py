@@ -325,13 +325,13 @@ class PgJournal(Journal):
     connection has lost the job's lock with it, and is never reopened.
 
     Note to maintainers: a writer under the job's lock keeps its connection in psycopg's pipeline mode (`pipe`, from
-    PgLock.take, or from the seal of the job a start makes, to the lock's end). A statement whose answer is read (rows, a count) is sent with everything queued
-    before it and waited for (one round trip); one whose answer nobody reads (`send`: BEGIN, the lock's check, a
-    link, a notification) only joins the queue. So a transaction costs the round trips of what it reads, plus its
-    COMMIT's: the server runs the queue in order, and the first statement that fails (a policy's refusal, the lock's
-    check) aborts the transaction and is raised at the next answer awaited, where the act's ROLLBACK follows. No
-    COMMIT is ever queued behind a failure the act has not seen: a failed queue leaves the transaction aborted, and
-    its COMMIT is then a ROLLBACK.
+    PgLock.take, or from the seal of the job a start makes, to the lock's end). A statement whose answer is read (rows,
+    a count) is sent with everything queued before it and waited for (one round trip); one whose answer nobody reads
+    (`send`: BEGIN, the lock's check, a link, an event, a notification, a new call's row) only joins the queue. So a
+    transaction costs the round trips of what it reads, plus its COMMIT's, which is always awaited: the server runs the
+    queue in order, and the first statement that fails (a policy's refusal, the lock's check) aborts the transaction
+    and is raised at the next answer awaited, where the act's ROLLBACK follows. No COMMIT is ever queued behind a
+    failure the act has not seen: a failed queue leaves the transaction aborted, and its COMMIT is then a ROLLBACK.
     """
 
     dialect = PSYCOPG
