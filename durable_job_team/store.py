@@ -442,9 +442,13 @@ class PgJournal(Journal):
         return self.lock_pid is not None  # the job's lock keeps every other writer out while its transaction stands
 
     def alive(self) -> None:
-        """Raise unless the connection and the job's lock are still there (one statement: the lock's check, or a ping)."""
+        """Raise unless the connection and the job's lock are still there (one statement: the lock's check, or a ping);
+        pipelined, the check is queued, and raises with the next answer awaited (the command's next read or write)."""
         if self.lock_pid is None:
             self.rows("SELECT 1 AS up")
+        elif self.pipe is not None:
+            check = self.lock_check()
+            self.send(LOCK_CHECK, list(check), list(check.values()))
         else:
             self.began()
 
@@ -1162,7 +1166,7 @@ class PgStore(Store):
             def checked(self, write, *a, **kw):
                 journal = store.journal()
                 if self.pipe is None:
-                    journal.alive()  # refused outside the lock, and once the lock's connection is gone
+                    journal.began()  # refused outside the lock, and once the lock's connection is gone
                     return write(*a, **kw)
                 with self.fencing:
                     try:
