@@ -79,6 +79,10 @@ class Serve:
             self.proc.wait(timeout=10)
 
     def client(self, **kw) -> httpx.Client:
+        """A browser-like client. serve (uvicorn) closes a kept-alive connection idle for 5 s; a client that sends on one
+        idle just as long races that close ("Server disconnected without sending a response": a CI run here failed on
+        it once), where a browser would send again. This one lets its idle connections go after 2 s."""
+        kw.setdefault("limits", httpx.Limits(keepalive_expiry=2.0))
         return httpx.Client(base_url=self.base, follow_redirects=False, timeout=30, **kw)
 
 
