@@ -348,23 +348,25 @@ class PgJournal(Journal):
         """LOCK_CHECK's values: this writer's lock (its transaction's full id)."""
         return {"xact": str(self.lock_xid8)}
 
+    def check_lock(self, *, queued: bool = False) -> None:
+        """A writer's LOCK_CHECK: its answer awaited, or (queued, when pipelined) raised with the next answer awaited."""
+        if self.lock_pid is not None:
+            check = self.lock_check()
+            (self.send if queued else self.execute)(LOCK_CHECK, list(check), list(check.values()))
+
     def lock_lost(self) -> StateError:
         return self.on_error(RuntimeError("the connection that held the job's lock is gone"))
 
     def began(self) -> None:
         """A writer writes only while its lock stands: the lock connection's transaction, seen from this connection."""
-        if self.lock_pid is not None:
-            check = self.lock_check()
-            self.execute(LOCK_CHECK, list(check), list(check.values()))
+        self.check_lock()
 
     def open_transaction(self) -> None:
         """A writer's BEGIN and its lock's check, queued: answered with the transaction's first read, or its COMMIT."""
         if self.pipe is None:
             return super().open_transaction()
         self.send("BEGIN", [], [])
-        if self.lock_pid is not None:
-            check = self.lock_check()
-            self.send(LOCK_CHECK, list(check), list(check.values()))
+        self.check_lock(queued=True)
         return None
 
     def failed(self, exc: Exception) -> Exception:
@@ -446,11 +448,8 @@ class PgJournal(Journal):
         pipelined, the check is queued, and raises with the next answer awaited (the command's next read or write)."""
         if self.lock_pid is None:
             self.rows("SELECT 1 AS up")
-        elif self.pipe is not None:
-            check = self.lock_check()
-            self.send(LOCK_CHECK, list(check), list(check.values()))
         else:
-            self.began()
+            self.check_lock(queued=True)  # send: at once when not pipelined
 
     def close(self) -> None:
         if self.owns:

@@ -596,8 +596,8 @@ MUTANTS = [
     Mutant(
         "journal-writes-without-its-lock",
         "store: a writer whose lock's connection is gone writes nothing more",
-        '        self.send("BEGIN", [], [])\n        if self.lock_pid is not None:',
-        '        self.send("BEGIN", [], [])\n        if False:',
+        '        self.send("BEGIN", [], [])\n        self.check_lock(queued=True)\n',
+        '        self.send("BEGIN", [], [])\n',
         ["tests/test_store.py::test_a_lost_lock_refuses_the_answer_that_arrives_after_it"],
         path=STORE_PY,
     ),
