@@ -432,7 +432,9 @@ class WebSite:
                     if not store.has_job():
                         raise WebRefusal(404, f"No job {job_id!r} here: see the list of jobs")
                     act: Any = getattr(durable_job, command)
-                    return act(store, **fields)
+                    out = act(store, **fields)
+                    self.bump_soon()  # the person's next page shows their act, before the store's notification is read
+                    return out
                 except durable_job.BusyError:
                     if time.monotonic() > deadline:
                         raise

@@ -469,6 +469,32 @@ def test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown(tmp_p
     assert ws.run("status").ok()["phase"] == "awaiting-review"
 
 
+def test_each_page_bob_opens_after_his_edit_shows_it_before_the_stores_notification_is_read(tmp_path, pg_server, serving):
+    """A page's script swaps in a fresh page when its event stream says the job differs from what it shows: a stream
+    opened just after bob's own act must say what that act recorded (serve re-reads on the act itself, not only once
+    the store's notification comes round), or his page flips back to the draft before it and loses its "Recorded" line."""
+    ws = store_job(tmp_path, pg_server)
+    s = serving(tmp_path, "--store", ws.store)
+    bob = sign_in(s, "bob")
+    for n in range(2, 8):
+        shown = events(bob, "/api/jobs/journey/events", 1)[0]  # this stream's read is what serve holds for bob now
+        assert shown["draftVersion"] == n - 1, shown
+        r = post_form(
+            bob,
+            "/jobs/journey/revise",
+            item="beta",
+            summary=f"Beta, edit {n}.",
+            citations="",
+            reviewer="bob",
+            reason="x",
+            resultsSha256=shown["resultsSha256"],
+        )
+        assert r.status_code == 303
+        assert f"Recorded: draft {n} of item beta" in bob.get("/jobs/journey").text
+        now = events(bob, "/api/jobs/journey/events", 1)[0]
+        assert now["draftVersion"] == n and now["resultsSha256"] != shown["resultsSha256"], (n, now)
+
+
 def test_the_page_is_told_of_a_cli_decision_and_of_the_database_going_away(tmp_path, pg_server, serving):
     ws = store_job(tmp_path, pg_server)
     s = serving(tmp_path, "--store", ws.store)

@@ -17,7 +17,10 @@
       return r.text();
     }).then(function (html) {
       var fresh = new DOMParser().parseFromString(html, 'text/html').querySelector('main');
-      if (fresh) main().replaceWith(fresh);
+      if (!fresh) return;
+      var said = document.getElementById('said');  // what the person's own act recorded: shown once, kept until they leave
+      if (said && !fresh.querySelector('#said')) fresh.insertBefore(said, fresh.firstChild);
+      main().replaceWith(fresh);
     }).catch(function () {});
   }
   var es = new EventSource(live.dataset.events);
@@ -37,7 +40,7 @@
     live.className = 'live ' + (s.cls || '');
     state.textContent = s.status;
     detail.textContent = s.detail || '';
-    if (page && page.dataset.results && (s.resultsSha256 !== page.dataset.results || s.phase !== page.dataset.phase)) {
+    if (s.phase && page && page.dataset.results && (s.resultsSha256 !== page.dataset.results || s.phase !== page.dataset.phase)) {
       if (page.dataset.phase !== 'awaiting-review' && !dirty()) swap();
       else document.getElementById('changed').hidden = false;
     }
