@@ -263,6 +263,10 @@ class StateError(JobError):
     """The state directory or one of its files cannot be used as it is."""
 
 
+class RowUnchanged(StateError):
+    """A write that had to change one row changed none (Journal.change_one): the row is not as the act found it."""
+
+
 class BusyError(JobError):
     """Another durable_job command holds the job.
 
@@ -2595,6 +2599,7 @@ class Journal(abc.ABC):
         self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
         self.results_linked: dict | None = None  # and each item's newest result link's record, likewise (link_result)
+        self.claimed: dict = {}  # operation key → the pending row this journal committed for it (complete_call's link)
         self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
         self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
@@ -2620,6 +2625,14 @@ class Journal(abc.ABC):
         COMMIT (see PgJournal.send), its error then raised there."""
         with self.transaction():
             self.run(template, params, answer=False)
+
+    def change_one(self, template: str, **params) -> None:
+        """A writing statement that must change exactly one row (an UPDATE whose WHERE says the row is as the act found
+        it), else RowUnchanged and the transaction rolled back. A backend may check it where the statement runs and send
+        it as `write` does (PgJournal: RowUnchanged then comes from the next answer awaited, the COMMIT at the latest)."""
+        with self.transaction():
+            if self.run(template, params)[1] != 1:
+                raise RowUnchanged("the row to change is not as this act found it")
 
     def run(self, template: str, params: dict, *, answer: bool = True) -> tuple[list[dict], int]:
         sql, names = self.dialect.render(template)
@@ -2674,7 +2687,11 @@ class Journal(abc.ABC):
                 self.rollback()
                 raise
             self.in_transaction = False
-            self.commit()
+            try:
+                self.commit()  # a statement only sent (write, change_one) may fail here: the transaction is gone
+            except BaseException:
+                self.forget()
+                raise
 
     def open_transaction(self) -> None:
         """BEGIN, then `began` (rolled back if that refuses); a backend may do both in one round trip."""
@@ -2969,12 +2986,13 @@ def chain_head(journal: Journal) -> dict:
     return head
 
 
-def append_link(journal: Journal, act: str, table: str, key: str, record) -> None:
-    """One link after the newest, in the caller's transaction (or its own); nothing for a job that is not chained."""
+def append_link(journal: Journal, act: str, table: str, key: str, record, head: dict | None = None) -> None:
+    """One link after the newest, in the caller's transaction (or its own); nothing for a job that is not chained.
+    `head`: the chain's head when the caller knows it without a read (a new job's, in the transaction inserting its row)."""
     if not journal.chained:
         return
     with journal.transaction():
-        head = chain_head(journal)
+        head = head or chain_head(journal)
         seq, link = head["seq"] + 1, link_digest(head["seq"] + 1, head["sha256"], act, table, key, record)
         journal.write(
             "INSERT INTO {links} ({job_col}seq, act, tbl, row_key, record_json, prev_sha256, link_sha256, at_utc) "
@@ -3222,6 +3240,7 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
         record_event(journal, key, "dispatch", detail)
         if retry is not None:
             record_event(journal, key, "retry", retry)
+    journal.claimed[key] = written[0]  # committed: as the database holds it
     return "call", key
 
 
@@ -3234,29 +3253,46 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
     journal = as_journal(db)
     secrets = journal.secrets
     output_text, response_id, request_id = scrub(output_text, secrets), scrub(response_id, secrets), scrub(request_id, secrets)
-    with journal.transaction():
-        updated = written_rows(
-            journal,
-            "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
-            "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'",
-            "calls",
-            output=journal.sealed("calls", key, "output_text", output_text),
-            response=response_id,
-            request=request_id,
-            stamp=now_utc(),
-            key=key,
-            usage=None if usage is None else scrub(json.dumps(usage, sort_keys=True), secrets),
-        )
-        if len(updated) != 1:
-            row = find_call(journal, key)
-            raise StateError(
-                f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
-                f"was on the way (response {response_id}); that answer is not used and nothing was written: run status"
-            )
-        link_row(journal, "outcome", "calls", key, updated)
-        record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
-        if then is not None:
-            then(journal, key, output_text)
+    answer = {
+        "status": "completed",
+        "output_text": output_text,
+        "response_id": response_id,
+        "request_id": request_id,
+        "usage_json": None if usage is None else scrub(json.dumps(usage, sort_keys=True), secrets),
+        "updated_utc": now_utc(),
+    }
+    update = (
+        "UPDATE {calls} SET status = 'completed', output_text = {p.output}, response_id = {p.response}, request_id = {p.request}, "
+        "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'"
+    )
+    values = {
+        "output": journal.sealed("calls", key, "output_text", output_text),
+        "response": response_id,
+        "request": request_id,
+        "stamp": answer["updated_utc"],
+        "key": key,
+        "usage": answer["usage_json"],
+    }
+    claimed = journal.claimed.pop(key, None)
+    try:
+        with journal.transaction():
+            if claimed is None:  # claimed by another journal: the row as the update leaves it, read back
+                updated = written_rows(journal, update, "calls", **values)
+                if len(updated) != 1:
+                    raise RowUnchanged("not pending")
+            else:  # its pending row as this journal committed it, with the answer: nothing to wait for but the COMMIT
+                journal.change_one(update, **values)
+                updated = [{**claimed, **answer}]
+            link_row(journal, "outcome", "calls", key, updated)
+            record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
+            if then is not None:
+                then(journal, key, output_text)
+    except RowUnchanged:
+        row = find_call(journal, key)
+        raise StateError(
+            f"call {key} is {row['status'] if row else 'gone'} in the journal, not pending: it was reconciled while its answer "
+            f"was on the way (response {response_id}); that answer is not used and nothing was written: run status"
+        ) from None
 
 
 def fail_call(db, key: str, exc: BaseException) -> str:
@@ -3267,6 +3303,7 @@ def fail_call(db, key: str, exc: BaseException) -> str:
     else the row stays `pending`: the call may have reached the provider.
     """
     journal = as_journal(db)
+    journal.claimed.pop(key, None)  # its row changes here: were an answer ever linked after this, its row is read back
     url = unsent_url(exc)
     if url is not None:
         forget_unsent_call(journal, key, exc, url)
@@ -4630,7 +4667,64 @@ def review_bundle(job: Job, results: list, draft: int = 1) -> dict:
     return bundle
 
 
-def build_graph(ctx: Context, checkpoints):
+def route_items(state, runtime) -> str:
+    """Where the thread goes next: the next item, else the review."""
+    return "item" if state["index"] < len(runtime.context.items) else "accept"
+
+
+def item_step(state, runtime) -> dict:
+    """One item: its call (or its answer already journaled), validated, its result linked. The run's Context is the
+    graph's runtime context (job_graph)."""
+    ctx: Context = runtime.context
+    item = ctx.items[state["index"]]
+    refuse_if_stopping(ctx)
+    if ctx.concurrency > 1:
+        prefetch(ctx, ctx.items[state["index"] :])
+    prior = [] if ctx.concurrency > 1 else state["results"]
+    prompt = model_input(item, ctx.sources[item["id"]], prior)
+    say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
+    source = ctx.sources[item["id"]]
+    rules = validation_rules(ctx.job, ctx.manifest)
+    reviewed = awaiting_review if state["index"] == len(ctx.items) - 1 else None  # the last item's link: to review
+
+    linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
+
+    def validated(journal: Journal, key: str, output_text: str) -> None:
+        """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
+        raises for a bad answer; should it fail otherwise, the answer is committed all the same, unlinked here."""
+        try:
+            result = check_proposal(output_text, item, source, **rules)
+        except Exception:
+            return
+        link_result(journal, result, reviewed)
+        linked.append(result)  # complete_call returns only once its transaction, this link in it, has committed
+
+    try:
+        raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
+        result = check_proposal(raw, item, source, **rules)
+    except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
+        result = unanswered(item, exc)
+    if linked != [result]:
+        link_result(ctx.journal, result, reviewed)  # a reused answer's (or a failed item's): written once, never twice
+    ctx.say(f"item {item['id']}: {result['status']}")
+    crash_point("after-validate", ctx.job)
+    return {"index": state["index"] + 1, "results": state["results"] + [result]}
+
+
+def accept_step(state, runtime) -> dict:
+    """The review: the thread waits at its interrupt until a decision resumes it."""
+    from langgraph.types import interrupt
+
+    ctx: Context = runtime.context
+    crash_point("before-review", ctx.job)
+    draft, results = current_draft(ctx.journal, state["results"])
+    bundle = review_bundle(ctx.job, results, draft)
+    decision = interrupt(bundle)
+    return {"final": {**bundle, **decision}}
+
+
+@functools.cache
+def job_graph():
     """START → (next item? item : accept); item → (next item? item : accept); accept (the review) → END.
 
     Note to maintainers: one saved step an item (graph version 2; version 1 saved four: prepare, model, validate,
@@ -4639,62 +4733,25 @@ def build_graph(ctx: Context, checkpoints):
     and never sends it again; validation is a pure function of the answer and the source, and the result's link is
     written once (link_result). A checkpoint between the call and its validation would save nothing the journal
     does not already hold, and cost two commits an item.
+
+    Compiled once a process, with no checkpointer and no job: the same graph for every run (compiling inspects each
+    node's code, a few milliseconds a run). A run gets its own copy with its checkpointer (build_graph), and its
+    Context as LangGraph's runtime context (invoke's `context`), which nothing saves.
     """
     from langgraph.graph import END, START, StateGraph
-    from langgraph.types import interrupt
-
-    def route(state):
-        return "item" if state["index"] < len(ctx.items) else "accept"
-
-    def item_step(state):
-        item = ctx.items[state["index"]]
-        refuse_if_stopping(ctx)
-        if ctx.concurrency > 1:
-            prefetch(ctx, ctx.items[state["index"] :])
-        prior = [] if ctx.concurrency > 1 else state["results"]
-        prompt = model_input(item, ctx.sources[item["id"]], prior)
-        say = None if ctx.concurrency > 1 else ctx.say  # concurrent calls said their own line when sent
-        source = ctx.sources[item["id"]]
-        rules = validation_rules(ctx.job, ctx.manifest)
-        reviewed = awaiting_review if state["index"] == len(ctx.items) - 1 else None  # the last item's link: to review
-
-        linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
-
-        def validated(journal: Journal, key: str, output_text: str) -> None:
-            """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
-            raises for a bad answer; should it fail otherwise, the answer is committed all the same, unlinked here."""
-            try:
-                result = check_proposal(output_text, item, source, **rules)
-            except Exception:
-                return
-            link_result(journal, result, reviewed)
-            linked.append(result)  # complete_call returns only once its transaction, this link in it, has committed
-
-        try:
-            raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
-            result = check_proposal(raw, item, source, **rules)
-        except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
-            result = unanswered(item, exc)
-        if linked != [result]:
-            link_result(ctx.journal, result, reviewed)  # a reused answer's (or a failed item's): written once, never twice
-        ctx.say(f"item {item['id']}: {result['status']}")
-        crash_point("after-validate", ctx.job)
-        return {"index": state["index"] + 1, "results": state["results"] + [result]}
-
-    def accept(state):
-        crash_point("before-review", ctx.job)
-        draft, results = current_draft(ctx.journal, state["results"])
-        bundle = review_bundle(ctx.job, results, draft)
-        decision = interrupt(bundle)
-        return {"final": {**bundle, **decision}}
 
     graph = StateGraph(state_schema())
     graph.add_node("item", item_step)
-    graph.add_node("accept", accept)
-    graph.add_conditional_edges(START, route, ["item", "accept"])
-    graph.add_conditional_edges("item", route, ["item", "accept"])
+    graph.add_node("accept", accept_step)
+    graph.add_conditional_edges(START, route_items, ["item", "accept"])
+    graph.add_conditional_edges("item", route_items, ["item", "accept"])
     graph.add_edge("accept", END)
-    return graph.compile(checkpointer=ctx.store.checkpointer(checkpoints))
+    return graph.compile()
+
+
+def build_graph(ctx: Context, checkpoints):
+    """The job's graph for one run: job_graph with this run's checkpointer (invoke it with context=ctx)."""
+    return job_graph().copy({"checkpointer": ctx.store.checkpointer(checkpoints)})
 
 
 def awaiting_review(journal: Journal) -> None:
@@ -4879,16 +4936,31 @@ def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
     config = ctx.config()
     try:
         if resume_value is not None:
-            app.invoke(Command(resume=resume_value), config, durability="sync")
-        elif fresh or not app.get_state(config).values:
-            app.invoke(initial_state(), config, durability="sync")
+            app.invoke(Command(resume=resume_value), config, context=ctx, durability="sync")
+        elif fresh:  # a new thread runs to its review's interrupt (or raises): what invoke returns is what it saved
+            return RanState.of(app.invoke(initial_state(), config, context=ctx, durability="sync"))
+        elif not app.get_state(config).values:
+            app.invoke(initial_state(), config, context=ctx, durability="sync")
         else:
-            app.invoke(None, config, durability="sync")
+            app.invoke(None, config, context=ctx, durability="sync")
     except JobError:
         raise
     except ctx.store.storage_errors() as exc:
         raise ctx.store.run_failure(exc) from None
     return app.get_state(config)
+
+
+class RanState:
+    """A new thread's run as LangGraph's invoke returned it: its values and its interrupts (the `__interrupt__` key),
+    the two parts of a StateSnapshot a run's output reads (checkpoint_of), without reading the checkpoint back."""
+
+    def __init__(self, values: dict, interrupts: tuple):
+        self.values = values
+        self.interrupts = interrupts
+
+    @classmethod
+    def of(cls, output: dict) -> RanState:
+        return cls({k: v for k, v in output.items() if k != "__interrupt__"}, tuple(output.get("__interrupt__") or ()))
 
 
 ###############################################################################

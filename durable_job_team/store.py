@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from durable_job import (
     COMMAND_ACTS,
+    GENESIS,
     KEY_FILE_ENV,
     KEY_FIX,
     LG_CHANNEL_VALUES,
@@ -52,6 +53,7 @@ from durable_job import (
     Kek,
     Manifest,
     ManifestError,
+    RowUnchanged,
     SealedError,
     Sealer,
     SealError,
@@ -236,6 +238,7 @@ PG_SETUP_MIGRATIONS = (
     "m014_outbox",
     "m015_sealed",
     "m016_floor",
+    "m017_changed_one",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -316,6 +319,10 @@ PSYCOPG = Dialect(STORE_SCHEMA, lambda name, n: f"%({name})s", "seq", "BEGIN")
 # (m016_floor): sent first in a writer's transaction, or before a checkpoint's writes, it aborts what follows it.
 LOCK_CHECK = "SELECT durable_job.lock_stands(%(xact)s)"
 LOCK_LOST = "DJ001"
+# A pipelined change_one (m017_changed_one): the statement counts the rows it changed, and fails (SQLSTATE ROW_UNCHANGED)
+# unless it was one, so it need not be waited for.
+CHANGED_ONE = "WITH changed AS ({statement} RETURNING 1) SELECT durable_job.changed_one((SELECT pg_catalog.count(*) FROM changed))"
+ROW_UNCHANGED = "DJ002"
 
 
 class PgJournal(Journal):
@@ -378,6 +385,8 @@ class PgJournal(Journal):
         while cause is not None:  # a pipeline's later statements fail as "pipeline aborted", the check's failure before them
             if getattr(cause, "sqlstate", None) == LOCK_LOST:
                 return self.lock_lost()
+            if getattr(cause, "sqlstate", None) == ROW_UNCHANGED:
+                return RowUnchanged(str(cause).split("\n")[0])
             cause = cause.__context__
         return self.on_error(exc)
 
@@ -403,6 +412,14 @@ class PgJournal(Journal):
             self.conn.execute(sql, dict(zip(names, values)) if names else None)
         except Exception as exc:
             raise self.failed(exc) from None
+
+    def change_one(self, template: str, **params) -> None:
+        """Pipelined, sent as CHANGED_ONE: its count is checked where it runs, and a failure comes with the next answer."""
+        if self.pipe is None:
+            super().change_one(template, **params)
+            return
+        with self.transaction():
+            self.run(CHANGED_ONE.format(statement=template), params, answer=False)
 
     def commit(self) -> None:
         """COMMIT, or (a queued statement failed: the transaction is aborted) ROLLBACK and the failure raised."""
@@ -560,6 +577,7 @@ class PgConnections:
         self.guard = threading.Lock()  # a web app's requests take and give from several threads
         self.idle: dict = {}  # kind -> a psycopg connection
         self.schema_ready = False  # once a command found the store's schema whole, it stays so for this process
+        self.principal: str | None = None  # the role its connections log in as (session_user), once read
 
     def take(self, kind: str, name: str):
         """An idle connection of `kind` that still answers, named `name` (what holders and pg_stat_activity show), or None."""
@@ -623,7 +641,9 @@ class PgLock:
             conn = store.work_connection(f"durable_job {self.command} journal {os.getpid()}")
             journal = PgJournal(conn, store.job_id, store.failure, owns=False, secrets=store.secrets)
             store.ensure_schema(journal)
-            journal.principal = journal.rows("SELECT session_user AS me")[0]["me"]
+            if store.pool.principal is None:  # every connection of the pool logs in with the store's URL: one role
+                store.pool.principal = journal.rows("SELECT session_user AS me")[0]["me"]
+            journal.principal = store.pool.principal
             store.writer = journal
             # a start or submit takes the lock only once its own row is sealed (seal_job): one that found the job
             # sealed meanwhile and took it here would hold it from the sealer, then give up, and neither would run
@@ -957,8 +977,9 @@ class PgStore(Store):
                 f"Manifest reviewers names {writer.principal}, the role sealing job {job['jobId']}: the reviewers a job names decide it, "
                 f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
             )
-        rights = writer.rows(
-            "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone",
+        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015) read in the same statement
+            "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
+            "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since",
             job=job["jobId"],
         )[0]
         if not rights["may"]:
@@ -967,7 +988,7 @@ class PgStore(Store):
                 f"(a worker runs jobs, nothing else); the store's administrator grants one with "
                 f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
             )
-        sealer, wrapped = self.start_sealing(writer, job)
+        sealer, wrapped = self.start_sealing(job, rights["sealing_since"])
         data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
         if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
@@ -999,7 +1020,9 @@ class PgStore(Store):
                     writer.sealer = sealer
                 self.sealing = [sealer]  # its data key (or that it has none) is known: not read again this command
                 writer.chained = chained(job)
-                append_link(writer, "seal", "jobs", job["jobId"], job)  # the chain's first link, in the seal's commit
+                # the chain's first link, in the seal's commit, after no other: a link references its job's row (m005),
+                # which this transaction has just inserted
+                append_link(writer, "seal", "jobs", job["jobId"], job, head={"seq": 0, "sha256": GENESIS})
         if cursor.rowcount != 1:
             if not self.has_job(writer):
                 raise taken_error(self.job_id)
@@ -1111,14 +1134,12 @@ class PgStore(Store):
             self.sealing = [Sealer.of_row(self.job_id, row, kek_from_env() if live else None, self.public)]
         return self.sealing[0]
 
-    def start_sealing(self, writer: PgJournal, job: Job) -> tuple[Sealer | None, str | None]:
-        """A new job's Sealer and its wrapped data key when a key is given (or the store seals every job: then refused
-        without one), before anything of the job is written."""
+    def start_sealing(self, job: Job, sealing_since: str | None) -> tuple[Sealer | None, str | None]:
+        """A new job's Sealer and its wrapped data key when a key is given (or the store seals every job, since
+        `sealing_since`, its `sealing` row: then refused without one), before anything of the job is written."""
         kek = kek_from_env()
-        made = self.pool.schema_ready or writer.rows("SELECT to_regclass('durable_job.sealing') IS NOT NULL AS made")[0]["made"]
-        marked = writer.row("SELECT kek_id, since_utc FROM durable_job.sealing") if made else None
-        if kek is None and marked is not None:
-            raise SealedError(f"the store {self.public} seals every new job at rest (since {marked['since_utc']}): {KEY_FIX}")
+        if kek is None and sealing_since is not None:
+            raise SealedError(f"the store {self.public} seals every new job at rest (since {sealing_since}): {KEY_FIX}")
         if kek is None:
             return None, None
         sealer, wrapped = new_sealer(kek, job["jobId"])
@@ -1424,6 +1445,7 @@ STORE_GRANTS = (
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(text) TO {role}",  # a writer's check of its lock (m016_floor)
+    "GRANT EXECUTE ON FUNCTION durable_job.changed_one(bigint) TO {role}",  # a pipelined answer's check (m017_changed_one)
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
 )
 

@@ -44,8 +44,8 @@ MUTANTS = [
     Mutant(
         "retry-draft-in-second-transaction",
         "retry: the answer and its draft commit together",
-        '        record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})\n        if then is not None:\n            then(journal, key, output_text)\n',
-        '        record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})\n    if then is not None:\n        then(journal, key, output_text)\n',
+        '            record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})\n            if then is not None:\n                then(journal, key, output_text)\n',
+        '            record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})\n        if then is not None:\n            then(journal, key, output_text)\n',
         [f"{G}::test_a_retrys_answer_and_its_draft_commit_together_or_not_at_all"],
     ),
     Mutant(
@@ -95,8 +95,8 @@ MUTANTS = [
     Mutant(
         "late-answer-overwrites",
         "journal: an answer for a call reconciled meanwhile writes nothing",
-        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = \'pending\'",\n            "calls",\n            output=journal.sealed(',
-        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key}",\n            "calls",\n            output=journal.sealed(',
+        "updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'\"\n    )\n",
+        'updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key}"\n    )\n',
         ["test_durable_job.py::test_complete_call_changes_only_a_pending_row_and_stores_no_key"],
     ),
     Mutant(
@@ -607,6 +607,14 @@ MUTANTS = [
         "                        conn.execute(LOCK_CHECK, journal.lock_check())\n",
         "",
         ["tests/test_store.py::test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction"],
+        path=STORE_PY,
+    ),
+    Mutant(
+        "pipelined-answer-unchecked",
+        "store: an answer sent without waiting for its count still writes nothing when its row is no longer pending",
+        "            self.run(CHANGED_ONE.format(statement=template), params, answer=False)\n",
+        "            self.run(template, params, answer=False)\n",
+        ["tests/test_store.py::test_an_answer_for_a_call_changed_meanwhile_is_refused_whole_though_nothing_waited_for_its_update"],
         path=STORE_PY,
     ),
     Mutant(

@@ -245,6 +245,29 @@ def test_a_lost_lock_refuses_the_answer_that_arrives_after_it(ws_store, provider
     assert [e["event"] for e in ws.events()] == ["dispatch"]  # no completed event: the answer's transaction never committed
 
 
+def test_an_answer_for_a_call_changed_meanwhile_is_refused_whole_though_nothing_waited_for_its_update(ws_store, provider, pg_server):
+    """A pipelined writer sends the answer's UPDATE (WHERE the row is still pending) without waiting for its count: the
+    statement counts the rows it changed and fails unless one (m017_changed_one). Here the pending row is changed while
+    the call is out (by the store's administrator, as a reconcile would): the answer's transaction is aborted whole, so
+    no completed event, no outcome link and no result is written, and the one HOLD says the call is not pending."""
+    ws = ws_store
+    proc = slow_openai_job(ws, provider, seconds=3)
+    changed = psql_rows(
+        pg_server,
+        ws.store,
+        "UPDATE durable_job.calls SET status = 'abandoned', reconciliation_json = '{}' WHERE status = 'pending' RETURNING 1",
+    )
+    assert changed.split() == ["1"]
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("HOLD: StateError:") and "is abandoned in the journal, not pending" in lines[0], err
+    assert len(provider.requests()) == 1
+    assert [e["event"] for e in ws.events()] == ["dispatch"]
+    links = psql_rows(pg_server, ws.store, "SELECT act || ':' || tbl FROM durable_job.links ORDER BY seq").split()
+    assert links == ["seal:jobs", "call:calls", "event:call_events"], links
+
+
 def test_no_password_in_any_output_error_or_stored_row(pg_server, store_url, tmp_path):
     secret = password_of("alice")  # alice's real password, in the URL this time: the server checks it
     url = store_url.replace("postgresql://alice@", f"postgresql://alice:{secret}@")
