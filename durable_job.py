@@ -2699,7 +2699,7 @@ class Journal(abc.ABC):
         try:
             self.began()
         except BaseException:
-            self.execute("ROLLBACK", [], [])
+            self.rollback()
             raise
 
     def forget(self) -> None:

@@ -430,7 +430,13 @@ class PgJournal(Journal):
             raise
 
     def rollback(self) -> None:
-        """ROLLBACK; when pipelined, a queued statement's failure (already the act's reason to roll back) is let go."""
+        """ROLLBACK; when pipelined, a queued statement's failure (already the act's reason to roll back) is let go.
+
+        Through psycopg's own rollback(), not a ROLLBACK statement: psycopg forgets its prepared statements at a
+        ROLLBACK, and only its rollback() also drops them on the server at once. Pipelined, a ROLLBACK sent as SQL left
+        that DEALLOCATE ALL queued behind the next statement's preparation, which it then removed: every later use of
+        that statement failed (`prepared statement "_pg3_N" does not exist`), in every run of the job after an act
+        rolled back (an item out of attempts)."""
         if self.pipe is not None:
             try:
                 self.pipe.sync()
@@ -438,7 +444,10 @@ class PgJournal(Journal):
                 pass
         if self.conn.closed:
             return
-        self.execute("ROLLBACK", [], [])
+        try:
+            self.conn.rollback()
+        except Exception as exc:
+            raise self.failed(exc) from None
 
     def pipelined(self) -> None:
         """Under the job's lock (and while a start seals its job): this connection in pipeline mode until unpipelined

@@ -618,6 +618,14 @@ MUTANTS = [
         path=STORE_PY,
     ),
     Mutant(
+        "pipelined-rollback-as-sql",
+        "store: a pipelined writer's rollback leaves no prepared statement the next statements rely on gone",
+        "            self.conn.rollback()\n",
+        '            self.execute("ROLLBACK", [], [])\n',
+        ["tests/test_store.py::test_an_item_out_of_attempts_is_reviewed_as_failed_and_the_job_goes_on_under_the_pipelined_writer"],
+        path=STORE_PY,
+    ),
+    Mutant(
         "migrate-while-held",
         "upgrades: migrate waits for a drained store",
         "        refuse_while_held(store, db)\n",

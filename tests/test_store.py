@@ -268,6 +268,25 @@ def test_an_answer_for_a_call_changed_meanwhile_is_refused_whole_though_nothing_
     assert links == ["seal:jobs", "call:calls", "event:call_events"], links
 
 
+def test_an_item_out_of_attempts_is_reviewed_as_failed_and_the_job_goes_on_under_the_pipelined_writer(store_url, provider, tmp_path):
+    """alpha's one allowed attempt was refused by the provider; resumed, its claim is rolled back (no call left) and the
+    run goes on to beta on the same pipelined connection. That ROLLBACK makes psycopg forget its prepared statements:
+    it must also drop them on the server before the next one is prepared (psycopg's own rollback does; a ROLLBACK sent
+    as SQL left the deallocation queued behind the next statement's, and every later run of the job failed on
+    `prepared statement "_pg3_N" does not exist`)."""
+    ws = openai_workspace(Workspace(tmp_path, store=store_url), provider, maxAttemptsPerItem=1)
+    provider.behave("429")
+    ws.start().held("ProviderError", "rejected")
+    provider.behave("ok")
+    for _ in range(2):  # and again: nothing of the first run's connection state is left to trip the next
+        out = ws.run("resume").ok()
+        assert [r["status"] for r in out["results"]] == ["failed", "validated"], out
+        assert out["results"][0]["reason"].startswith("no model call left") and out["interrupt"]
+    assert [(c[1], c[2]) for c in ws.run("status").ok()["calls"]] == [("alpha", "rejected"), ("beta", "completed")]
+    assert len(provider.requests()) == 2
+    assert ws.run("verify").ok()["ok"] is True
+
+
 def test_no_password_in_any_output_error_or_stored_row(pg_server, store_url, tmp_path):
     secret = password_of("alice")  # alice's real password, in the URL this time: the server checks it
     url = store_url.replace("postgresql://alice@", f"postgresql://alice:{secret}@")
