@@ -3018,15 +3018,9 @@ def sent_row(journal: Journal, table: str, **values) -> list[dict]:
     return [{column: values.get(column) for column in CHAIN_COLUMNS[table]} | {"principal": journal.principal}]
 
 
-def written_rows(journal: Journal, template: str, table: str, **params) -> list[dict]:
-    """Run a writing statement on `table`; the rows it wrote, as the database stored them (RETURNING the columns the chain
-    records: what the database stamps itself included), so that their links need not read them back."""
-    return journal.rows(f"{template} RETURNING {chained_columns(table)}", **params)
-
-
 def link_row(journal: Journal, act: str, table: str, key, written: list[dict] | None = None) -> None:
     """Chain the row of `table` keyed `key` as the act just left it (None once removed; call_events: its newest row);
-    `written`: that row as written_rows returned it, when the act has it."""
+    `written`: that row as the act knows it was written (its chained columns), when it does."""
     if not journal.chained:
         return
     if written:
@@ -3273,17 +3267,11 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
         "key": key,
         "usage": answer["usage_json"],
     }
-    claimed = journal.claimed.pop(key, None)
+    claimed = journal.claimed.pop(key, None)  # the pending row this journal committed (else read back by link_row)
     try:
         with journal.transaction():
-            if claimed is None:  # claimed by another journal: the row as the update leaves it, read back
-                updated = written_rows(journal, update, "calls", **values)
-                if len(updated) != 1:
-                    raise RowUnchanged("not pending")
-            else:  # its pending row as this journal committed it, with the answer: nothing to wait for but the COMMIT
-                journal.change_one(update, **values)
-                updated = [{**claimed, **answer}]
-            link_row(journal, "outcome", "calls", key, updated)
+            journal.change_one(update, **values)  # pipelined, nothing is waited for but the COMMIT
+            link_row(journal, "outcome", "calls", key, None if claimed is None else [{**claimed, **answer}])
             record_event(journal, key, "completed", {"responseId": response_id, "requestId": request_id})
             if then is not None:
                 then(journal, key, output_text)
