@@ -696,7 +696,11 @@ def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None 
         )
     if stored_id in retired:
         theirs = retired[stored_id]
-        rewrap = command_line(store.program, "rotate-key", [*store.store_address(), "--new-key-file", "CURRENT_KEY_FILE"]) if store else "rotate-key"
+        rewrap = (
+            command_line(store.program, "rotate-key", [*store.store_address(), "--new-key-file", "CURRENT_KEY_FILE"])
+            if store
+            else "rotate-key"
+        )
         return SealedError(
             f"{head}: the job was left under {stored_id}, rotated out at {theirs['retired_utc']} (the current key is "
             f"{theirs['replaced_by']}); no current key opens it: the store's administrator rewraps it with the old key file, "
@@ -8785,17 +8789,20 @@ def prune(
     out = []
     with prune_candidates(store, list(roots), program, from_env) as jobs_here:
         for one in jobs_here:
-            row = prune_row(one, set(phases), cutoff, shred_sealed)
-            if row is None:
-                continue
-            if not dry_run and row["state"] != "pruned":
-                row["freedBytes"] = prune_job(one)
-                row["state"] = "pruned"
-            if shred_sealed and one.sealer() is not None:
-                row["state"] += ", would shred" if dry_run else ", shredded"
-                if not dry_run:
-                    shred(one)
-            out.append(row)
+            try:  # each job's connections go back to the lister's pool once it is done: a few, however many jobs
+                row = prune_row(one, set(phases), cutoff, shred_sealed)
+                if row is None:
+                    continue
+                if not dry_run and row["state"] != "pruned":
+                    row["freedBytes"] = prune_job(one)
+                    row["state"] = "pruned"
+                if shred_sealed and one.sealer() is not None:
+                    row["state"] += ", would shred" if dry_run else ", shredded"
+                    if not dry_run:
+                        shred(one)
+                out.append(row)
+            finally:
+                one.close()
     return {
         "dryRun": dry_run,
         "olderThanDays": older_than,

@@ -109,3 +109,89 @@ def test_a_key_file_others_may_read_is_refused_with_the_chmod_that_fixes_it(tmp_
     ws.run("rotate-key", "--new-key-file", key, env={"DURABLE_JOB_KEY_FILE": new_key_file(tmp_path, "ok")}).held(
         f"key file {key} (--new-key-file) is readable by others", f"chmod 600 {key}"
     )
+
+
+# -- commands that walk many jobs ---------------------------------------------------------------------------------------
+
+FINISHED = 300
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """A server of its own with max_connections = 30 (27 for roles that are not superusers) and a store of 300 finished
+    jobs: one run and decided through the program, its rows copied with its ids substituted (bench/store_kit.copy_job,
+    as bench/lasting.py grows its store); (the server, alice's URL, the administrator's)."""
+    from bench.store_kit import copy_job, manifest
+    from pg_server import PgServer
+
+    import durable_job as dj
+    from durable_job_team import store as team_store
+
+    folder = tmp_path_factory.mktemp("crowded")
+    server = PgServer.start(str(folder / "pg"), max_connections=30)
+    try:
+        store = server.new_database("crowded")
+        team_store.migrate_schema(store, grant=("alice",), grant_worker=("worker",))
+        alice, admin = server.role_url(store, "alice"), server.role_url(store, "durable")
+        with dj.open_store(store=alice) as s:
+            dj.start(s, manifest(str(folder), "finished"))
+        with dj.open_store(store=alice, job="finished") as s:
+            dj.decide(s, decision="accept", reviewer="alice", reason="done")
+        copy_job(admin, "finished", 1, FINISHED - 1)
+        yield server, alice, admin
+    finally:
+        server.stop()
+
+
+def most_connections(server, argv: list, env=None) -> tuple[subprocess.CompletedProcess, int]:
+    """Run a command to its end; the most connections it held at once, as the server's pg_stat_activity saw them
+    (sampled every few milliseconds by the superuser, on a connection of its own)."""
+    import threading
+
+    import psycopg
+
+    seen, done = [0], threading.Event()
+
+    def sample():
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            while not done.is_set():
+                (n,) = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE usename <> 'postgres' AND backend_type = 'client backend'"
+                ).fetchone()
+                seen[0] = max(seen[0], n)
+                done.wait(0.005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        proc = subprocess.run(
+            [sys.executable, PROGRAM, *argv], capture_output=True, text=True, env={**clean_env(), **(env or {})}, timeout=300
+        )
+    finally:
+        done.set()
+        sampler.join()
+    return proc, seen[0]
+
+
+def test_commands_that_walk_300_jobs_keep_a_few_connections_on_a_server_of_30(crowded, tmp_path):
+    """The issue's repro: `prune --older-than 0` over 300 finished jobs failed on `too many clients already` (a store
+    opened for every job, its connections kept). Each command that walks the jobs keeps a few, however many jobs."""
+    server, alice, admin = crowded
+    key = new_key_file(tmp_path)
+    walks = [
+        (["jobs", "--store", alice, "--json"], lambda out: len(out["jobs"]) == FINISHED),
+        (["usage", "--store", alice, "--json"], lambda out: out["total"]["jobs"] == FINISHED),
+        (["prune", "--store", admin, "--older-than", "0", "--dry-run", "--json"], lambda out: len(out["jobs"]) == FINISHED),
+        (["prune", "--store", admin, "--older-than", "0", "--shred", "--json"], lambda out: len(out["jobs"]) == FINISHED),
+        (["prune", "--store", admin, "--older-than", "0", "--json"], lambda out: out["jobs"] == []),
+        (
+            ["rotate-key", "--store", admin, "--new-key-file", new_key_file(tmp_path, "kek-2"), "--key-file", key, "--json"],
+            lambda out: True,
+        ),
+        (["jobs", "--store", alice, "--json"], lambda out: {j["phase"] for j in out["jobs"]} == {"decided"}),
+    ]
+    for argv, check in walks:
+        proc, most = most_connections(server, argv)
+        assert proc.returncode == 0, (argv[0], proc.stderr[-800:])
+        assert check(json.loads(proc.stdout)), argv
+        assert most <= 4, (argv, most)
