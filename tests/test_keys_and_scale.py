@@ -121,10 +121,10 @@ def crowded(tmp_path_factory):
     """A server of its own with max_connections = 30 (27 for roles that are not superusers) and a store of 300 finished
     jobs: one run and decided through the program, its rows copied with its ids substituted (bench/store_kit.copy_job,
     as bench/lasting.py grows its store); (the server, alice's URL, the administrator's)."""
-    from bench.store_kit import copy_job, manifest
     from pg_server import PgServer
 
     import durable_job as dj
+    from bench.store_kit import copy_job, manifest
     from durable_job_team import store as team_store
 
     folder = tmp_path_factory.mktemp("crowded")
