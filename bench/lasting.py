@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, REPO)
 
 import psycopg  # noqa: E402
-from store_kit import copy_job, manifest, one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
+from job_copies import copy_job  # noqa: E402
+from store_kit import manifest, one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
 from durable_job_team import store as team_store  # noqa: E402

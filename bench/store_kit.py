@@ -11,46 +11,6 @@ import durable_job as dj
 from durable_job_team import store as team_store
 from durable_job_team import workers
 
-JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
-THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-
-
-def copy_job(admin: str, job_id: str, first: int, count: int) -> None:
-    """Copies first..first+count-1 of the job's rows, every text column with the job's and thread's ids substituted."""
-    import psycopg
-
-    with psycopg.connect(admin, autocommit=True) as conn:
-        thread = conn.execute("SELECT thread_id FROM durable_job.jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
-        for table in JOB_TABLES + THREAD_TABLES:
-            columns = conn.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'durable_job' AND table_name = %s "
-                "AND is_identity = 'NO' AND coalesce(column_default, '') NOT LIKE 'nextval%%' ORDER BY ordinal_position",
-                (table,),
-            ).fetchall()
-            names, shown = [], []
-            for name, kind in columns:
-                names.append(f'"{name}"')
-                if kind in ("text", "character varying", "jsonb", "json"):
-                    text = f'"{name}"::text'
-                    swapped = f"replace(replace({text}, %(thread)s, %(thread)s || '-' || g), %(job)s, %(job)s || '-' || g)"
-                    shown.append(f"({swapped})::{kind}" if kind in ("jsonb", "json") else swapped)
-                else:
-                    shown.append(f'"{name}"')
-            key = "thread_id" if table in THREAD_TABLES else "job_id"
-            conn.execute(
-                f"INSERT INTO durable_job.{table} ({', '.join(names)}) SELECT {', '.join(shown)} FROM durable_job.{table}, "
-                f"generate_series(%(first)s::int, %(last)s::int) g WHERE {key} = %(key)s",
-                {
-                    "thread": thread,
-                    "job": job_id,
-                    "first": first,
-                    "last": first + count - 1,
-                    "key": thread if key == "thread_id" else job_id,
-                },
-            )
-        conn.execute("ANALYZE")
-
-
 ALPHA = "Alpha reports steady revenue in the third quarter.\n"
 BETA = "Beta notes that costs rose faster than sales this year.\n"
 

@@ -119,12 +119,12 @@ FINISHED = 300
 @pytest.fixture(scope="module")
 def crowded(tmp_path_factory):
     """A server of its own with max_connections = 30 (27 for roles that are not superusers) and a store of 300 finished
-    jobs: one run and decided through the program, its rows copied with its ids substituted (bench/store_kit.copy_job,
+    jobs: one run and decided through the program, its rows copied with its ids substituted (tests/job_copies.py,
     as bench/lasting.py grows its store); (the server, alice's URL, the administrator's)."""
+    from job_copies import copy_job
     from pg_server import PgServer
 
     import durable_job as dj
-    from bench.store_kit import copy_job, manifest
     from durable_job_team import store as team_store
 
     folder = tmp_path_factory.mktemp("crowded")
@@ -134,7 +134,7 @@ def crowded(tmp_path_factory):
         team_store.migrate_schema(store, grant=("alice",), grant_worker=("worker",))
         alice, admin = server.role_url(store, "alice"), server.role_url(store, "durable")
         with dj.open_store(store=alice) as s:
-            dj.start(s, manifest(str(folder), "finished"))
+            dj.start(s, Workspace(folder / "job").write_manifest(jobId="finished"))
         with dj.open_store(store=alice, job="finished") as s:
             dj.decide(s, decision="accept", reviewer="alice", reason="done")
         copy_job(admin, "finished", 1, FINISHED - 1)
