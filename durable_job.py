@@ -682,10 +682,11 @@ def kek_from_env() -> Kek | None:
     return Kek(command=command, where=KEY_COMMAND_ENV) if command else None
 
 
-def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None = None, store=None) -> SealedError:
+def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None = None, rewrap: str = "rotate-key") -> SealedError:
     """A job's data key wrapped under another key than the one given. A store knows its rotated-out keys (`retired`:
     {kek_id: {retired_utc, replaced_by}}, m019): the one given was rotated out (use the current one), or the job's own
-    was and the job was left under it (its administrator rewraps it, with the old key); else, the generic advice."""
+    was and the job was left under it (its administrator rewraps it with the old key: `rewrap`, the store's rotate-key
+    command); else, the generic advice."""
     head = f"job {job_id}'s data key is wrapped under key-encryption key {stored_id}, not {kek.id} that {kek.where} names"
     retired = retired or {}
     if kek.id in retired and stored_id not in retired:
@@ -696,11 +697,6 @@ def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None 
         )
     if stored_id in retired:
         theirs = retired[stored_id]
-        rewrap = (
-            command_line(store.program, "rotate-key", [*store.store_address(), "--new-key-file", "CURRENT_KEY_FILE"])
-            if store
-            else "rotate-key"
-        )
         return SealedError(
             f"{head}: the job was left under {stored_id}, rotated out at {theirs['retired_utc']} (the current key is "
             f"{theirs['replaced_by']}); no current key opens it: the store's administrator rewraps it with the old key file, "

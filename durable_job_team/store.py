@@ -1154,7 +1154,8 @@ class PgStore(Store):
                     job_key=cast(dict, row)["kek_id"],
                     mine=cast(Kek, kek).id,
                 )
-                refusal = rotated_refusal(self.job_id, cast(dict, row)["kek_id"], cast(Kek, kek), {r["kek_id"]: r for r in retired}, self)
+                rewrap = command_line(self.program, "rotate-key", [*self.store_address(), "--new-key-file", "CURRENT_KEY_FILE"])
+                refusal = rotated_refusal(self.job_id, cast(dict, row)["kek_id"], cast(Kek, kek), {r["kek_id"]: r for r in retired}, rewrap)
                 sealer = Sealer(self.job_id, None, str(refusal), "wrong-key")
             self.sealing = [sealer]
         return self.sealing[0]
