@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -453,7 +454,7 @@ class Sender:
             for row in box.due():
                 if not box.lease(row):
                     continue
-                named = f"{clip(json.dumps(str(row['event'])), 40)} {clip(json.dumps(str(row['id'])), 40)} (job {row['job']})"
+                named = f"{shown(row['event'])} {shown(row['id'])} (job {shown(row['job'])})"
                 try:
                     event = event_document(box, row, self.config)
                 except (SetAside, TypeError, KeyError, AttributeError) as exc:  # a row no program of ours wrote
@@ -496,6 +497,12 @@ class Sender:
             except Exception as exc:  # a store that went away: said, tried again
                 self.say(f"notify: {clip(exc, 200)}; trying again")
             stop.wait(FOLLOW_POLL)
+
+
+def shown(value) -> str:
+    """A row's value in a line: as it is when it is a plain name, else quoted and clipped (a row anyone may have written)."""
+    text = str(value)
+    return text if re.fullmatch(r"[\w.:@-]{1,80}", text) else clip(json.dumps(text), 60)
 
 
 def say_line(text: str) -> None:
