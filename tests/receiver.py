@@ -39,6 +39,9 @@ class Receiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # what a sender that followed a redirect would send
+                self.do_POST()
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 header = self.headers.get("X-Durable-Job-Signature") or ""
@@ -49,9 +52,10 @@ class Receiver:
                             "event": self.headers.get("X-Durable-Job-Event"),
                             "signature": header,
                             "signed": verified(header, body, receiver.secret),
+                            "method": self.command,
                             "path": self.path,
                             "body": body.decode("utf-8"),
-                            "json": json.loads(body),
+                            "json": json.loads(body) if body else None,
                         }
                     )
                 time.sleep(receiver.delay)
