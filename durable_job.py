@@ -2492,6 +2492,8 @@ MIGRATIONS = [
         "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
         "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
     ),
+    # a notification its sender could not rebuild from the job's own rows, set aside (why) instead of stopping the others
+    ("m012_outbox_set_aside", "ALTER TABLE outbox ADD COLUMN set_aside TEXT"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -8042,10 +8044,17 @@ def notify(
             sender.follow(stop or stop_on_signals())
         else:
             sender.once()
+        waiting = sender.set_aside_rows()  # every row set aside so far (this run's and earlier ones'), for a person
     finally:
         for box in boxes:
             box.close()
-    return {"delivered": sender.delivered, "failedTries": sender.failed, "followed": follow}
+    return {
+        "delivered": sender.delivered,
+        "failedTries": sender.failed,
+        "setAside": sender.set_aside,
+        "setAsideInAll": waiting,
+        "followed": follow,
+    }
 
 
 def stop_on_signals():
@@ -9111,8 +9120,9 @@ def text_release(out: dict, store) -> list:
 
 def text_notify(out: dict, store) -> list:
     return [
-        f"notify: {out['delivered']} delivered, {out['failedTries']} failed tries"
+        f"notify: {out['delivered']} delivered, {out['failedTries']} failed tries, {out['setAside']} set aside"
         + (" (followed until stopped)" if out["followed"] else "")
+        + (f"; {out['setAsideInAll']} set aside in all (their set_aside column says why)" if out["setAsideInAll"] else "")
     ]
 
 
