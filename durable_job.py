@@ -5050,10 +5050,16 @@ def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> N
     if ctx is not None:
         checkpoint = ctx.checkpoint()
         phase = job_phase(ctx.review(checkpoint), checkpoint, None)
+    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), code_sha256(), phase)
+
+
+def hold_fix(store: Store) -> str:
+    """A hold's fix, the program's own words for the store it is read from: the fix a hold's row carries is never shown
+    (a worker writes that row, and status prints its fix as the next step to run)."""
     fix = f"fix what it names, then {store.suggest('resume')}"
     if store.shared:
         fix += f" (or {store.suggest('release')}: the store's workers take it on again)"
-    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", fix, code_sha256(), phase)
+    return fix
 
 
 def attach(
@@ -5142,7 +5148,7 @@ class Snapshot:
         hold: dict | None = None,
     ):
         self.store = store
-        self.hold = hold  # a run's refusal recorded on the job (journal_hold), or None
+        self.hold = hold and {**hold, "fix": hold_fix(store)}  # a run's refusal recorded on the job (journal_hold), or None
         self.job = job
         self.journal = journal
         self.checkpoint = checkpoint
@@ -7885,7 +7891,7 @@ def release(store: Store) -> dict:
                 clear_hold(ctx.journal)
     snap = read_snapshot(store)
     try:
-        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold)})
+        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold and {**hold, "fix": hold_fix(store)})})
     finally:
         snap.close()
 

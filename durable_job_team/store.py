@@ -239,6 +239,7 @@ PG_SETUP_MIGRATIONS = (
     "m015_sealed",
     "m016_floor",
     "m017_changed_one",
+    "m021_holds_links",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
