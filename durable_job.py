@@ -5075,16 +5075,22 @@ def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> N
     if ctx is not None:
         checkpoint = ctx.checkpoint()
         phase = job_phase(ctx.review(checkpoint), checkpoint, None)
-    fix = f"fix what it names, then {store.suggest('resume')}"
-    if store.shared:
-        fix += f" (or {store.suggest('release')}: the store's workers take it on again)"
     sealer = journal.sealer
     if isinstance(exc, SealedError) and (sealer is None or sealer.cipher is None):
         journal.sealer = None  # a key refused: its hold names ids and keys' ids, no content, and no data key seals it
     try:
-        write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", fix, code_sha256(), phase)
+        write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), code_sha256(), phase)
     finally:
         journal.sealer = sealer
+
+
+def hold_fix(store: Store) -> str:
+    """A hold's fix, the program's own words for the store it is read from: the fix a hold's row carries is never shown
+    (a worker writes that row, and status prints its fix as the next step to run)."""
+    fix = f"fix what it names, then {store.suggest('resume')}"
+    if store.shared:
+        fix += f" (or {store.suggest('release')}: the store's workers take it on again)"
+    return fix
 
 
 def attach(
@@ -5173,7 +5179,7 @@ class Snapshot:
         hold: dict | None = None,
     ):
         self.store = store
-        self.hold = hold  # a run's refusal recorded on the job (journal_hold), or None
+        self.hold = hold and {**hold, "fix": hold_fix(store)}  # a run's refusal recorded on the job (journal_hold), or None
         self.job = job
         self.journal = journal
         self.checkpoint = checkpoint
@@ -7916,7 +7922,7 @@ def release(store: Store) -> dict:
                 clear_hold(ctx.journal)
     snap = read_snapshot(store)
     try:
-        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold)})
+        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold and {**hold, "fix": hold_fix(store)})})
     finally:
         snap.close()
 

@@ -241,6 +241,7 @@ PG_SETUP_MIGRATIONS = (
     "m017_changed_one",
     "m019_current_key",
     "m020_outbox_stamped",
+    "m021_holds_links",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.

@@ -702,6 +702,7 @@ MUTANTS = [
         '        if keys["retired"] is not None and False:\n',
         ["tests/test_keys_and_scale.py::test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
         path=STORE_PY,
+    ),
     # --- notifications from stamped facts (issue 43) ----------------------------------------------------------------
     Mutant(
         "notify-sends-stored-payload",
