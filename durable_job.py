@@ -6321,6 +6321,23 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
     }
 
 
+# What a decision's or cancel's record says of its job beside the person's words, as the receipt repeats it: the act's
+# signature covers each, so a receipt alone has nothing of its job that only the receipt says (a record signed before
+# holds none of them: verify --receipt FILE names them uncovered, and --strict holds them to what the record implies).
+ACT_FACT_KEYS = ("owner", "threadId", "manifestPath", "manifestSha256", "codeSha256", "codeFiles", "version", "dependencies")
+ACT_RESULT_KEYS = ("statuses", "endpoints", "tokens")  # the job's results and calls as they stand at the act
+
+
+def act_facts(job: Job, results: list, journal: Journal | None, tokens: bool) -> dict:
+    """The job's seals, its results' statuses and its calls' endpoints (and tokens, when `tokens`), for an act's record."""
+    facts: dict[str, Any] = {k: job.get(k) for k in ACT_FACT_KEYS if k != "codeFiles" or k in job}
+    facts["statuses"] = {r["itemId"]: r["status"] for r in results}
+    facts["endpoints"] = call_endpoints(journal)
+    if tokens:
+        facts["tokens"] = job_tokens(call_rows(journal))
+    return facts
+
+
 def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int, results: list, endpoints: dict) -> dict:
     """Everything a receipt binds, from the saved state: write_receipt writes it, verify expects exactly it."""
     fields = {
@@ -6888,10 +6905,11 @@ def kept_receipt_fits(snap: Snapshot, path: str) -> str:
     return f"the receipt in {path} fits links rows {seq - 1} and {seq}"
 
 
-def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkeys: str | None = None) -> dict:
+def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkeys: str | None = None, strict: bool = False) -> dict:
     """verify --receipt FILE with no job: the receipt's own signatures, checked with allowed_signers, and every field it
     reports held against the signed record. A top-level field that disagrees with it fails; one the signature does not
-    cover is named (`unsigned`): only the receipt says it, and only the job (verify --receipt with it) can bind it."""
+    cover is named (`unsigned`): only the receipt says it, and only the job (verify --receipt with it) can bind it.
+    strict: such a field also fails when it says other than the signed record implies (receipt_implied)."""
     receipt = read_kept_receipt(path)
     checks, verified, trusted = [], [], set()
     acts = receipt_acts(receipt)
@@ -6933,7 +6951,16 @@ def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkey
             else {"name": "receipt fields", "ok": True, "detail": f"{tied}: the same in {said}"}
         )
     unsigned = receipt_uncovered(receipt, head, signed)
-    if unsigned:
+    implied = receipt_implied(receipt, signed[0], unsigned) if strict and signed else []
+    if implied:
+        checks.append(
+            {
+                "name": "not covered",
+                "ok": False,
+                "detail": f"--strict: a field no signature covers says other than the signed {signed[0][0]} implies: {'; '.join(implied)}",
+            }
+        )
+    elif unsigned:
         checks.append(
             {
                 "name": "not covered",
@@ -6948,7 +6975,14 @@ def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkey
 
 # What a receipt's top level repeats of its act's record (receipt_head, receipt_fields): verify --receipt FILE alone holds
 # each against the signed record. A cancel's time is its cancelledAtUtc; it decides nothing and binds no results.
-RECEIPT_SIGNED_KEYS = ("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion", "checked")
+RECEIPT_SIGNED_KEYS = (
+    *("decision", "reviewer", "principal", "reason", "decidedAtUtc", "bound", "resultsSha256", "draftVersion", "checked"),
+    *ACT_FACT_KEYS,
+    *ACT_RESULT_KEYS,
+)
+# What a receipt adds after its act was signed (its time, format, the chain's head under its own link; a cancel's tokens,
+# and the signature's own time): no signature covers them, and --strict holds each to what the signed record implies.
+RECEIPT_AFTER_ACT = ("writtenAtUtc", "schemaVersion", "chainHead", "tokens")
 SIGNATURE_SIGNED_KEYS = ("armored", "chainHead", "fields")  # what of a signature record its message binds (signed_message)
 
 
@@ -7025,6 +7059,67 @@ def receipt_uncovered(receipt: dict, head: dict, signed: list) -> list[str]:
         bound = PASSKEY_SIGNED_KEYS if record["signature"].get("format") == PASSKEY_FORMAT else SIGNATURE_SIGNED_KEYS
         uncovered += sorted(f"{act_key(act)}.signature.{k}" for k in record["signature"] if k not in bound)
     return uncovered
+
+
+def receipt_implied(receipt: dict, signed: tuple, unsigned: list) -> list[str]:
+    """verify --receipt FILE --strict: each field no signature covers (`unsigned`) that says other than the signed act
+    (act, record, fields) implies, named with why. What a receipt adds after the act (RECEIPT_AFTER_ACT): a time not
+    before the act's, this format, a chain head above the one signed, tokens as counts; the signature's own time, its
+    namespace and format. A field the act's own record repeats: the same there. A record that covers the job's facts
+    (ACT_FACT_KEYS) leaves nothing else: any other field is the receipt's word alone. A record signed before them: its
+    statuses fit its decision (an accept: every item validated; each checked claim's item among them); the rest of the
+    job's facts it cannot imply, and they stay warnings."""
+    act, record, fields = signed
+    key, when, signature = act_key(act), str(record.get("decidedAtUtc") or record.get("cancelledAtUtc")), record["signature"]
+    covers_facts = "manifestSha256" in fields
+    under = signature["chainHead"].get("seq") if type(signature["chainHead"].get("seq")) is int else 0
+
+    def utc_after(value) -> bool:
+        return isinstance(value, str) and bool(re.fullmatch(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", value)) and value >= when
+
+    implied = {  # what the signed act implies of a field it does not cover: (holds, what it should be)
+        "writtenAtUtc": (utc_after, f"a UTC time at or after the {act}'s {when}"),
+        f"{key}.signature.signedAtUtc": (utc_after, f"a UTC time at or after the {act}'s {when}"),
+        f"{key}.signature.namespace": (lambda v: v == SIGN_NAMESPACE, f"{SIGN_NAMESPACE}, the namespace every signature is made in"),
+        f"{key}.signature.format": (lambda v: v in ("sshsig", PASSKEY_FORMAT), "the format the signature verified as"),
+        "schemaVersion": (lambda v: v == RECEIPT_SCHEMA, f"{RECEIPT_SCHEMA}, the format of a signed receipt"),
+        "chainHead": (
+            lambda v: isinstance(v, dict) and type(v.get("seq")) is int and is_sha256_hex(v.get("sha256")) and v["seq"] > under,
+            f"a link above links row {under}, the one the {act} signed",
+        ),
+        "tokens": (
+            lambda v: isinstance(v, dict) and all(type(v.get(t)) is int and v[t] >= 0 for t, _ in TOKEN_FIELDS),
+            f"the counts {', '.join(t for t, _ in TOKEN_FIELDS)}",
+        ),
+    }
+
+    def at(name: str):
+        value: Any = receipt
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    wrong: list[str] = []
+    for name in unsigned:
+        value = at(name)
+        if name in implied:
+            holds, should = implied[name]
+            if not holds(value):
+                wrong.append(f"{name} is {json_words(value)}, not {should}")
+            continue
+        if covers_facts and ".signature." not in name:  # a signature's other keys are its format's (a passkey's counter…)
+            wrong.append(f"{name}: the {act}'s signed record covers the job's facts, and {name} is none of them")
+            continue
+        if name in record and value != record[name]:  # the act's own record repeats it, uncovered there too (signed before)
+            wrong.append(f"{name} is {json_words(value)} in the receipt, {json_words(record[name])} in the {act}'s record")
+        if name in ("statuses", f"{key}.statuses") and act == "decision":
+            statuses = value if isinstance(value, dict) else {}
+            items = {claim.rsplit(".", 1)[0] for claim in (record.get("checked") or {}).get("claims") or []}
+            if not isinstance(value, dict) or (record.get("decision") == "accept" and any(v != "validated" for v in statuses.values())):
+                wrong.append(f"{name} is {json_words(value)}: the signed accept says every item validated")
+            elif not items <= set(statuses):
+                wrong.append(f"{name} names no item {', '.join(sorted(items - set(statuses)))}, whose claims the {act} checked")
+    return wrong
 
 
 def receipt_head_fits(snap: Snapshot, links: list) -> str:
@@ -7567,6 +7662,7 @@ def record_decision(
         }
         if claims is not None:  # what the person checked, claim by claim: signed, and repeated in the receipt
             value["checked"] = claims
+        value.update(act_facts(ctx.job, results, ctx.journal, tokens=True))  # signed with the person's words
         head = chain_head(ctx.journal)
         if prepare:
             return passkey_request("decision", ctx.job["jobId"], value, head)
@@ -7900,6 +7996,8 @@ def cancel(
             "reason": reason,
             "cancelledAtUtc": now_utc(),
             "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
+            # what the receipt repeats of the job, signed with the cancel (tokens not: its pending calls settle later)
+            **act_facts(ctx.job, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], ctx.journal, tokens=False),
         }
         head = chain_head(ctx.journal)
         if prepare:
@@ -9446,7 +9544,9 @@ def cmd_seal(args) -> dict:
 def cmd_verify(args) -> dict:
     """Re-check everything offline: seals, journal invariants, results, receipt, the chained history and signatures."""
     if args.receipt and not (args.state_dir or args.store or args.job or os.environ.get(STORE_ENV)):
-        return verify_receipt_alone(args.receipt, args.allowed_signers, args.allowed_passkeys)  # no job named: its own signatures
+        return verify_receipt_alone(
+            args.receipt, args.allowed_signers, args.allowed_passkeys, args.strict
+        )  # no job named: its own signatures
     return verify(
         store_from(args),
         strict=args.strict,

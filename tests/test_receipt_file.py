@@ -62,13 +62,21 @@ def test_a_receipt_alone_says_which_decision_it_verified_and_which_fields_no_sig
     assert checks(out)["decision"] == {"name": "decision", "ok": True, "detail": f"{said}, signed and verified"}
     tied = checks(out)["receipt fields"]
     assert tied["ok"] and tied["detail"].startswith("outcome, jobId, decision, reviewer, principal, reason, decidedAtUtc, bound")
-    # what the signature does not cover is named, in the document and in the check, and is a warning, not a verified field
-    for field in ("owner", "manifestSha256", "codeSha256", "statuses", "chainHead", "final.statuses", "final.codeSha256"):
-        assert field in out["unsigned"], field
-    assert set(final["signature"]["fields"]).isdisjoint(out["unsigned"])
+    # the job's facts are in the signed record (tests/test_receipt_attacker.py edits each); what the receipt adds after the
+    # act is named, in the document and in the check, and is a warning, not a verified field
+    for field in ("owner", "manifestSha256", "codeSha256", "statuses", "endpoints"):
+        assert field not in out["unsigned"] and field in final["signature"]["fields"] and f", {field}" in tied["detail"], field
+    assert out["unsigned"] == [
+        "chainHead",
+        "schemaVersion",
+        "writtenAtUtc",
+        "final.signature.format",
+        "final.signature.namespace",
+        "final.signature.signedAtUtc",
+    ]
     uncovered = checks(out)["not covered"]
     assert uncovered["warning"] is True and uncovered["detail"].startswith("not covered by the signature")
-    assert ", final.statuses," in uncovered["detail"] and "owner" not in tied["detail"]
+    assert ", final.signature.namespace," in uncovered["detail"] and "writtenAtUtc" not in tied["detail"]
     assert (
         "warn not covered: not covered by the signature"
         in Workspace(tmp_path / "elsewhere", inprocess=False)
@@ -103,19 +111,20 @@ def test_a_top_level_field_edited_against_the_signed_decision_fails_naming_it_an
 @pytest.mark.parametrize(
     "key, inner, value",
     [
-        ("owner", None, "mallory"),
-        ("manifestSha256", None, "0" * 64),
-        ("final", "statuses", {"alpha": "validated", "beta": "validated", "gamma": "validated"}),
-        ("final", "codeSha256", "0" * 64),
+        ("writtenAtUtc", None, "2027-01-01T00:00:00.000000Z"),
+        ("final", "signature", "signedAtUtc"),
     ],
 )
 def test_a_field_no_signature_covers_is_flagged_not_covered_and_never_reported_as_verified(signed, tmp_path, key, inner, value):
-    """owner, manifestSha256, final.statuses and final.codeSha256 are not in the decision's signed record: an edit of one
-    cannot be told from the receipt alone. verify says so by name, and its verified decision names none of them."""
+    """writtenAtUtc and the signature's own time are written after the decision was signed: an edit of one cannot be
+    told from the receipt alone. verify says so by name, and its verified decision names none of them."""
     receipt, signers = signed
-    edited = {**receipt, key: value} if inner is None else {**receipt, key: {**receipt[key], inner: value}}
+    if inner is None:
+        edited, name = {**receipt, key: value}, key
+    else:
+        later = {**receipt[key][inner], value: "2027-01-01T00:00:00.000000Z"}
+        edited, name = {**receipt, key: {**receipt[key], inner: later}}, f"{key}.{inner}.{value}"
     out = verify_alone(tmp_path, edited, signers).ok()
-    name = key if inner is None else f"{key}.{inner}"
     assert name in out["unsigned"] and f" {name}," in checks(out)["not covered"]["detail"] + ","
     assert checks(out)["not covered"]["warning"] is True
     tied = checks(out)["receipt fields"]["detail"].split(": ")[0].split(", ")
