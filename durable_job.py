@@ -712,6 +712,9 @@ class Sealer:
         self.job_id, self.refusal = job_id, refusal
         self.why = why  # why there is no key: "no-key", "wrong-key", "shredded" ("" with one)
         self.cipher = aesgcm(key) if key is not None else None
+        # the key of its sources' digests (keyed_source), derived from the data key: a digest kept in clear beside a
+        # sealed source must not confirm a guess of it (a short or templated source is easily guessed)
+        self.digest_key = hashlib.new("sha256", b"durable_job source digests\0" + key).digest() if key is not None else None
 
     @classmethod
     def of_row(cls, job_id: str, row: dict | None, kek: Kek | None, where: str) -> Sealer | None:
@@ -767,6 +770,29 @@ class Sealer:
                 f"job {self.job_id}: {place} does not decrypt under the job's data key (copied from another job, or changed); "
                 "nothing of it is shown: restore it from a backup"
             ) from None
+
+
+KEYED_PREFIX = "hmac-sha256:"  # a sealed store job's source digest in its plain job record: keyed, not the source's sha256
+
+
+def keyed_source(sealer: Sealer, item_id: str, sha256: str) -> str:
+    """A source's digest as a sealed job keeps it in clear: an HMAC-SHA256 of its sha256, under the job's digest key."""
+    import hmac
+
+    if sealer.digest_key is None:
+        raise SealedError(sealer.refusal)
+    mac = hmac.new(sealer.digest_key, canonical(["durable_job source", sealer.job_id, item_id, sha256]), "sha256")
+    return KEYED_PREFIX + mac.hexdigest()
+
+
+def kept_sources(manifest: Manifest, sealer: Sealer | None) -> dict:
+    """The sources' digests a job record keeps, item id → digest: their sha256, or keyed (keyed_source) when sealer."""
+    return {i["id"]: i["sha256"] if sealer is None else keyed_source(sealer, i["id"], i["sha256"]) for i in manifest["items"]}
+
+
+def keyed_sources(job: Job) -> bool:
+    """Whether the job record keeps its sources' digests keyed (a store's job sealed at rest since issue 43)."""
+    return any(isinstance(v, str) and v.startswith(KEYED_PREFIX) for v in (job.get("sources") or {}).values())
 
 
 def is_sealed(value) -> bool:
@@ -1436,10 +1462,11 @@ def check_dependency_seal(job: Job) -> None:
 SEALED_COPIES = ("jobId", "mode", "model", "approvedBy")  # job.json's copies of the manifest, used without re-reading it
 
 
-def check_job_matches_manifest(job: Job, manifest: Manifest) -> None:
-    """job.json is never rewritten: its copies of the manifest must still say what the sealed manifest says."""
+def check_job_matches_manifest(job: Job, manifest: Manifest, sealer: Sealer | None = None) -> None:
+    """job.json is never rewritten: its copies of the manifest must still say what the sealed manifest says (its sources'
+    digests keyed under sealer's key when it keeps them so)."""
     expected: dict[str, Any] = {key: manifest[key] for key in SEALED_COPIES}  # type: ignore[literal-required]
-    expected["sources"] = {i["id"]: i["sha256"] for i in manifest["items"]}
+    expected["sources"] = kept_sources(manifest, sealer if keyed_sources(job) else None)
     for key, value in expected.items():
         if job.get(key) != value:
             raise SealError(
@@ -4142,8 +4169,8 @@ class Store(abc.ABC):
         """Before a new job is sealed: an empty place for it."""
 
     @abc.abstractmethod
-    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
-        """Write the job record once, never over another (the lock is held)."""
+    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
+        """Write the job record once, never over another (the lock is held); the record as kept."""
 
     # -- the writers' lock -----------------------------------------------------
 
@@ -4333,9 +4360,10 @@ class StateDirStore(Store):
         check_empty_state_dir(self.root, self.suggest("resume"))
         ensure_state_dir(self.root)
 
-    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
+    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
         """job.json, linked into place so that it never replaces another; the manifest and sources stay where they are,
-        apart from MCP resources' text, kept beside it first (verify checks them without launching a server)."""
+        apart from MCP resources' text, kept beside it first (verify checks them without launching a server). Their
+        digests stay as the manifest beside it states them: sealing at rest keeps none of the files outside the state."""
         if self.has_job():
             raise BusyError(
                 f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{self.suggest('resume')}`"
@@ -4349,6 +4377,7 @@ class StateDirStore(Store):
         if kept:
             write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
         write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
+        return job
 
     def lock(self, command: str) -> RunLock:
         return RunLock(self.root, command, self.no_job())
@@ -6464,8 +6493,9 @@ def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
                 journal.rows(f"SELECT * FROM {{{table}}}{{where}}") if journal.has_table(table) else None
 
         def seals() -> str:
-            store.check_seals(job, mcp="sealed", program=False)
-            return f"manifest and sources match; {made_by(job)}"
+            manifest, _ = store.check_seals(job, mcp="sealed", program=False)
+            what = "manifest and sources match" if manifest is not None else "manifest and sources sealed at rest, not read"
+            return f"{what}; {made_by(job)}"
 
         run_check(checks, "files", store.check_whole)
         run_check(checks, "seals", seals)
@@ -7301,8 +7331,9 @@ def sealing_new_job(store: Store, manifest: Manifest, manifest_path: str, raw: b
     kek_from_env()  # a key file named but unusable is refused before anything is written
     store.prepare_new()
     with store.lock(command):
-        job = new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files)
-        store.seal_job(job, raw, sources)
+        job = store.seal_job(
+            new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files), raw, sources
+        )
         crash_point("after-seal", job)
         yield job, sources
 
@@ -7323,7 +7354,8 @@ def check_same_job(store: Store, manifest: Manifest, raw: bytes) -> None:
         differs.append(f"job id ({manifest['jobId']!r})")
     if "approvedBy" in job and job["approvedBy"] != manifest["approvedBy"]:
         differs.append("owner (approvedBy)")
-    if "sources" in job and job["sources"] != {i["id"]: i["sha256"] for i in manifest["items"]}:
+    keyed = keyed_sources(job) and store.sealer()
+    if "sources" in job and (keyed or not keyed_sources(job)) and job["sources"] != kept_sources(manifest, keyed or None):
         differs.append("source data (items or their sha256)")
     if not differs:
         differs.append(f"manifest bytes (sha256 {sha256_hex(raw)[:16]}…)")

@@ -80,6 +80,8 @@ from durable_job import (
     keep_data_key,
     keeps,
     kek_from_env,
+    kept_sources,
+    keyed_sources,
     make_snapshot,
     may_by_rule,
     new_sealer,
@@ -953,13 +955,22 @@ class PgStore(Store):
             self.load_job()  # reads the row, or refuses naming the job
         row = cast(dict, self.row)
         raw = bytes(row["manifest"])
+        if is_sealed(raw.decode("latin-1")):  # a job sealed at rest since issue 43: its manifest holds its sources' sha256
+            if self.sealed_unread:  # verify without the key: left to the `content` check, as its sources are
+                return cast(Manifest, None), {}
+            sealer = self.sealer()
+            if sealer is None:
+                raise SealedError(
+                    f"job {self.job_id}'s manifest is sealed at rest, and its data key is not kept: restore the store from a backup"
+                )
+            raw = sealer.open(raw.decode("ascii"), "jobs", self.job_id, "manifest").encode("utf-8")
         if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
             raise SealError(
                 f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
                 f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}"
             )
         manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
-        check_job_matches_manifest(job, manifest)
+        check_job_matches_manifest(job, manifest, self.sealer() if keyed_sources(job) else None)
         stored = [bytes.fromhex(h) for h in row["sources"] or []]
         if len(stored) != len(manifest["items"]):
             raise source_failure(
@@ -976,8 +987,10 @@ class PgStore(Store):
     def prepare_new(self) -> None:
         need_psycopg()
 
-    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> None:
-        """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it.
+    def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
+        """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it; the
+        record as kept. A job sealed at rest keeps its manifest sealed, as its sources, and its sources' digests keyed
+        (keyed_source): nothing in clear confirms a guess of a source.
 
         The database makes the sealing role the job's owner. A jobId is store-wide: one another role holds
         (invisible to this one) is refused as taken, whatever the bytes.
@@ -1007,6 +1020,10 @@ class PgStore(Store):
             )
         sealer, wrapped = self.start_sealing(job, rights)
         data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
+        kept = manifest_bytes
+        if sealer is not None:
+            job = cast(Job, {**job, "sources": kept_sources(manifest, sealer)})
+            kept = sealer.seal(manifest_bytes.decode("utf-8"), "jobs", job["jobId"], "manifest").encode("ascii")
         if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
@@ -1020,7 +1037,7 @@ class PgStore(Store):
                     job["jobId"],
                     job["threadId"],
                     json.dumps(job, indent=2) + "\n",
-                    manifest_bytes,
+                    kept,
                     job["manifestSha256"],
                     data,
                     job["createdAtUtc"],
@@ -1048,7 +1065,7 @@ class PgStore(Store):
             )
         self.row = {
             "record_json": json.dumps(job),
-            "manifest": manifest_bytes,
+            "manifest": kept,
             "manifest_sha256": job["manifestSha256"],
             "sources": [d.hex() for d in data],
             "owner": writer.principal,
@@ -1056,6 +1073,7 @@ class PgStore(Store):
             "me": writer.principal,
         }
         cast(PgLock, self.locks).take()
+        return job
 
     # -- the writers' lock -----------------------------------------------------
 

@@ -15,7 +15,7 @@ import json
 import pytest
 
 import durable_job as dj
-from conftest import BOILER, Workspace, admin_url, allowed_signers, make_key, new_key_file, new_store, openai_workspace, pg_dump, sql
+from conftest import BOILER, Workspace, admin_url, allowed_signers, as_role, make_key, new_key_file, new_store, pg_dump, sql
 
 FACTS = ("owner", "threadId", "manifestPath", "manifestSha256", "codeSha256", "version", "dependencies", "statuses", "endpoints", "tokens")
 
@@ -134,3 +134,44 @@ def test_a_receipt_signed_before_still_verifies_and_strict_fails_only_what_its_r
     for edit in ({"owner": "mallory"}, {"endpoints": {"alpha#1": "https://evil.example/v1"}}):
         out = verify_alone(tmp_path, {**receipt, **edit}, signers, "--strict").ok()
         assert out["ok"] and next(iter(edit)) in checks(out)["not covered"]["detail"]
+
+
+def test_a_sealed_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_with_the_key(pg_server, tmp_path):
+    """Item 11c: a short or templated source ("yes") is confirmed by hashing guesses against a sha256 kept in clear. A
+    store that seals its jobs keeps its manifest sealed, as its sources, and the job record's source digests keyed
+    under the job's data key: neither a role's every readable row nor the administrator's dump holds a source's sha256,
+    and the job verifies as before, with the key and without it."""
+    url = new_store(pg_server)
+    key = new_key_file(tmp_path)
+    Workspace(tmp_path / "admin", store=admin_url(url)).run("migrate", "--store", admin_url(url), "--key-file", key).ok()
+    ws = Workspace(tmp_path / "job", store=url)
+    sources = {"alpha": BOILER, "beta": "yes\n"}
+    ws.write_manifest(sources=sources, reviewers=["bob"])
+    ws.env["DURABLE_JOB_KEY_FILE"] = key
+    ws.start().ok()
+    digests = [hashlib.sha256(text.encode()).hexdigest() for text in sources.values()]
+
+    dump = pg_dump(pg_server, url, str(tmp_path / "store.sql"))
+    assert b"durable_job.jobs" in dump and [d for d in digests if d.encode() in dump] == []
+    for role in ("alice", "bob", "worker"):  # every row each role may read, every column as text
+        tables = sql(as_role(url, role), "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = 'durable_job'")
+        seen = " ".join(
+            str(row)
+            for (table,) in tables
+            for row in sql(
+                as_role(url, role),
+                f"SELECT to_jsonb(t)::text FROM durable_job.{table} t WHERE has_table_privilege('durable_job.{table}', 'SELECT')",
+            )
+        )
+        assert "journey" in seen or role == "worker", role  # the reader reads the job's rows
+        assert [d for d in digests if d in seen] == [], role
+    job = ws.run("inspect").ok()["job"]
+    assert all(v.startswith("hmac-sha256:") for v in job["sources"].values()) and set(job["sources"]) == set(sources)
+
+    report = ws.run("verify").ok()
+    assert report["ok"] and {c["name"]: c for c in report["checks"]}["seals"]["detail"].startswith("manifest and sources match")
+    bare = Workspace(tmp_path / "job", store=url)
+    bare.env = {k: v for k, v in ws.env.items() if k != "DURABLE_JOB_KEY_FILE"}
+    unread = {c["name"]: c for c in bare.run("verify").ok()["checks"]}
+    assert unread["seals"]["ok"] and "sealed at rest, not read" in unread["seals"]["detail"]
+    bare.run("inspect").held("SealedError", "is sealed at rest and no key is given")
