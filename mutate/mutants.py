@@ -703,6 +703,17 @@ MUTANTS = [
         ["tests/test_keys_and_scale.py::test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
         path=STORE_PY,
     ),
+    # --- receipts (issue 43) ----------------------------------------------------------------------------------------
+    Mutant(
+        "strict-ignores-uncovered",
+        "verify --receipt FILE --strict: a field no signature covers fails when it says other than the signed act implies",
+        "    implied = receipt_implied(receipt, signed[0], unsigned) if strict and signed else []\n",
+        "    implied = []\n",
+        [
+            "tests/test_receipt_attacker.py::test_a_new_receipt_leaves_only_what_is_written_after_the_act_and_strict_holds_each_to_it",
+            "tests/test_receipt_attacker.py::test_a_receipt_signed_before_still_verifies_and_strict_fails_only_what_its_record_contradicts",
+        ],
+    ),
     # --- notifications from stamped facts (issue 43) ----------------------------------------------------------------
     Mutant(
         "notify-sends-stored-payload",
