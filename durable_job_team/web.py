@@ -462,6 +462,23 @@ class WebSite:
         finally:
             store.close()
 
+    def count_passkey(self, person: WebPerson, credential_id: str, count: int) -> bool:
+        """Claim a new sign counter for the person's passkey where it is kept (False: it did not grow there)."""
+        if self.store:
+            store = person.act_store("")
+            try:
+                return store.count_passkey(credential_id, count)
+            finally:
+                store.close()
+        for state in durable_job.state_dirs_under(list(self.roots), self.program):
+            if any(r["credentialId"] == credential_id for r in state.passkey_rows()):
+                kept = durable_job.StateDirStore(state.root, self.program, person.secrets)
+                try:
+                    return kept.count_passkey(credential_id, count)
+                finally:
+                    kept.close()
+        return False
+
     # -- change ----------------------------------------------------------------
 
     def bump(self) -> None:
@@ -902,8 +919,8 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
     flash = person.flash.pop(job_id, None)
     kept = person.drafts.pop(job_id, None)  # what the person typed for an act not recorded: filled in again
     try:
-        rp_id, passkey_note = relying_party(request)[0], ""
-        passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+        (rp_id, origin), passkey_note = relying_party(request), ""
+        passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if (k["rpId"], k["origin"]) == (rp_id, origin)]
     except WebRefusal as exc:
         rp_id, passkey_note, passkeys = "", str(exc), []
     return site.pages.page(
@@ -1045,9 +1062,12 @@ def signed_by_passkey(site: WebSite, request: Request, person: WebPerson, comman
     key = next((k for k in prepared["keys"] if k["credentialId"] == assertion.get("credentialId")), None)
     if key is None:
         raise WebRefusal(403, f"That passkey is not registered for {person.principal}: nothing was recorded")
-    return {
-        "passkey": {"prepared": prepared["out"], "assertion": assertion, "key": key, "rpId": prepared["rpId"], "origin": prepared["origin"]}
-    }
+
+    def count(credential_id: str, n: int) -> bool:  # the new sign counter, claimed where the key is kept (page_signature)
+        return site.count_passkey(person, credential_id, n)
+
+    passkey = {"prepared": prepared["out"], "assertion": assertion, "key": key, "rpId": prepared["rpId"], "origin": prepared["origin"]}
+    return {"passkey": {**passkey, "count": count}}
 
 
 async def json_body(request: Request) -> dict:
@@ -1068,9 +1088,9 @@ async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Respon
     body = await json_body(request)
     job_id = request.path_params["job_id"]
     rp_id, origin = relying_party(request)
-    keys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+    keys = [k for k in await run_in_threadpool(site.passkeys_of, person) if (k["rpId"], k["origin"]) == (rp_id, origin)]
     if not keys:
-        raise WebRefusal(409, f"No passkey of {person.principal} is registered for {rp_id}: register one first")
+        raise WebRefusal(409, f"No passkey of {person.principal} is registered for {origin}: register one first")
     command = body.get("command")
     if command == "decide":
         if body.get("decision") not in durable_job.DECISIONS:
@@ -1140,6 +1160,7 @@ async def api_passkey_register(site: WebSite, request: Request, person: WebPerso
         "validAfterUtc": durable_job.now_utc(),
         "validBeforeUtc": None,
         "publicKey": durable_job.b64url(made.credential_public_key),
+        "signCount": int(made.sign_count),
     }
     await run_in_threadpool(site.add_passkey, person, asked["jobId"], row)
     return JSONResponse({"registered": row["credentialId"], "principal": person.principal, "rpId": row["rpId"]})
