@@ -6194,7 +6194,7 @@ def passkey_problem(row: dict) -> str | None:
             return f"{key} is not base64url (16 to 2048 characters)"
     for key in ("validAfterUtc", "validBeforeUtc"):
         value = row.get(key)
-        if (value is not None or key == "validAfterUtc") and not (isinstance(value, str) and PASSKEY_UTC.fullmatch(value)):
+        if value is not None and not (isinstance(value, str) and PASSKEY_UTC.fullmatch(value)):
             return f"{key} {clip(value, 40)!r} is not a UTC time (2026-12-01T09:00:00Z)"
     count = row.get("signCount", 0)
     if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**32:
@@ -6206,6 +6206,8 @@ def checked_passkey_row(row: dict) -> dict:
     """A row about to be registered, whole (else a UsageError naming what is wrong): what add_passkey writes."""
     row = {"signCount": 0, **row}
     problem = passkey_problem({**row, "origin": row.get("origin") or ""})
+    if not problem and not row.get("validAfterUtc"):
+        problem = "validAfterUtc is missing (the time it was registered)"
     if problem:
         raise UsageError(f"passkey {clip(row.get('credentialId'), 24)} not registered: {problem}")
     return row
@@ -7055,7 +7057,11 @@ def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkey
                 check_act_signature(files, record["principal"], act, receipt["jobId"], record, record[when], written)
                 verified.append(act_words(act, record))
                 trusted.add(act)
-                checks.append({"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified"})
+                kind = key_file_flag(record["signature"])[0]
+                skipped = skipped_passkey_lines(read_allowed_passkeys(files[kind]), files[kind]) if kind == PASSKEY_FORMAT else ""
+                checks.append(
+                    {"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified" + (f" ({skipped})" if skipped else "")}
+                )
             except JobError as exc:
                 checks.append({"name": act, "ok": False, "detail": str(exc)})
     if not acts:

@@ -9,7 +9,7 @@ ALTER TABLE durable_job.passkeys ADD CONSTRAINT rp_id_host_name CHECK (length(rp
 
 ALTER TABLE durable_job.passkeys ADD CONSTRAINT origin_of_rp_id CHECK (origin ~ '^https?://[a-z0-9.-]+(:[0-9]{1,5})?$' AND (substring(origin FROM '^https?://([a-z0-9.-]+)') = rp_id OR substring(origin FROM '^https?://([a-z0-9.-]+)') LIKE '%.' || rp_id)) NOT VALID;
 
-ALTER TABLE durable_job.passkeys ADD CONSTRAINT ids_base64url CHECK (credential_id ~ '^[A-Za-z0-9_-]{16,2048}$' AND public_key ~ '^[A-Za-z0-9_-]{16,2048}$') NOT VALID;
+ALTER TABLE durable_job.passkeys ADD CONSTRAINT ids_base64url CHECK (credential_id ~ '^[A-Za-z0-9_-]+$' AND length(credential_id) BETWEEN 16 AND 2048 AND public_key ~ '^[A-Za-z0-9_-]+$' AND length(public_key) BETWEEN 16 AND 2048) NOT VALID;
 
 ALTER TABLE durable_job.passkeys ADD CONSTRAINT bounds_utc CHECK (valid_after_utc ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$' AND (valid_before_utc IS NULL OR valid_before_utc ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$')) NOT VALID;
 
