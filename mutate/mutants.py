@@ -695,4 +695,11 @@ MUTANTS = [
         "            pass\n",
         ["tests/test_lasting.py::test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable"],
     ),
+    Mutant(
+        "passkey-origin-from-record",
+        "verify --allowed-passkeys: a passkey assertion is checked at the origin its line names, never the record's own",
+        "    origin = passkey_origin(key)\n",
+        '    origin = signature.get("origin") or passkey_origin(key)\n',
+        ["tests/test_passkey_attacker.py::test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_never_verifies"],
+    ),
 ]
