@@ -2470,24 +2470,9 @@ MIGRATIONS = [
         "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
         "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
     ),
-    # a passkey's sign counter, raised as serve counts each new assertion, and the shape of every row checked as it is
-    # written (a tuple: the triggers' bodies hold semicolons); rows written before stay as they are (docs/CONTRACT.md)
-    (
-        "m012_passkey_counts",
-        (
-            "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)",
-            "CREATE TRIGGER passkey_shape BEFORE INSERT ON passkeys WHEN NEW.rp_id = '' OR NEW.rp_id GLOB '*[^a-z0-9.-]*' "
-            "OR NEW.origin NOT GLOB 'http*://*' OR NEW.origin GLOB '*[^A-Za-z0-9.:/-]*' OR NEW.credential_id = '' "
-            "OR NEW.credential_id GLOB '*[^A-Za-z0-9_-]*' OR NEW.public_key = '' OR NEW.public_key GLOB '*[^A-Za-z0-9_-]*' "
-            "OR NEW.principal = '' OR NEW.principal GLOB '*[ ' || char(9, 10, 13) || '#]*' "
-            "BEGIN SELECT RAISE(ABORT, 'passkeys: a malformed row (rp_id a host name, origin http(s)://host, base64url ids)'); END",
-            "CREATE TRIGGER passkey_count BEFORE UPDATE ON passkeys WHEN NEW.sign_count <= OLD.sign_count "
-            "OR (NEW.credential_id, NEW.principal, NEW.public_key, NEW.rp_id, NEW.origin, NEW.valid_after_utc, NEW.created_utc) "
-            "IS NOT (OLD.credential_id, OLD.principal, OLD.public_key, OLD.rp_id, OLD.origin, OLD.valid_after_utc, OLD.created_utc) "
-            "OR NEW.valid_before_utc IS NOT OLD.valid_before_utc "
-            "BEGIN SELECT RAISE(ABORT, 'passkeys: a row changes only by its sign counter growing'); END",
-        ),
-    ),
+    # a passkey's sign counter, raised (UPDATE … WHERE sign_count < n) as serve counts each new assertion; the rows' shape
+    # is checked in code before each is written (checked_passkey_row): the account owns this file, so no trigger would stop it
+    ("m012_passkey_counts", "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -2505,6 +2490,50 @@ def passkey_select(table: str) -> str:
     """SELECT of every registered passkey of a passkeys table, under the names an allowed-passkeys line uses."""
     columns = ", ".join(f'{c} AS "{k}"' for k, c in PASSKEY_COLUMNS.items())
     return f"SELECT {columns} FROM {table} ORDER BY principal, created_utc, credential_id"
+
+
+# a passkey row's (and allowed-passkeys line's) shape, checked before it is written and as a line is read
+PASSKEY_HOST = re.compile(r"(?=.{1,253}\Z)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+PASSKEY_ORIGIN = re.compile(r"https?://([a-z0-9.-]+)(:[0-9]{1,5})?")
+PASSKEY_B64URL = re.compile(r"[A-Za-z0-9_-]{16,2048}")
+PASSKEY_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})")
+
+
+def passkey_problem(row: dict) -> str | None:
+    """Why a passkey row (PASSKEY_COLUMNS' keys) or allowed-passkeys line is malformed (None when it is whole): a
+    principal without spaces, a relying party that is a host name, the origin it was registered on (http(s)://host[:port],
+    its host the relying party or under it), base64url credential id and public key, UTC bounds. Checked as a row is
+    written (both backends; a store's CHECK constraints too, m018_passkey_origin) and as a line is read."""
+    principal, rp_id, origin = row.get("principal"), row.get("rpId"), row.get("origin")
+    if not isinstance(principal, str) or not re.fullmatch(r"[^\s#]+", principal):
+        return f"principal {clip(principal, 40)!r} is not one word"
+    if not isinstance(rp_id, str) or not PASSKEY_HOST.fullmatch(rp_id) or re.fullmatch(r"[0-9.]+", rp_id):
+        return f"relying party {clip(rp_id, 40)!r} is not a host name (lower case, no spaces, no address)"
+    origin_host = PASSKEY_ORIGIN.fullmatch(origin) if isinstance(origin, str) else None
+    if origin is not None and (origin_host is None or not (origin_host[1] == rp_id or origin_host[1].endswith(f".{rp_id}"))):
+        return f"origin {clip(origin, 60)!r} is not http(s)://HOST[:PORT] with HOST {rp_id} or under it"
+    for key in ("credentialId", "publicKey"):
+        if not isinstance(row.get(key), str) or not PASSKEY_B64URL.fullmatch(row[key]):
+            return f"{key} is not base64url (16 to 2048 characters)"
+    for key in ("validAfterUtc", "validBeforeUtc"):
+        value = row.get(key)
+        if value is not None and not (isinstance(value, str) and PASSKEY_UTC.fullmatch(value)):
+            return f"{key} {clip(value, 40)!r} is not a UTC time (2026-12-01T09:00:00Z)"
+    count = row.get("signCount", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**32:
+        return f"signCount {clip(count, 20)!r} is not a counter"
+    return None
+
+
+def checked_passkey_row(row: dict) -> dict:
+    """A row about to be registered, whole (else a UsageError naming what is wrong): what add_passkey writes."""
+    row = {"signCount": 0, **row}
+    problem = passkey_problem({**row, "origin": row.get("origin") or ""})
+    if not problem and not row.get("validAfterUtc"):
+        problem = "validAfterUtc is missing (the time it was registered)"
+    if problem:
+        raise UsageError(f"passkey {clip(row.get('credentialId'), 24)} not registered: {problem}")
+    return row
 
 
 class Dialect:
@@ -6120,10 +6149,6 @@ PASSKEY_FILE_HEADER = (
 PASSKEY_ASSERTION = ("credentialId", "authenticatorData", "clientDataJSON", "signature")  # base64url, as the browser gave them
 PASSKEY_SIGNED_KEYS = ("chainHead", "fields", "rpId", "origin", *PASSKEY_ASSERTION)  # what a passkey signature record binds
 PASSKEY_TIME_KEYS = {"decision": "decidedAtUtc", "cancel": "cancelledAtUtc"}  # an act's own time, which its challenge covers
-PASSKEY_HOST = re.compile(r"(?=.{1,253}\Z)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
-PASSKEY_ORIGIN = re.compile(r"https?://([a-z0-9.-]+)(:[0-9]{1,5})?")
-PASSKEY_B64URL = re.compile(r"[A-Za-z0-9_-]{16,2048}")
-PASSKEY_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})")
 
 
 def need_webauthn():
@@ -6174,43 +6199,6 @@ def utc_instant(text: str, what: str):
         return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(datetime.UTC)
     except ValueError:
         raise UsageError(f"{what} {text!r} is not a UTC time (2026-12-01T09:00:00Z)") from None
-
-
-def passkey_problem(row: dict) -> str | None:
-    """Why a passkey row (PASSKEY_COLUMNS' keys) or allowed-passkeys line is malformed (None when it is whole): a
-    principal without spaces, a relying party that is a host name, the origin it was registered on (http(s)://host[:port],
-    its host the relying party or under it), base64url credential id and public key, UTC bounds. Checked as a row is
-    written (both backends; a store's CHECK constraints too, m018_passkey_origin) and as a line is read."""
-    principal, rp_id, origin = row.get("principal"), row.get("rpId"), row.get("origin")
-    if not isinstance(principal, str) or not re.fullmatch(r"[^\s#]+", principal):
-        return f"principal {clip(principal, 40)!r} is not one word"
-    if not isinstance(rp_id, str) or not PASSKEY_HOST.fullmatch(rp_id) or re.fullmatch(r"[0-9.]+", rp_id):
-        return f"relying party {clip(rp_id, 40)!r} is not a host name (lower case, no spaces, no address)"
-    origin_host = PASSKEY_ORIGIN.fullmatch(origin) if isinstance(origin, str) else None
-    if origin is not None and (origin_host is None or not (origin_host[1] == rp_id or origin_host[1].endswith(f".{rp_id}"))):
-        return f"origin {clip(origin, 60)!r} is not http(s)://HOST[:PORT] with HOST {rp_id} or under it"
-    for key in ("credentialId", "publicKey"):
-        if not isinstance(row.get(key), str) or not PASSKEY_B64URL.fullmatch(row[key]):
-            return f"{key} is not base64url (16 to 2048 characters)"
-    for key in ("validAfterUtc", "validBeforeUtc"):
-        value = row.get(key)
-        if value is not None and not (isinstance(value, str) and PASSKEY_UTC.fullmatch(value)):
-            return f"{key} {clip(value, 40)!r} is not a UTC time (2026-12-01T09:00:00Z)"
-    count = row.get("signCount", 0)
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**32:
-        return f"signCount {clip(count, 20)!r} is not a counter"
-    return None
-
-
-def checked_passkey_row(row: dict) -> dict:
-    """A row about to be registered, whole (else a UsageError naming what is wrong): what add_passkey writes."""
-    row = {"signCount": 0, **row}
-    problem = passkey_problem({**row, "origin": row.get("origin") or ""})
-    if not problem and not row.get("validAfterUtc"):
-        problem = "validAfterUtc is missing (the time it was registered)"
-    if problem:
-        raise UsageError(f"passkey {clip(row.get('credentialId'), 24)} not registered: {problem}")
-    return row
 
 
 def passkey_line(row: dict) -> str:
@@ -7057,8 +7045,8 @@ def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkey
                 check_act_signature(files, record["principal"], act, receipt["jobId"], record, record[when], written)
                 verified.append(act_words(act, record))
                 trusted.add(act)
-                kind = key_file_flag(record["signature"])[0]
-                skipped = skipped_passkey_lines(read_allowed_passkeys(files[kind]), files[kind]) if kind == PASSKEY_FORMAT else ""
+                keys = files[key_file_flag(record["signature"])[0]] if record["signature"].get("format") == PASSKEY_FORMAT else None
+                skipped = skipped_passkey_lines(read_allowed_passkeys(keys), keys) if keys else ""  # the file's malformed lines
                 checks.append(
                     {"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified" + (f" ({skipped})" if skipped else "")}
                 )
