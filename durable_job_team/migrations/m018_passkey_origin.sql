@@ -15,6 +15,8 @@ ALTER TABLE durable_job.passkeys ADD CONSTRAINT bounds_utc CHECK (valid_after_ut
 
 CREATE FUNCTION durable_job.passkey_change() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$ BEGIN IF durable_job.is_admin() THEN RETURN COALESCE(NEW, OLD); END IF; IF TG_OP = 'UPDATE' AND OLD.principal = session_user::text AND NEW.sign_count > OLD.sign_count AND (NEW.credential_id, NEW.principal, NEW.public_key, NEW.rp_id, NEW.origin, NEW.valid_after_utc, NEW.valid_before_utc, NEW.created_utc, NEW.recorded_at) IS NOT DISTINCT FROM (OLD.credential_id, OLD.principal, OLD.public_key, OLD.rp_id, OLD.origin, OLD.valid_after_utc, OLD.valid_before_utc, OLD.created_utc, OLD.recorded_at) THEN RETURN NEW; END IF; RAISE EXCEPTION 'durable_job.passkeys is history: a row changes only by its own principal''s sign counter growing (% refused)', TG_OP USING ERRCODE = 'insufficient_privilege'; END $$;
 
+REVOKE ALL ON FUNCTION durable_job.passkey_change() FROM PUBLIC;
+
 DROP TRIGGER history ON durable_job.passkeys;
 
 CREATE TRIGGER history BEFORE UPDATE OR DELETE ON durable_job.passkeys FOR EACH ROW EXECUTE FUNCTION durable_job.passkey_change();
