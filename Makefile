@@ -32,7 +32,7 @@ test: $(VENV)/.dev system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
 
 # The program before the command API (issue 20) is measured in the same run: `make bench BENCH_BEFORE=REV` names another.
 BENCH_BEFORE ?= aa07c23

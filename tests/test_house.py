@@ -111,6 +111,9 @@ RELEASED_MIGRATIONS = {
     "m015_sealed": "690c753c8c361896d043db195e7b285eb4ecb85624a3b3fa3582446fa826093b",
     "m016_floor": "55158b94ca4f11689742086b639e01236ef3c18d7e2aeb501643426decd4b402",
     "m017_changed_one": "293138783ff01e128e6f368a05d76acf1a8497b96ad1e3c75838f5595123b0ef",
+    "m019_current_key": "231ccdf452c08fd1fe64e4b5db7c5c465b0cb6f2834ae2b2c0add8c748eaa062",
+    "m020_outbox_stamped": "47e91e9a8c04c2d527df1a1e3a2c241ce984e1681401a435db59d7ec14d950ab",
+    "m021_holds_links": "dabf12ccd58aa0588fe30e5c0a9e80413e527d6998ac98fc6234b5800724e9c1",
     "m018_passkey_origin": "13d9e23db7396a89d30cd9bc3ab9fa488b8c92206e88ba30d7db4bd5b4376cb8",
 }
 
