@@ -2496,7 +2496,7 @@ MIGRATIONS = [
     ("m012_outbox_set_aside", "ALTER TABLE outbox ADD COLUMN set_aside TEXT"),
     # a passkey's sign counter, raised (UPDATE … WHERE sign_count < n) as serve counts each new assertion; the rows' shape
     # is checked in code before each is written (checked_passkey_row): the account owns this file, so no trigger would stop it
-    ("m012_passkey_counts", "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)"),
+    ("m013_passkey_counts", "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -2527,7 +2527,7 @@ def passkey_problem(row: dict) -> str | None:
     """Why a passkey row (PASSKEY_COLUMNS' keys) or allowed-passkeys line is malformed (None when it is whole): a
     principal without spaces, a relying party that is a host name, the origin it was registered on (http(s)://host[:port],
     its host the relying party or under it), base64url credential id and public key, UTC bounds. Checked as a row is
-    written (both backends; a store's CHECK constraints too, m018_passkey_origin) and as a line is read."""
+    written (both backends; a store's CHECK constraints too, m022_passkey_origin) and as a line is read."""
     principal, rp_id, origin = row.get("principal"), row.get("rpId"), row.get("origin")
     if not isinstance(principal, str) or not re.fullmatch(r"[^\s#]+", principal):
         return f"principal {clip(principal, 40)!r} is not one word"

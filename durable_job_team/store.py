@@ -243,7 +243,7 @@ PG_SETUP_MIGRATIONS = (
     "m019_current_key",
     "m020_outbox_stamped",
     "m021_holds_links",
-    "m018_passkey_origin",
+    "m022_passkey_origin",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -1316,7 +1316,7 @@ class PgStore(Store):
 
     def count_passkey(self, credential_id: str, count: int) -> bool:
         """One UPDATE whose WHERE says the counter grows (the row's lock orders two at once: one of them changes nothing);
-        the store's policy and trigger let a role raise only its own passkey's sign_count (m018_passkey_origin)."""
+        the store's policy and trigger let a role raise only its own passkey's sign_count (m022_passkey_origin)."""
         return bool(
             self.db().change(
                 "UPDATE durable_job.passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND sign_count < {p.count}",
@@ -1498,7 +1498,7 @@ STORE_GRANTS = (
     "GRANT INSERT, UPDATE, DELETE ON durable_job.holds TO {role}",  # a run's refusal on its job (m013_holds)
     "GRANT INSERT, UPDATE ON durable_job.outbox TO {role}",  # notifications; a sender marks them delivered (m014_outbox)
     "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
-    "GRANT UPDATE (sign_count) ON durable_job.passkeys TO {role}",  # its own passkey's counter, upward (m018_passkey_origin)
+    "GRANT UPDATE (sign_count) ON durable_job.passkeys TO {role}",  # its own passkey's counter, upward (m022_passkey_origin)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(text) TO {role}",  # a writer's check of its lock (m016_floor)
