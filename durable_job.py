@@ -660,10 +660,16 @@ def read_kek_file(path: str, flag: str) -> Kek:
     try:
         with open(os.path.expanduser(path), "rb") as fh:
             key = fh.read(KEK_BYTES + 1)
+            mode = os.fstat(fh.fileno()).st_mode & 0o777
     except OSError as exc:
         raise SealedError(f"{flag} {path} cannot be read ({exc.strerror}); name the key file, or {make}") from None
     if len(key) != KEK_BYTES:
         raise SealedError(f"{flag} {path} holds {len(key)} bytes, not the {KEK_BYTES} random bytes of a key; name the key file, or {make}")
+    if mode & 0o077:  # as ssh refuses a private key others may read: a key anyone may read seals nothing
+        import shlex
+
+        how = "readable" if mode & 0o044 else "writable"
+        raise SealedError(f"key file {path} ({flag}) is {how} by others (mode {mode:04o}); run: chmod 600 {shlex.quote(path)}")
     return Kek(key=key, where=f"{flag} {path}")
 
 
@@ -676,11 +682,27 @@ def kek_from_env() -> Kek | None:
     return Kek(command=command, where=KEY_COMMAND_ENV) if command else None
 
 
-def rotated_refusal(job_id: str, stored_id: str, kek: Kek) -> SealedError:
-    return SealedError(
-        f"job {job_id}'s data key is wrapped under key-encryption key {stored_id}, not {kek.id} that {kek.where} names: "
-        f"if the key was rotated (rotate-key), {KEY_FILE_ENV} must name the new key file"
-    )
+def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None = None, rewrap: str = "rotate-key") -> SealedError:
+    """A job's data key wrapped under another key than the one given. A store knows its rotated-out keys (`retired`:
+    {kek_id: {retired_utc, replaced_by}}, m019): the one given was rotated out (use the current one), or the job's own
+    was and the job was left under it (its administrator rewraps it with the old key: `rewrap`, the store's rotate-key
+    command); else, the generic advice."""
+    head = f"job {job_id}'s data key is wrapped under key-encryption key {stored_id}, not {kek.id} that {kek.where} names"
+    retired = retired or {}
+    if kek.id in retired and stored_id not in retired:
+        mine = retired[kek.id]
+        return SealedError(
+            f"{head}: this key was rotated out at {mine['retired_utc']}; use the current key file ({mine['replaced_by']}: the "
+            f"--new-key-file of the last rotate-key) as {KEY_FILE_ENV}"
+        )
+    if stored_id in retired:
+        theirs = retired[stored_id]
+        return SealedError(
+            f"{head}: the job was left under {stored_id}, rotated out at {theirs['retired_utc']} (the current key is "
+            f"{theirs['replaced_by']}); no current key opens it: the store's administrator rewraps it with the old key file, "
+            f"`{KEY_FILE_ENV}=OLD_KEY_FILE {rewrap}`, or restores the job from a backup if the old key is gone"
+        )
+    return SealedError(f"{head}: if the key was rotated (rotate-key), {KEY_FILE_ENV} must name the new key file")
 
 
 class Sealer:
@@ -2470,6 +2492,8 @@ MIGRATIONS = [
         "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
         "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
     ),
+    # a notification its sender could not rebuild from the job's own rows, set aside (why) instead of stopping the others
+    ("m012_outbox_set_aside", "ALTER TABLE outbox ADD COLUMN set_aside TEXT"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -3535,7 +3559,8 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # until something changes (see durable_job_team/workers.py). Not holds: another run holds the job, a worker told to
 # stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
 # own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
-NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError, SealedError)
+# A key refused (SealedError: none given, the wrong one, a rotated-out one) is a hold, written in clear (record_hold).
+NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
 
 
 def is_hold(exc: BaseException) -> bool:
@@ -5050,10 +5075,22 @@ def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> N
     if ctx is not None:
         checkpoint = ctx.checkpoint()
         phase = job_phase(ctx.review(checkpoint), checkpoint, None)
+    sealer = journal.sealer
+    if isinstance(exc, SealedError) and (sealer is None or sealer.cipher is None):
+        journal.sealer = None  # a key refused: its hold names ids and keys' ids, no content, and no data key seals it
+    try:
+        write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), code_sha256(), phase)
+    finally:
+        journal.sealer = sealer
+
+
+def hold_fix(store: Store) -> str:
+    """A hold's fix, the program's own words for the store it is read from: the fix a hold's row carries is never shown
+    (a worker writes that row, and status prints its fix as the next step to run)."""
     fix = f"fix what it names, then {store.suggest('resume')}"
     if store.shared:
         fix += f" (or {store.suggest('release')}: the store's workers take it on again)"
-    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", fix, code_sha256(), phase)
+    return fix
 
 
 def attach(
@@ -5142,7 +5179,7 @@ class Snapshot:
         hold: dict | None = None,
     ):
         self.store = store
-        self.hold = hold  # a run's refusal recorded on the job (journal_hold), or None
+        self.hold = hold and {**hold, "fix": hold_fix(store)}  # a run's refusal recorded on the job (journal_hold), or None
         self.job = job
         self.journal = journal
         self.checkpoint = checkpoint
@@ -7885,7 +7922,7 @@ def release(store: Store) -> dict:
                 clear_hold(ctx.journal)
     snap = read_snapshot(store)
     try:
-        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold)})
+        return where_it_stands(snap, {"jobId": snap.job["jobId"], "released": shown_hold(hold and {**hold, "fix": hold_fix(store)})})
     finally:
         snap.close()
 
@@ -8013,10 +8050,17 @@ def notify(
             sender.follow(stop or stop_on_signals())
         else:
             sender.once()
+        waiting = sender.set_aside_rows()  # every row set aside so far (this run's and earlier ones'), for a person
     finally:
         for box in boxes:
             box.close()
-    return {"delivered": sender.delivered, "failedTries": sender.failed, "followed": follow}
+    return {
+        "delivered": sender.delivered,
+        "failedTries": sender.failed,
+        "setAside": sender.set_aside,
+        "setAsideInAll": waiting,
+        "followed": follow,
+    }
 
 
 def stop_on_signals():
@@ -8756,17 +8800,20 @@ def prune(
     out = []
     with prune_candidates(store, list(roots), program, from_env) as jobs_here:
         for one in jobs_here:
-            row = prune_row(one, set(phases), cutoff, shred_sealed)
-            if row is None:
-                continue
-            if not dry_run and row["state"] != "pruned":
-                row["freedBytes"] = prune_job(one)
-                row["state"] = "pruned"
-            if shred_sealed and one.sealer() is not None:
-                row["state"] += ", would shred" if dry_run else ", shredded"
-                if not dry_run:
-                    shred(one)
-            out.append(row)
+            try:  # each job's connections go back to the lister's pool once it is done: a few, however many jobs
+                row = prune_row(one, set(phases), cutoff, shred_sealed)
+                if row is None:
+                    continue
+                if not dry_run and row["state"] != "pruned":
+                    row["freedBytes"] = prune_job(one)
+                    row["state"] = "pruned"
+                if shred_sealed and one.sealer() is not None:
+                    row["state"] += ", would shred" if dry_run else ", shredded"
+                    if not dry_run:
+                        shred(one)
+                out.append(row)
+            finally:
+                one.close()
     return {
         "dryRun": dry_run,
         "olderThanDays": older_than,
@@ -9079,8 +9126,9 @@ def text_release(out: dict, store) -> list:
 
 def text_notify(out: dict, store) -> list:
     return [
-        f"notify: {out['delivered']} delivered, {out['failedTries']} failed tries"
+        f"notify: {out['delivered']} delivered, {out['failedTries']} failed tries, {out['setAside']} set aside"
         + (" (followed until stopped)" if out["followed"] else "")
+        + (f"; {out['setAsideInAll']} set aside in all (their set_aside column says why)" if out["setAsideInAll"] else "")
     ]
 
 
@@ -9484,8 +9532,8 @@ def cmd_work(args) -> dict:
 
 
 def work_refusal(out: dict) -> JobError | None:
-    """`work --until-idle` that held a job (a run's refusal recorded on it) exits 2 after its summary, naming each."""
-    held = [r for r in out.get("runs") or [] if r.get("held")]
+    """`work --until-idle` that held a job (a run's refusal recorded on it) or met any other refusal exits 2 after its summary, naming each."""
+    held = [r for r in out.get("runs") or [] if r.get("held") or r.get("refused")]
     if not out.get("untilIdle") or not held:
         return None
     named = "; ".join(f"job {r['jobId']}: {r['hold']}" for r in held)

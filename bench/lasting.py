@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, REPO)
 
 import psycopg  # noqa: E402
+from job_copies import copy_job  # noqa: E402
 from store_kit import manifest, one_finished_five_runnable, page_sql, role_url, throwaway_server  # noqa: E402
 
 import durable_job as dj  # noqa: E402
@@ -34,42 +35,6 @@ from durable_job_team import store as team_store  # noqa: E402
 from durable_job_team import workers  # noqa: E402
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_SIZES", "100,1000,10000").split(","))
-JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
-THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-
-
-def copy_job(admin: str, job_id: str, first: int, count: int) -> None:
-    """Copies first..first+count-1 of the job's rows, every text column with the job's and thread's ids substituted."""
-    with psycopg.connect(admin, autocommit=True) as conn:
-        thread = conn.execute("SELECT thread_id FROM durable_job.jobs WHERE job_id = %s", (job_id,)).fetchone()[0]
-        for table in JOB_TABLES + THREAD_TABLES:
-            columns = conn.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'durable_job' AND table_name = %s "
-                "AND is_identity = 'NO' AND coalesce(column_default, '') NOT LIKE 'nextval%%' ORDER BY ordinal_position",
-                (table,),
-            ).fetchall()
-            names, shown = [], []
-            for name, kind in columns:
-                names.append(f'"{name}"')
-                if kind in ("text", "character varying", "jsonb", "json"):
-                    text = f'"{name}"::text'
-                    swapped = f"replace(replace({text}, %(thread)s, %(thread)s || '-' || g), %(job)s, %(job)s || '-' || g)"
-                    shown.append(f"({swapped})::{kind}" if kind in ("jsonb", "json") else swapped)
-                else:
-                    shown.append(f'"{name}"')
-            key = "thread_id" if table in THREAD_TABLES else "job_id"
-            conn.execute(
-                f"INSERT INTO durable_job.{table} ({', '.join(names)}) SELECT {', '.join(shown)} FROM durable_job.{table}, "
-                f"generate_series(%(first)s::int, %(last)s::int) g WHERE {key} = %(key)s",
-                {
-                    "thread": thread,
-                    "job": job_id,
-                    "first": first,
-                    "last": first + count - 1,
-                    "key": thread if key == "thread_id" else job_id,
-                },
-            )
-        conn.execute("ANALYZE")
 
 
 def wall(argv, env, runs=3) -> float:

@@ -11,20 +11,29 @@ The config (DURABLE_JOB_NOTIFY or --notify FILE), written by the store's adminis
      "webhooks": [{"url": "https://hooks.example/dj", "events": ["held"], "secretFile": "/etc/dj/hook.secret"}],
      "commands": [{"argv": ["/usr/local/bin/page-me"], "events": ["awaiting-review", "uncertain-call"]}]}
 
-A webhook gets the event as a JSON POST; with `secretFile`, its header X-Durable-Job-Signature is
-`sha256=<hex HMAC-SHA256 of the body's bytes, keyed by the file's bytes (a trailing newline dropped)>`; the secret is
-read when the config is, kept in memory, never written anywhere. A command gets the event's JSON on its standard input
-(exit 0: taken). Each event goes with a stable `id` (also the header X-Durable-Job-Delivery) a receiver de-duplicates
-on: an event is marked delivered only once every target subscribed to it took it, so a sender killed in between, or
-a target that failed while another took it, sends it again.
+A webhook gets the event as a JSON POST, never following a redirect (a 3xx is a failed try); with `secretFile`, its
+header X-Durable-Job-Signature is `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + the body's bytes, keyed by the
+file's bytes (a trailing newline dropped)>`, so a receiver refuses a replay outside its tolerance; the secret file is
+refused when its group or others may open it, read when the config is, kept in memory, never written anywhere. A
+command gets the event's JSON on its standard input (exit 0: taken). Each event goes with a stable `id` (also the header
+X-Durable-Job-Delivery) a receiver de-duplicates on: an event is marked delivered only once every target subscribed to
+it took it, so a sender killed in between, or a target that failed while another took it, sends it again.
+
+What an event says is rebuilt when it is sent, from what the store stamped on its row (its job, id, event, principal and
+recorded_at, m020_outbox_stamped) and the job's own rows (its owner and reviewers, its decision, its cancel, its calls),
+never from the free text a role wrote in the row's payload: a row whose payload disagrees with them, or that cannot be
+read, is set aside (its `set_aside` says why; counted and said) and the others are delivered. A store's rows go in the
+order the server stamped them (recorded_at), a state directory's in the order they were inserted.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import hmac
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -35,15 +44,20 @@ import urllib.request
 
 from durable_job import (
     EFFECTS_FILE,
+    JOB_PHASES,
     NOTICE_EVENTS,
     NOTIFY_ENV,
     SqliteJournal,
+    StateDirStore,
     StateError,
     UsageError,
     clip,
     connect_sqlite,
     job_path,
+    load_job_file,
+    migrate,
     now_utc,
+    os_account,
     strict_json,
 )
 
@@ -111,9 +125,12 @@ def read_secret(path, bad) -> bytes | None:
         return None
     try:
         with open(str(path), "rb") as fh:
+            mode = os.fstat(fh.fileno()).st_mode & 0o777
             secret = fh.read(4096).rstrip(b"\r\n")
     except OSError as exc:
         raise bad(f"names a secretFile that cannot be read ({exc.strerror})") from None
+    if mode & 0o077:  # as ssh refuses a private key others may open: anyone reading it signs events
+        raise bad(f"names a secretFile its group or others may open (mode {mode:04o}): `chmod 600 {path}`, then run this again")
     if not secret:
         raise bad("names an empty secretFile")
     return secret
@@ -124,15 +141,69 @@ def read_secret(path, bad) -> bytes | None:
 ###############################################################################
 
 
-def event_document(payload_json: str, config: dict) -> dict:
-    event = json.loads(payload_json)
+class SetAside(ValueError):
+    """A notification its sender cannot rebuild from its job's own rows (why): set aside, the others delivered."""
+
+
+def event_document(box: Outbox, row: dict, config: dict) -> dict:
+    """The event as sent, rebuilt from the row's stamped columns and its job's own rows: the payload a role wrote only
+    has to agree with them (its id, event and job), and gives nothing but a held job's phase and an uncertain call's
+    key, each checked against the job (a known phase, a call the job has); SetAside when it cannot be rebuilt."""
+    event = row["event"]
+    if event not in NOTICE_EVENTS:
+        raise SetAside(f"its event {clip(json.dumps(str(event)), 60)} is not one the program notifies")
+    try:
+        payload = json.loads(row["payload_json"])
+    except (TypeError, ValueError, RecursionError):
+        raise SetAside("its payload is not JSON") from None
+    if not isinstance(payload, dict):
+        raise SetAside("its payload is not a JSON object")
+    job_id = box.job_id(row)
+    if (payload.get("id"), payload.get("event"), payload.get("jobId")) != (row["id"], event, job_id):
+        raise SetAside("its payload names another notification (its id, event or job is not the row's)")
+    people = box.people(row)
+    document = {
+        "id": row["id"],
+        "event": event,
+        "jobId": job_id,
+        "phase": event,
+        "at": box.at(row),
+        "principal": box.principal(row),
+        "owner": people["owner"],
+        "reviewers": people["reviewers"],
+    }
+    if event == "held":
+        if payload.get("phase") not in JOB_PHASES:
+            raise SetAside("its payload's phase is not one a job has")
+        document["phase"] = payload["phase"]
+    elif event == "awaiting-review":
+        document["to"] = people["reviewers"] or [people["owner"]]
+    elif event == "decided":
+        document["decision"] = box.decision(row)
+        if document["decision"] is None:
+            raise SetAside("its job records no decision")
+    elif event == "cancelled" and not box.cancelled(row):
+        raise SetAside("its job is not cancelled")
+    elif event == "uncertain-call":
+        key = payload.get("operationKey")
+        if not isinstance(key, str) or not box.has_call(row, key):
+            raise SetAside("its payload's operationKey is not a call of its job")
+        document["operationKey"] = key
     if config["webUrl"]:
-        event["link"] = f"{config['webUrl']}/jobs/{urllib.parse.quote(event['jobId'], safe='')}"
-    return event
+        document["link"] = f"{config['webUrl']}/jobs/{urllib.parse.quote(job_id, safe='')}"
+    return document
 
 
-def signature(secret: bytes, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+def signature(secret: bytes, body: bytes, at: int) -> str:
+    """X-Durable-Job-Signature: the send time and the HMAC-SHA256 of "<t>." + body (a receiver refuses an old t)."""
+    return f"t={at},v1=" + hmac.new(secret, f"{at}.".encode("ascii") + body, hashlib.sha256).hexdigest()
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A webhook's 3xx is its answer (a failed try), never followed: the signature goes only to the URL configured."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
 
 
 def post(hook: dict, event: dict, body: bytes) -> str | None:
@@ -144,16 +215,15 @@ def post(hook: dict, event: dict, body: bytes) -> str | None:
         EVENT_HEADER: event["event"],
     }
     if hook["secret"] is not None:
-        headers[SIGNATURE_HEADER] = signature(hook["secret"], body)
+        headers[SIGNATURE_HEADER] = signature(hook["secret"], body, int(time.time()))
     where = urllib.parse.urlsplit(hook["url"])
     name = f"webhook {where.scheme}://{where.netloc.rpartition('@')[2]}{where.path}"
+    opener = urllib.request.build_opener(NoRedirects())
     try:
-        with urllib.request.urlopen(
-            urllib.request.Request(hook["url"], data=body, headers=headers, method="POST"), timeout=DELIVERY_TIMEOUT
-        ):
+        with opener.open(urllib.request.Request(hook["url"], data=body, headers=headers, method="POST"), timeout=DELIVERY_TIMEOUT):
             return None
     except urllib.error.HTTPError as exc:
-        return f"{name}: HTTP {exc.code}"
+        return f"{name}: HTTP {exc.code}" + (" (a redirect: not followed)" if 300 <= exc.code < 400 else "")
     except (OSError, ValueError) as exc:
         return f"{name}: {type(exc).__name__}"
 
@@ -187,18 +257,22 @@ def later(seconds: float) -> str:
 
 class Outbox:
     """One journal's outbox as a sender reads and marks it: `table` (a state directory's, or every job's of a store
-    this role may see) and `key`, the column naming each row's job."""
+    this role may see), `key`, the column naming each row's job, and `order`, the columns it is delivered in (never one
+    the row's writer chose); the facts an event is rebuilt from (event_document) are each kind's own."""
 
-    def __init__(self, journal, table: str, key: str):
-        self.journal, self.table, self.key = journal, table, key
+    def __init__(self, journal, table: str, key: str, order: str):
+        self.journal, self.table, self.key, self.order = journal, table, key, order
 
     def due(self, limit: int = 50) -> list:
         return self.journal.rows(
-            f"SELECT {self.key} AS job, id, event, payload_json, tries FROM {self.table} WHERE delivered_utc IS NULL "
-            "AND (next_try_utc IS NULL OR next_try_utc <= {p.now}) ORDER BY created_utc LIMIT {p.limit}",
+            f"SELECT {self.key} AS job, * FROM {self.table} WHERE delivered_utc IS NULL AND set_aside IS NULL "
+            "AND (next_try_utc IS NULL OR next_try_utc <= {p.now}) " + f"ORDER BY {self.order} LIMIT {{p.limit}}",
             now=now_utc(),
             limit=limit,
         )
+
+    def set_aside_count(self) -> int:
+        return int(self.journal.rows(f"SELECT count(*) AS n FROM {self.table} WHERE set_aside IS NOT NULL")[0]["n"])
 
     def mark(self, row: dict, sets: str, condition: str = "", **values) -> int:
         """Change one row's delivery fields, in a transaction of its own (the sender's, never a job's)."""
@@ -221,20 +295,122 @@ class Outbox:
         )
         return taken == 1
 
+    # the facts an event is rebuilt from, each kind's own
+    def job_id(self, row: dict) -> str:
+        raise NotImplementedError
+
+    def people(self, row: dict) -> dict:
+        raise NotImplementedError
+
+    def principal(self, row: dict) -> str:
+        raise NotImplementedError
+
+    def at(self, row: dict) -> str:
+        raise NotImplementedError
+
+    def decision(self, row: dict) -> str | None:
+        raise NotImplementedError
+
+    def cancelled(self, row: dict) -> bool:
+        raise NotImplementedError
+
+    def has_call(self, row: dict, key: str) -> bool:
+        raise NotImplementedError
+
+    def one(self, statement: str, **values):
+        found = self.journal.rows(statement, **values)
+        return next(iter(found[0].values())) if found else None
+
     def close(self) -> None:
         self.journal.close()
 
 
+class StoreOutbox(Outbox):
+    """Every job's outbox of a store (its administrator's or a worker role's connection): the principal and recorded_at
+    the database stamped on the row (m014_outbox, m020_outbox_stamped), the job's people from its jobs row."""
+
+    def __init__(self, journal):
+        super().__init__(journal, "durable_job.outbox", "job_id", "recorded_at, job_id, id")
+
+    def job_id(self, row: dict) -> str:
+        return row["job_id"]
+
+    def people(self, row: dict) -> dict:
+        job = self.journal.row("SELECT owner, reviewers FROM durable_job.jobs WHERE job_id = {p.job}", job=row["job_id"])
+        if job is None or not isinstance(job["owner"], str):
+            raise SetAside("its job cannot be read")
+        return {"owner": job["owner"], "reviewers": list(job["reviewers"] or [])}
+
+    def principal(self, row: dict) -> str:
+        return row["principal"]
+
+    def at(self, row: dict) -> str:
+        return row["recorded_at"].astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def decision(self, row: dict) -> str | None:
+        return self.one("SELECT decision FROM durable_job.decisions WHERE job_id = {p.job} AND kind = 'decision'", job=row["job_id"])
+
+    def cancelled(self, row: dict) -> bool:
+        return bool(self.one("SELECT count(*) FROM durable_job.outcomes WHERE job_id = {p.job} AND kind = 'cancel'", job=row["job_id"]))
+
+    def has_call(self, row: dict, key: str) -> bool:
+        return bool(
+            self.one(
+                "SELECT count(*) FROM durable_job.calls WHERE job_id = {p.job} AND operation_key = {p.key}", job=row["job_id"], key=key
+            )
+        )
+
+
+class StateDirOutbox(Outbox):
+    """A state directory's outbox (its owner's): its job from job.json, its people as the job record names them, its
+    principal the account owning the journal (a state directory is its account's alone), in the order rows were added."""
+
+    def __init__(self, journal, root: str):
+        super().__init__(journal, "outbox", "'dir'", "rowid")
+        self.root = root
+
+    def job(self) -> dict:
+        try:
+            return dict(load_job_file(self.root, StateError(f"{self.root} holds no job")))
+        except StateError as exc:
+            raise SetAside(f"its job cannot be read ({clip(exc, 80)})") from None
+
+    def job_id(self, row: dict) -> str:
+        return str(self.job()["jobId"])
+
+    def people(self, row: dict) -> dict:
+        found = StateDirStore(self.root).people(self.job())  # type: ignore[arg-type]
+        return {"owner": found["owner"], "reviewers": list(found["reviewers"])}
+
+    def principal(self, row: dict) -> str:
+        return os_account(os.stat(job_path(self.root, EFFECTS_FILE)).st_uid)
+
+    def at(self, row: dict) -> str:
+        return str(row["created_utc"])
+
+    def decision(self, row: dict) -> str | None:
+        return self.one("SELECT decision FROM decisions WHERE kind = 'decision'") if self.journal.has_table("decisions") else None
+
+    def cancelled(self, row: dict) -> bool:
+        return bool(self.one("SELECT count(*) FROM outcomes WHERE kind = 'cancel'"))
+
+    def has_call(self, row: dict, key: str) -> bool:
+        return bool(self.one("SELECT count(*) FROM calls WHERE operation_key = {p.key}", key=key))
+
+
 def state_dir_outbox(root: str) -> Outbox | None:
-    """A state directory's outbox (None before its journal, or one made by a program without it)."""
+    """A state directory's outbox (None before its journal, or one made by a program without it); its journal brought
+    to this program's schema first (its owner's sender: an outbox without set_aside gains it)."""
     path = job_path(root, EFFECTS_FILE)
     if not os.path.exists(path):
         return None
-    journal = SqliteJournal(connect_sqlite(path))
+    conn = connect_sqlite(path)
+    journal = SqliteJournal(conn)
     if not journal.has_table("outbox"):
         journal.close()
         return None
-    return Outbox(journal, "outbox", "'dir'")
+    migrate(conn)
+    return StateDirOutbox(journal, root)
 
 
 def store_outbox(store) -> Outbox:
@@ -251,7 +427,7 @@ def store_outbox(store) -> Outbox:
             f"Role {may['me']} may not deliver {store.public}'s notifications: its administrator or a worker role does "
             "(`migrate --grant-worker ROLE`)"
         )
-    return Outbox(journal, "durable_job.outbox", "job_id")
+    return StoreOutbox(journal)
 
 
 ###############################################################################
@@ -260,14 +436,16 @@ def store_outbox(store) -> Outbox:
 
 
 class Sender:
-    """Delivers every due event of its outboxes, at least once: an event is taken (a lease), delivered, and only then
-    marked delivered; a failure waits min(2^tries, 30) s before its next try."""
+    """Delivers every due event of its outboxes, at least once: an event is taken (a lease), rebuilt from its job's
+    rows, delivered, and only then marked delivered; a failure waits min(2^tries, 30) s before its next try; a row that
+    cannot be rebuilt is set aside (marked, counted, said) and the pass goes on."""
 
     def __init__(self, config: dict, outboxes, say=None):
         self.config, self.outboxes = config, outboxes  # outboxes: a function giving the current list
         self.say = say or (lambda text: None)
         self.delivered = 0
         self.failed = 0
+        self.set_aside = 0
 
     def once(self) -> int:
         """One pass over every due event; how many were delivered."""
@@ -276,13 +454,25 @@ class Sender:
             for row in box.due():
                 if not box.lease(row):
                     continue
-                error = deliver(event_document(row["payload_json"], self.config), self.config)
+                named = f"{shown(row['event'])} {shown(row['id'])} (job {shown(row['job'])})"
+                try:
+                    event = event_document(box, row, self.config)
+                except (SetAside, TypeError, KeyError, AttributeError) as exc:  # a row no program of ours wrote
+                    why = str(exc) if isinstance(exc, SetAside) else f"it cannot be read ({type(exc).__name__})"
+                    box.mark(row, "set_aside = {p.why}, next_try_utc = NULL", why=clip(why, 300))
+                    self.set_aside += 1
+                    self.say(f"set aside {named}: {why}; the others go on")
+                    continue
+                try:
+                    error = deliver(event, self.config)
+                except Exception as exc:  # a target's failure never ends the pass: tried again later
+                    error = f"{type(exc).__name__}"
                 if error is None:
                     box.mark(row, "delivered_utc = {p.now}, tries = tries + 1, last_error = NULL", now=now_utc())
                     done += 1
-                    self.say(f"delivered {row['event']} {row['id']} (job {row['job']})")
+                    self.say(f"delivered {named}")
                 else:
-                    tries = int(row["tries"]) + 1
+                    tries = (row["tries"] if isinstance(row["tries"], int) else 0) + 1
                     box.mark(
                         row,
                         "tries = {p.tries}, next_try_utc = {p.next}, last_error = {p.error}",
@@ -291,11 +481,13 @@ class Sender:
                         error=clip(error, 300),
                     )
                     self.failed += 1
-                    self.say(
-                        f"not delivered {row['event']} {row['id']} (job {row['job']}): {error}; try {tries + 1} in {min(2**tries, BACKOFF_MAX):g} s"
-                    )
+                    self.say(f"not delivered {named}: {error}; try {tries + 1} in {min(2**tries, BACKOFF_MAX):g} s")
         self.delivered += done
         return done
+
+    def set_aside_rows(self) -> int:
+        """How many rows of its outboxes are set aside (by this sender or an earlier one), each for a person to look at."""
+        return sum(box.set_aside_count() for box in self.outboxes())
 
     def follow(self, stop: threading.Event) -> None:
         """Deliver until stopped, looking for due events every FOLLOW_POLL seconds."""
@@ -305,6 +497,12 @@ class Sender:
             except Exception as exc:  # a store that went away: said, tried again
                 self.say(f"notify: {clip(exc, 200)}; trying again")
             stop.wait(FOLLOW_POLL)
+
+
+def shown(value) -> str:
+    """A row's value in a line: as it is when it is a plain name, else quoted and clipped (a row anyone may have written)."""
+    text = str(value)
+    return text if re.fullmatch(r"[\w.:@-]{1,80}", text) else clip(json.dumps(text), 60)
 
 
 def say_line(text: str) -> None:

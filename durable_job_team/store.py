@@ -239,6 +239,9 @@ PG_SETUP_MIGRATIONS = (
     "m015_sealed",
     "m016_floor",
     "m017_changed_one",
+    "m019_current_key",
+    "m020_outbox_stamped",
+    "m021_holds_links",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -271,6 +274,7 @@ STORE_TABLES = (  # every table a store's migrations make (LangGraph's among the
     "outbox",
     "sealing",
     "data_keys",
+    "retired_keys",
 )
 NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
 
@@ -986,10 +990,14 @@ class PgStore(Store):
                 f"Manifest reviewers names {writer.principal}, the role sealing job {job['jobId']}: the reviewers a job names decide it, "
                 f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
             )
-        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015) read in the same statement
+        kek = kek_from_env()
+        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015), its rotated-out keys (m019) with it
             "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
-            "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since",
+            "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
+            "(SELECT r.retired_utc FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS retired, "
+            "(SELECT r.replaced_by FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS replaced_by",
             job=job["jobId"],
+            kek=kek.id if kek is not None else None,
         )[0]
         if not rights["may"]:
             raise StateError(
@@ -997,7 +1005,7 @@ class PgStore(Store):
                 f"(a worker runs jobs, nothing else); the store's administrator grants one with "
                 f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
             )
-        sealer, wrapped = self.start_sealing(job, rights["sealing_since"])
+        sealer, wrapped = self.start_sealing(job, rights)
         data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
         if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
@@ -1140,17 +1148,43 @@ class PgStore(Store):
                 else None
             )
             live = row is not None and not row.get("shredded_utc")
-            self.sealing = [Sealer.of_row(self.job_id, row, kek_from_env() if live else None, self.public)]
+            kek = kek_from_env() if live else None
+            sealer = Sealer.of_row(self.job_id, row, kek, self.public)
+            if sealer is not None and sealer.why == "wrong-key":  # which of the two keys a rotation left behind (m019)
+                retired = db.rows(
+                    "SELECT kek_id, retired_utc, replaced_by FROM durable_job.retired_keys WHERE kek_id IN ({p.job_key}, {p.mine})",
+                    job_key=cast(dict, row)["kek_id"],
+                    mine=cast(Kek, kek).id,
+                )
+                rewrap = command_line(self.program, "rotate-key", [*self.store_address(), "--new-key-file", "CURRENT_KEY_FILE"])
+                refusal = rotated_refusal(self.job_id, cast(dict, row)["kek_id"], cast(Kek, kek), {r["kek_id"]: r for r in retired}, rewrap)
+                sealer = Sealer(self.job_id, None, str(refusal), "wrong-key")
+            self.sealing = [sealer]
         return self.sealing[0]
 
-    def start_sealing(self, job: Job, sealing_since: str | None) -> tuple[Sealer | None, str | None]:
+    def start_sealing(self, job: Job, keys: dict) -> tuple[Sealer | None, str | None]:
         """A new job's Sealer and its wrapped data key when a key is given (or the store seals every job, since
-        `sealing_since`, its `sealing` row: then refused without one), before anything of the job is written."""
+        `sealing_since`, its `sealing` row: then refused without one), before anything of the job is written; a key
+        rotated out (`retired`, m019), or other than the `current` one a sealing store names, is refused (the database
+        refuses its data key anyway: m019_current_key)."""
         kek = kek_from_env()
-        if kek is None and sealing_since is not None:
-            raise SealedError(f"the store {self.public} seals every new job at rest (since {sealing_since}): {KEY_FIX}")
+        if kek is None and keys["sealing_since"] is not None:
+            raise SealedError(f"the store {self.public} seals every new job at rest (since {keys['sealing_since']}): {KEY_FIX}")
         if kek is None:
             return None, None
+        current = keys["current"] or keys["replaced_by"]
+        if keys["retired"] is not None:
+            raise SealedError(
+                f"{kek.where} is key-encryption key {kek.id}, and this key was rotated out at {keys['retired']} in the store "
+                f"{self.public}; use the current key file ({current or 'the one rotate-key took'}: the --new-key-file of the last "
+                f"rotate-key) as {KEY_FILE_ENV} or --key-file; nothing of job {job['jobId']} was written"
+            )
+        if keys["current"] is not None and kek.id != keys["current"]:
+            raise SealedError(
+                f"{kek.where} is key-encryption key {kek.id}, not the store {self.public}'s current key {keys['current']}: a new job "
+                f"is sealed only under the current key; use the current key file as {KEY_FILE_ENV} or --key-file; nothing of job "
+                f"{job['jobId']} was written"
+            )
         sealer, wrapped = new_sealer(kek, job["jobId"])
         return sealer, wrapped
 
@@ -1572,6 +1606,8 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
     need_admin(store, db, "rotate-key")
     counts = {"rewrapped": 0, "shredded": 0, "already": 0}
     with db.transaction():
+        # no job is sealed meanwhile (a seal's INSERT waits for the rotation, then finds its key rotated out: m019)
+        db.execute("LOCK TABLE durable_job.data_keys IN EXCLUSIVE MODE", [], [])
         for row in db.rows("SELECT job_id, kek_id, wrapped, shredded_utc FROM durable_job.data_keys ORDER BY job_id FOR UPDATE"):
             job_id = row["job_id"]
             if row["shredded_utc"] or row["kek_id"] == new.id:
@@ -1588,6 +1624,16 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
             )
             counts["rewrapped"] += 1
         db.change("UPDATE durable_job.sealing SET kek_id = {p.kek}", kek=new.id)
+        if old.id != new.id:  # the old key seals no new job from now on (m019_current_key); a key rotated back in is current again
+            db.change("DELETE FROM durable_job.retired_keys WHERE kek_id = {p.kek}", kek=new.id)
+            db.change(
+                "INSERT INTO durable_job.retired_keys (kek_id, retired_utc, replaced_by) VALUES ({p.kek}, {p.at}, {p.new}) "
+                "ON CONFLICT (kek_id) DO NOTHING",
+                kek=old.id,
+                at=now_utc(),
+                new=new.id,
+            )
+        db.change("UPDATE durable_job.retired_keys SET replaced_by = {p.kek}", kek=new.id)  # every old key's current one
     store.scrub_freed()
     return {
         "jobId": "",

@@ -294,7 +294,8 @@ class Worker:
         except JobError as exc:
             record["to"] = self.phase_now(store)
             record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc, store.secrets).split())}"
-            record["held"] = is_hold(exc)  # recorded on the job: `work --until-idle` exits 2
+            record["held"] = is_hold(exc)  # recorded on the job
+            record["refused"] = not isinstance(exc, WorkerStopping)  # held or not, `work --until-idle` exits 2
             if not isinstance(exc, WorkerStopping):
                 self.failed[store.job_id] = self.mark_now(store, mark)
         except Exception as exc:  # a bug: logged, the job left as it is, the worker goes on

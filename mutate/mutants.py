@@ -695,4 +695,24 @@ MUTANTS = [
         "            pass\n",
         ["tests/test_lasting.py::test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable"],
     ),
+    Mutant(
+        "rotated-out-key-seals",
+        "sealed at rest: a new job is sealed only under the store's current key; a rotated-out one is refused at submit and start",
+        '        if keys["retired"] is not None:\n',
+        '        if keys["retired"] is not None and False:\n',
+        ["tests/test_keys_and_scale.py::test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
+        path=STORE_PY,
+    ),
+    # --- notifications from stamped facts (issue 43) ----------------------------------------------------------------
+    Mutant(
+        "notify-sends-stored-payload",
+        "notify: an event is rebuilt at send time from the row's stamped columns and its job's rows, never the payload's text",
+        '    if config["webUrl"]:\n        document["link"] = ',
+        '    document = {**document, **payload}\n    if config["webUrl"]:\n        document["link"] = ',
+        [
+            "tests/test_outbox_attacker.py::test_forged_outbox_rows_from_each_role_are_refused_or_sent_only_with_what_the_store_stamped",
+            "tests/test_outbox_attacker.py::test_a_state_directorys_poisoned_outbox_is_set_aside_and_its_events_rebuilt_from_the_job",
+        ],
+        path="durable_job_team/notify.py",
+    ),
 ]

@@ -98,7 +98,8 @@ class PgServer:
         return subprocess.run(argv, capture_output=True, text=True, timeout=120, **kw)
 
     @classmethod
-    def start(cls, folder: str) -> PgServer:
+    def start(cls, folder: str, max_connections: int = 200) -> PgServer:
+        """A new server in `folder` (max_connections: the server's own limit, as a small team's server may set it)."""
         folder = os.path.abspath(folder)
         os.makedirs(folder, exist_ok=True)
         as_root = os.geteuid() == 0
@@ -132,7 +133,7 @@ class PgServer:
         # pg_stat_statements counts what each command runs (a read's cost must not grow with the store); no autovacuum:
         # its ANALYZE writes pg_statistic under a transaction id of its own, and a test that a read takes none would see it
         opts = (
-            f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections=200 "
+            f"-c listen_addresses=127.0.0.1 -p {server.port} -k {folder} -c fsync=off -c max_connections={int(max_connections)} "
             "-c shared_preload_libraries=pg_stat_statements -c autovacuum=off"
         )
         server.log, server.opts = log, opts

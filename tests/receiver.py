@@ -1,6 +1,7 @@
 """A loopback webhook receiver for the notification tests: a real HTTP server in a thread that records every POST
-(its delivery id, event, body and whether its HMAC signature holds) before it answers; it can be slow (to let a test
-kill the sender while a delivery is in flight) and can be down (not listening yet, or stopped)."""
+(its delivery id, event, body, its signature header and whether it holds, by the check docs/CONTRACT.md shows) before it
+answers; it can be slow (to let a test kill the sender while a delivery is in flight), can be down (not listening yet,
+or stopped), and can answer with a redirect elsewhere instead of taking the event."""
 
 from __future__ import annotations
 
@@ -11,12 +12,26 @@ import json
 import threading
 import time
 
+TOLERANCE = 300  # seconds: a signature older (or newer) than this is a replay
+
+
+def verified(header: str, body: bytes, secret: bytes, now: float | None = None, tolerance: int = TOLERANCE) -> bool:
+    """A receiver's check of X-Durable-Job-Signature (`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>`), as
+    docs/CONTRACT.md shows it: the HMAC holds and t is within the tolerance of the receiver's clock."""
+    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    t, v1 = fields.get("t", ""), fields.get("v1", "")
+    if not t.isdigit() or abs((time.time() if now is None else now) - int(t)) > tolerance:
+        return False
+    expected = hmac.new(secret, t.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(v1, expected)
+
 
 class Receiver:
     def __init__(self, port: int, secret: bytes):
         self.port, self.secret = port, secret
         self.got: list = []
         self.delay = 0.0  # seconds each answer waits, after the delivery is recorded
+        self.redirect: tuple | None = None  # (status, location): answer each POST with this redirect
         self.server: http.server.ThreadingHTTPServer | None = None
         self.lock = threading.Lock()
 
@@ -24,21 +39,32 @@ class Receiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # what a sender that followed a redirect would send
+                self.do_POST()
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                expected = "sha256=" + hmac.new(receiver.secret, body, hashlib.sha256).hexdigest()
+                header = self.headers.get("X-Durable-Job-Signature") or ""
                 with receiver.lock:
                     receiver.got.append(
                         {
                             "id": self.headers.get("X-Durable-Job-Delivery"),
                             "event": self.headers.get("X-Durable-Job-Event"),
-                            "signed": hmac.compare_digest(self.headers.get("X-Durable-Job-Signature") or "", expected),
+                            "signature": header,
+                            "signed": verified(header, body, receiver.secret),
+                            "method": self.command,
+                            "path": self.path,
                             "body": body.decode("utf-8"),
-                            "json": json.loads(body),
+                            "json": json.loads(body) if body else None,
                         }
                     )
                 time.sleep(receiver.delay)
-                self.send_response(204)
+                if receiver.redirect is not None:
+                    self.send_response(receiver.redirect[0])
+                    self.send_header("Location", receiver.redirect[1])
+                    self.send_header("Content-Length", "0")
+                else:
+                    self.send_response(204)
                 self.end_headers()
 
             def log_message(self, *args):
