@@ -830,13 +830,16 @@ class KeepTyped:
 
 
 WEB_BODY_BYTES = 1024 * 1024  # the most any request may send: a form, a sign-in, a JSON call (BodyLimit)
+WEB_BODY_SECONDS = 10.0  # the longest a request's body may take to arrive, all of it (BodyLimit)
 WEB_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class BodyLimit:
     """The outermost layer: a request whose Content-Length is over WEB_BODY_BYTES is answered 413 before a byte of its
     body is read, and one sent without a length (chunked) is read here, counting, and answered 413 once it is over.
-    So no route, signed in or not (POST /login first of all), holds more than that in memory for one request."""
+    So no route, signed in or not (POST /login first of all), holds more than that in memory for one request. A body
+    that has not all arrived WEB_BODY_SECONDS after it began (a client trickling bytes to keep serve waiting) is
+    answered 408: the largest form a phone sends is a few KiB."""
 
     def __init__(self, app):
         self.app = app
@@ -846,14 +849,18 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers") or []).get(b"content-length", b"0")
         if not length.isdigit() or int(length) > WEB_BODY_BYTES:
-            return await self.too_large(scope, send)
+            return await self.refuse(scope, send, 413, f"A request body is limited to {WEB_BODY_BYTES} bytes")
         messages, size, more = [], 0, True
+        deadline = asyncio.get_running_loop().time() + WEB_BODY_SECONDS
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                return await self.refuse(scope, send, 408, f"A request body must arrive within {WEB_BODY_SECONDS:g} s")
             messages.append(message)
             size += len(message.get("body", b""))
             if size > WEB_BODY_BYTES:
-                return await self.too_large(scope, send)
+                return await self.refuse(scope, send, 413, f"A request body is limited to {WEB_BODY_BYTES} bytes")
             more = message.get("type") == "http.request" and message.get("more_body", False)
 
         async def replayed():
@@ -862,8 +869,8 @@ class BodyLimit:
         await self.app(scope, replayed, send)
 
     @staticmethod
-    async def too_large(scope, send):
-        response = Response(f"A request body is limited to {WEB_BODY_BYTES} bytes\n", 413, media_type="text/plain")
+    async def refuse(scope, send, status: int, why: str):
+        response = Response(why + "\n", status, media_type="text/plain")
         response.headers["Connection"] = "close"
 
         async def nothing():
@@ -947,10 +954,12 @@ class SameOrigin:
 
 
 def same_origin(scope, headers) -> bool:
-    """Whether a request's Origin is serve's own (this request's scheme and Host), or, with no Origin, whether the
-    browser says Sec-Fetch-Site: same-origin. Neither: refused (a browser sends at least one with any POST)."""
+    """Whether a request's Origin is serve's own (this request's scheme and Host), or, with no Origin or an opaque one
+    (`null`: Chromium sends that with a form posted from a page whose referrer policy is no-referrer, as serve's pages
+    are), whether the browser says Sec-Fetch-Site: same-origin. Neither: refused (a browser sends at least one with any
+    POST, and a page cannot set either)."""
     origin = headers.get("origin")
-    if origin is None:
+    if origin is None or origin == "null":
         return headers.get("sec-fetch-site") == "same-origin"
     own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}".lower()
     return hmac.compare_digest(origin.lower().encode(), own.encode())
