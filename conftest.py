@@ -127,7 +127,7 @@ class Workspace(JournalReader):
         self.env = {}
         # run commands through durable_job.main() unless one needs a process; a store's commands run as
         # processes unless a test asks (Workspace(..., inprocess="store")): each machine of a store journey is its own process
-        self.inprocess = inprocess == "store" or (inprocess is True and store is None)
+        self.inprocess = inprocess == "store" or inprocess is True
         self.store = store  # a PostgreSQL store URL: the job lives there (`--store URL --job ID`), not in self.state
 
     def job_id(self) -> str:

@@ -2521,6 +2521,9 @@ MIGRATIONS = [
     ),
     # a notification its sender could not rebuild from the job's own rows, set aside (why) instead of stopping the others
     ("m012_outbox_set_aside", "ALTER TABLE outbox ADD COLUMN set_aside TEXT"),
+    # a passkey's sign counter, raised (UPDATE … WHERE sign_count < n) as serve counts each new assertion; the rows' shape
+    # is checked in code before each is written (checked_passkey_row): the account owns this file, so no trigger would stop it
+    ("m013_passkey_counts", "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -2530,6 +2533,7 @@ PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-pass
     "validAfterUtc": "valid_after_utc",
     "validBeforeUtc": "valid_before_utc",
     "publicKey": "public_key",
+    "signCount": "sign_count",  # the authenticator's counter at the last assertion serve counted (0: it keeps none)
 }
 
 
@@ -2537,6 +2541,50 @@ def passkey_select(table: str) -> str:
     """SELECT of every registered passkey of a passkeys table, under the names an allowed-passkeys line uses."""
     columns = ", ".join(f'{c} AS "{k}"' for k, c in PASSKEY_COLUMNS.items())
     return f"SELECT {columns} FROM {table} ORDER BY principal, created_utc, credential_id"
+
+
+# a passkey row's (and allowed-passkeys line's) shape, checked before it is written and as a line is read
+PASSKEY_HOST = re.compile(r"(?=.{1,253}\Z)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+PASSKEY_ORIGIN = re.compile(r"https?://([a-z0-9.-]+)(:[0-9]{1,5})?")
+PASSKEY_B64URL = re.compile(r"[A-Za-z0-9_-]{16,2048}")
+PASSKEY_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})")
+
+
+def passkey_problem(row: dict) -> str | None:
+    """Why a passkey row (PASSKEY_COLUMNS' keys) or allowed-passkeys line is malformed (None when it is whole): a
+    principal without spaces, a relying party that is a host name, the origin it was registered on (http(s)://host[:port],
+    its host the relying party or under it), base64url credential id and public key, UTC bounds. Checked as a row is
+    written (both backends; a store's CHECK constraints too, m022_passkey_origin) and as a line is read."""
+    principal, rp_id, origin = row.get("principal"), row.get("rpId"), row.get("origin")
+    if not isinstance(principal, str) or not re.fullmatch(r"[^\s#]+", principal):
+        return f"principal {clip(principal, 40)!r} is not one word"
+    if not isinstance(rp_id, str) or not PASSKEY_HOST.fullmatch(rp_id) or re.fullmatch(r"[0-9.]+", rp_id):
+        return f"relying party {clip(rp_id, 40)!r} is not a host name (lower case, no spaces, no address)"
+    origin_host = PASSKEY_ORIGIN.fullmatch(origin) if isinstance(origin, str) else None
+    if origin is not None and (origin_host is None or not (origin_host[1] == rp_id or origin_host[1].endswith(f".{rp_id}"))):
+        return f"origin {clip(origin, 60)!r} is not http(s)://HOST[:PORT] with HOST {rp_id} or under it"
+    for key in ("credentialId", "publicKey"):
+        if not isinstance(row.get(key), str) or not PASSKEY_B64URL.fullmatch(row[key]):
+            return f"{key} is not base64url (16 to 2048 characters)"
+    for key in ("validAfterUtc", "validBeforeUtc"):
+        value = row.get(key)
+        if value is not None and not (isinstance(value, str) and PASSKEY_UTC.fullmatch(value)):
+            return f"{key} {clip(value, 40)!r} is not a UTC time (2026-12-01T09:00:00Z)"
+    count = row.get("signCount", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**32:
+        return f"signCount {clip(count, 20)!r} is not a counter"
+    return None
+
+
+def checked_passkey_row(row: dict) -> dict:
+    """A row about to be registered, whole (else a UsageError naming what is wrong): what add_passkey writes."""
+    row = {"signCount": 0, **row}
+    problem = passkey_problem({**row, "origin": row.get("origin") or ""})
+    if not problem and not row.get("validAfterUtc"):
+        problem = "validAfterUtc is missing (the time it was registered)"
+    if problem:
+        raise UsageError(f"passkey {clip(row.get('credentialId'), 24)} not registered: {problem}")
+    return row
 
 
 class Dialect:
@@ -4262,7 +4310,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def add_passkey(self, row: dict) -> None:
-        """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own)."""
+        """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own),
+        checked whole first (checked_passkey_row)."""
+
+    @abc.abstractmethod
+    def count_passkey(self, credential_id: str, count: int) -> bool:
+        """Raise the sign counter kept with this principal's registered passkey to `count`, only if it grows: False
+        (nothing changed) when the counter there is already `count` or more, or no such passkey is kept here."""
 
     def sealer(self, journal: Journal | None = None) -> Sealer | None:
         """The job's Sealer when it is sealed at rest (docs/CONTRACT.md, "Sealed at rest"), else None."""
@@ -4448,10 +4502,25 @@ class StateDirStore(Store):
     def add_passkey(self, row: dict) -> None:
         journal = self.journal()
         try:
-            values = {**row, "principal": self.principal(), "createdUtc": now_utc()}
+            values = {**checked_passkey_row({**row, "principal": self.principal()}), "createdUtc": now_utc()}
             names = [*PASSKEY_COLUMNS, "createdUtc"]
             columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
             journal.change(f"INSERT INTO passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values)
+        finally:
+            journal.close()
+
+    def count_passkey(self, credential_id: str, count: int) -> bool:
+        journal = self.journal()
+        try:
+            return bool(
+                journal.change(
+                    "UPDATE passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND principal = {p.principal} "
+                    "AND sign_count < {p.count}",
+                    count=count,
+                    credential=credential_id,
+                    principal=self.principal(),
+                )
+            )
         finally:
             journal.close()
 
@@ -6137,10 +6206,15 @@ def check_signature(allowed_signers: str, principal: str, act: str, job_id: str,
 # for. verify checks it offline with a file of registered public keys (--allowed-passkeys FILE), never with the
 # store's own copy: one line a key, as `passkeys` prints them (PASSKEY_LINE_FIELDS; docs/CONTRACT.md).
 PASSKEY_PREPARED_SECONDS = 300  # a signed record older than this is not recorded: the person signs afresh
-PASSKEY_LINE_FIELDS = ("principal", "credentialId", "rpId", "validAfterUtc", "validBeforeUtc", "publicKey")
-PASSKEY_FILE_HEADER = "# durable-job allowed passkeys: PRINCIPAL CREDENTIAL_ID RP_ID VALID_AFTER VALID_BEFORE PUBLIC_KEY ('-': no bound)"
+PASSKEY_CLOCK_SKEW_SECONDS = 60  # how far ahead of this machine's clock an act's time may be (another machine's clock)
+PASSKEY_LINE_FIELDS = ("principal", "credentialId", "rpId", "origin", "validAfterUtc", "validBeforeUtc", "publicKey")
+PASSKEY_OLD_LINE_FIELDS = ("principal", "credentialId", "rpId", "validAfterUtc", "validBeforeUtc", "publicKey")  # before origins
+PASSKEY_FILE_HEADER = (
+    "# durable-job allowed passkeys: PRINCIPAL CREDENTIAL_ID RP_ID ORIGIN VALID_AFTER VALID_BEFORE PUBLIC_KEY ('-': no bound)"
+)
 PASSKEY_ASSERTION = ("credentialId", "authenticatorData", "clientDataJSON", "signature")  # base64url, as the browser gave them
 PASSKEY_SIGNED_KEYS = ("chainHead", "fields", "rpId", "origin", *PASSKEY_ASSERTION)  # what a passkey signature record binds
+PASSKEY_TIME_KEYS = {"decision": "decidedAtUtc", "cancel": "cancelledAtUtc"}  # an act's own time, which its challenge covers
 
 
 def need_webauthn():
@@ -6194,12 +6268,19 @@ def utc_instant(text: str, what: str):
 
 
 def passkey_line(row: dict) -> str:
-    """One registered passkey as a line of an allowed-passkeys file."""
+    """One registered passkey as a line of an allowed-passkeys file; a malformed row (written before rows were checked)
+    as a comment naming why, so that no line `passkeys` prints is one verify refuses."""
+    problem = passkey_problem({**row, "origin": row.get("origin") or ""})
+    if problem:
+        return f"# skipped passkey {clip(row.get('credentialId'), 24)} of {clip(row.get('principal'), 40)}: {problem}"
     return " ".join(str(row.get(k) or "-") for k in PASSKEY_LINE_FIELDS)
 
 
 def read_allowed_passkeys(path: str) -> list[dict]:
-    """The keys of an allowed-passkeys file (one a line, as `passkeys` prints them; # starts a comment)."""
+    """The keys of an allowed-passkeys file (one a line, as `passkeys` prints them; # starts a comment). A line written
+    before lines named their origin (six words) has origin None: check_passkey then expects https://RP_ID. A malformed
+    line is kept as {"line", "problem", "credentialId"}: an act whose passkey only it names fails naming it, and the
+    signatures check names it either way (the rest of the file still counts)."""
     try:
         with open(path, encoding="utf-8") as fh:
             lines = fh.read().splitlines()
@@ -6210,16 +6291,21 @@ def read_allowed_passkeys(path: str) -> list[dict]:
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
-        if len(words) != len(PASSKEY_LINE_FIELDS):
-            raise UsageError(
-                f"--allowed-passkeys {path} line {n}: give {' '.join(PASSKEY_FILE_HEADER.split(': ')[1:])}, as `passkeys` prints them"
-            )
-        key: dict = {k: (None if w == "-" and k.startswith("valid") else w) for k, w in zip(PASSKEY_LINE_FIELDS, words)}
-        for bound in ("validAfterUtc", "validBeforeUtc"):
-            if key[bound] is not None:
-                utc_instant(key[bound], f"--allowed-passkeys {path} line {n}:")
-        keys.append(key)
+        names = {len(PASSKEY_LINE_FIELDS): PASSKEY_LINE_FIELDS, len(PASSKEY_OLD_LINE_FIELDS): PASSKEY_OLD_LINE_FIELDS}.get(len(words))
+        if names is None:
+            wanted = PASSKEY_FILE_HEADER.split(": ", 1)[1]
+            keys.append({"line": n, "credentialId": words[1] if len(words) > 1 else "", "problem": f"give {wanted}"})
+            continue
+        key: dict = {"origin": None, **{k: (None if w == "-" and k.startswith("valid") else w) for k, w in zip(names, words)}}
+        problem = passkey_problem(key)
+        keys.append({"line": n, "credentialId": key["credentialId"], "problem": problem} if problem else key)
     return keys
+
+
+def skipped_passkey_lines(keys: list, source: str) -> str:
+    """The malformed lines of an allowed-passkeys file, in words ('' when none)."""
+    bad = [k for k in keys if k.get("problem")]
+    return "; ".join(f"{source} line {k['line']} skipped: {k['problem']}" for k in bad)
 
 
 def passkey_shape(signature: dict) -> str | None:
@@ -6229,18 +6315,57 @@ def passkey_shape(signature: dict) -> str | None:
     return None
 
 
-def check_passkey(keys: list, principal: str, act: str, job_id: str, record: dict, when: str, source: str) -> None:
+def passkey_origin(key: dict) -> str:
+    """The origin a registered key's assertions must come from: the one it was registered on; for a line written before
+    lines named it, https://RP_ID (the relying party's own site: an assertion made on any other page is refused)."""
+    return key.get("origin") or f"https://{key['rpId']}"
+
+
+def passkey_times(act: str, record: dict, when: str, written: str | None) -> None:
+    """The act's time as its passkey signed it: covered by the signature (among its fields), not after the receipt that
+    carries it was written, not ahead of this clock; serve's signedAtUtc (not signed) no earlier than it and within
+    PASSKEY_PREPARED_SECONDS after (serve's own rule). Else a SealError saying which."""
+    signature = record["signature"]
+    key = PASSKEY_TIME_KEYS.get(act)
+    if key is not None and key not in (signature.get("fields") or []):
+        raise SealError(f"the {act}'s passkey signature does not cover its time {key}: the time is the record's word only")
+    at = utc_instant(when, f"the {act}'s time")
+    if at.timestamp() > time.time() + PASSKEY_CLOCK_SKEW_SECONDS:
+        raise SealError(f"the {act}'s time {when} is in the future: no passkey signed it then")
+    if written is not None and at > utc_instant(written, "the receipt's writtenAtUtc"):
+        raise SealError(f"the {act}'s time {when} is after the receipt's own time {written}")
+    signed_at = signature.get("signedAtUtc")
+    if signed_at is not None:
+        gap = utc_instant(signed_at, f"the {act}'s signedAtUtc").timestamp() - at.timestamp()
+        if not 0 <= gap <= PASSKEY_PREPARED_SECONDS:
+            raise SealError(f"the {act}'s signedAtUtc {signed_at} is not within {PASSKEY_PREPARED_SECONDS} s after its time {when}")
+
+
+def check_passkey(
+    keys: list, principal: str, act: str, job_id: str, record: dict, when: str, source: str, written: str | None = None
+) -> int:
     """Verify an act's passkey assertion with a registered key of `principal` (from `source`), at the act's time, for the
-    relying party and origin the record names: else a SealError saying which."""
+    relying party and origin the key was registered for (never those the record names alone): else a SealError saying
+    which. The authenticator's sign counter of the assertion (0: it keeps none)."""
     signature = record["signature"]
     credential = str(signature.get("credentialId"))
-    mine = [k for k in keys if k["credentialId"] == credential]
+    mine = [k for k in keys if k["credentialId"] == credential and not k.get("problem")]
     key = next((k for k in mine if k["principal"] == principal), None)
     if key is None:
+        bad = next((k for k in keys if k["credentialId"] == credential and k.get("problem")), None)
+        if bad is not None and not mine:
+            raise SealError(f"the {act}'s passkey {clip(credential, 24)} is on line {bad['line']} of {source}, malformed: {bad['problem']}")
         whose = f"is registered for {mine[0]['principal']}, not {principal}" if mine else "is not among them"
         raise SealError(f"the {act}'s passkey {clip(credential, 24)} {whose} in {source}: it proves nothing about {principal}")
     if key["rpId"] != signature.get("rpId"):
         raise SealError(f"the {act}'s passkey was registered for relying party {key['rpId']}, the {act} names {signature.get('rpId')}")
+    origin = passkey_origin(key)
+    if signature.get("origin") != origin:
+        raise SealError(
+            f"the {act}'s passkey signed on {clip(signature.get('origin'), 60)}, not on {origin}, where it was registered "
+            f"({source}): another page asked it to sign"
+        )
+    passkey_times(act, record, when, written)
     at = utc_instant(when, f"the {act}'s time")
     if (key.get("validAfterUtc") and at < utc_instant(key["validAfterUtc"], "valid-after")) or (
         key.get("validBeforeUtc") and at >= utc_instant(key["validBeforeUtc"], "valid-before")
@@ -6249,11 +6374,12 @@ def check_passkey(keys: list, principal: str, act: str, job_id: str, record: dic
             f"the {act} at {when} is outside passkey {clip(credential, 24)}'s validity in {source} "
             f"(valid after {key.get('validAfterUtc') or '-'}, before {key.get('validBeforeUtc') or '-'})"
         )
-    check_assertion(key, act, job_id, record)
+    return check_assertion(key, act, job_id, record, origin)
 
 
-def check_assertion(key: dict, act: str, job_id: str, record: dict) -> None:
-    """The assertion signs this act's challenge, for its relying party and origin, with the key, the person verified."""
+def check_assertion(key: dict, act: str, job_id: str, record: dict, origin: str) -> int:
+    """The assertion signs this act's challenge, for the key's relying party, at `origin` (the key's, in its client data),
+    with the key, the person verified; its sign counter."""
     webauthn = need_webauthn()
     signature = record["signature"]
     challenge = passkey_challenge(act, job_id, record, signature["chainHead"], signature.get("fields") or [])
@@ -6264,23 +6390,52 @@ def check_assertion(key: dict, act: str, job_id: str, record: dict) -> None:
         "response": {k: signature[k] for k in ("authenticatorData", "clientDataJSON", "signature")},
     }
     try:
-        webauthn.verify_authentication_response(
+        checked = webauthn.verify_authentication_response(
             credential=credential,
             expected_challenge=challenge,
-            expected_rp_id=signature["rpId"],
-            expected_origin=signature["origin"],
+            expected_rp_id=key["rpId"],
+            expected_origin=origin,
             credential_public_key=b64url_bytes(key["publicKey"]),
-            credential_current_sign_count=0,  # offline, a counter proves nothing: each act's own challenge does
+            credential_current_sign_count=0,  # the counter is compared by the caller (page_signature, passkey_counters)
             require_user_verification=True,
         )
     except Exception as exc:
         why = "it signs another record (the act, its job or the chain's head differ)" if "challenge" in str(exc) else clip(exc, 160)
         raise SealError(f"the {act}'s passkey signature does not verify as {record.get('principal')}: {why}") from None
+    return int(checked.new_sign_count)
+
+
+def passkey_count(signature: dict) -> int:
+    """The sign counter in a passkey assertion's authenticator data (bytes 33 to 36, big-endian; 0 when unreadable)."""
+    try:
+        data = b64url_bytes(signature.get("authenticatorData") or "")
+    except ValueError:
+        return 0
+    return int.from_bytes(data[33:37], "big") if len(data) >= 37 else 0
+
+
+def passkey_counters(acts: list) -> str | None:
+    """Across the passkey-signed acts one verify checks ((act, record, time), any order): a credential's sign counter
+    grows with the acts' time when its authenticator keeps one. Why not (a possibly cloned authenticator), else None."""
+    seen: dict[str, tuple[str, int, str]] = {}
+    signed = [(when, act, record["signature"]) for act, record, when in acts if isinstance(record.get("signature"), dict)]
+    for when, act, signature in sorted((t for t in signed if t[2].get("format") == PASSKEY_FORMAT), key=lambda t: (t[0], t[1])):
+        count, credential = passkey_count(signature), str(signature.get("credentialId"))
+        earlier = seen.get(credential)
+        if earlier is not None and (count or earlier[1]) and count <= earlier[1]:
+            return (
+                f"passkey {clip(credential, 24)}'s sign counter did not grow: {earlier[1]} at the {earlier[0]} ({earlier[2]}), "
+                f"{count} at the later {act} ({when}): a possibly cloned authenticator"
+            )
+        seen[credential] = (act, count, when)
+    return None
 
 
 def page_signature(passkey: dict, act: str, job_id: str, record: dict, head: dict, when_key: str) -> dict:
     """The passkey signature of an act made on the page, which signed passkey_request's record: recorded only when the
-    record (at the time signed) and the chain's head are still exactly those, and the key verifies it."""
+    record (at the time signed) and the chain's head are still exactly those, the key verifies it at the origin it was
+    registered on, and its sign counter grew past the one counted last (passkey["count"](credential, n), when serve
+    gives it, claims the new counter where the key is kept: False when another assertion counted it first)."""
     prepared = passkey.get("prepared") or {}
     signed = dict(prepared.get("record") or {})
     record[when_key] = signed.get(when_key)
@@ -6304,10 +6459,18 @@ def page_signature(passkey: dict, act: str, job_id: str, record: dict, head: dic
     }
     if passkey_shape(signature):
         raise UsageError(f"the passkey's answer is incomplete: {passkey_shape(signature)}; tap again")
+    key = passkey["key"]
     try:
-        check_passkey([passkey["key"]], record["principal"], act, job_id, {**record, "signature": signature}, record[when_key], "the store")
+        count = check_passkey([key], record["principal"], act, job_id, {**record, "signature": signature}, record[when_key], "the store")
     except SealError as exc:
         raise DecisionError(f"{exc}: nothing was recorded") from None
+    counted = int(key.get("signCount") or 0)
+    claim = passkey.get("count")
+    if ((count or counted) and count <= counted) or (count and claim is not None and not claim(key["credentialId"], count)):
+        raise DecisionError(
+            f"Your passkey's sign counter did not grow ({count}, counted {counted} before): a possibly cloned authenticator; "
+            "nothing was recorded"
+        )
     return signature
 
 
@@ -6318,13 +6481,17 @@ def act_signature(act: str, job_id: str, record: dict, head: dict, sign_key: str
     return sign_act(sign_key, act, job_id, record, head) if sign_key else None
 
 
-def check_act_signature(files: dict, principal: str, act: str, job_id: str, record: dict, when: str) -> str:
+def check_act_signature(files: dict, principal: str, act: str, job_id: str, record: dict, when: str, written: str | None = None) -> str:
     """Check an act's signature, SSH or passkey, with the file given for its kind ({"sshsig": allowed_signers,
-    "webauthn": allowed_passkeys}); what was checked, in words."""
+    "webauthn": allowed_passkeys}); what was checked, in words (a passkey's: at the origin of its line; with the
+    allowed-passkeys file's malformed lines named). written: the time of the receipt that carries the act."""
     signature = record["signature"]
     if signature.get("format") == PASSKEY_FORMAT:
-        check_passkey(read_allowed_passkeys(files[PASSKEY_FORMAT]), principal, act, job_id, record, when, files[PASSKEY_FORMAT])
-        return f"signed by {principal} with passkey {clip(signature['credentialId'], 16)} at {signature.get('origin')}"
+        keys = read_allowed_passkeys(files[PASSKEY_FORMAT])
+        check_passkey(keys, principal, act, job_id, record, when, files[PASSKEY_FORMAT], written)
+        skipped = skipped_passkey_lines(keys, files[PASSKEY_FORMAT])
+        said = f"signed by {principal} with passkey {clip(signature['credentialId'], 16)} at {signature.get('origin')}"
+        return f"{said} ({skipped})" if skipped else said
     check_signature(files["sshsig"], principal, act, job_id, record, when)
     return f"signed by {principal}"
 
@@ -6891,6 +7058,9 @@ def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> s
             said.append(f"{act} signed (not checked: give {flag_name} FILE)")
             continue
         said.append(f"{act} {check_act_signature(files, principal, act, snap.job['jobId'], record, when)}, verified")
+    cloned = passkey_counters([(act, record, when) for act, record, _, when in signed_acts(snap)])
+    if cloned and files.get(PASSKEY_FORMAT) is not None:
+        raise SealError(cloned)
     return "; ".join(said) or "nothing signed or to sign yet"
 
 
@@ -6956,14 +7126,22 @@ def verify_receipt_alone(path: str, allowed_signers: str | None, allowed_passkey
             )
         else:
             try:
-                check_act_signature(files, record["principal"], act, receipt["jobId"], record, record[when])
+                written = receipt.get("writtenAtUtc") if isinstance(receipt.get("writtenAtUtc"), str) else None
+                check_act_signature(files, record["principal"], act, receipt["jobId"], record, record[when], written)
                 verified.append(act_words(act, record))
                 trusted.add(act)
-                checks.append({"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified"})
+                keys = files[key_file_flag(record["signature"])[0]] if record["signature"].get("format") == PASSKEY_FORMAT else None
+                skipped = skipped_passkey_lines(read_allowed_passkeys(keys), keys) if keys else ""  # the file's malformed lines
+                checks.append(
+                    {"name": act, "ok": True, "detail": f"{verified[-1]}, signed and verified" + (f" ({skipped})" if skipped else "")}
+                )
             except JobError as exc:
                 checks.append({"name": act, "ok": False, "detail": str(exc)})
     if not acts:
         checks.append({"name": "receipt", "ok": False, "detail": "the receipt records no decision or cancel"})
+    cloned = passkey_counters([(act, record, record[when]) for act, record, when in acts if act in trusted])  # verified acts'
+    if cloned:
+        checks.append({"name": "passkey counters", "ok": False, "detail": cloned})
     signed = [(act, record, record["signature"]["fields"]) for act, record, when in acts if not signature_shape(act, record, when)]
     head = receipt_signed_head(receipt, *signed[0]) if signed else {}  # the act receipt_head reads: the decision, else the cancel
     if head:

@@ -69,6 +69,7 @@ from durable_job import (
     check_job_matches_manifest,
     check_program_seals,
     check_source_bytes,
+    checked_passkey_row,
     checkpoint_serializer,
     clip,
     command_line,
@@ -244,6 +245,7 @@ PG_SETUP_MIGRATIONS = (
     "m019_current_key",
     "m020_outbox_stamped",
     "m021_holds_links",
+    "m022_passkey_origin",
 )
 # The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
 # (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
@@ -1322,12 +1324,23 @@ class PgStore(Store):
         """The row as the person's own role (the database stamps the principal: no role registers another's key)."""
         names = [*PASSKEY_COLUMNS, "createdUtc"]
         columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
-        values = {**row, "createdUtc": now_utc()}
+        values = {**checked_passkey_row({**row, "principal": row.get("principal") or self.principal()}), "createdUtc": now_utc()}
         values.pop("principal", None)
         names.remove("principal")
         columns.remove("principal")
         self.db().change(
             f"INSERT INTO durable_job.passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values
+        )
+
+    def count_passkey(self, credential_id: str, count: int) -> bool:
+        """One UPDATE whose WHERE says the counter grows (the row's lock orders two at once: one of them changes nothing);
+        the store's policy and trigger let a role raise only its own passkey's sign_count (m022_passkey_origin)."""
+        return bool(
+            self.db().change(
+                "UPDATE durable_job.passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND sign_count < {p.count}",
+                count=count,
+                credential=credential_id,
+            )
         )
 
     def drop_checkpoints(self, job: Job) -> None:
@@ -1503,6 +1516,7 @@ STORE_GRANTS = (
     "GRANT INSERT, UPDATE, DELETE ON durable_job.holds TO {role}",  # a run's refusal on its job (m013_holds)
     "GRANT INSERT, UPDATE ON durable_job.outbox TO {role}",  # notifications; a sender marks them delivered (m014_outbox)
     "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
+    "GRANT UPDATE (sign_count) ON durable_job.passkeys TO {role}",  # its own passkey's counter, upward (m022_passkey_origin)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(text) TO {role}",  # a writer's check of its lock (m016_floor)

@@ -5,7 +5,7 @@ read_snapshot/inspect_document or jobs(), every act is decide/revise/retry/cance
 on a store, with that person's own role and password (their connections, so row-level security and the recorded
 principal are exactly the CLI's); in a --root, as the account running serve. A password lives only in this
 process's memory (the WebPerson's address and Secrets), for the session's life; durable_job.redact() is given it, so it reaches
-no page, log or output. The framework (Starlette, uvicorn, sse-starlette, jinja2, asgi-csrf) is imported only
+no page, log or output. The framework (Starlette, uvicorn, sse-starlette, jinja2) is imported only
 here, and this module only by the `serve` command.
 
 Live status: one watcher thread learns that something changed (on a store: LISTEN on NOTIFY_CHANNEL, plus one
@@ -48,7 +48,6 @@ try:
     import markupsafe
     import sse_starlette.sse
     import uvicorn
-    from asgi_csrf import asgi_csrf
     from sse_starlette.sse import EventSourceResponse
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
@@ -462,6 +461,23 @@ class WebSite:
         finally:
             store.close()
 
+    def count_passkey(self, person: WebPerson, credential_id: str, count: int) -> bool:
+        """Claim a new sign counter for the person's passkey where it is kept (False: it did not grow there)."""
+        if self.store:
+            store = person.act_store("")
+            try:
+                return store.count_passkey(credential_id, count)
+            finally:
+                store.close()
+        for state in durable_job.state_dirs_under(list(self.roots), self.program):
+            if any(r["credentialId"] == credential_id for r in state.passkey_rows()):
+                kept = durable_job.StateDirStore(state.root, self.program, person.secrets)
+                try:
+                    return kept.count_passkey(credential_id, count)
+                finally:
+                    kept.close()
+        return False
+
     # -- change ----------------------------------------------------------------
 
     def bump(self) -> None:
@@ -798,7 +814,7 @@ def stranded(site: WebSite, request: Request, why: str, status_code: int = 401) 
 
 
 class KeepTyped:
-    """Before the CSRF check: a decision or cancel form's fields are read (and replayed to the app), so that a request
+    """Before the CSRF check (SameOrigin): a decision or cancel form's fields are read (and replayed to the app), so that a request
     the check refuses (a restarted server, a stale token) can still show the person what they typed."""
 
     def __init__(self, app):
@@ -830,24 +846,140 @@ class KeepTyped:
         await self.app(scope, replayed, send)
 
 
-def csrf_refused(site: WebSite):
-    """asgi_csrf's answer to a form or API call whose token does not match (a restarted server, an old page): the
-    stranded page, or JSON that tells the page's script to send the form as it is (which lands there too)."""
+WEB_BODY_BYTES = 1024 * 1024  # the most any request may send: a form, a sign-in, a JSON call (BodyLimit)
+WEB_BODY_SECONDS = 10.0  # the longest a request's body may take to arrive, all of it (BodyLimit)
+WEB_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-    async def send_refusal(scope, send, _message_id):
-        request = Request(scope)
-        why = "This page's form token is no longer valid (the server restarted, or the page is old)"
-        if scope["path"].startswith("/api/"):
-            response: Response = JSONResponse({"error": f"{why}: sign in again", "signedOut": True}, status_code=403)
-        else:
-            response = stranded(site, request, why, 403)
+
+class BodyLimit:
+    """The outermost layer: a request whose Content-Length is over WEB_BODY_BYTES is answered 413 before a byte of its
+    body is read, and one sent without a length (chunked) is read here, counting, and answered 413 once it is over.
+    So no route, signed in or not (POST /login first of all), holds more than that in memory for one request. A body
+    that has not all arrived WEB_BODY_SECONDS after it began (a client trickling bytes to keep serve waiting) is
+    answered 408: the largest form a phone sends is a few KiB."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > WEB_BODY_BYTES:
+            return await self.refuse(scope, send, 413, f"A request body is limited to {WEB_BODY_BYTES} bytes")
+        messages, size, more = [], 0, True
+        deadline = asyncio.get_running_loop().time() + WEB_BODY_SECONDS
+        while more:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                return await self.refuse(scope, send, 408, f"A request body must arrive within {WEB_BODY_SECONDS:g} s")
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > WEB_BODY_BYTES:
+                return await self.refuse(scope, send, 413, f"A request body is limited to {WEB_BODY_BYTES} bytes")
+            more = message.get("type") == "http.request" and message.get("more_body", False)
+
+        async def replayed():
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replayed, send)
+
+    @staticmethod
+    async def refuse(scope, send, status: int, why: str):
+        response = Response(why + "\n", status, media_type="text/plain")
+        response.headers["Connection"] = "close"
 
         async def nothing():
             return {"type": "http.disconnect"}
 
         await response(scope, nothing, send)
 
-    return send_refusal
+
+class SameOrigin:
+    """The CSRF check, inside the session layer: every request but GET, HEAD and OPTIONS must come from serve's own
+    page, and carry the token kept in the person's own session.
+
+    Why not a double-submit cookie (asgi-csrf, before): its token is any one serve ever signed, bound to no session,
+    and anyone gets one from GET /login. Cookies ignore the port, so a page on localhost:OTHER can overwrite the
+    token cookie, and a request from another port of the same host is same-site, so even a SameSite=Strict session
+    cookie goes with it: that page could record a decision as the person. So, two checks, each enough against it:
+
+    - the Origin header must be serve's own (scheme://host[:port], from this request's scheme and Host header); a
+      request without Origin must say Sec-Fetch-Site: same-origin; one with neither is refused. A browser sets both
+      headers itself, and a page cannot forge them.
+    - the form field `csrftoken` (or the `x-csrftoken` header, as the page's script sends with its JSON calls) must
+      equal the token kept in the signed session cookie (secrets.token_urlsafe(32), made once a session, anonymous
+      ones included, so the sign-in form has one too; a sign-in keeps the session, and so its token), compared with
+      hmac.compare_digest. A cookie tossed in from another port carries another session, whose token the forged
+      form cannot know (the cookie is HttpOnly).
+
+    A refusal is 403: the stranded page (with what the person typed, see KeepTyped), or JSON for /api/. Templates
+    read the session's token through request.scope["csrftoken"](), a callable set here for every request."""
+
+    def __init__(self, app, site: WebSite):
+        self.app, self.site = app, site
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        session = scope["session"]
+
+        def token() -> str:
+            if not isinstance(session.get("csrftoken"), str):
+                session["csrftoken"] = secrets.token_urlsafe(32)
+            return session["csrftoken"]
+
+        scope["csrftoken"] = token
+        if scope["method"] in WEB_SAFE_METHODS:
+            return await self.app(scope, receive, send)
+        messages, more = [], True
+        while more:  # bounded: BodyLimit, outside, has let no more than WEB_BODY_BYTES through
+            message = await receive()
+            messages.append(message)
+            more = message.get("type") == "http.request" and message.get("more_body", False)
+        replay = list(messages)
+
+        async def replayed():
+            return replay.pop(0) if replay else await receive()
+
+        headers = Request(scope).headers
+        sent = headers.get("x-csrftoken", "")
+        if not sent and not scope["path"].startswith("/api/"):
+            with contextlib.suppress(Exception):  # a body that is no form has no token: refused below
+                sent = str((await Request(scope, replayed).form()).get("csrftoken") or "")
+            replay = list(messages)
+        kept = session.get("csrftoken")
+        if not same_origin(scope, headers):
+            return await self.refuse(scope, send, "This form was sent from another page than serve's own")
+        if not (isinstance(kept, str) and sent and hmac.compare_digest(sent.encode(), kept.encode())):
+            why = "This page's form token is no longer valid (the server restarted, or the page is old)"
+            return await self.refuse(scope, send, why)
+        await self.app(scope, replayed, send)
+
+    async def refuse(self, scope, send, why: str):
+        """The stranded page, or JSON that tells the page's script to send the form as it is (which lands there too)."""
+        if scope["path"].startswith("/api/"):
+            response: Response = JSONResponse({"error": f"{why}: sign in again", "signedOut": True}, status_code=403)
+        else:
+            response = stranded(self.site, Request(scope), why, 403)
+
+        async def nothing():
+            return {"type": "http.disconnect"}
+
+        await response(scope, nothing, send)
+
+
+def same_origin(scope, headers) -> bool:
+    """Whether a request's Origin is serve's own (this request's scheme and Host), or, with no Origin or an opaque one
+    (`null`: Chromium sends that with a form posted from a page whose referrer policy is no-referrer, as serve's pages
+    are), whether the browser says Sec-Fetch-Site: same-origin. Neither: refused (a browser sends at least one with any
+    POST, and a page cannot set either)."""
+    origin = headers.get("origin")
+    if origin is None or origin == "null":
+        return headers.get("sec-fetch-site") == "same-origin"
+    own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}".lower()
+    return hmac.compare_digest(origin.lower().encode(), own.encode())
 
 
 # -- pages and forms -------------------------------------------------------------------------------------------------
@@ -902,8 +1034,8 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
     flash = person.flash.pop(job_id, None)
     kept = person.drafts.pop(job_id, None)  # what the person typed for an act not recorded: filled in again
     try:
-        rp_id, passkey_note = relying_party(request)[0], ""
-        passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+        (rp_id, origin), passkey_note = relying_party(request), ""
+        passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if (k["rpId"], k["origin"]) == (rp_id, origin)]
     except WebRefusal as exc:
         rp_id, passkey_note, passkeys = "", str(exc), []
     return site.pages.page(
@@ -1045,9 +1177,12 @@ def signed_by_passkey(site: WebSite, request: Request, person: WebPerson, comman
     key = next((k for k in prepared["keys"] if k["credentialId"] == assertion.get("credentialId")), None)
     if key is None:
         raise WebRefusal(403, f"That passkey is not registered for {person.principal}: nothing was recorded")
-    return {
-        "passkey": {"prepared": prepared["out"], "assertion": assertion, "key": key, "rpId": prepared["rpId"], "origin": prepared["origin"]}
-    }
+
+    def count(credential_id: str, n: int) -> bool:  # the new sign counter, claimed where the key is kept (page_signature)
+        return site.count_passkey(person, credential_id, n)
+
+    passkey = {"prepared": prepared["out"], "assertion": assertion, "key": key, "rpId": prepared["rpId"], "origin": prepared["origin"]}
+    return {"passkey": {**passkey, "count": count}}
 
 
 async def json_body(request: Request) -> dict:
@@ -1068,9 +1203,9 @@ async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Respon
     body = await json_body(request)
     job_id = request.path_params["job_id"]
     rp_id, origin = relying_party(request)
-    keys = [k for k in await run_in_threadpool(site.passkeys_of, person) if k["rpId"] == rp_id]
+    keys = [k for k in await run_in_threadpool(site.passkeys_of, person) if (k["rpId"], k["origin"]) == (rp_id, origin)]
     if not keys:
-        raise WebRefusal(409, f"No passkey of {person.principal} is registered for {rp_id}: register one first")
+        raise WebRefusal(409, f"No passkey of {person.principal} is registered for {origin}: register one first")
     command = body.get("command")
     if command == "decide":
         if body.get("decision") not in durable_job.DECISIONS:
@@ -1140,6 +1275,7 @@ async def api_passkey_register(site: WebSite, request: Request, person: WebPerso
         "validAfterUtc": durable_job.now_utc(),
         "validBeforeUtc": None,
         "publicKey": durable_job.b64url(made.credential_public_key),
+        "signCount": int(made.sign_count),
     }
     await run_in_threadpool(site.add_passkey, person, asked["jobId"], row)
     return JSONResponse({"registered": row["credentialId"], "principal": person.principal, "rpId": row["rpId"]})
@@ -1414,19 +1550,11 @@ def web_app(site: WebSite):
             max_age=None,
             same_site="strict",
             https_only=site.secure,
-        )
+        ),
+        Middleware(SameOrigin, site=site),
     ]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lambda _app: lifespan(site))
-    return KeepTyped(
-        asgi_csrf(
-            NoStore(app),
-            signing_secret=secrets.token_urlsafe(32),
-            always_protect={"/login", "/logout"},
-            cookie_samesite="Strict",
-            cookie_secure=site.secure,
-            send_csrf_failed=csrf_refused(site),
-        )
-    )
+    return BodyLimit(KeepTyped(NoStore(app)))
 
 
 # -- serve -----------------------------------------------------------------------------------------------------------

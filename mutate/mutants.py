@@ -726,4 +726,42 @@ MUTANTS = [
         ],
         path="durable_job_team/notify.py",
     ),
+    Mutant(
+        "passkey-origin-from-record",
+        "verify --allowed-passkeys: a passkey assertion is checked at the origin its line names, never the record's own",
+        "    origin = passkey_origin(key)\n",
+        '    origin = signature.get("origin") or passkey_origin(key)\n',
+        ["tests/test_passkey_attacker.py::test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_never_verifies"],
+    ),
+    # --- serve against a page on another port (issue 43) -----------------------------------------------------------
+    Mutant(
+        "csrf-token-any-session",
+        "serve: a state-changing request carries the token kept in the person's own session",
+        "        if not (isinstance(kept, str) and sent and hmac.compare_digest(sent.encode(), kept.encode())):",
+        "        if not (isinstance(kept, str) and sent):",
+        [
+            "tests/test_web_attacker.py::test_a_token_from_another_session_is_refused_even_with_its_cookie_tossed_in",
+            "tests/test_web_attacker.py::test_a_sign_in_form_from_another_origin_or_another_session_signs_no_one_in",
+        ],
+        path="durable_job_team/web.py",
+    ),
+    Mutant(
+        "origin-unchecked",
+        "serve: a state-changing request is refused unless it comes from serve's own origin",
+        "        if not same_origin(scope, headers):",
+        "        if False:",
+        [
+            "tests/test_web_attacker.py::test_a_post_from_another_origin_is_refused_even_with_the_persons_own_token",
+            "tests/test_web_attacker.py::test_a_page_on_another_port_cannot_decide_in_bobs_browser",
+        ],
+        path="durable_job_team/web.py",
+    ),
+    Mutant(
+        "opaque-origin-trusted",
+        "serve: an opaque Origin (null) counts only with the browser's Sec-Fetch-Site: same-origin",
+        '    if origin is None or origin == "null":\n        return headers.get("sec-fetch-site") == "same-origin"',
+        '    if origin is None or origin == "null":\n        return True',
+        ["tests/test_web_attacker.py::test_a_post_from_another_origin_is_refused_even_with_the_persons_own_token"],
+        path="durable_job_team/web.py",
+    ),
 ]

@@ -114,6 +114,7 @@ RELEASED_MIGRATIONS = {
     "m019_current_key": "231ccdf452c08fd1fe64e4b5db7c5c465b0cb6f2834ae2b2c0add8c748eaa062",
     "m020_outbox_stamped": "47e91e9a8c04c2d527df1a1e3a2c241ce984e1681401a435db59d7ec14d950ab",
     "m021_holds_links": "dabf12ccd58aa0588fe30e5c0a9e80413e527d6998ac98fc6234b5800724e9c1",
+    "m022_passkey_origin": "8d60107e540b97c16f294e1e69bc2e63642c2febfbbb45f7fd75a652e0297975",
 }
 
 

@@ -91,7 +91,7 @@ def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_off
     listed = ws.run("passkeys", "--store", store, state=False)
     assert listed.code == 0 and listed.json is None, listed.stderr
     lines = [line for line in listed.stdout.splitlines() if line and not line.startswith("#")]
-    assert len(lines) == 1 and lines[0].split()[0] == "bob" and lines[0].split()[2] == "localhost"
+    assert len(lines) == 1 and lines[0].split()[0] == "bob" and lines[0].split()[2:4] == ["localhost", base]  # where it was registered
     keys = tmp_path / "allowed_passkeys"
     keys.write_text(listed.stdout)
 
@@ -137,17 +137,17 @@ def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_off
     assert "signs another record" in verify(ws, "--allowed-passkeys", str(keys), "--receipt", str(spliced)).held()
 
     # the key outside its validity at the decision's time, then a key not in the file
-    principal, credential, rp, _after, _before, public = lines[0].split()
+    principal, credential, rp, origin, _after, _before, public = lines[0].split()
     for bounds in (("2000-01-01T00:00:00Z", "2001-01-01T00:00:00Z"), ("2999-01-01T00:00:00Z", "-")):
         expired = tmp_path / "expired_passkeys"
-        expired.write_text(f"{principal} {credential} {rp} {bounds[0]} {bounds[1]} {public}\n")
+        expired.write_text(f"{principal} {credential} {rp} {origin} {bounds[0]} {bounds[1]} {public}\n")
         held = verify(ws, "--strict", "--allowed-passkeys", str(expired), "--store", bob, "--job", "journey").held()
         assert "outside passkey" in held and "validity" in held
     stranger = tmp_path / "stranger_passkeys"
-    stranger.write_text(f"{principal} AAAA{credential[4:]} {rp} - - {public}\n")
+    stranger.write_text(f"{principal} AAAA{credential[4:]} {rp} {origin} - - {public}\n")
     assert "is not among them" in verify(ws, "--strict", "--allowed-passkeys", str(stranger), "--store", bob, "--job", "journey").held()
     carols = tmp_path / "carols_passkeys"
-    carols.write_text(f"carol {credential} {rp} - - {public}\n")
+    carols.write_text(f"carol {credential} {rp} {origin} - - {public}\n")
     assert "registered for carol, not bob" in verify(ws, "--allowed-passkeys", str(carols), "--store", bob, "--job", "journey").held()
 
 
@@ -161,19 +161,24 @@ def test_a_role_registers_passkeys_only_for_itself(tmp_path, pg_server):
         return subprocess.run(["psql", "-XAtq", "-v", "ON_ERROR_STOP=1", as_role(store, role), "-c", sql], capture_output=True, text=True)
 
     row = "INSERT INTO durable_job.passkeys (credential_id, principal, public_key, rp_id, origin, valid_after_utc, created_utc) "
-    forged = psql("bob", row + "VALUES ('cred-1', 'alice', 'key', 'localhost', 'http://localhost', '2026-01-01T00:00:00Z', 'now')")
+    key, after = "pQECAyYgASFYIAAAAAAAAAAAAAAAAAAA", "2026-01-01T00:00:00Z"
+    forged = psql("bob", row + f"VALUES ('cred-1-AAAAAAAAAAAA', 'alice', '{key}', 'localhost', 'http://localhost', '{after}', 'now')")
     assert forged.returncode == 0, forged.stderr
     assert psql("alice", "SELECT principal FROM durable_job.passkeys").stdout.strip() == "bob"  # stamped: his own
-    tricked = psql("bob", "SET ROLE alice; " + row + "VALUES ('cred-2', 'alice', 'k', 'localhost', 'o', 'x', 'now')")
+    tricked = psql(
+        "bob",
+        "SET ROLE alice; " + row + f"VALUES ('cred-2-AAAAAAAAAAAA', 'alice', '{key}', 'localhost', 'http://localhost', '{after}', 'now')",
+    )
     assert tricked.returncode != 0
-    worker = psql("worker", row + "VALUES ('cred-3', 'worker', 'key', 'localhost', 'o', 'x', 'now')")
+    worker = psql("worker", row + f"VALUES ('cred-3-AAAAAAAAAAAA', 'worker', '{key}', 'localhost', 'http://localhost', '{after}', 'now')")
     assert worker.returncode != 0 and "row-level security" in worker.stderr
     for sql in ("UPDATE durable_job.passkeys SET principal = 'bob'", "DELETE FROM durable_job.passkeys"):
         changed = psql("bob", sql)
         assert changed.returncode != 0 and ("history" in changed.stderr or "permission denied" in changed.stderr), changed.stderr
     assert psql("carol", "SELECT count(*) FROM durable_job.passkeys").stdout.strip() == "1"
     listed = subprocess.run([sys.executable, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env())
-    assert listed.returncode == 0 and "\nbob cred-1 localhost " in listed.stdout and listed.stdout.startswith("# durable-job")
+    assert listed.returncode == 0 and "\nbob cred-1-AAAAAAAAAAAA localhost http://localhost " in listed.stdout
+    assert listed.stdout.startswith("# durable-job")
 
 
 def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_its_decision(tmp_path, serving):
