@@ -989,6 +989,26 @@ class PgStore(Store):
     def prepare_new(self) -> None:
         need_psycopg()
 
+    def sealing_rights(self, writer: PgJournal, job: Job) -> dict:
+        """Whether writer may seal job here (a person or the administrator), with what sealing it needs to know: whether
+        the id was a deleted job's, the store's sealing row and current key, and whether this key file was rotated out."""
+        kek = kek_from_env()
+        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015), its rotated-out keys (m019) with it
+            "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
+            "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
+            "(SELECT r.retired_utc FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS retired, "
+            "(SELECT r.replaced_by FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS replaced_by",
+            job=job["jobId"],
+            kek=kek.id if kek is not None else None,
+        )[0]
+        if not rights["may"]:
+            raise StateError(
+                f"Role {writer.principal} may not seal jobs in {self.public}: only a role granted as a person does "
+                f"(a worker runs jobs, nothing else); the store's administrator grants one with "
+                f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
+            )
+        return rights
+
     def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
         """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it; the
         record as kept. A job sealed at rest keeps its manifest sealed, as its sources, and its sources' digests keyed
@@ -1005,21 +1025,7 @@ class PgStore(Store):
                 f"Manifest reviewers names {writer.principal}, the role sealing job {job['jobId']}: the reviewers a job names decide it, "
                 f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
             )
-        kek = kek_from_env()
-        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015), its rotated-out keys (m019) with it
-            "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
-            "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
-            "(SELECT r.retired_utc FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS retired, "
-            "(SELECT r.replaced_by FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS replaced_by",
-            job=job["jobId"],
-            kek=kek.id if kek is not None else None,
-        )[0]
-        if not rights["may"]:
-            raise StateError(
-                f"Role {writer.principal} may not seal jobs in {self.public}: only a role granted as a person does "
-                f"(a worker runs jobs, nothing else); the store's administrator grants one with "
-                f"`{command_line(self.program, 'migrate', ['--store', self.public, '--grant', writer.principal])}`"
-            )
+        rights = self.sealing_rights(writer, job)
         sealer, wrapped = self.start_sealing(job, rights)
         data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
         kept = manifest_bytes
