@@ -117,10 +117,11 @@ FINISHED = 300
 
 
 @pytest.fixture(scope="module")
-def crowded(tmp_path_factory):
+def crowded(tmp_path_factory, pg_server):
     """A server of its own with max_connections = 30 (27 for roles that are not superusers) and a store of 300 finished
     jobs: one run and decided through the program, its rows copied with its ids substituted (tests/job_copies.py,
-    as bench/lasting.py grows its store); (the server, alice's URL, the administrator's)."""
+    as bench/lasting.py grows its store); (the server, alice's URL, the administrator's). After the session's server
+    (pg_server), whose roles' passwords password_of finds first in the pgpass file (this one's roles have others)."""
     from job_copies import copy_job
     from pg_server import PgServer
 
