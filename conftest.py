@@ -279,6 +279,17 @@ class Workspace(JournalReader):
             return json.load(fh)
 
 
+# what a receipt made since issue 43 holds that no signature covers: written after its act (verify --receipt FILE names them)
+NEW_RECEIPT_UNSIGNED = [
+    "chainHead",
+    "schemaVersion",
+    "writtenAtUtc",
+    "final.signature.format",
+    "final.signature.namespace",
+    "final.signature.signedAtUtc",
+]
+
+
 def file_bytes(state) -> dict:
     """Every regular file of a state directory (run.lock aside: its note is rewritten by design), name → bytes."""
     out = {}

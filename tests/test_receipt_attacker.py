@@ -15,7 +15,19 @@ import json
 import pytest
 
 import durable_job as dj
-from conftest import BOILER, Workspace, admin_url, allowed_signers, as_role, make_key, new_key_file, new_store, pg_dump, sql
+from conftest import (
+    BOILER,
+    NEW_RECEIPT_UNSIGNED,
+    Workspace,
+    admin_url,
+    allowed_signers,
+    as_role,
+    make_key,
+    new_key_file,
+    new_store,
+    pg_dump,
+    sql,
+)
 
 FACTS = ("owner", "threadId", "manifestPath", "manifestSha256", "codeSha256", "version", "dependencies", "statuses", "endpoints", "tokens")
 
@@ -77,14 +89,7 @@ def test_a_new_receipt_leaves_only_what_is_written_after_the_act_and_strict_hold
     final = receipt["final"]
     out = verify_alone(tmp_path, receipt, signers, "--strict").ok()
     assert out["ok"] and set(FACTS) <= set(final["signature"]["fields"])
-    assert out["unsigned"] == [
-        "chainHead",
-        "schemaVersion",
-        "writtenAtUtc",
-        "final.signature.format",
-        "final.signature.namespace",
-        "final.signature.signedAtUtc",
-    ]
+    assert out["unsigned"] == NEW_RECEIPT_UNSIGNED
     signature = final["signature"]
     for edit, phrase in (
         ({"writtenAtUtc": "2020-01-01T00:00:00.000000Z"}, "writtenAtUtc is"),

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import BOTH, Workspace, allowed_signers, make_key
+from conftest import BOTH, NEW_RECEIPT_UNSIGNED, Workspace, allowed_signers, make_key
 
 
 def signed_receipt_file(ws: Workspace, tmp_path) -> tuple[str, str, dict]:
@@ -66,14 +66,7 @@ def test_a_receipt_alone_says_which_decision_it_verified_and_which_fields_no_sig
     # act is named, in the document and in the check, and is a warning, not a verified field
     for field in ("owner", "manifestSha256", "codeSha256", "statuses", "endpoints"):
         assert field not in out["unsigned"] and field in final["signature"]["fields"] and f", {field}" in tied["detail"], field
-    assert out["unsigned"] == [
-        "chainHead",
-        "schemaVersion",
-        "writtenAtUtc",
-        "final.signature.format",
-        "final.signature.namespace",
-        "final.signature.signedAtUtc",
-    ]
+    assert out["unsigned"] == NEW_RECEIPT_UNSIGNED
     uncovered = checks(out)["not covered"]
     assert uncovered["warning"] is True and uncovered["detail"].startswith("not covered by the signature")
     assert ", final.signature.namespace," in uncovered["detail"] and "writtenAtUtc" not in tied["detail"]
