@@ -628,7 +628,10 @@ def phone(tmp_path):
 
 
 def text_of(driver, element_id: str) -> str:
-    return driver.find_element("id", element_id).text
+    """The element's text, read in one script: while a form's answer replaces the page, a found element's node can
+    leave the document between finding it and reading it (Chromium: "Node with given id does not belong to the
+    document"), and a wait would end on that error; read in the page itself there is no such gap. "" when absent."""
+    return driver.execute_script("const e = document.getElementById(arguments[0]); return e ? e.innerText : ''", element_id)
 
 
 def fits_a_phone(driver) -> None:
