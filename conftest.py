@@ -713,6 +713,43 @@ def openai_workspace(ws: Workspace, provider: Provider, sources=None, **override
     return ws
 
 
+@pytest.fixture
+def other_page():
+    """A web page on another port of this host, as an attacker's page would be: `other_page(pages, port=0)` serves
+    {path: html} (404 for any other path; a callable of the path may stand for the dict) from http://localhost:PORT
+    (0: any free port) and returns that origin; every such server stops after the test, passed or failed."""
+    import http.server
+
+    started = []
+
+    def start(pages, port: int = 0) -> str:
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                html = pages(self.path) if callable(pages) else pages.get(self.path)
+                if html is None:
+                    self.send_error(404)
+                    return
+                body = html.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        started.append(server)
+        return f"http://localhost:{server.server_address[1]}"
+
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
 def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
     """Signal the whole process group `proc` leads (Workspace.popen starts one): the command and every
     process it started (an MCP server, say); then reap it."""

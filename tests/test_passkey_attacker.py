@@ -7,10 +7,8 @@ builds is checked with the CLI, as a person would, against the allowed-passkeys 
 """
 
 import datetime
-import http.server
 import json
 import subprocess
-import threading
 
 import pytest
 import test_passkeys
@@ -35,34 +33,7 @@ navigator.credentials.get({publicKey: {challenge: bytes(challenge), rpId: 'local
 """
 
 
-class Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<!doctype html><title>a page elsewhere</title><p>Nothing to see.</p>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def attacker_page():
-    """Start the attacker's page on a port (0: any free one); its origin, http://localhost:PORT. Stopped after the test."""
-    started = []
-
-    def start(port: int = 0) -> str:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Page)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-        return f"http://localhost:{server.server_address[1]}"
-
-    yield start
-    for server in started:
-        server.shutdown()
-        server.server_close()
+ELSEWHERE = "<!doctype html><title>a page elsewhere</title><p>Nothing to see.</p>"
 
 
 def utc(seconds_from_now: float) -> str:
@@ -110,7 +81,7 @@ def failed(report: dict) -> str:
     return "; ".join(c["detail"] for c in report["checks"] if not c["ok"])
 
 
-def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_never_verifies(tmp_path, pg_server, serving, attacker_page):
+def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_never_verifies(tmp_path, pg_server, serving, other_page):
     from selenium.webdriver.common.virtual_authenticator import Credential
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -159,7 +130,7 @@ def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_neve
         assert verify_alone(ws, tmp_path, keys, receipt, "honest")["ok"] is True
 
         # attack 2: a page on another localhost port has bob's authenticator sign a forged decision of this job
-        elsewhere = attacker_page()
+        elsewhere = other_page({"/": ELSEWHERE})
         lie = {**record, "reason": "Forged on a page elsewhere."}  # its time the honest one: only the origin gives it away
         report = verify_alone(
             ws, tmp_path, keys, forged_receipt(receipt, lie, signed_on(driver, elsewhere, "journey", "decision", lie, head)), "x"
@@ -176,7 +147,7 @@ def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_neve
 
         # whoever holds serve's own origin (serve gone, a page on its port) can sign; the times are still checked
         s.kill()
-        assert attacker_page(port) == base
+        assert other_page({"/": ELSEWHERE}, port) == base
         future = {**record, "reason": "Decided next year.", "decidedAtUtc": utc(365 * 86400)}
         report = verify_alone(
             ws, tmp_path, keys, forged_receipt(receipt, future, signed_on(driver, base, "journey", "decision", future, head)), "f"

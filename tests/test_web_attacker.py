@@ -6,10 +6,8 @@ that it came from serve's own origin and carries the token kept in the person's 
 processes over real HTTP on loopback (tests/test_web.py's helpers), and one real Chromium.
 """
 
-import http.server
 import select
 import socket
-import threading
 import time
 from urllib.parse import urlsplit
 
@@ -151,57 +149,43 @@ def test_a_body_over_a_mebibyte_or_trickled_in_is_refused_before_it_is_held(tmp_
     assert store_counts(ws.store, "decisions") == [1]
 
 
-class AttackerPage(http.server.BaseHTTPRequestHandler):
+def attacker_pages(target: str, digest: str, token: str) -> dict:
     """A page on another port of the same host. It tosses its own token cookie at serve's host, then, by its path:
     /form sends a form to serve's decision URL as soon as it loads; /quiet does the same from a page whose referrer
     policy is no-referrer (Chromium then sends `Origin: null`, as it does from serve's own pages); /fetch posts it with
     fetch(), credentials included (no-cors: the page cannot read the answer, only cause the request)."""
-
-    target = ""
-
-    def do_GET(self):
-        form = f"""<form id="f" method="post" action="{self.target}">
+    form = f"""<form id="f" method="post" action="{target}">
 <input name="decision" value="reject"><input name="reviewer" value="bob"><input name="reason" value="forged">
-<input name="resultsSha256" value="{self.server.digest}"><input name="csrftoken" value="{self.server.token}"></form>"""
-        send = {
-            "/form": 'document.getElementById("f").submit();',
-            "/quiet": 'document.getElementById("f").submit();',
-            "/fetch": 'fetch(document.getElementById("f").action, {method: "POST", mode: "no-cors", credentials: "include",'
-            ' body: new URLSearchParams(new FormData(document.getElementById("f")))})'
-            '.then(() => { document.title = "sent"; }, () => { document.title = "sent"; });',
-        }[self.path]
-        quiet = '<meta name="referrer" content="no-referrer">' if self.path == "/quiet" else ""
-        body = f"""<!doctype html><html><head>{quiet}<title>attacker</title></head><body>{form}
-<script>document.cookie = "csrftoken={self.server.token}; path=/"; {send}</script></body></html>""".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+<input name="resultsSha256" value="{digest}"><input name="csrftoken" value="{token}"></form>"""
+    send = {
+        "/form": 'document.getElementById("f").submit();',
+        "/quiet": 'document.getElementById("f").submit();',
+        "/fetch": 'fetch(document.getElementById("f").action, {method: "POST", mode: "no-cors", credentials: "include",'
+        ' body: new URLSearchParams(new FormData(document.getElementById("f")))})'
+        '.then(() => { document.title = "sent"; }, () => { document.title = "sent"; });',
+    }
+    pages = {}
+    for path, script in send.items():
+        quiet = '<meta name="referrer" content="no-referrer">' if path == "/quiet" else ""
+        pages[path] = f"""<!doctype html><html><head>{quiet}<title>attacker</title></head><body>{form}
+<script>document.cookie = "csrftoken={token}; path=/"; {script}</script></body></html>"""
+    return pages
 
 
-def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_server, serving):
+def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_server, serving, other_page):
     ws = store_job(tmp_path, pg_server)
     s = serving(tmp_path, "--store", ws.store)
     base = s.base.replace("127.0.0.1", "localhost")
     mallory = httpx.Client(base_url=base, headers={"Origin": base})
     token = csrf(mallory)  # a token serve signed, from a session of mallory's
     driver = phone(tmp_path)
-    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), AttackerPage)
     try:
         driver.get(f"{base}/login?next=/jobs/journey")
         driver.find_element("id", "role").send_keys("bob")
         driver.find_element("id", "password").send_keys(password_of("bob"))
         driver.find_element("css selector", "form[action='/login'] button[type=submit]").click()
         wait_for(lambda: driver.current_url.endswith("/jobs/journey"), timeout=20)
-        attacker.digest = shown_results(driver.page_source)  # type: ignore[attr-defined]
-        attacker.token = token  # type: ignore[attr-defined]
-        AttackerPage.target = f"{base}/jobs/journey/decision"
-        threading.Thread(target=attacker.serve_forever, daemon=True).start()
-        page = f"http://localhost:{attacker.server_address[1]}"
+        page = other_page(attacker_pages(f"{base}/jobs/journey/decision", shown_results(driver.page_source), token))
         for path in ("/form", "/quiet"):
             driver.get(page + path)
             wait_for(lambda: driver.current_url.startswith(base), timeout=20)
@@ -212,7 +196,6 @@ def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_serve
         driver.get(f"{base}/jobs/journey")  # bob is still signed in, and the job still waits for his decision
         assert "Awaiting review" in driver.page_source
     finally:
-        attacker.shutdown()
         driver.quit()
         mallory.close()
     assert store_counts(ws.store, "decisions") == [0]
