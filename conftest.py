@@ -125,9 +125,9 @@ class Workspace(JournalReader):
         self.manifest = os.path.join(self.src, "manifest.json")
         os.makedirs(self.src, exist_ok=True)
         self.env = {}
-        # run commands through durable_job.main() unless one needs a process; a store's commands run as
-        # processes unless a test asks (Workspace(..., inprocess="store")): each machine of a store journey is its own process
-        self.inprocess = inprocess == "store" or inprocess is True
+        # run commands through durable_job.main() unless one needs a process (Workspace(..., inprocess=False), a
+        # run's `timeout`, a fake crash, another program or interpreter flags): a state directory's and a store's alike
+        self.inprocess = inprocess
         self.store = store  # a PostgreSQL store URL: the job lives there (`--store URL --job ID`), not in self.state
 
     def job_id(self) -> str:

@@ -3643,10 +3643,12 @@ def is_hold(exc: BaseException) -> bool:
     return isinstance(exc, JobError) and not isinstance(exc, NOT_HOLDS) and not getattr(exc, "uncertain", False)
 
 
-def write_hold(journal: Journal, message: str, fix: str, program: str, phase: str = "ready") -> dict:
+def write_hold(journal: Journal, message: str, fix: str, program: str, phase: str = "ready", plain: bool = False) -> dict:
     """Record the job's hold (replacing an earlier one) and its `held` notice, in the caller's transaction or its own;
-    the hold as shown."""
+    the hold as shown. `plain`: its words kept unsealed even in a sealed job (a refused key's hold, which names only
+    ids and keys' ids, and which no data key may seal)."""
     stamp = now_utc()
+    seal = (lambda column, value: value) if plain else (lambda column, value: journal.sealed("holds", "hold", column, value))
     with journal.transaction():
         add_notice(journal, "held", phase, f"held {stamp}")
         journal.change(
@@ -3655,8 +3657,8 @@ def write_hold(journal: Journal, message: str, fix: str, program: str, phase: st
             "ON CONFLICT ({job_col}kind) DO UPDATE SET principal = excluded.principal, at_utc = excluded.at_utc, "
             "message = excluded.message, fix = excluded.fix, program = excluded.program",
             at=stamp,
-            message=journal.sealed("holds", "hold", "message", redact(message, journal.secrets)),
-            fix=journal.sealed("holds", "hold", "fix", redact(fix, journal.secrets)),
+            message=seal("message", redact(message, journal.secrets)),
+            fix=seal("fix", redact(fix, journal.secrets)),
             program=program,
         )
     return {"by": journal.principal, "at": stamp, "message": message, "fix": fix}
@@ -5173,13 +5175,8 @@ def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> N
     if ctx is not None:
         checkpoint = ctx.checkpoint()
         phase = job_phase(ctx.review(checkpoint), checkpoint, None)
-    sealer = journal.sealer
-    if isinstance(exc, SealedError) and (sealer is None or sealer.cipher is None):
-        journal.sealer = None  # a key refused: its hold names ids and keys' ids, no content, and no data key seals it
-    try:
-        write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), code_sha256(), phase)
-    finally:
-        journal.sealer = sealer
+    refused = isinstance(exc, SealedError) and (journal.sealer is None or journal.sealer.cipher is None)  # a key refused
+    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), code_sha256(), phase, plain=refused)
 
 
 def hold_fix(store: Store) -> str:

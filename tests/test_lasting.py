@@ -17,7 +17,7 @@ from conftest import ALPHA, BETA, PROGRAM, Workspace, as_role, copy_program, new
 
 def desk(tmp_path, store: str, role: str) -> Workspace:
     """A person's folder on a store, as `role` (commands in this process: a listing needs no process of its own)."""
-    w = Workspace(tmp_path / f"{role}-desk", store=as_role(store, role), inprocess="store")
+    w = Workspace(tmp_path / f"{role}-desk", store=as_role(store, role))
     return w
 
 
@@ -118,7 +118,7 @@ def test_a_store_lists_its_jobs_a_page_at_a_time_and_the_cursor_holds_while_jobs
     assert every_page(alice, "--phase", "cancelled", limit=5) == [["job-4"]]
     assert listed(alice, "--phase", "decided", "--limit", "1")["nextPage"].count("--phase decided") == 1
 
-    empty = Workspace(tmp_path / "admin", store=new_store(pg_server, empty=True), inprocess="store")
+    empty = Workspace(tmp_path / "admin", store=new_store(pg_server, empty=True))
     assert listed(empty, "--limit", "1") == {"jobs": []}  # a database not set up yet holds no job
     assert empty.run("usage", "--store", empty.store).ok()["total"]["calls"] == 0
 
@@ -163,7 +163,7 @@ def test_state_directories_page_the_same_way(tmp_path):
 
 def manifests_folder(tmp_path, count: int) -> tuple[Workspace, str]:
     """A folder of `count` manifests (m0.json …) over the same two sources, jobIds sub-0 …."""
-    w = Workspace(tmp_path / "requests", inprocess="store")
+    w = Workspace(tmp_path / "requests")
     folder = w.src
     for n in range(count):
         manifest = w.manifest_dict(jobId=f"sub-{n}")

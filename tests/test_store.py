@@ -375,7 +375,7 @@ def test_no_command_leaves_a_connection_open_behind_it(store_url, tmp_path):
     connection it opened: none is left idle on the server, and none keeps the job's lock."""
     import psycopg
 
-    ws = Workspace(tmp_path, inprocess="store", store=store_url)
+    ws = Workspace(tmp_path, store=store_url)
     ws.write_manifest()
 
     def connections():
