@@ -488,7 +488,7 @@ MUTANTS = [
         "evidence: the keys of a receipt's final beyond the signature's fields are named as not covered",
         '        uncovered += sorted(f"{act_key(act)}.{k}" for k in record if k not in fields and k not in ("signature", "jobId"))\n',
         "",
-        ["tests/test_receipt_file.py::test_a_field_no_signature_covers_is_flagged_not_covered_and_never_reported_as_verified"],
+        ["tests/test_receipt_file.py::test_a_key_added_to_the_signed_decision_beyond_its_signatures_fields_is_named_not_covered"],
     ),
     Mutant(
         "receipt-copy-over-anything",
@@ -644,15 +644,18 @@ MUTANTS = [
     Mutant(
         "is-admin-search-path-removed",
         "store: no granted role becomes the administrator by shadowing the catalog",
-        "LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT session_user = pg_catalog.pg_get_userbyid(n.nspowner) "
-        "OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) FROM pg_catalog.pg_namespace n WHERE",
-        "LANGUAGE sql STABLE AS $$ SELECT session_user = pg_get_userbyid(n.nspowner) "
-        "OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) FROM pg_namespace n WHERE",
+        # is_admin as m016_floor last wrote it (m011's definition is replaced there, so a mutant of m011's changes nothing)
+        "is_admin() RETURNS boolean LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$ BEGIN RETURN (SELECT session_user = "
+        "pg_catalog.pg_get_userbyid(n.nspowner) OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user) "
+        "FROM pg_catalog.pg_namespace n WHERE",
+        "is_admin() RETURNS boolean LANGUAGE plpgsql STABLE AS $$ BEGIN RETURN (SELECT session_user = "
+        "pg_get_userbyid(n.nspowner) OR (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = session_user) "
+        "FROM pg_namespace n WHERE",
         [
             "tests/test_hostile.py::test_every_function_of_the_store_has_a_fixed_search_path_and_no_trigger_is_anyones_to_call",
             "tests/test_hostile.py::test_shadowing_the_catalog_makes_no_role_the_administrator",
         ],
-        path=M011,
+        path="durable_job_team/migrations/m016_floor.sql",
     ),
     Mutant(
         "receipt-before-any-decision",

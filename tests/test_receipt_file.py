@@ -124,6 +124,17 @@ def test_a_field_no_signature_covers_is_flagged_not_covered_and_never_reported_a
     assert checks(out)["receipt fields"]["ok"] and name.split(".")[-1] not in tied and out["ok"] is True
 
 
+def test_a_key_added_to_the_signed_decision_beyond_its_signatures_fields_is_named_not_covered(signed, tmp_path):
+    """A new receipt's decision signs every key it has; a key set beside them afterwards (here a claim that the budget
+    was approved) is no part of what was signed, and verify names it as not covered instead of passing it as signed."""
+    receipt, signers = signed
+    edited = {**receipt, "final": {**receipt["final"], "budgetApproved": True}}
+    out = verify_alone(tmp_path, edited, signers).ok()
+    assert "final.budgetApproved" in out["unsigned"], out["unsigned"]
+    assert " final.budgetApproved," in checks(out)["not covered"]["detail"] + ","
+    assert checks(out)["not covered"]["warning"] is True
+
+
 def test_an_edit_the_signature_covers_fails_it_and_a_broken_receipt_is_one_hold_line(signed, tmp_path):
     receipt, signers = signed
     final = receipt["final"]
