@@ -7467,6 +7467,9 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
     if failed:
         out["failedItems"] = failed
+    nowhere = figure_counts([r for r in results if r.get("status") == "validated"])["nowhere"]
+    if nowhere:  # inspect names each; start and resume say how many
+        out["figuresNowhere"] = nowhere
     if existing is not None:
         out["existing"] = existing
     return out
@@ -9372,7 +9375,7 @@ def text_run(out: dict, store) -> list:
             "  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would"
         )
     lines += result_lines(out.get("results"), store)
-    lines += nowhere_lines(out.get("results"), store)
+    lines += nowhere_lines(out.get("figuresNowhere"), store)
     lines += final_lines(out.get("final"), store)
     lines += failed_lines(out)
     for bundle in out.get("interrupt") or []:
@@ -9381,9 +9384,8 @@ def text_run(out: dict, store) -> list:
     return lines
 
 
-def nowhere_lines(results: list | None, store: Store | None) -> list:
+def nowhere_lines(nowhere: int | None, store: Store | None) -> list:
     """start and resume: how many figures the results state that were found nowhere in their sources (inspect shows which)."""
-    nowhere = figure_counts([r for r in results or [] if r.get("status") == "validated"])["nowhere"]
     if not nowhere:
         return []
     where = store.suggest("inspect") if store else "inspect"
