@@ -8424,18 +8424,7 @@ def seal(
         raise ManifestError(f"{out} exists; pass --force to overwrite it")
     if os.path.exists(target):
         refuse_sealed_manifest(out)
-    if mode == "openai" and not provider_transfer_approved:
-        raise ManifestError(
-            "seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
-            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake"
-        )
-    count = len(files) + bool(mcp_uri)
-    if not 1 <= count <= 3:
-        raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
-    if (mcp_env or mcp_pass_env) and not mcp_uri:
-        raise UsageError("--mcp-env and --mcp-pass-env set the MCP item's server environment: they need --mcp-uri and --mcp-command")
-    if mcp_timeout is not None and not mcp_uri:
-        raise UsageError("--mcp-timeout sets the MCP item's read timeout: it needs --mcp-uri and --mcp-command")
+    check_seal_flags(mode, provider_transfer_approved, files, mcp_uri, bool(mcp_env or mcp_pass_env), mcp_timeout)
     items = named_items(seal_file_items(base, list(files)), list(files), list(ids))
     if mcp_uri:
         os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
@@ -8453,16 +8442,14 @@ def seal(
         "maxAttemptsPerItem": max_attempts_per_item,
         "items": items,
     }
-    if max_concurrent_calls is not None:
-        manifest["maxConcurrentCalls"] = max_concurrent_calls
-    if reviewers:
-        manifest["reviewers"] = list(reviewers)
-    if base_url is not None:
-        manifest["baseUrl"] = base_url
-    if figures_must_be_quoted:
-        manifest["figuresMustBeQuoted"] = True
-    if review_checks_every_claim:
-        manifest["reviewChecksEveryClaim"] = True
+    optional = {
+        "maxConcurrentCalls": max_concurrent_calls,
+        "reviewers": list(reviewers) if reviewers else None,
+        "baseUrl": base_url,
+        "figuresMustBeQuoted": True if figures_must_be_quoted else None,
+        "reviewChecksEveryClaim": True if review_checks_every_claim else None,
+    }
+    manifest.update({key: value for key, value in optional.items() if value is not None})  # a key only when its flag is given
     try:
         check_manifest(manifest)
     except ManifestError as exc:
@@ -8473,6 +8460,22 @@ def seal(
     if approval:
         written["signature"] = approval
     return written
+
+
+def check_seal_flags(mode: str, transfer_approved: bool, files, mcp_uri: str | None, mcp_env: bool, mcp_timeout: float | None) -> None:
+    """seal's flags that only fit together: openai mode and the transfer approval, 1 to 3 sources, the MCP item's settings."""
+    if mode == "openai" and not transfer_approved:
+        raise ManifestError(
+            "seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
+            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake"
+        )
+    count = len(files) + bool(mcp_uri)
+    if not 1 <= count <= 3:
+        raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
+    if mcp_env and not mcp_uri:
+        raise UsageError("--mcp-env and --mcp-pass-env set the MCP item's server environment: they need --mcp-uri and --mcp-command")
+    if mcp_timeout is not None and not mcp_uri:
+        raise UsageError("--mcp-timeout sets the MCP item's read timeout: it needs --mcp-uri and --mcp-command")
 
 
 def write_sealed_manifest(out: str, raw: bytes, job_id: str, approved_by: str, *, force: bool, file_mode: int, sign_key: str | None):
