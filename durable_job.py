@@ -7464,6 +7464,9 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
     if failed:
         out["failedItems"] = failed
+    nowhere = figure_counts([r for r in results if r.get("status") == "validated"])["nowhere"]
+    if nowhere:  # inspect names each; start and resume say how many
+        out["figuresNowhere"] = nowhere
     if existing is not None:
         out["existing"] = existing
     return out
@@ -8398,6 +8401,10 @@ def seal(
     mcp_pass_env=(),
     reviewers=None,
     base_url: str | None = None,
+    figures_must_be_quoted: bool = False,
+    review_checks_every_claim: bool = False,
+    mcp_timeout: float | None = None,
+    ids=(),
     force: bool = False,
     file_mode: int = 0o600,
     sign_key: str | None = None,
@@ -8406,25 +8413,20 @@ def seal(
 
     It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
     sign_key: the approver's SSH key signs it (MANIFEST.sig beside it, sealed with the job by start or submit).
+    ids: `ITEM=PATH`, the id of the item of that source file (else its file's stem).
     """
     target = os.path.abspath(out)
     base = os.path.dirname(target)
     if os.path.exists(target) and not force:
         raise ManifestError(f"{out} exists; pass --force to overwrite it")
-    if mode == "openai" and not provider_transfer_approved:
-        raise ManifestError(
-            "seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
-            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake"
-        )
-    count = len(files) + bool(mcp_uri)
-    if not 1 <= count <= 3:
-        raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
-    if (mcp_env or mcp_pass_env) and not mcp_uri:
-        raise UsageError("--mcp-env and --mcp-pass-env set the MCP item's server environment: they need --mcp-uri and --mcp-command")
-    items = seal_file_items(base, list(files))
+    if os.path.exists(target):
+        refuse_sealed_manifest(out)
+    check_seal_flags(mode, provider_transfer_approved, files, mcp_uri, bool(mcp_env or mcp_pass_env), mcp_timeout)
+    items = named_items(seal_file_items(base, list(files)), list(files), list(ids))
     if mcp_uri:
         os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
-        items.append(seal_mcp_item(target, mcp_command, mcp_uri, mcp_id, mcp_env, mcp_pass_env, len(items) + 1))
+        spec = (mcp_command, mcp_uri, mcp_id, mcp_env, mcp_pass_env, mcp_timeout)
+        items.append(seal_mcp_item(target, *spec, len(items) + 1))
     manifest = {
         "schemaVersion": 1,
         "jobId": job_id,
@@ -8437,12 +8439,14 @@ def seal(
         "maxAttemptsPerItem": max_attempts_per_item,
         "items": items,
     }
-    if max_concurrent_calls is not None:
-        manifest["maxConcurrentCalls"] = max_concurrent_calls
-    if reviewers:
-        manifest["reviewers"] = list(reviewers)
-    if base_url is not None:
-        manifest["baseUrl"] = base_url
+    optional = {
+        "maxConcurrentCalls": max_concurrent_calls,
+        "reviewers": list(reviewers) if reviewers else None,
+        "baseUrl": base_url,
+        "figuresMustBeQuoted": True if figures_must_be_quoted else None,
+        "reviewChecksEveryClaim": True if review_checks_every_claim else None,
+    }
+    manifest.update({key: value for key, value in optional.items() if value is not None})  # a key only when its flag is given
     try:
         check_manifest(manifest)
     except ManifestError as exc:
@@ -8453,6 +8457,22 @@ def seal(
     if approval:
         written["signature"] = approval
     return written
+
+
+def check_seal_flags(mode: str, transfer_approved: bool, files, mcp_uri: str | None, mcp_env: bool, mcp_timeout: float | None) -> None:
+    """seal's flags that only fit together: openai mode and the transfer approval, 1 to 3 sources, the MCP item's settings."""
+    if mode == "openai" and not transfer_approved:
+        raise ManifestError(
+            "seal --mode openai needs --provider-transfer-approved (the manifest's providerTransferApproved): "
+            "add it once the owner has approved sending the sources to the provider, or seal with --mode fake"
+        )
+    count = len(files) + bool(mcp_uri)
+    if not 1 <= count <= 3:
+        raise ManifestError(f"seal needs 1 to 3 sources, got {count}: name source files (and/or one --mcp-uri with --mcp-command)")
+    if mcp_env and not mcp_uri:
+        raise UsageError("--mcp-env and --mcp-pass-env set the MCP item's server environment: they need --mcp-uri and --mcp-command")
+    if mcp_timeout is not None and not mcp_uri:
+        raise UsageError("--mcp-timeout sets the MCP item's read timeout: it needs --mcp-uri and --mcp-command")
 
 
 def write_sealed_manifest(out: str, raw: bytes, job_id: str, approved_by: str, *, force: bool, file_mode: int, sign_key: str | None):
@@ -8475,6 +8495,49 @@ def write_sealed_manifest(out: str, raw: bytes, job_id: str, approved_by: str, *
     if os.path.exists(target + APPROVAL_SUFFIX):  # a signature of the manifest this one replaced signs nothing now
         os.unlink(target + APPROVAL_SUFFIX)
     return None
+
+
+def refuse_sealed_manifest(out: str) -> None:
+    """seal --force never overwrites the manifest a job in a state directory near it sealed (its folder, one below it,
+    or one beside it): the job reads those bytes at every resume and verify, and would be stranded. Refused before
+    anything is written."""
+    target = os.path.abspath(out)
+    base = os.path.dirname(target)
+    near = [base]
+    for folder in (base, os.path.dirname(base)):
+        try:
+            near += [os.path.join(folder, name) for name in sorted(os.listdir(folder))]
+        except OSError:
+            continue
+    for folder in dict.fromkeys(path for path in near if os.path.isdir(path) and not os.path.islink(path)):
+        try:
+            with open(os.path.join(folder, JOB_FILE), "rb") as fh:
+                job = json.loads(fh.read(MANIFEST_MAX_BYTES))
+        except (OSError, ValueError):
+            continue
+        if isinstance(job, dict) and job.get("manifestPath") == target:
+            raise ManifestError(
+                f"{out} is the manifest job {job.get('jobId')} (state directory {folder}) sealed: overwriting it would strand "
+                "that job, which reads these bytes at every resume and verify; write the new manifest elsewhere (--out NEW.json)"
+            )
+
+
+def named_items(items: list, files: list, ids: list) -> list:
+    """seal --id ITEM=PATH: the item of that source file takes the id ITEM (PATH as given among the files)."""
+    wanted = {}
+    for spec in ids:
+        item_id, sep, path = spec.partition("=")
+        if not sep or not item_id or not path:
+            raise UsageError(f"--id {spec!r} must be ITEM=PATH: an item id, '=', and one of the source files named")
+        full = os.path.abspath(path)
+        if full not in {os.path.abspath(f) for f in files}:
+            raise UsageError(f"--id {spec!r} names {path}, which is not among the source files; name one of them as given")
+        if full in wanted:
+            raise UsageError(f"--id names {path} twice; give each source file one id")
+        wanted[full] = item_id
+    for item, path in zip(items, files):
+        item["id"] = wanted.get(os.path.abspath(path), item["id"])
+    return items
 
 
 def seal_file_items(base: str, files: list) -> list:
@@ -8539,7 +8602,9 @@ def manifest_path_for(base: str, path: str) -> str:
     return full
 
 
-def seal_mcp_item(target: str, mcp_command: str | None, mcp_uri: str, mcp_id: str | None, mcp_env, mcp_pass_env, n: int) -> Item:
+def seal_mcp_item(
+    target: str, mcp_command: str | None, mcp_uri: str, mcp_id: str | None, mcp_env, mcp_pass_env, mcp_timeout: float | None, n: int
+) -> Item:
     if not mcp_command:
         raise ManifestError("--mcp-uri needs --mcp-command (the server's argv as one JSON list or a plain command)")
     try:
@@ -8551,6 +8616,8 @@ def seal_mcp_item(target: str, mcp_command: str | None, mcp_uri: str, mcp_id: st
         spec["env"] = seal_mcp_env(list(mcp_env))
     if mcp_pass_env:
         spec["passEnv"] = list(mcp_pass_env)
+    if mcp_timeout is not None:
+        spec["timeoutSeconds"] = mcp_timeout
     item = cast(Item, {"id": mcp_id or f"mcp{n}", "mcp": spec, "sha256": "0" * 64})
     check_item(item, n)
     data = read_mcp_source(item, os.path.dirname(target))
@@ -9308,12 +9375,21 @@ def text_run(out: dict, store) -> list:
             "  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would"
         )
     lines += result_lines(out.get("results"), store)
+    lines += nowhere_lines(out.get("figuresNowhere"), store)
     lines += final_lines(out.get("final"), store)
     lines += failed_lines(out)
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
         lines.append(f"  next: {bundle.get('decideCommand') or bundle.get('decidedBy')}")
     return lines
+
+
+def nowhere_lines(nowhere: int | None, store: Store | None) -> list:
+    """start and resume: how many figures the results state that were found nowhere in their sources (inspect shows which)."""
+    if not nowhere:
+        return []
+    where = store.suggest("inspect") if store else "inspect"
+    return [f"  {counted(nowhere, 'figure')} found nowhere in the sources: `{where}` shows which"]
 
 
 def text_decide(out: dict, store) -> list:
@@ -9470,6 +9546,8 @@ def text_migrate(out: dict, store) -> list:
         f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
         *(f"  granted {role} use of it" for role in out.get("granted") or []),
         *(f"  granted worker {role} use of it" for role in out.get("grantedWorkers") or []),
+        *([f"  {counted(out['adopted'], 'job')} of the administrator's now owned by {out['owner']}"] if out.get("owner") else []),
+        *sealing_words(out),
         *(
             [
                 f"  every role may still {' and '.join(out['publicMay'])} in its database: as its owner, run "
@@ -9479,6 +9557,23 @@ def text_migrate(out: dict, store) -> list:
             else []
         ),
     ]
+
+
+def sealing_words(out: dict) -> list:
+    """migrate's words for sealing at rest: turned on by this run, or on since a date (a store without it: none)."""
+    mark = out.get("sealedAtRest")
+    if not mark:
+        return []
+    if out.get("sealingTurnedOn"):
+        return [
+            f"  sealing at rest turned on (key {mark['kekId']}): every new job will now be sealed; jobs sealed before stay as they were"
+        ]
+    return [f"  sealing at rest is on (key {mark['kekId']}, since {mark['since']}): every new job is sealed"]
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 figure`, `2 figures`: a count with its noun, singular or plural."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def text_work(out: dict, store) -> list:
@@ -9734,6 +9829,9 @@ def cmd_seal(args) -> dict:
         "mcp_id",
         "reviewers",
         "base_url",
+        "figures_must_be_quoted",
+        "review_checks_every_claim",
+        "mcp_timeout",
         "force",
     )
     # private unless asked: a readable manifest lets anyone confirm a guess of a short source by its sha256
@@ -9743,6 +9841,7 @@ def cmd_seal(args) -> dict:
         **flags_of(args, *names),
         mcp_env=args.mcp_env or (),
         mcp_pass_env=args.mcp_pass_env or (),
+        ids=args.ids or (),
         file_mode=mode,
         sign_key=signing_key(args),
     )
@@ -9963,7 +10062,25 @@ SEAL_FLAGS = [
         metavar="NAME",
         help="a variable copied from the environment to the MCP server at each launch, its value never stored (repeatable; for secrets)",
     ),
-    flag("--force", action="store_true", help="overwrite an existing manifest"),
+    flag("--mcp-timeout", type=float, metavar="SECONDS", help="the MCP item's read timeout (the manifest's mcp.timeoutSeconds, up to 120)"),
+    flag(
+        "--id",
+        dest="ids",
+        action="append",
+        metavar="ITEM=PATH",
+        help="the id of the item of source file PATH (default: the file's name without its extension; repeatable)",
+    ),
+    flag(
+        "--figures-must-be-quoted",
+        action="store_true",
+        help="a figure found nowhere in the source fails its item (the manifest's figuresMustBeQuoted)",
+    ),
+    flag(
+        "--review-checks-every-claim",
+        action="store_true",
+        help="an accept needs every claim checked, decide --checked (the manifest's reviewChecksEveryClaim)",
+    ),
+    flag("--force", action="store_true", help="overwrite an existing manifest (never one a job beside it sealed)"),
     flag("--use-umask", action="store_true", help="create the manifest with your umask's mode (e.g. 0644) instead of private 0600"),
     flag(
         "files",

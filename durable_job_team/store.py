@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import getpass
 import json
 import os
 import re
@@ -140,6 +141,12 @@ STORE_URL_SCHEMES = ("postgresql://", "postgres://")
 def check_store_url(url: str) -> None:
     """A store is named by a postgresql:// URL only: a libpq keyword string could carry a password
     that this program would then have to find and hide in every form it prints."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", url) if isinstance(url, str) else None
+    if scheme and not url.lower().startswith(STORE_URL_SCHEMES):
+        raise UsageError(
+            f"the store must be a PostgreSQL database, named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME): "
+            f"{scheme[1]}:// is not one (only postgresql:// and postgres:// URLs)"
+        )
     if not isinstance(url, str) or not url.lower().startswith(STORE_URL_SCHEMES):
         raise UsageError(
             "the store must be named by a postgresql:// URL (postgresql://ROLE@HOST:PORT/DBNAME), not a libpq "
@@ -193,6 +200,43 @@ def conninfo_password(conninfo: str) -> str | None:
         return cast("str | None", conninfo_to_dict(conninfo).get("password"))
     except Exception:  # psycopg.ProgrammingError for an unparseable string: there is nothing to hide
         return None
+
+
+def connect_target(url: str) -> dict:
+    """The role, host, port and database a connection to the URL uses, as libpq fills them (its environment and defaults)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        given = conninfo_to_dict(url)
+    except Exception:  # psycopg.ProgrammingError for an unparseable URL: libpq's defaults alone
+        given = {}
+    role = given.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+    return {
+        "role": role,
+        "host": given.get("host") or os.environ.get("PGHOST") or "localhost",
+        "port": given.get("port") or os.environ.get("PGPORT") or "5432",
+        "database": given.get("dbname") or os.environ.get("PGDATABASE") or role,
+    }
+
+
+def connect_cause(url: str, said: str) -> str:
+    """What a refused connection most likely means, in words the server's message hides (a wrong database name reads
+    'no password supplied' when ~/.pgpass has a line for the right one), and the fix."""
+    t = connect_target(url)
+    where = f"{t['host']}:{t['port']}:{t['database']}:{t['role']}"
+    if "does not exist" in said and "database" in said:
+        return f"the database {t['database']} is not on that server: check the URL's /DBNAME (postgresql://ROLE@HOST:PORT/DBNAME)"
+    if "no password supplied" in said:
+        return (
+            f"no password was found for role {t['role']}: ~/.pgpass (or the file PGPASSFILE names) needs a line matching "
+            f"{where}:PASSWORD exactly (a wrong database or role name in the URL matches no line), or set PGPASSWORD; "
+            "a URL without ROLE@ connects as your login name"
+        )
+    if "password authentication failed" in said:
+        return f"the server refused role {t['role']}'s password: check its ~/.pgpass line ({where}:PASSWORD) or PGPASSWORD"
+    if "role" in said and "does not exist" in said:
+        return f"there is no role {t['role']} on that server: name your own role in the URL (postgresql://ROLE@HOST/DBNAME)"
+    return "check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass)"
 
 
 def holder_name(command: str) -> str:
@@ -845,9 +889,10 @@ class PgStore(Store):
             raise self.unreachable(exc) from None
 
     def unreachable(self, exc) -> StateError:
+        said = " ".join(str(exc).split())
         return StateError(
-            f"The store {self.public} cannot be reached ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); "
-            f"check the URL, the server and your role's password (PGPASSWORD or ~/.pgpass), then run the command again"
+            f"The store {self.public} cannot be reached ({clip(redact(said, self.secrets), 240)}); {connect_cause(self.url, said)}, "
+            f"then run the command again"
         )
 
     owns_pool = True  # a store open_store made closes the pool; a store it named gives its connection back to it
@@ -1593,6 +1638,7 @@ def migrate_schema(
         "granted": list(grant),
         "grantedWorkers": list(grant_worker),
         "adopted": adopted,
+        **({"owner": owner} if owner else {}),
         **sealing,
         "database": database,
         "publicMay": public,
@@ -1602,20 +1648,23 @@ def migrate_schema(
 def mark_sealing(store: PgStore, db: PgJournal) -> dict:
     """A migrate run with a key-encryption key: the store seals every new job from now on (its mark: the key's id, never
     the key); without one, what the store says of itself."""
-    kek = kek_from_env()
+    kek, turned_on = kek_from_env(), 0
     if kek is not None:
         if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
             raise StateError(
                 f"turning sealing at rest on is the store's administrator's (the owner of schema durable_job in {store.public})"
             )
         with db.transaction():
-            db.change(
+            turned_on = db.change(
                 "INSERT INTO durable_job.sealing (kek_id, since_utc) VALUES ({p.kek}, {p.at}) ON CONFLICT (one) DO NOTHING",
                 kek=kek.id,
                 at=now_utc(),
             )
     marked = db.row("SELECT kek_id, since_utc FROM durable_job.sealing")
-    return {"sealedAtRest": None if marked is None else {"kekId": marked["kek_id"], "since": marked["since_utc"]}}
+    return {
+        "sealedAtRest": None if marked is None else {"kekId": marked["kek_id"], "since": marked["since_utc"]},
+        "sealingTurnedOn": bool(turned_on),
+    }
 
 
 def need_admin(store: PgStore, db: PgJournal, command: str) -> None:

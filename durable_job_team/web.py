@@ -1679,10 +1679,14 @@ def serve(
         lifespan="on",
     )
     server = Server(config, site)
+    try:
+        halt = start_sender(store, site.roots, program, notify)  # a sender that cannot deliver refuses before any address is shown
+    except BaseException:
+        sock.close()
+        raise
     say(f"serving {site.where()}: open {site.address_with_token() if site.roots else site.address()}")
     if host in WEB_LOOPBACK and host != "localhost":  # WebAuthn takes a host name as relying party, never an address
         say(f"passkeys need a host name: on this machine the same pages answer at http://localhost:{sock.getsockname()[1]}/")
-    halt = start_sender(store, site.roots, program, notify, say)
     try:
         server.run(sockets=[sock])
     finally:
@@ -1691,10 +1695,11 @@ def serve(
     return {"served": site.address(), "stoppedBy": server.stopped[0] if server.stopped else None}
 
 
-def start_sender(store: str | None, roots: list, program: str | None, notify: str | None, say):
+def start_sender(store: str | None, roots: list, program: str | None, notify: str | None):
     """With a notification config, deliver the store's (or the folders') notifications in a thread while serving; a
     function that stops it (None without a config: nothing of the sender is imported). serve's own address knows no
-    password: a store's sender logs in as its URL's role (the administrator or a worker) with PGPASSFILE's."""
+    password: a store's sender logs in as its URL's role (the administrator or a worker; a URL without ROLE@ as the
+    login name) with its password from ~/.pgpass, PGPASSFILE or PGPASSWORD. One that cannot is refused here, at start."""
     path = os.environ.get(durable_job.NOTIFY_ENV) if notify is None else notify
     if not path:
         return None
@@ -1706,8 +1711,14 @@ def start_sender(store: str | None, roots: list, program: str | None, notify: st
         try:
             sender, boxes = notifying.store_sender(target, config)
         except durable_job.JobError as exc:
-            say(f"notify: not delivering: {exc}")
-            return None
+            role = team_store.connect_target(store)["role"]
+            named = "" if "@" in store.partition("://")[2].partition("/")[0] else ", the login name: the URL names no ROLE@"
+            raise durable_job.StateError(
+                f"serve --notify cannot deliver: its sender connects as role {role}{named} ({exc}); name the store's "
+                "administrator or a worker role in --store (postgresql://worker1@HOST/DBNAME) with its password in ~/.pgpass "
+                "or the file PGPASSFILE names (people still sign in as themselves), or serve without --notify and run "
+                "`notify --follow` as that role"
+            ) from None
     else:
         sender = notifying.dirs_sender(roots, config)
     halt, thread = notifying.background(sender)
