@@ -812,10 +812,27 @@ class PgStore(Store):
     # -- connections -----------------------------------------------------------
 
     def failure(self, exc) -> StateError:
+        if "permission denied for schema durable_job" in str(exc):  # a role that may connect but holds no grant
+            return self.ungranted()
         return StateError(
             f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); a lost connection "
             f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
             f"then `{self.suggest('resume')}` once the store is reachable"
+        )
+
+    def ungranted(self) -> StateError:
+        """A role the store's schema is not granted to: no status or resume helps; its administrator grants it."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            role = conninfo_to_dict(self.url).get("user") or os.environ.get("PGUSER")
+        except Exception:  # psycopg names what is wrong with the URL elsewhere
+            role = None
+        who = f"Role {role}" if role else "This role"
+        return StateError(
+            f"{who} may not see the schema durable_job of the store {self.public}: no role is granted it but by the store's "
+            f"owner (its administrator), with `{self.program} migrate --store URL --grant {role or 'ROLE'}` "
+            "(the GRANTs docs/team-store.md names); ask them"
         )
 
     def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True, reader: bool = False):
@@ -1622,8 +1639,8 @@ def need_admin(store: PgStore, db: PgJournal, command: str) -> None:
     """A friendly refusal first; the database refuses the write itself to any other role (no grant, no policy)."""
     if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
         raise StateError(
-            f"{command} is the store's administrator's (the owner of schema durable_job in {store.public}); role {db.principal or 'this role'} "
-            "may not: ask the administrator"
+            f"{command} is the store's administrator's (the owner of schema durable_job in {store.public}); "
+            f"{f'role {db.principal}' if db.principal else 'this role'} may not: ask the administrator"
         )
 
 
@@ -1675,7 +1692,7 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
     store.scrub_freed()
     return {
         "jobId": "",
-        "rotated": f"{counts['rewrapped']} jobs' data keys rewrapped",
+        "rotated": f"{counts['rewrapped']} {'job' if counts['rewrapped'] == 1 else 'jobs'}' data keys rewrapped",
         "jobs": counts,
         "kekId": new.id,
         "next": f"from now on {KEY_FILE_ENV} must name the new key file",
