@@ -5366,7 +5366,7 @@ def next_step(snap: Snapshot, broken: str | None = None) -> str:
     """The one answer to "what now?" that status, inspect and the review page print (paste-ready commands, one a line)."""
     step = next_for_phase(snap)
     if broken and snap.phase not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
-        return f"restore what sealBroken names, or {NEW_JOB}; then: {step}"
+        return f"restore what sealBroken names, or {snap.store.new_job_hint()}; then: {step}"
     return step
 
 
@@ -5446,6 +5446,8 @@ def seal_report(store: Store, job: Job) -> str | None:
     """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look."""
     try:
         store.check_seals(job, mcp="skip")
+    except SealedError:  # no key (or a wrong one): nothing of the job is readable, as for a started one (contract)
+        raise
     except JobError as exc:
         return str(exc)
     return None

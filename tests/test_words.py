@@ -3,6 +3,7 @@ suite's own journeys, says nothing that leaks from the code: no `None`, no Pytho
 the wrong number, no figure that took the sentence's full stop; and the next step it gives fits the reader's store.
 """
 
+import html
 import re
 
 from conftest import (
@@ -17,6 +18,7 @@ from conftest import (
     openai_workspace,
     sql,
 )
+from test_web import Serve, sign_in
 
 COUNTED = "calls|operations|results|links|items|jobs|claims|drafts|attempts|tries|runs|tokens|bytes|days|figures|passkeys|rows"
 
@@ -111,9 +113,21 @@ def test_a_store_journey_gives_each_role_its_own_next_step(tmp_path, pg_server):
         said(ws, command)
     said(ws, "usage", "--store", ws.store, state=False)
 
+    submitted = Workspace(tmp_path / "job", store=ws.store)
+    submitted.write_manifest(jobId="submitted", reviewers=["bob"])
+    submitted.env["DURABLE_JOB_KEY_FILE"] = key
+    said(submitted, "submit", "--store", ws.store, "--manifest", submitted.manifest, state=False)
     bare = Workspace(tmp_path / "job", store=ws.store)
     listed = said(bare, "jobs", "--store", ws.store, state=False)
-    assert "unreadable" in listed and "not-started" not in listed and "--state-dir" not in listed, listed
+    assert listed.count("unreadable") == 2 and "not-started" not in listed and "--state-dir" not in listed, listed
+    assert "no key is given" in said(bare, "status", "--job", "submitted")
+    page = Serve(tmp_path, "--store", ws.store)  # serve without the key: the list shows both jobs unreadable
+    try:
+        listing = sign_in(page, "alice").get("/").text
+    finally:
+        page.kill()
+    shown = html.unescape(re.sub(r"<[^>]+>", " ", listing.split("<main", 1)[1].split("</main>", 1)[0]))
+    assert "Unreadable" in shown and leaks(shown) == [] and "unknown time" not in shown, shown
 
     carol = Workspace(tmp_path / "carol", store=as_role(url, "carol"))
     sql(admin_url(url), "GRANT CONNECT ON DATABASE " + url.rsplit("/", 1)[1] + " TO carol")
