@@ -6226,7 +6226,9 @@ def check_signature(allowed_signers: str, principal: str, act: str, job_id: str,
 
         named = signers_named(allowed_signers)
         if named is not None and not any(fnmatch.fnmatchcase(principal, n) for n in named):
-            whose = "approvedBy" if act == "approval" else "who recorded it: a state directory's account (who ran the command), a store's role"
+            whose = (
+                "approvedBy" if act == "approval" else "who recorded it: a state directory's account (who ran the command), a store's role"
+            )
             why = (
                 f"its lines name {', '.join(named) or 'no principal'}, not {principal} (the {act}'s principal is {whose}); "
                 f"begin the signer's key line with {principal} and verify again"
@@ -6824,7 +6826,9 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
     if manifest is not None:
         items = {i["id"] for i in manifest["items"]}
         if len(snap.calls) > manifest["maxModelCalls"]:
-            raise SealError(f"the journal holds {counted(len(snap.calls), 'call')}, over the manifest's maxModelCalls {manifest['maxModelCalls']}")
+            raise SealError(
+                f"the journal holds {counted(len(snap.calls), 'call')}, over the manifest's maxModelCalls {manifest['maxModelCalls']}"
+            )
         for r in snap.calls:
             if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
                 raise SealError(
@@ -7902,7 +7906,9 @@ def record_decision(
         refuse_stale(bound, digest, "decide")
         failed = [r for r in results if r["status"] != "validated"]
         if decision == "accept" and failed:
-            raise DecisionError(f"Cannot accept: item {failed[0]['itemId']} {failed_words(failed[0])}; decide reject or hold, or revise the item first")
+            raise DecisionError(
+                f"Cannot accept: item {failed[0]['itemId']} {failed_words(failed[0])}; decide reject or hold, or revise the item first"
+            )
         claims = checked_record(checked, results, digest)
         if decision == "accept":
             refuse_unchecked(ctx.manifest, claims, results)

@@ -6,6 +6,8 @@ the wrong number, no figure that took the sentence's full stop; and the next ste
 import html
 import re
 
+from test_web import Serve, sign_in
+
 from conftest import (
     BOILER,
     Workspace,
@@ -18,7 +20,6 @@ from conftest import (
     openai_workspace,
     sql,
 )
-from test_web import Serve, sign_in
 
 COUNTED = "calls|operations|results|links|items|jobs|claims|drafts|attempts|tries|runs|tokens|bytes|days|figures|passkeys|rows"
 
@@ -30,7 +31,9 @@ def leaks(text: str) -> list:
     found += [f"a doubled word: {m.group(0)!r}" for m in re.finditer(r"(?<![-\w])([A-Za-z]{2,}) +(?:this +)?\1\b", text, re.I)]
     found += [f"a wrong plural: {m.group(0)!r}" for m in re.finditer(rf"(?<![\d.,])\b1 (?:{COUNTED})\b", text)]
     for figures in re.findall(r"\[figures: ([^\]]*)\]", text):
-        found += [f"a figure with punctuation: {f!r}" for f in re.findall(r"([^,]+?): (?:quote|source|nowhere)", figures) if f[-1] in ".,;:!?"]
+        found += [
+            f"a figure with punctuation: {f!r}" for f in re.findall(r"([^,]+?): (?:quote|source|nowhere)", figures) if f[-1] in ".,;:!?"
+        ]
     return found
 
 
@@ -57,7 +60,9 @@ def test_a_state_directory_journey_reads_as_sentences(tmp_path):
     assert "already recorded" in again and "as resume would" not in again
     said(ws, "verify")
     prices = tmp_path / "prices.json"
-    prices.write_text('{"schemaVersion": 1, "currency": "USD", "models": {"gpt-x": {"inputPerMillion": 1, "outputPerMillion": 2, "setOn": "2026-11-01"}}}')
+    prices.write_text(
+        '{"schemaVersion": 1, "currency": "USD", "models": {"gpt-x": {"inputPerMillion": 1, "outputPerMillion": 2, "setOn": "2026-11-01"}}}'
+    )
     priced = said(ws, "usage", "--root", str(tmp_path), "--prices", str(prices), state=False)
     assert "0.000000" not in priced and "no price" in priced
     said(ws, "jobs", "--root", str(tmp_path), state=False)
@@ -70,7 +75,11 @@ def test_a_state_directory_journey_reads_as_sentences(tmp_path):
 def test_figures_leave_the_sentence_s_full_stop_out(tmp_path, provider):
     ws = Workspace(tmp_path / "job")
     openai_workspace(ws, provider, sources={"alpha": BOILER})
-    answer = {"itemId": "alpha", "summary": "It opened on 9 March.", "citations": [{"quote": "serviced on Saturday", "claim": "Open on Sat."}]}
+    answer = {
+        "itemId": "alpha",
+        "summary": "It opened on 9 March.",
+        "citations": [{"quote": "serviced on Saturday", "claim": "Open on Sat."}],
+    }
     provider.behave("answer:" + __import__("json").dumps(answer))
     said(ws, "start", "--manifest", ws.manifest)
     shown = said(ws, "inspect")
