@@ -88,6 +88,7 @@ DECISIONS = ("accept", "reject", "hold")
 STORE_ENV = "DURABLE_JOB_STORE"  # names a PostgreSQL store when a command gives neither --state-dir nor --store
 NOTIFY_ENV = "DURABLE_JOB_NOTIFY"  # names the notification config `work`, `serve` and `notify` deliver the outbox by
 NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job cannot go on as it is
+NEW_STORE_JOB = "start a new job under a new jobId"  # a store's (a store job never hears of --state-dir)
 CALL_STATUSES = ("pending", "completed", "abandoned", "rejected")
 
 JOB_FILE = "job.json"
@@ -1429,38 +1430,39 @@ def new_job(
     return job
 
 
-def check_program_seals(job: Job) -> None:
-    """The seals every machine checks itself: the graph version, this program's bytes, the dependencies."""
+def check_program_seals(job: Job, new_job: str = NEW_JOB) -> None:
+    """The seals every machine checks itself: the graph version, this program's bytes, the dependencies (new_job: the
+    fix a refusal names, a state directory's or a store's)."""
     if job.get("version") != VERSION:
         raise SealError(
-            f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}"
+            f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {new_job}"
         )
     if job.get("codeSha256") != code_sha256():
         raise SealError(
-            f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}"
+            f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {new_job}"
         )
     sealed = job.get("codeFiles") or {}
     for name, now in code_files_sha256(sealed).items():
         if now != sealed[name]:
             raise SealError(
-                f"Executable bytes changed: {name} now has sha256 {now}, the job sealed {sealed[name]}; continue with the exact program that started the job, or {NEW_JOB}"
+                f"Executable bytes changed: {name} now has sha256 {now}, the job sealed {sealed[name]}; continue with the exact program that started the job, or {new_job}"
             )
-    check_dependency_seal(job)
+    check_dependency_seal(job, new_job)
 
 
-def check_dependency_seal(job: Job) -> None:
+def check_dependency_seal(job: Job, new_job: str = NEW_JOB) -> None:
     """Every sealed dependency version is the installed one (a store job's PostgreSQL libraries too, when it sealed them)."""
     sealed = job.get("dependencies")
     if not isinstance(sealed, dict):
         raise SealError(
-            f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}"
+            f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {new_job}"
         )
     names = DEPENDENCIES + tuple(name for name in STORE_DEPENDENCIES if name in sealed)
     installed = dependency_versions(names)
     for name in names:
         if sealed.get(name) != installed.get(name):
             raise SealError(
-                f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}"
+                f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {new_job}"
             )
 
 
@@ -5366,7 +5368,7 @@ def next_step(snap: Snapshot, broken: str | None = None) -> str:
     """The one answer to "what now?" that status, inspect and the review page print (paste-ready commands, one a line)."""
     step = next_for_phase(snap)
     if broken and snap.phase not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
-        return f"restore what sealBroken names, or {snap.store.new_job_hint()}; then: {step}"
+        return f"restore what sealBroken names, or {NEW_STORE_JOB if snap.store.shared else NEW_JOB}; then: {step}"
     return step
 
 

@@ -38,7 +38,7 @@ from durable_job import (
     LG_EMPTY_TYPE,
     LG_ROOT_NAMESPACE,
     LG_SAVED_CHANNELS,
-    NEW_JOB,
+    NEW_STORE_JOB,
     PASSKEY_COLUMNS,
     STATE_KEYS,
     BusyError,
@@ -958,14 +958,14 @@ class PgStore(Store):
             job = strict_json(row["record_json"])
         except ValueError as exc:
             raise StateError(
-                f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}"
+                f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_STORE_JOB}"
             ) from None
         return cast(Job, job)
 
     def check_seals(self, job: Job, *, mcp: str = "sealed", program: bool = True) -> tuple[Manifest, dict[str, str]]:
         """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
         if program:
-            check_program_seals(job)
+            check_program_seals(job, NEW_STORE_JOB)
         return self.stored_copies(job)
 
     def stored_copies(self, job: Job) -> tuple[Manifest, dict[str, str]]:
@@ -986,7 +986,7 @@ class PgStore(Store):
         if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
             raise SealError(
                 f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
-                f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}"
+                f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_STORE_JOB}"
             )
         manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
         check_job_matches_manifest(job, manifest, self.sealer() if keyed_sources(job) else None)
