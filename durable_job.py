@@ -88,6 +88,7 @@ DECISIONS = ("accept", "reject", "hold")
 STORE_ENV = "DURABLE_JOB_STORE"  # names a PostgreSQL store when a command gives neither --state-dir nor --store
 NOTIFY_ENV = "DURABLE_JOB_NOTIFY"  # names the notification config `work`, `serve` and `notify` deliver the outbox by
 NEW_JOB = "start a new job in a new --state-dir"  # the one fix when a job cannot go on as it is
+NEW_STORE_JOB = "start a new job under a new jobId"  # a store's (a store job never hears of --state-dir)
 CALL_STATUSES = ("pending", "completed", "abandoned", "rejected")
 
 JOB_FILE = "job.json"
@@ -445,6 +446,11 @@ def _redact_strings(value, secrets: Secrets):
     if isinstance(value, dict):
         return {redact(k, secrets): _redact_strings(v, secrets) for k, v in value.items()}
     return value
+
+
+def counted(n: int, word: str) -> str:
+    """ "1 call", "2 calls": a count with its noun in the number it takes (word is the singular; a regular plural)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def clip(text: object, limit: int) -> str:
@@ -1424,38 +1430,39 @@ def new_job(
     return job
 
 
-def check_program_seals(job: Job) -> None:
-    """The seals every machine checks itself: the graph version, this program's bytes, the dependencies."""
+def check_program_seals(job: Job, new_job: str = NEW_JOB) -> None:
+    """The seals every machine checks itself: the graph version, this program's bytes, the dependencies (new_job: the
+    fix a refusal names, a state directory's or a store's)."""
     if job.get("version") != VERSION:
         raise SealError(
-            f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {NEW_JOB}"
+            f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {new_job}"
         )
     if job.get("codeSha256") != code_sha256():
         raise SealError(
-            f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {NEW_JOB}"
+            f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {new_job}"
         )
     sealed = job.get("codeFiles") or {}
     for name, now in code_files_sha256(sealed).items():
         if now != sealed[name]:
             raise SealError(
-                f"Executable bytes changed: {name} now has sha256 {now}, the job sealed {sealed[name]}; continue with the exact program that started the job, or {NEW_JOB}"
+                f"Executable bytes changed: {name} now has sha256 {now}, the job sealed {sealed[name]}; continue with the exact program that started the job, or {new_job}"
             )
-    check_dependency_seal(job)
+    check_dependency_seal(job, new_job)
 
 
-def check_dependency_seal(job: Job) -> None:
+def check_dependency_seal(job: Job, new_job: str = NEW_JOB) -> None:
     """Every sealed dependency version is the installed one (a store job's PostgreSQL libraries too, when it sealed them)."""
     sealed = job.get("dependencies")
     if not isinstance(sealed, dict):
         raise SealError(
-            f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {NEW_JOB}"
+            f"job.json changed: its dependency versions are missing; job.json is written once and never rewritten: restore it from a backup, or {new_job}"
         )
     names = DEPENDENCIES + tuple(name for name in STORE_DEPENDENCIES if name in sealed)
     installed = dependency_versions(names)
     for name in names:
         if sealed.get(name) != installed.get(name):
             raise SealError(
-                f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {NEW_JOB}"
+                f"Dependency versions changed: {name} was {sealed.get(name)} when the job was sealed, now {installed.get(name)}; reinstall {name}=={sealed.get(name)} (pip install -r requirements.txt) or {new_job}"
             )
 
 
@@ -2282,8 +2289,11 @@ def figures_in(text: str) -> list[tuple[str, tuple, set]]:
             keys = figure_keys(kind, m)
             if keys is None:
                 continue
+            words = m.group(0).strip()
+            if words.endswith(".") and not re.search(r"[ap]\.m\.$", words, re.I):  # a sentence's full stop (9 March.), not the figure's
+                words, end = words[:-1], end - 1
             taken.append((start, end))
-            found.append((start, m.group(0).strip(), keys[0], {keys[0], *keys[1]}))
+            found.append((start, words, keys[0], {keys[0], *keys[1]}))
     return [(words, key, supports) for _, words, key, supports in sorted(found, key=lambda f: f[0])]
 
 
@@ -2428,7 +2438,7 @@ def checked_words(checked) -> str:
     """ "checked 2 of 3 claims": what a decision's record says the person checked."""
     if not isinstance(checked, dict):
         return "claims not checked one by one"
-    return f"checked {len(checked.get('claims') or [])} of {checked.get('of')} claims"
+    return f"checked {len(checked.get('claims') or [])} of {counted(checked.get('of') or 0, 'claim')}"
 
 
 def results_sha256(results) -> str:
@@ -3310,10 +3320,10 @@ def claim_attempt(db, job: Job, manifest: Manifest, item: Item, prompt: str, ret
         attempt = 1 if row is None else row["attempt"] + 1
         if attempt > manifest["maxAttemptsPerItem"]:
             raise BudgetError(
-                f"item {item['id']} has used all {manifest['maxAttemptsPerItem']} attempts (maxAttemptsPerItem); nothing more is sent for it"
+                f"item {item['id']} has used all {counted(manifest['maxAttemptsPerItem'], 'attempt')} (maxAttemptsPerItem); nothing more is sent for it"
             )
         if used >= manifest["maxModelCalls"]:
-            raise BudgetError(f"the journal already holds {used} calls, the job's maxModelCalls; nothing more is sent")
+            raise BudgetError(f"the journal already holds {counted(used, 'call')}, the job's maxModelCalls; nothing more is sent")
         key = f"{base}:{attempt}"
         stamp = now_utc()
         journal.write(
@@ -4891,6 +4901,13 @@ def unanswered(item: dict, refusal: BudgetError) -> dict:
     return {"itemId": item["id"], "sourceSha256": item["sha256"], "status": "failed", "reason": clip(reason, 250)}
 
 
+def failed_words(result: dict) -> str:
+    """What happened to a failed item, as a refusal says it: it ran out of calls, or its answer failed validation."""
+    if str(result.get("reason") or "").startswith(NO_CALL_LEFT):
+        return "ran out of model calls (no call was left for it within maxModelCalls or maxAttemptsPerItem), so it has no answer"
+    return "failed validation"
+
+
 def prefetch(ctx: Context, items: list) -> None:
     """From a model step, run the remaining items' calls concurrently (maxConcurrentCalls > 1); each is journaled alone."""
     if ctx.job.get("mode") == "openai":
@@ -5348,7 +5365,7 @@ def next_step(snap: Snapshot, broken: str | None = None) -> str:
     """The one answer to "what now?" that status, inspect and the review page print (paste-ready commands, one a line)."""
     step = next_for_phase(snap)
     if broken and snap.phase not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
-        return f"restore what sealBroken names, or {NEW_JOB}; then: {step}"
+        return f"restore what sealBroken names, or {NEW_STORE_JOB if snap.store.shared else NEW_JOB}; then: {step}"
     return step
 
 
@@ -5428,6 +5445,8 @@ def seal_report(store: Store, job: Job) -> str | None:
     """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look."""
     try:
         store.check_seals(job, mcp="skip")
+    except SealedError:  # no key (or a wrong one): nothing of the job is readable, as for a started one (contract)
+        raise
     except JobError as exc:
         return str(exc)
     return None
@@ -5686,7 +5705,18 @@ def cost_words(cost: dict) -> str:
     dates = sorted(set(cost["pricesSetOn"].values()))
     when = f", prices set {', '.join(dates)}" if dates else ""
     unpriced = f"; no price for {', '.join(cost['unpriced'])}" if cost["unpriced"] else ""
+    if not cost["pricesSetOn"] and cost["unpriced"]:  # nothing priced: no amount to estimate, not a cost of 0
+        return f"no estimated cost: {os.path.basename(cost['pricesFile'])} has no price for {', '.join(cost['unpriced'])}"
     return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{when}{unpriced})"
+
+
+def cost_cell(cost: dict | None) -> str:
+    """A table's cost column: the amount, `no price` when none of its models is priced, `+ unpriced` when some are not."""
+    if not cost:
+        return "-"
+    if not cost["pricesSetOn"] and cost["unpriced"]:
+        return "no price"
+    return f"{cost['amount']:.6f}" + (" + unpriced" if cost["unpriced"] else "")
 
 
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
@@ -6191,7 +6221,28 @@ def check_signature(allowed_signers: str, principal: str, act: str, job_id: str,
     if proc.returncode != 0:
         lines = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         why = clip(lines[-1] if lines else f"exit {proc.returncode}", 200)
+        import fnmatch  # allowed_signers' principals may be patterns
+
+        named = signers_named(allowed_signers)
+        if named is not None and not any(fnmatch.fnmatchcase(principal, n) for n in named):
+            whose = (
+                "approvedBy" if act == "approval" else "who recorded it: a state directory's account (who ran the command), a store's role"
+            )
+            why = (
+                f"its lines name {', '.join(named) or 'no principal'}, not {principal} (the {act}'s principal is {whose}); "
+                f"begin the signer's key line with {principal} and verify again"
+            )
         raise SealError(f"the {act}'s signature does not verify as {principal} at {when} with {allowed_signers}: {why}")
+
+
+def signers_named(allowed_signers: str) -> list | None:
+    """The principals (or patterns) an allowed_signers file's lines begin with; None when it cannot be read."""
+    try:
+        with open(allowed_signers, encoding="utf-8", errors="replace") as fh:
+            heads = [line.split(None, 1)[0] for line in fh if line.strip() and not line.lstrip().startswith("#")]
+    except OSError:
+        return None
+    return [p.strip('"') for head in heads for p in head.strip('"').split(",") if p]
 
 
 # -- passkeys: a person's WebAuthn credential, on the web page, signs the same record ------------------------------
@@ -6694,7 +6745,7 @@ def chain_structure(links: list) -> str:
                 raise SealError(f"links: link {n} ({link['act']}) does not hash to its link_sha256: it was changed")
             clear += 1
         prev = link["link_sha256"]
-    return f"{len(links)} links in order, each naming the one before; {clear} in clear rehashed, the rest sealed"
+    return f"{counted(len(links), 'link')} in order, each naming the one before; {clear} in clear rehashed, the rest sealed"
 
 
 def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:
@@ -6723,7 +6774,7 @@ def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:
             raise SealError(
                 f"base key {base[:16]}… has an open or completed attempt before its latest (attempt {earlier[0]['attempt']} is {earlier[0]['status']})"
             )
-    return f"{len(calls)} calls, {len(by_base)} operations"
+    return f"{counted(len(calls), 'call')}, {counted(len(by_base), 'operation')}"
 
 
 def results_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: dict | None = None) -> str:
@@ -6750,7 +6801,7 @@ def results_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: 
                 raise SealError(f"item {r['itemId']}'s saved result differs from its journaled output checked again against the source")
         elif r.get("status") == "validated" and sha256_hex(canonical(strict_json(output or ""))) != r.get("proposalSha256"):
             raise SealError(f"item {r['itemId']}'s proposal hash does not match its journaled output")
-    return f"{len(results)} results, resultsSha256 {results_sha256(snap.results)}"
+    return f"{counted(len(results), 'result')}, resultsSha256 {results_sha256(snap.results)}"
 
 
 def check_no_call_left(calls: list, item_id: str, manifest: Manifest | None) -> None:
@@ -6774,7 +6825,9 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
     if manifest is not None:
         items = {i["id"] for i in manifest["items"]}
         if len(snap.calls) > manifest["maxModelCalls"]:
-            raise SealError(f"the journal holds {len(snap.calls)} calls, over the manifest's maxModelCalls {manifest['maxModelCalls']}")
+            raise SealError(
+                f"the journal holds {counted(len(snap.calls), 'call')}, over the manifest's maxModelCalls {manifest['maxModelCalls']}"
+            )
         for r in snap.calls:
             if r["item_id"] not in items or r["attempt"] > manifest["maxAttemptsPerItem"]:
                 raise SealError(
@@ -6803,9 +6856,9 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
     if history:
         raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
     return (
-        f"{len(snap.calls)} calls, each what its events give, within the bounds"
+        f"{counted(len(snap.calls), 'call')}, each what its events give, within the bounds"
         if manifest
-        else f"{len(snap.calls)} calls, each what its events give"
+        else f"{counted(len(snap.calls), 'call')}, each what its events give"
     )
 
 
@@ -7000,7 +7053,7 @@ def chain_invariants(snap: Snapshot) -> str:
             raise SealError(f"the checkpoint's result of item {result.get('itemId')} does not fit the chain's: the checkpoint was changed")
     if (snap.waiting or snap.final) and len(snap.model_results) != len(results):
         raise SealError(f"the checkpoint holds {len(snap.model_results)} results, the chain {len(results)}: the checkpoint was changed")
-    return f"{len(links)} links, head {prev[:16]}…: every row, result and the receipt fit" + receipt_head_fits(snap, links)
+    return f"{counted(len(links), 'link')}, head {prev[:16]}…: every row, result and the receipt fit" + receipt_head_fits(snap, links)
 
 
 def signed_acts(snap: Snapshot) -> list[tuple[str, dict, str, str]]:
@@ -7853,9 +7906,11 @@ def record_decision(
         draft, results = review_draft(ctx, reviewer, reason, "decide")
         digest = results_sha256(results)
         refuse_stale(bound, digest, "decide")
-        failed = [r["itemId"] for r in results if r["status"] != "validated"]
+        failed = [r for r in results if r["status"] != "validated"]
         if decision == "accept" and failed:
-            raise DecisionError(f"Cannot accept: item {failed[0]} failed validation; decide reject or hold, or revise the item first")
+            raise DecisionError(
+                f"Cannot accept: item {failed[0]['itemId']} {failed_words(failed[0])}; decide reject or hold, or revise the item first"
+            )
         claims = checked_record(checked, results, digest)
         if decision == "accept":
             refuse_unchecked(ctx.manifest, claims, results)
@@ -7915,7 +7970,7 @@ def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: li
     if left:
         raise DecisionError(
             f"Cannot accept: the manifest's reviewChecksEveryClaim asks every claim checked against its quote; not checked: "
-            f"{', '.join(left)} ({checked_words(claims) if claims else f'checked 0 of {len(claim_ids(results))} claims'}); read each, "
+            f"{', '.join(left)} ({checked_words(claims or {'claims': [], 'of': len(claim_ids(results))})}); read each, "
             "then decide again with --checked naming every claim (or all), or decide reject or hold"
         )
 
@@ -9273,9 +9328,11 @@ def prune_job(store: Store) -> int:
 
 def text_document(command: str, out: dict, store: Store | None, render) -> str:
     """The header, the command's own lines, then the next step and what blocks it."""
-    if command in ("jobs", "migrate", "work", "usage", "passkeys") or "submits" in out:  # about a whole store or folder, not one job
+    if command in ("jobs", "migrate", "work", "usage", "passkeys", "notify", "prune") or "submits" in out:  # a whole store or folder
         return "\n".join(render(out, store))
-    lines = [f"{command}: job {out.get('jobId') or out.get('job', {}).get('jobId')}", *render(out, store)]
+    job_id = out.get("jobId") or out.get("job", {}).get("jobId")
+    about = f"job {job_id}" if job_id else f"store {out['store']}" if out.get("store") else "every job"  # rotate-key: a store's every job
+    lines = [f"{command}: {about}", *render(out, store)]
     if out.get("hold"):
         lines += labelled_lines("held", f"{out['hold']['message']} (by {out['hold']['by']} at {out['hold']['at']})")
     for key in ("next", "sealBroken", "html"):
@@ -9371,9 +9428,8 @@ def text_run(out: dict, store) -> list:
     """start and resume: each item's status, a recorded decision, or the review it waits for."""
     lines = []
     if out.get("existing") is True:
-        lines.append(
-            "  this directory already holds this job (same job id and manifest bytes): the existing job was continued, as resume would"
-        )
+        holds = "the store already holds" if store and store.shared else "this directory already holds"
+        lines.append(f"  {holds} this job (same job id and manifest bytes): the existing job was continued, as resume would")
     lines += result_lines(out.get("results"), store)
     lines += nowhere_lines(out.get("figuresNowhere"), store)
     lines += final_lines(out.get("final"), store)
@@ -9393,7 +9449,11 @@ def nowhere_lines(nowhere: int | None, store: Store | None) -> list:
 
 
 def text_decide(out: dict, store) -> list:
-    lines = text_run(out, store)
+    """The decision recorded (or, for the same decide again, that it already was: nothing new recorded) and the receipt."""
+    repeated = out.get("existing") is True
+    lines = text_run({**out, "existing": None}, store)
+    if repeated:
+        lines.insert(0, "  this decision was already recorded (same decision, reviewer and reason): nothing new was recorded")
     if out.get("final") and store:
         lines.append(receipt_line(store))
     return lines
@@ -9493,7 +9553,8 @@ def text_shred(out: dict, store) -> list:
 
 
 def text_rotate_key(out: dict, store) -> list:
-    return [f"  {out['rotated']}: the data key is wrapped under {out['kekId']}", f"  {out['next']}"]
+    """What was rewrapped; the next step (the key file to name from now on) is the document's `next`."""
+    return [f"  {out['rotated']}: the data key is wrapped under {out['kekId']}"]
 
 
 def text_release(out: dict, store) -> list:
@@ -9634,12 +9695,13 @@ def text_usage(out: dict, store) -> list:
             f"{tokens['output']:,}",
             f"{tokens['total']:,}",
         )
-        rows.append(row + ((f"{group['estimatedCost']['amount']:.6f}",) if priced else ()))
+        rows.append(row + ((cost_cell(group["estimatedCost"]),) if priced else ()))
     widths = [max(len(r[n]) for r in [head, *rows]) for n in range(len(head))]
     lines = [f"usage: {where}{since}, by {out['by']}"]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     if priced:
-        lines.append(f"  {cost_words(out['total']['estimatedCost'])}: an estimate from your prices file, not the provider's bill")
+        said = cost_words(out["total"]["estimatedCost"])
+        lines.append(f"  {said}" + ("" if said.startswith("no ") else ": an estimate from your prices file, not the provider's bill"))
     return lines
 
 
@@ -9657,12 +9719,12 @@ def jobs_table(jobs: list) -> str:
             str(j["owner"] or "-"),
             ",".join(j["reviewers"]) or "-",
             f"{j['decidedBy']['reviewer']} ({j['decidedBy']['principal']})" if j["decidedBy"] else "-",
-            str(j["mode"]),
-            str(j["createdAtUtc"]),
+            str(j["mode"] or "-"),  # an unreadable job's (its seal not read) are unknown
+            str(j["createdAtUtc"] or "-"),
             "/".join(str(j["figures"][w]) for w in FIGURE_WHERE) if j.get("figures") else "-",
             f"{j['tokens']['total']:,}" if j.get("tokens") else "-",
         )
-        + ((f"{j['estimatedCost']['amount']:.6f}" if j.get("estimatedCost") else "-",) if priced else ())
+        + ((cost_cell(j.get("estimatedCost")),) if priced else ())
         for j in jobs
     ]
     widths = [max(len(r[n]) for r in [head, *rows]) for n in range(len(head))]

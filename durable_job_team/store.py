@@ -39,7 +39,7 @@ from durable_job import (
     LG_EMPTY_TYPE,
     LG_ROOT_NAMESPACE,
     LG_SAVED_CHANNELS,
-    NEW_JOB,
+    NEW_STORE_JOB,
     PASSKEY_COLUMNS,
     STATE_KEYS,
     BusyError,
@@ -856,10 +856,27 @@ class PgStore(Store):
     # -- connections -----------------------------------------------------------
 
     def failure(self, exc) -> StateError:
+        if "permission denied for schema durable_job" in str(exc):  # a role that may connect but holds no grant
+            return self.ungranted()
         return StateError(
             f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); a lost connection "
             f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
             f"then `{self.suggest('resume')}` once the store is reachable"
+        )
+
+    def ungranted(self) -> StateError:
+        """A role the store's schema is not granted to: no status or resume helps; its administrator grants it."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            role = conninfo_to_dict(self.url).get("user") or os.environ.get("PGUSER")
+        except Exception:  # psycopg names what is wrong with the URL elsewhere
+            role = None
+        who = f"Role {role}" if role else "This role"
+        return StateError(
+            f"{who} may not see the schema durable_job of the store {self.public}: no role is granted it but by the store's "
+            f"owner (its administrator), with `{self.program} migrate --store URL --grant {role or 'ROLE'}` "
+            "(the GRANTs docs/team-store.md names); ask them"
         )
 
     def connect(self, name: str, *, writer: bool = False, dict_rows: bool = True, reader: bool = False):
@@ -986,14 +1003,14 @@ class PgStore(Store):
             job = strict_json(row["record_json"])
         except ValueError as exc:
             raise StateError(
-                f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_JOB}"
+                f"The job record of {self.job_id} in {self.public} is damaged ({clip(exc, 80)}); restore the store from a backup, or {NEW_STORE_JOB}"
             ) from None
         return cast(Job, job)
 
     def check_seals(self, job: Job, *, mcp: str = "sealed", program: bool = True) -> tuple[Manifest, dict[str, str]]:
         """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
         if program:
-            check_program_seals(job)
+            check_program_seals(job, NEW_STORE_JOB)
         return self.stored_copies(job)
 
     def stored_copies(self, job: Job) -> tuple[Manifest, dict[str, str]]:
@@ -1014,7 +1031,7 @@ class PgStore(Store):
         if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
             raise SealError(
                 f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
-                f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_JOB}"
+                f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_STORE_JOB}"
             )
         manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
         check_job_matches_manifest(job, manifest, self.sealer() if keyed_sources(job) else None)
@@ -1671,8 +1688,8 @@ def need_admin(store: PgStore, db: PgJournal, command: str) -> None:
     """A friendly refusal first; the database refuses the write itself to any other role (no grant, no policy)."""
     if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
         raise StateError(
-            f"{command} is the store's administrator's (the owner of schema durable_job in {store.public}); role {db.principal or 'this role'} "
-            "may not: ask the administrator"
+            f"{command} is the store's administrator's (the owner of schema durable_job in {store.public}); "
+            f"{f'role {db.principal}' if db.principal else 'this role'} may not: ask the administrator"
         )
 
 
@@ -1724,7 +1741,7 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
     store.scrub_freed()
     return {
         "jobId": "",
-        "rotated": f"{counts['rewrapped']} jobs' data keys rewrapped",
+        "rotated": f"{counts['rewrapped']} {'job' if counts['rewrapped'] == 1 else 'jobs'}' data keys rewrapped",
         "jobs": counts,
         "kekId": new.id,
         "next": f"from now on {KEY_FILE_ENV} must name the new key file",

@@ -687,7 +687,9 @@ def row_status(row: dict, label: str) -> tuple[str, str]:
 
 
 def age_text(created) -> str:
-    """How long ago a job was sealed, as a person says it (3 min ago), from its createdAtUtc."""
+    """How long ago a job was sealed, as a person says it (3 min ago), from its createdAtUtc; nothing for a job not read."""
+    if created is None:  # an unreadable row (its record not read): the pill says so
+        return ""
     try:
         then = datetime.datetime.fromisoformat(str(created).rstrip("Z")).replace(tzinfo=datetime.UTC)
     except ValueError:
