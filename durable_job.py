@@ -9632,11 +9632,6 @@ def sealing_words(out: dict) -> list:
     return [f"  sealing at rest is on (key {mark['kekId']}, since {mark['since']}): every new job is sealed"]
 
 
-def counted(n: int, noun: str) -> str:
-    """`1 figure`, `2 figures`: a count with its noun, singular or plural."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def text_work(out: dict, store) -> list:
     lines = [
         f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
