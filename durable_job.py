@@ -9044,7 +9044,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "mode": job.get("mode"),
             "createdAtUtc": job.get("createdAtUtc"),
             "tokens": job_tokens(snap.calls),
-            "figures": figure_counts(snap.results) if job.get("figures") == FIGURES else None,
+            "figures": job_figures(snap),
             "actsHere": sealed_here(job),
             "hold": out["hold"],
         }
@@ -9072,6 +9072,17 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "hold": None,
             "figures": None,
         }
+
+
+def job_figures(snap: Snapshot) -> dict | None:
+    """A job's FIGURES, the one answer `jobs`, the web list and the job page show: counted from the results under review
+    (after the decision, the decided ones), or None for a job sealed before results carried support flags."""
+    return figure_counts(snap.results) if snap.job.get("figures") == FIGURES else None
+
+
+def figures_words(counts: dict | None) -> str:
+    """FIGURES as `jobs` prints it: quote/source/nowhere (`-` for a job without support flags)."""
+    return "/".join(str(counts[w]) for w in FIGURE_WHERE) if counts else "-"
 
 
 def figure_counts(results: list) -> dict:
@@ -9716,7 +9727,7 @@ def jobs_table(jobs: list) -> str:
             f"{j['decidedBy']['reviewer']} ({j['decidedBy']['principal']})" if j["decidedBy"] else "-",
             str(j["mode"] or "-"),  # an unreadable job's (its seal not read) are unknown
             str(j["createdAtUtc"] or "-"),
-            "/".join(str(j["figures"][w]) for w in FIGURE_WHERE) if j.get("figures") else "-",
+            figures_words(j.get("figures")),
             f"{j['tokens']['total']:,}" if j.get("tokens") else "-",
         )
         + ((cost_cell(j.get("estimatedCost")),) if priced else ())

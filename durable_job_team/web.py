@@ -707,7 +707,15 @@ def list_rows(rows: list, label: str) -> list:
     shown = []
     for r in rows:
         status, cls = row_status(r, label)
-        shown.append({"r": r, "status": status, "cls": cls, "age": age_text(r.get("createdAtUtc"))})
+        shown.append(
+            {
+                "r": r,
+                "status": status,
+                "cls": cls,
+                "age": age_text(r.get("createdAtUtc")),
+                "figures": durable_job.figures_words(r.get("figures")),
+            }
+        )
     return shown
 
 
@@ -1021,6 +1029,7 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
         and not out.get("sealBroken")
         and snap.store.may("tends", snap.job),
         "operator": out["phase"] == "uncertain-call",
+        "figures": durable_job.figures_words(durable_job.job_figures(snap)),  # as `jobs` prints them
     }
 
 

@@ -2,9 +2,12 @@
 quote, sent with the decision into the same `checked` record `decide --checked` makes; and each figure's flag shown
 beside its claim. Real `serve`, real PostgreSQL, real Chromium (the fixtures of tests/test_web.py)."""
 
-from test_web import phone, serving, text_of  # noqa: F401 (serving is a fixture)
+import re
 
-from conftest import BOILER, THREE, Workspace, new_store, password_of
+from test_web import phone, post_form, serving, shown_results, sign_in, text_of  # noqa: F401 (serving is a fixture)
+
+from conftest import BOILER, THREE, Workspace, as_, new_store, password_of
+from durable_job import figures_words
 
 
 def waiting_job(root, store: str, provider, job_id: str, **manifest) -> Workspace:
@@ -64,3 +67,39 @@ def test_bob_ticks_two_of_three_claims_on_his_phone_and_the_record_says_so(tmp_p
         assert strict.receipt()["checked"]["claims"] == ["alpha.1", "alpha.2", "alpha.3"]
     finally:
         driver.quit()
+
+
+def test_a_jobs_figures_stay_the_same_after_a_decision_on_the_page_or_in_a_terminal(tmp_path, pg_server, provider, serving):  # noqa: F811
+    """Issue 45: FIGURES went from 3/1/1 to 0/0/0 once a job was decided (a finished job's listing read no results).
+    `jobs`, the web list and the job page show the same counts, before and after, whichever surface decided."""
+    store = new_store(pg_server, "alice")
+    on_page = waiting_job(tmp_path / "page", store, provider, "on-page")
+    in_terminal = waiting_job(tmp_path / "terminal", store, provider, "in-terminal")
+    s = serving(tmp_path, "--store", store)
+    bob = sign_in(s, "bob")
+
+    def shown() -> dict:
+        listed = {j["jobId"]: figures_words(j["figures"]) for j in on_page.run("jobs", "--store", store).ok()["jobs"]}
+        text = on_page.run("jobs", "--store", store, "--text").stdout
+        web_list = bob.get("/").text
+        for job_id, words in listed.items():
+            assert re.search(rf"^{job_id} .* {re.escape(words)} ", text, re.M), text  # the FIGURES column
+            assert f"<b>{job_id}</b>" in web_list and f"figures {words}" in web_list.split(f"<b>{job_id}</b>", 1)[1].split("</li>", 1)[0]
+            assert f"figures {words}</span>" in bob.get(f"/jobs/{job_id}").text
+        return listed
+
+    before = shown()
+    assert before == {"on-page": "3/1/1", "in-terminal": "3/1/1"}
+    digest = shown_results(bob.get("/jobs/on-page").text)
+    fields = {
+        "decision": "accept",
+        "reviewer": "bob",
+        "reason": "Read it.",
+        "resultsSha256": digest,
+        "claims": "shown",
+        "checked": "alpha.1",
+    }
+    assert post_form(bob, "/jobs/on-page/decision", **fields).status_code == 303
+    as_(in_terminal, "bob", tmp_path).run("decide", "--decision", "accept", "--reviewer", "bob", "--reason", "Read it.").ok()
+    assert [j["phase"] for j in on_page.run("jobs", "--store", store).ok()["jobs"]] == ["decided", "decided"]
+    assert shown() == before
