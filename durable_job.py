@@ -9058,6 +9058,10 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             row["me"] = store.row.get("me")
         return row
     except JobError as exc:
+        try:  # a refused key's hold is written plain (record_hold): `jobs --held` lists the job it holds, without the key
+            hold = journal_hold(store.read_journal())
+        except JobError:
+            hold = None
         return {
             "jobId": getattr(store, "job_id", None) or store.where(),
             "phase": "unreadable",
@@ -9069,7 +9073,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "mode": None,
             "createdAtUtc": None,
             "tokens": None,
-            "hold": None,
+            "hold": hold,
             "figures": None,
         }
 

@@ -416,15 +416,20 @@ def test_an_approver_signs_the_manifest_at_seal_and_the_job_keeps_the_signature(
     seal += ["--model", "fake-structural-1", "--force", alpha]
     out = ws.run(*seal, "--sign-key", approver).ok()
     assert out["signature"] == ws.manifest + ".sig" and os.path.exists(out["signature"])
+    # sealing again without a key leaves no signature of the old bytes beside the new ones (before a job seals them:
+    # seal --force then refuses to overwrite its manifest)
+    ws.run(*seal).ok()
+    assert not os.path.exists(ws.manifest + ".sig")
+    ws.run(*seal, "--sign-key", approver).ok()
     ws.start().ok()
     assert ws.job()["approvalSignature"].startswith("-----BEGIN SSH SIGNATURE-----")
     olga = allowed_signers(tmp_path, "olga", ("olga@example.test", approver, ""))
     assert "approval signed by olga@example.test, verified" in signatures(ws.run("verify", "--allowed-signers", olga).ok())["detail"]
     impostor = allowed_signers(tmp_path, "impostor", ("olga@example.test", make_key(tmp_path, "mallory"), ""))
     ws.run("verify", "--allowed-signers", impostor).held("signatures", "approval's signature does not verify as olga@example.test")
-    # sealing again without a key leaves no signature of the old bytes beside the new ones
-    ws.run(*seal).ok()
-    assert not os.path.exists(ws.manifest + ".sig")
+    if ws.store is None:  # a state directory's job reads its manifest file at every resume: seal --force leaves it
+        ws.run(*seal).held("is the manifest job approved", "--out NEW.json")
+        assert os.path.exists(ws.manifest + ".sig")
 
 
 def test_a_key_held_by_ssh_agent_signs_a_cancel_through_its_public_half(ws, tmp_path):

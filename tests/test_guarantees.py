@@ -408,7 +408,9 @@ def test_a_decision_is_bound_once_never_stale_and_never_accepts_a_failed_item(ws
     ws.write_manifest(maxModelCalls=1)
     started = ws.start().ok()
     old = started["interrupt"][0]["resultsSha256"]
-    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").held("DecisionError", "Cannot accept: item beta failed")
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").held(
+        "DecisionError", "Cannot accept: item beta ran out of model calls"
+    )
     summary = ws.write_source("s.txt", "Beta has one open field.")
     cites = ws.write_source("c.json", json.dumps([{"quote": "Beta report has one unresolved field", "claim": "one open"}]))
     new = ws.run(

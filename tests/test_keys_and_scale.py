@@ -69,7 +69,7 @@ def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with
     # the fix the message names: the administrator rewraps it with the old key file; its owner releases it
     fixed = rotator.run("rotate-key", "--store", admin, "--new-key-file", new, env={"DURABLE_JOB_KEY_FILE": old}).ok()
     assert fixed["jobs"] == {"rewrapped": 1, "shredded": 0, "already": 1}
-    alice.run("release", "--job", "left").ok()
+    alice.run("release", "--job", "left", env={"DURABLE_JOB_KEY_FILE": new}).ok()  # after the rotation, with the current key
     done = work(url, env={"DURABLE_JOB_KEY_FILE": new})
     assert done.returncode == 0, done.stderr
     assert [r["to"] for r in json.loads(done.stdout)["runs"]] == ["awaiting-review"]
