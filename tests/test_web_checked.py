@@ -103,3 +103,87 @@ def test_a_jobs_figures_stay_the_same_after_a_decision_on_the_page_or_in_a_termi
     as_(in_terminal, "bob", tmp_path).run("decide", "--decision", "accept", "--reviewer", "bob", "--reason", "Read it.").ok()
     assert [j["phase"] for j in on_page.run("jobs", "--store", store).ok()["jobs"]] == ["decided", "decided"]
     assert shown() == before
+
+
+# Each claim's row as the browser laid it out: the row (the label), its text's box (the union of its text's line
+# boxes), the checkbox's, each word's line boxes (a word on two lines is broken inside) and each figure pill's.
+CLAIM_ROWS_JS = """
+const rows = [];
+for (const label of document.querySelectorAll('fieldset.claim-checks label.check')) {
+  const box = label.getBoundingClientRect(), field = label.closest('fieldset'), pad = getComputedStyle(field);
+  const fieldWidth = field.clientWidth - parseFloat(pad.paddingLeft) - parseFloat(pad.paddingRight);  // its content box
+  const broken = [], text = document.createRange();
+  text.setStartAfter(label.querySelector('input'));
+  text.setEnd(label, label.childNodes.length);
+  const walk = document.createTreeWalker(label, NodeFilter.SHOW_TEXT);
+  for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+    for (const m of node.data.matchAll(/\\S+/g)) {
+      const r = document.createRange();
+      r.setStart(node, m.index);
+      r.setEnd(node, m.index + m[0].length);
+      const tops = new Set(Array.from(r.getClientRects()).filter(c => c.width > 0).map(c => Math.round(c.top)));
+      if (tops.size > 1) broken.push(m[0] + ' on ' + tops.size + ' lines');
+    }
+  }
+  // a figure begun at one line's end and ended on the next (one box on lines of its own, when wider than a line, is whole)
+  const pills = Array.from(label.querySelectorAll('.pill')).filter(p => p.getClientRects().length > 1).map(p => p.textContent);
+  rows.push({id: label.querySelector('input').value, left: box.left, width: box.width, fieldWidth: fieldWidth,
+             textWidth: text.getBoundingClientRect().width, broken: broken, brokenPills: pills});
+}
+return {rows: rows, scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth};
+"""
+
+
+def claim_rows_fit(driver, width: int, zoom: int) -> list:
+    """The claim list at `width` device pixels wide and `zoom`× text (the browser's zoom: the same screen, its layout
+    viewport width/zoom CSS pixels and each CSS pixel zoom× as large): what is wrong with it, [] when nothing is."""
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": width // zoom, "height": 844 // zoom, "deviceScaleFactor": 2 * zoom, "mobile": True}
+    )
+    laid = driver.execute_script(CLAIM_ROWS_JS)
+    assert laid["rows"], "no claim rows on the page"
+    wrong = []
+    if laid["scrollWidth"] > laid["innerWidth"]:
+        wrong.append(f"scrolls sideways ({laid['scrollWidth']} > {laid['innerWidth']})")
+    for r in laid["rows"]:
+        said = f"{width}px at {zoom * 100}%: claim {r['id']}"
+        if r["left"] != laid["rows"][0]["left"] or r["width"] < 0.9 * r["fieldWidth"]:
+            wrong.append(f"{said}: its row is not a full-width row of one column ({r['width']:.0f} of {r['fieldWidth']:.0f} px)")
+        if r["textWidth"] < 0.7 * r["width"]:
+            wrong.append(f"{said}: its text takes {r['textWidth']:.0f} of its row's {r['width']:.0f} px")
+        wrong += [f"{said}: word {w}" for w in r["broken"]] + [f"{said}: figure {p!r} split over two lines" for p in r["brokenPills"]]
+    return wrong
+
+
+def test_the_claim_checks_read_as_full_width_rows_on_a_phone_and_at_twice_the_text(tmp_path, pg_server, provider, serving):  # noqa: F811
+    """Issue 45: in a flex label each text fragment was a column, `report-a.1` wrapped as re/p/or/t-/a./1 and each
+    figure as $1/,2/00. At 320, 390 and 430 px and at 200% zoom, each claim is a row of the list's full width whose text
+    takes most of it, and no word or figure breaks inside; a screenshot at 390×844 is kept for a person to look at."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    ws = Workspace(tmp_path / "report", store=store)
+    ws.write_manifest(sources={"report-a": BOILER}, jobId="report", mode="openai", model="gpt-test", reviewers=["bob"])
+    ws.env.update(provider.env(DURABLE_JOB_OPENAI_TIMEOUT="20"))
+    provider.behave(THREE.replace('"alpha"', '"report-a"'))
+    ws.start().ok()
+    s = serving(tmp_path, "--store", store)
+    driver = phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        driver.get(f"{s.base}/login?next=/jobs/report")
+        driver.find_element("id", "role").send_keys("bob")
+        driver.find_element("id", "password").send_keys(password_of("bob"))
+        driver.find_element("css selector", "form button[type=submit]").click()
+        wait.until(lambda d: d.find_elements("id", "check-report-a.1"))
+        assert "$1,200: source" in driver.find_element("id", "checks-report-a").text
+        wrong = [w for width in (320, 390, 430) for zoom in (1, 2) for w in claim_rows_fit(driver, width, zoom)]
+        assert wrong == [], "\n".join(wrong)
+        claim_rows_fit(driver, 390, 1)
+        driver.execute_script("document.getElementById('checks-report-a').scrollIntoView()")
+        shot = tmp_path / "claim-checks-390x844.png"
+        driver.save_screenshot(str(shot))
+        print(f"the claim checks at 390x844: {shot}")
+        assert shot.stat().st_size > 10_000
+    finally:
+        driver.quit()
