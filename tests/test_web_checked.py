@@ -4,6 +4,7 @@ beside its claim. Real `serve`, real PostgreSQL, real Chromium (the fixtures of 
 
 import re
 
+from test_passkeys import phone_signs_in
 from test_web import phone, post_form, serving, shown_results, sign_in, text_of  # noqa: F401 (serving is a fixture)
 
 from conftest import BOILER, THREE, Workspace, as_, new_store, password_of
@@ -171,10 +172,7 @@ def test_the_claim_checks_read_as_full_width_rows_on_a_phone_and_at_twice_the_te
     driver = phone(tmp_path)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
     try:
-        driver.get(f"{s.base}/login?next=/jobs/report")
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
+        phone_signs_in(driver, wait, s.base, "report", "bob")
         wait.until(lambda d: d.find_elements("id", "check-report-a.1"))
         assert "$1,200: source" in driver.find_element("id", "checks-report-a").text
         wrong = [w for width in (320, 390, 430) for zoom in (1, 2) for w in claim_rows_fit(driver, width, zoom)]
