@@ -78,9 +78,44 @@ def canonical(value) -> bytes:
 
 
 def program_sha256() -> str:
-    """sha256 of durable_job.py's bytes, as every job seals them."""
+    """sha256 of durable_job.py's whole bytes, as a job sealed before the engine (release 1.3.0) sealed them."""
     with open(PROGRAM, "rb") as fh:
         return sha256(fh.read())
+
+
+ENGINE_MARK = "# ---- the engine ends here"  # the line that ends the engine, in durable_job.py and store.py
+STORE_PY = os.path.join(REPO, "durable_job_team", "store.py")
+MIGRATIONS = os.path.join(REPO, "durable_job_team", "migrations")
+
+
+def through_mark(path: str) -> bytes:
+    """A Python file's bytes from the first through its engine mark line, recomputed here as docs/CONTRACT.md says."""
+    with open(path, "rb") as fh:
+        lines = fh.read().splitlines(keepends=True)
+    return b"".join(lines[: [line.rstrip(b"\n") for line in lines].index(ENGINE_MARK.encode()) + 1])
+
+
+def engine_digest(store: bool = False) -> str:
+    """The engine a new job seals, recomputed independently: durable_job.py through its mark (a store job's: then
+    store.py through its mark and every migration whole, in name order)."""
+    data = through_mark(PROGRAM)
+    if store:
+        data += through_mark(STORE_PY)
+        for name in sorted(n for n in os.listdir(MIGRATIONS) if n.endswith(".sql")):
+            with open(os.path.join(MIGRATIONS, name), "rb") as fh:
+                data += fh.read()
+    return sha256(data)
+
+
+def in_the_engine(text: str, line: str = "# an edit inside the engine") -> str:
+    """A program's text with one comment line added just above its engine mark: a release that changes the engine."""
+    assert text.count("\n" + ENGINE_MARK + "\n") == 1
+    return text.replace("\n" + ENGINE_MARK + "\n", "\n" + line + "\n" + ENGINE_MARK + "\n")
+
+
+def past_the_engine(text: str, line: str = "# a release that changes nothing a job does") -> str:
+    """A program's text with one comment line added at its end, below the engine: the engine is unchanged."""
+    return text + "\n" + line + "\n"
 
 
 class JournalReader:
@@ -806,6 +841,15 @@ def wait_for(predicate, timeout=20.0, interval=0.01):
     raise AssertionError("condition not met in time")
 
 
+def copy_house(root) -> str:
+    """A copy of the program and its extensions (durable_job.py and durable_job_team/), as a release is laid out; its durable_job.py."""
+    os.makedirs(root, exist_ok=True)
+    shutil.copy(PROGRAM, os.path.join(str(root), "durable_job.py"))
+    team = os.path.join(REPO, "durable_job_team")
+    shutil.copytree(team, os.path.join(str(root), "durable_job_team"), ignore=shutil.ignore_patterns("__pycache__"))
+    return os.path.join(str(root), "durable_job.py")
+
+
 def copy_program(root, transform=None) -> str:
     """A copy of durable_job.py (optionally edited) to run as a changed program."""
     path = os.path.join(str(root), "durable_job.py")
@@ -820,6 +864,7 @@ __all__ = [
     "ALPHA",
     "BETA",
     "BOTH",
+    "ENGINE_MARK",
     "FAKE_KEY",
     "GAMMA",
     "PROGRAM",
@@ -833,15 +878,19 @@ __all__ = [
     "assert_held",
     "canonical",
     "clean_env",
+    "copy_house",
     "copy_program",
+    "engine_digest",
     "file_bytes",
     "free_port",
     "hold_run_lock",
     "hold_sqlite_lock",
+    "in_the_engine",
     "kill_group",
     "make_key",
     "new_store",
     "openai_workspace",
+    "past_the_engine",
     "paste",
     "program_sha256",
     "read_marks",

@@ -71,8 +71,14 @@ else:
 # 1. Constants and contract
 ###############################################################################
 
-__version__ = "1.2.0"  # the release (pyproject.toml reads it); VERSION below is the graph's label, sealed into every job
-VERSION = "durable-job-graph/2"  # 2: one saved step an item (1: four)
+VERSION = "durable-job-graph/2"  # the graph's label, sealed into every job (2: one saved step an item; 1: four)
+# The engine is this file's sections 1 to 12, from its first byte through this line, which ends section 12: the code
+# that decides what a job sends and accepts and how its acts are recorded. Its sha256 (with a store's own engine
+# parts) is what a job seals, so a release that changes only what stands below the line strands no job.
+ENGINE_MARK = "# ---- the engine ends here"
+# The keys of a job record that name the program that may continue it: the engine's digest, the parts it covers
+# and the release that sealed it; a job sealed before the engine had codeSha256 (this whole file) and codeFiles.
+PROGRAM_KEYS = ("engineSha256", "engineParts", "release", "codeSha256", "codeFiles")
 SOURCE_MAX_BYTES = 3000
 MANIFEST_MAX_BYTES = 65536
 PROGRESS_MAX_CHARS = 600
@@ -180,8 +186,11 @@ if TYPING:
         sources: dict[str, str]
         threadId: str
         version: str
-        codeSha256: str  # durable_job.py's
-        codeFiles: NotRequired[dict[str, str]]  # a store job's: each other file of the code that runs it, by sha256
+        engineSha256: NotRequired[str]  # the engine's digest (engine_sha256 over engineParts)
+        engineParts: NotRequired[list[str]]  # the files the engine is read from, in order (a store job's: the store's too)
+        release: NotRequired[str]  # the release that sealed it (durable-job==release has its engine)
+        codeSha256: NotRequired[str]  # a job sealed before the engine: the whole of durable_job.py's
+        codeFiles: NotRequired[dict[str, str]]  # and, a store job's, each other file of the code that ran it, by sha256
         dependencies: dict[str, str | None]
         createdAtUtc: str
         chain: NotRequired[int]  # CHAIN: its acts are chained (jobs sealed before have none)
@@ -356,8 +365,45 @@ def env_seconds(name: str, default: float, high: float, error: type[JobError], *
 
 @functools.cache
 def code_sha256() -> str:
-    """sha256 of this program's own bytes, as sealed into every job (read once per process: they cannot change under it)."""
+    """sha256 of this program's whole file, as a job sealed before the engine sealed it (read once per process)."""
     return file_sha256(os.path.abspath(__file__))
+
+
+@functools.cache
+def engine_part(name: str) -> bytes:
+    """The bytes of one part of the engine, named by its path from the folder holding durable_job.py: a Python file
+    from its first byte through its ENGINE_MARK line, any other file (a store migration) whole; b"" when missing."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), *name.split("/"))
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return b""
+    if name.endswith(".py"):
+        mark = data.find(b"\n" + ENGINE_MARK.encode() + b"\n")
+        data = data[: mark + len(ENGINE_MARK) + 2] if mark >= 0 else data
+    return data
+
+
+@functools.cache
+def engine_sha256(parts: tuple[str, ...] = ("durable_job.py",)) -> str:
+    """sha256 of the engine's parts one after another: what `sed '/^# ---- the engine ends here/q' durable_job.py |
+    sha256sum` prints for a state directory's (docs/CONTRACT.md, "The engine", has a store's)."""
+    return sha256_hex(b"".join(engine_part(name) for name in parts))
+
+
+def program_seal(job: Job | dict) -> str:
+    """The digest of the program a job needs, as this program computes it: the engine's over the job's engineParts,
+    or the whole file's for a job sealed before the engine."""
+    if "engineSha256" in job:
+        return engine_sha256(tuple(job.get("engineParts") or ("durable_job.py",)))
+    return code_sha256()
+
+
+def program_fields(job: Job | dict, keys: tuple = PROGRAM_KEYS) -> dict:
+    """The job record's keys among `keys` that name its program, those it has (a job sealed before the engine has
+    codeSha256 and perhaps codeFiles; one sealed since, engineSha256, engineParts and release)."""
+    return {k: job[k] for k in keys if k in job}
 
 
 @functools.cache
@@ -848,7 +894,9 @@ def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str
     left beside it; unchanged for a job that is not sealed."""
     if sealer is None:
         return text
-    clear = {k: document[k] for k in ("jobId", "outcome", "codeSha256", "decision", "principal", "chainHead") if k in document}
+    clear = {
+        k: document[k] for k in ("jobId", "outcome", "engineSha256", "codeSha256", "decision", "principal", "chainHead") if k in document
+    }
     for part, keys in (("final", ("decision", "principal")), ("cancel", ("principal",))):  # what a store's receipt_check reads
         if isinstance(document.get(part), dict):
             clear[part] = {k: document[part][k] for k in keys if k in document[part]}
@@ -1399,11 +1447,12 @@ def new_job(
     dependencies: tuple = DEPENDENCIES,
     owner: str = "",
     approval: str | None = None,
-    code_files: tuple = (),
+    engine_parts: tuple = ("durable_job.py",),
+    release: str = "",
 ) -> Job:
     """The sealed job record; owner is who seals it (a store's database records its own column beside it); approval, the
-    approver's signature of the manifest (read_approval); code_files, the files of the code that runs the job besides
-    durable_job.py (a store job's: the store extension and its migrations), each sealed by its sha256."""
+    approver's signature of the manifest (read_approval); engine_parts, the files the engine is read from (a store
+    job's: this file, the store extension and its migrations), sealed as one digest; release, the release sealing it."""
     import uuid  # only a new job needs it (it costs read-only commands ~5 ms: uuid imports platform)
 
     job: Job = {
@@ -1417,7 +1466,9 @@ def new_job(
         "sources": {i["id"]: i["sha256"] for i in manifest["items"]},
         "threadId": str(uuid.uuid4()),
         "version": VERSION,
-        "codeSha256": code_sha256(),
+        "engineSha256": engine_sha256(tuple(engine_parts)),
+        "engineParts": list(engine_parts),
+        "release": release,
         "dependencies": dependency_versions(dependencies),
         "createdAtUtc": now_utc(),
         "chain": CHAIN,
@@ -1425,8 +1476,6 @@ def new_job(
     }
     if approval:
         job["approvalSignature"] = approval
-    if code_files:
-        job["codeFiles"] = code_files_sha256(code_files)
     return job
 
 
@@ -1437,6 +1486,15 @@ def check_program_seals(job: Job, new_job: str = NEW_JOB) -> None:
         raise SealError(
             f"Checkpoint graph version changed: the job was sealed with {job.get('version')!r}, this program is {VERSION!r}; continue it with the program that started it, or {new_job}"
         )
+    if "engineSha256" in job:
+        now = program_seal(job)
+        if now != job["engineSha256"]:
+            raise SealError(
+                f"Engine changed: job {job.get('jobId')} was sealed by engine {job['engineSha256']} (release {job.get('release') or 'unknown'}); "
+                f"this program's engine is {now}: install durable-job=={job.get('release') or 'RELEASE'} to go on, or {new_job}"
+            )
+        check_dependency_seal(job, new_job)
+        return
     if job.get("codeSha256") != code_sha256():
         raise SealError(
             f"Executable bytes changed: durable_job.py now has sha256 {code_sha256()}, the job sealed {job.get('codeSha256')}; continue with the exact program that started the job, or {new_job}"
@@ -1776,8 +1834,8 @@ def load_job_file(state_dir: str, no_job: StateError) -> Job:
         job = strict_json(raw)
     except ValueError as exc:
         raise StateError(f"{path} is damaged ({clip(exc, 80)}); it is left as it is: restore it from a backup or {NEW_JOB}") from None
-    needed = ("jobId", "manifestPath", "manifestSha256", "mode", "model", "threadId", "version", "codeSha256", "createdAtUtc")
-    if not isinstance(job, dict) or any(k not in job for k in needed):
+    needed = ("jobId", "manifestPath", "manifestSha256", "mode", "model", "threadId", "version", "createdAtUtc")
+    if not isinstance(job, dict) or any(k not in job for k in needed) or not ("engineSha256" in job or "codeSha256" in job):
         raise StateError(f"{path} is damaged (keys missing); it is left as it is: restore it from a backup or {NEW_JOB}")
     return cast(Job, job)
 
@@ -4146,7 +4204,7 @@ class Store(abc.ABC):
 
     secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
     sealed_unread = False  # verify without a job's key: the seals check leaves out the sealed copies it cannot read
-    code_files: tuple = ()  # the files of the code that runs its jobs besides durable_job.py (sealed into each: new_job)
+    engine_parts: tuple = ("durable_job.py",)  # the files its jobs' engine is read from (sealed into each: new_job)
 
     def for_manifest(self, manifest: Manifest) -> Store:
         """The store naming the manifest's job (start and submit in a shared store take the manifest's jobId)."""
@@ -4780,7 +4838,7 @@ def review_bundle(job: Job, results: list, draft: int = 1) -> dict:
     bundle: dict[str, Any] = {
         "jobId": job["jobId"],
         "manifestSha256": job["manifestSha256"],
-        "codeSha256": job["codeSha256"],
+        **program_fields(job, ("engineSha256", "release", "codeSha256")),
         "version": job["version"],
         "resultsSha256": results_sha256(results),
         "statuses": {r["itemId"]: r["status"] for r in results},
@@ -5093,9 +5151,14 @@ class RanState:
         return cls({k: v for k, v in output.items() if k != "__interrupt__"}, tuple(output.get("__interrupt__") or ()))
 
 
+# ---- the engine ends here
+
+
 ###############################################################################
 # 13. Where a job stands: open_job, snapshots, phase and next
 ###############################################################################
+
+__version__ = "1.3.0"  # the release (pyproject.toml reads it); outside the engine, so a release alone strands no job
 
 FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
 
@@ -5193,7 +5256,7 @@ def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> N
         checkpoint = ctx.checkpoint()
         phase = job_phase(ctx.review(checkpoint), checkpoint, None)
     refused = isinstance(exc, SealedError) and (journal.sealer is None or journal.sealer.cipher is None)  # a key refused
-    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), code_sha256(), phase, plain=refused)
+    write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), program_seal(job), phase, plain=refused)
 
 
 def hold_fix(store: Store) -> str:
@@ -5365,7 +5428,13 @@ def next_step(snap: Snapshot, broken: str | None = None) -> str:
     """The one answer to "what now?" that status, inspect and the review page print (paste-ready commands, one a line)."""
     step = next_for_phase(snap)
     if broken and snap.phase not in ("decided", "cancelled"):  # nothing runs or decides until the seal holds again
-        return f"restore what sealBroken names, or {NEW_STORE_JOB if snap.store.shared else NEW_JOB}; then: {step}"
+        new_job = NEW_STORE_JOB if snap.store.shared else NEW_JOB
+        if broken.startswith("Engine changed") and snap.job.get("release"):  # nothing to restore: the program differs
+            return (
+                f"continue it with durable-job=={snap.job['release']} (`jobs --sealed-by-other` lists such jobs),"
+                f" or {new_job}; then, with that program: {step}"
+            )
+        return f"restore what sealBroken names, or {new_job}; then: {step}"
     return step
 
 
@@ -5753,8 +5822,8 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
             out["resultsSha256"],
             job["manifestPath"],
             job["manifestSha256"],
-            job["codeSha256"],
-            job["version"],
+            job.get("engineSha256") or job.get("codeSha256"),
+            f"engine of release {job['release']}, {job['version']}" if job.get("release") else job["version"],
             job["createdAtUtc"],
         ),
     ]
@@ -6568,13 +6637,13 @@ def receipt_head(final: dict | None, cancel: dict | None) -> dict:
 # What a decision's or cancel's record says of its job beside the person's words, as the receipt repeats it: the act's
 # signature covers each, so a receipt alone has nothing of its job that only the receipt says (a record signed before
 # holds none of them: verify --receipt FILE names them uncovered, and --strict holds them to what the record implies).
-ACT_FACT_KEYS = ("owner", "threadId", "manifestPath", "manifestSha256", "codeSha256", "codeFiles", "version", "dependencies")
+ACT_FACT_KEYS = ("owner", "threadId", "manifestPath", "manifestSha256", *PROGRAM_KEYS, "version", "dependencies")
 ACT_RESULT_KEYS = ("statuses", "endpoints", "tokens")  # the job's results and calls as they stand at the act
 
 
 def act_facts(job: Job, results: list, journal: Journal | None, tokens: bool) -> dict:
     """The job's seals, its results' statuses and its calls' endpoints (and tokens, when `tokens`), for an act's record."""
-    facts: dict[str, Any] = {k: job.get(k) for k in ACT_FACT_KEYS if k != "codeFiles" or k in job}
+    facts: dict[str, Any] = {k: job.get(k) for k in ACT_FACT_KEYS if k in job or k not in PROGRAM_KEYS}
     facts["statuses"] = {r["itemId"]: r["status"] for r in results}
     facts["endpoints"] = call_endpoints(journal)
     if tokens:
@@ -6592,8 +6661,7 @@ def receipt_fields(job: Job, final: dict | None, cancel: dict | None, draft: int
         "threadId": job["threadId"],
         "manifestPath": job["manifestPath"],
         "manifestSha256": job["manifestSha256"],
-        "codeSha256": job["codeSha256"],
-        **({"codeFiles": job["codeFiles"]} if "codeFiles" in job else {}),
+        **program_fields(job),
         "version": job["version"],
         "dependencies": job.get("dependencies"),
         "resultsSha256": results_sha256(results),
@@ -7416,7 +7484,7 @@ def receipt_invariants(snap: Snapshot) -> str:
     receipt = strict_json(raw)
     if not isinstance(receipt, dict):
         raise SealError("receipt.json is not a JSON object")
-    if receipt.get("jobId") != snap.job["jobId"] or receipt.get("codeSha256") != snap.job["codeSha256"]:
+    if receipt.get("jobId") != snap.job["jobId"] or any(receipt.get(k) != snap.job.get(k) for k in ("engineSha256", "codeSha256")):
         raise SealError("receipt.json does not belong to this job")
     if snap.final and receipt.get("final") != snap.final:
         raise SealError("receipt.json's decision differs from the checkpoint's")
@@ -7563,7 +7631,9 @@ def sealing_new_job(store: Store, manifest: Manifest, manifest_path: str, raw: b
     store.prepare_new()
     with store.lock(command):
         job = store.seal_job(
-            new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.code_files), raw, sources
+            new_job(manifest, manifest_path, raw, job_dependencies(store), store.principal(), approval, store.engine_parts, __version__),
+            raw,
+            sources,
         )
         crash_point("after-seal", job)
         yield job, sources
@@ -9051,7 +9121,11 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
         if prices is not None:
             row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
         if not row["actsHere"]:  # which program to finish it with
-            row["sealedBy"] = {"codeSha256": job.get("codeSha256"), "version": job.get("version"), "dependencies": job.get("dependencies")}
+            row["sealedBy"] = {
+                **program_fields(job, ("engineSha256", "release", "codeSha256")),
+                "version": job.get("version"),
+                "dependencies": job.get("dependencies"),
+            }
         if out["phase"] == "running":  # which process (a `work` worker or a person's command), on which host
             row["runningBy"] = {k: out["running"].get(k) for k in ("command", "host", "pid", "sinceUtc")}
         if store.shared and store.row is not None:
@@ -10458,19 +10532,40 @@ def help_command(command: str = "") -> str:
     return f"`{program_name()} {command + ' ' if command else ''}--help`"
 
 
+def engine_lines(name: str) -> int:
+    """How many lines of a part the engine covers."""
+    return engine_part(name).count(b"\n")
+
+
 def version_text() -> str:
-    """What `--version` prints: the release, the bytes every job seals (and a store job's other sealed files), the
-    graph label and the dependency versions. Nothing outside the seal (the web app) is listed."""
+    """What `--version` prints: the release; the engine every new job seals, what it covers and the command that
+    recomputes it (a store job's too, when the team's store is beside this file); the whole file's sha256 (what a job
+    sealed before the engine sealed); the graph label and the dependency versions."""
     deps = ", ".join(f"{name} {version}" for name, version in dependency_versions().items())
+    here = os.path.dirname(os.path.abspath(__file__))
+    text = (
+        f"durable-job {__version__}\n"
+        f"engine sha256 {engine_sha256()}: a state directory job's (durable_job.py lines 1-{engine_lines('durable_job.py')},"
+        f" through its line {ENGINE_MARK!r}; `sed '/^{ENGINE_MARK}/q' {os.path.join(here, 'durable_job.py')} | sha256sum`)\n"
+    )
     try:
-        sealed = team_part("store").STORE_CODE_FILES
+        parts = tuple(team_part("store").STORE_ENGINE_PARTS)
     except UsageError:  # durable_job.py alone, without the team's extensions beside it
-        sealed = ()
-    store_files = "".join(f"\n  {name} sha256 {sha}" for name, sha in code_files_sha256(sealed).items())
-    return (
-        f"durable-job {__version__}\nprogram sha256 {code_sha256()} ({os.path.abspath(__file__)})\n"
-        + (f"sealed into a store job besides it:{store_files}\n" if store_files else "")
-        + f"graph version {VERSION}\ndependencies (sealed into every job): {deps}"
+        parts = ()
+    if parts:
+        migrations = [name for name in parts if not name.endswith(".py")]
+        folder = os.path.join(here, "durable_job_team", "migrations")
+        listed = sorted(f"durable_job_team/migrations/{n}" for n in os.listdir(folder) if n.endswith(".sql"))
+        files = "durable_job_team/migrations/*.sql" if listed == migrations else " ".join(migrations)
+        text += (
+            f"store engine sha256 {engine_sha256(parts)}: a store job's (that engine, durable_job_team/store.py lines"
+            f" 1-{engine_lines('durable_job_team/store.py')} through the same line, and its {len(migrations)} migrations"
+            f" whole, in name order; `cd {here} && (sed '/^{ENGINE_MARK}/q' durable_job.py; sed '/^{ENGINE_MARK}/q'"
+            f" durable_job_team/store.py; cat {files}) | sha256sum`)\n"
+        )
+    return text + (
+        f"whole file sha256 {code_sha256()} ({os.path.abspath(__file__)}: what a job sealed before release 1.3.0 sealed)\n"
+        f"graph version {VERSION}\ndependencies (sealed into every job): {deps}"
     )
 
 

@@ -10,7 +10,20 @@ import stat
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, FAKE_KEY, PROGRAM, Workspace, canonical, copy_program, hold_run_lock, program_sha256, sha256
+from conftest import (
+    ALPHA,
+    BETA,
+    BOTH,
+    FAKE_KEY,
+    PROGRAM,
+    Workspace,
+    canonical,
+    copy_program,
+    engine_digest,
+    hold_run_lock,
+    in_the_engine,
+    sha256,
+)
 
 
 def statuses(result_json):
@@ -28,10 +41,11 @@ def test_full_journey_to_accept_then_second_decision_refused(ws):
     assert statuses(started) == [("alpha", "validated"), ("beta", "validated")]
     bundle = started["interrupt"][0]
     job = ws.job()
-    assert {k: bundle[k] for k in ("jobId", "manifestSha256", "codeSha256", "version")} == {
+    assert {k: bundle[k] for k in ("jobId", "manifestSha256", "engineSha256", "release", "version")} == {
         "jobId": "journey",
         "manifestSha256": job["manifestSha256"],
-        "codeSha256": job["codeSha256"],
+        "engineSha256": job["engineSha256"],
+        "release": dj.__version__,
         "version": dj.VERSION,
     }
     assert bundle["statuses"] == {"alpha": "validated", "beta": "validated"}
@@ -60,7 +74,7 @@ def test_state_files_are_what_the_contract_promises(ws):
     with open(ws.manifest, "rb") as fh:
         assert job["manifestSha256"] == sha256(fh.read())
     assert job["manifestPath"] == os.path.abspath(ws.manifest) and job["mode"] == "fake"
-    assert job["codeSha256"] == program_sha256() and job["version"] == dj.VERSION
+    assert job["engineSha256"] == engine_digest() and job["version"] == dj.VERSION and "codeSha256" not in job
     assert set(job["dependencies"]) == set(dj.DEPENDENCIES)
     assert stat.S_IMODE(os.stat(ws.state).st_mode) == 0o700
     for name in ("job.json", "effects.sqlite", "run.lock"):
@@ -241,12 +255,12 @@ def test_changed_version_label_is_refused(ws, tmp_path):
     ws.run("resume", program=other).held("Checkpoint graph version changed")
 
 
-def test_changed_program_bytes_are_refused(ws, tmp_path):
+def test_changed_engine_bytes_are_refused(ws, tmp_path):
     ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-ledger"})
-    other = copy_program(tmp_path, lambda t: t + "\n# an innocent-looking edit\n")
-    ws.run("resume", program=other).held("Executable bytes changed")
+    other = copy_program(tmp_path, lambda t: in_the_engine(t, "# an innocent-looking edit"))
+    ws.run("resume", program=other).held("Engine changed", f"install durable-job=={dj.__version__}")
     ws.run("reconcile", "--operation-key", "k:1", "--action", "abandon", "--reviewer", "r", "--reason", "x", program=other).held(
-        "Executable bytes changed"
+        "Engine changed"
     )
 
 
@@ -773,8 +787,7 @@ def test_job_json_and_databases_hold_what_the_contract_says(ws):
     out = ws.start().ok()
     assert out["jobId"] == "journey"
     job = ws.job()
-    with open(os.path.join(REPO, "durable_job.py"), "rb") as fh:
-        assert job["codeSha256"] == sha256(fh.read())
+    assert job["engineSha256"] == engine_digest() and job["engineParts"] == ["durable_job.py"] and job["release"] == dj.__version__
     assert job["jobId"] == "journey" and job["model"] == "fake-structural-1"
     assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}", job["threadId"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", job["createdAtUtc"])

@@ -2,17 +2,20 @@
 
 An extension of durable_job.py (the one-file core), imported only by the commands that name a --store. It is the
 core's Store interface (section 11 there) for a store job, the store's own commands (migrate, a listing's page,
-usage, delete) and nothing a state directory needs. It is sealed into every store job beside durable_job.py, with
-the migrations it applies (durable_job_team/migrations/*.sql): a job in a store is continued only by exactly
-these bytes (STORE_CODE_FILES in store.py; durable_job.new_job seals them as codeFiles).
+usage, delete) and nothing a state directory needs. Its sections 1 to 4, through the line that ends them (the
+core's ENGINE_MARK), are part of a store job's engine, with the core's engine and the migrations it applies
+(durable_job_team/migrations/*.sql): a store job is continued only by a program with exactly that engine
+(STORE_ENGINE_PARTS; durable_job.new_job seals their digest as engineSha256). Sections 1 to 4 use only the core's
+engine (its sections 1 to 12); administration and listing, below the line, change no job.
 
 Sections, each using only what stands above it and the core:
 
  1. PostgreSQL driver: store addresses, psycopg
  2. Migrations: the SQL files, in order
  3. The journal on a psycopg connection, and LangGraph's checkpoint rows
- 4. The store: its lock, PgStore, migrate and grants
- 5. Listing: a page of jobs in one statement, usage, delete
+ 4. The store: its lock, PgStore and its schema set up
+ 5. Administration: grants, migrate, shred and rotate-key
+ 6. Listing: a page of jobs in one statement, usage, delete
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ from durable_job import (
     Sealer,
     SealError,
     Secrets,
-    Snapshot,
     StateError,
     Store,
     UsageError,
@@ -78,13 +80,10 @@ from durable_job import (
     decode_checkpoint,
     default_program,
     is_sealed,
-    job_row,
     keep_data_key,
-    keeps,
     kek_from_env,
     kept_sources,
     keyed_sources,
-    make_snapshot,
     may_by_rule,
     new_sealer,
     now_utc,
@@ -103,7 +102,6 @@ from durable_job import (
     sealed_pruned,
     sealed_source,
     sha256_hex,
-    shred_key,
     source_failure,
     strict_json,
     taken_error,
@@ -290,14 +288,15 @@ PG_SETUP_MIGRATIONS = (
     "m020_outbox_stamped",
     "m021_holds_links",
     "m022_passkey_origin",
+    "m023_engine_seal",
 )
-# The code that runs a store job besides durable_job.py, each file sealed into every store job by its sha256
-# (durable_job.new_job): a changed byte in any strands the store's jobs in flight, as a changed durable_job.py does.
-# The web app (web.py, templates/, static/) acts through the command API and is not among them.
-STORE_CODE_FILES = (
+# A store job's engine, read in this order (durable_job.engine_sha256): the core's engine, this file's sections 1 to
+# 4, and every migration whole, in name order. A changed byte in any strands the store's jobs in flight; the
+# workers, the web app, administration and listings stand outside it.
+STORE_ENGINE_PARTS = (
+    "durable_job.py",
     "durable_job_team/store.py",
-    "durable_job_team/workers.py",
-    *(f"durable_job_team/migrations/{name}.sql" for name in PG_MIGRATIONS + PG_SETUP_MIGRATIONS),
+    *(f"durable_job_team/migrations/{name}.sql" for name in sorted(PG_MIGRATIONS + PG_SETUP_MIGRATIONS)),
 )
 STORE_TABLES = (  # every table a store's migrations make (LangGraph's among them), each under row-level security
     "jobs",
@@ -597,7 +596,7 @@ class PgCheckpointRows(CheckpointRows):
 
 
 ###############################################################################
-# 4. The store: its lock, PgStore, migrate and grants
+# 4. The store: its lock, PgStore and its schema set up
 ###############################################################################
 
 
@@ -780,7 +779,7 @@ class PgStore(Store):
 
     principal_label = "role"
     shared = True
-    code_files = STORE_CODE_FILES
+    engine_parts = STORE_ENGINE_PARTS
 
     def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None, secrets: Secrets | None = None):
         self.secrets = secrets or Secrets()
@@ -1570,6 +1569,15 @@ def migrate_store(store: PgStore, conn) -> dict:
         return {"journalMigrations": len(done), "checkpointMigration": highest, "changed": True}
 
 
+# ---- the engine ends here
+
+
+###############################################################################
+# 5. Administration: grants, migrate, shred and rotate-key
+###############################################################################
+
+from durable_job import Snapshot, job_row, keeps, make_snapshot, shred_key  # noqa: E402  (outside the engine: its names)
+
 # What a granted role may touch, beside what the policies let it see: every row readable (its own jobs' only),
 # rows added, and only the UPDATEs and DELETEs history allows (a pending call's outcome, LangGraph's upserts,
 # the lock row). No CREATE, nothing on the migration tables but reading them.
@@ -1760,7 +1768,7 @@ def public_database_rights(db: PgJournal) -> tuple[str, list]:
 
 
 ###############################################################################
-# 5. Listing: a page of jobs in one statement, usage, delete
+# 6. Listing: a page of jobs in one statement, usage, delete
 ###############################################################################
 
 

@@ -1666,7 +1666,11 @@ def serve(
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
     check_serve_args(store, roots, port, idle_minutes)
     secure = check_serve_address(host, certfile, keyfile, behind_proxy)
-    durable_job.code_sha256()  # this process's own seal, from the bytes it loaded: a job sealed by another version is shown read-only
+    # this process's own seals, from the bytes it loaded (read now, before a release could replace them): a job
+    # sealed by another engine is shown read-only
+    durable_job.code_sha256()
+    durable_job.engine_sha256()
+    durable_job.engine_sha256(team_store.STORE_ENGINE_PARTS)
     site = WebSite(
         store=store,
         roots=[os.path.abspath(r) for r in roots],

@@ -2,7 +2,7 @@
 
 An extension of durable_job.py (the one-file core) and of the store (durable_job_team/store.py), imported only by
 `submit` and `work`. A worker runs each job through the core's resume(), so the journal's protocol is exactly the
-one a person's `resume` follows. Sealed into a store job beside the store (STORE_CODE_FILES in store.py; durable_job.new_job seals them as codeFiles).
+one a person's `resume` follows. Outside the engine a store job seals (STORE_ENGINE_PARTS in store.py): a release that changes only this file strands no job.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from durable_job import (
     clip,
     code_sha256,
     command_line,
+    engine_sha256,
     is_hold,
     job_phase,
     latest_rejected,
     manifests_job,
     now_utc,
     printable,
+    program_seal,
     read_manifest,
     read_snapshot,
     redact,
@@ -43,7 +45,7 @@ from durable_job import (
     sealing_new_job,
     where_it_stands,
 )
-from durable_job_team.store import PgStore, need_psycopg
+from durable_job_team.store import STORE_ENGINE_PARTS, PgStore, need_psycopg
 
 # `submit` seals a job into a store and runs nothing; any number of `work`
 # processes, on any machines, run the store's jobs. PostgreSQL is the only
@@ -184,7 +186,7 @@ def submitted_words(done: list, their_paths: list, untried: list) -> str:
 def needs_person(snap: Snapshot) -> bool:
     """Whether a job waits for a person (or for another run): anything but not-started or ready, a rejected latest call,
     or a hold a run of this program met (a release, the owner's resume or another program lifts it)."""
-    held = snap.hold is not None and snap.hold.get("program") == code_sha256()
+    held = snap.hold is not None and snap.hold.get("program") == program_seal(snap.job)
     return snap.phase not in ("not-started", "ready") or latest_rejected(snap.calls) or held
 
 
@@ -241,7 +243,8 @@ class Worker:
             return []  # a store not set up yet holds no job
         # a job held by a run of this program waits for a person (m013_holds); one another program's run held (its
         # seals refused that program, say) is left to the others
-        return [r["job_id"] for r in db.rows(RUNNABLE_SQL) if r["held_by"] != code_sha256()]
+        mine = (engine_sha256(STORE_ENGINE_PARTS), code_sha256())  # a job sealed since the engine, or before
+        return [r["job_id"] for r in db.rows(RUNNABLE_SQL) if r["held_by"] not in mine]
 
     def run_one(self, reader: PgStore) -> bool:
         """Run the first runnable job this thread can claim; False when there is none."""

@@ -1600,7 +1600,7 @@ def _job_dependencies(state):
 
 
 def _job_code(state):
-    edit_json(os.path.join(state, "job.json"), lambda j: j.__setitem__("codeSha256", "0" * 64))
+    edit_json(os.path.join(state, "job.json"), lambda j: j.__setitem__("engineSha256", "0" * 64))
 
 
 def _job(key, value):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from conftest import BOTH, REPO, Workspace, admin_url, allowed_signers, as_role, copy_program, make_key
+from conftest import BOTH, REPO, Workspace, admin_url, allowed_signers, as_role, copy_program, in_the_engine, make_key
 
 SUMMARY = "Alpha revenue rose 12 percent in the quarter."
 
@@ -389,7 +389,7 @@ def test_a_receipt_you_kept_is_checked_against_the_job_or_alone_by_its_signature
 
 
 def test_a_job_sealed_by_another_program_is_verified_and_one_before_the_chain_says_so(ws, tmp_path):
-    other = copy_program(tmp_path, lambda text: text + "\n# another build of the program\n")
+    other = copy_program(tmp_path, lambda text: in_the_engine(text, "# another build of the program"))
     ws.run("start", "--manifest", ws.manifest, program=other).ok()
     ws.run("decide", "--decision", "hold", "--reviewer", "D", "--reason", "r", program=other).ok()
     seals = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["seals"]

@@ -25,6 +25,7 @@ from conftest import (
     canonical,
     copy_program,
     free_port,
+    in_the_engine,
     openai_workspace,
     sha256,
     wait_for,
@@ -260,7 +261,7 @@ def test_every_shape_rule_of_the_answer_is_enforced():
 def break_seal(ws: Workspace, seal: str, tmp_path) -> str | None:
     """Break one seal of a started job; return the program to run afterwards (None: this one)."""
     if seal == "program":
-        return copy_program(tmp_path, lambda text: text + "\n# one byte more\n")
+        return copy_program(tmp_path, lambda text: in_the_engine(text, "# one byte more"))
     if seal == "version":
         return copy_program(tmp_path, lambda text: text.replace('VERSION = "durable-job-graph/2"', 'VERSION = "durable-job-graph/3"'))
     if seal == "dependencies":
@@ -442,7 +443,9 @@ RECEIPT_FIELDS = {
     "threadId",
     "manifestPath",
     "manifestSha256",
-    "codeSha256",
+    "engineSha256",
+    "engineParts",
+    "release",
     "version",
     "dependencies",
     "resultsSha256",
@@ -461,8 +464,7 @@ def test_the_receipt_holds_exactly_the_contracts_fields(ws, tmp_path):
     started = ws.start().ok()
     ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()
     receipt = ws.receipt()
-    sealed = {"codeFiles"} if ws.store else set()  # a store job's receipt names the store's files it sealed
-    assert set(receipt) == RECEIPT_FIELDS | sealed and receipt.get("codeFiles") == ws.job().get("codeFiles")
+    assert set(receipt) == RECEIPT_FIELDS and receipt["engineParts"] == ws.job()["engineParts"]  # a store's: its parts too
     assert (
         receipt["statuses"] == {"alpha": "validated", "beta": "validated"}
         and receipt["resultsSha256"] == started["interrupt"][0]["resultsSha256"]
@@ -472,7 +474,7 @@ def test_the_receipt_holds_exactly_the_contracts_fields(ws, tmp_path):
     other.write_manifest(jobId="to-cancel")
     other.start().ok()
     other.run("cancel", "--reviewer", "r", "--reason", "not needed").ok()
-    assert set(other.receipt()) == RECEIPT_FIELDS | {"cancel"} | sealed and other.receipt()["outcome"] == "cancelled"
+    assert set(other.receipt()) == RECEIPT_FIELDS | {"cancel"} and other.receipt()["outcome"] == "cancelled"
 
 
 def test_verify_names_each_kind_of_rewritten_record(ws):

@@ -30,7 +30,7 @@ def held(tmp_path, store_url):
         w.write_manifest(jobId=job_id, reviewers=["bob"])
         w.run("submit", "--manifest", w.manifest).ok()
     program = json.loads(sql(admin_url(store_url), "SELECT record_json FROM durable_job.jobs WHERE job_id = 'held-job'")[0][0])[
-        "codeSha256"
+        "engineSha256"
     ]
     sql(
         as_role(store_url, "worker"),

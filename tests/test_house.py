@@ -115,6 +115,7 @@ RELEASED_MIGRATIONS = {
     "m020_outbox_stamped": "47e91e9a8c04c2d527df1a1e3a2c241ce984e1681401a435db59d7ec14d950ab",
     "m021_holds_links": "dabf12ccd58aa0588fe30e5c0a9e80413e527d6998ac98fc6234b5800724e9c1",
     "m022_passkey_origin": "8d60107e540b97c16f294e1e69bc2e63642c2febfbbb45f7fd75a652e0297975",
+    "m023_engine_seal": "0aa543c569c810fdb439350566e131124b150a11f94cc4274c690aecb2f3f4cf",
 }
 
 

@@ -155,18 +155,24 @@ def test_the_installed_command_starts_a_job_the_script_resumes(ws, installed):
     crashed = durable_job_command(installed, "start", "--manifest", ws.manifest, "--state-dir", ws.state, cwd=ws.root)
     assert crashed.code == 0, crashed.stderr
     assert ws.run("resume").ok()["interrupt"]
-    assert ws.job()["codeSha256"] == __import__("conftest").sha256(open(os.path.join(REPO, "durable_job.py"), "rb").read())
+    assert ws.job()["engineSha256"] == __import__("conftest").engine_digest()
 
 
 def test_an_installed_copy_with_other_bytes_is_refused_as_a_changed_program(ws, installed, tmp_path):
     ws.start().ok()
     changed = tmp_path / "changed"
     shutil.copytree(installed, changed)
-    with open(changed / "durable_job.py", "a") as fh:
-        fh.write("\n# an edit\n")
+    from conftest import in_the_engine, past_the_engine
+
+    text = (changed / "durable_job.py").read_text(encoding="utf-8")
+    (changed / "durable_job.py").write_text(past_the_engine(text, "# an edit of the help"), encoding="utf-8")
+    shutil.rmtree(changed / "__pycache__", ignore_errors=True)
+    again = durable_job_command(str(changed), "resume", "--state-dir", ws.state, cwd=ws.root)
+    assert again.code == 0, again.stderr  # outside the engine: the job goes on
+    (changed / "durable_job.py").write_text(in_the_engine(text, "# an edit of the engine"), encoding="utf-8")
     shutil.rmtree(changed / "__pycache__", ignore_errors=True)
     held = durable_job_command(str(changed), "resume", "--state-dir", ws.state, cwd=ws.root)
-    held.held("Executable bytes changed")
+    held.held("Engine changed", "install durable-job==")
 
 
 def test_the_installed_commands_help_names_it_as_typed(installed, tmp_path):
@@ -182,24 +188,26 @@ def test_version_names_the_release_the_sealed_bytes_and_the_dependencies(install
     import durable_job as dj
     from conftest import sha256
 
+    from conftest import engine_digest
+
     printed = durable_job_command(installed, "--version", cwd=str(tmp_path))
     assert printed.code == 0, printed.stderr
     with open(os.path.join(installed, "durable_job.py"), "rb") as fh:
         digest = sha256(fh.read())
     lines = printed.stdout.splitlines()
-    assert lines[0] == f"durable-job {dj.__version__}" and f"program sha256 {digest}" in lines[1]
-    assert f"graph version {dj.VERSION}" in lines
+    assert lines[0] == f"durable-job {dj.__version__}"
+    # the engine a new job seals, a state directory's and a store's, each with the command that recomputes it here
+    engine, store = (next(line for line in lines if line.startswith(head)) for head in ("engine sha256 ", "store engine sha256 "))
+    assert engine.split()[2].rstrip(":") == engine_digest() and store.split()[3].rstrip(":") == engine_digest(store=True)
+    for line in (engine, store):
+        command = line.rsplit("; `", 1)[1].rstrip("`)")
+        recomputed = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout.split()[0]
+        assert recomputed == line.split(" sha256 ", 1)[1].split(":")[0], (command, recomputed)
+    assert f"whole file sha256 {digest}" in printed.stdout and f"graph version {dj.VERSION}" in lines
     dependencies = next(line for line in lines if line.startswith("dependencies (sealed into every job): "))
     for name in dj.DEPENDENCIES:
         assert f"{name} {metadata.version(name)}" in dependencies
-    # what a store job seals besides: each file of the store extension and its migrations, each by its sha256, and
-    # nothing of the web app
-    sealed = {line.split()[0]: line.split()[2] for line in lines if line.startswith("  ")}
-    assert sorted(sealed) == sorted(team_store.STORE_CODE_FILES) and "durable_job_team/workers.py" in sealed
-    for name, sha in sealed.items():
-        with open(os.path.join(installed, *name.split("/")), "rb") as fh:
-            assert sha == sha256(fh.read()), name
-    assert "web.py" not in printed.stdout and "templates" not in printed.stdout and "static" not in printed.stdout
+    assert "web.py" not in printed.stdout and "workers.py" not in printed.stdout and "templates" not in printed.stdout
 
 
 @pytest.mark.parametrize(

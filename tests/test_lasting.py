@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ALPHA, BETA, PROGRAM, Workspace, as_role, copy_program, new_store, paste
+from conftest import ALPHA, BETA, PROGRAM, Workspace, as_role, copy_program, in_the_engine, new_store, paste
 
 # --- helpers --------------------------------------------------------------------------------------------------
 
@@ -382,7 +382,7 @@ def test_on_a_terminal_a_page_holds_50_jobs_and_piped_every_job(tmp_path):
 def test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish(tmp_path):
     """An upgrade strands the jobs the program before it sealed: `jobs` says which, and lists them alone."""
     os.makedirs(tmp_path / "old")
-    old = copy_program(tmp_path / "old", lambda text: text + "\n# the release before\n")
+    old = copy_program(tmp_path / "old", lambda text: in_the_engine(text, "# the release before"))
     before, now = Workspace(tmp_path / "before"), Workspace(tmp_path / "now")
     before.write_manifest(jobId="from-before")
     now.write_manifest(jobId="from-now")
@@ -392,7 +392,7 @@ def test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish(tmp_path):
     assert listed == {"from-before": False, "from-now": True}
     stranded = now.run("jobs", "--root", str(tmp_path), "--sealed-by-other", state=False).ok()["jobs"]
     assert [r["jobId"] for r in stranded] == ["from-before"]
-    assert stranded[0]["sealedBy"]["codeSha256"] == before.run("inspect", program=old).ok()["job"]["codeSha256"]  # finish it with that
+    assert stranded[0]["sealedBy"]["engineSha256"] == before.run("inspect", program=old).ok()["job"]["engineSha256"]  # finish it with that
     theirs = before.run("jobs", "--root", str(tmp_path), "--sealed-by-other", state=False, program=old).ok()["jobs"]
     assert [r["jobId"] for r in theirs] == ["from-now"]  # the old program, before it is retired, sees the reverse
 

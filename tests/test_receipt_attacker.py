@@ -29,7 +29,20 @@ from conftest import (
     sql,
 )
 
-FACTS = ("owner", "threadId", "manifestPath", "manifestSha256", "codeSha256", "version", "dependencies", "statuses", "endpoints", "tokens")
+FACTS = (
+    "owner",
+    "threadId",
+    "manifestPath",
+    "manifestSha256",
+    "engineSha256",
+    "engineParts",
+    "release",
+    "version",
+    "dependencies",
+    "statuses",
+    "endpoints",
+    "tokens",
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +80,7 @@ def edited_value(value):
     return "0" * 64 if isinstance(value, str) and len(value) == 64 else "mallory"
 
 
-@pytest.mark.parametrize("field", ["manifestSha256", "endpoints", "owner", "statuses", "codeSha256", "tokens", "threadId"])
+@pytest.mark.parametrize("field", ["manifestSha256", "endpoints", "owner", "statuses", "engineSha256", "tokens", "threadId"])
 def test_bobs_receipt_edited_in_any_field_of_its_job_fails_naming_it(bobs, tmp_path, field):
     """The fields the receipt used to leave uncovered (a warning only, even under --strict) are in bob's signed record:
     an edit of the receipt's copy fails as the receipt changed after it was signed, with or without --strict; an edit
@@ -109,13 +122,13 @@ def test_a_new_receipt_leaves_only_what_is_written_after_the_act_and_strict_hold
 def old_format(bobs) -> dict:
     """Bob's receipt as the program wrote it before the job's facts were signed: his record (re-signed by his key, as
     he signed it then) holds the person's words and the results' hash; the record beside it repeats the review's bundle
-    (manifestSha256, codeSha256, version, statuses) unsigned."""
+    (manifestSha256, engineSha256, version, statuses) unsigned."""
     receipt = bobs["receipt"]
     final = receipt["final"]
     words = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "resultsSha256", "principal")
     record = {k: final[k] for k in words}
     signature = dj.sign_act(bobs["key"], "decision", receipt["jobId"], record, final["signature"]["chainHead"])
-    bundle = {k: final[k] for k in ("jobId", "manifestSha256", "codeSha256", "version", "resultsSha256", "statuses")}
+    bundle = {k: final[k] for k in ("jobId", "manifestSha256", "engineSha256", "version", "resultsSha256", "statuses")}
     return {**receipt, "final": {**bundle, **record, "signature": signature}}
 
 
@@ -130,7 +143,7 @@ def test_a_receipt_signed_before_still_verifies_and_strict_fails_only_what_its_r
     for edit, phrase in (
         ({"manifestSha256": "0" * 64}, "manifestSha256 is"),
         ({"statuses": {"alpha": "failed"}}, "statuses is"),
-        ({"codeSha256": "0" * 64}, "codeSha256 is"),
+        ({"engineSha256": "0" * 64}, "engineSha256 is"),
     ):
         edited = {**receipt, **edit}
         assert verify_alone(tmp_path, edited, signers).ok()["ok"]  # the old rules: a warning without --strict

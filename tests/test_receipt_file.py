@@ -64,7 +64,7 @@ def test_a_receipt_alone_says_which_decision_it_verified_and_which_fields_no_sig
     assert tied["ok"] and tied["detail"].startswith("outcome, jobId, decision, reviewer, principal, reason, decidedAtUtc, bound")
     # the job's facts are in the signed record (tests/test_receipt_attacker.py edits each); what the receipt adds after the
     # act is named, in the document and in the check, and is a warning, not a verified field
-    for field in ("owner", "manifestSha256", "codeSha256", "statuses", "endpoints"):
+    for field in ("owner", "manifestSha256", "engineSha256", "statuses", "endpoints"):
         assert field not in out["unsigned"] and field in final["signature"]["fields"] and f", {field}" in tied["detail"], field
     assert out["unsigned"] == NEW_RECEIPT_UNSIGNED
     uncovered = checks(out)["not covered"]

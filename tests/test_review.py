@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, as_role, clean_env, openai_workspace, paste, program_sha256, sha256
+from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, as_role, clean_env, openai_workspace, paste, engine_digest, sha256
 
 REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
 REVISED_CITATIONS = [
@@ -514,7 +514,7 @@ def test_receipt_binds_everything_a_later_reader_needs(ws):
     job = ws.job()
     assert receipt["outcome"] == "decided" and receipt["jobId"] == "journey"
     assert receipt["manifestSha256"] == job["manifestSha256"] == started["interrupt"][0]["manifestSha256"]
-    assert receipt["codeSha256"] == program_sha256() and receipt["version"] == dj.VERSION
+    assert receipt["engineSha256"] == engine_digest() and receipt["release"] == dj.__version__ and receipt["version"] == dj.VERSION
     assert receipt["dependencies"] == job["dependencies"] and set(receipt["dependencies"]) == set(dj.DEPENDENCIES)
     assert receipt["resultsSha256"] == h2 and receipt["draftVersion"] == 2
     assert receipt["statuses"] == {"alpha": "validated", "beta": "validated"}

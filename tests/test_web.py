@@ -22,6 +22,7 @@ from conftest import (
     as_role,
     clean_env,
     copy_program,
+    in_the_engine,
     kill_group,
     new_store,
     openai_workspace,
@@ -319,16 +320,16 @@ def test_a_job_sealed_by_another_program_is_shown_read_only(tmp_path, serving):
     ws = Workspace(tmp_path)
     ws.write_manifest()
     os.makedirs(tmp_path / "other")
-    other = copy_program(tmp_path / "other", lambda text: text + "\n# another release\n")
+    other = copy_program(tmp_path / "other", lambda text: in_the_engine(text, "# another release"))
     ws.run("start", "--manifest", ws.manifest, program=other).ok()
     s = serving(tmp_path, "--root", str(tmp_path))
     browser = s.client()
     browser.get("/?" + s.address.split("?", 1)[1])
     page = browser.get("/jobs/journey").text
-    assert "Read-only here: Executable bytes changed" in page and "/decision" not in page
+    assert "Read-only here: Engine changed" in page and "/decision" not in page
     digest = shown_results(page)
     post_form(browser, "/jobs/journey/decision", decision="accept", reviewer="x", reason="y", resultsSha256=digest)
-    assert "Refused: Executable bytes changed" in browser.get("/jobs/journey").text
+    assert "Refused: Engine changed" in browser.get("/jobs/journey").text
     assert ws.run("status", program=other).ok()["phase"] == "awaiting-review"
 
 

@@ -1,31 +1,22 @@
 """One-file core, real extensions: the web app lives in durable_job_team/, outside what a job seals.
 
-Every job seals the sha256 of durable_job.py, and a store job also each file of the store extension and its
-migrations (durable_job_team/store.py, workers.py, migrations/*.sql). The web app of `serve` (durable_job_team/web.py,
-its templates and static files) sits beside them, sealed by none: a CSS tweak, a template's wording or a route's code
-changes no seal, so every job in flight stays resumable and decidable; an edit of sealed code is still refused.
+Every job seals its engine (durable_job.py through its engine mark; a store job's also store.py through its mark and
+the migrations). The web app of `serve` (durable_job_team/web.py, its templates and static files) sits outside it: a
+CSS tweak, a template's wording or a route's code changes no seal, so every job in flight stays resumable and
+decidable; an edit of the engine is still refused.
 """
 
 import ast
 import os
 import re
-import shutil
 
 from test_web import Serve
 
-from conftest import BOTH, PROGRAM, REPO, Workspace, sha256
+from conftest import BOTH, PROGRAM, REPO, Workspace, copy_house, engine_digest, in_the_engine
 from durable_job_team import store as team_store
 
 TEAM = os.path.join(REPO, "durable_job_team")
 WEB = os.path.join(TEAM, "web.py")
-
-
-def copy_house(root) -> str:
-    """A copy of the program and its extensions (durable_job.py and durable_job_team/), as a release is laid out; its durable_job.py."""
-    os.makedirs(root, exist_ok=True)
-    shutil.copy(PROGRAM, os.path.join(str(root), "durable_job.py"))
-    shutil.copytree(TEAM, os.path.join(str(root), "durable_job_team"), ignore=shutil.ignore_patterns("__pycache__"))
-    return os.path.join(str(root), "durable_job.py")
 
 
 def edit(path: str, old: str, new: str) -> None:
@@ -50,37 +41,44 @@ def test_editing_the_web_app_strands_no_job_and_editing_the_core_still_holds(ws,
     program = copy_house(tmp_path / "release")
     started = ws.run("start", "--manifest", ws.manifest, program=program).ok()
     assert started["interrupt"], started
-    sealed = ws.job()["codeSha256"]
-    assert sealed == sha256(open(program, "rb").read())
+    sealed = ws.job()["engineSha256"]
+    assert sealed == engine_digest(store=bool(ws.store))
 
     restyle_web_app(program)
-    assert sha256(open(program, "rb").read()) == sealed  # nothing sealed changed
     assert ws.run("status", program=program).ok()["phase"] == "awaiting-review"
 
-    # the core edited: refused as ever, and the job is left as it was
+    # the core's engine edited: refused as ever, and the job is left as it was
     core = copy_house(tmp_path / "core-edited")
-    with open(core, "a", encoding="utf-8") as fh:
-        fh.write("\n# a core edit\n")
-    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=core).held("Executable bytes changed")
+    with open(core, encoding="utf-8") as fh:
+        text = fh.read()
+    with open(core, "w", encoding="utf-8") as fh:
+        fh.write(in_the_engine(text, "# a core edit"))
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=core).held("Engine changed", "release 1.3.0")
 
-    # the store extension edited (its code, or a migration it applied): a store job sealed each file and is refused,
-    # naming the file; a state directory's job never runs that code, sealed none of it, and goes on
-    sealed_files = ws.job().get("codeFiles")
-    assert sorted(sealed_files or ()) == (sorted(team_store.STORE_CODE_FILES) if ws.store else [])
-    for name, line in (("store.py", "# a store edit"), ("migrations/m011_hostile_roles.sql", "-- a migration edit")):
+    # the store's engine edited (its code above the mark, or a migration it applied): a store job sealed them and is
+    # refused; a state directory's job never runs that code, sealed none of it, and goes on
+    parts = ws.job()["engineParts"]
+    assert parts == (list(team_store.STORE_ENGINE_PARTS) if ws.store else ["durable_job.py"])
+    for name, old, new in (
+        ("store.py", "\nclass PgLock:", "\n# a store edit\nclass PgLock:"),
+        ("migrations/m011_hostile_roles.sql", "\n", "\n-- a migration edit\n"),
+    ):
         edited = copy_house(tmp_path / f"edited-{name.replace('/', '-')}")
-        with open(os.path.join(os.path.dirname(edited), "durable_job_team", *name.split("/")), "a", encoding="utf-8") as fh:
-            fh.write(f"\n{line}\n")
+        path = os.path.join(os.path.dirname(edited), "durable_job_team", *name.split("/"))
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text.replace(old, new, 1))
         again = ws.run("resume", program=edited)
         if ws.store:
-            again.held(f"Executable bytes changed: durable_job_team/{name} now has sha256")
+            again.held("Engine changed", f"install durable-job=={ws.job()['release']}")
         else:
             assert again.ok()["interrupt"], again
 
     decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "restyled release decides", program=program).ok()
     assert decided["final"]["decision"] == "accept"
     assert ws.run("verify", program=program).code == 0
-    assert ws.job()["codeSha256"] == sealed
+    assert ws.job()["engineSha256"] == sealed
 
 
 def test_a_restyled_web_app_serves_and_decides_a_job_the_unchanged_core_sealed(tmp_path):

@@ -1,0 +1,145 @@
+"""The engine and its seal (issue 46): a job seals the digest of its engine alone, so a release that changes only
+what stands outside it (a help text, a renderer, the review page's CSS, a verify message, a listing's column, the
+price table, the release number, the workers) strands no job, and an edit of the engine is refused naming the
+release that sealed the job.
+
+Each release here is a real copy of the program laid out as a release is (durable_job.py beside durable_job_team/),
+run as its own process on a state directory and on a real PostgreSQL store.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+import durable_job as dj
+from conftest import BOTH, ENGINE_MARK, PROGRAM, copy_house, engine_digest
+
+
+def release(root, edits: dict) -> str:
+    """A copy of the program with `edits` applied ({path from the release's top: [(old, new), ...]}); its durable_job.py."""
+    program = copy_house(root)
+    top = os.path.dirname(program)
+    for name, pairs in edits.items():
+        path = os.path.join(top, *name.split("/"))
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        for old, new in pairs:
+            assert text.count(old) == 1, (name, old)
+            text = text.replace(old, new)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return program
+
+
+def line_of(path: str, text: str) -> int:
+    """The line number a unique text starts on."""
+    with open(path, encoding="utf-8") as fh:
+        source = fh.read()
+    assert source.count(text) == 1, text
+    return source[: source.index(text)].count("\n") + 1
+
+
+def mark_line(path: str) -> int:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read().splitlines().index(ENGINE_MARK) + 1
+
+
+# A release that changes nothing a job does: each edit stands below the engine's mark (checked as the test runs).
+OUTSIDE = {
+    "durable_job.py": [
+        ('help="the job\'s state directory (one job per directory)"', 'help="the state directory that holds the job"'),  # a help text
+        ('"CREATED (UTC)"', '"CREATED AT (UTC)"'),  # a text renderer's column
+        ("PAGE_CSS = (", 'PAGE_CSS = (\n    "h1{letter-spacing:.01em}"'),  # the review page's CSS (serve's pages reuse it)
+        ('f"{verified[-1]}, signed and verified"', 'f"{verified[-1]}, signed, and the signature verified"'),  # a verify message
+        ("PRICE_MAX = 1_000_000", "PRICE_MAX = 2_000_000"),  # the price table's bound
+        (f'__version__ = "{dj.__version__}"', '__version__ = "9.9.9"'),  # the release itself
+    ],
+    "durable_job_team/store.py": [("  session_user AS me, array_to_json", "  session_user AS me,  array_to_json")],  # a listing's SQL
+    "durable_job_team/workers.py": [("from __future__ import annotations\n", "from __future__ import annotations\n\n# a worker's edit\n")],
+}
+
+# Edits of the engine, each alone: the prompt, a validation rule, the journal's write (and, a store's, a migration).
+INSIDE = {
+    "the prompt": {"durable_job.py": [("and propose a short structured summary. ", "and propose a brief structured summary. ")]},
+    "a validation rule": {"durable_job.py": [("else len(stripped) >= 12  # a short source", "else len(stripped) >= 11  # a short source")]},
+    "the journal's write": {"durable_job.py": [('"INSERT INTO {outcomes} ({job_col}kind,', '"INSERT INTO {outcomes}  ({job_col}kind,')]},
+}
+A_MIGRATION = {"durable_job_team/migrations/m011_hostile_roles.sql": [("-- m011_hostile_roles: ", "-- m011_hostile_roles (edited): ")]}
+
+
+def test_every_edit_of_the_releases_here_stands_where_it_says():
+    """OUTSIDE's edits are below each file's mark (or in a file outside the engine); INSIDE's above it."""
+    for name, pairs in OUTSIDE.items():
+        path = os.path.join(os.path.dirname(PROGRAM), *name.split("/"))
+        for old, _ in pairs:
+            assert name.endswith("workers.py") or line_of(path, old) > mark_line(path), (name, old)
+    for edits in INSIDE.values():
+        for old, _ in edits["durable_job.py"]:
+            assert line_of(PROGRAM, old) < mark_line(PROGRAM), old
+
+
+def state(ws) -> dict:
+    """Where the job stands, as status says it, without what a refused run changes (its hold and next)."""
+    out = ws.run("status").ok()
+    return {k: v for k, v in out.items() if k not in ("hold", "next", "sealBroken")}
+
+
+@BOTH
+def test_a_release_outside_the_engine_resumes_lists_decides_and_verifies_a_job_the_one_before_sealed(ws, tmp_path):
+    before = release(tmp_path / "before", {})
+    started = ws.run("start", "--manifest", ws.manifest, program=before).ok()
+    assert started["interrupt"], started
+    job = ws.job()
+    assert job["engineSha256"] == engine_digest(store=bool(ws.store)) and job["release"] == dj.__version__
+    assert "codeSha256" not in job and "codeFiles" not in job
+
+    # an engine edit, each alone, is refused naming the engine and the release that sealed the job, and moves nothing
+    standing = state(ws)
+    for what, edits in {**INSIDE, **({"a migration": A_MIGRATION} if ws.store else {})}.items():
+        edited = release(tmp_path / what.replace(" ", "-").replace("'", ""), edits)
+        refused = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=edited)
+        refused.held(
+            "Engine changed", f"sealed by engine {job['engineSha256']} (release {dj.__version__})", f"install durable-job=={dj.__version__}"
+        )
+        assert ws.run("resume", program=edited).code == 2, what
+        assert state(ws) == standing, what
+
+    # a release outside the engine: the job goes on with it, from every command
+    after = release(tmp_path / "after", OUTSIDE)
+    status = ws.run("status", program=after).ok()
+    assert status["phase"] == "awaiting-review" and not status.get("sealBroken"), status
+    assert ws.run("resume", program=after).ok()["interrupt"]
+    listing = ["--store", ws.store] if ws.store else ["--root", ws.root]
+    listed = ws.run("jobs", *listing, program=after, state=False).ok()["jobs"]
+    assert [(j["jobId"], j["actsHere"]) for j in listed] == [(job["jobId"], True)]
+    assert "CREATED AT (UTC)" in ws.run("jobs", *listing, "--format", "text", program=after, state=False).stdout
+    decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "the new release decides", program=after).ok()
+    assert decided["final"]["decision"] == "accept"
+    assert ws.run("verify", program=after).code == 0 and ws.run("verify").code == 0
+    receipt = ws.receipt()
+    assert (receipt["engineSha256"], receipt["release"]) == (job["engineSha256"], dj.__version__)  # the sealing release's
+
+
+def test_version_prints_the_engine_and_the_command_that_recomputes_it(tmp_path):
+    lines = subprocess.run(["python3", PROGRAM, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()
+    engine = next(line for line in lines if line.startswith("engine sha256 "))
+    assert engine.split()[2] == engine_digest() + ":" and f"lines 1-{mark_line(PROGRAM)}," in engine
+    command = engine.rsplit("; `", 1)[1].rstrip("`)")
+    assert subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout.split()[0] == engine_digest()
+
+
+@pytest.mark.parametrize("ws", ["store"], indirect=True)
+def test_jobs_lists_which_jobs_need_which_engine_and_status_says_how_to_go_on(ws, tmp_path):
+    other = release(tmp_path / "other", INSIDE["the prompt"])
+    ws.run("start", "--manifest", ws.manifest, program=other).ok()
+    sealed = ws.job()["engineSha256"]
+    assert sealed != engine_digest(store=True)
+    listed = ws.run("jobs", "--store", ws.store, "--sealed-by-other", state=False).ok()["jobs"]
+    assert [(j["jobId"], j["sealedBy"]["engineSha256"], j["sealedBy"]["release"]) for j in listed] == [
+        (ws.job_id(), sealed, dj.__version__)
+    ]
+    status = ws.run("status").ok()
+    assert status["sealBroken"].startswith(f"Engine changed: job {ws.job_id()} was sealed by engine {sealed}")
+    assert status["next"].startswith(f"continue it with durable-job=={dj.__version__} (`jobs --sealed-by-other` lists such jobs)")
+    assert "--state-dir" not in status["next"]
