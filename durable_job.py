@@ -32,8 +32,12 @@ The live review web app (`serve`) is not here: it is durable_job_team/web.py, wi
 files, beside this file. It acts through the command API of section 16 like any other caller, and serve
 imports it only when it runs, so changing the web app changes nothing a job seals.
 
-Its own sha256 is sealed into every job, so a job is only ever continued by
-exactly the program that started it.
+Sections 1-12 are the engine: the code that decides what a job sends and accepts. They end at the line
+"# ---- the engine ends here", and their sha256 (with, for a store job, the engine part of
+durable_job_team/store.py and its migrations) is sealed into every job, so a job is only ever continued by
+exactly the engine that started it; a release that changes only what lies below the mark (help, renderers,
+the CLI, messages printed there, the web app) strands no job. `durable-job --version` prints the engine's
+sha256 and the shell command that recomputes it.
 """
 
 from __future__ import annotations
@@ -403,7 +407,7 @@ def program_seal(job: Job | dict) -> str:
 def program_fields(job: Job | dict, keys: tuple = PROGRAM_KEYS) -> dict:
     """The job record's keys among `keys` that name its program, those it has (a job sealed before the engine has
     codeSha256 and perhaps codeFiles; one sealed since, engineSha256, engineParts and release)."""
-    return {k: job[k] for k in keys if k in job}
+    return {k: v for k, v in job.items() if k in keys}
 
 
 @functools.cache

@@ -831,8 +831,8 @@ def test_seals_are_checked_in_the_contract_order(ws, tmp_path):
     with open(ws.manifest, "ab") as fh:
         fh.write(b"\n")
     ws.run("resume").held("Manifest bytes changed")  # the manifest before the sources
-    other = copy_program(tmp_path, lambda t: t + "\n")
-    ws.run("resume", program=other).held("Executable bytes changed")  # the program before the manifest
+    other = copy_program(tmp_path, lambda t: in_the_engine(t, "# one line more"))
+    ws.run("resume", program=other).held("Engine changed")  # the program before the manifest
 
 
 def test_fake_adapter_caps_the_summary_and_long_quotes_are_refused():

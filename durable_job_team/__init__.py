@@ -8,7 +8,8 @@ durable_job.py alone:
 - workers: `submit` and `work`, the store's queue;
 - web: `durable-job serve`, the live review web app (its Python here; templates/ and static/ beside it).
 
-What a job seals is exactly the code that runs it: durable_job.py's sha256, and for a store job each of store.py,
-workers.py and the migrations (durable_job.new_job's codeFiles). The web app acts only through the core's command
-API and is sealed into no job, so changing it strands none in flight.
+What a job seals is the engine, the code that decides what it sends and accepts: durable_job.py through its line
+"# ---- the engine ends here", and for a store job store.py through its own such line and the migrations, in name
+order (durable_job.new_job's engineSha256 and engineParts). workers.py, the rest of store.py and the web app act
+only through the core's command API and are sealed into no job, so changing them strands none in flight.
 """

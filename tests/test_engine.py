@@ -113,7 +113,7 @@ def test_a_release_outside_the_engine_resumes_lists_decides_and_verifies_a_job_t
     listing = ["--store", ws.store] if ws.store else ["--root", ws.root]
     listed = ws.run("jobs", *listing, program=after, state=False).ok()["jobs"]
     assert [(j["jobId"], j["actsHere"]) for j in listed] == [(job["jobId"], True)]
-    assert "CREATED AT (UTC)" in ws.run("jobs", *listing, "--format", "text", program=after, state=False).stdout
+    assert "CREATED AT (UTC)" in ws.run("jobs", *listing, "--text", program=after, state=False).stdout
     decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "the new release decides", program=after).ok()
     assert decided["final"]["decision"] == "accept"
     assert ws.run("verify", program=after).code == 0 and ws.run("verify").code == 0

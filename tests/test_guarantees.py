@@ -280,7 +280,7 @@ def break_seal(ws: Workspace, seal: str, tmp_path) -> str | None:
 
 
 SEAL_PHRASES = {
-    "program": "Executable bytes changed",
+    "program": "Engine changed",
     "version": "Checkpoint graph version changed",
     "dependencies": "Dependency versions changed: openai",
     "manifest": "Manifest bytes changed",

@@ -231,7 +231,7 @@ def test_the_core_alone_runs_a_state_directory_job_without_the_teams_parts(tmp_p
     assert decided.ok()["final"]["decision"] == "accept"
     assert run("verify", "--state-dir", ws.state).code == 0
     version = run("--version")
-    assert version.code == 0 and "program sha256" in version.stdout and "durable_job_team" not in version.stdout
+    assert version.code == 0 and "engine sha256" in version.stdout and "durable_job_team" not in version.stdout
     refused = run("status", "--store", "postgresql://alice@localhost/jobs", "--job", "x")
     assert refused.code == 2 and "needs durable_job_team/store.py, which is not beside this durable_job.py" in refused.stderr
 

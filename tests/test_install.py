@@ -14,7 +14,6 @@ import sys
 import pytest
 
 from conftest import REPO, Result, clean_env, kill_group, wait_for
-from durable_job_team import store as team_store
 
 PROJECT_FILES = ("durable_job.py", "pyproject.toml", "README.md", "requirements.txt")
 PROJECT_FOLDERS = ("durable_job_team",)  # the team's extensions: a package with its templates and static files
@@ -186,9 +185,7 @@ def test_version_names_the_release_the_sealed_bytes_and_the_dependencies(install
     from importlib import metadata
 
     import durable_job as dj
-    from conftest import sha256
-
-    from conftest import engine_digest
+    from conftest import engine_digest, sha256
 
     printed = durable_job_command(installed, "--version", cwd=str(tmp_path))
     assert printed.code == 0, printed.stderr

@@ -19,7 +19,7 @@ import zlib
 import pytest
 
 import durable_job as dj
-from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, as_role, clean_env, openai_workspace, paste, engine_digest, sha256
+from conftest import ALPHA, BETA, BOTH, GAMMA, PROGRAM, Workspace, as_role, clean_env, engine_digest, openai_workspace, paste, sha256
 
 REVISED_SUMMARY = "Alpha needs the owner's review before any decision is taken.\n"
 REVISED_CITATIONS = [
