@@ -12,6 +12,7 @@ G = "tests/test_guarantees.py"
 M011 = "durable_job_team/migrations/m011_hostile_roles.sql"  # a migration mutated: what a buggy release would have shipped
 STORE_PY = "durable_job_team/store.py"  # the store extension
 WORKERS_PY = "durable_job_team/workers.py"  # the workers' extension
+ENGINE = "tests/test_engine.py"  # the engine and its seal
 
 
 @dataclass
@@ -238,10 +239,24 @@ MUTANTS = [
     # --- seals ------------------------------------------------------------------------------------------------
     Mutant(
         "program-seal-skipped",
-        "seals: the program's bytes",
+        "seals: the engine that sealed the job",
+        '        if now != job["engineSha256"]:',
+        '        if now != job["engineSha256"] and False:',
+        [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides", ENGINE],
+    ),
+    Mutant(
+        "engine-covers-the-whole-file",
+        "seals: the engine ends at its mark (a release below it strands no job)",
+        "        data = data[: mark + len(ENGINE_MARK) + 2] if mark >= 0 else data",
+        "        data = data",
+        [ENGINE],
+    ),
+    Mutant(
+        "code-seal-of-a-job-sealed-before-skipped",
+        "seals: a job sealed before the engine, by the whole program's bytes",
         '    if job.get("codeSha256") != code_sha256():',
         '    if job.get("codeSha256") != code_sha256() and False:',
-        [f"{G}::test_every_seal_is_checked_before_a_command_runs_reconciles_or_decides"],
+        ["tests/test_upgrade.py"],
     ),
     Mutant(
         "manifest-seal-skipped",

@@ -7,13 +7,14 @@ Each release here is a real copy of the program laid out as a release is (durabl
 run as its own process on a state directory and on a real PostgreSQL store.
 """
 
+import ast
 import os
 import subprocess
 
 import pytest
 
 import durable_job as dj
-from conftest import BOTH, ENGINE_MARK, PROGRAM, copy_house, engine_digest
+from conftest import BOTH, ENGINE_MARK, PROGRAM, STORE_PY, copy_house, engine_digest, through_mark
 
 
 def release(root, edits: dict) -> str:
@@ -77,6 +78,44 @@ def test_every_edit_of_the_releases_here_stands_where_it_says():
     for edits in INSIDE.values():
         for old, _ in edits["durable_job.py"]:
             assert line_of(PROGRAM, old) < mark_line(PROGRAM), old
+
+
+def defined_names(body: list) -> set:
+    """The top-level names a module's statements define (functions, classes, assignments, imports; inside an if or try too)."""
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            names |= defined_names(node.body + node.orelse + [n for h in getattr(node, "handlers", []) for n in h.body])
+    return names
+
+
+def test_the_engine_uses_nothing_outside_itself():
+    """The engine is closed: durable_job.py's mark ends a section (and the house test proves no section uses a name
+    from below it), and store.py's engine takes from durable_job only names the core's engine defines, and imports no
+    other module of the team's package (the workers, the web app, the notifications and traces are outside)."""
+    with open(PROGRAM, encoding="utf-8") as fh:
+        core = fh.read()
+    below = core.split("\n" + ENGINE_MARK + "\n", 1)[1]
+    assert below.lstrip("\n").startswith("#" * 79 + "\n# 13. "), "the mark stands just above a section's banner"
+    engine = through_mark(PROGRAM).decode()
+    store_engine = through_mark(STORE_PY).decode()
+    taken = set()
+    for node in ast.walk(ast.parse(store_engine)):
+        if isinstance(node, ast.ImportFrom):
+            assert node.module == "durable_job" or not (node.module or "").startswith("durable_job"), node.module
+            if node.module == "durable_job":
+                taken |= {a.name for a in node.names}
+        if isinstance(node, ast.Import):
+            assert not any(a.name.startswith("durable_job") for a in node.names), ast.unparse(node)
+    defined = defined_names(ast.parse(engine).body)
+    assert taken and taken <= defined, sorted(taken - defined)
 
 
 def state(ws) -> dict:
