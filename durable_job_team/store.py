@@ -857,8 +857,13 @@ class PgStore(Store):
     def failure(self, exc) -> StateError:
         if "permission denied for schema durable_job" in str(exc):  # a role that may connect but holds no grant
             return self.ungranted()
+        sqlstate = getattr(
+            exc, "sqlstate", None
+        )  # none: the client saw the connection end; 08…: a connection error; 57P…: the server stopping
+        lost = isinstance(exc, need_psycopg().OperationalError) and (sqlstate is None or sqlstate.startswith(("08", "57P")))
+        what = "cannot be reached: its connection was lost" if lost else "failed"
         return StateError(
-            f"The store {self.public} failed ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); a lost connection "
+            f"The store {self.public} {what} ({clip(redact(' '.join(str(exc).split()), self.secrets), 240)}); a lost connection "
             f"loses the job's lock and is never reopened: nothing is retried: run `{self.suggest('status')}`, "
             f"then `{self.suggest('resume')}` once the store is reachable"
         )

@@ -184,7 +184,7 @@ def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_serve
         driver.find_element("id", "role").send_keys("bob")
         driver.find_element("id", "password").send_keys(password_of("bob"))
         driver.find_element("css selector", "form[action='/login'] button[type=submit]").click()
-        wait_for(lambda: driver.current_url.endswith("/jobs/journey"), timeout=20)
+        wait_for(lambda: driver.current_url == f"{base}/jobs/journey", timeout=20)  # not the login page, whose next= ends so too
         page = other_page(attacker_pages(f"{base}/jobs/journey/decision", shown_results(driver.page_source), token))
         for path in ("/form", "/quiet"):
             driver.get(page + path)
