@@ -1069,6 +1069,7 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         rp_id=rp_id,
         passkeys=passkeys,
         passkey_note=passkey_note,
+        address=f"{request.url.scheme}://{request.url.netloc}{here}",  # the job's page, for another device (no --root token)
         kept=kept or {},
         results_hash=markupsafe.Markup(durable_job.long_id(view["out"]["resultsSha256"])),
         **view["page"],
