@@ -8,7 +8,7 @@ import json
 import sys
 
 import test_web
-from test_web import phone, store_counts
+from test_web import phone, store_counts, text_of
 
 from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, password_of, wait_for
 
@@ -278,12 +278,17 @@ def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision
 
         driver.get(f"{base}/jobs/journey")
         wait.until(lambda d: d.find_elements("css selector", "button.reject"))
+        driver.find_element("id", "passkey-register").click()  # registering waits no longer than signing
+        said = WebDriverWait(driver, 10, poll_frequency=0.1).until(
+            lambda d: "answered" in text_of(d, "passkey-said") and text_of(d, "passkey-said")
+        )
+        assert said.startswith("No passkey answered on this device: nothing was registered"), said
         driver.find_element("id", "reason").send_keys("Item beta is wrong.")
         asked = time.monotonic()
         driver.find_element("css selector", "button.reject").click()
         said = WebDriverWait(driver, 10, poll_frequency=0.1).until(stuck_panel)
         waited = time.monotonic() - asked
-        assert 1.5 <= waited < 6, waited  # serve's deadline of 2 s, not the browser's own minute (or forever)
+        assert 1.5 <= waited < 6, (waited, said)  # serve's deadline of 2 s, not the browser's own minute (or forever)
         assert "No passkey answered on this device" in said and "waited 2 seconds" in said and "Nothing was recorded" in said
         assert "on another device where your passkey is" in said and f"{base}/jobs/journey" in said
         buttons = {b.text for b in driver.find_elements("css selector", "#decide-form .passkey-stuck button") if b.is_displayed()}
@@ -318,7 +323,7 @@ def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision
         assert unsigned.text == "Hold unsigned"
         unsigned.click()
         wait.until(lambda d: "Recorded: hold by bob (role bob)" in d.page_source)
-        assert "(unsigned)" in driver.find_element("id", "said").text
+        assert "(unsigned)" in text_of(driver, "said")
     finally:
         driver.quit()
     assert store_counts(store, "decisions", "passkeys") == [2, 1]

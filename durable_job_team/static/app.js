@@ -106,9 +106,10 @@
   }
   // navigator.credentials.create/get with the server's timeout as a deadline of the page's own (an authenticator that
   // never answers, or a browser that waits for one that is not there, would otherwise leave the person waiting forever).
-  // Its refusal when nothing answered in time, or the person cancelled, is marked `unanswered`.
+  // Its refusal when nothing answered in time, or the person cancelled, is marked `unanswered`, and `late` when the
+  // deadline had passed: the browser's own timeout (the same) may end the request first, as a NotAllowedError.
   function ask(how, publicKey, ms) {
-    var ctl = window.AbortController ? new AbortController() : null, timer = null;
+    var ctl = window.AbortController ? new AbortController() : null, timer = null, started = Date.now();
     var options = {publicKey: publicKey};
     if (ctl) {
       options.signal = ctl.signal;
@@ -116,18 +117,19 @@
     }
     return navigator.credentials[how](options).then(function (cred) {
       clearTimeout(timer);
-      if (!cred) throw unanswered(new Error('no passkey answered'));
+      if (!cred) throw unanswered(new Error('no passkey answered'), false);
       return cred;
     }, function (e) {
       clearTimeout(timer);
-      if (e && (e.name === 'AbortError' || e.name === 'NotAllowedError' || e.name === 'TimeoutError')) throw unanswered(e);
+      var late = (ctl && ctl.signal.aborted) || Date.now() - started >= ms;
+      if (e && (e.name === 'AbortError' || e.name === 'NotAllowedError' || e.name === 'TimeoutError')) throw unanswered(e, late);
       throw e;
     });
   }
-  function unanswered(e) {
-    var out = new Error(e.name === 'AbortError' ? 'no answer in the time allowed' : e.message);
+  function unanswered(e, late) {
+    var out = new Error(late ? 'no answer in the time allowed' : e.message);
     out.unanswered = true;
-    out.why = e.name === 'AbortError' ? 'abort' : 'refused';
+    out.late = late;
     return out;
   }
   function stuck(form) { return form.querySelector('.passkey-stuck'); }
@@ -140,7 +142,7 @@
     var panel = stuck(form);
     if (!panel) return false;
     var waited = Math.round((s.timeout || 0) / 1000);
-    panel.querySelector('.passkey-why').textContent = e.why === 'abort'
+    panel.querySelector('.passkey-why').textContent = e.late
       ? 'It waited ' + waited + ' seconds for your passkey.'
       : 'The request was cancelled or refused on this device.';
     var unsigned = panel.querySelector('.passkey-unsigned');
