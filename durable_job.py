@@ -10101,6 +10101,7 @@ def work_refusal(out: dict) -> JobError | None:
 
 WORK_MAX_CONCURRENCY = 8  # the jobs one `work` process runs at once, at most (--concurrency)
 WEB_IDLE_MINUTES = 30.0  # serve signs out a session unused this long (--idle-minutes)
+WEB_PASSKEY_SECONDS = 60  # how long serve's page waits for a passkey to answer (--passkey-seconds)
 
 
 def cmd_serve(args) -> dict:
@@ -10112,7 +10113,7 @@ def cmd_serve(args) -> dict:
     return web.serve(
         store=store,
         roots=args.root or (),
-        **flags_of(args, "host", "port", "certfile", "keyfile", "behind_proxy", "idle_minutes", "program", "notify"),
+        **flags_of(args, "host", "port", "certfile", "keyfile", "behind_proxy", "idle_minutes", "passkey_seconds", "program", "notify"),
     )
 
 
@@ -10477,6 +10478,13 @@ COMMANDS = {
                 default=WEB_IDLE_MINUTES,
                 metavar="N",
                 help=f"sign out a session unused for N minutes (default {WEB_IDLE_MINUTES:g})",
+            ),
+            flag(
+                "--passkey-seconds",
+                type=int,
+                default=WEB_PASSKEY_SECONDS,
+                metavar="N",
+                help=f"wait N seconds (1 to 600) for a passkey to answer on the page, then offer the ways on (default {WEB_PASSKEY_SECONDS})",
             ),
         ],
         state_dir=False,

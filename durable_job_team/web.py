@@ -66,6 +66,9 @@ TEMPLATES = os.path.join(HERE, "templates")
 STATIC = os.path.join(HERE, "static")
 
 WEB_IDLE_MINUTES = durable_job.WEB_IDLE_MINUTES  # a session unused this long is signed out (--idle-minutes)
+WEB_PASSKEY_SECONDS = durable_job.WEB_PASSKEY_SECONDS  # the page waits this long for a passkey to answer (--passkey-seconds)
+WEB_PASSKEY_MOST_SECONDS = 600  # the longest --passkey-seconds: ten minutes
+WEB_UNSIGNED_ACTS = True  # a decision or cancel posted without a passkey's answer is recorded unsigned (verify --strict fails it)
 WEB_POLL_SECONDS = 1.0  # the watcher's light poll, and the longest a notification waits to be read
 WEB_BUSY_SECONDS = 10.0  # an act finding the job locked (a second tap, a worker's last write) waits this long for it
 WEB_PAGE_JOBS = 50  # the list page shows the jobs waiting for me, then this many others a page
@@ -270,10 +273,11 @@ class WebSite:
     """What one `serve` holds: its store or folders, its sessions (in memory), the change generation, the watcher,
     and its pages."""
 
-    def __init__(self, *, store: str | None, roots: list, program: str, idle_seconds: float, secure: bool, say):
+    def __init__(self, *, store: str | None, roots: list, program: str, idle_seconds: float, passkey_seconds: int, secure: bool, say):
         self.store, self.roots, self.program = store, roots, program
         self.secrets = durable_job.Secrets(team_store.address_secrets(store) if store else ())  # serve's own address's
         self.idle_seconds, self.secure, self.say = idle_seconds, secure, say
+        self.passkey_ms = passkey_seconds * 1000  # WebAuthn's timeout: the page's deadline for a passkey's answer
         self.sessions: dict[str, WebPerson] = {}
         self.throttle = SignInThrottle()
         self.token = secrets.token_urlsafe(32) if roots else None  # --root: the one-time sign-in token
@@ -1065,6 +1069,7 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         rp_id=rp_id,
         passkeys=passkeys,
         passkey_note=passkey_note,
+        address=f"{request.url.scheme}://{request.url.netloc}{here}",  # the job's page, for another device (no --root token)
         kept=kept or {},
         results_hash=markupsafe.Markup(durable_job.long_id(view["out"]["resultsSha256"])),
         **view["page"],
@@ -1234,7 +1239,14 @@ async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Respon
         return JSONResponse({"recorded": True})
     person.prepared[out["challenge"]] = {"jobId": job_id, "command": command, "out": out, "keys": keys, "rpId": rp_id, "origin": origin}
     return JSONResponse(
-        {"challenge": out["challenge"], "rpId": rp_id, "credentials": [k["credentialId"] for k in keys], "record": out["record"]}
+        {
+            "challenge": out["challenge"],
+            "rpId": rp_id,
+            "credentials": [k["credentialId"] for k in keys],
+            "record": out["record"],
+            "timeout": site.passkey_ms,  # the page's deadline: then it says no passkey answered, and offers the ways on
+            "unsigned": WEB_UNSIGNED_ACTS,  # the page may offer to record it unsigned instead
+        }
     )
 
 
@@ -1255,6 +1267,7 @@ async def api_passkey_options(site: WebSite, request: Request, person: WebPerson
         authenticator_selection=AuthenticatorSelectionCriteria(
             resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.REQUIRED
         ),
+        timeout=site.passkey_ms,
     )
     challenge = durable_job.b64url(options.challenge)
     person.registering[challenge] = {"rpId": rp_id, "origin": origin, "jobId": str(body.get("jobId") or "")}
@@ -1586,8 +1599,9 @@ def check_serve_address(host: str, certfile: str | None, keyfile: str | None, be
     return bool(certfile or behind_proxy)
 
 
-def check_serve_args(store: str | None, roots, port: int, idle_minutes: float) -> None:
-    """Refuse a serve of nothing, of both, of a folder that is not there, or with a port or idle time out of range."""
+def check_serve_args(store: str | None, roots, port: int, idle_minutes: float, passkey_seconds: int) -> None:
+    """Refuse a serve of nothing, of both, of a folder that is not there, or with a port, idle time or passkey wait out
+    of range."""
     if bool(store) == bool(roots):
         raise durable_job.UsageError(
             f"serve needs --store URL (a team's store, or set {durable_job.STORE_ENV}) or --root DIR (your state directories), one"
@@ -1605,6 +1619,11 @@ def check_serve_args(store: str | None, roots, port: int, idle_minutes: float) -
         )
     if not 0 <= port <= 65535:
         raise durable_job.UsageError(f"--port {port}: give a port from 1 to 65535 (0: any free one)")
+    if not 1 <= passkey_seconds <= WEB_PASSKEY_MOST_SECONDS:
+        raise durable_job.UsageError(
+            f"--passkey-seconds {passkey_seconds}: give a whole number of seconds from 1 to {WEB_PASSKEY_MOST_SECONDS} "
+            f"(default {WEB_PASSKEY_SECONDS}) for the page to wait for a passkey's answer"
+        )
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -1653,6 +1672,7 @@ def serve(
     keyfile: str | None = None,
     behind_proxy: str | None = None,
     idle_minutes: float = WEB_IDLE_MINUTES,
+    passkey_seconds: int = WEB_PASSKEY_SECONDS,
     program: str | None = None,
     say=None,
     notify: str | None = None,
@@ -1664,7 +1684,7 @@ def serve(
     what the CLI lets them. The address to open is printed once (say, default stderr).
     """
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
-    check_serve_args(store, roots, port, idle_minutes)
+    check_serve_args(store, roots, port, idle_minutes, passkey_seconds)
     secure = check_serve_address(host, certfile, keyfile, behind_proxy)
     # this process's own seals, from the bytes it loaded (read now, before a release could replace them): a job
     # sealed by another engine is shown read-only
@@ -1676,6 +1696,7 @@ def serve(
         roots=[os.path.abspath(r) for r in roots],
         program=program or durable_job.default_program(),
         idle_seconds=idle_minutes * 60,
+        passkey_seconds=passkey_seconds,
         secure=secure,
         say=say,
     )

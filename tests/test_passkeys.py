@@ -8,7 +8,7 @@ import json
 import sys
 
 import test_web
-from test_web import phone, store_counts
+from test_web import phone, store_counts, text_of
 
 from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, password_of, wait_for
 
@@ -213,3 +213,141 @@ def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_i
     keys.write_text(listed.stdout)
     assert ws.run("verify", "--strict", "--allowed-passkeys", str(keys)).ok()["ok"] is True
     assert ws.run("inspect", "--text").stdout.count("signed with passkey") >= 1
+
+
+def stuck_panel(driver) -> str:
+    """The text of the decide form's "no passkey answered" panel while it is shown ("" while hidden or absent)."""
+    return driver.execute_script(
+        "const p = document.querySelector('#decide-form .passkey-stuck'); return p && !p.hidden ? p.innerText : ''"
+    )
+
+
+def options_sent(base: str, ws: Workspace) -> dict:
+    """What serve sends bob's page for navigator.credentials.create() and .get() (signed in at http://localhost:PORT,
+    where his passkey is registered): the register options, and the sign options of an accept of ws's job."""
+    import types
+
+    import httpx
+    from test_web import csrf, sign_in
+
+    def client() -> httpx.Client:
+        return httpx.Client(base_url=base, headers={"Origin": base}, timeout=30, limits=httpx.Limits(keepalive_expiry=2.0))
+
+    c = sign_in(types.SimpleNamespace(client=client), "bob")
+    try:
+        headers = {"x-csrftoken": csrf(c)}
+        register = c.post("/api/passkeys/options", json={"jobId": ws.job_id()}, headers=headers)
+        digest = ws.run("inspect").ok()["resultsSha256"]
+        body = {"command": "decide", "decision": "accept", "reviewer": "bob", "reason": "-", "resultsSha256": digest}
+        sign = c.post(f"/api/jobs/{ws.job_id()}/sign", json=body, headers=headers)
+    finally:
+        c.close()
+    assert register.status_code == sign.status_code == 200, (register.text, sign.text)
+    return {"register": register.json(), "sign": sign.json()}
+
+
+def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision_recorded_unsigned(tmp_path, pg_server, serving):
+    """Issue 45 (5): this browser lacks bob's passkey (his other device has it), so nothing answers. Within serve's
+    --passkey-seconds the page says so and offers the ways on: try again (once his passkey answers, it signs), another
+    device, or the decision recorded unsigned, which every output then calls unsigned."""
+    import time
+
+    from selenium.webdriver.common.virtual_authenticator import Protocol, Transport, VirtualAuthenticatorOptions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    jobs = {}
+    for job in ("journey", "second"):
+        ws = Workspace(tmp_path / job, store=store)
+        ws.write_manifest(jobId=job, reviewers=["bob"])
+        ws.start().ok()
+        jobs[job] = ws
+    s = serving(tmp_path, "--store", store, "--passkey-seconds", "2")
+    base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
+    driver = passkey_phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        phone_signs_in(driver, wait, base, "journey", "bob")
+        driver.find_element("id", "passkey-register").click()
+        wait.until(lambda d: "signed with your passkey" in d.page_source)
+        options = options_sent(base, jobs["second"])
+        assert options["register"]["timeout"] == options["sign"]["timeout"] == 2000 and options["sign"]["unsigned"] is True
+        kept = driver.get_credentials()  # bob's passkey, as his other device holds it
+        assert len(kept) == 1
+        driver.remove_virtual_authenticator()  # this browser no longer has it: nothing will answer the page
+
+        driver.get(f"{base}/jobs/journey")
+        wait.until(lambda d: d.find_elements("css selector", "button.reject"))
+        driver.find_element("id", "passkey-register").click()  # registering waits no longer than signing
+        said = WebDriverWait(driver, 10, poll_frequency=0.1).until(
+            lambda d: "answered" in text_of(d, "passkey-said") and text_of(d, "passkey-said")
+        )
+        assert said.startswith("No passkey answered on this device: nothing was registered"), said
+        driver.find_element("id", "reason").send_keys("Item beta is wrong.")
+        asked = time.monotonic()
+        driver.find_element("css selector", "button.reject").click()
+        said = WebDriverWait(driver, 10, poll_frequency=0.1).until(stuck_panel)
+        waited = time.monotonic() - asked
+        assert 1.5 <= waited < 6, (waited, said)  # serve's deadline of 2 s, not the browser's own minute (or forever)
+        assert "No passkey answered on this device" in said and "waited 2 seconds" in said and "Nothing was recorded" in said
+        assert "on another device where your passkey is" in said and f"{base}/jobs/journey" in said
+        buttons = {b.text for b in driver.find_elements("css selector", "#decide-form .passkey-stuck button") if b.is_displayed()}
+        assert buttons == {"Try again", "Reject unsigned"}, buttons
+        assert store_counts(store, "decisions", "receipts") == [0, 0]
+
+        # his passkey answers here again (the authenticator back, with his credential): Try again signs the rejection
+        driver.add_virtual_authenticator(
+            VirtualAuthenticatorOptions(
+                protocol=Protocol.CTAP2,
+                transport=Transport.INTERNAL,
+                has_resident_key=True,
+                has_user_verification=True,
+                is_user_consenting=True,
+                is_user_verified=True,
+            )
+        )
+        driver.add_credential(kept[0])
+        driver.find_element("css selector", "#decide-form .passkey-retry").click()
+        wait.until(lambda d: "Saved: rejected by bob (role bob)" in d.page_source and "signed with passkey" in d.page_source)
+
+        # on the second job the person cancels the passkey's prompt (it refuses to verify them): the same ways on, at once
+        driver.set_user_verified(False)
+        driver.get(f"{base}/jobs/second")
+        wait.until(lambda d: d.find_elements("css selector", "button.hold"))
+        driver.find_element("id", "reason").send_keys("Waiting for the owner.")
+        driver.find_element("css selector", "button.hold").click()
+        said = wait.until(stuck_panel)
+        assert "No passkey answered on this device" in said and "cancelled or refused" in said
+        assert store_counts(store, "decisions") == [1]
+        unsigned = driver.find_element("css selector", "#decide-form .passkey-unsigned")
+        assert unsigned.text == "Hold unsigned"
+        unsigned.click()
+        wait.until(lambda d: "Recorded: hold by bob (role bob)" in d.page_source)
+        assert "(unsigned)" in text_of(driver, "said")
+    finally:
+        driver.quit()
+    assert store_counts(store, "decisions", "passkeys") == [2, 1]
+    bob = as_role(store, "bob")
+    rejected = jobs["journey"].run("inspect", "--store", bob, "--job", "journey", state=False).ok()
+    assert rejected["final"]["decision"] == "reject" and rejected["final"]["signature"]["format"] == "webauthn"
+    held = jobs["second"].run("inspect", "--store", bob, "--job", "second", "--text", state=False).stdout
+    assert "unsigned" in held, held
+    strict = jobs["second"].run("verify", "--strict", "--store", bob, "--job", "second", state=False)
+    assert "decision unsigned" in strict.held()
+
+
+def test_serve_refuses_a_passkey_wait_out_of_range_in_one_line(tmp_path):
+    import subprocess
+
+    def held(*args) -> str:
+        proc = subprocess.run([sys.executable, PROGRAM, "serve", *args], capture_output=True, text=True, env=clean_env(), timeout=60)
+        assert proc.returncode == 2 and proc.stderr.startswith("HOLD: ") and proc.stderr.count("\n") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and "unrecognized" not in proc.stderr, proc.stderr
+        return proc.stderr
+
+    for seconds in ("0", "601", "-5"):
+        said = held("--root", str(tmp_path), "--passkey-seconds", seconds)
+        assert f"--passkey-seconds {seconds}: give a whole number of seconds from 1 to 600 (default 60)" in said
+    assert "--passkey-seconds: invalid int value: 'x'" in held("--root", str(tmp_path), "--passkey-seconds", "x")
+    for seconds in ("1", "600"):  # the bounds themselves are taken: the refusal is then of the missing folder
+        assert "is not a folder" in held("--root", str(tmp_path / "missing"), "--passkey-seconds", seconds)

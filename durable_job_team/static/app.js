@@ -104,6 +104,67 @@
     var p = document.getElementById('passkey-said');
     if (p) p.textContent = text;
   }
+  // navigator.credentials.create/get with the server's timeout as a deadline of the page's own (an authenticator that
+  // never answers, or a browser that waits for one that is not there, would otherwise leave the person waiting forever).
+  // Its refusal when nothing answered in time, or the person cancelled, is marked `unanswered`, and `late` when the
+  // deadline had passed: the browser's own timeout (the same) may end the request first, as a NotAllowedError.
+  function ask(how, publicKey, ms) {
+    var ctl = window.AbortController ? new AbortController() : null, timer = null, started = Date.now();
+    var options = {publicKey: publicKey};
+    if (ctl) {
+      options.signal = ctl.signal;
+      timer = setTimeout(function () { ctl.abort(); }, ms);
+    }
+    return navigator.credentials[how](options).then(function (cred) {
+      clearTimeout(timer);
+      if (!cred) throw unanswered(new Error('no passkey answered'), false);
+      return cred;
+    }, function (e) {
+      clearTimeout(timer);
+      var late = (ctl && ctl.signal.aborted) || Date.now() - started >= ms;
+      if (e && (e.name === 'AbortError' || e.name === 'NotAllowedError' || e.name === 'TimeoutError')) throw unanswered(e, late);
+      throw e;
+    });
+  }
+  function unanswered(e, late) {
+    var out = new Error(late ? 'no answer in the time allowed' : e.message);
+    out.unanswered = true;
+    out.late = late;
+    return out;
+  }
+  function stuck(form) { return form.querySelector('.passkey-stuck'); }
+  function unstick(form) {
+    var panel = stuck(form);
+    if (panel) panel.hidden = true;
+  }
+  // No passkey answered: say so beside the form's buttons, with the ways on (try again; another device; unsigned).
+  function offer(form, button, s, e) {
+    var panel = stuck(form);
+    if (!panel) return false;
+    var waited = Math.round((s.timeout || 0) / 1000);
+    panel.querySelector('.passkey-why').textContent = e.late
+      ? 'It waited ' + waited + ' seconds for your passkey.'
+      : 'The request was cancelled or refused on this device.';
+    var unsigned = panel.querySelector('.passkey-unsigned');
+    unsigned.textContent = unsigned.dataset.label.replace('{decision}', button && button.value
+      ? button.value.charAt(0).toUpperCase() + button.value.slice(1) : 'Decide');
+    Array.prototype.forEach.call(panel.querySelectorAll('.passkey-unsigned-offer'), function (el) { el.hidden = !s.unsigned; });
+    panel.querySelector('.passkey-retry').onclick = function () {
+      panel.hidden = true;
+      form.requestSubmit(button);
+    };
+    unsigned.onclick = function () {  // the form as it posts without a passkey: the server records the act unsigned
+      panel.hidden = true;
+      form.elements.challenge.value = ''; form.elements.passkey.value = '';
+      form.dataset.signed = '1';
+      say('Recording it unsigned…');
+      form.requestSubmit(button);
+    };
+    panel.hidden = false;
+    say('No passkey answered on this device: nothing was recorded.');
+    panel.scrollIntoView({block: 'nearest'});
+    return true;
+  }
   document.addEventListener('click', function (ev) {
     var button = ev.target.closest && ev.target.closest('#passkey-register');
     if (!button) return;
@@ -117,7 +178,7 @@
         authenticatorSelection: o.authenticatorSelection,
         excludeCredentials: (o.excludeCredentials || []).map(function (c) { return {type: c.type, id: bytes(c.id)}; })
       };
-      return navigator.credentials.create({publicKey: options});
+      return ask('create', options, o.timeout);
     }).then(function (cred) {
       var r = cred.response;
       return post('/api/passkeys', {challenge: challenge, credential: {
@@ -126,7 +187,10 @@
                    transports: r.getTransports ? r.getTransports() : []}}});
     }).then(function () {
       location.reload();
-    }).catch(function (e) { say('No passkey was registered: ' + e.message); });
+    }).catch(function (e) {
+      if (e.unanswered) say('No passkey answered on this device: nothing was registered. Tap “Register this device\'s passkey” to try again.');
+      else say('No passkey was registered: ' + e.message);
+    });
   });
   document.addEventListener('submit', function (ev) {
     var form = ev.target;
@@ -143,11 +207,14 @@
       body.checked = Array.prototype.map.call(document.querySelectorAll('input[name="checked"][form="' + form.id + '"]:checked'),
                                               function (c) { return c.value; });
     }
+    unstick(form);
     say('Sign with your passkey…');
+    var asked = null;  // the server's sign options, once given
     post(form.dataset.signUrl, body).then(function (s) {
       if (s.recorded) return null;
-      return navigator.credentials.get({publicKey: {challenge: bytes(s.challenge), rpId: s.rpId, userVerification: 'required',
-        allowCredentials: s.credentials.map(function (id) { return {type: 'public-key', id: bytes(id)}; })}}).then(function (a) {
+      asked = s;
+      return ask('get', {challenge: bytes(s.challenge), rpId: s.rpId, userVerification: 'required', timeout: s.timeout,
+        allowCredentials: s.credentials.map(function (id) { return {type: 'public-key', id: bytes(id)}; })}, s.timeout).then(function (a) {
         var r = a.response;
         f.challenge.value = s.challenge;
         f.passkey.value = JSON.stringify({credentialId: b64(a.rawId), authenticatorData: b64(r.authenticatorData),
@@ -164,6 +231,7 @@
         form.requestSubmit(button);
         return;
       }
+      if (e.unanswered && asked && offer(form, button, asked, e)) return;
       say('Not signed, nothing recorded: ' + e.message + '. Tap again to retry.');
     });
   });
