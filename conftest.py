@@ -8,7 +8,8 @@ connections are closed. LangGraph is then imported once per test process instead
 command. A command that must cross a process boundary always runs as a subprocess: a named crash
 point (it ends the process), another program (`program=`), a `timeout=` the test relies on, a
 PYTHON* variable (read only as an interpreter starts), a workspace made with `inprocess=False`, and
-every `popen` (kills and races).
+every `popen` (kills and races). Such a subprocess starts through tests/run_program.py, a script run of the
+program that keeps its compiled code between runs (RUN_PROGRAM below says why and what stays the same).
 
 The journal is read one way for either backend (and for an open `durable_job.ledger`, through `Ledger`):
 `ws.calls()` and `ws.events(key, event)`, rows as dicts. `Result.held` and `assert_held` check a HOLD
@@ -36,6 +37,10 @@ import pytest
 REPO = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(REPO, "durable_job.py")
 TESTS = os.path.join(REPO, "tests")
+# A command a test runs as a real process (Workspace.run when it needs one, Workspace.popen) starts as `python
+# PROGRAM ARGS…` would, through tests/run_program.py, which keeps the program's compiled code between runs (the
+# script's 10,000 lines compiled afresh cost each start about 0.18 s of CPU; see that file for what stays the same).
+RUN_PROGRAM = os.path.join(TESTS, "run_program.py")
 sys.path.insert(0, TESTS)
 sys.path.insert(0, REPO)
 
@@ -281,12 +286,17 @@ class Workspace(JournalReader):
         if inprocess and program is None and timeout is None and "DURABLE_JOB_FAKE_CRASH" not in full_env and not startup:
             return run_inprocess(argv, full_env, cwd=self.root)
         proc = subprocess.run(
-            [sys.executable, program or PROGRAM, *argv], capture_output=True, text=True, env=full_env, timeout=timeout or 120, cwd=self.root
+            [sys.executable, RUN_PROGRAM, program or PROGRAM, *argv],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            timeout=timeout or 120,
+            cwd=self.root,
         )
         return Result(proc)
 
     def popen(self, *args, env=None, program=None) -> subprocess.Popen:
-        argv = [sys.executable, program or PROGRAM, *args, *self.address(args)]
+        argv = [sys.executable, RUN_PROGRAM, program or PROGRAM, *args, *self.address(args)]
         full_env = clean_env()
         full_env.update(self.env)
         full_env.update(env or {})
