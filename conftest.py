@@ -597,6 +597,14 @@ from pg_server import free_port  # noqa: E402  (tests/ is on sys.path above): a 
 STORE_TEMPLATE = "store_template"  # a store migrated once per server, as a team's administrator sets one up
 
 
+def pytest_configure(config):
+    """Ctrl-C reaches the commands the tests start, as it reaches a terminal's foreground job: a suite started where
+    SIGINT is ignored (a shell script's background job, `make test &`) would pass that on to every child, and a
+    program started with SIGINT ignored rightly never sees it (tests/test_new_user.py's Ctrl-C journeys)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler: a child starts with the default again
+
+
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory):
     """One throwaway PostgreSQL for the session (one per xdist worker); every test takes its own database.
