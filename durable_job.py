@@ -10553,12 +10553,14 @@ def version_text() -> str:
     """What `--version` prints: the release; the engine every new job seals, what it covers and the command that
     recomputes it (a store job's too, when the team's store is beside this file); the whole file's sha256 (what a job
     sealed before the engine sealed); the graph label and the dependency versions."""
+    import shlex
+
     deps = ", ".join(f"{name} {version}" for name, version in dependency_versions().items())
     here = os.path.dirname(os.path.abspath(__file__))
     text = (
         f"durable-job {__version__}\n"
         f"engine sha256 {engine_sha256()}: a state directory job's (durable_job.py lines 1-{engine_lines('durable_job.py')},"
-        f" through its line {ENGINE_MARK!r}; `sed '/^{ENGINE_MARK}/q' {os.path.join(here, 'durable_job.py')} | sha256sum`)\n"
+        f" through its line {ENGINE_MARK!r}; `sed '/^{ENGINE_MARK}/q' {shlex.quote(os.path.join(here, 'durable_job.py'))} | sha256sum`)\n"
     )
     try:
         parts = tuple(team_part("store").STORE_ENGINE_PARTS)
@@ -10572,7 +10574,7 @@ def version_text() -> str:
         text += (
             f"store engine sha256 {engine_sha256(parts)}: a store job's (that engine, durable_job_team/store.py lines"
             f" 1-{engine_lines('durable_job_team/store.py')} through the same line, and its {len(migrations)} migrations"
-            f" whole, in name order; `cd {here} && (sed '/^{ENGINE_MARK}/q' durable_job.py; sed '/^{ENGINE_MARK}/q'"
+            f" whole, in name order; `cd {shlex.quote(here)} && (sed '/^{ENGINE_MARK}/q' durable_job.py; sed '/^{ENGINE_MARK}/q'"
             f" durable_job_team/store.py; cat {files}) | sha256sum`)\n"
         )
     return text + (

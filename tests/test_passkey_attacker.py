@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 import test_passkeys
-from test_passkeys import passkey_phone, phone_accepts, phone_signs_in
+from test_passkeys import jobs_for_bob, passkey_phone, phone_accepts, phone_signs_in, registers_a_passkey
 from test_web import store_counts
 
 import durable_job
@@ -86,11 +86,7 @@ def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_neve
     from selenium.webdriver.support.ui import WebDriverWait
 
     store = new_store(pg_server, "alice")
-    jobs = {}
-    for job in ("journey", "second"):
-        jobs[job] = Workspace(tmp_path / job, store=store)
-        jobs[job].write_manifest(jobId=job, reviewers=["bob"])
-        jobs[job].start().ok()
+    jobs = jobs_for_bob(tmp_path, store)
     ws = jobs["journey"]
     s = serving(tmp_path, "--store", store)
     port = int(s.base.rsplit(":", 1)[1])
@@ -99,8 +95,7 @@ def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_neve
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
     try:
         phone_signs_in(driver, wait, base, "journey", "bob")
-        driver.find_element("id", "passkey-register").click()
-        wait.until(lambda d: "signed with your passkey" in d.page_source)
+        registers_a_passkey(driver, wait)
         phone_accepts(driver, wait, base, "journey", "Read both items on my phone.")
         counted = ws.run("passkeys", "--store", store, "--json", state=False).json["passkeys"][0]["signCount"]
         assert counted > 0  # the authenticator keeps a counter, and the store kept the one serve counted

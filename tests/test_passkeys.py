@@ -40,6 +40,22 @@ def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
     wait.until(lambda d: d.current_url == f"{base}/jobs/{job}")
 
 
+def jobs_for_bob(tmp_path, store: str, names=("journey", "second")) -> dict:
+    """alice's jobs in the store, one a name, each awaiting bob's review: {name: its workspace}."""
+    jobs = {}
+    for job in names:
+        jobs[job] = Workspace(tmp_path / job, store=store)
+        jobs[job].write_manifest(jobId=job, reviewers=["bob"])
+        jobs[job].start().ok()
+    return jobs
+
+
+def registers_a_passkey(driver, wait) -> None:
+    """bob, signed in on the job's page, taps the button that registers this phone's passkey; the page says so."""
+    driver.find_element("id", "passkey-register").click()
+    wait.until(lambda d: "signed with your passkey" in d.page_source)
+
+
 def phone_accepts(driver, wait, base: str, job: str, reason: str, ticks: int = 0) -> None:
     """bob accepts on the page, having ticked the first `ticks` claims' checks."""
     driver.get(f"{base}/jobs/{job}")
@@ -61,12 +77,7 @@ def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_off
     from selenium.webdriver.support.ui import WebDriverWait
 
     store = new_store(pg_server, "alice")
-    jobs = {}
-    for job in ("journey", "second"):
-        ws = Workspace(tmp_path / job, store=store)
-        ws.write_manifest(jobId=job, reviewers=["bob"])
-        ws.start().ok()
-        jobs[job] = ws
+    jobs = jobs_for_bob(tmp_path, store)
     ws = jobs["journey"]
     s = serving(tmp_path, "--store", store)
     port = s.base.rsplit(":", 1)[1]
@@ -256,20 +267,14 @@ def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision
     from selenium.webdriver.support.ui import WebDriverWait
 
     store = new_store(pg_server, "alice")
-    jobs = {}
-    for job in ("journey", "second"):
-        ws = Workspace(tmp_path / job, store=store)
-        ws.write_manifest(jobId=job, reviewers=["bob"])
-        ws.start().ok()
-        jobs[job] = ws
+    jobs = jobs_for_bob(tmp_path, store)
     s = serving(tmp_path, "--store", store, "--passkey-seconds", "2")
     base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
     driver = passkey_phone(tmp_path)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
     try:
         phone_signs_in(driver, wait, base, "journey", "bob")
-        driver.find_element("id", "passkey-register").click()
-        wait.until(lambda d: "signed with your passkey" in d.page_source)
+        registers_a_passkey(driver, wait)
         options = options_sent(base, jobs["second"])
         assert options["register"]["timeout"] == options["sign"]["timeout"] == 2000 and options["sign"]["unsigned"] is True
         kept = driver.get_credentials()  # bob's passkey, as his other device holds it
