@@ -5452,7 +5452,7 @@ def next_for_phase(snap: Snapshot) -> str:
     if snap.phase == "cancelled":
         if pending:  # nothing more runs, but the call's outcome still matters for accounting
             return (
-                f"cancelled: nothing more runs; {len(pending)} call(s) still pending: check the provider's usage, then "
+                f"cancelled: nothing more runs; {counted(len(pending), 'call')} still pending: check the provider's usage, then "
                 f"{reconcile_command(store, pending[0]['operation_key'])}"
             )
         return "cancelled: nothing more runs"
@@ -5569,9 +5569,9 @@ def retry_refusal(item_id: str, calls: list, manifest: Manifest) -> str | None:
         return f"call {pending[0]['operation_key']} has no recorded outcome yet; reconcile it first"
     attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
     if attempts >= manifest["maxAttemptsPerItem"]:
-        return f"item {item_id} has used all {manifest['maxAttemptsPerItem']} attempt(s) the manifest allows (maxAttemptsPerItem)"
+        return f"item {item_id} has used all {counted(manifest['maxAttemptsPerItem'], 'attempt')} the manifest allows (maxAttemptsPerItem)"
     if len(calls) >= manifest["maxModelCalls"]:
-        return f"the journal already holds {len(calls)} call(s), the manifest's maxModelCalls {manifest['maxModelCalls']}"
+        return f"the journal already holds {counted(len(calls), 'call')}, the manifest's maxModelCalls {manifest['maxModelCalls']}"
     return None
 
 
@@ -6106,7 +6106,9 @@ def history_section(store: Store, drafts: list) -> Html:
         shown_after = (
             h("<br>after ({}): {}", after.get("status"), after.get("reason"))
             if after.get("status") == "failed"
-            else h("<br>after: {} <span class='note'>({} citation(s))</span>", after.get("summary"), len(after.get("citations") or []))
+            else h(
+                "<br>after: {} <span class='note'>({})</span>", after.get("summary"), counted(len(after.get("citations") or []), "citation")
+            )
         )
         rows.append(
             h(
@@ -6708,7 +6710,7 @@ def verify_refusal(report: dict) -> SealError | None:
     """A report with a failed check exits 2 after it is printed whole: one HOLD line naming the first problem."""
     failed = [c for c in report["checks"] if not c["ok"]]
     if failed:
-        return SealError(f"verify found {len(failed)} problem(s), first: {failed[0]['name']}: {failed[0]['detail']}")
+        return SealError(f"verify found {counted(len(failed), 'problem')}, first: {failed[0]['name']}: {failed[0]['detail']}")
     return None
 
 
@@ -6883,7 +6885,7 @@ def check_no_call_left(calls: list, item_id: str, manifest: Manifest | None) -> 
     attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
     if attempts < manifest["maxAttemptsPerItem"] and len(calls) < manifest["maxModelCalls"]:
         raise SealError(
-            f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {attempts} attempt(s) and {len(calls)} call(s), within the bounds"
+            f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal shows {counted(attempts, 'attempt')} and {counted(len(calls), 'call')}, within the bounds"
         )
     if any(c["item_id"] == item_id and c["status"] in ("pending", "completed") for c in calls):
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
@@ -6926,7 +6928,7 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
             )
     history = {key: events for key, events in history.items() if after_unsent(key, events)}
     if history:
-        raise SealError(f"call events name {len(history)} operation(s) the journal no longer holds, first {next(iter(history))}")
+        raise SealError(f"call events name {counted(len(history), 'operation')} the journal no longer holds, first {next(iter(history))}")
     return (
         f"{counted(len(snap.calls), 'call')}, each what its events give, within the bounds"
         if manifest
@@ -6992,7 +6994,11 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
     answered = {c["operation_key"] for c in snap.calls if c["status"] == "completed"} & retry_keys(snap.journal)
     if answered - folded and not snap.cancel:  # only a cancel may leave a reconciled retry's answer out of the drafts
         raise SealError(f"retried call {sorted(answered - folded)[0]} was answered but is in no draft")
-    return f"{len(rows)} revision(s), each one item validated against its source (or a retry's checked answer)" if rows else "no revisions"
+    return (
+        f"{counted(len(rows), 'revision')}, each one item validated against its source (or a retry's checked answer)"
+        if rows
+        else "no revisions"
+    )
 
 
 def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None, rules: dict) -> str:
@@ -8537,19 +8543,21 @@ def seal(
     force: bool = False,
     file_mode: int = 0o600,
     sign_key: str | None = None,
+    store: Store | None = None,
 ) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it).
 
     It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
     sign_key: the approver's SSH key signs it (MANIFEST.sig beside it, sealed with the job by start or submit).
     ids: `ITEM=PATH`, the id of the item of that source file (else its file's stem).
+    store: the team's store the manifest is for (its job of that id, if any, is one --force must not overwrite).
     """
     target = os.path.abspath(out)
     base = os.path.dirname(target)
     if os.path.exists(target) and not force:
         raise ManifestError(f"{out} exists; pass --force to overwrite it")
     if os.path.exists(target):
-        refuse_sealed_manifest(out)
+        refuse_sealed_manifest(out, store)
     check_seal_flags(mode, provider_transfer_approved, files, mcp_uri, bool(mcp_env or mcp_pass_env), mcp_timeout)
     items = named_items(seal_file_items(base, list(files)), list(files), list(ids))
     if mcp_uri:
@@ -8626,11 +8634,20 @@ def write_sealed_manifest(out: str, raw: bytes, job_id: str, approved_by: str, *
     return None
 
 
-def refuse_sealed_manifest(out: str) -> None:
+def refuse_sealed_manifest(out: str, store: Store | None = None) -> None:
     """seal --force never overwrites the manifest a job in a state directory near it sealed (its folder, one below it,
-    or one beside it): the job reads those bytes at every resume and verify, and would be stranded. Refused before
-    anything is written."""
+    or one beside it): the job reads those bytes at every resume and verify, and would be stranded. Nor, with a store
+    named, the manifest that store's job of this --job-id sealed from this path: the file is that job's approval as
+    its owner kept it (the store holds its own copy). Refused before anything is written."""
     target = os.path.abspath(out)
+    if store is not None and store.job_id and store.has_job():
+        job = store.load_job()
+        if job.get("manifestPath") == target:
+            raise ManifestError(
+                f"{out} is the manifest job {job['jobId']} in {store.where()} sealed: overwriting it would leave that job's "
+                "approved manifest nowhere but in the store; write the new manifest elsewhere (--out NEW.json), "
+                "with a new --job-id for a new job"
+            )
     base = os.path.dirname(target)
     near = [base]
     for folder in (base, os.path.dirname(base)):
@@ -9699,7 +9716,7 @@ def text_migrate(out: dict, store) -> list:
     return [
         f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
         *(f"  granted {role} use of it" for role in out.get("granted") or []),
-        *(f"  granted worker {role} use of it" for role in out.get("grantedWorkers") or []),
+        *(f"  granted {role} use of it as a worker" for role in out.get("grantedWorkers") or []),
         *([f"  {counted(out['adopted'], 'job')} of the administrator's now owned by {out['owner']}"] if out.get("owner") else []),
         *sealing_words(out),
         *(
@@ -9727,7 +9744,7 @@ def sealing_words(out: dict) -> list:
 
 def text_work(out: dict, store) -> list:
     lines = [
-        f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {len(out['runs'])} run(s) in {out['seconds']:.1f} s"
+        f"work: store {out['store']}, worker {out['worker']['host']}:{out['worker']['pid']}, {counted(len(out['runs']), 'run')} in {out['seconds']:.1f} s"
         + (" (stopped by a signal)" if out["stopped"] else "")
     ]
     for r in out["runs"]:
@@ -9738,7 +9755,7 @@ def text_work(out: dict, store) -> list:
 def text_submit(out: dict, store) -> list:
     """One submit: what it did and the phase; several: one line each under its own header, then its next step."""
     if "submits" in out:
-        lines = [f"submit: {len(out['submits'])} manifest(s)"]
+        lines = [f"submit: {counted(len(out['submits']), 'manifest')}"]
         for one in out["submits"]:
             lines += [f"  job {one['jobId']}:", *(f"  {line}" for line in text_submit(one, store)), *labelled_lines("  next", one["next"])]
         return lines
@@ -9748,7 +9765,8 @@ def text_submit(out: dict, store) -> list:
 
 def text_prune(out: dict, store) -> list:
     verb = "would free" if out["dryRun"] else "freed"
-    lines = [f"prune: {len(out['jobs'])} finished job(s) older than {out['olderThanDays']:g} day(s); {verb} {out['freedBytes']:,} bytes"]
+    days = f"{out['olderThanDays']:g} day" + ("" if out["olderThanDays"] == 1 else "s")
+    lines = [f"prune: {counted(len(out['jobs']), 'finished job')} older than {days}; {verb} {out['freedBytes']:,} bytes"]
     lines += [f"  {r['jobId']}: {r['outcome']} {r['finishedUtc']} · {r['freedBytes']:,} bytes · {r['state']}" for r in out["jobs"]]
     return lines
 
@@ -9994,6 +10012,7 @@ def cmd_seal(args) -> dict:
         ids=args.ids or (),
         file_mode=mode,
         sign_key=signing_key(args),
+        store=getattr(args, "opened", None),
     )
 
 
@@ -10094,7 +10113,7 @@ def work_refusal(out: dict) -> JobError | None:
         return None
     named = "; ".join(f"job {r['jobId']}: {r['hold']}" for r in held)
     return JobError(
-        f"work held {len(held)} job(s), each left for a person: {named}. Each job's status names the fix; once it is fixed, "
+        f"work held {counted(len(held), 'job')}, each left for a person: {named}. Each job's status names the fix; once it is fixed, "
         "its owner's `release` (or resume) lets the workers take it on again"
     )
 

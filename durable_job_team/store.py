@@ -1754,7 +1754,7 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
     store.scrub_freed()
     return {
         "jobId": "",
-        "rotated": f"{counts['rewrapped']} {'job' if counts['rewrapped'] == 1 else 'jobs'}' data keys rewrapped",
+        "rotated": "1 job's data key rewrapped" if counts["rewrapped"] == 1 else f"{counts['rewrapped']} jobs' data keys rewrapped",
         "jobs": counts,
         "kekId": new.id,
         "next": f"from now on {KEY_FILE_ENV} must name the new key file",

@@ -30,6 +30,7 @@ from durable_job import (
     clip,
     code_sha256,
     command_line,
+    counted,
     engine_sha256,
     is_hold,
     job_phase,
@@ -373,7 +374,7 @@ class Worker:
                 signal.signal(sig, handler)
         out = self.summary(bool(stopped) or self.stop.is_set())
         self.say(
-            f"exiting: {len(self.runs)} run(s)"
+            f"exiting: {counted(len(self.runs), 'run')}"
             + "".join(f", {n} {k}" for k, n in sorted(out["counts"].items()))
             + (" (stopped by a signal)" if stopped else "")
         )

@@ -543,7 +543,7 @@ def test_a_worker_claims_only_what_needs_no_person(tmp_path, store_url, provider
         conn.execute("UPDATE durable_job.jobs SET record_json = %s WHERE job_id = 'job-01'", (json.dumps(record),))
     provider.behave("401")
     done = refused.run("work", "--store", store_url, "--until-idle", state=False, timeout=90)
-    assert done.code == 2 and "work held 2 job(s)" in done.stderr
+    assert done.code == 2 and "work held 2 jobs" in done.stderr
     runs = done.json["runs"]
     assert sorted((r["jobId"], r["to"]) for r in runs) == [("job-00", "ready"), ("job-01", "not-started")], runs
     assert "Dependency versions changed" in next(r["hold"] for r in runs if r["jobId"] == "job-01")
@@ -562,7 +562,7 @@ def test_a_retry_is_refused_at_its_bounds_before_anything_is_sent(ws, provider):
     assert ws.run("retry", "--item", "alpha", *who).ok()["result"]["status"] == "failed"
     sent = len(provider.requests())
     line = ws.run("retry", "--item", "alpha", *who).held(
-        "BudgetError", "Cannot retry item alpha", "used all 2 attempt(s)", "nothing was sent"
+        "BudgetError", "Cannot retry item alpha", "used all 2 attempts", "nothing was sent"
     )
     assert "revise" in line and len(provider.requests()) == sent == 2
     ws.run("decide", "--decision", "hold", "--reviewer", "r", "--reason", "x").ok()

@@ -79,7 +79,7 @@ def test_a_workers_hold_shows_on_the_job_and_keeps_the_workers_off_it_until_rele
     assert first.returncode == 2, first.stderr
     assert json.loads(first.stdout)["runs"][0]["held"] is True
     hold_line = first.stderr.strip().splitlines()[-1]
-    assert hold_line.startswith("HOLD: JobError: work held 1 job(s)") and "job job-00: JobError: Job job-00 seals its provider" in hold_line
+    assert hold_line.startswith("HOLD: JobError: work held 1 job") and "job job-00: JobError: Job job-00 seals its provider" in hold_line
     assert provider.requests() == []  # nothing was sent anywhere
 
     status = w.run("status", "--job", "job-00").ok()

@@ -216,7 +216,7 @@ def test_a_sealed_base_url_keeps_the_sources_from_any_other_endpoint(tmp_path, p
     worker = as_(alice, "worker", tmp_path)
     elsewhere = provider.env(OPENAI_BASE_URL="http://127.0.0.1:9/v1", DURABLE_JOB_OPENAI_TIMEOUT="5")
     held = worker.run("work", "--store", worker.store, "--until-idle", state=False, env=elsewhere)
-    assert held.code == 2 and "work held 1 job(s)" in held.stderr  # issue 35: the hold is said, and recorded on the job
+    assert held.code == 2 and "work held 1 job" in held.stderr  # issue 35: the hold is said, and recorded on the job
     done = held.json
     assert [r.get("hold", "") for r in done["runs"]] == [done["runs"][0]["hold"]] and "seals its provider" in done["runs"][0]["hold"]
     assert sql(admin_url(alice.store), "SELECT count(*) FROM durable_job.calls")[0][0] == 0 and provider.requests() == []

@@ -58,7 +58,7 @@ def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with
     message = runs["left"]["hold"]
     assert f"left under {before[0]}, rotated out at {at}" in message and f"the current key is {rotated['kekId']}" in message
     assert "if the key was rotated (rotate-key), DURABLE_JOB_KEY_FILE must name the new key file" not in message  # it does
-    assert "HOLD: JobError: work held 1 job(s)" in first.stderr
+    assert "HOLD: JobError: work held 1 job" in first.stderr
     held = subprocess.run(
         [sys.executable, PROGRAM, "jobs", "--store", url, "--held", "--json"], capture_output=True, text=True, env=clean_env()
     )

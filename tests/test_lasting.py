@@ -184,7 +184,7 @@ def test_submit_seals_several_manifests_or_a_folder_each_on_its_own(tmp_path, pg
     single = w.run("submit", "--store", store, "--manifest", os.path.join(folder, "m0.json")).ok()
     assert single["jobId"] == "sub-0" and single["existing"] is True  # one --manifest: the document it always printed
     text = w.run("submit", "--store", store, folder, "--text").stdout
-    assert "submit: 3 manifest(s)" in text and "job sub-1:" in text
+    assert "submit: 3 manifests" in text and "job sub-1:" in text
     w.run("submit", "--store", store, "--job", "sub-0", folder).held("UsageError", "--job names one job")
     w.run("submit", "--store", store, str(tmp_path)).held("UsageError", "holds no *.json manifest")
     w.run("submit", "--store", store).held("UsageError", "submit needs a manifest")

@@ -160,7 +160,7 @@ def test_a_retry_that_fails_again_is_still_a_new_draft_and_its_bound_is_then_nam
     line = retry(ws).held(
         "BudgetError",
         "Cannot retry item alpha",
-        "all 2 attempt(s)",
+        "all 2 attempts",
         "maxAttemptsPerItem",
         f"revise --state-dir {ws.state} --item alpha",
         "decide reject or hold",
@@ -183,8 +183,8 @@ def test_a_retry_that_fails_again_is_still_a_new_draft_and_its_bound_is_then_nam
 @pytest.mark.parametrize(
     "bounds, phrase",
     [
-        ({"maxAttemptsPerItem": 1}, "all 1 attempt(s) the manifest allows (maxAttemptsPerItem)"),
-        ({"maxModelCalls": 2}, "the journal already holds 2 call(s), the manifest's maxModelCalls 2"),
+        ({"maxAttemptsPerItem": 1}, "all 1 attempt the manifest allows (maxAttemptsPerItem)"),
+        ({"maxModelCalls": 2}, "the journal already holds 2 calls, the manifest's maxModelCalls 2"),
     ],
 )
 def test_retry_beyond_the_bounds_is_refused_naming_the_bound_and_the_alternatives(ws, bounds, phrase):

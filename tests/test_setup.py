@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import test_figures
 import test_web
 from test_notify import notify_config
@@ -134,6 +135,19 @@ def test_seal_force_refuses_before_writing_over_the_manifest_a_started_job_seale
     assert ws.run("resume").ok()["interrupt"]  # the job is whole
     elsewhere = run(ws.root, *seal_args(os.path.join(ws.src, "next.json"), "--force", os.path.join(ws.src, "alpha.txt")))
     assert elsewhere.returncode == 0, elsewhere.stderr
+
+
+@pytest.mark.parametrize("ws", ["store"], indirect=True)
+def test_seal_force_refuses_before_writing_over_the_manifest_a_store_job_of_that_id_sealed(ws):
+    assert ws.start().ok()["interrupt"]
+    before = open(ws.manifest, "rb").read()
+    again = [*seal_args(ws.manifest, "--force", "--store", ws.store, os.path.join(ws.src, "alpha.txt"))]
+    again[again.index("set-up")] = "journey"  # the store's job that sealed this file
+    held(run(ws.root, *again), "is the manifest job journey in store ", "--out NEW.json", "a new --job-id")
+    assert open(ws.manifest, "rb").read() == before
+    assert ws.run("resume").ok()["interrupt"]  # the job is whole
+    elsewhere = [os.path.join(ws.src, "next.json") if a == ws.manifest else a for a in again]
+    assert run(ws.root, *elsewhere).returncode == 0
 
 
 # -- a store's address: the cause the server's message hides ----------------------------------------------------------

@@ -30,6 +30,8 @@ def leaks(text: str) -> list:
     found += [f"a Python repr: {m.group(0)!r}" for m in re.finditer(r"[\[{]['\"].{0,40}", text)]
     found += [f"a doubled word: {m.group(0)!r}" for m in re.finditer(r"(?<![-\w])([A-Za-z]{2,}) +(?:this +)?\1\b", text, re.I)]
     found += [f"a wrong plural: {m.group(0)!r}" for m in re.finditer(rf"(?<![\d.,])\b1 (?:{COUNTED})\b", text)]
+    found += [f"a wrong plural: {m.group(0)!r}" for m in re.finditer(r"(?<![\d.,])\b1 [a-z]+s?' ", text)]  # 1 job' data key
+    found += [f"a hedged plural: {m.group(0)!r}" for m in re.finditer(r"\b\w+\(s\)", text) if m.group(0) != "http(s)"]
     for figures in re.findall(r"\[figures: ([^\]]*)\]", text):
         found += [
             f"a figure with punctuation: {f!r}" for f in re.findall(r"([^,]+?): (?:quote|source|nowhere)", figures) if f[-1] in ".,;:!?"

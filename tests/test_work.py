@@ -199,7 +199,7 @@ def test_a_refused_call_is_left_for_a_person_and_taken_on_again_once_resumed(tmp
     out, err = first.communicate(timeout=120)
     run = json.loads(out)["runs"][0]
     assert run["to"] == "ready" and "ProviderError" in run["hold"] and "rejected" in run["hold"] and run["held"] is True
-    assert first.returncode == 2 and "HOLD: JobError: work held 1 job(s), each left for a person: job job-00: ProviderError" in err
+    assert first.returncode == 2 and "HOLD: JobError: work held 1 job, each left for a person: job job-00: ProviderError" in err
     again = worker(store_url, "--until-idle", env=w.env)  # a refusal waits for a person: no worker spends another attempt
     out, err = again.communicate(timeout=60)
     assert json.loads(out)["runs"] == [] and len(provider.requests()) == 1
