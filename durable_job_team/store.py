@@ -857,9 +857,8 @@ class PgStore(Store):
     def failure(self, exc) -> StateError:
         if "permission denied for schema durable_job" in str(exc):  # a role that may connect but holds no grant
             return self.ungranted()
-        sqlstate = getattr(
-            exc, "sqlstate", None
-        )  # none: the client saw the connection end; 08…: a connection error; 57P…: the server stopping
+        # a lost connection: no sqlstate (the client saw it end), class 08 (a connection error) or 57P (the server stopping)
+        sqlstate = getattr(exc, "sqlstate", None)
         lost = isinstance(exc, need_psycopg().OperationalError) and (sqlstate is None or sqlstate.startswith(("08", "57P")))
         what = "cannot be reached: its connection was lost" if lost else "failed"
         return StateError(

@@ -17,10 +17,16 @@ serving = test_web.serving  # the fixture that starts serves and stops them afte
 
 def passkey_phone(tmp_path):
     """The phone of test_web, with a passkey authenticator built in (user verification: a fingerprint, say)."""
+    driver = phone(tmp_path)
+    driver.add_virtual_authenticator(phones_authenticator())
+    return driver
+
+
+def phones_authenticator():
+    """The options of the phone's own authenticator (a platform one, verifying its user): Chromium's virtual one."""
     from selenium.webdriver.common.virtual_authenticator import Protocol, Transport, VirtualAuthenticatorOptions
 
-    driver = phone(tmp_path)
-    options = VirtualAuthenticatorOptions(
+    return VirtualAuthenticatorOptions(
         protocol=Protocol.CTAP2,
         transport=Transport.INTERNAL,
         has_resident_key=True,
@@ -28,8 +34,6 @@ def passkey_phone(tmp_path):
         is_user_consenting=True,
         is_user_verified=True,
     )
-    driver.add_virtual_authenticator(options)
-    return driver
 
 
 def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
@@ -263,7 +267,6 @@ def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision
     device, or the decision recorded unsigned, which every output then calls unsigned."""
     import time
 
-    from selenium.webdriver.common.virtual_authenticator import Protocol, Transport, VirtualAuthenticatorOptions
     from selenium.webdriver.support.ui import WebDriverWait
 
     store = new_store(pg_server, "alice")
@@ -301,16 +304,7 @@ def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision
         assert store_counts(store, "decisions", "receipts") == [0, 0]
 
         # his passkey answers here again (the authenticator back, with his credential): Try again signs the rejection
-        driver.add_virtual_authenticator(
-            VirtualAuthenticatorOptions(
-                protocol=Protocol.CTAP2,
-                transport=Transport.INTERNAL,
-                has_resident_key=True,
-                has_user_verification=True,
-                is_user_consenting=True,
-                is_user_verified=True,
-            )
-        )
+        driver.add_virtual_authenticator(phones_authenticator())
         driver.add_credential(kept[0])
         driver.find_element("css selector", "#decide-form .passkey-retry").click()
         wait.until(lambda d: "Saved: rejected by bob (role bob)" in d.page_source and "signed with passkey" in d.page_source)
