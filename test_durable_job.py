@@ -357,7 +357,7 @@ BOUNDS = {"maxAttemptsPerItem": 2, "maxModelCalls": 3}
 def test_get_or_call_calls_once_and_reuses(tmp_path, monkeypatch):
     calls = []
 
-    def counting(job, item, source, prompt):
+    def counting(job, item, source, prompt, instructions):
         calls.append(prompt)
         return "out", "resp", "req", {"total_tokens": 3}
 
@@ -378,7 +378,7 @@ def test_provider_error_keeps_the_row_pending_with_its_request_id(tmp_path, monk
     class Boom(Exception):
         request_id = "req_lost_42"
 
-    def failing(job, item, source, prompt):
+    def failing(job, item, source, prompt, instructions):
         raise Boom("connection reset after sending")
 
     monkeypatch.setattr(dj, "call_model", failing)
@@ -397,7 +397,7 @@ def test_get_or_call_lets_the_providers_own_exception_through_after_journaling_i
     raised = RuntimeError("provider exploded mid-call")
     seen = {}
 
-    def failing(job, item, source, prompt):
+    def failing(job, item, source, prompt, instructions):
         seen["rows"] = dj.ledger(str(tmp_path / "effects.sqlite")).execute("SELECT status FROM calls").fetchall()
         raise raised
 

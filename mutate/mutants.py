@@ -111,15 +111,15 @@ MUTANTS = [
     Mutant(
         "input-hash-without-version",
         "operation key: input hash is of {system, prompt, model, version}",
-        '{"system": SYSTEM, "prompt": prompt, "model": job["model"], "version": VERSION}',
-        '{"system": SYSTEM, "prompt": prompt, "model": job["model"]}',
+        '{"system": instructions, "prompt": prompt, "model": job["model"], "version": VERSION}',
+        '{"system": instructions, "prompt": prompt, "model": job["model"]}',
         [f"{G}::test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift"],
     ),
     Mutant(
         "base-key-without-source",
         "operation key: base key binds the source's sha256",
-        '{"job": job["jobId"], "item": item["id"], "source": item["sha256"], "input": input_sha256(job, prompt)}',
-        '{"job": job["jobId"], "item": item["id"], "input": input_sha256(job, prompt)}',
+        '{"job": job["jobId"], "item": item["id"], "source": item["sha256"], "input": digest}',
+        '{"job": job["jobId"], "item": item["id"], "input": digest}',
         [f"{G}::test_the_operation_key_and_results_hash_of_a_known_non_ascii_job_never_drift"],
     ),
     Mutant(

@@ -54,10 +54,10 @@ def note(record):
 real_fake_call = dj.fake_call
 
 
-def observed_fake_call(job, item, source, prompt):
+def observed_fake_call(job, item, source, prompt, instructions):
     key = dj._OPERATION_KEY.get()  # the key of the call being made: fake_call is not given it, and no public name holds it
     note({{"event": "request", "key": key, "item": item["id"], "pid": os.getpid()}})
-    output_text, response_id, request_id, usage = real_fake_call(job, item, source, prompt)
+    output_text, response_id, request_id, usage = real_fake_call(job, item, source, prompt, instructions)
     note({{"event": "answer", "key": key, "item": item["id"], "outputText": output_text,
            "responseId": response_id, "requestId": request_id}})
     return output_text, response_id, request_id, usage
