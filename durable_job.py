@@ -6032,6 +6032,7 @@ def write_html(path: str, snap: Snapshot, out: dict) -> None:
     if out.get("sealBroken"):
         parts.append(h("<p class='bad'>Seal broken: {}</p>", out["sealBroken"]))
     parts.append(Html("</header><main>"))
+    parts.append(answer_section(out.get("answer"), item_order(manifest, snap.results), snap.results))
     parts.extend(item_sections(snap, manifest, sources))
     parts.append(journal_section(snap))
     parts.append(history_section(snap.store, out.get("drafts") or []))
@@ -6045,7 +6046,7 @@ def item_sections(snap: Snapshot, manifest: dict, sources: dict, forms=None) -> 
     The review page and the web app's job page both show these; `forms(item_id, result)` adds the web app's acts."""
     items = {i["id"]: i for i in manifest.get("items", [])}
     results = {r["itemId"]: r for r in snap.results}
-    order = list(items) + [i for i in results if i not in items]
+    order = item_order(manifest, snap.results)
     raw = answered_calls(snap)
     ways = (
         {f["itemId"]: f for f in failed_items(snap.store, snap.results, snap.calls, cast("Manifest | None", manifest or None))}
@@ -6058,6 +6059,58 @@ def item_sections(snap: Snapshot, manifest: dict, sources: dict, forms=None) -> 
         section = item_section(snap.store, n, result, sources.get(item_id), items.get(item_id, {}), raw.get(item_id), ways.get(item_id))
         sections.append(hjoin([section, forms(item_id, result)]) if forms else section)
     return sections
+
+
+def item_order(manifest: dict, results: list) -> list:
+    """The items' ids in the order the page shows them (the manifest's, then any result of an item it does not name): an
+    item's section is item{N}, N its place here."""
+    named = [i["id"] for i in manifest.get("items", [])]
+    return named + [r["itemId"] for r in results if r["itemId"] not in named]
+
+
+def stated_facts(result: dict) -> list:
+    """A validated answer's stated facts: on the page each is marked in the source after the item's citations."""
+    return [f for f in result.get("facts") or [] if f.get("stated")]
+
+
+def answer_section(answer: dict | None, order: list, results: list) -> Html:
+    """First on the page of a job that asks a question: the question, then each asked fact, its value with the quote that
+    states it one tap away (marked in its source), or the program's not-stated note and any figure of its kind the
+    sources hold; then any item without a checked answer."""
+    if not answer:
+        return Html("")
+    by_item = {r["itemId"]: r for r in results}
+    parts = [h("<section id='answer'><h2>The question</h2><p><b>{}</b></p><ul class='facts'>", answer["question"])]
+    for fact in answer["facts"]:
+        if fact["stated"]:
+            for said in fact["statedBy"]:
+                n = order.index(said["itemId"])
+                result = by_item[said["itemId"]]
+                c = len(result.get("citations") or []) + [f["name"] for f in stated_facts(result)].index(fact["name"])
+                parts.append(
+                    h(
+                        "<li class='fact' id='fact-{}'><b>{}</b>: <span class='pill ok'>{}</span> <a href='#q{}-{}'>“{}”</a> "
+                        "<span class='meta'>({})</span></li>",
+                        fact["name"],
+                        fact["name"],
+                        said["value"],
+                        n,
+                        c,
+                        said["quote"],
+                        said["itemId"],
+                    )
+                )
+        else:
+            held = [h("{} line {} has “{}”", x["itemId"], int(x["line"]), x["text"]) for x in fact.get("inSource") or []]
+            check = h(" <span class='wait'>Check: {}</span>", hjoin(held, "; ")) if held else Html("")
+            parts.append(
+                h("<li class='fact' id='fact-{}'><b>{}</b>: <span class='pill wait'>not stated</span> {}{}</li>", fact["name"], fact["name"], fact["note"], check)
+            )
+    parts.append(Html("</ul>"))
+    if answer.get("itemsWithoutAnswer"):
+        parts.append(h("<p class='bad'>Without a checked answer: {} (not part of this answer).</p>", ", ".join(answer["itemsWithoutAnswer"])))
+    parts.append(Html("</section>"))
+    return hjoin(parts)
 
 
 ID_WHOLE = 40  # an id up to this long fits one line of a phone screen and is shown whole
@@ -6179,14 +6232,20 @@ def item_section(store: Store, n: int, r: dict, source: str | None, item: dict, 
                 )
             )
         parts.append(Html("</ol>"))
+        facts = stated_facts(r)
+        if facts:
+            parts.append(Html("<p><b>Facts it states:</b></p><ul class='facts'>"))
+            for k, fact in enumerate(facts, len(r["citations"])):
+                parts.append(h("<li id='c{}-{}'><a href='#q{}-{}'>{}: {}</a> — “{}”</li>", n, k, n, k, fact["name"], fact["value"], fact["quote"]))
+            parts.append(Html("</ul>"))
     elif r["status"] == "failed":
         parts.append(h("<p class='bad'>Failed: {}</p>", r.get("reason", "")))
         parts.append(failed_help(call, ways))
     else:
         parts.append(Html("<p class='note'>No result yet: see the journal and the next step below.</p>"))
     if source is not None:
-        cites = r.get("citations") if r["status"] == "validated" else []
-        parts.append(h("<pre>{}</pre>", highlight(source, cites or [], n)))
+        cites = [*(r.get("citations") or []), *stated_facts(r)] if r["status"] == "validated" else []
+        parts.append(h("<pre>{}</pre>", highlight(source, cites, n)))
     else:
         parts.append(Html("<p class='bad'>Source not shown: it cannot be read here (an MCP source, or it no longer matches its seal).</p>"))
     parts.append(Html("</section>"))

@@ -1023,7 +1023,9 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     manifest, sources = snap.store.sealed_copies(snap.job)
     acts = web_claim_checks(site, snap, out, web_item_acts(site, person, here, csrftoken, snap, out))
     reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
+    order = durable_job.item_order(manifest or {}, snap.results)
     return {
+        "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results)),
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
         "journal": markupsafe.Markup(durable_job.journal_section(snap)),
