@@ -8831,8 +8831,7 @@ def seal(
     base_url: str | None = None,
     figures_must_be_quoted: bool = False,
     review_checks_every_claim: bool = False,
-    question: str | None = None,
-    facts=(),
+    request: dict | None = None,
     mcp_timeout: float | None = None,
     ids=(),
     force: bool = False,
@@ -8844,9 +8843,7 @@ def seal(
 
     It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
     sign_key: the approver's SSH key signs it (MANIFEST.sig beside it, sealed with the job by start or submit).
-    ids: `ITEM=PATH`, the id of the item of that source file (else its file's stem).
-    question: what the job asks its sources; facts: `NAME:KIND`, each fact the answer must state (KIND: date, time,
-    amount, number or text).
+    ids: `ITEM=PATH`, the id of the item of that source file (else its file's stem). request: {question, facts} (seal_request).
     store: the team's store the manifest is for (its job of that id, if any, is one --force must not overwrite).
     """
     target = os.path.abspath(out)
@@ -8879,8 +8876,7 @@ def seal(
         "baseUrl": base_url,
         "figuresMustBeQuoted": True if figures_must_be_quoted else None,
         "reviewChecksEveryClaim": True if review_checks_every_claim else None,
-        "question": question,
-        "facts": [asked_fact(f) for f in facts] if facts else None,
+        **(request or {}),
     }
     manifest.update({key: value for key, value in optional.items() if value is not None})  # a key only when its flag is given
     try:
@@ -9017,14 +9013,17 @@ SEAL_FLAG_OF_KEY = {
 }
 
 
-def asked_fact(flag_value: str) -> dict:
-    """seal --fact NAME:KIND, as the manifest's {name, kind}."""
-    name, colon, kind = str(flag_value).rpartition(":")
-    if not colon or not name:
-        raise ManifestError(
-            f"--fact {clip(json.dumps(str(flag_value)), 60)} must be NAME:KIND, for example time:time (KIND: {', '.join(FACT_KINDS)})"
-        )
-    return {"name": name, "kind": kind}
+def seal_request(question: str | None, facts) -> dict:
+    """seal --question TEXT and each --fact NAME:KIND, as the manifest's question and facts ({name, kind} each)."""
+    request: dict = {} if question is None else {"question": question}
+    for flag_value in facts or ():
+        name, colon, kind = str(flag_value).rpartition(":")
+        if not colon or not name:
+            raise ManifestError(
+                f"--fact {clip(json.dumps(str(flag_value)), 60)} must be NAME:KIND, for example time:time (KIND: {', '.join(FACT_KINDS)})"
+            )
+        request.setdefault("facts", []).append({"name": name, "kind": kind})
+    return request
 
 
 def seal_flag_message(message: str) -> str:
@@ -10328,7 +10327,6 @@ def cmd_seal(args) -> dict:
         "base_url",
         "figures_must_be_quoted",
         "review_checks_every_claim",
-        "question",
         "mcp_timeout",
         "force",
     )
@@ -10340,7 +10338,7 @@ def cmd_seal(args) -> dict:
         mcp_env=args.mcp_env or (),
         mcp_pass_env=args.mcp_pass_env or (),
         ids=args.ids or (),
-        facts=args.facts or (),
+        request=seal_request(args.question, args.facts),
         file_mode=mode,
         sign_key=signing_key(args),
         store=getattr(args, "opened", None),

@@ -20,5 +20,12 @@ $DJ decide --state-dir "$STATE" --decision hold --reviewer demo-reviewer \
     --reason "structural demo: nothing real to approve" --results-sha256 "$HASH" --json
 step "verify: every seal, hash and journal invariant, offline"
 $DJ verify --state-dir "$STATE" --text
+ASK=$(dirname "$STATE")/question
+step "a question: seal fixtures/workshop.txt asking when the workshop is and at what time (seal --question, --fact)"
+$DJ seal --out "$ASK/manifest.json" --job-id workshop-question --approved-by demo-owner --mode fake --model fake-1 \
+    --question "When is the pottery workshop, and at what time?" --fact day:date --fact time:time fixtures/workshop.txt --json
+$DJ start --manifest "$ASK/manifest.json" --state-dir "$ASK/state" --text
+step "inspect: the day with the quote that states it; the time not stated, in the program's words"
+$DJ inspect --state-dir "$ASK/state" --text
 printf '\nThe state lives in %s\n  review page: %s\n  try: sqlite3 %s/effects.sqlite "select operation_key,item_id,status from calls"\n' \
   "$STATE" "$(dirname "$STATE")/review.html" "$STATE"
