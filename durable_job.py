@@ -130,9 +130,9 @@ ANSWER_SYSTEM = (
     "summary (1-500 characters: what this source says in answer to the question), "
     "citations (an array of 1-3 objects with exactly the keys quote and claim: the "
     "passages that answer the question) and facts (an object with one key for each "
-    "asked fact's name, whose value is either {\"stated\": true, \"value\": V, \"quote\": Q}, "
+    'asked fact\'s name, whose value is either {"stated": true, "value": V, "quote": Q}, '
     "V being the fact exactly as the source states it and Q the passage that states it, "
-    "or {\"stated\": false} when the source does not state it: never guess, infer or "
+    'or {"stated": false} when the source does not state it: never guess, infer or '
     "fill in a fact). Every quote must be an exact substring of the source text, copied "
     "character for character, at least 12 characters long. Use no tools and take no actions."
 )
@@ -1238,9 +1238,7 @@ def check_request(m: dict) -> None:
     for n, fact in enumerate(facts, 1):
         check_object_keys(fact, {"name", "kind"}, f"Manifest fact {n}", 'an object {"name": …, "kind": …}', "a fact has only name and kind")
         if not (isinstance(fact.get("name"), str) and FACT_NAME.fullmatch(fact["name"])):
-            raise ManifestError(
-                f"Manifest fact {n} name must be 1-40 letters, digits, _ or -, starting with a letter (for example time)"
-            )
+            raise ManifestError(f"Manifest fact {n} name must be 1-40 letters, digits, _ or -, starting with a letter (for example time)")
         if fact.get("kind") not in FACT_KINDS:
             raise ManifestError(f"Manifest fact {fact['name']} kind must be one of {', '.join(FACT_KINDS)}")
         if fact["name"] in seen:
@@ -6104,11 +6102,19 @@ def answer_section(answer: dict | None, order: list, results: list) -> Html:
             held = [h("{} line {} has “{}”", x["itemId"], int(x["line"]), x["text"]) for x in fact.get("inSource") or []]
             check = h(" <span class='wait'>Check: {}</span>", hjoin(held, "; ")) if held else Html("")
             parts.append(
-                h("<li class='fact' id='fact-{}'><b>{}</b>: <span class='pill wait'>not stated</span> {}{}</li>", fact["name"], fact["name"], fact["note"], check)
+                h(
+                    "<li class='fact' id='fact-{}'><b>{}</b>: <span class='pill wait'>not stated</span> {}{}</li>",
+                    fact["name"],
+                    fact["name"],
+                    fact["note"],
+                    check,
+                )
             )
     parts.append(Html("</ul>"))
     if answer.get("itemsWithoutAnswer"):
-        parts.append(h("<p class='bad'>Without a checked answer: {} (not part of this answer).</p>", ", ".join(answer["itemsWithoutAnswer"])))
+        parts.append(
+            h("<p class='bad'>Without a checked answer: {} (not part of this answer).</p>", ", ".join(answer["itemsWithoutAnswer"]))
+        )
     parts.append(Html("</section>"))
     return hjoin(parts)
 
@@ -6236,7 +6242,9 @@ def item_section(store: Store, n: int, r: dict, source: str | None, item: dict, 
         if facts:
             parts.append(Html("<p><b>Facts it states:</b></p><ul class='facts'>"))
             for k, fact in enumerate(facts, len(r["citations"])):
-                parts.append(h("<li id='c{}-{}'><a href='#q{}-{}'>{}: {}</a> — “{}”</li>", n, k, n, k, fact["name"], fact["value"], fact["quote"]))
+                parts.append(
+                    h("<li id='c{}-{}'><a href='#q{}-{}'>{}: {}</a> — “{}”</li>", n, k, n, k, fact["name"], fact["value"], fact["quote"])
+                )
             parts.append(Html("</ul>"))
     elif r["status"] == "failed":
         parts.append(h("<p class='bad'>Failed: {}</p>", r.get("reason", "")))
@@ -9801,7 +9809,7 @@ def answer_lines(answer: dict | None) -> list:
     for fact in answer["facts"]:
         if fact["stated"]:
             for said in fact["statedBy"]:
-                lines.append(f"    {fact['name']}: {clip(said['value'], 80)} — {said['itemId']}: \"{clip(said['quote'], 160)}\"")
+                lines.append(f'    {fact["name"]}: {clip(said["value"], 80)} — {said["itemId"]}: "{clip(said["quote"], 160)}"')
         else:
             seen = "; ".join(f"{h['itemId']} line {h['line']} has {h['text']!r}" for h in fact.get("inSource") or [])
             lines.append(f"    {fact['name']}: not stated — {fact['note']}" + (f" (check: {seen})" if seen else ""))

@@ -8,9 +8,9 @@ import json
 import os
 
 import pytest
-from conftest import BOTH, Workspace, openai_workspace
 
 import durable_job as dj
+from conftest import BOTH, Workspace, openai_workspace
 
 WORKSHOP = (
     "Pottery workshop for beginners.\n"
@@ -58,7 +58,9 @@ def test_a_question_is_answered_with_the_day_quoted_and_the_time_said_to_be_not_
     # the day's quote is one tap away: its link goes to the quote marked in the source
     assert f"<a href='#q0-1'>“{DAY_QUOTE}”</a>" in html and f"<mark id='q0-1'><a href='#c0-1'>{DAY_QUOTE}</a></mark>" in html
     assert ws.run("verify").ok()["ok"] is True
-    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "the day is right", "--results-sha256", out["resultsSha256"]).ok()
+    ws.run(
+        "decide", "--decision", "accept", "--reviewer", "r", "--reason", "the day is right", "--results-sha256", out["resultsSha256"]
+    ).ok()
     assert ws.run("verify").ok()["ok"] is True
 
 
@@ -71,8 +73,11 @@ def test_seal_writes_the_question_and_facts_and_refuses_each_malformed_one_in_on
     manifest = json.load(open(out))
     assert manifest["question"] == QUESTION and manifest["facts"] == FACTS
     for flags, phrase in [
-        (("--fact", "day:date"), "--fact (the manifest's facts) are the facts a question asks for: add the question (seal --question TEXT)"),
-        (("--question", "Q?", "--fact", "day"), "--fact \"day\" must be NAME:KIND, for example time:time"),
+        (
+            ("--fact", "day:date"),
+            "--fact (the manifest's facts) are the facts a question asks for: add the question (seal --question TEXT)",
+        ),
+        (("--question", "Q?", "--fact", "day"), '--fact "day" must be NAME:KIND, for example time:time'),
         (("--question", "Q?", "--fact", "day:weekday"), "Manifest fact day kind must be one of date, time, amount, number, text"),
         (("--question", "Q?", "--fact", "day:date", "--fact", "day:time"), "Manifest fact day is named twice"),
         (("--question", "Q?", "--fact", "1st:date"), "Manifest fact 1 name must be 1-40 letters"),
