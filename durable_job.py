@@ -2579,6 +2579,11 @@ def value_in_quote(value: str, kind: str, quote: str) -> bool:
     return any(key[0] in FACT_FIGURES[kind] for key in stated) and all(key in quoted for key in stated)
 
 
+def stated_as_answered(facts: list) -> dict:
+    """A validated result's facts (fact_results) as the answer that gave them stated them: {name: {stated, value, quote}}."""
+    return {f["name"]: {"stated": True, "value": f["value"], "quote": f["quote"]} if f["stated"] else {"stated": False} for f in facts}
+
+
 def fact_results(facts: dict, asked_facts: list, source: str) -> list[dict]:
     """A validated answer's facts, in the order asked: {name, kind, stated, value, quote}, or {name, kind, stated: false}
     with `inSource` (each figure of its kind the source holds: its words, line and offset) when the source may state it."""
@@ -7253,6 +7258,8 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
             raise SealError(f"{where}: the edited result does not name the person, principal, reason and time the journal recorded")
         if texts is not None and row["item_id"] in items:
             proposal = {"itemId": row["item_id"], "summary": edited.get("summary"), "citations": edited.get("citations")}
+            if "facts" in edited:  # a job that asks a question: the facts as the reviewer's answer stated them
+                proposal["facts"] = stated_as_answered(edited["facts"])
             if check_proposal(json.dumps(proposal), items[row["item_id"]], texts[row["item_id"]], **rules) != edited:
                 raise SealError(f"{where}: item {row['item_id']}'s edit is not what validating it against the source gives")
         before = after
@@ -8419,11 +8426,15 @@ def revise(
     summary: str | None = None,
     citations: object = None,
     results_sha256: str | None = None,
+    facts_file: str | None = None,
+    facts: object = None,
 ) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output.
 
     The new summary comes from summary_file or as text (summary), its citations from citations_file or
     as a list (citations; neither keeps the current ones). results_sha256 binds the edit as decide's does.
+    A job that asks a question: the item's facts from facts_file or as an object (facts, as an answer states
+    them; neither keeps the current ones).
     """
     need_job_id(store)
     need_text(reviewer, "--reviewer")
@@ -8432,22 +8443,28 @@ def revise(
         raise UsageError("revise needs the new summary: --summary-file FILE (or, from the API, summary=TEXT), one of them")
     if summary_file is not None:  # before the job's lock: a file that cannot be read holds nothing up
         summary, citations = read_revision_files(summary_file, citations_file)
-    return revise_item(store, item, cast(str, summary).replace("\r\n", "\n").strip("\n"), citations, reviewer, reason, results_sha256)
+    if facts_file is not None:
+        facts = read_json_file(
+            facts_file, "--facts-file", 'an object {"NAME": {"stated": true, "value": …, "quote": …} or {"stated": false}}'
+        )
+    edit = {"summary": cast(str, summary).replace("\r\n", "\n").strip("\n"), "citations": citations, "facts": facts}
+    return revise_item(store, item, edit, reviewer, reason, results_sha256)
 
 
-def revise_item(store: Store, item: str, summary: str, citations, reviewer: str, reason: str, bound: str | None) -> dict:
+def revise_item(store: Store, item: str, edit: dict, reviewer: str, reason: str, bound: str | None) -> dict:
+    """revise under the job's lock; edit: {summary, citations, facts}, None for what keeps the current one."""
     with open_job(store, "revise") as ctx:  # an edit sends nothing
         draft, results = review_draft(ctx, reviewer, reason, "revise")
         refuse_stale(bound, results_sha256(results), "revise")
         position = item_position(results, item)
         old = results[position]
-        proposal = revised_proposal(item, summary, citations, old)
+        proposal = revised_proposal(item, edit, old, asked_of(ctx.manifest))
         checked = check_proposal(
             json.dumps(proposal), ctx.items[position], ctx.sources[ctx.items[position]["id"]], **validation_rules(ctx.job, ctx.manifest)
         )
         if checked["status"] != "validated":
             raise DecisionError(f"Revision of {item} is invalid: {checked['reason']}; fix the files and run revise again")
-        if old.get("status") == "validated" and (old.get("summary"), old.get("citations")) == (checked["summary"], checked["citations"]):
+        if old.get("status") == "validated" and all(old.get(k) == checked.get(k) for k in ("summary", "citations", "facts")):
             raise DecisionError(
                 f"Revision of {item} changes nothing: its summary and citations are already exactly these (draft {draft}); edit the files, or decide on draft {draft}"
             )
@@ -8465,8 +8482,8 @@ def revise_item(store: Store, item: str, summary: str, citations, reviewer: str,
         digest = results_sha256(new_results)
         previous = results_sha256(results)
         change = {
-            "before": {k: old.get(k) for k in ("status", "summary", "citations", "reason") if k in old},
-            "after": {"status": "validated", "summary": checked["summary"], "citations": checked["citations"]},
+            "before": {k: old.get(k) for k in ("status", "summary", "citations", "facts", "reason") if k in old},
+            "after": {"status": "validated", **{k: checked[k] for k in ("summary", "citations", "facts") if k in checked}},
             "previousResultsSha256": previous,
         }
         with ctx.journal.transaction():
@@ -8491,18 +8508,37 @@ def read_revision_files(summary_file: str, citations_file: str | None) -> tuple[
     summary = read_text_file(summary_file, "--summary-file").replace("\r\n", "\n").strip("\n")  # as an editor saved it
     if citations_file is None:
         return summary, None
+    return summary, read_json_file(citations_file, "--citations-file", 'a list of {"quote", "claim"} objects')
+
+
+def read_json_file(path: str, flag: str, shape: str):
+    """A person's JSON file for revise (its citations, an answer's facts)."""
     try:
-        return summary, strict_json(read_text_file(citations_file, "--citations-file"))
+        return strict_json(read_text_file(path, flag))
     except ValueError as exc:
-        raise DecisionError(f'--citations-file is not valid JSON ({clip(exc, 80)}); write a list of {{"quote", "claim"}} objects') from None
+        raise DecisionError(f"{flag} is not valid JSON ({clip(exc, 80)}); write {shape}") from None
 
 
-def revised_proposal(item_id: str, summary: str, citations, old: dict) -> dict:
+def revised_proposal(item_id: str, edit: dict, old: dict, asked: dict | None) -> dict:
+    """The proposal a revision stands for, checked as the model's would be: what the edit gives, else the item's current
+    citations (and, for a job that asks, its facts, as an answer states them)."""
+    citations = edit["citations"]
     if citations is None and old.get("citations"):
         citations = old["citations"]
     elif citations is None:
         raise DecisionError(f'Item {item_id} has no valid citations to keep; pass --citations-file with a list of {{"quote", "claim"}}')
-    return {"itemId": item_id, "summary": summary, "citations": citations}
+    proposal = {"itemId": item_id, "summary": edit["summary"], "citations": citations}
+    if asked is None:
+        return proposal
+    facts = edit["facts"]
+    if facts is None and old.get("facts"):
+        facts = stated_as_answered(old["facts"])
+    elif facts is None:
+        raise DecisionError(
+            f'Item {item_id} has no checked facts to keep; pass --facts-file with {{"NAME": {{"stated": true, "value": …, "quote": …}} '
+            'or {"stated": false}} for each asked fact'
+        )
+    return {**proposal, "facts": facts}
 
 
 def read_text_file(path: str, flag: str) -> str:
@@ -10265,7 +10301,9 @@ def cmd_decide(args) -> dict:
 
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
-    return revise(store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "reviewer", "reason", "results_sha256"))
+    return revise(
+        store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "facts_file", "reviewer", "reason", "results_sha256")
+    )
 
 
 def cmd_retry(args) -> dict:
@@ -10657,6 +10695,11 @@ COMMANDS = {
             flag("--item", required=True, help="the item id to edit"),
             flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
             flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations"),
+            flag(
+                "--facts-file",
+                type=path_argument,
+                help='a job that asks a question: a JSON object of the item\'s facts, {"NAME": {"stated": true, "value": …, "quote": …} or {"stated": false}}; default keeps the current ones',
+            ),
             BOUND_FLAG,
         ],
     ),

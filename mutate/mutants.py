@@ -13,6 +13,7 @@ M011 = "durable_job_team/migrations/m011_hostile_roles.sql"  # a migration mutat
 STORE_PY = "durable_job_team/store.py"  # the store extension
 WORKERS_PY = "durable_job_team/workers.py"  # the workers' extension
 ENGINE = "tests/test_engine.py"  # the engine and its seal
+REQUEST = "tests/test_request.py"  # a job that asks a question
 
 
 @dataclass
@@ -781,5 +782,34 @@ MUTANTS = [
         '    if origin is None or origin == "null":\n        return True',
         ["tests/test_web_attacker.py::test_a_post_from_another_origin_is_refused_even_with_the_persons_own_token"],
         path="durable_job_team/web.py",
+    ),
+    # --- the request: a question and its asked facts -------------------------------------------------------------
+    Mutant(
+        "fact-value-outside-its-quote",
+        "the request: a stated fact's value is what its own quote states",
+        "    return any(key[0] in FACT_FIGURES[kind] for key in stated) and all(key in quoted for key in stated)",
+        "    return any(key[0] in FACT_FIGURES[kind] for key in stated)",
+        [f"{REQUEST}::test_an_invented_fact_fails_its_item_before_anything_is_saved_as_validated"],
+    ),
+    Mutant(
+        "asked-facts-unchecked",
+        "the request: an answer states every asked fact, and no other",
+        '    return None if asked is None else facts_problem(proposal["facts"], asked["facts"], source)',
+        "    return None",
+        [f"{REQUEST}::test_a_fact_the_model_leaves_out_or_adds_fails_its_item"],
+    ),
+    Mutant(
+        "not-stated-unflagged",
+        "the request: a fact said not stated while the source holds one of its kind is flagged, with where",
+        '        if held:\n            result["inSource"] = held[:3]',
+        '        if False:\n            result["inSource"] = held[:3]',
+        [f"{REQUEST}::test_a_fact_said_not_stated_while_the_source_holds_one_of_its_kind_is_flagged_with_where"],
+    ),
+    Mutant(
+        "not-stated-note-left-out",
+        "the request: the program writes the not-stated note of every fact no item states",
+        '            notes.append(entry["note"])',
+        "            pass",
+        [f"{REQUEST}::test_a_question_is_answered_with_the_day_quoted_and_the_time_said_to_be_not_stated"],
     ),
 ]

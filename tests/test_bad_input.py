@@ -324,6 +324,10 @@ def spec_verdict(key, v, mode="fake"):
         return all(isinstance(r, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.@-]{0,62}", r) for r in v)
     if key == "baseUrl":  # an http(s) URL without credentials, query or fragment
         return None if isinstance(v, str) and v.lower().startswith(("http://", "https://")) else False
+    if key == "question":  # the owner's question: 1-1,000 characters, not blank
+        return isinstance(v, str) and bool(v.strip()) and len(v) <= 1000 and "\x00" not in v
+    if key == "facts":  # the facts a question asks for: never without the question (a base manifest asks none)
+        return False
     if key == "items":
         if not isinstance(v, list) or not 1 <= len(v) <= 3:
             return False

@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+from test_web import serving  # noqa: F401 (a fixture)
 
 import durable_job as dj
 from conftest import BOTH, Workspace, openai_workspace
@@ -169,3 +170,70 @@ def test_a_job_that_asks_nothing_sends_what_it_always_sent(tmp_path, provider):
     assert {r["instructions"] for r in sent} == {dj.SYSTEM}
     assert all("Question" not in r["input"] and r["input"].endswith("only.") for r in sent)
     assert "answer" not in ws.run("inspect").ok()
+
+
+def test_a_reviewer_on_a_phone_reads_the_answer_first_and_taps_through_to_the_quote(tmp_path, pg_server, serving):  # noqa: F811
+    """bob opens alice's question job on a 390×844 phone: the question and its facts stand above the items, the day's
+    quote is one tap away (the page goes to the quote marked in the source), the time reads "not stated" in the
+    program's words, nothing scrolls sideways; he accepts it from there."""
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_web import fits_a_phone, phone, text_of
+
+    from conftest import new_store, password_of
+
+    ws = Workspace(tmp_path, store=new_store(pg_server, "alice"))
+    asking(ws, reviewers=["bob"])
+    ws.start().ok()
+    s = serving(tmp_path, "--store", ws.store)
+    driver = phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        driver.get(f"{s.base}/jobs/journey")
+        driver.find_element("id", "role").send_keys("bob")
+        driver.find_element("id", "password").send_keys(password_of("bob"))
+        driver.find_element("css selector", "form button[type=submit]").click()
+        wait.until(lambda d: d.find_elements("id", "answer"))
+        first = driver.execute_script(
+            "const a = document.getElementById('answer'), i = document.getElementById('item0');"
+            "return !!(a.compareDocumentPosition(i) & Node.DOCUMENT_POSITION_FOLLOWING)"
+        )
+        assert first is True
+        assert QUESTION in text_of(driver, "answer")
+        assert text_of(driver, "fact-time") == "time: not stated The sources do not state the time."
+        assert "Saturday" in text_of(driver, "fact-day")
+        fits_a_phone(driver)
+        driver.find_element("css selector", "#fact-day a").click()
+        wait.until(lambda d: d.execute_script("return location.hash") == "#q0-1")
+        assert driver.execute_script("return document.getElementById('q0-1').innerText") == DAY_QUOTE
+        driver.save_screenshot(str(tmp_path / "answer-390x844.png"))
+        driver.find_element("id", "reason").send_keys("The day is right; the time is not announced.")
+        driver.find_element("css selector", "button.accept").click()
+        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+    finally:
+        driver.quit()
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def test_a_reviewer_revises_an_answer_keeping_its_facts_or_giving_new_ones_checked_as_the_models(ws):
+    asking(ws)
+    ws.start().ok()
+    summary = os.path.join(ws.root, "summary.txt")
+    with open(summary, "w") as fh:
+        fh.write("The workshop is on Saturday; its time has not been announced.\n")
+    flags = ("--item", "workshop", "--summary-file", summary, "--reviewer", "r", "--reason", "clearer")
+    out = ws.run("revise", *flags).ok()
+    assert out["result"]["facts"][0]["value"] == "Saturday"  # kept as checked
+    facts = os.path.join(ws.root, "facts.json")
+    with open(facts, "w") as fh:
+        json.dump(
+            {"day": {"stated": True, "value": "Sat", "quote": DAY_QUOTE}, "time": {"stated": True, "value": "7pm", "quote": DAY_QUOTE}}, fh
+        )
+    ws.run("revise", *flags, "--facts-file", facts).held(
+        "Revision of workshop is invalid: fact time: value '7pm' is not what its quote states"
+    )
+    with open(facts, "w") as fh:
+        json.dump({"day": {"stated": True, "value": "Sat", "quote": DAY_QUOTE}, "time": {"stated": False}}, fh)
+    out = ws.run("revise", *flags, "--facts-file", facts).ok()
+    assert out["draftVersion"] == 3 and out["result"]["facts"][0]["value"] == "Sat"
+    assert ws.run("inspect").ok()["answer"]["facts"][0]["statedBy"][0]["value"] == "Sat"
+    assert ws.run("verify").ok()["ok"] is True
