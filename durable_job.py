@@ -9745,10 +9745,17 @@ def text_jobs(out: dict, store) -> list:
 
 
 def text_migrate(out: dict, store) -> list:
+    """What this run changed (the schema, each role granted, the jobs adopted, sealing turned on), and what it found
+    already so: a rerun that changed nothing says so, and never that it granted what a role already had."""
+    at = f" (at {out['latestMigration']})" if out.get("latestMigration") else ""
+    did = out["changed"] or out.get("granted") or out.get("grantedWorkers") or out.get("adopted") or out.get("sealingTurnedOn")
     return [
-        f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
+        f"migrate: store {out['store']} schema {out['schema']}: "
+        + (f"brought up to date{at}" if out["changed"] else f"already up to date{at}" + ("" if did else "; nothing to do")),
         *(f"  granted {role} use of it" for role in out.get("granted") or []),
         *(f"  granted {role} use of it as a worker" for role in out.get("grantedWorkers") or []),
+        *(f"  {role} already had use of it: nothing changed" for role in out.get("alreadyGranted") or []),
+        *(f"  {role} already had use of it as a worker: nothing changed" for role in out.get("alreadyGrantedWorkers") or []),
         *([f"  {counted(out['adopted'], 'job')} of the administrator's now owned by {out['owner']}"] if out.get("owner") else []),
         *sealing_words(out),
         *(
@@ -9929,9 +9936,23 @@ def flags_of(args, *names: str) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
+@contextlib.contextmanager
+def set_up_by_its_administrator(store: Store, grant: str = "--grant") -> Iterator[None]:
+    """A store command on a store not yet set up, by a role that may not set it up: the refusal names the step that
+    role may take (ask the administrator to migrate), not the administrator's migrate with the reader's own URL."""
+    try:
+        yield
+    except StateError as exc:
+        if not store.shared:
+            raise
+        raise team_part("store").set_up_refusal(store, exc, grant) from None
+
+
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
-    return start(with_manifests_job(args, store_from(args)), args.manifest)
+    store = with_manifests_job(args, store_from(args))
+    with set_up_by_its_administrator(store):
+        return start(store, args.manifest)
 
 
 def cmd_resume(args) -> dict:
@@ -10128,9 +10149,10 @@ def cmd_submit(args) -> dict:
     """Seal jobs into a store as start does (one manifest, several, or a folder of them), and run nothing: `work` runs them."""
     store = store_url_from(args, "submit")
     workers = team_part("workers")
-    if args.manifest is not None and not args.manifests:  # one --manifest M: that job's own document, as it always was
-        return workers.submit(with_manifests_job(args, store), args.manifest)
-    return workers.submit_all(store, args.manifests, manifest=args.manifest)
+    with set_up_by_its_administrator(store):
+        if args.manifest is not None and not args.manifests:  # one --manifest M: that job's own document, as it always was
+            return workers.submit(with_manifests_job(args, store), args.manifest)
+        return workers.submit_all(store, args.manifests, manifest=args.manifest)
 
 
 def cmd_work(args) -> dict:
