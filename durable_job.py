@@ -9169,7 +9169,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             hold = journal_hold(store.read_journal())
         except JobError:
             hold = None
-        job, people = unread_record(store)
+        record, people = unread_record(store)
         return {
             "jobId": getattr(store, "job_id", None) or store.where(),
             "phase": "unreadable",
@@ -9177,8 +9177,8 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             **people,
             "decidedBy": None,
             "approvedBy": None,
-            "mode": job.get("mode"),
-            "createdAtUtc": job.get("createdAtUtc"),
+            "mode": record.get("mode"),
+            "createdAtUtc": record.get("createdAtUtc"),
             "tokens": None,
             "hold": hold,
             "figures": None,

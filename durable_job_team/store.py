@@ -1657,7 +1657,8 @@ def role_rights(db: PgJournal, role: str) -> list:
 
 def granted_roles(store: PgStore, db: PgJournal, roles, kind: str) -> tuple[list, list]:
     """Grant each role its kind's rights (grant_store): (the roles whose rights that changed, those that had them already)."""
-    changed, already = [], []
+    changed: list[str] = []
+    already: list[str] = []
     for role in roles:
         before = role_rights(db, role)
         grant_store(store, db, role, kind)

@@ -125,7 +125,9 @@ def test_a_role_without_create_is_told_to_ask_its_administrator_to_migrate_and_w
     w = Workspace(tmp_path, store=worker_url)
     w.write_manifest()
     # migrate is the administrator's act: carol is told to ask for it, named by her role, never by her own URL
-    hold = w.start().held("StateError", "is not set up yet", f"role {role} may not set it up", "ask them", f"migrate --store URL --grant {role}")
+    hold = w.start().held(
+        "StateError", "is not set up yet", f"role {role} may not set it up", "ask them", f"migrate --store URL --grant {role}"
+    )
     assert worker_url not in hold and f"{role}@" not in hold, hold
     assert w.run("submit", "--store", worker_url, "--manifest", w.manifest, state=False).held("StateError", "ask them") == hold
     migrated = w.run("migrate", "--store", store_url, "--grant", role).ok()
