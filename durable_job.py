@@ -9937,7 +9937,7 @@ def flags_of(args, *names: str) -> dict:
 
 
 @contextlib.contextmanager
-def set_up_by_its_administrator(store: Store, grant: str = "--grant") -> Iterator[None]:
+def set_up_by_its_administrator(store: Store) -> Iterator[None]:
     """A store command on a store not yet set up, by a role that may not set it up: the refusal names the step that
     role may take (ask the administrator to migrate), not the administrator's migrate with the reader's own URL."""
     try:
@@ -9945,7 +9945,7 @@ def set_up_by_its_administrator(store: Store, grant: str = "--grant") -> Iterato
     except StateError as exc:
         if not store.shared:
             raise
-        raise team_part("store").set_up_refusal(store, exc, grant) from None
+        raise team_part("store").set_up_refusal(store, exc) from None
 
 
 def cmd_start(args) -> dict:

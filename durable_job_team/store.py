@@ -1666,12 +1666,12 @@ def granted_roles(store: PgStore, db: PgJournal, roles, kind: str) -> tuple[list
     return changed, already
 
 
-def set_up_refusal(store: PgStore, exc: JobError, grant: str = "--grant") -> JobError:
+def set_up_refusal(store: PgStore, exc: JobError) -> JobError:
     """What a role is told on a store not yet set up, which it may not set up itself: that is the administrator's
     (migrate, with the administrator's own address), so the reader is told to ask for it, named by its role and never
     by its URL. `exc` is returned as it is when the store turns out set up, or cannot be reached to tell."""
-    if not isinstance(exc, StateError) or store.pool.schema_ready:
-        return exc
+    if not isinstance(exc, StateError) or store.pool.schema_ready or "not set up" not in str(exc):
+        return exc  # the engine's refusal of a store not set up says so; any other is asked nothing more (no second connect)
     from psycopg.conninfo import conninfo_to_dict
 
     try:
@@ -1686,10 +1686,11 @@ def set_up_refusal(store: PgStore, exc: JobError, grant: str = "--grant") -> Job
         host = conninfo_to_dict(store.url).get("host") or "the local server"
     except (JobError, need_psycopg().Error):  # the store cannot be asked now: the refusal it met says what it can
         return exc
+    migrate = command_line(store.program, "migrate", ["--store", "URL", "--grant", found["me"]])
     return StateError(
         f"The store (database {found['db']} on {host}) is not set up yet, and role {found['me']} may not set it up: that is its "
-        f"administrator's, the owner of the database: ask them to run `{command_line(store.program, 'migrate', ['--store', 'URL', grant, found['me']])}` once "
-        "with their own URL (it sets the schema up and grants this role use of it), then run this command again"
+        f"administrator's, the owner of the database: ask them to run `{migrate}` once with their own URL (it sets the "
+        "schema up and grants this role use of it), then run this command again"
     )
 
 
