@@ -5776,6 +5776,18 @@ def retry_refusal(item_id: str, calls: list, manifest: Manifest) -> str | None:
     return None
 
 
+def clip_words(text: object, limit: int) -> str:
+    """clip() at a word boundary: the whole words that fit, then an ellipsis (a next step is read, and its commands
+    pasted: a word cut in half reads wrong). One word longer than the limit is cut, as clip does."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    if not text[limit - 1].isspace() and head.rfind(" ") > 0:  # the last word does not end inside the limit: leave it out
+        head = head[: head.rfind(" ")]
+    return (head.rstrip(" ,;:") or text[: limit - 1]) + "…"
+
+
 def review_next(store: Store, results: list, calls: list, manifest: Manifest | None, job: Job) -> str:
     """What to do at review: decide, or first act on a failed item (retry it, revise it, or decide reject or hold).
 
@@ -5792,7 +5804,7 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
         ways.append(f"revise it by hand: {first['reviseCommand']}")
     ways.append(f"decide: {decide}" if ways else decide)
     # one suggestion a line: each is a whole command to paste
-    return f"item {first['itemId']} failed ({clip(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
+    return f"item {first['itemId']} failed ({clip_words(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
 
 
 def waiting_for_review(store: Store, job: Job) -> str:
@@ -9511,20 +9523,35 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             hold = journal_hold(store.read_journal())
         except JobError:
             hold = None
+        record, people = unread_record(store)
         return {
             "jobId": getattr(store, "job_id", None) or store.where(),
             "phase": "unreadable",
             "next": str(exc),
-            "owner": None,
-            "reviewers": [],
+            **people,
             "decidedBy": None,
             "approvedBy": None,
-            "mode": None,
-            "createdAtUtc": None,
+            "mode": record.get("mode"),
+            "createdAtUtc": record.get("createdAtUtc"),
             "tokens": None,
             "hold": hold,
             "figures": None,
         }
+
+
+def unread_record(store: Store) -> tuple[dict, dict]:
+    """What an unreadable job's `jobs` row still knows from what stays clear without the key: its record (job.json, a
+    store's jobs.record_json: its mode and creation time) and its people (a store's owner and reviewers columns, a
+    state directory's record or, that failing, the account owning job.json); an owner nothing names is `unknown`."""
+    try:
+        job: dict = dict(store.load_job())
+    except JobError:
+        job = {}
+    try:
+        people = store.people(cast(Job, job))
+    except Exception:  # a record too damaged to name anyone: the row says so rather than fail the listing
+        people = {}
+    return job, {"owner": people.get("owner") or "unknown", "reviewers": list(people.get("reviewers") or [])}
 
 
 def job_figures(snap: Snapshot) -> dict | None:
@@ -9618,7 +9645,7 @@ def usage(
             name = {"owner": job["owner"] or "unknown", "model": job["model"], "day": call["at"][:10]}[by]
             tokens = call_tokens(call["usage"])
             for group in (groups.setdefault(name, {"jobs": set(), "calls": 0, "tokens": no_tokens(), "byModel": {}}), whole):
-                group["jobs"].add(job["jobId"])
+                group["jobs"].add(job.get("where") or job["jobId"])  # a state directory is its own job: ids may repeat
                 group["calls"] += 1
                 add_tokens(group["tokens"], tokens)
                 add_tokens(group["byModel"].setdefault(job["model"], no_tokens()), tokens)
@@ -9629,30 +9656,35 @@ def usage(
             out["estimatedCost"] = estimated_cost(priced, group["byModel"])
         return out
 
+    unreadable = [{"jobId": job["jobId"], "why": job["unreadable"]} for job in spent if job.get("unreadable")]
     return {
         **where,
         "by": by,
         "since": since,
         "groups": [shown(groups[name], {by: name}) for name in sorted(groups)],
         "total": shown(whole, {}),
+        **({"unreadable": unreadable} if unreadable else {}),
     }
 
 
 def dir_usage(store: Store, cutoff: str) -> dict:
-    """A state directory's job for `usage`: {jobId, owner, model, calls: [{at, usage}]} (an unreadable one adds nothing)."""
+    """A state directory's job for `usage`: {jobId, owner, model, calls: [{at, usage}]}, read from what stays clear
+    without the key (job.json, each call's time and usage_json), so a job sealed at rest, or shredded, counts as any
+    other; one whose record or journal cannot be read at all adds nothing and says why (`unreadable`)."""
+    journal = None
     try:
         job = store.load_job()
         journal = store.read_journal()
-    except JobError:
-        return {"jobId": store.where(), "owner": None, "model": None, "calls": []}
-    try:
-        calls = [
-            {"at": c["created_utc"], "usage": c["usage_json"]} for c in call_rows(journal) if c["usage_json"] and c["created_utc"] >= cutoff
-        ]
+        rows = []
+        if journal is not None and journal.has_table("calls"):  # only columns that stay clear: nothing asks for the key
+            rows = journal.rows("SELECT created_utc, usage_json FROM {calls}{where} ORDER BY created_utc, {row_order}")
+    except JobError as exc:
+        return {"jobId": store.where(), "owner": None, "model": None, "calls": [], "unreadable": str(exc)}
     finally:
         if journal is not None:
             journal.close()
-    return {"jobId": job["jobId"], "owner": store.people(job)["owner"], "model": job.get("model"), "calls": calls}
+    calls = [{"at": c["created_utc"], "usage": c["usage_json"]} for c in rows if c["usage_json"] and c["created_utc"] >= cutoff]
+    return {"jobId": job["jobId"], "where": store.where(), "owner": store.people(job)["owner"], "model": job.get("model"), "calls": calls}
 
 
 PRUNE_PHASES = ("decided", "cancelled")
@@ -10085,10 +10117,17 @@ def text_jobs(out: dict, store) -> list:
 
 
 def text_migrate(out: dict, store) -> list:
+    """What this run changed (the schema, each role granted, the jobs adopted, sealing turned on), and what it found
+    already so: a rerun that changed nothing says so, and never that it granted what a role already had."""
+    at = f" (at {out['latestMigration']})" if out.get("latestMigration") else ""
+    did = out["changed"] or out.get("granted") or out.get("grantedWorkers") or out.get("adopted") or out.get("sealingTurnedOn")
     return [
-        f"migrate: store {out['store']} schema {out['schema']}: " + ("brought up to date" if out["changed"] else "already up to date"),
+        f"migrate: store {out['store']} schema {out['schema']}: "
+        + (f"brought up to date{at}" if out["changed"] else f"already up to date{at}" + ("" if did else "; nothing to do")),
         *(f"  granted {role} use of it" for role in out.get("granted") or []),
         *(f"  granted {role} use of it as a worker" for role in out.get("grantedWorkers") or []),
+        *(f"  {role} already had use of it: nothing changed" for role in out.get("alreadyGranted") or []),
+        *(f"  {role} already had use of it as a worker: nothing changed" for role in out.get("alreadyGrantedWorkers") or []),
         *([f"  {counted(out['adopted'], 'job')} of the administrator's now owned by {out['owner']}"] if out.get("owner") else []),
         *sealing_words(out),
         *(
@@ -10180,6 +10219,8 @@ def text_usage(out: dict, store) -> list:
     if priced:
         said = cost_words(out["total"]["estimatedCost"])
         lines.append(f"  {said}" + ("" if said.startswith("no ") else ": an estimate from your prices file, not the provider's bill"))
+    for job in out.get("unreadable") or []:
+        lines.append(f"  unreadable, not counted: {job['jobId']}: {job['why']}")
     return lines
 
 
@@ -10267,9 +10308,23 @@ def flags_of(args, *names: str) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
+@contextlib.contextmanager
+def set_up_by_its_administrator(store: Store) -> Iterator[None]:
+    """A store command on a store not yet set up, by a role that may not set it up: the refusal names the step that
+    role may take (ask the administrator to migrate), not the administrator's migrate with the reader's own URL."""
+    try:
+        yield
+    except StateError as exc:
+        if not store.shared:
+            raise
+        raise team_part("store").set_up_refusal(store, exc) from None
+
+
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
-    return start(with_manifests_job(args, store_from(args)), args.manifest)
+    store = with_manifests_job(args, store_from(args))
+    with set_up_by_its_administrator(store):
+        return start(store, args.manifest)
 
 
 def cmd_resume(args) -> dict:
@@ -10469,9 +10524,10 @@ def cmd_submit(args) -> dict:
     """Seal jobs into a store as start does (one manifest, several, or a folder of them), and run nothing: `work` runs them."""
     store = store_url_from(args, "submit")
     workers = team_part("workers")
-    if args.manifest is not None and not args.manifests:  # one --manifest M: that job's own document, as it always was
-        return workers.submit(with_manifests_job(args, store), args.manifest)
-    return workers.submit_all(store, args.manifests, manifest=args.manifest)
+    with set_up_by_its_administrator(store):
+        if args.manifest is not None and not args.manifests:  # one --manifest M: that job's own document, as it always was
+            return workers.submit(with_manifests_job(args, store), args.manifest)
+        return workers.submit_all(store, args.manifests, manifest=args.manifest)
 
 
 def cmd_work(args) -> dict:

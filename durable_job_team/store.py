@@ -1630,6 +1630,70 @@ def grant_store(store: PgStore, db: PgJournal, role: str, kind: str) -> None:
         )
 
 
+# A role's rights on the store, as the catalogs hold them: the schema's, each table's, sequence's, column's and
+# function's in it, the database's, and the kind the store records it as. migrate compares them before and after its
+# grants, so that a rerun says which role it changed, and never that it granted what each role already had.
+ROLE_RIGHTS_SQL = """
+WITH r AS (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = {p.role}),
+     s AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'durable_job')
+SELECT 'schema ' || a.privilege_type AS r FROM pg_catalog.pg_namespace n, aclexplode(n.nspacl) a
+  WHERE n.oid = (SELECT oid FROM s) AND a.grantee = (SELECT oid FROM r)
+UNION ALL SELECT c.relname || ' ' || a.privilege_type FROM pg_catalog.pg_class c, aclexplode(c.relacl) a
+  WHERE c.relnamespace = (SELECT oid FROM s) AND a.grantee = (SELECT oid FROM r)
+UNION ALL SELECT c.relname || '.' || t.attname || ' ' || a.privilege_type
+  FROM pg_catalog.pg_attribute t JOIN pg_catalog.pg_class c ON c.oid = t.attrelid, aclexplode(t.attacl) a
+  WHERE c.relnamespace = (SELECT oid FROM s) AND a.grantee = (SELECT oid FROM r)
+UNION ALL SELECT p.proname || ' ' || a.privilege_type FROM pg_catalog.pg_proc p, aclexplode(p.proacl) a
+  WHERE p.pronamespace = (SELECT oid FROM s) AND a.grantee = (SELECT oid FROM r)
+UNION ALL SELECT 'database ' || a.privilege_type FROM pg_catalog.pg_database d, aclexplode(d.datacl) a
+  WHERE d.datname = current_database() AND a.grantee = (SELECT oid FROM r)
+UNION ALL SELECT 'kind ' || kind FROM durable_job.roles WHERE role = {p.role}
+"""
+
+
+def role_rights(db: PgJournal, role: str) -> list:
+    return sorted(row["r"] for row in db.rows(ROLE_RIGHTS_SQL, role=role))
+
+
+def granted_roles(store: PgStore, db: PgJournal, roles, kind: str) -> tuple[list, list]:
+    """Grant each role its kind's rights (grant_store): (the roles whose rights that changed, those that had them already)."""
+    changed: list[str] = []
+    already: list[str] = []
+    for role in roles:
+        before = role_rights(db, role)
+        grant_store(store, db, role, kind)
+        (already if role_rights(db, role) == before else changed).append(role)
+    return changed, already
+
+
+def set_up_refusal(store: PgStore, exc: JobError) -> JobError:
+    """What a role is told on a store not yet set up, which it may not set up itself: that is the administrator's
+    (migrate, with the administrator's own address), so the reader is told to ask for it, named by its role and never
+    by its URL. `exc` is returned as it is when the store turns out set up, or cannot be reached to tell."""
+    if not isinstance(exc, StateError) or store.pool.schema_ready or "not set up" not in str(exc):
+        return exc  # the engine's refusal of a store not set up says so; any other is asked nothing more (no second connect)
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conn = store.connect(f"durable_job set-up check {os.getpid()}")
+        try:
+            db = PgJournal(conn, "", store.failure, owns=False, secrets=store.secrets)
+            if store.ready(db):
+                return exc
+            found = db.rows("SELECT session_user AS me, current_database() AS db")[0]
+        finally:
+            conn.close()
+        host = conninfo_to_dict(store.url).get("host") or "the local server"
+    except (JobError, need_psycopg().Error):  # the store cannot be asked now: the refusal it met says what it can
+        return exc
+    migrate = command_line(store.program, "migrate", ["--store", "URL", "--grant", found["me"]])
+    return StateError(
+        f"The store (database {found['db']} on {host}) is not set up yet, and role {found['me']} may not set it up: that is its "
+        f"administrator's, the owner of the database: ask them to run `{migrate}` once with their own URL (it sets the "
+        "schema up and grants this role use of it), then run this command again"
+    )
+
+
 def migrate_schema(
     store: str, *, grant=(), grant_worker=(), owner: str | None = None, program: str | None = None, from_env: bool = False
 ) -> dict:
@@ -1648,10 +1712,9 @@ def migrate_schema(
                 f"migrate --grant, --grant-worker and --owner are the store's administrator's (the owner of schema durable_job "
                 f"in {target.public}); run them as that role"
             )
-        for role in grant:
-            grant_store(target, db, role, "person")
-        for role in grant_worker:
-            grant_store(target, db, role, "worker")
+        granted, already = granted_roles(target, db, grant, "person")
+        granted_workers, already_workers = granted_roles(target, db, grant_worker, "worker")
+        latest = db.rows("SELECT max(name) AS name FROM durable_job._migrations")[0]["name"]
         sealing = mark_sealing(target, db)
         adopted = 0
         if owner:
@@ -1664,8 +1727,11 @@ def migrate_schema(
         "store": target.public,
         "schema": STORE_SCHEMA,
         **result,
-        "granted": list(grant),
-        "grantedWorkers": list(grant_worker),
+        "latestMigration": latest,
+        "granted": granted,
+        "grantedWorkers": granted_workers,
+        "alreadyGranted": already,
+        "alreadyGrantedWorkers": already_workers,
         "adopted": adopted,
         **({"owner": owner} if owner else {}),
         **sealing,

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ALPHA, BETA, PROGRAM, Workspace, as_role, copy_program, in_the_engine, new_store, paste
+from conftest import ALPHA, BETA, PROGRAM, Workspace, admin_url, as_role, copy_program, in_the_engine, new_key_file, new_store, paste
 
 # --- helpers --------------------------------------------------------------------------------------------------
 
@@ -297,6 +297,60 @@ def test_usage_sums_a_stores_calls_by_owner_model_and_day_for_what_a_role_may_se
     dirs.start().ok()
     local = dirs.run("usage", "--root", str(tmp_path / "dirs"), "--by", "model", state=False).ok()
     assert local["total"]["tokens"] == journal_tokens(dirs) and local["groups"][0]["model"] == "fake-structural-1"
+
+
+def test_usage_over_a_folder_counts_the_jobs_sealed_or_shredded_without_their_key_and_names_one_it_cannot_read(tmp_path):
+    """A person sums their folder of jobs with no key at hand: a job sealed at rest and a shredded one count as any other
+    (token counts stay clear, as the contract says); a job whose record is damaged is named, not counted, and the sum
+    is still printed (on main the first sealed or shredded directory stopped it with a SealedError)."""
+    key = new_key_file(tmp_path)
+    desk = tmp_path / "desk"
+    plain, sealed, shredded, damaged = (Workspace(desk / name) for name in ("plain", "sealed", "shredded", "damaged"))
+    for w in (plain, sealed, shredded, damaged):
+        w.write_manifest(sources={"alpha": ALPHA})
+        if w is not plain:
+            w.env["DURABLE_JOB_KEY_FILE"] = key
+        w.start().ok()
+    spent = [journal_tokens(w) for w in (plain, sealed, shredded)]  # read before the shred, from the journal's own rows
+    shredded.run("shred").ok()
+    with open(os.path.join(damaged.state, "job.json"), "w") as fh:
+        fh.write("{")
+
+    reader = Workspace(tmp_path / "reader")  # no DURABLE_JOB_KEY_FILE: what anyone summing the folder has
+    out = reader.run("usage", "--root", str(desk), state=False).ok()
+    assert out["total"]["jobs"] == 3 and out["total"]["calls"] == 3  # three folders, each its own job, though all are "journey"
+    assert out["total"]["tokens"] == {k: sum(t[k] for t in spent) for k in ("input", "output", "total")}
+    [unread] = out["unreadable"]
+    assert unread["jobId"] == damaged.state and "damaged" in unread["why"], unread
+    text = reader.run("usage", "--root", str(desk), "--text", state=False)
+    assert text.code == 0 and "HOLD" not in text.stderr, text.stderr
+    assert f"unreadable, not counted: {damaged.state}: " in text.stdout and "(all)  3" in text.stdout, text.stdout
+
+
+def test_jobs_without_the_key_names_an_unreadable_job_s_owner_from_what_stays_clear(tmp_path, pg_server):
+    """`jobs` read without the key (or after a shred) lists the job unreadable, and still says whose it is: a store's
+    owner and reviewers columns, a state directory's job record (on main: OWNER `-`, the web list `owner None`)."""
+    key = new_key_file(tmp_path)
+    mine = Workspace(tmp_path / "desk" / "mine")
+    mine.write_manifest()
+    mine.env["DURABLE_JOB_KEY_FILE"] = key
+    mine.start().ok()
+    mine.run("shred").ok()
+    [row] = Workspace(tmp_path / "reader").run("jobs", "--root", str(tmp_path / "desk"), state=False).ok()["jobs"]
+    assert row["phase"] == "unreadable" and row["owner"] == mine.principal() and row["mode"] == "fake" and row["createdAtUtc"]
+
+    store = new_store(pg_server, "alice")
+    assert Workspace(tmp_path / "admin").run("migrate", "--store", admin_url(store), "--key-file", key, state=False).ok()["sealedAtRest"]
+    alice = desk(tmp_path, store, "alice")
+    alice.env["DURABLE_JOB_KEY_FILE"] = key
+    started(alice, "sealed-1", reviewers=["bob"])
+    for role in ("alice", "bob"):  # the owner and the reviewer, each at a desk without the key
+        w = desk(tmp_path / "nokey", store, role)
+        [row] = listed(w)["jobs"]
+        assert row["phase"] == "unreadable" and row["owner"] == "alice" and row["reviewers"] == ["bob"], row
+        text = w.run("jobs", "--store", w.store, "--text").stdout
+        line = next(line for line in text.splitlines() if line.startswith("sealed-1"))
+        assert line.split()[1:4] == ["unreadable", "alice", "bob"], text
 
 
 BAD_PRICES = [

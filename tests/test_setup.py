@@ -17,7 +17,19 @@ import test_figures
 import test_web
 from test_notify import notify_config
 
-from conftest import PROGRAM, Workspace, admin_url, as_role, assert_held, clean_env, free_port, new_key_file, new_store, openai_workspace
+from conftest import (
+    PROGRAM,
+    Workspace,
+    admin_url,
+    as_role,
+    assert_held,
+    clean_env,
+    free_port,
+    new_key_file,
+    new_store,
+    openai_workspace,
+    sql,
+)
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -71,6 +83,31 @@ def test_migrate_says_in_words_that_every_new_job_will_now_be_sealed_and_whose_j
     assert "every new job is sealed" in again.stdout and "will now be sealed" not in again.stdout
     adopted = run(tmp_path, "migrate", "--store", admin, "--owner", "alice", "--text")
     assert "0 jobs of the administrator's now owned by alice" in adopted.stdout, adopted.stdout
+
+
+def test_migrate_run_again_says_it_had_nothing_to_do_and_grants_only_what_a_role_lacked(pg_server, tmp_path):
+    """The administrator runs the README's migrate line twice, as a person does to be sure: the second run says the
+    store is already at its latest migration and that alice and the worker already had their rights, with nothing
+    done (on main it said "granted alice use of it" again). A right revoked by hand is granted again, and said so."""
+    admin = admin_url(new_store(pg_server, empty=True))
+    line = ("migrate", "--store", admin, "--grant", "alice", "--grant-worker", "worker", "--text")
+    first = run(tmp_path, *line)
+    assert first.returncode == 0, first.stderr
+    assert "brought up to date (at m0" in first.stdout and "granted alice use of it\n" in first.stdout, first.stdout
+    assert "granted worker use of it as a worker" in first.stdout
+    again = run(tmp_path, *line)
+    assert again.returncode == 0, again.stderr
+    assert "already up to date (at m0" in again.stdout and "; nothing to do" in again.stdout, again.stdout
+    assert "alice already had use of it: nothing changed" in again.stdout and "worker already had use of it as a worker" in again.stdout
+    assert "granted " not in again.stdout.replace("granted roles keep CONNECT", ""), again.stdout
+    document = json.loads(run(tmp_path, *line[:-1]).stdout)
+    assert document["granted"] == [] and document["alreadyGranted"] == ["alice"] and document["alreadyGrantedWorkers"] == ["worker"]
+    assert document["latestMigration"] == again.stdout.split("(at ", 1)[1].split(")", 1)[0]
+
+    sql(admin, "REVOKE INSERT ON durable_job.drafts FROM alice")  # by hand, outside migrate
+    repaired = run(tmp_path, *line)
+    assert "granted alice use of it\n" in repaired.stdout and "worker already had use of it as a worker" in repaired.stdout, repaired.stdout
+    assert "nothing to do" not in repaired.stdout
 
 
 # -- start and resume: figures found nowhere --------------------------------------------------------------------------

@@ -119,13 +119,17 @@ def test_six_first_starts_on_an_empty_database_all_succeed(empty_store, tmp_path
     assert {j["owner"] for j in listed} == {"durable"}
 
 
-def test_a_role_without_create_is_told_to_migrate_and_works_after_it(empty_store, tmp_path):
+def test_a_role_without_create_is_told_to_ask_its_administrator_to_migrate_and_works_after_it(empty_store, tmp_path):
     store_url, role = empty_store, "carol"  # a person's role the database knows, with no right on this one yet
     worker_url = as_role(store_url, role)
     w = Workspace(tmp_path, store=worker_url)
     w.write_manifest()
-    hold = w.start().held("StateError", f"migrate --store {worker_url}")
-    assert "administrator" in hold
+    # migrate is the administrator's act: carol is told to ask for it, named by her role, never by her own URL
+    hold = w.start().held(
+        "StateError", "is not set up yet", f"role {role} may not set it up", "ask them", f"migrate --store URL --grant {role}"
+    )
+    assert worker_url not in hold and f"{role}@" not in hold, hold
+    assert w.run("submit", "--store", worker_url, "--manifest", w.manifest, state=False).held("StateError", "ask them") == hold
     migrated = w.run("migrate", "--store", store_url, "--grant", role).ok()
     assert migrated["changed"] is True and migrated["granted"] == [role]
     assert w.run("migrate", "--store", store_url).ok()["changed"] is False  # once is enough; again changes nothing
