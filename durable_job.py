@@ -8103,7 +8103,8 @@ def not_stated_note(name: str) -> str:
 def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
     """What inspect prints (the web app's job page and its API too), from one snapshot; priced: read_prices's."""
     out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results), "final": snap.final}
-    answer = answer_of(asked_of(snap.store.sealed_manifest(snap.job)), snap.results)
+    manifest = snap.store.sealed_manifest(snap.job)
+    answer = answer_of(asked_of(manifest), snap.results)
     if answer is not None:
         out["answer"] = answer
     where_it_stands(snap, out)
@@ -8120,7 +8121,7 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
         out["savedDecision"] = snap.saved_decision
     if snap.waiting and not snap.cancel:
         out.update(review_step(snap.store, snap.job, snap.results))
-        out.update(failed_field(snap.store, snap.results, snap.calls, snap.store.sealed_manifest(snap.job)))
+        out.update(failed_field(snap.store, snap.results, snap.calls, manifest))
     return out
 
 

@@ -8,9 +8,9 @@ import json
 import sys
 
 import test_web
-from test_web import phone, store_counts, text_of
+from test_web import phone, phone_signs_in, store_counts, text_of
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, password_of, wait_for
+from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, wait_for
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -34,14 +34,6 @@ def phones_authenticator():
         is_user_consenting=True,
         is_user_verified=True,
     )
-
-
-def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
-    driver.get(f"{base}/jobs/{job}")
-    driver.find_element("id", "role").send_keys(role)
-    driver.find_element("id", "password").send_keys(password_of(role))
-    driver.find_element("css selector", "form button[type=submit]").click()
-    wait.until(lambda d: d.current_url == f"{base}/jobs/{job}")
 
 
 def jobs_for_bob(tmp_path, store: str, names=("journey", "second")) -> dict:

@@ -7,7 +7,7 @@ import re
 import shlex
 
 import test_web
-from test_web import csrf, fits_a_phone, phone, post_form, shown_results, sign_in, store_counts, store_job, text_of
+from test_web import csrf, fits_a_phone, phone, phone_signs_in, post_form, shown_results, sign_in, store_counts, store_job, text_of
 
 from conftest import Workspace, as_, new_store, password_of
 
@@ -24,10 +24,7 @@ def test_a_page_left_open_across_a_restart_then_accept_tapped_ends_on_a_sign_in_
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
     reason = "Both summaries match their sources; checked on the train."
     try:
-        driver.get(f"{s.base}/jobs/journey")
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
+        phone_signs_in(driver, wait, s.base, "journey", "bob")
         wait.until(lambda d: d.find_elements("css selector", "button.accept"))
         at = driver.execute_script(  # where each part stands on the page (px from its top)
             "var m = document.querySelectorAll('main mark'), y = window.scrollY;"

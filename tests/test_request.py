@@ -177,9 +177,9 @@ def test_a_reviewer_on_a_phone_reads_the_answer_first_and_taps_through_to_the_qu
     quote is one tap away (the page goes to the quote marked in the source), the time reads "not stated" in the
     program's words, nothing scrolls sideways; he accepts it from there."""
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_web import fits_a_phone, phone, text_of
+    from test_web import fits_a_phone, phone, phone_signs_in, text_of
 
-    from conftest import new_store, password_of
+    from conftest import new_store
 
     ws = Workspace(tmp_path, store=new_store(pg_server, "alice"))
     asking(ws, reviewers=["bob"])
@@ -188,10 +188,7 @@ def test_a_reviewer_on_a_phone_reads_the_answer_first_and_taps_through_to_the_qu
     driver = phone(tmp_path)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
     try:
-        driver.get(f"{s.base}/jobs/journey")
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
+        phone_signs_in(driver, wait, s.base, "journey", "bob")
         wait.until(lambda d: d.find_elements("id", "answer"))
         first = driver.execute_script(
             "const a = document.getElementById('answer'), i = document.getElementById('item0');"

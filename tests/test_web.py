@@ -628,6 +628,15 @@ def phone(tmp_path):
     return driver
 
 
+def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
+    """On the phone: open the job's page, sign in as role on the form it shows, and wait to be back on the job's page."""
+    driver.get(f"{base}/jobs/{job}")
+    driver.find_element("id", "role").send_keys(role)
+    driver.find_element("id", "password").send_keys(password_of(role))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{base}/jobs/{job}")
+
+
 def text_of(driver, element_id: str) -> str:
     """The element's text, read in one script: while a form's answer replaces the page, a found element's node can
     leave the document between finding it and reading it (Chromium: "Node with given id does not belong to the
