@@ -9,6 +9,7 @@ and with 50 pages open on 10 jobs (target: the same; one read connection per sig
 
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -57,9 +58,12 @@ def start_serve(folder: str, store: str) -> tuple:
 
 
 def sign_in(base: str, role: str) -> httpx.Client:
-    c = httpx.Client(base_url=base, timeout=30)
-    c.get("/login")
-    r = c.post("/login", data={"csrftoken": c.cookies["csrftoken"], "role": role, "password": password_of(role), "next": "/"})
+    """A browser-like client signed in as role: serve's own Origin on every request, and the sign-in form's token (the one
+    kept in this client's session, as serve checks it since issue 43)."""
+    c = httpx.Client(base_url=base, timeout=30, headers={"Origin": base})
+    token = re.search(r'name="csrftoken" value="([^"]+)"', c.get("/login").text)
+    assert token, "serve's sign-in page shows no form token"
+    r = c.post("/login", data={"csrftoken": token.group(1), "role": role, "password": password_of(role), "next": "/"})
     assert r.status_code == 303, r.text
     return c
 
