@@ -218,6 +218,7 @@ if TYPING:
         chain: NotRequired[int]  # CHAIN: its acts are chained (jobs sealed before have none)
         approvalSignature: NotRequired[str]  # the approver's SSH signature of the manifest (seal --sign-key)
         figures: NotRequired[int]  # FIGURES: its validated results carry support flags (jobs sealed before have none)
+        api: NotRequired[dict[str, Any]]  # Chat Completions (provider_api); a job without it uses the Responses API
 
     class Citation(TypedDict):
         quote: str
@@ -1086,9 +1087,15 @@ MANIFEST_KEYS = {
     "reviewChecksEveryClaim",
     "question",
     "facts",
+    "api",
+    "maxTokensParameter",
+    "jsonOutput",
 }
-MANIFEST_SWITCHES = ("providerTransferApproved", "figuresMustBeQuoted", "reviewChecksEveryClaim")  # optional true/false
-REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {*MANIFEST_SWITCHES, "maxConcurrentCalls", "reviewers", "baseUrl", "question", "facts"}
+MANIFEST_SWITCHES = ("providerTransferApproved", "figuresMustBeQuoted", "reviewChecksEveryClaim", "jsonOutput")  # optional true/false
+OPTIONAL_MANIFEST_KEYS = ("maxConcurrentCalls", "reviewers", "baseUrl", "question", "facts", "api", "maxTokensParameter")
+REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {*MANIFEST_SWITCHES, *OPTIONAL_MANIFEST_KEYS}
+APIS = ("responses", "chat")  # the provider API a job's calls use: the Responses API (the default) or Chat Completions
+MAX_TOKENS_PARAMETERS = ("max_completion_tokens", "max_tokens")  # how a chat request bounds its answer, as the server accepts
 ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$.@-]{0,62}")  # a PostgreSQL role (or account) name as reviewers name it
 MAX_REVIEWERS = 16
 ITEM_KEYS = {"id", "path", "sha256", "mcp"}
@@ -1220,7 +1227,33 @@ def check_manifest(m) -> None:
             "Manifest baseUrl must be the provider's http:// or https:// URL (no user name, password or query), "
             "for example https://api.openai.com/v1"
         )
+    check_api(m)
     check_request(m)
+
+
+def check_api(m: dict) -> None:
+    """api (the provider API the calls use) and, for Chat Completions, how a request bounds its answer and asks for JSON."""
+    if "api" in m and m["api"] not in APIS:
+        raise ManifestError(f'Manifest api must be "responses" or "chat" (Chat Completions), not {clip(json.dumps(m["api"]), 40)}')
+    chat_only = [key for key in ("maxTokensParameter", "jsonOutput") if key in m]
+    if chat_only and m.get("api") != "chat":
+        raise ManifestError(f'Manifest {chat_only[0]} applies to Chat Completions only: add "api": "chat" (seal --api chat) or remove it')
+    if "maxTokensParameter" in m and m["maxTokensParameter"] not in MAX_TOKENS_PARAMETERS:
+        raise ManifestError(
+            'Manifest maxTokensParameter must be "max_completion_tokens" (the default) or "max_tokens" (for a server that takes only that)'
+        )
+
+
+def provider_api(manifest) -> dict | None:
+    """How the job's calls reach the provider, as its job record seals it: None for the Responses API (every job sealed
+    before the choice existed), else the Chat Completions request's shape."""
+    if not manifest or manifest.get("api", "responses") == "responses":
+        return None
+    return {
+        "name": "chat",
+        "maxTokensParameter": manifest.get("maxTokensParameter", MAX_TOKENS_PARAMETERS[0]),
+        "jsonOutput": manifest.get("jsonOutput", True),
+    }
 
 
 def check_request(m: dict) -> None:
@@ -1664,6 +1697,9 @@ def new_job(
         "chain": CHAIN,
         "figures": FIGURES,
     }
+    api = provider_api(manifest)
+    if api is not None:
+        job["api"] = api
     if approval:
         job["approvalSignature"] = approval
     return job
@@ -1722,6 +1758,7 @@ def check_job_matches_manifest(job: Job, manifest: Manifest, sealer: Sealer | No
     digests keyed under sealer's key when it keeps them so)."""
     expected: dict[str, Any] = {key: manifest[key] for key in SEALED_COPIES}  # type: ignore[literal-required]
     expected["sources"] = kept_sources(manifest, sealer if keyed_sources(job) else None)
+    expected["api"] = provider_api(manifest)
     for key, value in expected.items():
         if job.get(key) != value:
             raise SealError(
@@ -2265,6 +2302,7 @@ def require_api_key() -> None:
 
 OPENAI_WARM_MODULES = (
     "openai.resources.responses.responses",
+    "openai.resources.chat.completions.completions",
     "openai.lib.streaming.responses",
     "openai.lib._parsing._responses",
     "openai.pagination",
@@ -2397,9 +2435,35 @@ def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key
         headers["X-Durable-Job-Thread"] = job["threadId"]
     if headers:
         kwargs["extra_headers"] = headers
+    if job.get("api"):
+        return chat_call(client, job, instructions, prompt, tokens, headers, timeout)
     response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
     usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
     return response.output_text, response.id, getattr(response, "_request_id", None), usage
+
+
+def chat_call(client, job, instructions: str, prompt: str, tokens: int, headers: dict, timeout: float):
+    """One Chat Completions call: the same instruction and input as a system and a user message, the answer bounded
+    by the parameter the server takes, JSON asked for (unless the job says the server cannot), nothing stored. Its
+    usage is read in the Responses API's words (input, output and total tokens), as the journal keeps every call's."""
+    api = job["api"]
+    kwargs: dict[str, Any] = dict(
+        model=job["model"],
+        messages=[{"role": "system", "content": instructions}, {"role": "user", "content": prompt}],
+        store=False,
+    )
+    kwargs[api["maxTokensParameter"]] = tokens
+    if api["jsonOutput"]:
+        kwargs["response_format"] = {"type": "json_object"}
+    if headers:
+        kwargs["extra_headers"] = headers
+    completion = within_deadline(lambda: client.chat.completions.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    text = (completion.choices[0].message.content or "") if completion.choices else ""  # cut at the limit: it fails validation
+    usage = None
+    if getattr(completion, "usage", None) is not None:
+        counts = completion.usage
+        usage = {"input_tokens": counts.prompt_tokens, "output_tokens": counts.completion_tokens, "total_tokens": counts.total_tokens}
+    return text, completion.id, getattr(completion, "_request_id", None), usage
 
 
 def unsent_url(exc: BaseException) -> str | None:
@@ -3477,7 +3541,12 @@ def add_notice(journal: Journal, event: str, phase: str, key: str, **fields) -> 
 
 
 def input_sha256(job: Job, prompt: str, instructions: str = SYSTEM) -> str:
-    return sha256_hex(canonical({"system": instructions, "prompt": prompt, "model": job["model"], "version": VERSION}))
+    """The digest of exactly what a call sends: its instruction, its prompt, the model, the graph; a Chat Completions job's
+    request shape too (a Responses job's digest is what it always was)."""
+    sent: dict[str, Any] = {"system": instructions, "prompt": prompt, "model": job["model"], "version": VERSION}
+    if job.get("api"):
+        sent["api"] = job["api"]
+    return sha256_hex(canonical(sent))
 
 
 def base_key(job: Job, item: Item, prompt: str, instructions: str = SYSTEM) -> str:
@@ -8889,6 +8958,7 @@ def seal(
     figures_must_be_quoted: bool = False,
     review_checks_every_claim: bool = False,
     request: dict | None = None,
+    api: dict | None = None,
     mcp_timeout: float | None = None,
     ids=(),
     force: bool = False,
@@ -8898,9 +8968,9 @@ def seal(
 ) -> dict:
     """Write a valid manifest with computed hashes (paths relative to its folder, or absolute outside it).
 
-    It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask).
-    sign_key: the approver's SSH key signs it (MANIFEST.sig beside it, sealed with the job by start or submit).
-    ids: `ITEM=PATH`, the id of the item of that source file (else its file's stem). request: {question, facts} (seal_request).
+    It is written private (file_mode 0600) unless the caller asks for another mode (the CLI's --use-umask). sign_key: the
+    approver's SSH key signs it (MANIFEST.sig beside it, sealed with the job by start or submit). ids: `ITEM=PATH`, the id of
+    the item of that source file (else its file's stem). request: {question, facts} (seal_request); api: seal_api's keys.
     store: the team's store the manifest is for (its job of that id, if any, is one --force must not overwrite).
     """
     target = os.path.abspath(out)
@@ -8913,8 +8983,7 @@ def seal(
     items = named_items(seal_file_items(base, list(files)), list(files), list(ids))
     if mcp_uri:
         os.makedirs(base, exist_ok=True)  # the MCP server runs in the manifest's folder, from the seal on
-        spec = (mcp_command, mcp_uri, mcp_id, mcp_env, mcp_pass_env, mcp_timeout)
-        items.append(seal_mcp_item(target, *spec, len(items) + 1))
+        items.append(seal_mcp_item(target, mcp_command, mcp_uri, mcp_id, mcp_env, mcp_pass_env, mcp_timeout, len(items) + 1))
     manifest = {
         "schemaVersion": 1,
         "jobId": job_id,
@@ -8934,6 +9003,7 @@ def seal(
         "figuresMustBeQuoted": True if figures_must_be_quoted else None,
         "reviewChecksEveryClaim": True if review_checks_every_claim else None,
         **(request or {}),
+        **(api or {}),
     }
     manifest.update({key: value for key, value in optional.items() if value is not None})  # a key only when its flag is given
     try:
@@ -9067,6 +9137,9 @@ SEAL_FLAG_OF_KEY = {
     "baseUrl": "--base-url",
     "question": "--question",
     "facts": "--fact",
+    "api": "--api",
+    "maxTokensParameter": "--max-tokens-parameter",
+    "jsonOutput": "--no-json-output",
 }
 
 
@@ -9081,6 +9154,12 @@ def seal_request(question: str | None, facts) -> dict:
             )
         request.setdefault("facts", []).append({"name": name, "kind": kind})
     return request
+
+
+def seal_api(api: str | None, max_tokens_parameter: str | None, json_output: bool | None) -> dict:
+    """seal --api, --max-tokens-parameter and --no-json-output, as the manifest's keys of each flag given."""
+    keys = {"api": api, "maxTokensParameter": max_tokens_parameter, "jsonOutput": json_output}
+    return {key: value for key, value in keys.items() if value is not None}
 
 
 def seal_flag_message(message: str) -> str:
@@ -10441,6 +10520,7 @@ def cmd_seal(args) -> dict:
         mcp_pass_env=args.mcp_pass_env or (),
         ids=args.ids or (),
         request=seal_request(args.question, args.facts),
+        api=seal_api(args.api, args.max_tokens_parameter, args.json_output),
         file_mode=mode,
         sign_key=signing_key(args),
         store=getattr(args, "opened", None),
@@ -10689,6 +10769,23 @@ SEAL_FLAGS = [
         action="append",
         metavar="NAME:KIND",
         help="a fact the answer must state, or say is not stated; KIND: date, time, amount, number or text (repeatable; the manifest's facts)",
+    ),
+    flag(
+        "--api",
+        choices=list(APIS),
+        help="the provider API the calls use: responses (the default) or chat (Chat Completions, /v1/chat/completions)",
+    ),
+    flag(
+        "--max-tokens-parameter",
+        choices=list(MAX_TOKENS_PARAMETERS),
+        help="with --api chat: how a request bounds its answer, as the server takes it (default max_completion_tokens)",
+    ),
+    flag(
+        "--no-json-output",
+        dest="json_output",
+        action="store_const",
+        const=False,
+        help="with --api chat: send no response_format (for a server that cannot ask the model for JSON)",
     ),
     flag("--force", action="store_true", help="overwrite an existing manifest (never one a job beside it sealed)"),
     flag("--use-umask", action="store_true", help="create the manifest with your umask's mode (e.g. 0644) instead of private 0600"),
