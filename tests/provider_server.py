@@ -122,7 +122,7 @@ def chat_completion_object(rid, body, text, out, incomplete=False):
     """Build a ChatCompletion the openai SDK can parse: stopped, or cut at the token limit (finish_reason length)."""
     usage_in, usage_out = len(text) // 4, len(out) // 4
     return {
-        "id": rid.replace("resp_", "chatcmpl-", 1),
+        "id": rid,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model"),
@@ -212,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
-                rid = f"resp_{digest}_{seq}"
+                rid = f"{'chatcmpl-' if route == CHAT else 'resp_'}{digest}_{seq}"
                 if behaviour == "echo-key-ids":  # a careless server: the caller's key inside its ids
                     rid = "resp-" + self.headers.get("Authorization", "").removeprefix("Bearer ")
                 out = (
