@@ -194,6 +194,10 @@ if TYPING:
         reviewChecksEveryClaim: NotRequired[bool]  # an accept needs every claim checked (decide --checked)
         question: NotRequired[str]  # what the job asks (its items answer it)
         facts: NotRequired[list[dict]]  # the facts the answer must state: {name, kind}
+        api: NotRequired[str]  # "responses" (the default) or "chat"
+        maxTokensParameter: NotRequired[str]  # a chat request's bound on its answer: max_completion_tokens or max_tokens
+        jsonOutput: NotRequired[bool]  # a chat request asks for JSON (response_format)
+        maxRateLimitWaitSeconds: NotRequired[int]  # the job's waits for a provider that rate-limits it, in all
 
     class Job(TypedDict):
         """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
@@ -338,6 +342,15 @@ class ProviderError(JobError):
 
 class BudgetError(JobError):
     """The job's call or attempt bounds forbid another model call."""
+
+
+class RateLimited(Exception):
+    """The provider answered that it did not run the request now (a 429, or a 503 with Retry-After): the call's row is
+    removed beside its `rate-limited` event, nothing is spent, and a new attempt may go out after `seconds`."""
+
+    def __init__(self, seconds: float, detail: dict):
+        super().__init__(detail.get("message") or "rate limited")
+        self.seconds, self.detail = seconds, detail
 
 
 class UsageError(JobError):
@@ -1090,9 +1103,22 @@ MANIFEST_KEYS = {
     "api",
     "maxTokensParameter",
     "jsonOutput",
+    "maxRateLimitWaitSeconds",
 }
 MANIFEST_SWITCHES = ("providerTransferApproved", "figuresMustBeQuoted", "reviewChecksEveryClaim", "jsonOutput")  # optional true/false
-OPTIONAL_MANIFEST_KEYS = ("maxConcurrentCalls", "reviewers", "baseUrl", "question", "facts", "api", "maxTokensParameter")
+OPTIONAL_MANIFEST_KEYS = (
+    "maxConcurrentCalls",
+    "reviewers",
+    "baseUrl",
+    "question",
+    "facts",
+    "api",
+    "maxTokensParameter",
+    "maxRateLimitWaitSeconds",
+)
+RATE_LIMIT_WAIT = 300  # seconds a job waits in all for a provider that rate-limits it, unless maxRateLimitWaitSeconds says
+RATE_LIMIT_WAIT_MAX = 3600
+RATE_LIMIT_BACKOFF = (1, 2, 4, 8, 16, 30)  # seconds between tries when the provider does not say how long to wait
 REQUIRED_MANIFEST_KEYS = MANIFEST_KEYS - {*MANIFEST_SWITCHES, *OPTIONAL_MANIFEST_KEYS}
 APIS = ("responses", "chat")  # the provider API a job's calls use: the Responses API (the default) or Chat Completions
 MAX_TOKENS_PARAMETERS = ("max_completion_tokens", "max_tokens")  # how a chat request bounds its answer, as the server accepts
@@ -1211,6 +1237,10 @@ def check_manifest(m) -> None:
         raise ManifestError("Manifest maxAttemptsPerItem must be an integer from 1 to 2 (true/false is not an integer)")
     if "maxConcurrentCalls" in m and not _is_int(m["maxConcurrentCalls"], 1, 3):
         raise ManifestError("Manifest maxConcurrentCalls must be an integer from 1 to 3 (true/false is not an integer)")
+    if "maxRateLimitWaitSeconds" in m and not _is_int(m["maxRateLimitWaitSeconds"], 0, RATE_LIMIT_WAIT_MAX):
+        raise ManifestError(
+            f"Manifest maxRateLimitWaitSeconds must be an integer from 0 to {RATE_LIMIT_WAIT_MAX} (seconds; the default is {RATE_LIMIT_WAIT})"
+        )
     check_items(m["items"])
     if "reviewers" in m and not (
         isinstance(m["reviewers"], list)
@@ -2490,6 +2520,57 @@ def unsent_url(exc: BaseException) -> str | None:
     return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}{url.path}"  # no user:password@, no query
 
 
+QUOTA_EXHAUSTED = "insufficient_quota"  # a 429 whose error code says the account has no quota left: a refusal, not a wait
+RATE_LIMIT_RESET_HEADERS = ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
+
+
+def rate_limit_wait(exc: BaseException, tries: int) -> float | None:
+    """How long a rate-limited request asks to wait (seconds); None when the provider's answer is no rate limit.
+
+    A 429 says the provider did not run the request (unless its error code is insufficient_quota: a refusal); a 503 says
+    so only with a Retry-After. The wait is the one the provider asks for: retry-after-ms, else retry-after (seconds or
+    an HTTP date), else the later of the x-ratelimit-reset-* durations ("1s", "6m0s", "20ms"); else RATE_LIMIT_BACKOFF
+    by the tries this call has had."""
+    code = getattr(exc, "status_code", None)
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    if code == 429 and getattr(exc, "code", None) == QUOTA_EXHAUSTED:
+        return None
+    if not (code == 429 or (code == 503 and "retry-after" in headers)):
+        return None
+    asked = asked_wait(headers)
+    return asked if asked is not None else float(RATE_LIMIT_BACKOFF[min(tries, len(RATE_LIMIT_BACKOFF) - 1)])
+
+
+def asked_wait(headers) -> float | None:
+    """The wait a rate-limited answer's headers ask for, in seconds (never below 0), or None when they ask none."""
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except ValueError:
+        pass
+    after = headers.get("retry-after") or ""
+    if after:
+        try:
+            return max(0.0, float(after))
+        except ValueError:
+            import email.utils
+
+            try:
+                return max(0.0, email.utils.parsedate_to_datetime(after).timestamp() - time.time())
+            except (TypeError, ValueError):
+                pass
+    resets = [duration_seconds(headers.get(name) or "") for name in RATE_LIMIT_RESET_HEADERS]
+    return max((r for r in resets if r is not None), default=None)
+
+
+def duration_seconds(text: str) -> float | None:
+    """A rate-limit header's duration ("1s", "6m0s", "1h2m3.5s", "20ms") in seconds, or None when it is not one."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text.strip())
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        return None
+    return sum(float(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[u] for n, u in parts)
+
+
 def connect_phase_errors() -> tuple:
     """The HTTP client's connect-phase exceptions (httpx2's, and legacy httpx's when it is loaded)."""
     errors = []
@@ -3735,6 +3816,9 @@ def fail_call(db, key: str, exc: BaseException) -> str:
     if url is not None:
         forget_unsent_call(journal, key, exc, url)
         return "not-sent"
+    seconds = rate_limit_wait(exc, len([e for e in call_events_of(journal, key) if e == "rate-limited"]))
+    if seconds is not None:
+        raise forget_rate_limited_call(journal, key, exc, seconds) from exc
     code = getattr(exc, "status_code", None)
     code = code if type(code) is int else None
     request_id = getattr(exc, "request_id", None)
@@ -3760,6 +3844,34 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             if status == "pending":  # its outcome unknown: a person reconciles it
                 add_notice(journal, "uncertain-call", "uncertain-call", key, operationKey=key)
     return status
+
+
+REMOVED_EVENTS = ("not-sent", "rate-limited")  # the events beside which a call's pending row is removed: nothing was spent
+
+
+def call_events_of(journal: Journal, key: str) -> list[str]:
+    """One operation's events, in order."""
+    return [r["event"] for r in journal.rows("SELECT event FROM {call_events} WHERE {scope}operation_key = {p.key} ORDER BY id", key=key)]
+
+
+def forget_rate_limited_call(journal: Journal, key: str, exc: BaseException, seconds: float) -> RateLimited:
+    """The provider did not run the request (rate_limit_wait): remove the pending row beside a `rate-limited` event that
+    keeps the provider's answer, in one transaction, so no attempt and no call is spent; the RateLimited to raise.
+
+    As with a call never sent, the attempt keeps its number: the next try is the same operation key, a new pending row."""
+    request_id = getattr(exc, "request_id", None)
+    detail = {
+        "error": type(exc).__name__,
+        "httpStatus": getattr(exc, "status_code", None),
+        "message": clip(redact(exc, journal.secrets), 300),
+        "requestId": scrub(request_id, journal.secrets) if isinstance(request_id, str) else None,
+        "retryAfterSeconds": round(seconds, 3),
+    }
+    with journal.transaction():  # the event first: a store removes a pending row only beside its event
+        record_event(journal, key, "rate-limited", detail)
+        journal.change("DELETE FROM {calls} WHERE {scope}operation_key = {p.key} AND status = 'pending'", key=key)
+        link_row(journal, "removed", "calls", key)
+    return RateLimited(seconds, detail)
 
 
 def forget_unsent_call(journal: Journal, key: str, exc: BaseException, url: str) -> None:
@@ -3803,23 +3915,56 @@ def reconcile_call(journal: Journal, key: str, status: str, output_text, respons
             then(journal)
 
 
-def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None, on_complete=None):
+def get_or_call(db, job, manifest, item, source, prompt, say=None, *, retry=None, on_complete=None, stop=None):
     """Return the model output for this work, calling the provider at most once per operation key.
 
     A provider exception is journaled (pending, rejected, or not sent) and then propagates
     unchanged, as the provider raised it; the graph's call_or_hold turns it into the CLI's one HOLD
     line. `say`, when given, receives one progress line: whether a call is made or a journaled
     result reused. `retry` and `on_complete` serve the `retry` command: see claim_attempt and complete_call.
+    A rate-limited request spent nothing (forget_rate_limited_call): after the wait the provider asks for (pause_for),
+    the same attempt goes out again under a new pending row. `stop`: a stopping worker's event ends that wait.
     """
     journal = as_journal(db)
     if job.get("mode") == "openai":
         prepare_openai()  # import the SDK before the pending row, so the uncertain window stays small
-    action, value = claim_attempt(journal, job, manifest, item, prompt, retry)
-    if action == "reuse":
-        if say:
-            say(f"item {item['id']}: reused the completed call in the journal (no new call)")
-        return value
-    key = value
+    while True:
+        action, value = claim_attempt(journal, job, manifest, item, prompt, retry)
+        if action == "reuse":
+            if say:
+                say(f"item {item['id']}: reused the completed call in the journal (no new call)")
+            return value
+        try:
+            return send_call(journal, job, manifest, item, source, prompt, value, say, on_complete)
+        except RateLimited as limited:
+            pause_for(journal, manifest, item, limited, say, stop)
+
+
+def pause_for(journal: Journal, manifest: Manifest, item: Item, limited: RateLimited, say, stop) -> None:
+    """Wait as long as a rate-limited answer asks, within the job's maxRateLimitWaitSeconds for all its waits together;
+    past that bound the call is not tried again in this run: a ProviderError says so (nothing was spent)."""
+    bound: int = manifest.get("maxRateLimitWaitSeconds", RATE_LIMIT_WAIT)
+    events = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'rate-limited'")
+    asked = sum(float((json.loads(e["detail_json"] or "{}") or {}).get("retryAfterSeconds") or 0) for e in events)
+    code = limited.detail.get("httpStatus")
+    if asked > bound:
+        raise ProviderError(
+            f"The provider rate-limited the call for item {item['id']} (HTTP {code}: {clip(limited.detail['message'], 120)}); the "
+            f"job's waits would come to {asked:.0f} s, past its maxRateLimitWaitSeconds of {bound} s, so nothing more is sent now. "
+            "No attempt or call was spent: run the same command again later"
+        )
+    if say:
+        say(f"item {item['id']}: rate-limited (HTTP {code}): waiting {limited.seconds:g} s as the provider asks; nothing was spent")
+    if stop is not None and stop.wait(limited.seconds):
+        raise WorkerStopping(
+            f"the worker is stopping, so the rate-limited call for item {item['id']} was not sent again; nothing was spent"
+        )
+    if stop is None:
+        time.sleep(limited.seconds)
+
+
+def send_call(journal: Journal, job, manifest, item, source, prompt, key: str, say, on_complete):
+    """Send the call whose pending row claim_attempt committed, and record its outcome (its answer, or fail_call's)."""
     if say:
         say(f"item {item['id']}: model call {key}")
     crash_point("after-pending", job)
@@ -5328,7 +5473,7 @@ def call_or_hold(ctx: Context, journal: Journal, item: Item, prompt: str, say=No
     `retry` holds get_or_call's retry keywords, for the `retry` command."""
     source = ctx.sources[item["id"]]
     try:
-        return get_or_call(journal, ctx.job, ctx.manifest, item, source, prompt, say, **retry)
+        return get_or_call(journal, ctx.job, ctx.manifest, item, source, prompt, say, stop=ctx.stop, **retry)
     except UncertainCall as exc:
         raise UncertainCall(
             uncertain_message(ctx.store, exc.item_id, exc.operation_key), item_id=exc.item_id, operation_key=exc.operation_key
@@ -5348,8 +5493,13 @@ def call_or_hold(ctx: Context, journal: Journal, item: Item, prompt: str, say=No
 def provider_failure(store: Store, item_id: str, key: str, status: str, code, exc) -> ProviderError:
     message = clip(redact(exc, store.secrets), 200)
     if status == "rejected":
+        quota = (
+            " The account's quota is exhausted (insufficient_quota): add credit or use another key."
+            if getattr(exc, "code", None) == QUOTA_EXHAUSTED
+            else ""
+        )
         return ProviderError(
-            f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}. "
+            f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}.{quota} "
             f"Nothing was produced; fix the cause, then `{store.suggest('resume')}`: it takes the next attempt if "
             f"maxAttemptsPerItem allows one, else marks the item failed for review"
         )
@@ -7288,16 +7438,17 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
 
 
 def after_unsent(key: str, events: list) -> list:
-    """An operation's events after its last attempt that was never sent (whose row was removed).
+    """An operation's events after its last attempt that was never sent or never run (whose row was removed).
 
-    Each such attempt is exactly `dispatch` then `not-sent` (with a person's `retry` between them
+    Each such attempt is exactly `dispatch` then `not-sent` or `rate-limited` (with a person's `retry` between them
     when the `retry` command asked for it): a call with any other outcome recorded is never forgotten.
     """
-    while any(event == "not-sent" for event, _ in events):
-        end = next(n for n, (event, _) in enumerate(events) if event == "not-sent")
-        if [event for event, _ in events[: end + 1]] not in (["dispatch", "not-sent"], ["dispatch", "retry", "not-sent"]):
+    while any(event in REMOVED_EVENTS for event, _ in events):
+        end = next(n for n, (event, _) in enumerate(events) if event in REMOVED_EVENTS)
+        if [event for event, _ in events[:end]] not in (["dispatch"], ["dispatch", "retry"]):
             raise SealError(
-                f"call events of {key} record it as not sent after {' → '.join(e for e, _ in events[:end])}: only a call that never left may be removed"
+                f"call events of {key} record it as {events[end][0]} after {' → '.join(e for e, _ in events[:end])}: only a call that never "
+                "left or was never run may be removed"
             )
         events = events[end + 1 :]
     return events

@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500"}
+ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500", "503"}
 NOT_JSON_TEXT = "Sure! Here is my summary: it is fine."
 
 
@@ -292,6 +292,14 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(behaviour.split(":", 1)[1]))
         if behaviour in ERROR_CODES:
             return self.send_error_json(int(behaviour), seq, f"test server error {behaviour}")
+        if behaviour == "429-quota":  # the account's quota is exhausted: a refusal, never a wait
+            return self.send_error_json(429, seq, "You exceeded your current quota.", code="insufficient_quota")
+        if behaviour.startswith(("429-retry", "503-retry")):  # "429-retry:2", "429-retry-ms:1500", "429-retry-reset:1s", ...
+            name, value = behaviour.split(":", 1)
+            header = {"retry": "Retry-After", "retry-ms": "retry-after-ms", "retry-reset": "x-ratelimit-reset-requests"}[name[4:]]
+            return self.send_error_json(
+                int(name[:3]), seq, "Rate limit reached for requests", code="rate_limit_exceeded", headers={header: value}
+            )
         if behaviour == "echo-key-400":
             auth = self.headers.get("Authorization", "")
             return self.send_error_json(400, seq, f"test server error 400: bad key {auth}")
@@ -322,20 +330,22 @@ class Handler(BaseHTTPRequestHandler):
         request_id = "req-" + self.headers.get("Authorization", "").removeprefix("Bearer ") if behaviour == "echo-key-ids" else None
         return self.send_json(200, seq, answer(rid, fields, text, out, incomplete=behaviour == "incomplete"), request_id)
 
-    def send_json(self, status, seq, payload, request_id=None):
-        """Send a JSON payload with content-type and x-request-id headers."""
+    def send_json(self, status, seq, payload, request_id=None, headers=None):
+        """Send a JSON payload with content-type and x-request-id headers (and `headers`)."""
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("x-request-id", request_id or f"req_{seq}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
-    def send_error_json(self, status, seq, message):
-        """Send an OpenAI-style error body."""
-        error = {"message": message, "type": "test_error", "param": None, "code": str(status)}
-        self.send_json(status, seq, {"error": error})
+    def send_error_json(self, status, seq, message, code=None, headers=None):
+        """Send an OpenAI-style error body (its code the status unless given), with `headers`."""
+        error = {"message": message, "type": "test_error", "param": None, "code": code or str(status)}
+        self.send_json(status, seq, {"error": error}, headers=headers)
 
 
 def start_server(log_path, behaviour_path=None, port=0):

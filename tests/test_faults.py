@@ -1031,7 +1031,7 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
 @BOTH
 def test_race_resume_resume(ws, provider, tmp_path):
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6", sequence=["429"])  # the first call is refused: the job stops with work left
+    provider.behave("slow:0.6", sequence=["429-quota"])  # the first call is refused: the job stops with work left
     ws.start().held("ProviderError", "rejected")
     obs = Observer(tmp_path)
     results = race(ws, obs, [("resume",)] * 4)

@@ -279,7 +279,7 @@ def test_an_item_out_of_attempts_is_reviewed_as_failed_and_the_job_goes_on_under
     as SQL left the deallocation queued behind the next statement's, and every later run of the job failed on
     `prepared statement "_pg3_N" does not exist`)."""
     ws = openai_workspace(Workspace(tmp_path, store=store_url), provider, maxAttemptsPerItem=1)
-    provider.behave("429")
+    provider.behave("429-quota")
     ws.start().held("ProviderError", "rejected")
     provider.behave("ok")
     for _ in range(2):  # and again: nothing of the first run's connection state is left to trip the next
