@@ -20,6 +20,12 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-mcp.txt require
 	$(PIP) install --quiet -r requirements-dev.txt
 	@touch $@
 
+# The LiteLLM proxy, a real OpenAI-compatible server the chat tests run the program through, in an environment of its own.
+$(VENV)/litellm/.installed: $(VENV)/.runtime requirements-litellm.txt
+	$(PYTHON) -m venv $(VENV)/litellm
+	$(VENV)/litellm/bin/python -m pip --disable-pip-version-check install --quiet -r requirements-litellm.txt
+	@touch $@
+
 demo: $(VENV)/.runtime
 	@sh scripts/demo.sh $(VENV)/bin
 
@@ -28,7 +34,7 @@ system-deps:
 	@sh scripts/system-deps.sh
 
 # The linter, the formatter's check and the type checker first: a slip fails in seconds, before the suite.
-test: $(VENV)/.dev system-deps
+test: $(VENV)/.dev $(VENV)/litellm/.installed system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

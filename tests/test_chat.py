@@ -6,11 +6,16 @@ outcome never sent again, a definite refusal recorded. The provider's own reques
 
 import json
 import os
+import subprocess
 
+import httpx
 import pytest
 
 import durable_job
-from conftest import ALPHA, BETA, BOTH, FAKE_KEY, openai_workspace, sha256
+from conftest import ALPHA, BETA, BOTH, FAKE_KEY, REPO, clean_env, free_port, kill_group, openai_workspace, sha256, wait_for
+
+# The LiteLLM proxy (requirements-litellm.txt), installed by `make test` into an environment of its own.
+LITELLM = os.path.join(REPO, ".venv", "litellm", "bin", "litellm")
 
 
 def chat_job(ws, provider, **api):
@@ -188,3 +193,48 @@ def test_seal_refuses_chat_options_without_chat_naming_the_flag(ws):
     common = ["seal", "--out", ws.manifest, "--force", "--job-id", "x", "--approved-by", "O", "--mode", "fake", "--model", "m"]
     ws.run(*common, "--no-json-output", source, state=False).held("--no-json-output (the manifest's jsonOutput) applies to Chat")
     ws.run(*common, "--api", "chat", "--max-tokens-parameter", "max_tokens", source, state=False).ok()
+
+
+def test_a_chat_job_through_the_litellm_proxy_reaches_review_with_every_quote_checked(ws, provider, tmp_path):
+    """A real third-party OpenAI-compatible server between the program and the provider: the LiteLLM proxy, configured
+    with the loopback provider as its upstream model. The chat job reaches review, every quote checked; what reached the
+    upstream is the job's two chat requests, each with store false (the owner did not opt in), and the job verifies."""
+    assert os.path.exists(LITELLM), f"{LITELLM} is missing: `make test` installs the LiteLLM proxy (requirements-litellm.txt)"
+    config = tmp_path / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: gpt-test\n    litellm_params:\n      model: openai/gpt-test\n"
+        f"      api_base: {provider.base_url}\n      api_key: sk-upstream-not-a-secret\n"
+    )
+    port = free_port()
+    # no network: the proxy's model price map is read from its own package, never fetched; it reports nothing anywhere
+    env = {**clean_env(), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False", "LITELLM_MASTER_KEY": FAKE_KEY}
+    with open(tmp_path / "litellm.log", "wb") as log:
+        proxy = subprocess.Popen(
+            [LITELLM, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+
+        def live() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health/liveliness", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return proxy.poll() is not None  # it died: the assertion below says so
+
+        wait_for(live, timeout=120, interval=0.25)
+        assert proxy.poll() is None, (tmp_path / "litellm.log").read_text()[-2000:]
+        chat_job(ws, provider)
+        ws.env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
+        out = ws.start().ok()
+        assert [r["status"] for r in out["results"]] == ["validated", "validated"]
+        checked = ws.run("inspect").ok()["results"]
+        assert all(r["citations"] and all(c["quote"] in (ALPHA + BETA) for c in r["citations"]) for r in checked)
+        upstream = [r for r in provider.requests() if r["path"].endswith("/chat/completions")]
+        assert len(upstream) == 2 and all(r["body"]["store"] is False for r in upstream)
+        assert [r["status"] for r in ws.calls()] == ["completed", "completed"]
+        assert ws.run("verify").ok()["ok"] is True
+    finally:
+        kill_group(proxy)
