@@ -2532,7 +2532,10 @@ def rate_limit_wait(exc: BaseException, tries: int) -> float | None:
     an HTTP date), else the later of the x-ratelimit-reset-* durations ("1s", "6m0s", "20ms"); else RATE_LIMIT_BACKOFF
     by the tries this call has had."""
     code = getattr(exc, "status_code", None)
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    response = getattr(exc, "response", None)
+    if response is None:  # no HTTP answer to read (its body says whether the quota is exhausted): a refusal, as ever
+        return None
+    headers = getattr(response, "headers", None) or {}
     if code == 429 and getattr(exc, "code", None) == QUOTA_EXHAUSTED:
         return None
     if not (code == 429 or (code == 503 and "retry-after" in headers)):
@@ -3847,6 +3850,7 @@ def fail_call(db, key: str, exc: BaseException) -> str:
 
 
 REMOVED_EVENTS = ("not-sent", "rate-limited")  # the events beside which a call's pending row is removed: nothing was spent
+REMOVED_WORDS = {"not-sent": "not sent", "rate-limited": "rate-limited"}
 
 
 def call_events_of(journal: Journal, key: str) -> list[str]:
@@ -7447,7 +7451,7 @@ def after_unsent(key: str, events: list) -> list:
         end = next(n for n, (event, _) in enumerate(events) if event in REMOVED_EVENTS)
         if [event for event, _ in events[:end]] not in (["dispatch"], ["dispatch", "retry"]):
             raise SealError(
-                f"call events of {key} record it as {events[end][0]} after {' → '.join(e for e, _ in events[:end])}: only a call that never "
+                f"call events of {key} record it as {REMOVED_WORDS[events[end][0]]} after {' → '.join(e for e, _ in events[:end])}: only a call that never "
                 "left or was never run may be removed"
             )
         events = events[end + 1 :]
