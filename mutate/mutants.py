@@ -812,4 +812,26 @@ MUTANTS = [
         "            pass",
         [f"{REQUEST}::test_a_question_is_answered_with_the_day_quoted_and_the_time_said_to_be_not_stated"],
     ),
+    # --- providers (issue 48) -----------------------------------------------------------------------------------
+    Mutant(
+        "rate-limit-spends-an-attempt",
+        "providers: a rate-limited request spends no attempt and no call",
+        "    if seconds is not None:\n        raise forget_rate_limited_call(",
+        "    if False:\n        raise forget_rate_limited_call(",
+        ["tests/test_rate_limits.py::test_a_three_item_job_rate_limited_three_times_reaches_review_with_no_attempt_spent"],
+    ),
+    Mutant(
+        "rate-limit-wait-unbounded",
+        "providers: a job waits for a rate-limiting provider only within maxRateLimitWaitSeconds",
+        "    if asked > bound:",
+        "    if False:",
+        ["tests/test_rate_limits.py::test_waits_past_the_jobs_bound_stop_the_run_with_nothing_spent_and_resume_goes_on"],
+    ),
+    Mutant(
+        "chat-request-stored",
+        "providers: a Chat Completions request is sent with store=False",
+        "        store=False,\n    )\n    kwargs[api[",
+        "        store=True,\n    )\n    kwargs[api[",
+        ["tests/test_chat.py::test_a_chat_job_reaches_review_with_one_chat_request_per_item_and_verifies"],
+    ),
 ]
