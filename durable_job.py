@@ -2774,9 +2774,9 @@ def writer_input(bundle: dict) -> str:
     )
 
 
-def writer_item(bundle: dict) -> dict:
+def writer_item(bundle: dict) -> Item:
     """The writer's call as the journal keys it: its reserved id, and the sha256 of its evidence in place of a source's."""
-    return {"id": WRITER_ID, "sha256": sha256_hex(canonical(bundle))}
+    return cast(Item, {"id": WRITER_ID, "sha256": sha256_hex(canonical(bundle))})
 
 
 def writer_notes(bundle: dict) -> list[str]:
@@ -2806,7 +2806,7 @@ def draft_problem(proposal, bundle: dict, must_quote: bool) -> tuple[str | None,
         if unknown:
             return f"sentence {n} cites {clip(repr(unknown[0]), 40)}, which is no evidence id of this draft", []
         held = supported_keys(quotes[e] for e in cited)
-        mine = []
+        mine: list[dict] = []
         for words, key, _ in figures_in(text):
             if key not in held and all(f["text"] != words for f in mine):
                 mine.append({"text": words, "where": "uncited"})
@@ -6366,7 +6366,11 @@ def answer_section(answer: dict | None, order: list, results: list) -> Html:
     if not answer:
         return Html("")
     by_item = {r["itemId"]: r for r in results}
-    parts = [h("<section id='answer'><h2>The question</h2><p><b>{}</b></p><ul class='facts'>", answer["question"])]
+    parts = [h("<section id='answer'><h2>The question</h2><p><b>{}</b></p>", answer["question"])]
+    if answer.get("draft"):
+        parts.append(draft_html(answer["draft"], order, by_item))
+        parts.append(Html("<h3>The facts</h3>"))
+    parts.append(Html("<ul class='facts'>"))
     for fact in answer["facts"]:
         if fact["stated"]:
             for said in fact["statedBy"]:
@@ -6404,6 +6408,49 @@ def answer_section(answer: dict | None, order: list, results: list) -> Html:
             h("<p class='bad'>Without a checked answer: {} (not part of this answer).</p>", ", ".join(answer["itemsWithoutAnswer"]))
         )
     parts.append(Html("</section>"))
+    return hjoin(parts)
+
+
+def draft_html(draft: dict, order: list, by_item: dict) -> Html:
+    """The writer's draft: each sentence, its evidence one tap away (the quote, marked in its source when the item's
+    current result still quotes it) and its flags; then the program's notes. A failed draft: its reason, and the notes."""
+    parts = [
+        h(
+            "<div id='draft'><h3>The draft answer <span class='pill {}'>{}</span></h3>",
+            "ok" if draft["status"] == "validated" else "bad",
+            draft["status"],
+        )
+    ]
+    if draft["status"] != "validated":
+        parts.append(h("<p class='bad'>The draft failed: {}</p>", draft.get("reason")))
+    evidence = {e["id"]: e for e in draft.get("evidence") or []}
+    sentences = []
+    for n, sentence in enumerate(draft.get("sentences") or [], 1):
+        cited = []
+        for eid in sentence["evidence"]:
+            e = evidence.get(eid) or {}
+            result = by_item.get(e.get("itemId")) or {}
+            quotes = [c["quote"] for c in result.get("citations") or []] + [f["quote"] for f in stated_facts(result)]
+            if e.get("quote") in quotes and e.get("itemId") in order:
+                where = h("<a href='#q{}-{}'>“{}”</a>", order.index(e["itemId"]), quotes.index(e["quote"]), e["quote"])
+            else:
+                where = h("“{}”", e.get("quote"))
+            cited.append(h("<li class='evidence'><b>{}</b> {} <span class='meta'>({})</span></li>", eid, where, e.get("itemId")))
+        flags = [h(" <span class='pill bad'>{}: in none of its evidence</span>", f["text"]) for f in sentence.get("flags") or []]
+        sentences.append(
+            h(
+                "<li class='sentence' id='sentence-{}'>{}{}<details><summary>evidence {}</summary><ul>{}</ul></details></li>",
+                n,
+                sentence["text"],
+                hjoin(flags),
+                ", ".join(sentence["evidence"]),
+                hjoin(cited),
+            )
+        )
+    if sentences:
+        parts.append(h("<ol class='draft'>{}</ol>", hjoin(sentences)))
+    parts.extend(h("<p class='note'>{}</p>", note) for note in draft.get("notes") or [])
+    parts.append(Html("</div>"))
     return hjoin(parts)
 
 
@@ -8375,11 +8422,12 @@ def write_receipt_copy(path: str, snap: Snapshot, out: dict) -> str:
     return os.path.abspath(path)
 
 
-def answer_of(asked: dict | None, results: list) -> dict | None:
+def answer_of(asked: dict | None, results: list, written: dict | None = None) -> dict | None:
     """What a job that asks a question answers, from the results under review (None for a job that asks nothing):
     {question, facts, notStated, itemsWithoutAnswer}. Each asked fact is stated, with the value and quote of every
     validated item that states it, or not stated, with the note the program itself writes (never the model) and any
-    figure of its kind the sources hold (`inSource`, for the reviewer to judge)."""
+    figure of its kind the sources hold (`inSource`, for the reviewer to judge). A job that drafts adds `draft`, the
+    writer's (draft_view)."""
     if asked is None:
         return None
     validated = [r for r in results if r.get("status") == "validated"]
@@ -8400,14 +8448,31 @@ def answer_of(asked: dict | None, results: list) -> dict | None:
     missing = [r["itemId"] for r in results if r.get("status") != "validated"]
     if missing:
         out["itemsWithoutAnswer"] = missing
+    if written is not None:
+        out["draft"] = draft_view(written)
     return out
+
+
+def draft_view(written: dict) -> dict:
+    """The writer's draft as outputs show it: {status, sentences: [{text, evidence, flags}], notes, text, evidence} (each
+    evidence id with its item, quote and claim or fact), or, failed, {status, reason, notes, evidence}."""
+    view: dict = {"status": written.get("status")}
+    if written.get("status") == "validated":
+        view["sentences"] = [{"text": s["text"], "evidence": s["evidence"], "flags": s["flags"]} for s in written.get("sentences") or []]
+    else:
+        view["reason"] = written.get("reason")
+    view["notes"] = list(written.get("notes") or [])
+    if written.get("status") == "validated":
+        view["text"] = written.get("text")
+    view["evidence"] = list(written.get("evidence") or [])
+    return view
 
 
 def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
     """What inspect prints (the web app's job page and its API too), from one snapshot; priced: read_prices's."""
     out = {"job": snap.job, "results": snap.results, "resultsSha256": results_sha256(snap.results, snap.written), "final": snap.final}
     manifest = snap.store.sealed_manifest(snap.job)
-    answer = answer_of(asked_of(manifest), snap.results)
+    answer = answer_of(asked_of(manifest), snap.results, snap.written)
     if answer is not None:
         out["answer"] = answer
     where_it_stands(snap, out)
@@ -10186,10 +10251,13 @@ def result_lines(results: list | None, store: Store | None, *, summaries: bool =
 
 
 def answer_lines(answer: dict | None) -> list:
-    """The question, then each asked fact: its value and quote, or the program's not-stated note."""
+    """The question, then the draft answer (a job that drafts), then each asked fact: its value and quote, or the
+    program's not-stated note."""
     if not answer:
         return []
-    lines = [f"  question: {clip(answer['question'], 300)}"]
+    lines = [f"  question: {clip(answer['question'], 300)}", *draft_lines(answer.get("draft"))]
+    if answer.get("draft"):
+        lines.append("  facts:")
     for fact in answer["facts"]:
         if fact["stated"]:
             for said in fact["statedBy"]:
@@ -10199,6 +10267,27 @@ def answer_lines(answer: dict | None) -> list:
             lines.append(f"    {fact['name']}: not stated — {fact['note']}" + (f" (check: {seen})" if seen else ""))
     if answer.get("itemsWithoutAnswer"):
         lines.append(f"    without a checked answer: {', '.join(answer['itemsWithoutAnswer'])} (its source is not part of this answer)")
+    return lines
+
+
+def draft_lines(draft: dict | None) -> list:
+    """The writer's draft: each sentence with the evidence it cites (item and quote) and its flags, then the program's
+    notes; a failed draft's reason."""
+    if not draft:
+        return []
+    if draft["status"] != "validated":
+        lines = [f"  draft: failed — {clip(draft.get('reason'), 250)}"]
+    else:
+        lines = ["  draft:"]
+        quotes = {e["id"]: e for e in draft.get("evidence") or []}
+        for n, sentence in enumerate(draft.get("sentences") or [], 1):
+            lines.append(f"    {n}. {clip(sentence['text'], 300)}")
+            for eid in sentence["evidence"]:
+                cited = quotes.get(eid) or {}
+                lines.append(f'       {eid}, {cited.get("itemId")}: "{clip(cited.get("quote"), 160)}"')
+            for flag in sentence.get("flags") or []:
+                lines.append(f"       figure {flag['text']}: in none of the evidence it cites")
+    lines += [f"    note: {note}" for note in draft.get("notes") or []]
     return lines
 
 
