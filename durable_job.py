@@ -9297,9 +9297,7 @@ def seal(
         "mode": mode,
         "model": model,
         "providerTransferApproved": bool(provider_transfer_approved),
-        "maxModelCalls": max_model_calls
-        if max_model_calls is not None
-        else min(MAX_MODEL_CALLS, 2 * max(1, len(items))) + (1 if (request or {}).get("draft") else 0),  # the writer's call
+        "maxModelCalls": max_model_calls if max_model_calls is not None else default_calls(len(items), request),
         "maxAttemptsPerItem": max_attempts_per_item,
         "items": items,
     }
@@ -9445,6 +9443,11 @@ SEAL_FLAG_OF_KEY = {
     "facts": "--fact",
     "draft": "--draft",
 }
+
+
+def default_calls(items: int, request: dict | None) -> int:
+    """seal's maxModelCalls when no flag gives it: two attempts an item (at most 6), and the writer's call for a draft."""
+    return min(MAX_MODEL_CALLS, 2 * max(1, items)) + (1 if (request or {}).get("draft") else 0)
 
 
 def seal_request(question: str | None, facts, draft: bool = False) -> dict:
