@@ -11,6 +11,7 @@ import os
 import signal
 
 import pytest
+from test_web import serving  # noqa: F401 (a fixture)
 
 import durable_job as dj
 from conftest import BOTH, PROGRAM, Workspace, openai_workspace
@@ -284,4 +285,43 @@ def test_a_kill_at_each_point_around_the_writers_call_sends_nothing_twice_and_th
     draft = ws.run("inspect").ok()["answer"]["draft"]
     assert draft["status"] == "validated" and draft["text"] == f"The workshop is on Saturday. {NOTE}"
     ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "after the kill").ok()
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def test_a_reviewer_on_a_phone_reads_the_draft_first_and_taps_through_a_sentence_to_its_quote(tmp_path, pg_server, serving):  # noqa: F811
+    """bob opens alice's drafting job on a 390×844 phone: the question, then the draft (the day's sentence, the
+    program's note on the time), then the facts and the items; a sentence's evidence is one tap away, and its quote
+    one more (marked in its source); nothing scrolls sideways; he accepts it from there."""
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_web import fits_a_phone, phone, phone_signs_in, text_of
+
+    from conftest import new_store
+
+    ws = Workspace(tmp_path, store=new_store(pg_server, "alice"))
+    drafting(ws, reviewers=["bob"])
+    ws.start().ok()
+    s = serving(tmp_path, "--store", ws.store)
+    driver = phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        phone_signs_in(driver, wait, s.base, "journey", "bob")
+        wait.until(lambda d: d.find_elements("id", "draft"))
+        order = driver.execute_script(
+            "const ids = ['answer', 'draft', 'fact-day', 'item0'].map(i => document.getElementById(i));"
+            "return ids.slice(1).every((e, n) => ids[n].compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING)"
+        )
+        assert order is True
+        assert text_of(driver, "sentence-1").startswith("The day is Saturday.")
+        assert NOTE in text_of(driver, "draft")
+        fits_a_phone(driver)
+        driver.find_element("css selector", "#sentence-1 summary").click()
+        driver.find_element("css selector", "#sentence-1 li.evidence a").click()
+        wait.until(lambda d: d.execute_script("return location.hash") == "#q0-1")
+        assert driver.execute_script("return document.getElementById('q0-1').innerText") == DAY_QUOTE
+        driver.save_screenshot(str(tmp_path / "draft-390x844.png"))
+        driver.find_element("id", "reason").send_keys("The day is right; the time is not announced.")
+        driver.find_element("css selector", "button.accept").click()
+        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+    finally:
+        driver.quit()
     assert ws.run("verify").ok()["ok"] is True
