@@ -288,6 +288,22 @@ def test_a_kill_at_each_point_around_the_writers_call_sends_nothing_twice_and_th
     assert ws.run("verify").ok()["ok"] is True
 
 
+@pytest.mark.parametrize("point", sorted(WRITER_POINTS))
+def test_each_writer_crash_point_exits_with_its_own_code_in_fake_mode(tmp_path, point):
+    """DURABLE_JOB_FAKE_CRASH names the writer's points as it names an item's: the process exits with the point's code,
+    printing nothing, the writer's row as the point says; resume (after the person settles an uncertain call) goes on."""
+    ws = drafting(Workspace(tmp_path))
+    crashed = ws.start(env={"DURABLE_JOB_FAKE_CRASH": point})
+    assert crashed.code == dj.CRASH_POINTS[point] and crashed.stdout == "" and "Traceback" not in crashed.stderr
+    calls = ws.run("status").ok()["calls"]
+    assert [(c[1], c[2]) for c in calls] == [("workshop", "completed"), (dj.WRITER_ID, WRITER_POINTS[point][0])]
+    if WRITER_POINTS[point][0] == "pending":
+        flags = ("--operation-key", calls[1][0], "--action", "abandon", "--reviewer", "r", "--reason", "killed")
+        ws.run("reconcile", *flags).ok()
+    assert ws.run("resume").ok()["interrupt"] and ws.run("inspect").ok()["answer"]["draft"]["status"] == "validated"
+    assert ws.run("verify").ok()["ok"] is True
+
+
 def test_a_reviewer_on_a_phone_reads_the_draft_first_and_taps_through_a_sentence_to_its_quote(tmp_path, pg_server, serving):  # noqa: F811
     """bob opens alice's drafting job on a 390×844 phone: the question, then the draft (the day's sentence, the
     program's note on the time), then the facts and the items; a sentence's evidence is one tap away, and its quote
