@@ -681,7 +681,7 @@ MUTANTS = [
         "USING ERRCODE = 'check_violation'; END IF; ",
         "IF NOT FOUND THEN RETURN NEW; END IF; ",
         ["tests/test_hostile.py::test_a_receipt_copied_from_another_job_or_planted_before_a_decision_is_refused"],
-        path=M011,
+        path="durable_job_team/migrations/m023_engine_seal.sql",  # m023 replaced m011's receipt check: its text is the one that runs
     ),
     Mutant(
         "finished-history-open",
