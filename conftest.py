@@ -606,21 +606,34 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory):
+def pg_server():
     """One throwaway PostgreSQL for the session (one per xdist worker); every test takes its own database.
 
     Its store template is set up as the README tells a team to: `migrate` by the administrator (durable),
     granting alice, bob and carol as people and `worker` as a worker.
+
+    Its folder is a temporary folder of its own, not under pytest's /tmp/pytest-of-USER: the postgres user must
+    traverse every folder above the data directory (PgServer.start opens them), and any other pytest session started
+    on the machine meanwhile makes /tmp/pytest-of-USER private again (mode 0700), after which the server could not be
+    started again by a test that stops it (test_web's database going away and coming back). Removed after the session.
     """
+    import tempfile
+
     from pg_server import PgServer
 
-    server = PgServer.start(str(tmp_path_factory.mktemp("pg")))
-    template = server.new_database(STORE_TEMPLATE)
-    from durable_job_team import store as team_store
+    folder = tempfile.mkdtemp(prefix="durable-job-tests-pg-")
+    try:
+        server = PgServer.start(folder)
+        try:
+            template = server.new_database(STORE_TEMPLATE)
+            from durable_job_team import store as team_store
 
-    team_store.migrate_schema(template, grant=("alice", "bob", "carol"), grant_worker=("worker",))
-    yield server
-    server.stop()
+            team_store.migrate_schema(template, grant=("alice", "bob", "carol"), grant_worker=("worker",))
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def new_store(pg_server, role: str = "alice", *, empty: bool = False) -> str:
