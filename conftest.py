@@ -658,7 +658,9 @@ def pg_server():
     Its folder is a temporary folder of its own, not under pytest's /tmp/pytest-of-USER: the postgres user must
     traverse every folder above the data directory (PgServer.start opens them), and any other pytest session started
     on the machine meanwhile makes /tmp/pytest-of-USER private again (mode 0700), after which the server could not be
-    started again by a test that stops it (test_web's database going away and coming back). Removed after the session.
+    started again by a test that stops it (test_web's database going away and coming back). Removed after the session,
+    by a process of its own that the session does not wait for: a worker's databases (a copy of the template for each
+    store test) took up to 58 s to remove, in the last test's teardown (2026-12-05, a loaded machine).
     """
     import tempfile
 
@@ -676,7 +678,7 @@ def pg_server():
         finally:
             server.stop()
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.Popen(["rm", "-rf", "--", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def new_store(pg_server, role: str = "alice", *, empty: bool = False) -> str:
