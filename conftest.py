@@ -542,6 +542,10 @@ def allowed_signers(folder, name: str, *entries) -> str:
 
 
 _INPROCESS = threading.RLock()  # environment, working directory and umask belong to the whole process
+# Hypothesis loaded before any freeze below: on import it runs its plugins (trio's registers its PRNG), and
+# register_random's gc.get_referrers would not see referrers that a freeze had set aside (a HypothesisWarning).
+import hypothesis  # noqa: E402, F401
+
 _FROZEN_AT = [0]  # how many modules were loaded when this process last froze what it holds (gc.freeze)
 
 
