@@ -608,6 +608,11 @@ def test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction(store_url,
             "AND application_name NOT LIKE 'durable_job resume journal %'",
         )
         assert killed.split() == ["t"]
+        gone = (  # pg_terminate_backend only signals the backend: the lock's connection is gone once it has exited
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'durable_job resume %' "
+            "AND application_name NOT LIKE 'durable_job resume journal %'"
+        )
+        wait_for(lambda: psql_rows(pg_server, store_url, gone).split() == ["0"], timeout=30)
         with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
             saver.put_writes(latest.config, [("results", [])], "task-after")
         with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
