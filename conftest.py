@@ -639,6 +639,9 @@ SLOW_FIRST = (
     "test_work.py::test_a_job_needing_a_person_is_skipped",
     "test_passkeys.py::test_bob_signs_his_decision_with_his_phones_passkey",
     "test_faults.py::test_kill_at_each_crash_point_then_runbook_recovery",
+    "test_chat.py::test_a_chat_job_through_the_litellm_proxy",
+    "test_rate_limits.py::test_a_three_item_job_rate_limited_three_times",
+    "test_writer.py::test_a_kill_at_each_point_around_the_writers_call",
     "test_web_hostile.py::",
 )
 
