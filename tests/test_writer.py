@@ -361,6 +361,33 @@ def test_a_kill_at_each_point_around_the_writers_call_sends_nothing_twice_and_th
     assert ws.run("verify").ok()["ok"] is True
 
 
+def test_a_writer_retry_killed_after_the_provider_answered_is_reconciled_into_the_next_draft(tmp_path, provider):
+    """SIGKILL at writer-before-ledger inside `retry --draft`: the call stays pending (uncertain, nothing sent again);
+    the person completes it from the provider's log, and its answer becomes the next draft, checked as the writer's."""
+    killer = os.path.join(str(tmp_path), "killer.py")
+    with open(killer, "w") as fh:
+        fh.write(KILLER.format(program=PROGRAM))
+    ws = asking_provider(tmp_path, provider, UNKNOWN)
+    old = ws.start().ok()["interrupt"][0]["resultsSha256"]
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
+    killed = ws.run("retry", "--draft", "--reviewer", "r", "--reason", "E9", program=killer, env={"WRITER_KILL_AT": "writer-before-ledger"})
+    assert killed.code == -signal.SIGKILL, killed.stderr
+    key = ws.run("status").ok()["calls"][-1][0]
+    retry_draft(ws).held(f"{key}")
+    assert len(writer_requests(provider)) == 2
+    (logged,) = [r for r in provider.requests() if r["client_request_id"] == key]
+    answer = provider.response_file(logged, os.path.join(ws.root, "response.json"))
+    flags = ("--operation-key", key, "--reviewer", "r", "--action", "complete", "--reason", "the log has it", "--response-file", answer)
+    out = ws.run("reconcile", *flags).ok()
+    assert out["retryDraft"]["result"]["status"] == "validated" and out["retryDraft"]["resultsSha256"] != old
+    assert ws.run("inspect").ok()["answer"]["draft"]["status"] == "validated"
+    assert ws.run("verify").ok()["ok"] is True
+    ws.run(
+        "decide", "--decision", "accept", "--reviewer", "r", "--reason", "ok", "--results-sha256", out["retryDraft"]["resultsSha256"]
+    ).ok()
+    assert ws.run("verify").ok()["ok"] is True and len(writer_requests(provider)) == 2
+
+
 @pytest.mark.parametrize("point", sorted(WRITER_POINTS))
 def test_each_writer_crash_point_exits_with_its_own_code_in_fake_mode(tmp_path, point):
     """DURABLE_JOB_FAKE_CRASH names the writer's points as it names an item's: the process exits with the point's code,
