@@ -4255,7 +4255,10 @@ def current_draft(journal: Journal | None, model_results: list) -> tuple[int, li
 
 
 def current_written(journal: Journal | None, written: dict | None) -> dict | None:
-    """A drafting job's draft answer under review: the latest writer's retry (its drafts row), else the graph's."""
+    """A drafting job's draft answer under review: the latest writer's retry (its drafts row), else the graph's. A job
+    with no draft answer (one that does not draft, or not yet at its review) has no writer's retry: nothing is read."""
+    if written is None:
+        return None
     rows = [r for r in draft_rows(journal) if r["item_id"] == WRITER_ID]
     return json.loads(rows[-1]["change_json"])["draft"] if rows else written
 
