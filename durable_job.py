@@ -6320,14 +6320,23 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
 
 def draft_next(store: Store, calls: list, manifest: Manifest | None, job: Job, written: dict | None, decide: str) -> str:
     """At review with every item validated: decide, or, when the draft answer failed, first retry the writer's call."""
-    if written is None or written.get("status") != "failed" or not manifest or not store.may("tends", job):
+    command = draft_retry_command(store, calls, manifest, job, written)
+    if command is None:
         return decide
-    if retry_refusal(WRITER_ID, calls, manifest) or not any(c["item_id"] == WRITER_ID for c in calls):
-        return decide  # no call left for it, or it made none (no evidence): only a decision
     return (
-        f"the draft answer failed ({clip_words(written.get('reason'), 120)}); the ways on, one a line:\n"
-        f"retry it (spends the writer's next model call): {writer_retry_command(store)}\nor decide: {decide}"
+        f"the draft answer failed ({clip_words(cast(dict, written).get('reason'), 120)}); the ways on, one a line:\n"
+        f"retry it (spends the writer's next model call): {command}\nor decide: {decide}"
     )
+
+
+def draft_retry_command(store: Store, calls: list, manifest: Manifest | None, job: Job, written: dict | None) -> str | None:
+    """The ready-to-paste `retry --draft` for a failed draft answer the bounds allow the writer's next call for, else None
+    (a validated draft, no call left, a draft that made no call for want of evidence, a principal who may not tend)."""
+    if written is None or written.get("status") != "failed" or not manifest or not store.may("tends", job):
+        return None
+    if retry_refusal(WRITER_ID, calls, manifest) or not any(c["item_id"] == WRITER_ID for c in calls):
+        return None
+    return writer_retry_command(store)
 
 
 def writer_retry_command(store: Store) -> str:
@@ -8532,6 +8541,9 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
     if failed:
         out["failedItems"] = failed
+    elif waiting and written is not None and written.get("status") == "failed":
+        command = draft_retry_command(ctx.store, call_rows(ctx.journal), ctx.manifest, ctx.job, written)
+        out["draftFailed"] = {"reason": written.get("reason"), **({"retryCommand": command} if command else {})}
     nowhere = figure_counts([r for r in results if r.get("status") == "validated"])["nowhere"]
     if nowhere:  # inspect names each; start and resume say how many
         out["figuresNowhere"] = nowhere
@@ -10747,6 +10759,10 @@ def text_run(out: dict, store) -> list:
     lines += nowhere_lines(out.get("figuresNowhere"), store)
     lines += final_lines(out.get("final"), store)
     lines += failed_lines(out)
+    if out.get("draftFailed"):
+        lines.append(f"  the draft answer failed: {clip(out['draftFailed']['reason'], 160)}")
+        if "retryCommand" in out["draftFailed"]:
+            lines.append(f"    retry it (spends the writer's next model call): {out['draftFailed']['retryCommand']}")
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
         lines.append(f"  next: {bundle.get('decideCommand') or bundle.get('decidedBy')}")
@@ -10791,7 +10807,8 @@ def text_inspect(out: dict, store) -> list:
     if out.get("tokens"):
         lines.append(f"  {tokens_words(out['tokens'], out.get('estimatedCost'))}")
     for d in out.get("drafts") or []:
-        lines.append(f"  history: v{d['version']} {d['itemId']} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
+        what = "the draft answer retried" if d["itemId"] == WRITER_ID else d["itemId"]
+        lines.append(f"  history: v{d['version']} {what} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
     lines += final_lines(out.get("final"), store)
     saved = out.get("savedDecision")
     if saved:

@@ -162,12 +162,14 @@ def test_retry_draft_spends_the_writers_next_call_and_its_valid_answer_replaces_
     decide stale, the new resultsSha256 accepted, verify ok."""
     openai_workspace(ws, provider, sources={"workshop": WORKSHOP}, question=QUESTION, facts=FACTS, draft=True)
     provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{UNKNOWN}"})
-    old = ws.start().ok()["interrupt"][0]["resultsSha256"]
+    started = ws.start().ok()
+    old = started["interrupt"][0]["resultsSha256"]
     stale = ("--reviewer", "r", "--reason", "x", "--results-sha256", old)
     ws.run("decide", "--decision", "accept", *stale).held("Cannot accept: the draft answer failed")
     step = ws.run("status").ok()["next"]
     assert "the draft answer failed (sentence 1 cites 'E9'" in step
     command = next(line.split(": ", 1)[1] for line in step.splitlines() if "retry it (spends the writer's next model call)" in line)
+    assert started["draftFailed"]["retryCommand"] == command and "cites 'E9'" in started["draftFailed"]["reason"]
     provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
     out = paste(ws, command, YOU="r", WHY="the writer cited E9").ok()
     first, second = writer_requests(provider)  # exactly one more writer request, its input the same
@@ -201,6 +203,7 @@ def test_a_second_failed_draft_stays_failed_and_retry_draft_is_refused_once_the_
     retry_draft(ws).held("Cannot retry the draft answer: the writer has used all 2 attempts", "nothing was sent")
     assert len(writer_requests(provider)) == 2
     assert "retry" not in ws.run("status").ok()["next"]
+    assert ws.run("resume").ok()["draftFailed"] == {"reason": again["result"]["reason"]}  # no retry left to offer
     assert ws.run("verify").ok()["ok"] is True
     ws.run("retry", "--draft", "--item", "workshop", "--reviewer", "r", "--reason", "x").held("one of them")
     ws.run("decide", "--decision", "reject", "--reviewer", "r", "--reason", "the writer keeps erring").ok()
