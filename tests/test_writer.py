@@ -364,6 +364,27 @@ def test_a_kill_at_each_point_around_the_writers_call_sends_nothing_twice_and_th
     assert ws.run("verify").ok()["ok"] is True
 
 
+def test_a_sealed_jobs_writer_retry_keeps_its_draft_answer_sealed_and_verifies_with_the_key(tmp_path, provider):
+    """A job sealed at rest: the retried draft answer (kept in its drafts row's change) is in none of the state's bytes
+    in clear; with the key inspect shows it, and verify checks it; without the key verify passes with its warning."""
+    from test_sealed import file_bytes, new_key_file
+
+    ws = asking_provider(tmp_path, provider, UNKNOWN)
+    key = new_key_file(tmp_path)
+    ws.env["DURABLE_JOB_KEY_FILE"] = key
+    ws.start().ok()
+    sentence = "Saturday is the workshop's one stated day."
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{writer_answer((sentence, ['E2']))}"})
+    assert retry_draft(ws).ok()["result"]["status"] == "validated"
+    assert not any(sentence.encode() in b for b in file_bytes(ws.state).values())
+    assert ws.run("inspect").ok()["answer"]["draft"]["sentences"][0]["text"] == sentence
+    assert ws.run("verify").ok()["ok"] is True
+    bare = Workspace(ws.root, inprocess=False)
+    bare.env = {k: v for k, v in ws.env.items() if k != "DURABLE_JOB_KEY_FILE"}
+    report = bare.run("verify")
+    assert report.code == 0 and "drafts.change_json" in {c["name"]: c for c in report.json["checks"]}["content"]["detail"]
+
+
 def test_a_writer_retry_killed_after_the_provider_answered_is_reconciled_into_the_next_draft(tmp_path, provider):
     """SIGKILL at writer-before-ledger inside `retry --draft`: the call stays pending (uncertain, nothing sent again);
     the person completes it from the provider's log, and its answer becomes the next draft, checked as the writer's."""
