@@ -4254,6 +4254,15 @@ def current_draft(journal: Journal | None, model_results: list) -> tuple[int, li
     return latest_draft(journal) or (1, list(model_results))
 
 
+def current_written(journal: Journal | None, written: dict | None) -> dict | None:
+    """A drafting job's draft answer under review: the latest writer's retry (its drafts row), else the graph's. A job
+    with no draft answer (one that does not draft, or not yet at its review) has no writer's retry: nothing is read."""
+    if written is None:
+        return None
+    rows = [r for r in draft_rows(journal) if r["item_id"] == WRITER_ID]
+    return json.loads(rows[-1]["change_json"])["draft"] if rows else written
+
+
 def draft_rows(journal: Journal | None) -> list[dict]:
     if journal is None or not journal.has_table("drafts"):
         return []
@@ -5595,7 +5604,7 @@ def accept_step(state, runtime) -> dict:
     ctx: Context = runtime.context
     crash_point("before-review", ctx.job)
     draft, results = current_draft(ctx.journal, state["results"])
-    bundle = review_bundle(ctx.job, results, draft, state.get("draft"))
+    bundle = review_bundle(ctx.job, results, draft, current_written(ctx.journal, state.get("draft")))
     decision = interrupt(bundle)
     return {"final": {**bundle, **decision}}
 
@@ -6073,7 +6082,8 @@ class Snapshot:
         self.phase = job_phase(self.review, checkpoint, holder)
         self.model_results = list(self.values.get("results") or [])
         self.draft, self.results = draft
-        self.written = self.values.get("draft")  # a job that drafts: the writer's draft (its answer), else None
+        self.model_written = self.values.get("draft")  # a job that drafts: the writer's draft (its answer), else None
+        self.written = current_written(journal, self.model_written)  # the one under review: a writer's retry's, else that
         self.has_receipt = has_receipt
 
     def close(self) -> None:
@@ -6270,7 +6280,8 @@ def retry_refusal(item_id: str, calls: list, manifest: Manifest) -> str | None:
         return f"call {pending[0]['operation_key']} has no recorded outcome yet; reconcile it first"
     attempts = max((c["attempt"] for c in calls if c["item_id"] == item_id), default=0)
     if attempts >= manifest["maxAttemptsPerItem"]:
-        return f"item {item_id} has used all {counted(manifest['maxAttemptsPerItem'], 'attempt')} the manifest allows (maxAttemptsPerItem)"
+        who = "the writer" if item_id == WRITER_ID else f"item {item_id}"
+        return f"{who} has used all {counted(manifest['maxAttemptsPerItem'], 'attempt')} the manifest allows (maxAttemptsPerItem)"
     if len(calls) >= manifest["maxModelCalls"]:
         return f"the journal already holds {counted(len(calls), 'call')}, the manifest's maxModelCalls {manifest['maxModelCalls']}"
     return None
@@ -6295,7 +6306,7 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
     decide = decide_command(store, results, written) if store.may("decides", job) else waiting_for_review(store, job)
     failed = failed_items(store, results, calls, manifest)
     if not failed:
-        return decide
+        return draft_next(store, calls, manifest, job, written, decide)
     first = failed[0]
     more = f" ({len(failed) - 1} more failed: {', '.join(f['itemId'] for f in failed[1:])})" if len(failed) > 1 else ""
     ways = []
@@ -6305,6 +6316,31 @@ def review_next(store: Store, results: list, calls: list, manifest: Manifest | N
     ways.append(f"decide: {decide}" if ways else decide)
     # one suggestion a line: each is a whole command to paste
     return f"item {first['itemId']} failed ({clip_words(first['reason'], 120)}){more}; the ways on, one a line:\n" + "\nor ".join(ways)
+
+
+def draft_next(store: Store, calls: list, manifest: Manifest | None, job: Job, written: dict | None, decide: str) -> str:
+    """At review with every item validated: decide, or, when the draft answer failed, first retry the writer's call."""
+    command = draft_retry_command(store, calls, manifest, job, written)
+    if command is None:
+        return decide
+    return (
+        f"the draft answer failed ({clip_words(cast(dict, written).get('reason'), 120)}); the ways on, one a line:\n"
+        f"retry it (spends the writer's next model call): {command}\nor decide: {decide}"
+    )
+
+
+def draft_retry_command(store: Store, calls: list, manifest: Manifest | None, job: Job, written: dict | None) -> str | None:
+    """The ready-to-paste `retry --draft` for a failed draft answer the bounds allow the writer's next call for, else None
+    (a validated draft, no call left, a draft that made no call for want of evidence, a principal who may not tend)."""
+    if written is None or written.get("status") != "failed" or not manifest or not store.may("tends", job):
+        return None
+    if retry_refusal(WRITER_ID, calls, manifest) or not any(c["item_id"] == WRITER_ID for c in calls):
+        return None
+    return writer_retry_command(store)
+
+
+def writer_retry_command(store: Store) -> str:
+    return store.suggest("retry", "--draft", "--reviewer", "YOU", "--reason", "WHY")
 
 
 def waiting_for_review(store: Store, job: Job) -> str:
@@ -7519,7 +7555,9 @@ def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | Non
     values = ctx.checkpoint()["values"]
     draft, results = current_draft(ctx.journal, (values.get("results") or []))
     cancel = (extra or {}).get("cancel")
-    fields = receipt_fields(ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), values.get("draft"))
+    fields = receipt_fields(
+        ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), current_written(ctx.journal, values.get("draft"))
+    )
     receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc(), "schemaVersion": RECEIPT_SCHEMA}
     receipt["tokens"] = job_tokens(call_rows(ctx.journal))  # what the job's calls used, as the provider reported it
     if ctx.journal.chained:  # the history it ends, and the next link binds the receipt and the checkpoint rows under it
@@ -7715,8 +7753,9 @@ def results_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: 
 
 def draft_invariant(snap: Snapshot, manifest: Manifest | None) -> str:
     """A job that drafts: its draft is what checking the writer's journaled answer against the evidence of the model's
-    results gives (that evidence rebuilt from the results, so the writer saw nothing else); a job that does not, none."""
-    written = snap.written
+    results gives (that evidence rebuilt from the results, so the writer saw nothing else); a job that does not, none.
+    A writer's retry's draft answer is a later draft (writer_retry_invariant)."""
+    written = snap.model_written
     if manifest is None or not drafts(manifest):
         if written is not None or any(c["item_id"] == WRITER_ID for c in snap.calls):
             raise SealError("the job holds a draft answer or a writer's call, but its manifest does not draft")
@@ -7726,7 +7765,8 @@ def draft_invariant(snap: Snapshot, manifest: Manifest | None) -> str:
             raise SealError("the job drafts (draft: true) but reached its review without a draft answer")
         return ""
     bundle = writer_evidence(cast(dict, asked_of(manifest)), snap.model_results)
-    done = [c for c in snap.calls if c["item_id"] == WRITER_ID and c["status"] == "completed"]
+    retries = retry_keys(snap.journal)  # a retry's answer is a later draft (drafts_invariants), not the graph's draft
+    done = [c for c in snap.calls if c["item_id"] == WRITER_ID and c["status"] == "completed" and c["operation_key"] not in retries]
     if written.get("status") == "failed" and not done:
         if str(written.get("reason", "")).startswith(NO_CALL_LEFT):
             check_no_call_left(snap.calls, WRITER_ID, manifest)
@@ -7829,6 +7869,9 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
         if row["version"] != version:
             raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
         after = json.loads(row["results_json"])
+        if row["item_id"] == WRITER_ID:  # a writer's retry: the results as they stood, the draft answer replaced
+            folded.add(writer_retry_invariant(snap, row, before, after, manifest))
+            continue
         if results_sha256(after) != row["results_sha256"] or json.loads(row["change_json"]).get("previousResultsSha256") != results_sha256(
             before
         ):
@@ -7893,6 +7936,39 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
         and check_proposal(call["output_text"], items[row["item_id"]], texts[row["item_id"]], **rules) != edited
     ):
         raise SealError(f"{where}: item {row['item_id']}'s result is not what checking the retried call's answer against the source gives")
+    return str(key)
+
+
+def writer_retry_invariant(snap: Snapshot, row, before: list, after: list, manifest: Manifest | None) -> str:
+    """A writer's retry's draft: the results unchanged, its draft answer the retried writer's journaled answer checked
+    against the evidence of the model's results (as the writer's first call was), stamped with who asked and why."""
+    where = f"draft {row['version']}"
+    change = json.loads(row["change_json"])
+    if after != before or results_sha256(after) != row["results_sha256"] or change.get("previousResultsSha256") != results_sha256(before):
+        raise SealError(f"{where}: a writer's retry changes the draft answer alone, but its results or their hashes differ")
+    key = (change.get("retry") or {}).get("operationKey")
+    call = next((c for c in snap.calls if c["operation_key"] == key), None)
+    request = retry_request(cast(Journal, snap.journal), str(key)) if call is not None else None
+    if call is None or call["status"] != "completed" or call["item_id"] != WRITER_ID or request is None:
+        raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of the writer in the journal")
+    written = dict(change.get("draft") or {})
+    stamp = {
+        "draftVersion": row["version"],
+        "operationKey": key,
+        "attempt": call["attempt"],
+        "reviewer": row["reviewer"],
+        "reason": row["reason"],
+        "retriedAtUtc": row["created_utc"],
+        "principal": request.get("principal"),
+    }
+    if written.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
+        raise SealError(f"{where}: the retried draft answer does not name the call, person, reason and time the journal recorded")
+    if manifest is not None:
+        if not drafts(manifest):
+            raise SealError(f"{where}: a writer's retry, but the manifest does not draft")
+        bundle = writer_evidence(cast(dict, asked_of(manifest)), snap.model_results)
+        if check_draft(call["output_text"], bundle, must_quote=validation_rules(snap.job, manifest)["must_quote"]) != written:
+            raise SealError(f"{where}: the draft answer is not what checking the retried writer's answer against the evidence gives")
     return str(key)
 
 
@@ -7992,11 +8068,11 @@ def chain_invariants(snap: Snapshot) -> str:
         if row != event["record"]:
             change = "is gone" if row is None else "was changed or moved"
             raise SealError(f"call_events row {n} of the job {change}: links row {event['seq']} recorded {event['record']['event']} there")
-    for result in [*snap.model_results, *([snap.written] if snap.written is not None else [])]:
+    for result in [*snap.model_results, *([snap.model_written] if snap.model_written is not None else [])]:
         chained_result = results.get(result.get("itemId"))
         if chained_result is None or chained_result["record"] != result:
             raise SealError(f"the checkpoint's result of item {result.get('itemId')} does not fit the chain's: the checkpoint was changed")
-    if (snap.waiting or snap.final) and len(snap.model_results) + (snap.written is not None) != len(results):
+    if (snap.waiting or snap.final) and len(snap.model_results) + (snap.model_written is not None) != len(results):
         raise SealError(f"the checkpoint holds {len(snap.model_results)} results, the chain {len(results)}: the checkpoint was changed")
     return f"{counted(len(links), 'link')}, head {prev[:16]}…: every row, result and the receipt fit" + receipt_head_fits(snap, links)
 
@@ -8450,15 +8526,14 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
     values = state.values
     draft, results = current_draft(ctx.journal, values.get("results") or [])
+    written = current_written(ctx.journal, values.get("draft"))
     waiting = ctx.review(checkpoint_of(state)) == "awaiting-review"
     out = {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
         "results": [result_brief(r) for r in results],
         "final": values.get("final"),
-        "interrupt": [
-            {**review_bundle(ctx.job, results, draft, values.get("draft")), **review_step(ctx.store, ctx.job, results, values.get("draft"))}
-        ]
+        "interrupt": [{**review_bundle(ctx.job, results, draft, written), **review_step(ctx.store, ctx.job, results, written)}]
         if waiting
         else [],
     }
@@ -8466,6 +8541,9 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
     if failed:
         out["failedItems"] = failed
+    elif waiting and written is not None and written.get("status") == "failed":
+        command = draft_retry_command(ctx.store, call_rows(ctx.journal), ctx.manifest, ctx.job, written)
+        out["draftFailed"] = {"reason": written.get("reason"), **({"retryCommand": command} if command else {})}
     nowhere = figure_counts([r for r in results if r.get("status") == "validated"])["nowhere"]
     if nowhere:  # inspect names each; start and resume say how many
         out["figuresNowhere"] = nowhere
@@ -8791,7 +8869,10 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         }
         if drafted:
             new_results = drafted.pop("results")
-            out.update(retryDraft=drafted, **review_step(ctx.store, ctx.job, new_results, ctx.checkpoint()["values"].get("draft")))
+            out.update(
+                retryDraft=drafted,
+                **review_step(ctx.store, ctx.job, new_results, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))),
+            )
         return out
 
 
@@ -8905,7 +8986,7 @@ def record_decision(
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
-        written = ctx.checkpoint()["values"].get("draft")
+        written = current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))
         digest = results_sha256(results, written)
         refuse_stale(bound, digest, "decide")
         failed = [r for r in results if r["status"] != "validated"]
@@ -9071,7 +9152,8 @@ def revise_item(store: Store, item: str, edit: dict, reviewer: str, reason: str,
     """revise under the job's lock; edit: {summary, citations, facts}, None for what keeps the current one."""
     with open_job(store, "revise") as ctx:  # an edit sends nothing
         draft, results = review_draft(ctx, reviewer, reason, "revise")
-        written = ctx.checkpoint()["values"].get("draft")  # a job's draft answer stays as written: the hash still covers it
+        # a job's draft answer stays as written (or as a writer's retry wrote it): the hash still covers it
+        written = current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))
         refuse_stale(bound, results_sha256(results, written), "revise")
         position = item_position(results, item)
         old = results[position]
@@ -9166,7 +9248,9 @@ def read_text_file(path: str, flag: str) -> str:
         raise DecisionError(f"{flag} {path} is not UTF-8; save it as UTF-8") from None
 
 
-def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None, results_sha256: str | None = None) -> dict:
+def retry(
+    store: Store, *, item: str | None = None, reviewer: str, reason: str, say=None, results_sha256: str | None = None, draft: bool = False
+) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version.
 
     The job's thread stays where it is, waiting at the review interrupt: like
@@ -9176,26 +9260,27 @@ def retry(store: Store, *, item: str, reviewer: str, reason: str, say=None, resu
     operation-key recipe (the item's own prompt, the next attempt number),
     within maxAttemptsPerItem and maxModelCalls, with the reviewer and reason
     in a `retry` event. Its answer and its draft are committed together.
+
+    `draft=True` (or `item=WRITER_ID`): a drafting job's failed draft answer, the writer's next call on the same input
+    (the evidence of the model's validated results, as its first call had it), its answer checked as the writer's.
     """
     need_job_id(store)
-    return retry_item(store, item, reviewer, reason, say, results_sha256)
+    if draft == (item is not None):
+        raise UsageError("retry: give --item ITEM (a failed item) or --draft (the failed draft answer), one of them")
+    return retry_item(store, WRITER_ID if draft else cast(str, item), reviewer, reason, say, results_sha256)
 
 
 def retry_item(store: Store, item: str, reviewer: str, reason: str, say, bound: str | None) -> dict:
     with open_job(store, "retry") as ctx:  # provider settings are checked below, once the retry may go
         draft, results = review_draft(ctx, reviewer, reason, "retry")
-        written = ctx.checkpoint()["values"].get("draft")
+        written = current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))
         refuse_stale(bound, results_sha256(results, written), "retry")
-        position = item_position(results, item)
-        if results[position]["status"] != "failed":
-            raise DecisionError(
-                f"Item {item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
-                f"Edit it by hand instead: {revise_command(ctx.store, item)}"
-            )
-        entry = ctx.items[position]
-        model_results = ctx.checkpoint()["values"].get("results") or []
-        prompt = ctx.prompt(entry, [] if ctx.concurrency > 1 else model_results[:position])  # as the graph asked
+        entry, prompt, send = retry_target(ctx, item, draft, results, written)
         refusal = retry_refusal(entry["id"], call_rows(ctx.journal), cast(Manifest, ctx.manifest))
+        if refusal and item == WRITER_ID:
+            raise BudgetError(
+                f"Cannot retry the draft answer: {refusal}; nothing was sent. Decide reject or hold: {decide_command(ctx.store, results, written)}"
+            )
         if refusal:
             raise BudgetError(
                 f"Cannot retry item {entry['id']}: {refusal}; nothing was sent. Revise it by hand: "
@@ -9210,7 +9295,7 @@ def retry_item(store: Store, item: str, reviewer: str, reason: str, say, bound: 
             drafted.update(retry_draft(journal, ctx, key, output_text, request))
 
         try:
-            call_or_hold(ctx, ctx.journal, entry, prompt, say or ctx.say, retry=request, on_complete=record)
+            call_or_hold(ctx, ctx.journal, entry, prompt, say or ctx.say, retry=request, on_complete=record, **send)
         except ProviderError as exc:
             if exc.uncertain:
                 raise
@@ -9219,17 +9304,52 @@ def retry_item(store: Store, item: str, reviewer: str, reason: str, say, bound: 
                 not_sent=exc.not_sent,
             ) from None
         new_results = drafted.pop("results")
-        out = {"jobId": ctx.job["jobId"], **drafted, **review_step(ctx.store, ctx.job, new_results, written)}
+        now = current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))  # a writer's retry's new draft answer
+        out = {"jobId": ctx.job["jobId"], **drafted, **review_step(ctx.store, ctx.job, new_results, now)}
         if written is not None:  # what a decision binds: the draft answer too
-            out.update(resultsSha256=results_sha256(new_results, written), previousResultsSha256=results_sha256(results, written))
+            out.update(resultsSha256=results_sha256(new_results, now), previousResultsSha256=results_sha256(results, written))
         out.update(failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest))
         return out
+
+
+def retry_target(ctx: Context, item: str, draft: int, results: list, written: dict | None) -> tuple[Item, str, dict]:
+    """What a retry sends: (the call's item, its prompt, call_or_hold's keywords), refused unless its item (or the
+    draft answer) failed. The writer's: its first call's input again, the evidence of the model's validated results."""
+    model_results = ctx.checkpoint()["values"].get("results") or []
+    if item == WRITER_ID:
+        if written is None:
+            raise DecisionError(
+                "This job writes no draft answer (its manifest does not say draft: true); retry --draft is for a failed draft"
+            )
+        if written.get("status") != "failed":
+            raise DecisionError(
+                f"The draft answer is {written.get('status')} (draft {draft}); retry --draft is for a failed draft answer. "
+                f"Decide: {decide_command(ctx.store, results, written)}"
+            )
+        bundle = writer_evidence(cast(dict, asked_of(ctx.manifest)), model_results)
+        if not bundle["evidence"]:
+            raise DecisionError(
+                "The draft answer has no validated evidence to write from (every item's model answer failed), so the writer "
+                f"has nothing to be sent; nothing was sent. Decide reject or hold: {decide_command(ctx.store, results, written)}"
+            )
+        send = {"source": json.dumps(bundle["evidence"]), "instructions": WRITER_SYSTEM, "crash": WRITER_CRASH}
+        return writer_item(bundle), writer_input(bundle), send
+    position = item_position(results, item)
+    if results[position]["status"] != "failed":
+        raise DecisionError(
+            f"Item {item} is {results[position]['status']} (draft {draft}); retry is for a failed item. "
+            f"Edit it by hand instead: {revise_command(ctx.store, item)}"
+        )
+    entry = ctx.items[position]
+    return entry, ctx.prompt(entry, [] if ctx.concurrency > 1 else model_results[:position]), {}  # the prompt as the graph asked
 
 
 def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: dict) -> dict:
     """Record a retried item's answer, checked like any proposal, as the next draft (inside the caller's transaction)."""
     draft, results = current_draft(journal, ctx.checkpoint()["values"].get("results") or [])
     item_id = request["itemId"]
+    if item_id == WRITER_ID:
+        return writer_retry_draft(journal, ctx, key, output_text, request)
     position = item_position(results, item_id)
     item = next(i for i in ctx.items if i["id"] == item_id)
     checked = check_proposal(output_text, item, ctx.sources[item_id], **validation_rules(ctx.job, ctx.manifest))
@@ -9267,6 +9387,48 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
         "principal": request.get("principal"),
         "result": checked,
         "results": new_results,
+    }
+
+
+def writer_retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: dict) -> dict:
+    """Record a retried writer's answer, checked as the writer's, as the next draft: the results as they stand, the draft
+    answer replaced (its drafts row's change holds it; inside the caller's transaction)."""
+    values = ctx.checkpoint()["values"]
+    draft, results = current_draft(journal, values.get("results") or [])
+    old = cast(dict, current_written(journal, values.get("draft")))
+    bundle = writer_evidence(cast(dict, asked_of(ctx.manifest)), values.get("results") or [])
+    checked = check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"])
+    stamp = now_utc()
+    attempt = int(key.rsplit(":", 1)[1])
+    checked["retry"] = {
+        "draftVersion": draft + 1,
+        "operationKey": key,
+        "attempt": attempt,
+        "reviewer": request["reviewer"],
+        "reason": request["reason"],
+        "retriedAtUtc": stamp,
+        "principal": request.get("principal"),
+    }
+    change = {
+        "before": {k: old.get(k) for k in ("status", "reason") if k in old},
+        "after": {k: checked.get(k) for k in ("status", "reason", "text") if k in checked},
+        "previousResultsSha256": results_sha256(results),
+        "retry": {"operationKey": key, "attempt": attempt},
+        "draft": checked,
+    }
+    insert_draft(journal, draft + 1, WRITER_ID, results, request["reviewer"], request["reason"], change, stamp)
+    return {
+        "itemId": WRITER_ID,
+        "operationKey": key,
+        "attempt": attempt,
+        "draftVersion": draft + 1,
+        "resultsSha256": results_sha256(results, checked),
+        "previousResultsSha256": results_sha256(results, old),
+        "reviewer": request["reviewer"],
+        "reason": request["reason"],
+        "principal": request.get("principal"),
+        "result": checked,
+        "results": results,
     }
 
 
@@ -10597,6 +10759,10 @@ def text_run(out: dict, store) -> list:
     lines += nowhere_lines(out.get("figuresNowhere"), store)
     lines += final_lines(out.get("final"), store)
     lines += failed_lines(out)
+    if out.get("draftFailed"):
+        lines.append(f"  the draft answer failed: {clip(out['draftFailed']['reason'], 160)}")
+        if "retryCommand" in out["draftFailed"]:
+            lines.append(f"    retry it (spends the writer's next model call): {out['draftFailed']['retryCommand']}")
     for bundle in out.get("interrupt") or []:
         lines.append(f"  awaiting review, resultsSha256 {bundle['resultsSha256']}")
         lines.append(f"  next: {bundle.get('decideCommand') or bundle.get('decidedBy')}")
@@ -10641,7 +10807,8 @@ def text_inspect(out: dict, store) -> list:
     if out.get("tokens"):
         lines.append(f"  {tokens_words(out['tokens'], out.get('estimatedCost'))}")
     for d in out.get("drafts") or []:
-        lines.append(f"  history: v{d['version']} {d['itemId']} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
+        what = "the draft answer retried" if d["itemId"] == WRITER_ID else d["itemId"]
+        lines.append(f"  history: v{d['version']} {what} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
     lines += final_lines(out.get("final"), store)
     saved = out.get("savedDecision")
     if saved:
@@ -10687,9 +10854,10 @@ def text_retry(out: dict, store) -> list:
     """The retried call, the new draft it made, and what is still failed."""
     result = out.get("result") or {}
     why = f" — {result['reason']}" if result.get("reason") else ""
+    name = "the draft answer" if out["itemId"] == WRITER_ID else out["itemId"]
     return [
-        f"  {out['itemId']} retried by {by_whom(out, store)}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
-        f"  now draft {out['draftVersion']}: {out['itemId']} {result.get('status')}{why}",
+        f"  {name} retried by {by_whom(out, store)}: {out.get('reason')} — attempt {out['attempt']} ({out['operationKey']})",
+        f"  now draft {out['draftVersion']}: {name} {result.get('status')}{why}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
         f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
@@ -11013,7 +11181,7 @@ def cmd_revise(args) -> dict:
 
 def cmd_retry(args) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
-    return retry(store_from(args), **flags_of(args, "item", "reviewer", "reason", "results_sha256"))
+    return retry(store_from(args), **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
 
 
 def cmd_cancel(args) -> dict:
@@ -11451,7 +11619,12 @@ COMMANDS = {
     "retry": Command(
         cmd_retry,
         text_retry,
-        [*WHO_FLAGS, flag("--item", required=True, help="the failed item whose next model call to spend"), BOUND_FLAG],
+        [
+            *WHO_FLAGS,
+            flag("--item", help="the failed item whose next model call to spend (or --draft)"),
+            flag("--draft", action="store_true", help="spend the writer's next model call on a drafting job's failed draft answer"),
+            BOUND_FLAG,
+        ],
     ),
     "seal": Command(cmd_seal, text_seal, [*SEAL_FLAGS, STORE_FLAG, SIGN_FLAG], state_dir=False),
     "verify": Command(

@@ -835,6 +835,13 @@ MUTANTS = [
         "        unknown: list = []",
         [f"{WRITER}::test_a_writer_citing_an_id_that_does_not_exist_fails_the_draft_which_is_reviewed_like_a_failed_item"],
     ),
+    Mutant(
+        "writer-retry-unchecked",
+        "the writer: a retried writer's answer is checked as the writer's before it replaces the failed draft",
+        '    checked = check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"])',
+        '    checked = {**check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"]), "status": "validated"}',
+        [f"{WRITER}::test_a_second_failed_draft_stays_failed_and_retry_draft_is_refused_once_the_writers_attempts_are_spent"],
+    ),
     # --- providers (issue 48) -----------------------------------------------------------------------------------
     Mutant(
         "rate-limit-spends-an-attempt",

@@ -14,7 +14,7 @@ import pytest
 from test_web import serving  # noqa: F401 (a fixture)
 
 import durable_job as dj
-from conftest import BOTH, PROGRAM, Workspace, openai_workspace
+from conftest import BOTH, PROGRAM, Workspace, openai_workspace, paste
 
 WORKSHOP = (
     "Pottery workshop for beginners.\n"
@@ -144,6 +144,82 @@ def test_a_writer_citing_an_id_that_does_not_exist_fails_the_draft_which_is_revi
     ws.run("decide", "--decision", "accept", "--reason", "x", *flags).held("Cannot accept: the draft answer failed")
     ws.run("decide", "--decision", "reject", "--reason", "the draft cites nothing", *flags).ok()
     assert ws.run("verify").ok()["ok"] is True
+
+
+# -- retry --draft: the writer's next call, spent on purpose at review ---------------------------------------------
+GOOD = writer_answer(("The workshop is on Saturday.", ["E2"]))
+UNKNOWN = writer_answer(("The workshop is on Saturday.", ["E2", "E9"]))
+
+
+def retry_draft(ws: Workspace, *more: str):
+    return ws.run("retry", "--draft", "--reviewer", "r", "--reason", "the writer cited E9", *more)
+
+
+@BOTH
+def test_retry_draft_spends_the_writers_next_call_and_its_valid_answer_replaces_the_failed_draft(tmp_path, ws, provider):
+    """The writer cites an unknown id: the draft fails and accept is refused; status's next step pastes `retry --draft`;
+    the provider then answers well: the same input is sent once more (attempt 2), the new draft validated, the old
+    decide stale, the new resultsSha256 accepted, verify ok."""
+    openai_workspace(ws, provider, sources={"workshop": WORKSHOP}, question=QUESTION, facts=FACTS, draft=True)
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{UNKNOWN}"})
+    started = ws.start().ok()
+    old = started["interrupt"][0]["resultsSha256"]
+    stale = ("--reviewer", "r", "--reason", "x", "--results-sha256", old)
+    ws.run("decide", "--decision", "accept", *stale).held("Cannot accept: the draft answer failed")
+    step = ws.run("status").ok()["next"]
+    assert "the draft answer failed (sentence 1 cites 'E9'" in step
+    command = next(line.split(": ", 1)[1] for line in step.splitlines() if "retry it (spends the writer's next model call)" in line)
+    assert started["draftFailed"]["retryCommand"] == command and "cites 'E9'" in started["draftFailed"]["reason"]
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
+    out = paste(ws, command, YOU="r", WHY="the writer cited E9").ok()
+    first, second = writer_requests(provider)  # exactly one more writer request, its input the same
+    assert second["input"] == first["input"] and len(provider.requests()) == 3
+    assert out["itemId"] == dj.WRITER_ID and out["attempt"] == 2 and out["result"]["status"] == "validated"
+    assert out["previousResultsSha256"] == old != out["resultsSha256"] and out["draftVersion"] == 2
+    assert "accept|reject|hold" in out["decideCommand"]
+    seen = ws.run("inspect").ok()
+    assert seen["resultsSha256"] == out["resultsSha256"]
+    assert seen["answer"]["draft"]["status"] == "validated" and seen["answer"]["draft"]["text"] == f"The workshop is on Saturday. {NOTE}"
+    assert "1. The workshop is on Saturday." in ws.run("inspect", "--text").stdout
+    page = os.path.join(ws.root, "review.html")
+    ws.run("inspect", "--html", page).ok()
+    assert "id='sentence-1'>The workshop is on Saturday." in open(page, encoding="utf-8").read()
+    assert ws.run("verify").ok()["ok"] is True
+    ws.run("decide", "--decision", "accept", *stale).held("stale")
+    fresh = ("--reviewer", "r", "--reason", "the day is right", "--results-sha256", out["resultsSha256"])
+    assert ws.run("decide", "--decision", "accept", *fresh).ok()["final"]["resultsSha256"] == ws.receipt()["resultsSha256"]
+    assert ws.run("verify").ok()["ok"] is True
+    assert len(writer_requests(provider)) == 2
+
+
+def test_a_second_failed_draft_stays_failed_and_retry_draft_is_refused_once_the_writers_attempts_are_spent(tmp_path, provider):
+    """A second failed draft stays failed with its reason; then maxAttemptsPerItem leaves the writer no call: refused,
+    nothing sent, the next step only a decision; once decided (no longer at review) refused too; verify ok."""
+    ws = asking_provider(tmp_path, provider, UNKNOWN, maxAttemptsPerItem=2)
+    ws.start().ok()
+    again = retry_draft(ws).ok()  # the writer errs again: the second draft failed, with its reason
+    assert again["attempt"] == 2 and again["result"]["status"] == "failed" and "cites 'E9'" in again["result"]["reason"]
+    assert ws.run("inspect").ok()["answer"]["draft"]["status"] == "failed"
+    retry_draft(ws).held("Cannot retry the draft answer: the writer has used all 2 attempts", "nothing was sent")
+    assert len(writer_requests(provider)) == 2
+    assert "retry" not in ws.run("status").ok()["next"]
+    assert ws.run("resume").ok()["draftFailed"] == {"reason": again["result"]["reason"]}  # no retry left to offer
+    assert ws.run("verify").ok()["ok"] is True
+    ws.run("retry", "--draft", "--item", "workshop", "--reviewer", "r", "--reason", "x").held("one of them")
+    ws.run("decide", "--decision", "reject", "--reviewer", "r", "--reason", "the writer keeps erring").ok()
+    retry_draft(ws).held("Final decision already recorded")
+    assert len(writer_requests(provider)) == 2
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def test_retry_draft_of_a_validated_draft_or_a_job_that_does_not_draft_is_refused(tmp_path, provider):
+    ws = asking_provider(tmp_path, provider, GOOD)
+    ws.start().ok()
+    retry_draft(ws).held("The draft answer is validated", "retry --draft is for a failed draft answer")
+    plain = openai_workspace(Workspace(tmp_path / "plain"), provider, sources={"workshop": WORKSHOP}, question=QUESTION, facts=FACTS)
+    plain.start().ok()
+    retry_draft(plain).held("This job writes no draft answer")
+    assert len(writer_requests(provider)) == 1
 
 
 @pytest.mark.parametrize("must_quote", [False, True])
@@ -286,6 +362,54 @@ def test_a_kill_at_each_point_around_the_writers_call_sends_nothing_twice_and_th
     assert draft["status"] == "validated" and draft["text"] == f"The workshop is on Saturday. {NOTE}"
     ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "after the kill").ok()
     assert ws.run("verify").ok()["ok"] is True
+
+
+def test_a_sealed_jobs_writer_retry_keeps_its_draft_answer_sealed_and_verifies_with_the_key(tmp_path, provider):
+    """A job sealed at rest: the retried draft answer (kept in its drafts row's change) is in none of the state's bytes
+    in clear; with the key inspect shows it, and verify checks it; without the key verify passes with its warning."""
+    from test_sealed import file_bytes, new_key_file
+
+    ws = asking_provider(tmp_path, provider, UNKNOWN)
+    key = new_key_file(tmp_path)
+    ws.env["DURABLE_JOB_KEY_FILE"] = key
+    ws.start().ok()
+    sentence = "Saturday is the workshop's one stated day."
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{writer_answer((sentence, ['E2']))}"})
+    assert retry_draft(ws).ok()["result"]["status"] == "validated"
+    assert not any(sentence.encode() in b for b in file_bytes(ws.state).values())
+    assert ws.run("inspect").ok()["answer"]["draft"]["sentences"][0]["text"] == sentence
+    assert ws.run("verify").ok()["ok"] is True
+    bare = Workspace(ws.root, inprocess=False)
+    bare.env = {k: v for k, v in ws.env.items() if k != "DURABLE_JOB_KEY_FILE"}
+    report = bare.run("verify")
+    assert report.code == 0 and "drafts.change_json" in {c["name"]: c for c in report.json["checks"]}["content"]["detail"]
+
+
+def test_a_writer_retry_killed_after_the_provider_answered_is_reconciled_into_the_next_draft(tmp_path, provider):
+    """SIGKILL at writer-before-ledger inside `retry --draft`: the call stays pending (uncertain, nothing sent again);
+    the person completes it from the provider's log, and its answer becomes the next draft, checked as the writer's."""
+    killer = os.path.join(str(tmp_path), "killer.py")
+    with open(killer, "w") as fh:
+        fh.write(KILLER.format(program=PROGRAM))
+    ws = asking_provider(tmp_path, provider, UNKNOWN)
+    old = ws.start().ok()["interrupt"][0]["resultsSha256"]
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
+    killed = ws.run("retry", "--draft", "--reviewer", "r", "--reason", "E9", program=killer, env={"WRITER_KILL_AT": "writer-before-ledger"})
+    assert killed.code == -signal.SIGKILL, killed.stderr
+    key = ws.run("status").ok()["calls"][-1][0]
+    retry_draft(ws).held(f"{key}")
+    assert len(writer_requests(provider)) == 2
+    (logged,) = [r for r in provider.requests() if r["client_request_id"] == key]
+    answer = provider.response_file(logged, os.path.join(ws.root, "response.json"))
+    flags = ("--operation-key", key, "--reviewer", "r", "--action", "complete", "--reason", "the log has it", "--response-file", answer)
+    out = ws.run("reconcile", *flags).ok()
+    assert out["retryDraft"]["result"]["status"] == "validated" and out["retryDraft"]["resultsSha256"] != old
+    assert ws.run("inspect").ok()["answer"]["draft"]["status"] == "validated"
+    assert ws.run("verify").ok()["ok"] is True
+    ws.run(
+        "decide", "--decision", "accept", "--reviewer", "r", "--reason", "ok", "--results-sha256", out["retryDraft"]["resultsSha256"]
+    ).ok()
+    assert ws.run("verify").ok()["ok"] is True and len(writer_requests(provider)) == 2
 
 
 @pytest.mark.parametrize("point", sorted(WRITER_POINTS))
