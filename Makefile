@@ -20,6 +20,12 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt requirements-mcp.txt require
 	$(PIP) install --quiet -r requirements-dev.txt
 	@touch $@
 
+# The LiteLLM proxy, a real OpenAI-compatible server the chat tests run the program through, in an environment of its own.
+$(VENV)/litellm/.installed: $(VENV)/.runtime requirements-litellm.txt
+	$(PYTHON) -m venv $(VENV)/litellm
+	$(VENV)/litellm/bin/python -m pip --disable-pip-version-check install --quiet -r requirements-litellm.txt
+	@touch $@
+
 demo: $(VENV)/.runtime
 	@sh scripts/demo.sh $(VENV)/bin
 
@@ -28,11 +34,13 @@ system-deps:
 	@sh scripts/system-deps.sh
 
 # The linter, the formatter's check and the type checker first: a slip fails in seconds, before the suite.
-test: $(VENV)/.dev system-deps
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
-	$(PY) -m pytest -q --durations=10
+# It ends with the ten slowest tests and the wall time of all four steps (the installs above aside), passed or not.
+TEST_STEPS = "$(VENV)/bin/ruff check ." "$(VENV)/bin/ruff format --check ." "$(VENV)/bin/mypy" "$(PY) -m pytest -q --durations=10"
+test: $(VENV)/.dev $(VENV)/litellm/.installed system-deps
+	@began=$$(date +%s); status=0; \
+	for step in $(TEST_STEPS); do echo "$$step"; $$step || { status=$$?; break; }; done; \
+	echo "make test: $$(( $$(date +%s) - began )) s of wall time for the linters, the type checker and the suite (exit $$status)"; \
+	exit $$status
 
 # The program before the command API (issue 20) is measured in the same run: `make bench BENCH_BEFORE=REV` names another.
 BENCH_BEFORE ?= aa07c23

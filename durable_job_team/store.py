@@ -289,6 +289,7 @@ PG_SETUP_MIGRATIONS = (
     "m021_holds_links",
     "m022_passkey_origin",
     "m023_engine_seal",
+    "m024_rate_limited",
 )
 # A store job's engine, read in this order (durable_job.engine_sha256): the core's engine, this file's sections 1 to
 # 4, and every migration whole, in name order. A changed byte in any strands the store's jobs in flight; the

@@ -14,6 +14,7 @@ STORE_PY = "durable_job_team/store.py"  # the store extension
 WORKERS_PY = "durable_job_team/workers.py"  # the workers' extension
 ENGINE = "tests/test_engine.py"  # the engine and its seal
 REQUEST = "tests/test_request.py"  # a job that asks a question
+WRITER = "tests/test_writer.py"  # a job that drafts its answer
 
 
 @dataclass
@@ -154,9 +155,9 @@ MUTANTS = [
     ),
     Mutant(
         "max-model-calls-seven",
-        "bounds: maxModelCalls is 1-6",
-        'if not _is_int(m["maxModelCalls"], 1, 6):',
-        'if not _is_int(m["maxModelCalls"], 1, 7):',
+        "bounds: maxModelCalls is 1-6 (7 for a job that drafts)",
+        '    calls = MAX_MODEL_CALLS + (1 if m.get("draft") is True else 0)',
+        "    calls = MAX_MODEL_CALLS + 1",
         [f"{G}::test_every_manifest_bound_is_refused_one_past_its_end"],
     ),
     Mutant(
@@ -574,7 +575,7 @@ MUTANTS = [
     Mutant(
         "revise-unbound",
         "revise: an edit bound to the results shown is refused once they changed",
-        '        refuse_stale(bound, results_sha256(results), "revise")',
+        '        refuse_stale(bound, results_sha256(results, written), "revise")',
         "        pass",
         ["tests/test_web.py::test_a_stale_accept_from_the_page_is_refused_and_the_new_version_shown", "tests/test_review.py"],
     ),
@@ -680,7 +681,7 @@ MUTANTS = [
         "USING ERRCODE = 'check_violation'; END IF; ",
         "IF NOT FOUND THEN RETURN NEW; END IF; ",
         ["tests/test_hostile.py::test_a_receipt_copied_from_another_job_or_planted_before_a_decision_is_refused"],
-        path=M011,
+        path="durable_job_team/migrations/m023_engine_seal.sql",  # m023 replaced m011's receipt check: its text is the one that runs
     ),
     Mutant(
         "finished-history-open",
@@ -811,5 +812,56 @@ MUTANTS = [
         '            notes.append(entry["note"])',
         "            pass",
         [f"{REQUEST}::test_a_question_is_answered_with_the_day_quoted_and_the_time_said_to_be_not_stated"],
+    ),
+    # --- the writer: a draft answer from the checked evidence -----------------------------------------------------
+    Mutant(
+        "writer-sees-a-source",
+        "the writer: its input is the question, the asked facts and the validated evidence, never a source's text",
+        "        item, prompt = writer_item(bundle), writer_input(bundle)",
+        '        item, prompt = writer_item(bundle), writer_input(bundle) + "".join(ctx.sources.values())',
+        [f"{WRITER}::test_the_writer_is_sent_the_quotes_and_no_sentence_of_a_source_that_is_not_a_quote"],
+    ),
+    Mutant(
+        "not-stated-note-left-to-the-model",
+        "the writer: the program appends the note of every fact not stated, never the model",
+        "    notes = writer_notes(bundle)\n    problem: str | None",
+        "    notes: list = []\n    problem: str | None",
+        [f"{WRITER}::test_the_pottery_job_drafts_the_day_with_its_quote_and_the_program_notes_the_time"],
+    ),
+    Mutant(
+        "writer-cites-an-unknown-id",
+        "the writer: every evidence id a sentence cites is one of the validated evidence",
+        "        unknown = [e for e in cited if e not in quotes]",
+        "        unknown: list = []",
+        [f"{WRITER}::test_a_writer_citing_an_id_that_does_not_exist_fails_the_draft_which_is_reviewed_like_a_failed_item"],
+    ),
+    Mutant(
+        "writer-retry-unchecked",
+        "the writer: a retried writer's answer is checked as the writer's before it replaces the failed draft",
+        '    checked = check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"])',
+        '    checked = {**check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"]), "status": "validated"}',
+        [f"{WRITER}::test_a_second_failed_draft_stays_failed_and_retry_draft_is_refused_once_the_writers_attempts_are_spent"],
+    ),
+    # --- providers (issue 48) -----------------------------------------------------------------------------------
+    Mutant(
+        "rate-limit-spends-an-attempt",
+        "providers: a rate-limited request spends no attempt and no call",
+        "    if seconds is not None:\n        raise forget_rate_limited_call(",
+        "    if False:\n        raise forget_rate_limited_call(",
+        ["tests/test_rate_limits.py::test_a_three_item_job_rate_limited_three_times_reaches_review_with_no_attempt_spent"],
+    ),
+    Mutant(
+        "rate-limit-wait-unbounded",
+        "providers: a job waits for a rate-limiting provider only within maxRateLimitWaitSeconds",
+        "    if asked > bound:",
+        "    if False:",
+        ["tests/test_rate_limits.py::test_waits_past_the_jobs_bound_stop_the_run_with_nothing_spent_and_resume_goes_on"],
+    ),
+    Mutant(
+        "chat-request-stored",
+        "providers: a Chat Completions request is sent with store=False",
+        "        store=False,\n    )\n    kwargs[api[",
+        "        store=True,\n    )\n    kwargs[api[",
+        ["tests/test_chat.py::test_a_chat_job_reaches_review_with_one_chat_request_per_item_and_verifies"],
     ),
 ]

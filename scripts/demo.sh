@@ -21,11 +21,11 @@ $DJ decide --state-dir "$STATE" --decision hold --reviewer demo-reviewer \
 step "verify: every seal, hash and journal invariant, offline"
 $DJ verify --state-dir "$STATE" --text
 ASK=$(dirname "$STATE")/question
-step "a question: seal fixtures/workshop.txt asking when the workshop is and at what time (seal --question, --fact)"
+step "a question: seal fixtures/workshop.txt asking when the workshop is and at what time (seal --question, --fact, --draft)"
 $DJ seal --out "$ASK/manifest.json" --job-id workshop-question --approved-by demo-owner --mode fake --model fake-1 \
-    --question "When is the pottery workshop, and at what time?" --fact day:date --fact time:time fixtures/workshop.txt --json
+    --question "When is the pottery workshop, and at what time?" --fact day:date --fact time:time --draft fixtures/workshop.txt --json
 $DJ start --manifest "$ASK/manifest.json" --state-dir "$ASK/state" --text
-step "inspect: the day with the quote that states it; the time not stated, in the program's words"
+step "inspect: the draft (the day, citing its quote; the program's note that the time is not stated), then the facts"
 $DJ inspect --state-dir "$ASK/state" --text
 printf '\nThe state lives in %s\n  review page: %s\n  try: sqlite3 %s/effects.sqlite "select operation_key,item_id,status from calls"\n' \
   "$STATE" "$(dirname "$STATE")/review.html" "$STATE"

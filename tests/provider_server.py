@@ -1,4 +1,5 @@
-"""Minimal OpenAI Responses-API compatible HTTP test server (stdlib only)."""
+"""Minimal OpenAI-compatible HTTP test server (stdlib only): the Responses API (POST /v1/responses) and Chat Completions
+(POST /v1/chat/completions), each answering as the API documents it (the pinned SDK's types parse both)."""
 
 import argparse
 import hashlib
@@ -10,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500"}
+ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500", "503"}
 NOT_JSON_TEXT = "Sure! Here is my summary: it is fine."
 
 
@@ -105,6 +106,39 @@ def response_object(rid, body, text, out, incomplete=False):
     }
 
 
+RESPONSES, CHAT = "/v1/responses", "/v1/chat/completions"
+
+
+def chat_parts(fields):
+    """A Chat Completions request's system and user messages' text: (instructions, input)."""
+    system, user = [], []
+    for message in fields.get("messages") or []:
+        if isinstance(message, dict):
+            (system if message.get("role") in ("system", "developer") else user).append(input_text([message]))
+    return "\n".join(system) or None, "\n".join(user)
+
+
+def chat_completion_object(rid, body, text, out, incomplete=False):
+    """Build a ChatCompletion the openai SDK can parse: stopped, or cut at the token limit (finish_reason length)."""
+    usage_in, usage_out = len(text) // 4, len(out) // 4
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": ok_text(text)[:40] if incomplete else out, "refusal": None},
+                "finish_reason": "length" if incomplete else "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out},
+        "system_fingerprint": None,
+    }
+
+
 class ProviderServer(ThreadingHTTPServer):
     """Threaded HTTP server carrying the log path, behaviour path and shared lock."""
 
@@ -149,9 +183,10 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw
         fields = body if isinstance(body, dict) else {}
-        text = input_text(fields.get("input"))
+        route = self.path.split("?")[0] if self.command == "POST" else None
+        instructions, text = chat_parts(fields) if route == CHAT else (fields.get("instructions"), input_text(fields.get("input")))
         client_id = self.headers.get("X-Client-Request-Id")
-        known = self.command == "POST" and self.path.split("?")[0] == "/v1/responses"
+        known = route in (RESPONSES, CHAT)
         srv = self.server
         with srv.log_lock:
             seq = self.count_log_lines() + 1
@@ -177,7 +212,7 @@ class Handler(BaseHTTPRequestHandler):
             rid = out = None
             if answers:
                 digest = hashlib.sha256((client_id or raw).encode("utf-8")).hexdigest()[:24]
-                rid = f"resp_{digest}_{seq}"
+                rid = f"{'chatcmpl-' if route == CHAT else 'resp_'}{digest}_{seq}"
                 if behaviour == "echo-key-ids":  # a careless server: the caller's key inside its ids
                     rid = "resp-" + self.headers.get("Authorization", "").removeprefix("Bearer ")
                 out = (
@@ -203,11 +238,15 @@ class Handler(BaseHTTPRequestHandler):
                     "path": self.path,
                     "headers": {k.lower(): v for k, v in self.headers.items()},
                     "body": body,
+                    "api": "chat" if route == CHAT else "responses",
                     "model": fields.get("model"),
-                    "instructions": fields.get("instructions"),
-                    "input": fields.get("input"),
+                    "instructions": instructions,
+                    "input": text if route == CHAT else fields.get("input"),
                     "store": fields.get("store"),
                     "max_output_tokens": fields.get("max_output_tokens"),
+                    "max_completion_tokens": fields.get("max_completion_tokens"),
+                    "max_tokens": fields.get("max_tokens"),
+                    "response_format": fields.get("response_format"),
                     "tools": fields.get("tools"),
                     "client_request_id": client_id,
                     "behaviour": behaviour,
@@ -216,7 +255,7 @@ class Handler(BaseHTTPRequestHandler):
                     "time": time.time(),
                 }
             )
-        self.dispatch(behaviour, seq, rid, fields, text, out)
+        self.dispatch(behaviour, seq, rid, fields, text, out, chat_completion_object if route == CHAT else response_object)
 
     def count_log_lines(self):
         """Number of lines already in the log (so restarts continue the sequence)."""
@@ -233,8 +272,8 @@ class Handler(BaseHTTPRequestHandler):
             fh.flush()
             os.fsync(fh.fileno())
 
-    def dispatch(self, behaviour, seq, rid, fields, text, out):
-        """Answer (or refuse to answer) according to the behaviour."""
+    def dispatch(self, behaviour, seq, rid, fields, text, out, answer=response_object):
+        """Answer (or refuse to answer) according to the behaviour; `answer` builds the API's answer object."""
         if behaviour == "not-found":
             return self.send_error_json(404, seq, f"test server: no route {self.command} {self.path}")
         if behaviour == "drop":
@@ -253,11 +292,19 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(float(behaviour.split(":", 1)[1]))
         if behaviour in ERROR_CODES:
             return self.send_error_json(int(behaviour), seq, f"test server error {behaviour}")
+        if behaviour == "429-quota":  # the account's quota is exhausted: a refusal, never a wait
+            return self.send_error_json(429, seq, "You exceeded your current quota.", code="insufficient_quota")
+        if behaviour.startswith(("429-retry", "503-retry")):  # "429-retry:2", "429-retry-ms:1500", "429-retry-reset:1s", ...
+            name, value = behaviour.split(":", 1)
+            header = {"retry": "Retry-After", "retry-ms": "retry-after-ms", "retry-reset": "x-ratelimit-reset-requests"}[name[4:]]
+            return self.send_error_json(
+                int(name[:3]), seq, "Rate limit reached for requests", code="rate_limit_exceeded", headers={header: value}
+            )
         if behaviour == "echo-key-400":
             auth = self.headers.get("Authorization", "")
             return self.send_error_json(400, seq, f"test server error 400: bad key {auth}")
         if behaviour == "trickle":  # headers at once, then the body one byte a second: every wait is short
-            data = json.dumps(response_object(rid, fields, text, out)).encode("utf-8")
+            data = json.dumps(answer(rid, fields, text, out)).encode("utf-8")
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -281,22 +328,24 @@ class Handler(BaseHTTPRequestHandler):
         if out is None:
             return self.send_error_json(500, seq, f"test server: unknown behaviour {behaviour!r}")
         request_id = "req-" + self.headers.get("Authorization", "").removeprefix("Bearer ") if behaviour == "echo-key-ids" else None
-        return self.send_json(200, seq, response_object(rid, fields, text, out, incomplete=behaviour == "incomplete"), request_id)
+        return self.send_json(200, seq, answer(rid, fields, text, out, incomplete=behaviour == "incomplete"), request_id)
 
-    def send_json(self, status, seq, payload, request_id=None):
-        """Send a JSON payload with content-type and x-request-id headers."""
+    def send_json(self, status, seq, payload, request_id=None, headers=None):
+        """Send a JSON payload with content-type and x-request-id headers (and `headers`)."""
         data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("x-request-id", request_id or f"req_{seq}")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
-    def send_error_json(self, status, seq, message):
-        """Send an OpenAI-style error body."""
-        error = {"message": message, "type": "test_error", "param": None, "code": str(status)}
-        self.send_json(status, seq, {"error": error})
+    def send_error_json(self, status, seq, message, code=None, headers=None):
+        """Send an OpenAI-style error body (its code the status unless given), with `headers`."""
+        error = {"message": message, "type": "test_error", "param": None, "code": code or str(status)}
+        self.send_json(status, seq, {"error": error}, headers=headers)
 
 
 def start_server(log_path, behaviour_path=None, port=0):

@@ -328,6 +328,14 @@ def spec_verdict(key, v, mode="fake"):
         return isinstance(v, str) and bool(v.strip()) and len(v) <= 1000 and "\x00" not in v
     if key == "facts":  # the facts a question asks for: never without the question (a base manifest asks none)
         return False
+    if key == "draft":  # the writer step: true only beside a question (a base manifest asks none)
+        return v is False
+    if key == "api":  # the provider API: the Responses API or Chat Completions
+        return isinstance(v, str) and v in ("responses", "chat")
+    if key in ("maxTokensParameter", "jsonOutput"):  # Chat Completions' options: never without api chat (a base manifest has none)
+        return False
+    if key == "maxRateLimitWaitSeconds":
+        return _int_in(v, 0, 3600)
     if key == "items":
         if not isinstance(v, list) or not 1 <= len(v) <= 3:
             return False

@@ -128,5 +128,7 @@ def test_the_readmes_first_job_runs_as_printed(tmp_path):
             assert seen["phase"] == "awaiting-review" and (tmp_path / "jobs" / "first" / "review.html").exists()
             failed_on, repair_cost = seen["answer"]["facts"]
             assert failed_on["statedBy"][0]["value"] == "3 March" and repair_cost["note"] == "The sources do not state the repair cost."
+            draft = seen["answer"]["draft"]  # the first job drafts: the day stated from its quote, the cost's note the program's
+            assert draft["status"] == "validated" and draft["text"].endswith("The sources do not state the repair cost.")
     verified = json.loads(proc.stdout)
     assert verified["ok"] is True, verified

@@ -221,10 +221,12 @@ CRASH_CASES = [(point, "abandon") for point in CRASH_TABLE] + [("before-ledger",
 
 PRUNE_POINTS = {"after-prune-mark", "after-prune-delete"}  # a prune killed there: tests/test_lasting.py, both backends
 SHRED_POINTS = {"before-shred", "in-shred", "after-shred"}  # a shred killed there: tests/test_sealed.py
+# the writer's call killed there (a real SIGKILL, openai mode, both backends): tests/test_writer.py
+WRITER_POINTS = {"writer-after-pending", "writer-before-ledger", "writer-after-ledger", "after-write"}
 
 
 def test_crash_table_covers_every_named_point_with_a_distinct_exit_code():
-    assert set(CRASH_TABLE) | PRUNE_POINTS | SHRED_POINTS == set(durable_job.CRASH_POINTS)
+    assert set(CRASH_TABLE) | PRUNE_POINTS | SHRED_POINTS | WRITER_POINTS == set(durable_job.CRASH_POINTS)
     codes = list(durable_job.CRASH_POINTS.values())
     assert len(set(codes)) == len(codes), "every crash point needs its own exit code"
     assert not {0, 1, 2} & set(codes), "crash codes must not look like success, a Python error or a HOLD"
@@ -633,7 +635,9 @@ def fuzz_size() -> int:
 class FuzzJob:
     """One openai-mode job driven through random kills by a careful person."""
 
-    def __init__(self, root, n: int, seed: int, duration: float, baseline: dict, max_kills: int = 3, concurrency: int = 1, store=None):
+    def __init__(
+        self, root, n: int, seed: int, duration: float, baseline: dict, max_kills: int = 3, concurrency: int = 1, store=None, api=None
+    ):
         os.makedirs(root, exist_ok=True)
         self.n = n
         self.rng = random.Random(seed)
@@ -645,7 +649,7 @@ class FuzzJob:
         # a killed client leaves the server writing into a closed socket: expected here, not worth a printout
         self.provider.server.handle_error = lambda request, client_address: None
         self.ws = Workspace(root, inprocess=False, store=store)  # kills and races: every command a real process
-        openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}", maxConcurrentCalls=concurrency)
+        openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}", maxConcurrentCalls=concurrency, **api_keys(api))
         self.counts = Counter()
         self.transcript = []
 
@@ -848,13 +852,18 @@ class FuzzJob:
         return self.counts
 
 
-def openai_baseline(root) -> tuple[dict, float]:
+def api_keys(api) -> dict:
+    """The manifest's key for a job's provider API: none for the Responses API (the default), else {"api": api}."""
+    return {} if api is None else {"api": api}
+
+
+def openai_baseline(root, api=None) -> tuple[dict, float]:
     """An uninterrupted openai-mode run with the same latency: its results and how long start took."""
     os.makedirs(root, exist_ok=True)
     provider = Provider(root)
     try:
         provider.behave(FUZZ_BEHAVIOUR)
-        ws = openai_workspace(Workspace(root, inprocess=False), provider, jobId="fuzz-baseline")  # timed as a process
+        ws = openai_workspace(Workspace(root, inprocess=False), provider, jobId="fuzz-baseline", **api_keys(api))  # timed as a process
         began = time.monotonic()
         ws.start().ok()
         duration = time.monotonic() - began
@@ -867,25 +876,35 @@ def openai_baseline(root) -> tuple[dict, float]:
 
 
 @pytest.mark.parametrize(
-    "concurrency,backend",
-    [(1, "dir"), (3, "dir"), (1, "store"), (3, "store")],
-    ids=["sequential", "maxConcurrentCalls-3", "store-sequential", "store-maxConcurrentCalls-3"],
+    "concurrency,backend,api",
+    [(1, "dir", None), (3, "dir", None), (1, "store", None), (3, "store", None), (1, "dir", "chat"), (3, "store", "chat")],
+    ids=[
+        "sequential",
+        "maxConcurrentCalls-3",
+        "store-sequential",
+        "store-maxConcurrentCalls-3",
+        "chat-sequential",
+        "store-chat-maxConcurrentCalls-3",
+    ],
 )
-def test_random_kills_over_real_http(tmp_path, request, concurrency, backend):
+def test_random_kills_over_real_http(tmp_path, request, concurrency, backend, api):
     """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies.
 
-    In a store every job shares one database, as a team's jobs do."""
+    In a store every job shares one database, as a team's jobs do. Chat Completions (api chat) is killed as the
+    Responses API is, on both backends."""
     store = new_store(request.getfixturevalue("pg_server")) if backend == "store" else None
     jobs = fuzz_size()
     seed = int(os.environ.get("DURABLE_JOB_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"\ncrash-fuzz seed={seed} (rerun with DURABLE_JOB_FUZZ_SEED={seed})", flush=True)
     began = time.monotonic()
-    baseline, duration = openai_baseline(tmp_path / "baseline")
+    baseline, duration = openai_baseline(tmp_path / "baseline", api)
     workers = max(1, min(jobs, (os.cpu_count() or 2)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [
             pool.submit(
-                lambda n=n: FuzzJob(tmp_path / f"job{n}", n, seed + n, duration, baseline, concurrency=concurrency, store=store).drive()
+                lambda n=n: FuzzJob(
+                    tmp_path / f"job{n}", n, seed + n, duration, baseline, concurrency=concurrency, store=store, api=api
+                ).drive()
             )
             for n in range(jobs)
         ]
@@ -1014,7 +1033,7 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
 @BOTH
 def test_race_resume_resume(ws, provider, tmp_path):
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6", sequence=["429"])  # the first call is refused: the job stops with work left
+    provider.behave("slow:0.6", sequence=["429-quota"])  # the first call is refused: the job stops with work left
     ws.start().held("ProviderError", "rejected")
     obs = Observer(tmp_path)
     results = race(ws, obs, [("resume",)] * 4)

@@ -67,7 +67,7 @@ def test_a_pending_call_is_committed_before_the_request_and_never_sent_again(ws,
         ("403", "rejected"),
         ("404", "rejected"),
         ("422", "rejected"),
-        ("429", "rejected"),
+        ("429-quota", "rejected"),
         ("500", "pending"),
         ("drop", "pending"),
         ("ok", "completed"),
@@ -139,7 +139,7 @@ def test_the_call_bounds_hold_across_items_retries_and_refusals(ws, provider, tm
     assert attempts(ws) == [("alpha", 1, "completed")]
     assert out["results"][1]["status"] == "failed" and out["results"][1]["reason"].startswith("no model call left")
     other = openai_workspace(Workspace(tmp_path / "attempts"), provider, sources={"alpha": ALPHA}, maxAttemptsPerItem=1)
-    provider.behave("429")
+    provider.behave("429-quota")
     other.start().held("ProviderError", "rejected")
     provider.behave("ok")
     resumed = other.run("resume").ok()  # the one attempt was spent: no second call
@@ -648,7 +648,7 @@ def test_status_lists_calls_in_the_order_they_were_made_whatever_their_keys(tmp_
 def test_only_an_items_latest_attempt_says_whether_a_refusal_waits_for_a_person(ws, provider):
     """alpha was refused, then answered on its next attempt: the refusal is history, and the job is simply ready."""
     openai_workspace(ws, provider)
-    provider.behave(sequence=["429", "ok", "drop"])  # alpha refused; alpha's next attempt answered; beta's call lost
+    provider.behave(sequence=["429-quota", "ok", "drop"])  # alpha refused; alpha's next attempt answered; beta's call lost
     ws.start().held("ProviderError", "rejected")
     ws.run("resume").held("ProviderError", "stays pending")
     beta = next(c["operation_key"] for c in ws.calls() if c["item_id"] == "beta")

@@ -119,7 +119,7 @@ def test_resume_on_a_decided_or_cancelled_openai_job_needs_no_api_key(ws, provid
 
 def test_a_job_that_may_still_call_the_model_still_needs_the_key(ws, provider):
     openai_workspace(ws, provider)
-    provider.behave(by_input={"Alpha report": "429"})
+    provider.behave(by_input={"Alpha report": "429-quota"})
     ws.start().held("rejected")
     ws.env.pop("OPENAI_API_KEY")
     ws.run("resume").held("OPENAI_API_KEY")
@@ -143,7 +143,7 @@ def test_after_a_reconcile_the_job_is_ready_and_next_is_resume(ws, tmp_path):
 
 def test_after_a_rejected_call_the_job_is_ready(ws, provider):
     openai_workspace(ws, provider)
-    provider.behave(by_input={"Alpha report": "429"})
+    provider.behave(by_input={"Alpha report": "429-quota"})
     ws.start().held("rejected")
     status = ws.run("status").ok()
     assert status["phase"] == "ready" and "rejected" in status["next"] and status["next"].endswith(f"resume --state-dir {ws.state}")

@@ -23,7 +23,7 @@ from conftest import ALPHA, BETA, FAKE_KEY, PROGRAM, Ledger, Provider, Workspace
 JOB = {"jobId": "in-process", "model": "gpt-test", "mode": "openai"}
 ALPHA_ITEM = {"id": "alpha", "sha256": sha256(ALPHA)}
 BOUNDS = {"maxAttemptsPerItem": 2, "maxModelCalls": 6}
-REFUSALS = ["400", "401", "403", "404", "422", "429"]
+REFUSALS = ["400", "401", "403", "404", "422"]  # a 429: tests/test_rate_limits.py
 
 
 # ---------------------------------------------------------------------------
@@ -396,7 +396,7 @@ def test_resume_after_a_refusal_takes_the_next_attempt_without_reconcile(refused
 def test_an_item_refused_on_every_allowed_attempt_reaches_review_as_failed(ws, provider):
     """Two 429s for alpha (maxAttemptsPerItem 2): each stops the run; the next resume reviews alpha as failed."""
     openai_workspace(ws, provider)
-    provider.behave(sequence=["429", "429"])
+    provider.behave(sequence=["429-quota", "429-quota"])
     ws.start().held("HTTP 429", "rejected", "if maxAttemptsPerItem allows one")
     ws.run("resume").held("HTTP 429", "rejected")
     status = ws.run("status").ok()
@@ -435,7 +435,7 @@ def test_api_key_echoed_by_the_server_is_never_stored_or_printed(refused):
 
 @pytest.mark.parametrize("code", REFUSALS)
 def test_every_definite_refusal_is_recorded_as_rejected(openai_env, tmp_path, code):
-    """400/401/403/404/422/429 (in process, through the journal): `rejected` with HTTP status and
+    """400/401/403/404/422 (in process, through the journal): `rejected` with HTTP status and
     message in the row and in call_events, one request (no SDK retry), and the next call takes attempt 2."""
     provider = openai_env
     provider.behave(sequence=[code])

@@ -279,7 +279,7 @@ def test_an_item_out_of_attempts_is_reviewed_as_failed_and_the_job_goes_on_under
     as SQL left the deallocation queued behind the next statement's, and every later run of the job failed on
     `prepared statement "_pg3_N" does not exist`)."""
     ws = openai_workspace(Workspace(tmp_path, store=store_url), provider, maxAttemptsPerItem=1)
-    provider.behave("429")
+    provider.behave("429-quota")
     ws.start().held("ProviderError", "rejected")
     provider.behave("ok")
     for _ in range(2):  # and again: nothing of the first run's connection state is left to trip the next
@@ -608,6 +608,11 @@ def test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction(store_url,
             "AND application_name NOT LIKE 'durable_job resume journal %'",
         )
         assert killed.split() == ["t"]
+        gone = (  # pg_terminate_backend only signals the backend: the lock's connection is gone once it has exited
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'durable_job resume %' "
+            "AND application_name NOT LIKE 'durable_job resume journal %'"
+        )
+        wait_for(lambda: psql_rows(pg_server, store_url, gone).split() == ["0"], timeout=30)
         with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
             saver.put_writes(latest.config, [("results", [])], "task-after")
         with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
