@@ -7911,6 +7911,19 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
     )
 
 
+def retry_stamp(row, call: CallRow, request: dict) -> dict:
+    """What a retry's draft must say of its retry: the draft version, the call and its attempt, who asked, why, when."""
+    return {
+        "draftVersion": row["version"],
+        "operationKey": call["operation_key"],
+        "attempt": call["attempt"],
+        "reviewer": row["reviewer"],
+        "reason": row["reason"],
+        "retriedAtUtc": row["created_utc"],
+        "principal": request.get("principal"),
+    }
+
+
 def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items: dict, texts: dict | None, rules: dict) -> str:
     """A retry's draft: its item's result is the retried call's journaled answer, checked against the source."""
     where = f"draft {row['version']}"
@@ -7919,15 +7932,7 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
     request = retry_request(cast(Journal, snap.journal), str(key)) if call is not None else None
     if call is None or call["status"] != "completed" or call["item_id"] != row["item_id"] or request is None:
         raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of item {row['item_id']} in the journal")
-    stamp = {
-        "draftVersion": row["version"],
-        "operationKey": key,
-        "attempt": call["attempt"],
-        "reviewer": row["reviewer"],
-        "reason": row["reason"],
-        "retriedAtUtc": row["created_utc"],
-        "principal": request.get("principal"),
-    }
+    stamp = retry_stamp(row, call, request)
     if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
         raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
     if (
@@ -7952,15 +7957,7 @@ def writer_retry_invariant(snap: Snapshot, row, before: list, after: list, manif
     if call is None or call["status"] != "completed" or call["item_id"] != WRITER_ID or request is None:
         raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of the writer in the journal")
     written = dict(change.get("draft") or {})
-    stamp = {
-        "draftVersion": row["version"],
-        "operationKey": key,
-        "attempt": call["attempt"],
-        "reviewer": row["reviewer"],
-        "reason": row["reason"],
-        "retriedAtUtc": row["created_utc"],
-        "principal": request.get("principal"),
-    }
+    stamp = retry_stamp(row, call, request)
     if written.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
         raise SealError(f"{where}: the retried draft answer does not name the call, person, reason and time the journal recorded")
     if manifest is not None:
