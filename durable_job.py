@@ -7911,15 +7911,16 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
     )
 
 
-def retry_stamp(row, call: CallRow, request: dict) -> dict:
-    """What a retry's draft must say of its retry: the draft version, the call and its attempt, who asked, why, when."""
+def retry_stamp(version: int, key: str, attempt: int, request: dict, at: str) -> dict:
+    """What a retry's draft says of its retry: the draft version, the call and its attempt, who asked and why (request's
+    reviewer, reason and principal), when. The draft's recorder and verify both build it here."""
     return {
-        "draftVersion": row["version"],
-        "operationKey": call["operation_key"],
-        "attempt": call["attempt"],
-        "reviewer": row["reviewer"],
-        "reason": row["reason"],
-        "retriedAtUtc": row["created_utc"],
+        "draftVersion": version,
+        "operationKey": key,
+        "attempt": attempt,
+        "reviewer": request["reviewer"],
+        "reason": request["reason"],
+        "retriedAtUtc": at,
         "principal": request.get("principal"),
     }
 
@@ -7932,7 +7933,8 @@ def retry_draft_invariant(snap: Snapshot, row, edited: dict, retry: dict, items:
     request = retry_request(cast(Journal, snap.journal), str(key)) if call is not None else None
     if call is None or call["status"] != "completed" or call["item_id"] != row["item_id"] or request is None:
         raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of item {row['item_id']} in the journal")
-    stamp = retry_stamp(row, call, request)
+    asked = {"reviewer": row["reviewer"], "reason": row["reason"], "principal": request.get("principal")}
+    stamp = retry_stamp(row["version"], call["operation_key"], call["attempt"], asked, row["created_utc"])
     if edited.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
         raise SealError(f"{where}: the retried result does not name the call, person, reason and time the journal recorded")
     if (
@@ -7957,7 +7959,8 @@ def writer_retry_invariant(snap: Snapshot, row, before: list, after: list, manif
     if call is None or call["status"] != "completed" or call["item_id"] != WRITER_ID or request is None:
         raise SealError(f"{where}: it names retried call {key}, which is not a completed retry of the writer in the journal")
     written = dict(change.get("draft") or {})
-    stamp = retry_stamp(row, call, request)
+    asked = {"reviewer": row["reviewer"], "reason": row["reason"], "principal": request.get("principal")}
+    stamp = retry_stamp(row["version"], call["operation_key"], call["attempt"], asked, row["created_utc"])
     if written.pop("retry", None) != stamp or (request.get("reviewer"), request.get("reason")) != (row["reviewer"], row["reason"]):
         raise SealError(f"{where}: the retried draft answer does not name the call, person, reason and time the journal recorded")
     if manifest is not None:
@@ -9352,15 +9355,7 @@ def retry_draft(journal: Journal, ctx: Context, key: str, output_text, request: 
     checked = check_proposal(output_text, item, ctx.sources[item_id], **validation_rules(ctx.job, ctx.manifest))
     stamp = now_utc()
     attempt = int(key.rsplit(":", 1)[1])
-    checked["retry"] = {
-        "draftVersion": draft + 1,
-        "operationKey": key,
-        "attempt": attempt,
-        "reviewer": request["reviewer"],
-        "reason": request["reason"],
-        "retriedAtUtc": stamp,
-        "principal": request.get("principal"),
-    }
+    checked["retry"] = retry_stamp(draft + 1, key, attempt, request, stamp)
     old = results[position]
     new_results = [*results[:position], checked, *results[position + 1 :]]
     digest, previous = results_sha256(new_results), results_sha256(results)
@@ -9397,15 +9392,7 @@ def writer_retry_draft(journal: Journal, ctx: Context, key: str, output_text, re
     checked = check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"])
     stamp = now_utc()
     attempt = int(key.rsplit(":", 1)[1])
-    checked["retry"] = {
-        "draftVersion": draft + 1,
-        "operationKey": key,
-        "attempt": attempt,
-        "reviewer": request["reviewer"],
-        "reason": request["reason"],
-        "retriedAtUtc": stamp,
-        "principal": request.get("principal"),
-    }
+    checked["retry"] = retry_stamp(draft + 1, key, attempt, request, stamp)
     change = {
         "before": {k: old.get(k) for k in ("status", "reason") if k in old},
         "after": {k: checked.get(k) for k in ("status", "reason", "text") if k in checked},
