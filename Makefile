@@ -33,14 +33,10 @@ demo: $(VENV)/.runtime
 system-deps:
 	@sh scripts/system-deps.sh
 
-# The linter, the formatter's check and the type checker first: a slip fails in seconds, before the suite.
-# It ends with the ten slowest tests and the wall time of all four steps (the installs above aside), passed or not.
-TEST_STEPS = "$(VENV)/bin/ruff check ." "$(VENV)/bin/ruff format --check ." "$(VENV)/bin/mypy" "$(PY) -m pytest -q --durations=10"
+# The linter and the formatter's check first (a slip fails in a second), then the type checker beside the suite; it ends
+# with the ten slowest tests and the wall time of it all (the installs above aside), passed or not: scripts/test.sh.
 test: $(VENV)/.dev $(VENV)/litellm/.installed system-deps
-	@began=$$(date +%s); status=0; \
-	for step in $(TEST_STEPS); do echo "$$step"; $$step || { status=$$?; break; }; done; \
-	echo "make test: $$(( $$(date +%s) - began )) s of wall time for the linters, the type checker and the suite (exit $$status)"; \
-	exit $$status
+	@sh scripts/test.sh $(VENV)/bin
 
 # The program before the command API (issue 20) is measured in the same run: `make bench BENCH_BEFORE=REV` names another.
 BENCH_BEFORE ?= aa07c23

@@ -1,6 +1,6 @@
 """The project's own checks: the type checker catches a misspelt key of the program's rows.
 
-`make test` runs ruff (lint and format check) and mypy over the tree before the suite; this test shows
+`make test` runs ruff (lint and format check) before the suite and mypy over the tree beside it; this test shows
 that mypy's strictness is enough to notice the slip the typed rows exist for.
 """
 
@@ -31,7 +31,7 @@ def test_the_type_checker_catches_a_misspelt_key_of_a_typed_row(tmp_path):
         lines[at] = lines[at].replace(old, new, 1)
         slipped_at[at + 1] = key
     (tmp_path / "durable_job.py").write_text("\n".join(lines))
-    cache = os.path.join(REPO, ".mypy_cache")  # `make test` ran mypy on the tree just before: the libraries' types are
+    cache = os.path.join(REPO, ".mypy_cache")  # `make test` ran mypy on the tree beside the suite: the libraries' types are
     if os.path.isdir(cache):  # read from its cache, and only what the slips change is checked again (a cold run: 20-50 s)
         shutil.copytree(cache, tmp_path / ".mypy_cache")
     mypy = [sys.executable, "-m", "mypy"]  # installed with requirements-dev.txt
