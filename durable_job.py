@@ -630,7 +630,7 @@ def strict_json(data: bytes | str):
 # Note to maintainers: with no OTEL_EXPORTER_OTLP_* variable set nothing is imported and span() yields None (one list
 # lookup). Set, durable_job_team/traces.py makes the SDK's tracer. A span's attributes hold ids, counts, names and
 # outcomes: never a source's text, a model's answer, a message that could quote them, or a secret.
-_TRACER: list = []  # [the tracer, or None], resolved once a process
+_TRACER: list = []  # [durable_job_team.traces.Traces, or None], resolved once a process
 
 
 def tracer():
@@ -640,7 +640,7 @@ def tracer():
             try:
                 import importlib
 
-                found = importlib.import_module("durable_job_team.traces").tracer()
+                found = importlib.import_module("durable_job_team.traces").Traces(VERSION)
             except ImportError:  # durable_job.py alone, or without requirements-otel.txt: no traces
                 found = None
         _TRACER.append(found)
@@ -654,12 +654,12 @@ def span(name: str, attributes: dict) -> Iterator[Any]:
     if traced is None:
         yield None
         return
-    with traced.start_as_current_span(name, record_exception=False, set_status_on_exception=False) as current:
+    with traced.span(name) as current:
         traced_set(current, attributes)
         try:
             yield current
         except BaseException as exc:
-            sys.modules["durable_job_team.traces"].failed(current, exc)
+            traced.failed(current, exc)
             raise
 
 
@@ -670,7 +670,7 @@ def traced_set(current, attributes: dict) -> None:
 
 def flush_traces() -> None:
     if _TRACER and _TRACER[0] is not None:
-        sys.modules["durable_job_team.traces"].shutdown()
+        _TRACER[0].shutdown()
 
 
 # -- sealed at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Sealed at rest") -------------------
@@ -785,13 +785,29 @@ def read_kek_file(path: str, flag: str) -> Kek:
     return Kek(key=key, where=f"{flag} {path}")
 
 
-def kek_from_env() -> Kek | None:
-    """The KEK DURABLE_JOB_KEY_FILE (the CLI's --key-file sets it) or DURABLE_JOB_KEY_COMMAND names, or None."""
-    path = os.environ.get(KEY_FILE_ENV)
-    if path:
-        return read_kek_file(path, KEY_FILE_ENV)
-    command = os.environ.get(KEY_COMMAND_ENV)
-    return Kek(command=command, where=KEY_COMMAND_ENV) if command else None
+class Keys:
+    """Where the key-encryption key of jobs sealed at rest comes from: the key file given (`--key-file`, else
+    DURABLE_JOB_KEY_FILE), else the command DURABLE_JOB_KEY_COMMAND names; none when neither is given. Built once, by
+    main from its arguments or by a Store from the environment when it is made, and asked where a key is needed."""
+
+    __slots__ = ("command", "file", "flag")
+
+    def __init__(self, file: str | None = None, flag: str = KEY_FILE_ENV, command: str | None = None):
+        self.file, self.flag, self.command = file, flag, command
+
+    @classmethod
+    def given(cls, key_file: str | None = None) -> Keys:
+        """The flag's key file when there is one, else the environment's."""
+        command = os.environ.get(KEY_COMMAND_ENV) or None
+        if key_file:
+            return cls(key_file, "--key-file", command)
+        return cls(os.environ.get(KEY_FILE_ENV) or None, KEY_FILE_ENV, command)
+
+    def kek(self) -> Kek | None:
+        """The KEK itself (a key file is read, and refused when unusable), or None when no key is given."""
+        if self.file:
+            return read_kek_file(self.file, self.flag)
+        return Kek(command=self.command, where=KEY_COMMAND_ENV) if self.command else None
 
 
 def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None = None, rewrap: str = "rotate-key") -> SealedError:
@@ -4857,6 +4873,7 @@ class Store(abc.ABC):
     row: dict | None = None  # a shared store's job row as a listing read it
 
     secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
+    keys: Keys  # where a job's key-encryption key comes from (sealed at rest), given when the store is made
     sealed_unread = False  # verify without a job's key: the seals check leaves out the sealed copies it cannot read
     engine_parts: tuple = ("durable_job.py",)  # the files its jobs' engine is read from (sealed into each: new_job)
 
@@ -5065,10 +5082,11 @@ class Store(abc.ABC):
 class StateDirStore(Store):
     """A job kept in a state directory (the embedded default)."""
 
-    def __init__(self, state_dir: str, program: str | None = None, secrets: Secrets | None = None):
+    def __init__(self, state_dir: str, program: str | None = None, secrets: Secrets | None = None, keys: Keys | None = None):
         self.root = state_dir
         self.program = program or default_program()
         self.secrets = secrets or Secrets()
+        self.keys = keys or Keys.given()
 
     def address(self) -> list:
         return ["--state-dir", os.path.abspath(self.root)]
@@ -5148,7 +5166,7 @@ class StateDirStore(Store):
             )
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
-        kek = kek_from_env()
+        kek = self.keys.kek()
         if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are sealed too
             self.pending = new_sealer(kek, job["jobId"])
             kept = {item_id: self.pending[0].seal(text, "mcp_sources", item_id, "text") for item_id, text in kept.items()}
@@ -5168,7 +5186,7 @@ class StateDirStore(Store):
 
     def journal(self, then=None) -> SqliteJournal:
         def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
-            journal.sealer = start_sealed(journal, kek_from_env(), self.load_job()["jobId"], self.pending)
+            journal.sealer = start_sealed(journal, self.keys.kek(), self.load_job()["jobId"], self.pending)
             self.sealing = [journal.sealer]
             if then is not None:
                 then(journal)
@@ -5198,7 +5216,7 @@ class StateDirStore(Store):
                 if own and journal is not None:
                     journal.close()
             live = row is not None and not row.get("shredded_utc")
-            self.sealing = [Sealer.of_row(self.load_job()["jobId"], row, kek_from_env() if live else None, self.root)]
+            self.sealing = [Sealer.of_row(self.load_job()["jobId"], row, self.keys.kek() if live else None, self.root)]
         return self.sealing[0]
 
     def read_journal_plain(self) -> SqliteJournal | None:
@@ -8476,12 +8494,14 @@ def open_store(
     program: str | None = None,
     from_env: bool = False,
     secrets: Secrets | None = None,
+    keys: Keys | None = None,
 ) -> Store:
     """The Store a command works on: a state directory, or a job (`job`, its jobId) in the PostgreSQL store at URL `store`.
 
     `program` is how suggested commands name this program (default: `python <this file>`);
     `from_env` says the URL came from DURABLE_JOB_STORE, so suggestions leave it out. `secrets`: what the command's
     outputs, errors and writes leave out (default: a new Secrets; a store notes its address's password in it).
+    `keys`: where the key-encryption key of a job sealed at rest comes from (default: the environment's).
     A store's job may be named later by start and submit (the manifest's jobId).
     """
     if state_dir and store:
@@ -8489,10 +8509,10 @@ def open_store(
     if state_dir:
         if job:
             raise UsageError("--job names a job in a --store; a --state-dir holds one job: drop --job")
-        return StateDirStore(os.path.expanduser(state_dir), program, secrets)
+        return StateDirStore(os.path.expanduser(state_dir), program, secrets, keys)
     if not store:
         raise UsageError(f"name the job: --state-dir DIR, or --store URL --job JOB_ID (or set {STORE_ENV} to the store's URL)")
-    return team_part("store").PgStore(store, job or "", from_env=from_env, program=program, secrets=secrets)
+    return team_part("store").PgStore(store, job or "", from_env=from_env, program=program, secrets=secrets, keys=keys)
 
 
 @contextlib.contextmanager
@@ -8586,7 +8606,7 @@ def sealing_new_job(store: Store, manifest: Manifest, manifest_path: str, raw: b
     if command == "start" and manifest["mode"] == "openai":
         check_provider_settings(manifest)  # a submit's job runs on a worker, whose own settings are checked there
     approval = read_approval(manifest_path)
-    kek_from_env()  # a key file named but unusable is refused before anything is written
+    store.keys.kek()  # a key file named but unusable is refused before anything is written
     store.prepare_new()
     with store.lock(command):
         job = store.seal_job(
@@ -9524,7 +9544,7 @@ def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
 def rotate_key(store: Store, new_key_file: str) -> dict:
     """Rewrap the data key under a new key-encryption key (a store: every live job's, one transaction); content untouched."""
     new = read_kek_file(new_key_file, "--new-key-file")
-    old = kek_from_env()
+    old = store.keys.kek()
     if old is None:
         raise UsageError(f"rotate-key needs the current key as well as the new one: {KEY_FIX}")
     if store.shared:
@@ -10128,6 +10148,7 @@ def jobs(
     prices: str | None = None,
     sealed_by_other: bool = False,
     held: bool = False,
+    keys: Keys | None = None,
 ) -> dict:
     """List the jobs in a store (store=URL: those this role may see) or in the state directories under folders (roots).
 
@@ -10154,7 +10175,7 @@ def jobs(
     }
     if store:
         team = team_part("store")
-        lister = team.PgStore(store, "", from_env=from_env, program=program)
+        lister = team.PgStore(store, "", from_env=from_env, program=program, keys=keys)
         kind, address, prog = "store", lister.store_address(), lister.program
         try:
             rows, last = team.store_job_rows(lister, filters, read_cursor(after, kind, 2) if after else None, limit, priced)
@@ -10162,7 +10183,7 @@ def jobs(
             lister.close()
     else:
         kind, address, prog = "dirs", [w for r in roots for w in ("--root", os.path.abspath(r))], program or default_program()
-        rows, last = dir_job_rows(list(roots), program, filters, read_cursor(after, kind, 1) if after else None, limit, priced)
+        rows, last = dir_job_rows(list(roots), program, filters, read_cursor(after, kind, 1) if after else None, limit, priced, keys)
     out: dict = {"jobs": rows}
     if last is not None:
         out["nextCursor"] = cursor = page_cursor(kind, last)
@@ -10198,11 +10219,13 @@ def keeps(row: dict, filters: dict, me: str) -> bool:
     )
 
 
-def dir_job_rows(roots: list, program: str | None, filters: dict, after: list | None, limit: int | None, prices: dict | None):
+def dir_job_rows(
+    roots: list, program: str | None, filters: dict, after: list | None, limit: int | None, prices: dict | None, keys: Keys | None
+):
     """One page of the state directories under the folders, in path order, and the last path when more remain."""
     me = os_account(os.geteuid())
     found: list[tuple[str, dict]] = []
-    for store in state_dirs_under(roots, program):
+    for store in state_dirs_under(roots, program, keys):
         if after is not None and os.path.abspath(store.root) <= after[0]:
             continue
         row = job_row(store, None, prices)
@@ -10214,7 +10237,7 @@ def dir_job_rows(roots: list, program: str | None, filters: dict, after: list | 
     return [row for _, row in found], None
 
 
-def state_dirs_under(roots: list, program: str | None = None) -> list:
+def state_dirs_under(roots: list, program: str | None = None, keys: Keys | None = None) -> list:
     """A StateDirStore for every state directory at any depth under the roots, in path order.
 
     A folder is one when it holds a job.json file; nothing else is read to tell. Symlinked
@@ -10235,7 +10258,7 @@ def state_dirs_under(roots: list, program: str | None = None) -> list:
             raise UsageError(
                 f"--root {root} cannot be listed ({errors[0].strerror}); name the folder that holds your state directories"
             ) from None
-    return [StateDirStore(folder, program) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
+    return [StateDirStore(folder, program, keys=keys) for folder in sorted(dict.fromkeys(os.path.abspath(f) for f in found))]
 
 
 def sealed_here(job: Job) -> bool:
@@ -10472,6 +10495,7 @@ def prune(
     program: str | None = None,
     from_env: bool = False,
     shred_sealed: bool = False,
+    keys: Keys | None = None,
 ) -> dict:
     """Remove what finished jobs no longer need: LangGraph's checkpoint history of each job decided or cancelled more
     than older_than days ago (a store's, as its administrator, or the state directories under roots).
@@ -10493,7 +10517,7 @@ def prune(
 
     cutoff = (datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=older_than)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     out = []
-    with prune_candidates(store, list(roots), program, from_env) as jobs_here:
+    with prune_candidates(store, list(roots), program, from_env, keys) as jobs_here:
         for one in jobs_here:
             try:  # each job's connections go back to the lister's pool once it is done: a few, however many jobs
                 row = prune_row(one, set(phases), cutoff, shred_sealed)
@@ -10519,14 +10543,14 @@ def prune(
 
 
 @contextlib.contextmanager
-def prune_candidates(store: str | None, roots: list, program: str | None, from_env: bool) -> Iterator[list]:
+def prune_candidates(store: str | None, roots: list, program: str | None, from_env: bool, keys: Keys | None) -> Iterator[list]:
     """Every finished job a prune may look at: a store's (as its administrator: refused to any other role), all read
     on one connection (a store of 10,000 finished jobs must not open 10,000), or the state directories holding a
     receipt under the folders."""
     if roots:
-        yield [s for s in state_dirs_under(roots, program) if s.has_receipt()]
+        yield [s for s in state_dirs_under(roots, program, keys) if s.has_receipt()]
         return
-    lister = team_part("store").PgStore(cast(str, store), "", from_env=from_env, program=program)
+    lister = team_part("store").PgStore(cast(str, store), "", from_env=from_env, program=program, keys=keys)
     try:
         db = lister.db()
         if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
@@ -11084,6 +11108,7 @@ def store_from(args) -> Store:
         program=args.program,
         from_env=from_env,
         secrets=args.secrets,
+        keys=args.keys,
     )
     args.opened = store
     return store
@@ -11275,7 +11300,7 @@ def cmd_jobs(args) -> dict:
         program=args.program,
         from_env=not args.store,
         limit=args.limit if args.limit is not None else PAGE_ON_TERMINAL if sys.stdout.isatty() else None,
-        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices", "sealed_by_other", "held"),
+        **flags_of(args, "phases", "owner", "mine", "to_review", "since", "after", "prices", "sealed_by_other", "held", "keys"),
     )
 
 
@@ -11304,7 +11329,7 @@ def cmd_prune(args) -> dict:
         program=args.program,
         from_env=not args.store,
         phases=args.phases or PRUNE_PHASES,
-        **flags_of(args, "older_than", "dry_run", "shred_sealed"),
+        **flags_of(args, "older_than", "dry_run", "shred_sealed", "keys"),
     )
 
 
@@ -11319,7 +11344,13 @@ def cmd_migrate(args) -> dict:
     if not url:
         raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
     return team_part("store").migrate_schema(
-        url, grant=args.grant or (), grant_worker=args.grant_worker or (), owner=args.owner, program=args.program, from_env=not args.store
+        url,
+        grant=args.grant or (),
+        grant_worker=args.grant_worker or (),
+        owner=args.owner,
+        program=args.program,
+        from_env=not args.store,
+        keys=args.keys,
     )
 
 
@@ -12034,8 +12065,7 @@ def main(argv=None) -> int:
     try:
         args = parse_command_line(argv)
         args.user_umask, args.program, args.opened, args.secrets = user_umask, program_name(), None, secrets
-        if getattr(args, "key_file", None):
-            os.environ[KEY_FILE_ENV] = args.key_file  # read where a key is needed, and by the processes this one starts
+        args.keys = Keys.given(getattr(args, "key_file", None))  # handed to every store the command makes
         command = COMMANDS[args.command]
         with span(f"durable_job {args.command}", {"durable_job.command": args.command}) as current:
             out = command.run(args)

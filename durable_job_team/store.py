@@ -55,6 +55,7 @@ from durable_job import (
     JobError,
     Journal,
     Kek,
+    Keys,
     Manifest,
     ManifestError,
     RowUnchanged,
@@ -81,7 +82,6 @@ from durable_job import (
     default_program,
     is_sealed,
     keep_data_key,
-    kek_from_env,
     kept_sources,
     keyed_sources,
     may_by_rule,
@@ -782,8 +782,18 @@ class PgStore(Store):
     shared = True
     engine_parts = STORE_ENGINE_PARTS
 
-    def __init__(self, url: str, job_id: str, *, from_env: bool = False, program: str | None = None, secrets: Secrets | None = None):
+    def __init__(
+        self,
+        url: str,
+        job_id: str,
+        *,
+        from_env: bool = False,
+        program: str | None = None,
+        secrets: Secrets | None = None,
+        keys: Keys | None = None,
+    ):
         self.secrets = secrets or Secrets()
+        self.keys = keys or Keys.given()
         self.secrets.add(address_secrets(url))  # first: whatever goes wrong from here on never shows the password
         check_store_url(url)
         self.url, self.job_id, self.from_env = url, job_id, from_env
@@ -814,7 +824,7 @@ class PgStore(Store):
 
     def named_store(self, job_id: str) -> PgStore:
         """This store naming job `job_id`, sharing this one's idle connections (closing it gives back what it took)."""
-        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets)
+        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets, keys=self.keys)
         other.pool = self.pool
         other.owns_pool = False
         return other
@@ -1058,7 +1068,7 @@ class PgStore(Store):
     def sealing_rights(self, writer: PgJournal, job: Job) -> dict:
         """Whether writer may seal job here (a person or the administrator), with what sealing it needs to know: whether
         the id was a deleted job's, the store's sealing row and current key, and whether this key file was rotated out."""
-        kek = kek_from_env()
+        kek = self.keys.kek()
         rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015), its rotated-out keys (m019) with it
             "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
             "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
@@ -1124,7 +1134,7 @@ class PgStore(Store):
                     "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
                 )
                 if sealer is not None:  # the data key before the first link: every record of the job is sealed
-                    keep_data_key(writer, cast(Kek, kek_from_env()), cast(str, wrapped))
+                    keep_data_key(writer, cast(Kek, self.keys.kek()), cast(str, wrapped))
                     writer.sealer = sealer
                 self.sealing = [sealer]  # its data key (or that it has none) is known: not read again this command
                 writer.chained = chained(job)
@@ -1240,7 +1250,7 @@ class PgStore(Store):
                 else None
             )
             live = row is not None and not row.get("shredded_utc")
-            kek = kek_from_env() if live else None
+            kek = self.keys.kek() if live else None
             sealer = Sealer.of_row(self.job_id, row, kek, self.public)
             if sealer is not None and sealer.why == "wrong-key":  # which of the two keys a rotation left behind (m019)
                 retired = db.rows(
@@ -1259,7 +1269,7 @@ class PgStore(Store):
         `sealing_since`, its `sealing` row: then refused without one), before anything of the job is written; a key
         rotated out (`retired`, m019), or other than the `current` one a sealing store names, is refused (the database
         refuses its data key anyway: m019_current_key)."""
-        kek = kek_from_env()
+        kek = self.keys.kek()
         if kek is None and keys["sealing_since"] is not None:
             raise SealedError(f"the store {self.public} seals every new job at rest (since {keys['sealing_since']}): {KEY_FIX}")
         if kek is None:
@@ -1696,14 +1706,21 @@ def set_up_refusal(store: PgStore, exc: JobError) -> JobError:
 
 
 def migrate_schema(
-    store: str, *, grant=(), grant_worker=(), owner: str | None = None, program: str | None = None, from_env: bool = False
+    store: str,
+    *,
+    grant=(),
+    grant_worker=(),
+    owner: str | None = None,
+    program: str | None = None,
+    from_env: bool = False,
+    keys: Keys | None = None,
 ) -> dict:
     """Create or update a store's schema and grant roles (run by the store's administrator, the schema's owner).
 
     `grant`: roles of people (they own, review and decide jobs); `grant_worker`: roles that run jobs; `owner`:
     the role that owns the jobs of a store made before jobs had owners (they are the administrator's until then).
     """
-    target = PgStore(store, "", from_env=from_env, program=program)
+    target = PgStore(store, "", from_env=from_env, program=program, keys=keys)
     conn = target.connect(f"durable_job migrate {os.getpid()} {now_utc()[:19]}Z")
     try:
         result = migrate_store(target, conn)
@@ -1744,7 +1761,7 @@ def migrate_schema(
 def mark_sealing(store: PgStore, db: PgJournal) -> dict:
     """A migrate run with a key-encryption key: the store seals every new job from now on (its mark: the key's id, never
     the key); without one, what the store says of itself."""
-    kek, turned_on = kek_from_env(), 0
+    kek, turned_on = store.keys.kek(), 0
     if kek is not None:
         if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
             raise StateError(

@@ -19,25 +19,25 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-from durable_job import VERSION
 
-PROVIDERS: list = []
+class Traces:
+    """The process's tracer, exporting in batches; `version` is the program's label (the core passes it: this module
+    imports nothing of the core)."""
 
+    def __init__(self, version: str):
+        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "durable-job", "service.version": version})
+        self.provider = TracerProvider(resource=resource)
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.tracer = self.provider.get_tracer("durable_job", version)
 
-def tracer():
-    """The process's tracer, exporting in batches (shutdown() sends what is left)."""
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "durable-job", "service.version": VERSION})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    PROVIDERS.append(provider)
-    return provider.get_tracer("durable_job", VERSION)
+    def span(self, name: str):
+        """A span made current for a block; an error is recorded by failed(), never by the SDK (its message may quote)."""
+        return self.tracer.start_as_current_span(name, record_exception=False, set_status_on_exception=False)
 
+    def failed(self, span, exc: BaseException) -> None:
+        """A span ended by an error: its status says so with the error's type, never its message (it may quote a source)."""
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
 
-def failed(span, exc: BaseException) -> None:
-    """A span ended by an error: its status says so with the error's type, never its message (it may quote a source)."""
-    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-
-
-def shutdown() -> None:
-    for provider in PROVIDERS:
-        provider.shutdown()
+    def shutdown(self) -> None:
+        """Send what is left."""
+        self.provider.shutdown()

@@ -223,7 +223,7 @@ class Worker:
     def loop(self) -> None:
         """A thread's life: claim, run, repeat; idle with back-off, or end when idle with --until-idle."""
         reader = PgStore(
-            self.store.url, "", from_env=self.store.from_env, program=self.store.program, secrets=self.store.secrets
+            self.store.url, "", from_env=self.store.from_env, program=self.store.program, secrets=self.store.secrets, keys=self.store.keys
         )  # a connection per thread
         idle = WORK_IDLE_FIRST
         try:

@@ -105,7 +105,9 @@ def test_a_key_file_others_may_read_is_refused_with_the_chmod_that_fixes_it(tmp_
         "SealedError", f"key file {key} (DURABLE_JOB_KEY_FILE) is readable by others (mode {mode:04o}); run: chmod 600 {key}"
     )
     assert not ws.has_job()  # refused before anything was written
-    ws.run("start", "--manifest", ws.manifest, "--key-file", key).held(f"key file {key} (DURABLE_JOB_KEY_FILE) is readable by others")
+    ws.run("start", "--manifest", ws.manifest, "--key-file", key).held(
+        f"key file {key} (--key-file) is readable by others"
+    )  # the flag given is named
     ws.run("rotate-key", "--new-key-file", key, env={"DURABLE_JOB_KEY_FILE": new_key_file(tmp_path, "ok")}).held(
         f"key file {key} (--new-key-file) is readable by others", f"chmod 600 {key}"
     )
