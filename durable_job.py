@@ -5438,6 +5438,7 @@ class Context:
         self.items: list[Item] = manifest["items"] if manifest else []
         self.concurrency = manifest.get("maxConcurrentCalls", 1) if manifest else 1
         self.progress = sys.stderr.isatty()
+        self.standing: CheckpointState | None = None  # where the job stands, read once (checkpoint) until a run writes
 
     def config(self) -> dict:
         return {"configurable": {"thread_id": self.job["threadId"]}}
@@ -5452,8 +5453,11 @@ class Context:
             print(printable(f"[{self.job['jobId']}] {text}"), file=sys.stderr, flush=True)
 
     def checkpoint(self) -> CheckpointState:
-        """The saved checkpoint as it is now (langgraph-free), with a decision the journal holds and the thread not yet."""
-        return with_decision(self.store.read_checkpoint(self.job), journal_decision(self.journal))
+        """The saved checkpoint (langgraph-free), with a decision the journal holds and the thread not yet: read once a
+        command and passed to every check, and read again only after a run of the graph wrote (run_graph forgets it)."""
+        if self.standing is None:
+            self.standing = with_decision(self.store.read_checkpoint(self.job), journal_decision(self.journal))
+        return self.standing
 
     def review(self, checkpoint: CheckpointState | None = None) -> str:
         return review_state(checkpoint or self.checkpoint(), call_rows(self.journal), journal_outcome(self.journal, "cancel"))
@@ -5844,8 +5848,11 @@ def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
     has no checkpoint yet and is not read for one.
     """
     traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision_run": resume_value is not None}
-    with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
-        return invoke_graph(ctx, checkpoints, resume_value, fresh)
+    try:
+        with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
+            return invoke_graph(ctx, checkpoints, resume_value, fresh)
+    finally:
+        ctx.standing = None  # the run wrote (or may have, before it failed): the next check reads where the job stands now
 
 
 def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
@@ -7568,9 +7575,10 @@ def receipt_fields(
     return fields
 
 
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None) -> dict:
-    """Write the receipt for a terminal outcome (decided or cancelled)."""
-    values = ctx.checkpoint()["values"]
+def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None, values: dict | None = None) -> dict:
+    """Write the receipt for a terminal outcome (decided or cancelled); `values`: the thread's, when the caller's run
+    of the graph returned them (else read)."""
+    values = ctx.checkpoint()["values"] if values is None else values
     draft, results = current_draft(ctx.journal, (values.get("results") or []))
     cancel = (extra or {}).get("cancel")
     fields = receipt_fields(
@@ -9046,7 +9054,7 @@ def record_decision(
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
         if final:
-            write_receipt(ctx, final, "decided")
+            write_receipt(ctx, final, "decided", values=final_state.values)
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
             raise DecisionError(
                 f"Your decision was not recorded: the job holds {final.get('decision')!r} by {by_whom(final, ctx.store)} "

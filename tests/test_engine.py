@@ -182,3 +182,20 @@ def test_jobs_lists_which_jobs_need_which_engine_and_status_says_how_to_go_on(ws
     assert status["sealBroken"].startswith(f"Engine changed: job {ws.job_id()} was sealed by engine {sealed}")
     assert status["next"].startswith(f"continue it with durable-job=={dj.__version__} (`jobs --sealed-by-other` lists such jobs)")
     assert "--state-dir" not in status["next"]
+
+
+@BOTH
+def test_decide_reads_where_its_job_stands_once(ws, monkeypatch):
+    """One read of where a job stands a command, passed down to every check: a decide reads its job's checkpoint once
+    (the program's own reader, the store's read_checkpoint; LangGraph's run reads the thread for itself), before it
+    writes, and writes the receipt from what its run of the graph returned."""
+    from durable_job_team import store as team_store
+
+    assert ws.start().ok()["interrupt"]
+    reader = team_store.PgStore if ws.store else dj.StateDirStore
+    read = reader.read_checkpoint
+    reads: list = []
+    monkeypatch.setattr(reader, "read_checkpoint", lambda store, job: reads.append(job["jobId"]) or read(store, job))
+    decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "read once").ok()
+    assert decided["final"]["decision"] == "accept" and ws.receipt()["final"]["reason"] == "read once"
+    assert reads == [ws.job_id()]
