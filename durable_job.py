@@ -3033,33 +3033,79 @@ def claim_ids(results: list) -> list[str]:
     return [f"{r['itemId']}.{n}" for r in results if r.get("status") == "validated" for n in range(1, len(r.get("citations") or []) + 1)]
 
 
-def checked_record(checked, results: list, digest: str | None) -> dict | None:
+def sentence_ids(written: dict | None) -> list[str]:
+    """Every sentence of the draft answer under review, as draft.N (N counts the writer's sentences from 1)."""
+    sentences = (written or {}).get("sentences") if (written or {}).get("status") == "validated" else None
+    return [f"draft.{n}" for n in range(1, len(sentences or []) + 1)]
+
+
+def fact_ids(results: list) -> list[str]:
+    """Every asked fact of the results under review, as fact.NAME, in the order asked (each validated item lists them all)."""
+    names = [f["name"] for r in results if r.get("status") == "validated" for f in r.get("facts") or []]
+    return [f"fact.{name}" for name in dict.fromkeys(names)]
+
+
+def checkable(results: list, written: dict | None, asks: bool) -> dict[str, list[str]]:
+    """What a person may check, by kind: claims always; a draft's sentences when the job drafts; facts when it asks."""
+    kinds = {"claims": claim_ids(results)}
+    if written is not None:
+        kinds["sentences"] = sentence_ids(written)
+    if asks:
+        kinds["facts"] = fact_ids(results)
+    return kinds
+
+
+CHECKED_OF = {"claims": "of", "sentences": "sentencesOf", "facts": "factsOf"}  # each kind's list and its total's key
+
+
+def checked_record(checked, results: list, digest: str | None, written: dict | None = None, asks: bool = False) -> dict | None:
     """decide --checked: {claims, of, resultsSha256}, the claims the person checked against their quotes, in the results'
-    order, of how many; None when the decide says nothing of it. An entry that names no claim is refused, named."""
+    order, of how many; a job that drafts adds {sentences, sentencesOf} (draft.N), one that asks {facts, factsOf}
+    (fact.NAME). None when the decide says nothing of it. An entry that names nothing checkable is refused, named."""
     if checked is None:
         return None
-    claims = claim_ids(results)
+    kinds = checkable(results, written, asks)
+    every = [i for ids in kinds.values() for i in ids]
     if isinstance(checked, str) and checked.strip() == "all":
-        said = set(claims)
+        said = set(every)
     else:
         entries = checked.split(",") if isinstance(checked, str) else checked
         if not isinstance(entries, (list, tuple)):
             raise UsageError("--checked: give ITEM.N,… (N counts an item's citations from 1) or all")
         said = {str(e).strip() for e in entries}
         for entry in entries:
-            if str(entry).strip() not in claims:
-                raise UsageError(
-                    f"--checked entry {clip(json.dumps(str(entry), ensure_ascii=False), 60)} names no claim of the results under review "
-                    f"({', '.join(claims) or 'none'}): give ITEM.N, N counting the item's citations from 1, or all"
+            if str(entry).strip() not in every:
+                nouns = ["claim"] + [noun for kind, noun in (("sentences", "sentence"), ("facts", "fact")) if kind in kinds]
+                forms = (
+                    ["ITEM.N, N counting the item's citations from 1"]
+                    + ["draft.N"] * ("sentences" in kinds)
+                    + ["fact.NAME"] * ("facts" in kinds)
                 )
-    return {"claims": [c for c in claims if c in said], "of": len(claims), "resultsSha256": digest}
+                raise UsageError(
+                    f"--checked entry {clip(json.dumps(str(entry), ensure_ascii=False), 60)} names no {' or '.join(nouns)} of the results "
+                    f"under review ({', '.join(every) or 'none'}): give {', '.join(forms)}, or all"
+                )
+    record: dict = {"claims": [c for c in kinds["claims"] if c in said], "of": len(kinds["claims"]), "resultsSha256": digest}
+    for kind in ("sentences", "facts"):
+        if kind in kinds:
+            record[kind], record[CHECKED_OF[kind]] = [i for i in kinds[kind] if i in said], len(kinds[kind])
+    return record
 
 
 def checked_words(checked) -> str:
-    """ "checked 2 of 3 claims": what a decision's record says the person checked."""
+    """ "checked 2 of 3 claims, 1 of 2 sentences, 2 of 2 facts": what a decision's record says the person checked."""
     if not isinstance(checked, dict):
         return "claims not checked one by one"
-    return f"checked {len(checked.get('claims') or [])} of {counted(checked.get('of') or 0, 'claim')}"
+    words = [f"{len(checked.get('claims') or [])} of {counted(checked.get('of') or 0, 'claim')}"]
+    for kind, noun in (("sentences", "sentence"), ("facts", "fact")):
+        if kind in checked:
+            words.append(f"{len(checked.get(kind) or [])} of {counted(checked.get(CHECKED_OF[kind]) or 0, noun)}")
+    return "checked " + ", ".join(words)
+
+
+def checked_ids(checked) -> list[str]:
+    """Every id a decision's record says the person checked: claims, then sentences, then facts."""
+    return [str(i) for kind in CHECKED_OF for i in ((checked or {}).get(kind) or [])] if isinstance(checked, dict) else []
 
 
 def results_sha256(results, draft: dict | None = None) -> str:
@@ -7019,9 +7065,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             else Html("not bound to a results hash")
         )
         checked = (
-            h("<p class='checked'>{}: {}</p>", checked_words(f["checked"]), ", ".join(f["checked"].get("claims") or []))
-            if "checked" in f
-            else ""
+            h("<p class='checked'>{}: {}</p>", checked_words(f["checked"]), ", ".join(checked_ids(f["checked"]))) if "checked" in f else ""
         )
         return h(
             "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {}, {})</span></p>{}</section>",
@@ -8001,9 +8045,11 @@ def decision_invariants(snap: Snapshot) -> str:
     if "checked" in decision:  # the claims it names are the decided results' own, counted from them
         checked = decision["checked"]
         results = current_draft(snap.journal, snap.model_results)[1]
-        expected = checked_record(list((checked or {}).get("claims") or []), results, decision.get("resultsSha256"))
+        asks = isinstance(checked, dict) and "facts" in checked  # a job that asks: its facts are its validated items'
+        written = snap.written if isinstance(checked, dict) and "sentences" in checked else None
+        expected = checked_record(checked_ids(checked), results, decision.get("resultsSha256"), written, asks)
         if results_sha256(results, snap.written) != decision.get("resultsSha256") or checked != expected:
-            raise SealError(f"the decision's checked claims {clip(json.dumps(checked), 80)} are not claims of the results it decided")
+            raise SealError(f"the decision's checked {clip(json.dumps(checked), 80)} are not claims, sentences or facts of what it decided")
         return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it; {checked_words(checked)}"
     return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
 
@@ -8996,9 +9042,9 @@ def record_decision(
             )
         if decision == "accept" and written is not None and written.get("status") != "validated":
             raise DecisionError(f"Cannot accept: the draft answer failed ({clip(written.get('reason'), 160)}); decide reject or hold")
-        claims = checked_record(checked, results, digest)
+        claims = checked_record(checked, results, digest, written, asked_of(ctx.manifest) is not None)
         if decision == "accept":
-            refuse_unchecked(ctx.manifest, claims, results)
+            refuse_unchecked(ctx.manifest, claims, results, written)
         value = {
             "decision": decision,
             "reviewer": reviewer,
@@ -9047,16 +9093,21 @@ def refuse_stale(bound: str | None, digest: str, command: str) -> None:
         )
 
 
-def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: list) -> None:
-    """The manifest's reviewChecksEveryClaim: an accept needs every claim checked; refused, naming those left."""
+def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: list, written: dict | None = None) -> None:
+    """The manifest's reviewChecksEveryClaim: an accept needs every claim checked (and every sentence of the draft answer
+    and every asked fact, for a job that has them); refused, naming those left."""
     if not (manifest and manifest.get("reviewChecksEveryClaim") is True):
         return
-    left = [c for c in claim_ids(results) if c not in (claims or {}).get("claims", [])]
+    asks = asked_of(manifest) is not None
+    done = set(checked_ids(claims))
+    left = [i for ids in checkable(results, written, asks).values() for i in ids if i not in done]
     if left:
+        said = claims or checked_record([], results, None, written, asks)
+        what = "claim checked against its quote" + ("" if written is None and not asks else ", sentence and fact checked")
         raise DecisionError(
-            f"Cannot accept: the manifest's reviewChecksEveryClaim asks every claim checked against its quote; not checked: "
-            f"{', '.join(left)} ({checked_words(claims or {'claims': [], 'of': len(claim_ids(results))})}); read each, "
-            "then decide again with --checked naming every claim (or all), or decide reject or hold"
+            f"Cannot accept: the manifest's reviewChecksEveryClaim asks every {what}; not checked: "
+            f"{', '.join(left)} ({checked_words(said)}); read each, "
+            "then decide again with --checked naming every one (or all), or decide reject or hold"
         )
 
 
@@ -9074,7 +9125,11 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
         said["resultsSha256"] = bound
     if checked is not None:
         said["checked"] = checked_record(
-            checked, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], final.get("resultsSha256")
+            checked,
+            current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1],
+            final.get("resultsSha256"),
+            current_written(ctx.journal, checkpoint["values"].get("draft")),
+            asked_of(ctx.manifest) is not None,
         )
     differs = [
         f"{key} {json_words(value)}, recorded {json_words(final.get(key))}" for key, value in said.items() if final.get(key) != value
@@ -10709,7 +10764,7 @@ def final_lines(final: dict | None, store: Store | None) -> list:
     else:
         lines.append(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
     if "checked" in final:
-        claims = final["checked"].get("claims") or []
+        claims = checked_ids(final["checked"])
         lines.append(f"  {checked_words(final['checked'])}" + (f": {', '.join(claims)}" if claims else ""))
     if "signature" in final:  # decisions recorded before signatures have no such key
         lines.append(signature_line(final))
