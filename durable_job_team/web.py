@@ -1017,6 +1017,22 @@ async def list_page(site: WebSite, request: Request, person: WebPerson) -> Respo
     )
 
 
+def web_answer_checks(site: WebSite, snap: durable_job.Snapshot, out: dict) -> str:
+    """For a person who may decide a job that asks a question, each sentence of its draft answer (draft.N) and each
+    asked fact (fact.NAME) to tick after reading its evidence (answer_checks.html), sent with the decision."""
+    answer = out.get("answer")
+    if not answer or not out.get("decideCommand") or out.get("sealBroken") or not snap.store.may("decides", snap.job):
+        return ""
+    sentences = (answer.get("draft") or {}).get("sentences") if (answer.get("draft") or {}).get("status") == "validated" else []
+    checks = [{"id": f"draft.{n}", "text": s.get("text")} for n, s in enumerate(sentences or [], 1)]
+    for fact in answer.get("facts") or []:
+        said = ", ".join(f"{s.get('value')} (“{s.get('quote')}”)" for s in fact.get("statedBy") or []) or "not stated"
+        checks.append({"id": f"fact.{fact['name']}", "text": said})
+    names = set(durable_job.sentence_ids(snap.written)) | set(durable_job.fact_ids(snap.results))
+    checks = [c for c in checks if c["id"] in names]  # only what decide --checked takes
+    return site.pages.env.get_template("answer_checks.html").render(checks=checks) if checks else ""
+
+
 def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap: durable_job.Snapshot, out: dict) -> dict:
     """A job page's parts: the items (with their acts), history, journal and decision as the review page renders
     them (durable_job.py section 14, every value escaped there), and which acts this person may take."""
@@ -1025,7 +1041,8 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     order = durable_job.item_order(manifest or {}, snap.results)
     return {
-        "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results)),
+        "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results))
+        + markupsafe.Markup(web_answer_checks(site, snap, out)),
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
         "journal": markupsafe.Markup(durable_job.journal_section(snap)),
@@ -1355,7 +1372,10 @@ async def api_decision(site: WebSite, request: Request, person: WebPerson) -> Re
     }
     if "checked" in body:  # the claims checked, ["ITEM.N", …] (or "all"), recorded with the decision
         if not (body["checked"] == "all" or (isinstance(body["checked"], list) and all(isinstance(c, str) for c in body["checked"]))):
-            raise WebRefusal(400, 'checked: send a list of claims ["ITEM.N", …] (N counts the item\'s citations from 1), or "all"')
+            raise WebRefusal(
+                400,
+                'checked: send a list of claims ["ITEM.N", …] (N counts the item\'s citations from 1, with draft.N and fact.NAME), or "all"',
+            )
         fields["checked"] = body["checked"]
     out = await run_in_threadpool(site.act, person, request.path_params["job_id"], "decide", fields)
     return JSONResponse(out)
