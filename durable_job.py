@@ -7913,6 +7913,9 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
         if row["version"] != version:
             raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
         after = json.loads(row["results_json"])
+        if row["item_id"] == WRITER_ID and "retry" not in json.loads(row["change_json"]):  # a person's edit of the draft answer
+            writer_revision_invariant(snap, row, before, after, manifest)
+            continue
         if row["item_id"] == WRITER_ID:  # a writer's retry: the results as they stood, the draft answer replaced
             folded.add(writer_retry_invariant(snap, row, before, after, manifest))
             continue
@@ -8014,6 +8017,27 @@ def writer_retry_invariant(snap: Snapshot, row, before: list, after: list, manif
         if check_draft(call["output_text"], bundle, must_quote=validation_rules(snap.job, manifest)["must_quote"]) != written:
             raise SealError(f"{where}: the draft answer is not what checking the retried writer's answer against the evidence gives")
     return str(key)
+
+
+def writer_revision_invariant(snap: Snapshot, row, before: list, after: list, manifest: Manifest | None) -> None:
+    """revise --draft's draft: the results unchanged, its draft answer the person's sentences checked as the writer's
+    output against the evidence of the results as they stood, stamped with who revised it, why and when."""
+    where = f"draft {row['version']}"
+    change = json.loads(row["change_json"])
+    if after != before or results_sha256(after) != row["results_sha256"] or change.get("previousResultsSha256") != results_sha256(before):
+        raise SealError(f"{where}: a revised draft answer changes the draft answer alone, but its results or their hashes differ")
+    written = dict(change.get("draft") or {})
+    stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
+    stamp["principal"] = row.get("principal")
+    if written.pop("revision", None) != stamp:
+        raise SealError(f"{where}: the revised draft answer does not name the person, principal, reason and time the journal recorded")
+    if manifest is not None:
+        if not drafts(manifest):
+            raise SealError(f"{where}: a revised draft answer, but the manifest does not draft")
+        proposal = {"sentences": [{"text": s.get("text"), "evidence": s.get("evidence")} for s in written.get("sentences") or []]}
+        bundle = writer_evidence(cast(dict, asked_of(manifest)), before)
+        if check_draft(json.dumps(proposal), bundle, must_quote=validation_rules(snap.job, manifest)["must_quote"]) != written:
+            raise SealError(f"{where}: the revised draft answer is not what validating its sentences against the evidence gives")
 
 
 DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal", "checked")
@@ -9170,7 +9194,7 @@ def item_position(results: list, item_id: str) -> int:
 def revise(
     store: Store,
     *,
-    item: str,
+    item: str | None = None,
     summary_file: str | None = None,
     citations_file: str | None = None,
     reviewer: str,
@@ -9180,17 +9204,33 @@ def revise(
     results_sha256: str | None = None,
     facts_file: str | None = None,
     facts: object = None,
+    draft: bool = False,
+    file: str | None = None,
 ) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output.
 
     The new summary comes from summary_file or as text (summary), its citations from citations_file or
     as a list (citations; neither keeps the current ones). results_sha256 binds the edit as decide's does.
     A job that asks a question: the item's facts from facts_file or as an object (facts, as an answer states
-    them; neither keeps the current ones).
+    them; neither keeps the current ones). draft=True: a drafting job's draft answer, from file (the writer's
+    output shape), validated as the writer's output is.
     """
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
+    if draft:
+        given = [name for name, v in (("--item", item), ("--summary-file", summary_file), ("--citations-file", citations_file)) if v]
+        if given or facts_file or file is None:
+            raise UsageError(
+                "revise --draft edits the draft answer from --file DRAFT.json alone "
+                '({"sentences": [{"text": …, "evidence": ["E1", …]}, …]})' + (f"; leave out {', '.join(given)}" if given else "")
+            )
+        text = read_text_file(file, "--file")  # before the job's lock, as an item's files are
+        if not text.strip():
+            raise UsageError(f'--file {file} is empty: write the draft answer, {{"sentences": [{{"text": …, "evidence": ["E1", …]}}, …]}}')
+        return revise_draft(store, text, file, reviewer, reason, results_sha256)
+    if not item:
+        raise UsageError("revise needs --item ITEM (the item to edit) with --summary-file FILE, or --draft --file DRAFT.json")
     if (summary is None) == (summary_file is None):
         raise UsageError("revise needs the new summary: --summary-file FILE (or, from the API, summary=TEXT), one of them")
     if summary_file is not None:  # before the job's lock: a file that cannot be read holds nothing up
@@ -9253,6 +9293,53 @@ def revise_item(store: Store, item: str, edit: dict, reviewer: str, reason: str,
             "result": checked,
             **review_step(ctx.store, ctx.job, new_results, written),
             **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
+        }
+
+
+def revise_draft(store: Store, text: str, path: str, reviewer: str, reason: str, bound: str | None) -> dict:
+    """revise --draft under the job's lock: the person's draft answer (text, read from path), checked as the writer's
+    output against the evidence of the results under review (the program's notes appended), becomes the next draft."""
+    with open_job(store, "revise") as ctx:  # an edit sends nothing
+        if not drafts(ctx.manifest):
+            raise UsageError("revise --draft: this job does not draft (its manifest has no draft: true), so it has no draft answer to edit")
+        draft, results = review_draft(ctx, reviewer, reason, "revise")
+        old = cast(dict, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft")))
+        refuse_stale(bound, results_sha256(results, old), "revise")
+        bundle = writer_evidence(cast(dict, asked_of(ctx.manifest)), results)
+        checked = check_draft(text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"])
+        if checked["status"] != "validated":
+            why = str(checked["reason"]).replace("the writer's output", "the file")
+            raise DecisionError(f"--file {path}: the draft answer is invalid: {why}; fix the file and run revise --draft again")
+        if old.get("status") == "validated" and old.get("sentences") == checked["sentences"]:
+            raise DecisionError(f"--file {path} changes nothing: the draft answer's sentences are already exactly these (draft {draft})")
+        stamp = now_utc()
+        checked["revision"] = {
+            "draftVersion": draft + 1,
+            "reviewer": reviewer,
+            "reason": reason,
+            "revisedAtUtc": stamp,
+            "principal": ctx.store.principal(),
+        }
+        change = {
+            "before": {k: old.get(k) for k in ("status", "reason", "text") if k in old},
+            "after": {"status": "validated", "text": checked["text"]},
+            "previousResultsSha256": results_sha256(results),
+            "draft": checked,
+        }
+        with ctx.journal.transaction():
+            insert_draft(ctx.journal, draft + 1, WRITER_ID, results, reviewer, reason, change, stamp)
+        return {
+            "jobId": ctx.job["jobId"],
+            "draftVersion": draft + 1,
+            "itemId": WRITER_ID,
+            "resultsSha256": results_sha256(results, checked),
+            "previousResultsSha256": results_sha256(results, old),
+            "reviewer": reviewer,
+            "reason": reason,
+            "principal": checked["revision"]["principal"],
+            "result": checked,
+            **review_step(ctx.store, ctx.job, results, checked),
+            **failed_field(ctx.store, results, call_rows(ctx.journal), ctx.manifest),
         }
 
 
@@ -10846,7 +10933,11 @@ def text_inspect(out: dict, store) -> list:
     if out.get("tokens"):
         lines.append(f"  {tokens_words(out['tokens'], out.get('estimatedCost'))}")
     for d in out.get("drafts") or []:
-        what = "the draft answer retried" if d["itemId"] == WRITER_ID else d["itemId"]
+        what = (
+            ("the draft answer retried" if "retry" in d["change"] else "the draft answer revised")
+            if d["itemId"] == WRITER_ID
+            else d["itemId"]
+        )
         lines.append(f"  history: v{d['version']} {what} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
     lines += final_lines(out.get("final"), store)
     saved = out.get("savedDecision")
@@ -10882,7 +10973,7 @@ def text_reconcile(out: dict, store) -> list:
 
 def text_revise(out: dict, store) -> list:
     return [
-        f"  {out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
+        f"  {'the draft answer' if out['itemId'] == WRITER_ID else out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
         f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
@@ -11214,7 +11305,8 @@ def cmd_decide(args) -> dict:
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
     return revise(
-        store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "facts_file", "reviewer", "reason", "results_sha256")
+        store_from(args),
+        **flags_of(args, "item", "summary_file", "citations_file", "facts_file", "draft", "file", "reviewer", "reason", "results_sha256"),
     )
 
 
@@ -11628,13 +11720,19 @@ COMMANDS = {
         text_revise,
         [
             *WHO_FLAGS,
-            flag("--item", required=True, help="the item id to edit"),
-            flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
+            flag("--item", help="the item id to edit (or --draft)"),
+            flag("--summary-file", type=path_argument, help="a UTF-8 file with the item's new summary"),
             flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations"),
             flag(
                 "--facts-file",
                 type=path_argument,
                 help='a job that asks a question: a JSON object of the item\'s facts, {"NAME": {"stated": true, "value": …, "quote": …} or {"stated": false}}; default keeps the current ones',
+            ),
+            flag("--draft", action="store_true", help="edit a drafting job's draft answer (from --file) instead of an item"),
+            flag(
+                "--file",
+                type=path_argument,
+                help='with --draft: a JSON draft answer, {"sentences": [{"text": …, "evidence": ["E1", …]}, …]}, validated as the writer\'s',
             ),
             BOUND_FLAG,
         ],
