@@ -258,6 +258,28 @@ def test_revise_draft_makes_a_new_draft_version_validated_as_the_writers_and_the
     assert ws.receipt()["resultsSha256"] == out["resultsSha256"] and ws.run("verify").ok()["ok"] is True
 
 
+def test_verify_rechecks_a_revised_draft_answer_against_its_evidence(tmp_path):
+    """A revised draft answer rewritten in the journal behind the program's back (a day its evidence does not state)
+    fails verify's drafts check, which validates its sentences again."""
+    import sqlite3
+
+    ws = drafting(Workspace(tmp_path / "job"))
+    ws.start().ok()
+    revise_draft(ws, tmp_path / "draft.json", writer_answer(("The pottery workshop is on Saturday.", ["E2"]))).ok()
+    conn = sqlite3.connect(os.path.join(ws.state, "effects.sqlite"), isolation_level=None)
+    try:
+        (raw,) = conn.execute("SELECT change_json FROM drafts WHERE version=2").fetchone()
+        change = json.loads(raw)
+        change["draft"]["sentences"][0]["text"] = "The pottery workshop is on Sunday."
+        conn.execute("UPDATE drafts SET change_json=? WHERE version=2", (json.dumps(change),))
+    finally:
+        conn.close()
+    report = ws.run("verify")
+    drafts = {c["name"]: c for c in report.json["checks"]}["drafts"]
+    assert report.code == 2 and drafts["ok"] is False
+    assert "draft 2: the revised draft answer is not what validating its sentences against the evidence gives" in drafts["detail"]
+
+
 def test_every_bad_draft_file_is_a_hold_naming_what_is_wrong_and_records_nothing(tmp_path):
     ws = drafting(Workspace(tmp_path / "job"))
     ws.start().ok()
