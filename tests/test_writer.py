@@ -558,3 +558,34 @@ def test_a_reviewer_on_a_phone_reads_the_draft_first_and_taps_through_a_sentence
     finally:
         driver.quit()
     assert ws.run("verify").ok()["ok"] is True
+
+
+def test_a_failed_draft_answer_is_retried_from_the_phone_through_the_command_apis_retry(tmp_path, provider, serving):  # noqa: F811
+    """The writer cites an unknown id: the job page offers the draft answer's retry beside it, as a failed item's; the
+    tap spends the writer's next call (through `retry`, nothing else sent), the page then shows the validated draft
+    and no retry, and the job verifies."""
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_web import phone, text_of
+
+    ws = asking_provider(tmp_path, provider, UNKNOWN)
+    ws.start().ok()
+    s = serving(tmp_path, "--root", str(tmp_path), env=provider.env())
+    driver = phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    try:
+        driver.get(s.address)
+        driver.get(f"{s.base}/jobs/journey")
+        wait.until(lambda d: d.find_elements("id", "retry-draft"))
+        assert "cites 'E9'" in text_of(driver, "draft")
+        provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
+        driver.find_element("id", "retry-reason-draft").send_keys("the writer cited E9")
+        driver.find_element("id", "retry-draft").click()
+        wait.until(lambda d: "Recorded: draft 2 of the draft answer" in d.page_source)
+        assert text_of(driver, "sentence-1").startswith("The workshop is on Saturday.")
+        assert not driver.find_elements("id", "retry-draft")
+    finally:
+        driver.quit()
+    assert len(writer_requests(provider)) == 2
+    history = ws.run("inspect").ok()["drafts"]
+    assert [(d["itemId"], d["reason"]) for d in history] == [(dj.WRITER_ID, "the writer cited E9")]
+    assert ws.run("verify").ok()["ok"] is True
