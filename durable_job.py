@@ -5920,6 +5920,12 @@ class RanState:
 __version__ = "1.3.0"  # the release (pyproject.toml reads it); outside the engine, so a release alone strands no job
 
 FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
+WRITER_LABEL = "the draft"  # the writer's call as a person reads it, wherever ids are printed (its journal id is WRITER_ID)
+
+
+def item_label(item_id) -> str:
+    """An item id as a person reads it: the item's own id, or, for the writer's reserved id, "the draft"."""
+    return WRITER_LABEL if item_id == WRITER_ID else str(item_id)
 
 
 class open_job:
@@ -6961,7 +6967,7 @@ def journal_section(snap: Snapshot) -> Html:
         row = [
             h(
                 "<div class='call'><b>{}</b> attempt {}{} <span class='{}'>{}</span>",
-                r["item_id"],
+                item_label(r["item_id"]),
                 int(r["attempt"]),
                 retried,
                 cls,
@@ -10919,7 +10925,7 @@ def text_status(out: dict, store) -> list:
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
     lines += result_lines(out.get("results"), store)
     for call in out.get("calls") or []:
-        lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
+        lines.append(f"  {call[2]:<10} {item_label(call[1]):<12} {call[0]}")
         if call[2] == "pending" and store and out.get("phase") in ("uncertain-call", "cancelled"):  # never beside a live run's call
             lines.append(f"    reconcile: {reconcile_command(store, call[0])}")
     return lines
@@ -10959,7 +10965,7 @@ def text_inspect(out: dict, store) -> list:
 def text_reconcile(out: dict, store) -> list:
     rec = out["reconciliation"]
     lines = [
-        f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
+        f"  {out['operationKey']} ({WRITER_LABEL if out.get('itemId') == WRITER_ID else 'item ' + str(out.get('itemId'))}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
     ]
     drafted = out.get("retryDraft")
     if drafted:
@@ -12156,7 +12162,7 @@ def interrupted(args) -> str:
     first = pending[0]
     more = f" (and {len(pending) - 1} more: `status` lists them)" if len(pending) > 1 else ""
     return (
-        f"stopped by Ctrl-C while call {first['operation_key']} for item {first['item_id']} was in flight{more}: it may have reached "
+        f"stopped by Ctrl-C while call {first['operation_key']} for {WRITER_LABEL if first['item_id'] == WRITER_ID else 'item ' + str(first['item_id'])} was in flight{more}: it may have reached "
         f"the provider and been billed, so it stays pending and nothing sends it again; check the provider's usage records, then "
         f"{reconcile_command(store, first['operation_key'])}; {then}"
     )

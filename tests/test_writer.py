@@ -75,6 +75,8 @@ def test_the_pottery_job_drafts_the_day_with_its_quote_and_the_program_notes_the
     assert out["resultsSha256"] == started["interrupt"][0]["resultsSha256"] != dj.results_sha256(out["results"])
     calls = ws.run("status").ok()["calls"]
     assert [(c[1], c[2]) for c in calls] == [("workshop", "completed"), (dj.WRITER_ID, "completed")]
+    status = ws.run("status", "--text").stdout  # the writer's reserved id is a person's "the draft" wherever it is printed
+    assert dj.WRITER_ID not in status and "  completed  the draft    " in status
     text = ws.run("inspect", "--text").stdout
     assert text.index(f"question: {QUESTION}") < text.index("draft:") < text.index("1. The day is Saturday.")
     assert f'E2, workshop: "{DAY_QUOTE}"' in text and f"note: {NOTE}" in text
