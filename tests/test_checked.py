@@ -79,12 +79,13 @@ def test_the_checked_claims_are_signed_and_a_receipt_alone_says_how_many(ws, pro
     )
 
 
-def asking(ws: Workspace, **manifest) -> str:
+def asking(ws: Workspace, draft: bool = True, **manifest) -> str:
     """The pottery job of tests/test_writer.py in fake mode, at review: one claim (workshop.1), the draft answer's one
     sentence (draft.1), the asked facts day and time; its resultsSha256."""
     from test_writer import FACTS, QUESTION, WORKSHOP
 
-    ws.write_manifest(sources={"workshop": WORKSHOP}, question=QUESTION, facts=FACTS, draft=True, **manifest)
+    drafts = {"draft": True} if draft else {}
+    ws.write_manifest(sources={"workshop": WORKSHOP}, question=QUESTION, facts=FACTS, **drafts, **manifest)
     ws.start().ok()
     return ws.run("inspect").ok()["resultsSha256"]
 
@@ -107,6 +108,9 @@ def test_a_drafting_jobs_checks_record_its_sentences_and_facts_and_verify_and_th
     decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
     assert decision["ok"] and decision["detail"].endswith(words)
     assert f"{words}: workshop.1, draft.1, fact.time" in ws.run("inspect", "--text").stdout
+    again = decide(ws, "--checked", "draft.1,workshop.1,fact.time").ok()  # the same decide again: the recorded one
+    assert again["existing"] and again["final"] == final
+    decide(ws, "--checked", "all").held("DecisionError", "Final decision already recorded", "checked")
     page = f"{ws.root}/review.html"
     ws.run("inspect", "--html", page).ok()
     with open(page, encoding="utf-8") as f:
@@ -132,3 +136,20 @@ def test_review_checks_every_claim_of_a_drafting_job_asks_every_sentence_and_fac
     final = decide(ws, "--checked", "all").ok()["final"]
     assert (final["checked"]["sentences"], final["checked"]["facts"]) == (["draft.1"], ["fact.day", "fact.time"])
     assert ws.run("verify").ok()["ok"]
+
+
+def test_a_job_that_asks_without_drafting_records_its_facts_and_no_sentences(ws):
+    digest = asking(ws, draft=False)
+    decide(ws, "--checked", "draft.1").held(
+        "UsageError", "names no claim or fact", "give ITEM.N, N counting the item's citations from 1, fact.NAME, or all"
+    )
+    final = decide(ws, "--checked", "all").ok()["final"]
+    assert final["checked"] == {
+        "claims": ["workshop.1"],
+        "of": 1,
+        "resultsSha256": digest,
+        "facts": ["fact.day", "fact.time"],
+        "factsOf": 2,
+    }
+    decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
+    assert decision["ok"] and decision["detail"].endswith("checked 1 of 1 claim, 2 of 2 facts")
