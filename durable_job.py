@@ -3049,33 +3049,79 @@ def claim_ids(results: list) -> list[str]:
     return [f"{r['itemId']}.{n}" for r in results if r.get("status") == "validated" for n in range(1, len(r.get("citations") or []) + 1)]
 
 
-def checked_record(checked, results: list, digest: str | None) -> dict | None:
+def sentence_ids(written: dict | None) -> list[str]:
+    """Every sentence of the draft answer under review, as draft.N (N counts the writer's sentences from 1)."""
+    sentences = (written or {}).get("sentences") if (written or {}).get("status") == "validated" else None
+    return [f"draft.{n}" for n in range(1, len(sentences or []) + 1)]
+
+
+def fact_ids(results: list) -> list[str]:
+    """Every asked fact of the results under review, as fact.NAME, in the order asked (each validated item lists them all)."""
+    names = [f["name"] for r in results if r.get("status") == "validated" for f in r.get("facts") or []]
+    return [f"fact.{name}" for name in dict.fromkeys(names)]
+
+
+def checkable(results: list, written: dict | None, asks: bool) -> dict[str, list[str]]:
+    """What a person may check, by kind: claims always; a draft's sentences when the job drafts; facts when it asks."""
+    kinds = {"claims": claim_ids(results)}
+    if written is not None:
+        kinds["sentences"] = sentence_ids(written)
+    if asks:
+        kinds["facts"] = fact_ids(results)
+    return kinds
+
+
+CHECKED_OF = {"claims": "of", "sentences": "sentencesOf", "facts": "factsOf"}  # each kind's list and its total's key
+
+
+def checked_record(checked, results: list, digest: str | None, written: dict | None = None, asks: bool = False) -> dict | None:
     """decide --checked: {claims, of, resultsSha256}, the claims the person checked against their quotes, in the results'
-    order, of how many; None when the decide says nothing of it. An entry that names no claim is refused, named."""
+    order, of how many; a job that drafts adds {sentences, sentencesOf} (draft.N), one that asks {facts, factsOf}
+    (fact.NAME). None when the decide says nothing of it. An entry that names nothing checkable is refused, named."""
     if checked is None:
         return None
-    claims = claim_ids(results)
+    kinds = checkable(results, written, asks)
+    every = [i for ids in kinds.values() for i in ids]
     if isinstance(checked, str) and checked.strip() == "all":
-        said = set(claims)
+        said = set(every)
     else:
         entries = checked.split(",") if isinstance(checked, str) else checked
         if not isinstance(entries, (list, tuple)):
             raise UsageError("--checked: give ITEM.N,… (N counts an item's citations from 1) or all")
         said = {str(e).strip() for e in entries}
         for entry in entries:
-            if str(entry).strip() not in claims:
-                raise UsageError(
-                    f"--checked entry {clip(json.dumps(str(entry), ensure_ascii=False), 60)} names no claim of the results under review "
-                    f"({', '.join(claims) or 'none'}): give ITEM.N, N counting the item's citations from 1, or all"
+            if str(entry).strip() not in every:
+                nouns = ["claim"] + [noun for kind, noun in (("sentences", "sentence"), ("facts", "fact")) if kind in kinds]
+                forms = (
+                    ["ITEM.N, N counting the item's citations from 1"]
+                    + ["draft.N"] * ("sentences" in kinds)
+                    + ["fact.NAME"] * ("facts" in kinds)
                 )
-    return {"claims": [c for c in claims if c in said], "of": len(claims), "resultsSha256": digest}
+                raise UsageError(
+                    f"--checked entry {clip(json.dumps(str(entry), ensure_ascii=False), 60)} names no {' or '.join(nouns)} of the results "
+                    f"under review ({', '.join(every) or 'none'}): give {', '.join(forms)}, or all"
+                )
+    record: dict = {"claims": [c for c in kinds["claims"] if c in said], "of": len(kinds["claims"]), "resultsSha256": digest}
+    for kind in ("sentences", "facts"):
+        if kind in kinds:
+            record[kind], record[CHECKED_OF[kind]] = [i for i in kinds[kind] if i in said], len(kinds[kind])
+    return record
 
 
 def checked_words(checked) -> str:
-    """ "checked 2 of 3 claims": what a decision's record says the person checked."""
+    """ "checked 2 of 3 claims, 1 of 2 sentences, 2 of 2 facts": what a decision's record says the person checked."""
     if not isinstance(checked, dict):
         return "claims not checked one by one"
-    return f"checked {len(checked.get('claims') or [])} of {counted(checked.get('of') or 0, 'claim')}"
+    words = [f"{len(checked.get('claims') or [])} of {counted(checked.get('of') or 0, 'claim')}"]
+    for kind, noun in (("sentences", "sentence"), ("facts", "fact")):
+        if kind in checked:
+            words.append(f"{len(checked.get(kind) or [])} of {counted(checked.get(CHECKED_OF[kind]) or 0, noun)}")
+    return "checked " + ", ".join(words)
+
+
+def checked_ids(checked) -> list[str]:
+    """Every id a decision's record says the person checked: claims, then sentences, then facts."""
+    return [str(i) for kind in CHECKED_OF for i in ((checked or {}).get(kind) or [])] if isinstance(checked, dict) else []
 
 
 def results_sha256(results, draft: dict | None = None) -> str:
@@ -5899,6 +5945,12 @@ class RanState:
 __version__ = "1.3.0"  # the release (pyproject.toml reads it); outside the engine, so a release alone strands no job
 
 FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
+WRITER_LABEL = "the draft"  # the writer's call as a person reads it, wherever ids are printed (its journal id is WRITER_ID)
+
+
+def item_label(item_id) -> str:
+    """An item id as a person reads it: the item's own id, or, for the writer's reserved id, "the draft"."""
+    return WRITER_LABEL if item_id == WRITER_ID else str(item_id)
 
 
 class open_job:
@@ -6940,7 +6992,7 @@ def journal_section(snap: Snapshot) -> Html:
         row = [
             h(
                 "<div class='call'><b>{}</b> attempt {}{} <span class='{}'>{}</span>",
-                r["item_id"],
+                item_label(r["item_id"]),
                 int(r["attempt"]),
                 retried,
                 cls,
@@ -7044,9 +7096,7 @@ def decision_section(snap: Snapshot, out: dict) -> Html:
             else Html("not bound to a results hash")
         )
         checked = (
-            h("<p class='checked'>{}: {}</p>", checked_words(f["checked"]), ", ".join(f["checked"].get("claims") or []))
-            if "checked" in f
-            else ""
+            h("<p class='checked'>{}: {}</p>", checked_words(f["checked"]), ", ".join(checked_ids(f["checked"]))) if "checked" in f else ""
         )
         return h(
             "<section id='decide'><h2>Decision</h2><p><b>{}</b> by {}: {} <span class='note'>({}, draft {}, {}, {})</span></p>{}</section>",
@@ -7895,6 +7945,9 @@ def drafts_invariants(snap: Snapshot, manifest: Manifest | None = None, texts: d
         if row["version"] != version:
             raise SealError(f"{where}: draft versions are not contiguous from 2 (expected {version})")
         after = json.loads(row["results_json"])
+        if row["item_id"] == WRITER_ID and "retry" not in json.loads(row["change_json"]):  # a person's edit of the draft answer
+            writer_revision_invariant(snap, row, before, after, manifest)
+            continue
         if row["item_id"] == WRITER_ID:  # a writer's retry: the results as they stood, the draft answer replaced
             folded.add(writer_retry_invariant(snap, row, before, after, manifest))
             continue
@@ -7998,6 +8051,27 @@ def writer_retry_invariant(snap: Snapshot, row, before: list, after: list, manif
     return str(key)
 
 
+def writer_revision_invariant(snap: Snapshot, row, before: list, after: list, manifest: Manifest | None) -> None:
+    """revise --draft's draft: the results unchanged, its draft answer the person's sentences checked as the writer's
+    output against the evidence of the results as they stood, stamped with who revised it, why and when."""
+    where = f"draft {row['version']}"
+    change = json.loads(row["change_json"])
+    if after != before or results_sha256(after) != row["results_sha256"] or change.get("previousResultsSha256") != results_sha256(before):
+        raise SealError(f"{where}: a revised draft answer changes the draft answer alone, but its results or their hashes differ")
+    written = dict(change.get("draft") or {})
+    stamp = {"draftVersion": row["version"], "reviewer": row["reviewer"], "reason": row["reason"], "revisedAtUtc": row["created_utc"]}
+    stamp["principal"] = row.get("principal")
+    if written.pop("revision", None) != stamp:
+        raise SealError(f"{where}: the revised draft answer does not name the person, principal, reason and time the journal recorded")
+    if manifest is not None:
+        if not drafts(manifest):
+            raise SealError(f"{where}: a revised draft answer, but the manifest does not draft")
+        proposal = {"sentences": [{"text": s.get("text"), "evidence": s.get("evidence")} for s in written.get("sentences") or []]}
+        bundle = writer_evidence(cast(dict, asked_of(manifest)), before)
+        if check_draft(json.dumps(proposal), bundle, must_quote=validation_rules(snap.job, manifest)["must_quote"]) != written:
+            raise SealError(f"{where}: the revised draft answer is not what validating its sentences against the evidence gives")
+
+
 DECISION_FIELDS = ("decision", "reviewer", "reason", "decidedAtUtc", "bound", "boundResultsSha256", "draftVersion", "principal", "checked")
 
 
@@ -8027,9 +8101,11 @@ def decision_invariants(snap: Snapshot) -> str:
     if "checked" in decision:  # the claims it names are the decided results' own, counted from them
         checked = decision["checked"]
         results = current_draft(snap.journal, snap.model_results)[1]
-        expected = checked_record(list((checked or {}).get("claims") or []), results, decision.get("resultsSha256"))
+        asks = isinstance(checked, dict) and "facts" in checked  # a job that asks: its facts are its validated items'
+        written = snap.written if isinstance(checked, dict) and "sentences" in checked else None
+        expected = checked_record(checked_ids(checked), results, decision.get("resultsSha256"), written, asks)
         if results_sha256(results, snap.written) != decision.get("resultsSha256") or checked != expected:
-            raise SealError(f"the decision's checked claims {clip(json.dumps(checked), 80)} are not claims of the results it decided")
+            raise SealError(f"the decision's checked {clip(json.dumps(checked), 80)} are not claims, sentences or facts of what it decided")
         return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it; {checked_words(checked)}"
     return f"{decision['decision']} by {by_whom(decision, snap.store)}, as the journal's row records it"
 
@@ -9024,9 +9100,9 @@ def record_decision(
             )
         if decision == "accept" and written is not None and written.get("status") != "validated":
             raise DecisionError(f"Cannot accept: the draft answer failed ({clip(written.get('reason'), 160)}); decide reject or hold")
-        claims = checked_record(checked, results, digest)
+        claims = checked_record(checked, results, digest, written, asked_of(ctx.manifest) is not None)
         if decision == "accept":
-            refuse_unchecked(ctx.manifest, claims, results)
+            refuse_unchecked(ctx.manifest, claims, results, written)
         value = {
             "decision": decision,
             "reviewer": reviewer,
@@ -9075,16 +9151,21 @@ def refuse_stale(bound: str | None, digest: str, command: str) -> None:
         )
 
 
-def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: list) -> None:
-    """The manifest's reviewChecksEveryClaim: an accept needs every claim checked; refused, naming those left."""
+def refuse_unchecked(manifest: Manifest | None, claims: dict | None, results: list, written: dict | None = None) -> None:
+    """The manifest's reviewChecksEveryClaim: an accept needs every claim checked (and every sentence of the draft answer
+    and every asked fact, for a job that has them); refused, naming those left."""
     if not (manifest and manifest.get("reviewChecksEveryClaim") is True):
         return
-    left = [c for c in claim_ids(results) if c not in (claims or {}).get("claims", [])]
+    asks = asked_of(manifest) is not None
+    done = set(checked_ids(claims))
+    left = [i for ids in checkable(results, written, asks).values() for i in ids if i not in done]
     if left:
+        said = claims or checked_record([], results, None, written, asks)
+        what = "claim checked against its quote" + ("" if written is None and not asks else ", sentence and fact checked")
         raise DecisionError(
-            f"Cannot accept: the manifest's reviewChecksEveryClaim asks every claim checked against its quote; not checked: "
-            f"{', '.join(left)} ({checked_words(claims or {'claims': [], 'of': len(claim_ids(results))})}); read each, "
-            "then decide again with --checked naming every claim (or all), or decide reject or hold"
+            f"Cannot accept: the manifest's reviewChecksEveryClaim asks every {what}; not checked: "
+            f"{', '.join(left)} ({checked_words(said)}); read each, "
+            "then decide again with --checked naming every one (or all), or decide reject or hold"
         )
 
 
@@ -9102,7 +9183,11 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
         said["resultsSha256"] = bound
     if checked is not None:
         said["checked"] = checked_record(
-            checked, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], final.get("resultsSha256")
+            checked,
+            current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1],
+            final.get("resultsSha256"),
+            current_written(ctx.journal, checkpoint["values"].get("draft")),
+            asked_of(ctx.manifest) is not None,
         )
     differs = [
         f"{key} {json_words(value)}, recorded {json_words(final.get(key))}" for key, value in said.items() if final.get(key) != value
@@ -9143,7 +9228,7 @@ def item_position(results: list, item_id: str) -> int:
 def revise(
     store: Store,
     *,
-    item: str,
+    item: str | None = None,
     summary_file: str | None = None,
     citations_file: str | None = None,
     reviewer: str,
@@ -9153,17 +9238,33 @@ def revise(
     results_sha256: str | None = None,
     facts_file: str | None = None,
     facts: object = None,
+    draft: bool = False,
+    file: str | None = None,
 ) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output.
 
     The new summary comes from summary_file or as text (summary), its citations from citations_file or
     as a list (citations; neither keeps the current ones). results_sha256 binds the edit as decide's does.
     A job that asks a question: the item's facts from facts_file or as an object (facts, as an answer states
-    them; neither keeps the current ones).
+    them; neither keeps the current ones). draft=True: a drafting job's draft answer, from file (the writer's
+    output shape), validated as the writer's output is.
     """
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
+    if draft:
+        given = [name for name, v in (("--item", item), ("--summary-file", summary_file), ("--citations-file", citations_file)) if v]
+        if given or facts_file or file is None:
+            raise UsageError(
+                "revise --draft edits the draft answer from --file DRAFT.json alone "
+                '({"sentences": [{"text": …, "evidence": ["E1", …]}, …]})' + (f"; leave out {', '.join(given)}" if given else "")
+            )
+        text = read_text_file(file, "--file")  # before the job's lock, as an item's files are
+        if not text.strip():
+            raise UsageError(f'--file {file} is empty: write the draft answer, {{"sentences": [{{"text": …, "evidence": ["E1", …]}}, …]}}')
+        return revise_draft(store, text, file, reviewer, reason, results_sha256)
+    if not item:
+        raise UsageError("revise needs --item ITEM (the item to edit) with --summary-file FILE, or --draft --file DRAFT.json")
     if (summary is None) == (summary_file is None):
         raise UsageError("revise needs the new summary: --summary-file FILE (or, from the API, summary=TEXT), one of them")
     if summary_file is not None:  # before the job's lock: a file that cannot be read holds nothing up
@@ -9226,6 +9327,53 @@ def revise_item(store: Store, item: str, edit: dict, reviewer: str, reason: str,
             "result": checked,
             **review_step(ctx.store, ctx.job, new_results, written),
             **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
+        }
+
+
+def revise_draft(store: Store, text: str, path: str, reviewer: str, reason: str, bound: str | None) -> dict:
+    """revise --draft under the job's lock: the person's draft answer (text, read from path), checked as the writer's
+    output against the evidence of the results under review (the program's notes appended), becomes the next draft."""
+    with open_job(store, "revise") as ctx:  # an edit sends nothing
+        if not drafts(ctx.manifest):
+            raise UsageError("revise --draft: this job does not draft (its manifest has no draft: true), so it has no draft answer to edit")
+        draft, results = review_draft(ctx, reviewer, reason, "revise")
+        old = cast(dict, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft")))
+        refuse_stale(bound, results_sha256(results, old), "revise")
+        bundle = writer_evidence(cast(dict, asked_of(ctx.manifest)), results)
+        checked = check_draft(text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"])
+        if checked["status"] != "validated":
+            why = str(checked["reason"]).replace("the writer's output", "the file")
+            raise DecisionError(f"--file {path}: the draft answer is invalid: {why}; fix the file and run revise --draft again")
+        if old.get("status") == "validated" and old.get("sentences") == checked["sentences"]:
+            raise DecisionError(f"--file {path} changes nothing: the draft answer's sentences are already exactly these (draft {draft})")
+        stamp = now_utc()
+        checked["revision"] = {
+            "draftVersion": draft + 1,
+            "reviewer": reviewer,
+            "reason": reason,
+            "revisedAtUtc": stamp,
+            "principal": ctx.store.principal(),
+        }
+        change = {
+            "before": {k: old.get(k) for k in ("status", "reason", "text") if k in old},
+            "after": {"status": "validated", "text": checked["text"]},
+            "previousResultsSha256": results_sha256(results),
+            "draft": checked,
+        }
+        with ctx.journal.transaction():
+            insert_draft(ctx.journal, draft + 1, WRITER_ID, results, reviewer, reason, change, stamp)
+        return {
+            "jobId": ctx.job["jobId"],
+            "draftVersion": draft + 1,
+            "itemId": WRITER_ID,
+            "resultsSha256": results_sha256(results, checked),
+            "previousResultsSha256": results_sha256(results, old),
+            "reviewer": reviewer,
+            "reason": reason,
+            "principal": checked["revision"]["principal"],
+            "result": checked,
+            **review_step(ctx.store, ctx.job, results, checked),
+            **failed_field(ctx.store, results, call_rows(ctx.journal), ctx.manifest),
         }
 
 
@@ -10741,7 +10889,7 @@ def final_lines(final: dict | None, store: Store | None) -> list:
     else:
         lines.append(f"  not bound to a results hash (recorded against resultsSha256 {final.get('resultsSha256')})")
     if "checked" in final:
-        claims = final["checked"].get("claims") or []
+        claims = checked_ids(final["checked"])
         lines.append(f"  {checked_words(final['checked'])}" + (f": {', '.join(claims)}" if claims else ""))
     if "signature" in final:  # decisions recorded before signatures have no such key
         lines.append(signature_line(final))
@@ -10809,7 +10957,7 @@ def text_status(out: dict, store) -> list:
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
     lines += result_lines(out.get("results"), store)
     for call in out.get("calls") or []:
-        lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
+        lines.append(f"  {call[2]:<10} {item_label(call[1]):<12} {call[0]}")
         if call[2] == "pending" and store and out.get("phase") in ("uncertain-call", "cancelled"):  # never beside a live run's call
             lines.append(f"    reconcile: {reconcile_command(store, call[0])}")
     return lines
@@ -10823,7 +10971,11 @@ def text_inspect(out: dict, store) -> list:
     if out.get("tokens"):
         lines.append(f"  {tokens_words(out['tokens'], out.get('estimatedCost'))}")
     for d in out.get("drafts") or []:
-        what = "the draft answer retried" if d["itemId"] == WRITER_ID else d["itemId"]
+        what = (
+            ("the draft answer retried" if "retry" in d["change"] else "the draft answer revised")
+            if d["itemId"] == WRITER_ID
+            else d["itemId"]
+        )
         lines.append(f"  history: v{d['version']} {what} by {by_whom(d, store)}: {d['reason']} ({d['createdUtc']})")
     lines += final_lines(out.get("final"), store)
     saved = out.get("savedDecision")
@@ -10845,7 +10997,7 @@ def text_inspect(out: dict, store) -> list:
 def text_reconcile(out: dict, store) -> list:
     rec = out["reconciliation"]
     lines = [
-        f"  {out['operationKey']} (item {out.get('itemId')}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
+        f"  {out['operationKey']} ({WRITER_LABEL if out.get('itemId') == WRITER_ID else 'item ' + str(out.get('itemId'))}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
     ]
     drafted = out.get("retryDraft")
     if drafted:
@@ -10859,7 +11011,7 @@ def text_reconcile(out: dict, store) -> list:
 
 def text_revise(out: dict, store) -> list:
     return [
-        f"  {out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
+        f"  {'the draft answer' if out['itemId'] == WRITER_ID else out['itemId']} revised by {by_whom(out, store)}: {out.get('reason')} — now draft {out['draftVersion']}",
         f"  resultsSha256 {out['resultsSha256']} (was {out['previousResultsSha256']}; a decision bound to the old hash is refused)",
         *failed_lines(out),
         f"  next: {out.get('decideCommand') or out.get('decidedBy')}",
@@ -11192,7 +11344,8 @@ def cmd_decide(args) -> dict:
 def cmd_revise(args) -> dict:
     """Edit one item while the job awaits review: a new draft version, validated like model output."""
     return revise(
-        store_from(args), **flags_of(args, "item", "summary_file", "citations_file", "facts_file", "reviewer", "reason", "results_sha256")
+        store_from(args),
+        **flags_of(args, "item", "summary_file", "citations_file", "facts_file", "draft", "file", "reviewer", "reason", "results_sha256"),
     )
 
 
@@ -11612,13 +11765,19 @@ COMMANDS = {
         text_revise,
         [
             *WHO_FLAGS,
-            flag("--item", required=True, help="the item id to edit"),
-            flag("--summary-file", required=True, type=path_argument, help="a UTF-8 file with the new summary"),
+            flag("--item", help="the item id to edit (or --draft)"),
+            flag("--summary-file", type=path_argument, help="a UTF-8 file with the item's new summary"),
             flag("--citations-file", type=path_argument, help="a JSON list of {quote, claim}; default keeps the current citations"),
             flag(
                 "--facts-file",
                 type=path_argument,
                 help='a job that asks a question: a JSON object of the item\'s facts, {"NAME": {"stated": true, "value": …, "quote": …} or {"stated": false}}; default keeps the current ones',
+            ),
+            flag("--draft", action="store_true", help="edit a drafting job's draft answer (from --file) instead of an item"),
+            flag(
+                "--file",
+                type=path_argument,
+                help='with --draft: a JSON draft answer, {"sentences": [{"text": …, "evidence": ["E1", …]}, …]}, validated as the writer\'s',
             ),
             BOUND_FLAG,
         ],
@@ -12042,7 +12201,7 @@ def interrupted(args) -> str:
     first = pending[0]
     more = f" (and {len(pending) - 1} more: `status` lists them)" if len(pending) > 1 else ""
     return (
-        f"stopped by Ctrl-C while call {first['operation_key']} for item {first['item_id']} was in flight{more}: it may have reached "
+        f"stopped by Ctrl-C while call {first['operation_key']} for {WRITER_LABEL if first['item_id'] == WRITER_ID else 'item ' + str(first['item_id'])} was in flight{more}: it may have reached "
         f"the provider and been billed, so it stays pending and nothing sends it again; check the provider's usage records, then "
         f"{reconcile_command(store, first['operation_key'])}; {then}"
     )

@@ -743,7 +743,8 @@ def act_said(command: str, out: dict, label: str) -> str:
         checked = f" {durable_job.checked_words(final['checked']).capitalize()}." if "checked" in final else ""
         return f"Recorded: {said} ({durable_job.signed_words(final)}).{checked}"
     if command in ("revise", "retry"):
-        return f"Recorded: draft {out.get('draftVersion')} of item {out.get('itemId')} (results {out.get('resultsSha256')})."
+        what = "the draft answer" if out.get("itemId") == durable_job.WRITER_ID else f"item {out.get('itemId')}"
+        return f"Recorded: draft {out.get('draftVersion')} of {what} (results {out.get('resultsSha256')})."
     cancelled = out.get("cancelled") or {}
     who = f"{cancelled.get('reviewer')} ({label} {cancelled.get('principal')})"
     return f"Recorded: the job is cancelled by {who} ({durable_job.signed_words(cancelled)})."
@@ -1017,6 +1018,34 @@ async def list_page(site: WebSite, request: Request, person: WebPerson) -> Respo
     )
 
 
+def web_answer_checks(site: WebSite, snap: durable_job.Snapshot, out: dict) -> str:
+    """For a person who may decide a job that asks a question, each sentence of its draft answer (draft.N) and each
+    asked fact (fact.NAME) to tick after reading its evidence (answer_checks.html), sent with the decision."""
+    answer = out.get("answer")
+    if not answer or not out.get("decideCommand") or out.get("sealBroken") or not snap.store.may("decides", snap.job):
+        return ""
+    sentences = (answer.get("draft") or {}).get("sentences") if (answer.get("draft") or {}).get("status") == "validated" else []
+    checks = [{"id": f"draft.{n}", "text": s.get("text")} for n, s in enumerate(sentences or [], 1)]
+    for fact in answer.get("facts") or []:
+        said = ", ".join(f"{s.get('value')} (“{s.get('quote')}”)" for s in fact.get("statedBy") or []) or "not stated"
+        checks.append({"id": f"fact.{fact['name']}", "text": said})
+    names = set(durable_job.sentence_ids(snap.written)) | set(durable_job.fact_ids(snap.results))
+    checks = [c for c in checks if c["id"] in names]  # only what decide --checked takes
+    return site.pages.env.get_template("answer_checks.html").render(checks=checks) if checks else ""
+
+
+def web_draft_retry(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap: durable_job.Snapshot, out: dict, manifest) -> str:
+    """A failed draft answer's retry form (draft_acts.html), at review, when the bounds leave the writer a call and the
+    person may tend the job: it posts the command API's retry of the writer, as an item's retry form posts its item's."""
+    if out.get("phase") != "awaiting-review" or out.get("sealBroken"):
+        return ""
+    if not durable_job.draft_retry_command(snap.store, snap.calls, manifest, snap.job, snap.written):
+        return ""
+    return site.pages.env.get_template("draft_acts.html").render(
+        item_id=durable_job.WRITER_ID, here=here, csrftoken=csrftoken, person=person, results=out["resultsSha256"]
+    )
+
+
 def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap: durable_job.Snapshot, out: dict) -> dict:
     """A job page's parts: the items (with their acts), history, journal and decision as the review page renders
     them (durable_job.py section 14, every value escaped there), and which acts this person may take."""
@@ -1025,7 +1054,9 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     order = durable_job.item_order(manifest or {}, snap.results)
     return {
-        "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results)),
+        "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results))
+        + markupsafe.Markup(web_draft_retry(site, person, here, csrftoken, snap, out, manifest))
+        + markupsafe.Markup(web_answer_checks(site, snap, out)),
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
         "journal": markupsafe.Markup(durable_job.journal_section(snap)),
@@ -1355,7 +1386,10 @@ async def api_decision(site: WebSite, request: Request, person: WebPerson) -> Re
     }
     if "checked" in body:  # the claims checked, ["ITEM.N", …] (or "all"), recorded with the decision
         if not (body["checked"] == "all" or (isinstance(body["checked"], list) and all(isinstance(c, str) for c in body["checked"]))):
-            raise WebRefusal(400, 'checked: send a list of claims ["ITEM.N", …] (N counts the item\'s citations from 1), or "all"')
+            raise WebRefusal(
+                400,
+                'checked: send a list of claims ["ITEM.N", …] (N counts the item\'s citations from 1, with draft.N and fact.NAME), or "all"',
+            )
         fields["checked"] = body["checked"]
     out = await run_in_threadpool(site.act, person, request.path_params["job_id"], "decide", fields)
     return JSONResponse(out)

@@ -842,6 +842,23 @@ MUTANTS = [
         '    checked = {**check_draft(output_text, bundle, must_quote=validation_rules(ctx.job, ctx.manifest)["must_quote"]), "status": "validated"}',
         [f"{WRITER}::test_a_second_failed_draft_stays_failed_and_retry_draft_is_refused_once_the_writers_attempts_are_spent"],
     ),
+    Mutant(
+        "sentence-check-unrecorded",
+        "checks: decide --checked records which sentences of the draft answer the person checked",
+        "[i for i in kinds[kind] if i in said], len(kinds[kind])",
+        '[i for i in kinds[kind] if i in said and kind != "sentences"], len(kinds[kind])',
+        [
+            "tests/test_checked.py::test_a_drafting_jobs_checks_record_its_sentences_and_facts_and_verify_and_the_receipt_count_them",
+            "tests/test_web_checked.py::test_bob_ticks_a_sentence_and_a_fact_of_the_draft_answer_on_his_phone_and_the_record_says_so",
+        ],
+    ),
+    Mutant(
+        "revised-draft-unvalidated",
+        "the writer: revise --draft's file is validated as the writer's output before it becomes a draft",
+        '        if checked["status"] != "validated":\n            why = str(checked["reason"]).replace(',
+        '        if False:\n            why = str(checked["reason"]).replace(',
+        [f"{WRITER}::test_every_bad_draft_file_is_a_hold_naming_what_is_wrong_and_records_nothing"],
+    ),
     # --- providers (issue 48) -----------------------------------------------------------------------------------
     Mutant(
         "rate-limit-spends-an-attempt",

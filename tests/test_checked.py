@@ -77,3 +77,79 @@ def test_the_checked_claims_are_signed_and_a_receipt_alone_says_how_many(ws, pro
     alone.run("verify", "--receipt", str(edited), "--allowed-signers", signers, state=False).held(
         "receipt was changed after it was signed", "checked"
     )
+
+
+def asking(ws: Workspace, draft: bool = True, **manifest) -> str:
+    """The pottery job of tests/test_writer.py in fake mode, at review: one claim (workshop.1), the draft answer's one
+    sentence (draft.1), the asked facts day and time; its resultsSha256."""
+    from test_writer import FACTS, QUESTION, WORKSHOP
+
+    drafts = {"draft": True} if draft else {}
+    ws.write_manifest(sources={"workshop": WORKSHOP}, question=QUESTION, facts=FACTS, **drafts, **manifest)
+    ws.start().ok()
+    return ws.run("inspect").ok()["resultsSha256"]
+
+
+@BOTH
+def test_a_drafting_jobs_checks_record_its_sentences_and_facts_and_verify_and_the_receipt_count_them(ws):
+    digest = asking(ws)
+    final = decide(ws, "--checked", "fact.time,workshop.1, draft.1").ok()["final"]
+    checked = {
+        "claims": ["workshop.1"],
+        "of": 1,
+        "resultsSha256": digest,
+        "sentences": ["draft.1"],
+        "sentencesOf": 1,
+        "facts": ["fact.time"],
+        "factsOf": 2,
+    }
+    assert final["checked"] == checked and ws.receipt()["checked"] == checked
+    words = "checked 1 of 1 claim, 1 of 1 sentence, 1 of 2 facts"
+    decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
+    assert decision["ok"] and decision["detail"].endswith(words)
+    assert f"{words}: workshop.1, draft.1, fact.time" in ws.run("inspect", "--text").stdout
+    again = decide(ws, "--checked", "draft.1,workshop.1,fact.time").ok()  # the same decide again: the recorded one
+    assert again["existing"] and again["final"] == final
+    decide(ws, "--checked", "all").held("DecisionError", "Final decision already recorded", "checked")
+    page = f"{ws.root}/review.html"
+    ws.run("inspect", "--html", page).ok()
+    with open(page, encoding="utf-8") as f:
+        assert f"{words}: workshop.1, draft.1, fact.time" in f.read()
+
+
+@BOTH
+def test_a_drafting_jobs_bad_checked_entry_is_a_hold_naming_its_sentences_and_facts(ws):
+    asking(ws)
+    decide(ws, "--checked", "draft.2").held(
+        "UsageError", '--checked entry "draft.2" names no claim or sentence or fact', "workshop.1, draft.1, fact.day, fact.time", "draft.N"
+    )
+    decide(ws, "--checked", "fact.place").held("UsageError", '"fact.place"', "fact.NAME")
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
+def test_review_checks_every_claim_of_a_drafting_job_asks_every_sentence_and_fact_too(ws):
+    asking(ws, reviewChecksEveryClaim=True)
+    decide(ws, "--checked", "workshop.1,fact.day").held(
+        "DecisionError", "Cannot accept", "not checked: draft.1, fact.time (checked 1 of 1 claim, 0 of 1 sentence, 1 of 2 facts)"
+    )
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+    final = decide(ws, "--checked", "all").ok()["final"]
+    assert (final["checked"]["sentences"], final["checked"]["facts"]) == (["draft.1"], ["fact.day", "fact.time"])
+    assert ws.run("verify").ok()["ok"]
+
+
+def test_a_job_that_asks_without_drafting_records_its_facts_and_no_sentences(ws):
+    digest = asking(ws, draft=False)
+    decide(ws, "--checked", "draft.1").held(
+        "UsageError", "names no claim or fact", "give ITEM.N, N counting the item's citations from 1, fact.NAME, or all"
+    )
+    final = decide(ws, "--checked", "all").ok()["final"]
+    assert final["checked"] == {
+        "claims": ["workshop.1"],
+        "of": 1,
+        "resultsSha256": digest,
+        "facts": ["fact.day", "fact.time"],
+        "factsOf": 2,
+    }
+    decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
+    assert decision["ok"] and decision["detail"].endswith("checked 1 of 1 claim, 2 of 2 facts")

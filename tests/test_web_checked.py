@@ -185,3 +185,37 @@ def test_the_claim_checks_read_as_full_width_rows_on_a_phone_and_at_twice_the_te
         assert shot.stat().st_size > 10_000
     finally:
         driver.quit()
+
+
+def test_bob_ticks_a_sentence_and_a_fact_of_the_draft_answer_on_his_phone_and_the_record_says_so(tmp_path, pg_server, serving):  # noqa: F811
+    """Issue 47: on a drafting job's page each sentence of the draft answer and each asked fact has its check beside the
+    answer, as each claim has beside its quote; the decision records the ticked ones, counted, as decide --checked does."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_writer import drafting
+
+    store = new_store(pg_server, "alice")
+    ws = drafting(Workspace(tmp_path / "strict", store=store), jobId="strict", reviewers=["bob"], reviewChecksEveryClaim=True)
+    ws.start().ok()
+    s = serving(tmp_path, "--store", store)
+    driver = phone(tmp_path)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+    try:
+        phone_signs_in(driver, wait, s.base, "strict", "bob")
+        wait.until(lambda d: d.find_elements("id", "checks-answer"))
+        checks = text_of(driver, "checks-answer")
+        assert (
+            "draft.1 The day is Saturday." in checks and "fact.day Saturday (“The workshop" in checks and "fact.time not stated" in checks
+        )
+        digest = ws.run("inspect").ok()["resultsSha256"]
+        tick_and_accept(driver, wait, s.base, "strict", ["workshop.1", "draft.1", "fact.day"], "The time is not checked.")
+        wait.until(lambda d: "Refused: Cannot accept" in d.page_source)
+        assert "not checked: fact.time (checked 1 of 1 claim, 1 of 1 sentence, 1 of 2 facts)" in driver.page_source
+        tick_and_accept(driver, wait, s.base, "strict", ["workshop.1", "draft.1", "fact.day", "fact.time"], "All of it.")
+        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+        wait.until(lambda d: "Checked 1 of 1 claim, 1 of 1 sentence, 2 of 2 facts." in d.page_source)
+    finally:
+        driver.quit()
+    checked = {"claims": ["workshop.1"], "of": 1, "resultsSha256": digest, "sentences": ["draft.1"], "sentencesOf": 1}
+    assert ws.receipt()["checked"] == {**checked, "facts": ["fact.day", "fact.time"], "factsOf": 2}
+    assert ws.run("verify").ok()["ok"] is True
