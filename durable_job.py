@@ -9299,13 +9299,7 @@ def revise_item(store: Store, item: str, edit: dict, reviewer: str, reason: str,
         stamp = now_utc()
         # the edited result says who changed it, in which version and why: every version hashes differently,
         # so a decision bound to an older version is refused even when an edit restores earlier words
-        checked["revision"] = {
-            "draftVersion": draft + 1,
-            "reviewer": reviewer,
-            "reason": reason,
-            "revisedAtUtc": stamp,
-            "principal": ctx.store.principal(),
-        }
+        checked["revision"] = revision_stamp(ctx, draft + 1, reviewer, reason, stamp)
         new_results = [*results[:position], checked, *results[position + 1 :]]
         previous = results_sha256(results)
         change = {
@@ -9315,19 +9309,31 @@ def revise_item(store: Store, item: str, edit: dict, reviewer: str, reason: str,
         }
         with ctx.journal.transaction():
             insert_draft(ctx.journal, draft + 1, item, new_results, reviewer, reason, change, stamp)
-        return {
-            "jobId": ctx.job["jobId"],
-            "draftVersion": draft + 1,
-            "itemId": item,
-            "resultsSha256": results_sha256(new_results, written),
-            "previousResultsSha256": results_sha256(results, written),
-            "reviewer": reviewer,
-            "reason": reason,
-            "principal": checked["revision"]["principal"],
-            "result": checked,
-            **review_step(ctx.store, ctx.job, new_results, written),
-            **failed_field(ctx.store, new_results, call_rows(ctx.journal), ctx.manifest),
-        }
+        return revised(ctx, item, checked, (results, written), (new_results, written))
+
+
+def revision_stamp(ctx: Context, version: int, reviewer: str, reason: str, stamp: str) -> dict:
+    """What an edited result (an item's, or the draft answer) says of its edit: the version it makes, who, why, when."""
+    return {"draftVersion": version, "reviewer": reviewer, "reason": reason, "revisedAtUtc": stamp, "principal": ctx.store.principal()}
+
+
+def revised(ctx: Context, item: str, result: dict, before: tuple[list, dict | None], after: tuple[list, dict | None]) -> dict:
+    """revise's output: the new version, the edited result, the hashes a review binds before and after (each of
+    (results, draft answer)), and where the job stands for its review now."""
+    revision = result["revision"]
+    return {
+        "jobId": ctx.job["jobId"],
+        "draftVersion": revision["draftVersion"],
+        "itemId": item,
+        "resultsSha256": results_sha256(*after),
+        "previousResultsSha256": results_sha256(*before),
+        "reviewer": revision["reviewer"],
+        "reason": revision["reason"],
+        "principal": revision["principal"],
+        "result": result,
+        **review_step(ctx.store, ctx.job, *after),
+        **failed_field(ctx.store, after[0], call_rows(ctx.journal), ctx.manifest),
+    }
 
 
 def revise_draft(store: Store, text: str, path: str, reviewer: str, reason: str, bound: str | None) -> dict:
@@ -9347,13 +9353,7 @@ def revise_draft(store: Store, text: str, path: str, reviewer: str, reason: str,
         if old.get("status") == "validated" and old.get("sentences") == checked["sentences"]:
             raise DecisionError(f"--file {path} changes nothing: the draft answer's sentences are already exactly these (draft {draft})")
         stamp = now_utc()
-        checked["revision"] = {
-            "draftVersion": draft + 1,
-            "reviewer": reviewer,
-            "reason": reason,
-            "revisedAtUtc": stamp,
-            "principal": ctx.store.principal(),
-        }
+        checked["revision"] = revision_stamp(ctx, draft + 1, reviewer, reason, stamp)
         change = {
             "before": {k: old.get(k) for k in ("status", "reason", "text") if k in old},
             "after": {"status": "validated", "text": checked["text"]},
@@ -9362,19 +9362,7 @@ def revise_draft(store: Store, text: str, path: str, reviewer: str, reason: str,
         }
         with ctx.journal.transaction():
             insert_draft(ctx.journal, draft + 1, WRITER_ID, results, reviewer, reason, change, stamp)
-        return {
-            "jobId": ctx.job["jobId"],
-            "draftVersion": draft + 1,
-            "itemId": WRITER_ID,
-            "resultsSha256": results_sha256(results, checked),
-            "previousResultsSha256": results_sha256(results, old),
-            "reviewer": reviewer,
-            "reason": reason,
-            "principal": checked["revision"]["principal"],
-            "result": checked,
-            **review_step(ctx.store, ctx.job, results, checked),
-            **failed_field(ctx.store, results, call_rows(ctx.journal), ctx.manifest),
-        }
+        return revised(ctx, WRITER_ID, checked, (results, old), (results, checked))
 
 
 def read_revision_files(summary_file: str, citations_file: str | None) -> tuple[str, object]:
