@@ -377,6 +377,15 @@ class RateLimited(Exception):
         self.seconds, self.detail = seconds, detail
 
 
+class WaitsForSlot(JobError):
+    """A limit on its endpoint and model (a store's `limits`, or a state directory's environment) has no slot free for
+    the job's next call: the run ends before writing anything pending, and the job runs on after `seconds`."""
+
+    def __init__(self, seconds: float, message: str):
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class UsageError(JobError):
     """The command line itself is wrong."""
 
@@ -3461,6 +3470,11 @@ class Journal(abc.ABC):
         """Run one statement whose answer nobody reads (see write): here, at once."""
         self.execute(sql, names, values)
 
+    def store_slot(self, endpoint: str, model: str, tokens: int) -> float | None:
+        """A store's answer for a call's slot under its limits (0: taken, or no limit; else the seconds to wait);
+        None: this journal keeps no limits (a state directory's come from the environment: environment_slot)."""
+        return None
+
     def has_table(self, name: str) -> bool:
         return True
 
@@ -3932,6 +3946,70 @@ def uncertain_refusal(item_id: str, key: str) -> UncertainCall:
     )
 
 
+REQUESTS_PER_MINUTE_ENV = "DURABLE_JOB_REQUESTS_PER_MINUTE"  # a state directory's limit on its own calls (slot_wait)
+TOKENS_PER_MINUTE_ENV = "DURABLE_JOB_TOKENS_PER_MINUTE"
+SLOT_WINDOW = 61.0  # a limit counts the slots taken in the last minute, and a second for a request to reach its provider
+
+
+def limit_from_env(name: str) -> int | None:
+    """A per-minute limit the environment gives (a positive whole number), None when unset; any other value a HOLD."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(
+            f"{name} is {clip(text, 40)!r}, not a positive whole number: set it to the calls or tokens a minute allows, or unset it"
+        )
+    return int(text)
+
+
+def environment_slot(journal: Journal, tokens: int) -> float:
+    """A state directory's slot under the environment's limits, counted from the job's own journal: the dispatches (and
+    the bounds they were sent with) of the last minute; 0 when one is free, else the seconds until one frees."""
+    requests, token_limit = limit_from_env(REQUESTS_PER_MINUTE_ENV), limit_from_env(TOKENS_PER_MINUTE_ENV)
+    if requests is None and token_limit is None:
+        return 0.0
+    now = time.time()
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now - SLOT_WINDOW))
+    rows = journal.rows(
+        "SELECT at_utc, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' AND at_utc > {p.since} ORDER BY id", since=since
+    )
+    taken = [(utc_seconds(r["at_utc"]), int((json.loads(r["detail_json"] or "{}") or {}).get("tokenBound") or 0)) for r in rows]
+    taken = [(at, n) for at, n in taken if at > now - SLOT_WINDOW]
+    wait = 0.0
+    if requests is not None and len(taken) >= requests:
+        wait = taken[len(taken) - requests][0] + SLOT_WINDOW - now
+    used = sum(n for _, n in taken)
+    for at, n in taken if token_limit is not None and used + tokens > token_limit else []:
+        used -= n
+        if used + tokens <= token_limit:
+            wait = max(wait, at + SLOT_WINDOW - now)
+            break
+    return max(0.0, wait)
+
+
+def utc_seconds(text: str) -> float:
+    """now_utc's text as seconds since the epoch."""
+    import calendar
+
+    return calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + text[19:].rstrip("Z"))
+
+
+def token_bound(prompt: str, instructions: str) -> int:
+    """A call's bound on the tokens it may spend: its input estimated (about four characters a token) and its answer's cap."""
+    answer = ANSWER_MAX_OUTPUT_TOKENS if instructions in (ANSWER_SYSTEM, WRITER_SYSTEM) else MAX_OUTPUT_TOKENS
+    return (len(prompt) + len(instructions)) // 4 + 1 + answer
+
+
+def slot_wait(journal: Journal, job: Job, tokens: int) -> float:
+    """Take the slot of a call about to be journaled pending, in its transaction: 0 when taken (or when nothing limits
+    it), else the seconds until one frees. A store asks its database (one round trip); a state directory its environment."""
+    if job.get("mode") != "openai":
+        return 0.0
+    answer = journal.store_slot(provider_endpoint(job), job.get("model") or "", tokens)
+    return environment_slot(journal, tokens) if answer is None else answer
+
+
 def claim_attempt(
     db, job: Job, manifest: Manifest, item: Item, prompt: str, retry: dict | None = None, instructions: str | None = None
 ) -> tuple[str, Any]:
@@ -3958,6 +4036,10 @@ def claim_attempt(
             )
         if used >= manifest["maxModelCalls"]:
             raise BudgetError(f"the journal already holds {counted(used, 'call')}, the job's maxModelCalls; nothing more is sent")
+        tokens = token_bound(prompt, instructions)
+        seconds = slot_wait(journal, job, tokens)
+        if seconds > 0:
+            return "wait", seconds  # nothing pending is written; a store's slot_waits row commits (who waits, since when)
         key = f"{base}:{attempt}"
         stamp = now_utc()
         journal.write(
@@ -3974,6 +4056,8 @@ def claim_attempt(
         written = sent_row(journal, "calls", operation_key=key, created_utc=stamp, updated_utc=stamp, **pending)
         link_row(journal, "call", "calls", key, written)
         detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
+        if job.get("mode") == "openai":
+            detail["tokenBound"] = tokens  # what the call counts against a tokens-per-minute limit
         record_event(journal, key, "dispatch", detail)
         if retry is not None:
             record_event(journal, key, "retry", retry)
@@ -4158,6 +4242,12 @@ def get_or_call(
     instructions = instructions or instructions_for(manifest)
     while True:
         action, value = claim_attempt(journal, job, manifest, item, prompt, retry, instructions)
+        if action == "wait":
+            raise WaitsForSlot(
+                value,
+                f"job {job['jobId']} waits {value:.1f} s for a slot under the requests or tokens per minute set for model "
+                f"{job.get('model')} at {provider_endpoint(job)}; nothing was sent or spent: it runs on once a slot frees",
+            )
         if action == "reuse":
             if say:
                 say(f"item {item['id']}: reused the completed call in the journal (no new call)")
@@ -4357,7 +4447,7 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
 # own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
 # A key refused (SealedError: none given, the wrong one, a rotated-out one) is a hold, written in clear (record_hold).
-NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
+NOT_HOLDS = (BusyError, WorkerStopping, WaitsForSlot, UncertainCall, UsageError, DecisionError, StateError)
 
 
 def is_hold(exc: BaseException) -> bool:
@@ -8653,6 +8743,25 @@ def resume(
         return run_output(ctx, state, existing=existing)
 
 
+def paced(store: Store, run, *, stop: threading.Event | None = None, say=None) -> dict:
+    """run() (a start or a resume), run on for as long as a limit keeps the job waiting for a slot (WaitsForSlot): each
+    wait is spent with nothing pending, the job's lock released and the store's connections closed, then the job runs
+    on from where it stands (a resume). `stop`, set, ends a wait with the exception. `say` hears each wait."""
+    while True:
+        try:
+            return run()
+        except WaitsForSlot as waiting:
+            store.close()
+            if say is not None:
+                say(f"{waiting}; waiting {waiting.seconds:.1f} s, holding no lock and no connection")
+            if stop is not None:
+                if stop.wait(waiting.seconds):
+                    raise
+            else:
+                time.sleep(waiting.seconds)
+            run = functools.partial(resume, store, existing=False, stop=stop)
+
+
 def unrecorded_decision(ctx: Context) -> dict | None:
     """The journal's decision when the thread still waits at review without it (a decide stopped after its row):
     the run records it. A decision LangGraph saved itself is resumed by LangGraph."""
@@ -10350,6 +10459,49 @@ def figure_counts(results: list) -> dict:
 USAGE_BY = ("owner", "model", "day")
 
 
+def limits(
+    *,
+    store: str | None,
+    endpoint: str | None = None,
+    model: str | None = None,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    clear: bool = False,
+    program: str | None = None,
+    from_env: bool = False,
+) -> dict:
+    """The limits a team sets once (the store's administrator): requests (and tokens) per minute for an endpoint and a
+    model, kept in the store, taken slot by slot by every run before it journals a call pending. Without a number (or
+    --clear) it sets nothing and lists them."""
+    if not store:
+        raise UsageError(
+            f"limits are kept in a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job takes its limit from "
+            f"{REQUESTS_PER_MINUTE_ENV} and {TOKENS_PER_MINUTE_ENV}"
+        )
+    sets = requests_per_minute is not None or tokens_per_minute is not None or clear
+    if sets and not (endpoint and model):
+        raise UsageError("limits: give --endpoint URL and --model M with --requests-per-minute N (or --clear): the limit is on that pair")
+    if sets and endpoint_of(endpoint or "") is None:
+        raise UsageError(f"limits: --endpoint {clip(endpoint, 80)!r} is not an http(s) URL: give the OPENAI_BASE_URL your runs use")
+    if clear and (requests_per_minute is not None or tokens_per_minute is not None):
+        raise UsageError("limits: --clear removes the limit; give it without --requests-per-minute or --tokens-per-minute")
+    if tokens_per_minute is not None and requests_per_minute is None:
+        raise UsageError("limits: --tokens-per-minute goes with --requests-per-minute N: a limit always bounds the requests")
+    for name, value in (("--requests-per-minute", requests_per_minute), ("--tokens-per-minute", tokens_per_minute)):
+        if value is not None and value < 1:
+            raise UsageError(f"limits: {name} is {value}: give a positive whole number (or --clear to remove the limit)")
+    return team_part("store").store_limits(
+        store,
+        endpoint=endpoint_of(endpoint) if sets and endpoint else endpoint,
+        model=model,
+        requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute,
+        clear=clear,
+        program=program,
+        from_env=from_env,
+    )
+
+
 def registered_passkeys(*, store: str | None = None, roots=(), program: str | None = None, from_env: bool = False) -> dict:
     """The passkeys registered on serve's page: in a store (every role's), or in the state directories under folders
     (roots), each once. `lines` are an allowed-passkeys file (verify --allowed-passkeys FILE) for a person to review
@@ -10910,6 +11062,18 @@ def text_passkeys(out: dict, store) -> list:
     return list(out["lines"])
 
 
+def text_limits(out: dict, store) -> list:
+    """Each limit the store keeps (who set it, when), then each job that waits for a slot, since when."""
+    lines = [f"limits of store {out['store']}:" if out["limits"] else f"store {out['store']} keeps no limits: every call goes at once"]
+    for r in out["limits"]:
+        tokens = f", {r['tokensPerMinute']} tokens" if r.get("tokensPerMinute") else ""
+        lines.append(
+            f"  {r['model']} at {r['endpoint']}: {r['requestsPerMinute']} requests{tokens} a minute (set by {r['setBy']} {r['setAt']})"
+        )
+    lines += [f"  job {w['jobId']} waits for a slot since {w['since']} ({w['model']} at {w['endpoint']})" for w in out.get("waiting") or []]
+    return lines
+
+
 def text_jobs(out: dict, store) -> list:
     """The table, then how to read the next page when more rows remain."""
     lines = [jobs_table(out["jobs"])]
@@ -11122,16 +11286,22 @@ def set_up_by_its_administrator(store: Store) -> Iterator[None]:
         raise team_part("store").set_up_refusal(store, exc) from None
 
 
+def say_on_stderr(text: str) -> None:
+    """A command's progress line, on stderr (its stdout is its document)."""
+    print(printable(text), file=sys.stderr, flush=True)
+
+
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
     store = with_manifests_job(args, store_from(args))
     with set_up_by_its_administrator(store):
-        return start(store, args.manifest)
+        return paced(store, lambda: start(store, args.manifest), say=say_on_stderr)
 
 
 def cmd_resume(args) -> dict:
     """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
-    return cast(dict, resume(store_from(args)))
+    store = store_from(args)
+    return paced(store, lambda: cast(dict, resume(store)), say=say_on_stderr)
 
 
 def cmd_status(args) -> dict:
@@ -11320,6 +11490,15 @@ def cmd_migrate(args) -> dict:
         raise UsageError(f"migrate needs --store URL (or {STORE_ENV})")
     return team_part("store").migrate_schema(
         url, grant=args.grant or (), grant_worker=args.grant_worker or (), owner=args.owner, program=args.program, from_env=not args.store
+    )
+
+
+def cmd_limits(args) -> dict:
+    """Set (the store's administrator) or list the requests and tokens per minute an endpoint and model allow."""
+    return limits(
+        store=args.store or os.environ.get(STORE_ENV),
+        from_env=not args.store,
+        **flags_of(args, "endpoint", "model", "requests_per_minute", "tokens_per_minute", "clear", "program"),
     )
 
 
@@ -11698,6 +11877,19 @@ COMMANDS = {
                 help="let ROLE (a worker) run any runnable job, and nothing else (repeatable)",
             ),
             flag("--owner", metavar="ROLE", help="a store made before jobs had owners: its jobs become ROLE's"),
+        ],
+        state_dir=False,
+    ),
+    "limits": Command(
+        cmd_limits,
+        text_limits,
+        [
+            STORE_FLAG,
+            flag("--endpoint", metavar="URL", help="the provider's base URL the limit is on (as OPENAI_BASE_URL names it)"),
+            flag("--model", metavar="M", help="the model the limit is on"),
+            flag("--requests-per-minute", type=int, metavar="N", help="set the limit: at most N calls in any minute (the administrator's)"),
+            flag("--tokens-per-minute", type=int, metavar="N", help="and at most N tokens (each call's input estimate and answer cap)"),
+            flag("--clear", action="store_true", help="remove the limit on --endpoint and --model (the administrator's)"),
         ],
         state_dir=False,
     ),
