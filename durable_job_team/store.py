@@ -1808,6 +1808,7 @@ def store_limits(
             raise StateError(f"store {target.public} keeps no limits yet: its administrator runs `durable-job migrate --store URL` first")
         changed = 0
         if requests_per_minute is not None or clear:
+            db.principal = target.principal()  # named in the refusal
             need_admin(target, db, "setting or clearing a limit")
             with db.transaction():
                 if clear:

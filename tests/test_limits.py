@@ -1,0 +1,127 @@
+"""Limits a team sets once (issue 48): requests (and tokens) per minute for an endpoint and a model, set by the store's
+administrator, kept in the store; every worker and every run takes its call's slot in the database (take_slot) before it
+journals the call pending, and otherwise waits holding nothing: no pending row, no job lock, no connection. A state
+directory takes its limit from the environment. Real PostgreSQL, real `work` processes, the loopback provider (openai
+mode) with a sliding-minute limit of its own as witness.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from conftest import PROGRAM, Workspace, admin_url, as_role, clean_env, kill_group, openai_workspace, refused, sql, wait_for
+
+ENDPOINT = "http://127.0.0.1:9/v1"
+
+
+def limits(ws: Workspace, url: str, *flags) -> "object":
+    return ws.run("limits", "--store", url, *flags)
+
+
+def test_the_administrator_sets_a_limit_once_everyone_reads_it_and_nobody_else_may_set_one(tmp_path, store_url):
+    ws = Workspace(tmp_path, store=store_url)
+    admin = admin_url(store_url)
+    assert limits(ws, store_url).ok()["limits"] == []
+    set_ = limits(ws, admin, "--endpoint", ENDPOINT, "--model", "gpt-test", "--requests-per-minute", "30", "--tokens-per-minute", "90000")
+    [limit] = set_.ok()["limits"]
+    assert (limit["endpoint"], limit["model"], limit["requestsPerMinute"], limit["tokensPerMinute"], limit["setBy"]) == (
+        ENDPOINT,
+        "gpt-test",
+        30,
+        90000,
+        "durable",
+    )
+    # alice (a person) and the worker read it; neither may set or clear one
+    assert limits(ws, store_url).ok()["limits"] == [limit]
+    assert limits(ws, as_role(store_url, "worker")).ok()["limits"] == [limit]
+    text = ws.run("limits", "--store", store_url, "--text")
+    assert text.code == 0 and "gpt-test at http://127.0.0.1:9/v1: 30 requests, 90000 tokens a minute (set by durable" in text.stdout
+    line = limits(ws, store_url, "--endpoint", ENDPOINT, "--model", "gpt-test", "--requests-per-minute", "3000").held(
+        "the store's administrator's", "role alice may not"
+    )
+    assert "ask the administrator" in line
+    limits(ws, store_url, "--endpoint", ENDPOINT, "--model", "gpt-test", "--clear").held("the store's administrator's")
+    # the administrator changes it (a new number, tokens dropped), then clears it
+    changed = limits(ws, admin, "--endpoint", ENDPOINT + "/", "--model", "gpt-test", "--requests-per-minute", "60").ok()
+    assert [(r["requestsPerMinute"], r["tokensPerMinute"]) for r in changed["limits"]] == [(60, None)]
+    assert limits(ws, admin, "--endpoint", ENDPOINT, "--model", "gpt-test", "--clear").ok()["limits"] == []
+
+
+@pytest.mark.parametrize(
+    "flags, phrase",
+    [
+        (["--requests-per-minute", "30"], "give --endpoint URL and --model M"),
+        (["--endpoint", "ftp://x/v1", "--model", "m", "--requests-per-minute", "30"], "is not an http(s) URL"),
+        (["--endpoint", ENDPOINT, "--model", "m", "--requests-per-minute", "0"], "give a positive whole number"),
+        (["--endpoint", ENDPOINT, "--model", "m", "--tokens-per-minute", "500"], "goes with --requests-per-minute N"),
+        (["--endpoint", ENDPOINT, "--model", "m", "--requests-per-minute", "5", "--clear"], "--clear removes the limit"),
+        (["--endpoint", ENDPOINT, "--model", "m", "--requests-per-minute", "many"], "--requests-per-minute"),
+    ],
+    ids=["no-pair", "not-a-url", "zero", "tokens-alone", "clear-and-set", "not-a-number"],
+)
+def test_a_bad_limit_is_one_hold_line_naming_the_fix(tmp_path, store_url, flags, phrase):
+    ws = Workspace(tmp_path, store=store_url)
+    limits(ws, admin_url(store_url), *flags).held(phrase)
+    assert sql(admin_url(store_url), "SELECT count(*) FROM durable_job.limits") == [(0,)]
+
+
+def test_without_a_store_limits_says_where_a_state_directory_takes_its_limit_from():
+    from conftest import assert_held
+
+    out = subprocess.run([sys.executable, PROGRAM, "limits"], capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert_held(out.returncode, out.stdout, out.stderr, "give --store URL", "DURABLE_JOB_REQUESTS_PER_MINUTE")
+
+
+def set_limit(store_url: str, rpm: int, endpoint: str = ENDPOINT, tpm=None) -> None:
+    sql(
+        admin_url(store_url),
+        "INSERT INTO durable_job.limits (endpoint, model, requests_per_minute, tokens_per_minute, set_utc) VALUES (%s, %s, %s, %s, 'now')",
+        (endpoint, "gpt-test", rpm, tpm),
+    )
+
+
+def test_only_take_slot_writes_the_ledger_whatever_a_runner_tries(store_url, tmp_path):
+    """The ledger decides who may call: a row a runner could insert would let it starve every other job (or, deleted,
+    let it exceed the limit). The worker and alice try a direct insert, an update, a delete, SET ROLE to the owner, and a
+    function of their own in pg_temp that shadows a name take_slot uses; the ledger holds only what take_slot wrote."""
+    ws = Workspace(tmp_path, store=store_url)
+    ws.write_manifest(jobId="job-a")
+    ws.run("submit", "--manifest", ws.manifest, "--store", store_url).ok()
+    set_limit(store_url, 2)
+    worker = as_role(store_url, "worker")
+    for role_url in (store_url, worker):
+        for statement in (
+            "INSERT INTO durable_job.slots (endpoint, model, tokens, job_id, principal, taken_at) VALUES ('http://127.0.0.1:9/v1', 'gpt-test', 0, 'job-a', 'x', now())",
+            "UPDATE durable_job.slots SET taken_at = now() - interval '1 hour'",
+            "DELETE FROM durable_job.slots",
+            "INSERT INTO durable_job.slot_waits VALUES ('job-a', 'e', 'm', 'then', 'later')",
+            "INSERT INTO durable_job.limits (endpoint, model, requests_per_minute, set_utc) VALUES ('http://x:1/v1', 'm', 1000000, 'now')",
+            "UPDATE durable_job.limits SET requests_per_minute = 1000000",
+            "DELETE FROM durable_job.limits",
+        ):
+            assert "permission denied" in refused(role_url, statement) or "row-level security" in refused(role_url, statement)
+        assert "permission denied" in refused(role_url, "SET ROLE durable")
+    # two slots a minute: the worker takes them; a third is a wait, and the job is marked waiting since then
+    take = "SELECT durable_job.take_slot(%s, 'gpt-test', 100, 'job-a')"
+    assert sql(worker, take, (ENDPOINT,)) == [(0.0,)]
+    assert sql(worker, take, (ENDPOINT,)) == [(0.0,)]
+    [(wait,)] = sql(worker, take, (ENDPOINT,))
+    assert 55 < wait <= 61
+    assert [r[0] for r in sql(store_url, "SELECT job_id FROM durable_job.slot_waits")] == ["job-a"]
+    # a function in pg_temp named as take_slot's own (now(), count()) changes nothing: its search_path is fixed
+    with psycopg.connect(worker, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION pg_temp.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT now() + interval '1 day' $$")
+        conn.execute("CREATE FUNCTION pg_temp.count(anyelement) RETURNS bigint LANGUAGE sql AS $$ SELECT 0::bigint $$")
+        conn.execute("SET search_path = pg_temp, durable_job, public")
+        assert conn.execute(take, (ENDPOINT,)).fetchone()[0] > 55
+    # nobody but a runner of the job takes a slot for it, and tokens are a count
+    assert "runs no job" in refused(worker, "SELECT durable_job.take_slot(%s, 'gpt-test', 1, 'job-nobody')", (ENDPOINT,))
+    assert "are a count" in refused(worker, "SELECT durable_job.take_slot(%s, 'gpt-test', -5, 'job-a')", (ENDPOINT,))
+    assert sql(admin_url(store_url), "SELECT count(*), min(principal), max(principal) FROM durable_job.slots") == [(2, "worker", "worker")]
+    # no limit on the pair: 0 at once, nothing written
+    assert sql(worker, "SELECT durable_job.take_slot('http://elsewhere:1/v1', 'gpt-test', 1, 'job-a')") == [(0.0,)]
+    assert sql(admin_url(store_url), "SELECT count(*) FROM durable_job.slots") == [(2,)]
