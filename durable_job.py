@@ -3979,10 +3979,10 @@ def environment_slot(journal: Journal, tokens: int) -> float:
     wait = 0.0
     if requests is not None and len(taken) >= requests:
         wait = taken[len(taken) - requests][0] + SLOT_WINDOW - now
-    used = sum(n for _, n in taken)
-    for at, n in taken if token_limit is not None and used + tokens > token_limit else []:
+    used, bound = sum(n for _, n in taken), token_limit or 0
+    for at, n in taken if token_limit is not None and used + tokens > bound else []:
         used -= n
-        if used + tokens <= token_limit:
+        if used + tokens <= bound:
             wait = max(wait, at + SLOT_WINDOW - now)
             break
     return max(0.0, wait)
@@ -5101,6 +5101,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def check_whole(self) -> str:
         """verify's `files` check: the storage itself is sound."""
+
+    def slot_wait_since(self) -> str | None:
+        """When the job began to wait for a slot under its store's limits (None: it waits for none; a state directory's
+        run waits in the foreground, its wait on its own stderr)."""
+        return None
 
     @abc.abstractmethod
     def pruned_record(self) -> dict | None:
@@ -6304,6 +6309,9 @@ def where_it_stands(snap: Snapshot, out: dict, *, ended_seals: bool = True) -> d
         out["running"] = {**cast(Holder, snap.holder), "calls": in_flight(snap)}
     if broken:
         out["sealBroken"] = broken
+    since = snap.store.slot_wait_since() if snap.phase not in ("decided", "cancelled", "awaiting-review") else None
+    if since is not None:
+        out["waitsForSlot"] = {"since": since}
     pruned = snap.store.pruned_record()
     if pruned is not None:  # what a checkpoint would have told is the kept values; the history itself is gone
         out["pruned"] = {k: pruned.get(k) for k in ("markedUtc", "prunedUtc", "freedBytes", "principal")}
@@ -10385,6 +10393,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "figures": job_figures(snap),
             "actsHere": sealed_here(job),
             "hold": out["hold"],
+            **({"waitsForSlot": out["waitsForSlot"]} if out.get("waitsForSlot") else {}),
         }
         if prices is not None:
             row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
@@ -10927,6 +10936,8 @@ def text_decide(out: dict, store) -> list:
 def text_status(out: dict, store) -> list:
     """The phase, each item's status (a failed one with its reason) and every journaled call; a pending one with its ready-to-paste reconcile."""
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
+    if out.get("waitsForSlot"):
+        lines.append(f"  waits for a slot since {out['waitsForSlot']['since']} (a limit on its model's requests or tokens a minute)")
     lines += result_lines(out.get("results"), store)
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {call[1]:<12} {call[0]}")
@@ -11218,6 +11229,10 @@ def jobs_table(jobs: list) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         if job.get("hold"):
             lines += labelled_lines("held", f"{job['hold']['message']} (by {job['hold']['by']} at {job['hold']['at']})")
+        if job.get("waitsForSlot"):
+            lines += labelled_lines(
+                "waits", f"for a slot since {job['waitsForSlot']['since']} (a limit on its model's requests or tokens a minute)"
+            )
         lines += labelled_lines("next", job["next"])
     if priced:
         lines.append(f"costs: estimates from {priced[0]['pricesFile']}, not the provider's bill")

@@ -1353,6 +1353,12 @@ class PgStore(Store):
 
         return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.sealer()))
 
+    def slot_wait_since(self) -> str | None:
+        if self.row is not None and "slot_wait_since" in self.row:  # read with the job's row (a listing's page)
+            return self.row["slot_wait_since"]
+        row = self.db().row("SELECT since_utc FROM durable_job.slot_waits WHERE job_id = {p.job_id}")
+        return None if row is None else row["since_utc"]
+
     def pruned_record(self) -> dict | None:
         if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
             return opened_pruned(self.sealer, strict_json(self.row["pruned"])) if self.row["pruned"] else None
@@ -1943,6 +1949,7 @@ SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.ow
     WHERE x.job_id = j.job_id AND x.kind = 'decision') AS decision,
   (SELECT json_build_object('by', h.principal, 'at', h.at_utc, 'message', h.message, 'fix', h.fix, 'program', h.program)
     FROM durable_job.holds h WHERE h.job_id = j.job_id) AS hold,
+  (SELECT w.since_utc FROM durable_job.slot_waits w WHERE w.job_id = j.job_id) AS slot_wait_since,
   (SELECT json_build_object('role', a.usename, 'name', a.application_name) FROM durable_job.job_locks k
     JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
     LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,

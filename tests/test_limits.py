@@ -125,3 +125,76 @@ def test_only_take_slot_writes_the_ledger_whatever_a_runner_tries(store_url, tmp
     # no limit on the pair: 0 at once, nothing written
     assert sql(worker, "SELECT durable_job.take_slot('http://elsewhere:1/v1', 'gpt-test', 1, 'job-a')") == [(0.0,)]
     assert sql(admin_url(store_url), "SELECT count(*) FROM durable_job.slots") == [(2,)]
+
+
+def busiest_minute(times: list) -> int:
+    """The most requests any 60-second window holds."""
+    times = sorted(times)
+    return max((sum(1 for t in times[i:] if t < start + 60) for i, start in enumerate(times)), default=0)
+
+
+def test_eight_workers_under_one_shared_limit_send_no_call_the_provider_refuses(tmp_path, store_url, provider):
+    """Eight `work` processes, one limit of 30 requests a minute on the provider they share, 40 one-item jobs; the
+    provider answers 429 to anything above 30 in a sliding minute. Every job reaches review with no 429 in the
+    provider's log and the busiest minute holding 27 to 30 requests; a worker SIGKILLed while every worker waits for a
+    slot leaves nothing pending, and its jobs finish under the others."""
+    from test_work import phases, submit_jobs, worker
+
+    provider.behave("limit:30")
+    set_limit(store_url, 30, endpoint=provider.base_url.rstrip("/"))
+    submit_jobs(tmp_path, store_url, 40, provider)
+    env = provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5")
+    workers = [worker(store_url, "--until-idle", env=env) for _ in range(8)]
+    try:
+        admin = admin_url(store_url)
+        wait_for(lambda: sql(admin, "SELECT count(*) FROM durable_job.slot_waits")[0][0] >= 6, timeout=90, interval=0.2)
+        assert sql(admin, "SELECT count(*) FROM durable_job.calls WHERE status = 'pending'") == [(0,)]  # waiting holds none
+        assert sql(admin, "SELECT count(*) FROM durable_job.slots") == [(30,)]
+        kill_group(workers[0])
+        outs = [w.communicate(timeout=180) for w in workers[1:]]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                kill_group(w)
+    for w, (_, err) in zip(workers[1:], outs, strict=True):
+        assert w.returncode == 0, err
+    assert list(phases(store_url).values()) == ["awaiting-review"] * 40
+    assert sql(admin, "SELECT count(*), count(*) FILTER (WHERE status = 'completed') FROM durable_job.calls") == [(40, 40)]
+    requests = provider.requests()
+    assert [r["behaviour"] for r in requests] == ["ok"] * 40  # zero 429s: every call went out under the limit
+    assert 27 <= busiest_minute([r["time"] for r in requests]) <= 30
+    runs = [json.loads(out) for out, _ in outs]
+    assert sum(n for r in runs for phase, n in r["counts"].items() if phase == "awaiting-review") >= 40 - 5
+    assert any(run["to"] == "waits-for-slot" for r in runs for run in r["runs"])
+
+
+def test_a_run_with_no_slot_free_waits_holding_nothing_then_runs_on(tmp_path, store_url, provider):
+    """The limit's two slots of this minute were taken 55 s ago (seeded as the administrator): `start` journals nothing
+    pending, holds no lock while it waits, `status` and `jobs` say it waits for a slot and since when; once a slot
+    frees it runs on and reaches review, its call sent after the wait."""
+    from conftest import ALPHA
+
+    ws = openai_workspace(Workspace(tmp_path, store=store_url), provider, sources={"alpha": ALPHA}, jobId="job-paced")
+    endpoint = provider.base_url.rstrip("/")
+    set_limit(store_url, 2, endpoint=endpoint)
+    ws.run("submit", "--manifest", ws.manifest, "--store", store_url).ok()
+    seeded = "INSERT INTO durable_job.slots (endpoint, model, tokens, job_id, principal, taken_at) VALUES (%s, 'gpt-test', 1, 'job-paced', 'seed', now() - interval '55 seconds')"
+    for _ in range(2):
+        sql(admin_url(store_url), seeded, (endpoint,))
+    began = time.time()
+    run = ws.popen("resume")
+    wait_for(lambda: sql(store_url, "SELECT count(*) FROM durable_job.slot_waits")[0][0] == 1, timeout=30, interval=0.1)
+    status = ws.run("status").ok()
+    assert status["waitsForSlot"]["since"].startswith(time.strftime("%Y-%m-%d", time.gmtime()))
+    assert status["calls"] == [] and status.get("running") is None  # nothing pending, no lock held while it waits
+    [row] = ws.run("jobs", "--store", store_url).ok()["jobs"]
+    assert row["waitsForSlot"] == status["waitsForSlot"]
+    assert "waits: for a slot since" in ws.run("jobs", "--store", store_url, "--text").stdout
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err
+    assert "waits" in err and "holding no lock and no connection" in err
+    assert [r["status"] for r in json.loads(out)["results"]] == ["validated"]
+    [request] = provider.requests()
+    assert request["time"] - began >= 5  # sent once the seeded slots were a minute and a second old
+    assert sql(store_url, "SELECT count(*) FROM durable_job.slot_waits") == [(0,)]
+    assert "waitsForSlot" not in ws.run("status").ok()
