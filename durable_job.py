@@ -3974,7 +3974,7 @@ def environment_slot(journal: Journal, tokens: int) -> float:
     rows = journal.rows(
         "SELECT at_utc, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' AND at_utc > {p.since} ORDER BY id", since=since
     )
-    taken = [(utc_seconds(r["at_utc"]), int((json.loads(r["detail_json"] or "{}") or {}).get("tokenBound") or 0)) for r in rows]
+    taken = [(utc_seconds(r["at_utc"]), dispatched_bound(r["detail_json"])) for r in rows]
     taken = [(at, n) for at, n in taken if at > now - SLOT_WINDOW]
     wait = 0.0
     if requests is not None and len(taken) >= requests:
@@ -3986,6 +3986,15 @@ def environment_slot(journal: Journal, tokens: int) -> float:
             wait = max(wait, at + SLOT_WINDOW - now)
             break
     return max(0.0, wait)
+
+
+def dispatched_bound(detail_json) -> int:
+    """The token bound a dispatch event recorded (0 when it recorded none, or its detail cannot be read)."""
+    try:
+        bound = (json.loads(detail_json or "{}") or {}).get("tokenBound")
+    except (TypeError, ValueError, AttributeError):
+        return 0
+    return bound if type(bound) is int and bound > 0 else 0
 
 
 def utc_seconds(text: str) -> float:

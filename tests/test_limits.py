@@ -198,3 +198,27 @@ def test_a_run_with_no_slot_free_waits_holding_nothing_then_runs_on(tmp_path, st
     assert request["time"] - began >= 5  # sent once the seeded slots were a minute and a second old
     assert sql(store_url, "SELECT count(*) FROM durable_job.slot_waits") == [(0,)]
     assert "waitsForSlot" not in ws.run("status").ok()
+
+
+def test_a_state_directory_paces_its_calls_by_the_limit_in_its_environment(tmp_path, provider):
+    """DURABLE_JOB_REQUESTS_PER_MINUTE=1, two items: the first call goes out, the second waits for the minute to pass,
+    counted from the job's own journal, with nothing pending and the job's lock released (a `resume` without the limit,
+    once the waiting run is killed, takes the job at once and finishes it). A bad value is one HOLD line."""
+    from conftest import ALPHA, BETA
+
+    ws = openai_workspace(Workspace(tmp_path), provider, sources={"alpha": ALPHA, "beta": BETA})
+    run = ws.popen("start", "--manifest", ws.manifest, env={"DURABLE_JOB_REQUESTS_PER_MINUTE": "1"})
+    try:
+        wait_for(lambda: len(provider.requests()) == 1 and ws.db_rows()[-1:] and ws.db_rows()[-1][2] == "completed", timeout=60)
+        time.sleep(2)  # the second item's call waits for its slot
+        assert run.poll() is None and len(provider.requests()) == 1
+        assert [r[2] for r in ws.db_rows()] == ["completed"]  # nothing pending while it waits
+        [dispatch] = [e for e in ws.events(ws.db_rows()[0][0]) if e["event"] == "dispatch"]
+        assert dispatch["detail"]["tokenBound"] > 500  # the bound a tokens-per-minute limit counts: input estimate and answer cap
+    finally:
+        kill_group(run)
+    assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated", "validated"]  # no lock was left held
+    assert len(provider.requests()) == 2
+    other = openai_workspace(Workspace(tmp_path / "other"), provider, sources={"alpha": ALPHA})
+    other.start(env={"DURABLE_JOB_REQUESTS_PER_MINUTE": "lots"}).held("DURABLE_JOB_REQUESTS_PER_MINUTE", "positive whole number")
+    assert other.db_rows() == []
