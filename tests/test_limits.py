@@ -222,3 +222,26 @@ def test_a_state_directory_paces_its_calls_by_the_limit_in_its_environment(tmp_p
     other = openai_workspace(Workspace(tmp_path / "other"), provider, sources={"alpha": ALPHA})
     other.start(env={"DURABLE_JOB_REQUESTS_PER_MINUTE": "lots"}).held("DURABLE_JOB_REQUESTS_PER_MINUTE", "positive whole number")
     assert other.db_rows() == []
+
+
+def test_the_web_list_says_which_job_waits_for_a_slot_and_since_when(tmp_path, store_url, pg_server):
+    """A job the limit keeps waiting (its wait marked by take_slot itself, the worker's way) shows on serve's list as
+    waiting for a slot since then; a job that waits for none says nothing of it."""
+    from test_web import Serve, sign_in
+
+    ws = Workspace(tmp_path, store=store_url)
+    for job in ("job-waits", "job-free"):
+        ws.write_manifest(jobId=job)
+        ws.run("submit", "--manifest", ws.manifest, "--store", store_url).ok()
+    set_limit(store_url, 1)
+    worker = as_role(store_url, "worker")
+    assert sql(worker, "SELECT durable_job.take_slot(%s, 'gpt-test', 1, 'job-free')", (ENDPOINT,)) == [(0.0,)]
+    assert sql(worker, "SELECT durable_job.take_slot(%s, 'gpt-test', 1, 'job-waits')", (ENDPOINT,))[0][0] > 55
+    [(since,)] = sql(store_url, "SELECT since_utc FROM durable_job.slot_waits")
+    s = Serve(tmp_path, "--store", store_url)
+    try:
+        page = sign_in(s, "alice").get("/").text
+    finally:
+        s.kill()
+    assert page.count("waits for a slot since") == 1 and f"waits for a slot since {since}" in page
+    assert page.index("job-waits") < page.index("waits for a slot since") < page.index("job-free")
