@@ -8760,10 +8760,11 @@ def resume(
         return run_output(ctx, state, existing=existing)
 
 
-def paced(store: Store, run, *, stop: threading.Event | None = None, say=None) -> dict:
+def paced(store: Store, run, *, stop: threading.Event | None = None, say=None, again=None) -> dict:
     """run() (a start or a resume), run on for as long as a limit keeps the job waiting for a slot (WaitsForSlot): each
     wait is spent with nothing pending, the job's lock released and the store's connections closed, then the job runs
-    on from where it stands (a resume). `stop`, set, ends a wait with the exception. `say` hears each wait."""
+    on from where it stands (a resume; `again`, when given: a retry asks again). `stop`, set, ends a wait with the
+    exception. `say` hears each wait."""
     while True:
         try:
             return run()
@@ -8776,7 +8777,7 @@ def paced(store: Store, run, *, stop: threading.Event | None = None, say=None) -
                     raise
             else:
                 time.sleep(waiting.seconds)
-            run = functools.partial(resume, store, existing=False, stop=stop)
+            run = again or functools.partial(resume, store, existing=False, stop=stop)
 
 
 def unrecorded_decision(ctx: Context) -> dict | None:
@@ -11359,7 +11360,9 @@ def cmd_revise(args) -> dict:
 
 def cmd_retry(args) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
-    return retry(store_from(args), **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
+    store = store_from(args)
+    asked = functools.partial(retry, store, **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
+    return paced(store, asked, say=say_on_stderr, again=asked)  # its call waits for a slot as a run's does
 
 
 def cmd_cancel(args) -> dict:
