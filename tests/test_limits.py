@@ -151,6 +151,7 @@ def test_eight_workers_under_one_shared_limit_send_no_call_the_provider_refuses(
         assert sql(admin, "SELECT count(*) FROM durable_job.calls WHERE status = 'pending'") == [(0,)]  # waiting holds none
         assert sql(admin, "SELECT count(*) FROM durable_job.slots") == [(30,)]
         kill_group(workers[0])
+        assert sql(admin, "SELECT count(*) FROM durable_job.calls WHERE status = 'pending'") == [(0,)]  # it left nothing pending
         outs = [w.communicate(timeout=180) for w in workers[1:]]
     finally:
         for w in workers:
