@@ -138,11 +138,12 @@ def test_eight_workers_under_one_shared_limit_send_no_call_the_provider_refuses(
     provider answers 429 to anything above 30 in a sliding minute. Every job reaches review with no 429 in the
     provider's log and the busiest minute holding 27 to 30 requests; a worker SIGKILLed while every worker waits for a
     slot leaves nothing pending, and its jobs finish under the others."""
-    from test_work import phases, submit_jobs, worker
+    from test_work import job_workspace, phases, worker
 
     provider.behave("limit:30")
     set_limit(store_url, 30, endpoint=provider.base_url.rstrip("/"))
-    submit_jobs(tmp_path, store_url, 40, provider)
+    jobs = [job_workspace(tmp_path, store_url, n, provider) for n in range(40)]
+    assert len(jobs[0].run("submit", "--store", store_url, *[w.manifest for w in jobs]).ok()["submits"]) == 40  # one command
     env = provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5")
     workers = [worker(store_url, "--until-idle", env=env) for _ in range(8)]
     try:
