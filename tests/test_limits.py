@@ -247,3 +247,33 @@ def test_the_web_list_says_which_job_waits_for_a_slot_and_since_when(tmp_path, s
         s.kill()
     assert page.count("waits for a slot since") == 1 and f"waits for a slot since {since}" in page
     assert page.index("job-waits") < page.index("waits for a slot since") < page.index("job-free")
+
+
+def test_a_worker_told_to_stop_ends_its_wait_for_a_slot_at_once(tmp_path, store_url, provider):
+    """A worker whose job waits for a slot (the minute's one slot taken 5 s ago) stops on SIGTERM within seconds, not a
+    minute later, sending nothing and leaving nothing pending; the job waits on, ready for the next worker."""
+    import signal
+
+    from test_work import job_workspace, worker
+
+    endpoint = provider.base_url.rstrip("/")
+    set_limit(store_url, 1, endpoint=endpoint)
+    w = job_workspace(tmp_path, store_url, 0, provider)
+    w.run("submit", "--manifest", w.manifest, "--store", store_url).ok()
+    sql(
+        admin_url(store_url),
+        "INSERT INTO durable_job.slots (endpoint, model, tokens, job_id, principal, taken_at) VALUES (%s, 'gpt-test', 1, 'job-00', 'seed', now() - interval '5 seconds')",
+        (endpoint,),
+    )
+    proc = worker(store_url, "--until-idle", env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
+    try:
+        wait_for(lambda: sql(store_url, "SELECT count(*) FROM durable_job.slot_waits")[0][0] == 1, timeout=60, interval=0.1)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert time.monotonic() - stopped < 15 and proc.returncode == 0, err
+    assert json.loads(out)["counts"] == {"waits-for-slot": 1} and "job job-00: not-started -> waits-for-slot" in err
+    assert provider.requests() == [] and sql(store_url, "SELECT count(*) FROM durable_job.calls") == [(0,)]
