@@ -277,3 +277,20 @@ def test_a_worker_told_to_stop_ends_its_wait_for_a_slot_at_once(tmp_path, store_
     assert time.monotonic() - stopped < 15 and proc.returncode == 0, err
     assert json.loads(out)["counts"] == {"waits-for-slot": 1} and "job job-00: not-started -> waits-for-slot" in err
     assert provider.requests() == [] and sql(store_url, "SELECT count(*) FROM durable_job.calls") == [(0,)]
+
+
+def test_tokens_per_minute_count_each_calls_bound_against_the_limit(tmp_path, store_url):
+    """100 requests but 1,000 tokens a minute: a 600-token call goes, a second 600 waits (until the first is a minute
+    old), a 300 still fits; a lone call above the whole limit is never kept waiting for ever (an empty minute takes it)."""
+    ws = Workspace(tmp_path, store=store_url)
+    ws.write_manifest(jobId="job-t")
+    ws.run("submit", "--manifest", ws.manifest, "--store", store_url).ok()
+    set_limit(store_url, 100, tpm=1000)
+    take = "SELECT durable_job.take_slot(%s, 'gpt-test', %s, 'job-t')"
+    worker = as_role(store_url, "worker")
+    assert sql(worker, take, (ENDPOINT, 600)) == [(0.0,)]
+    [(wait,)] = sql(worker, take, (ENDPOINT, 600))
+    assert 55 < wait <= 61
+    assert sql(worker, take, (ENDPOINT, 300)) == [(0.0,)]
+    sql(admin_url(store_url), "DELETE FROM durable_job.slots")
+    assert sql(worker, take, (ENDPOINT, 5000)) == [(0.0,)]
