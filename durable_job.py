@@ -377,6 +377,15 @@ class RateLimited(Exception):
         self.seconds, self.detail = seconds, detail
 
 
+class WaitsForSlot(JobError):
+    """A limit on its endpoint and model (a store's `limits`, or a state directory's environment) has no slot free for
+    the job's next call: the run ends before writing anything pending, and the job runs on after `seconds`."""
+
+    def __init__(self, seconds: float, message: str):
+        super().__init__(message)
+        self.seconds = seconds
+
+
 class UsageError(JobError):
     """The command line itself is wrong."""
 
@@ -3523,6 +3532,11 @@ class Journal(abc.ABC):
         """Run one statement whose answer nobody reads (see write): here, at once."""
         self.execute(sql, names, values)
 
+    def store_slot(self, endpoint: str, model: str, tokens: int) -> float | None:
+        """A store's answer for a call's slot under its limits (0: taken, or no limit; else the seconds to wait);
+        None: this journal keeps no limits (a state directory's come from the environment: environment_slot)."""
+        return None
+
     def has_table(self, name: str) -> bool:
         return True
 
@@ -3994,6 +4008,79 @@ def uncertain_refusal(item_id: str, key: str) -> UncertainCall:
     )
 
 
+REQUESTS_PER_MINUTE_ENV = "DURABLE_JOB_REQUESTS_PER_MINUTE"  # a state directory's limit on its own calls (slot_wait)
+TOKENS_PER_MINUTE_ENV = "DURABLE_JOB_TOKENS_PER_MINUTE"
+SLOT_WINDOW = 61.0  # a limit counts the slots taken in the last minute, and a second for a request to reach its provider
+
+
+def limit_from_env(name: str) -> int | None:
+    """A per-minute limit the environment gives (a positive whole number), None when unset; any other value a HOLD."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(
+            f"{name} is {clip(text, 40)!r}, not a positive whole number: set it to the calls or tokens a minute allows, or unset it"
+        )
+    return int(text)
+
+
+def environment_slot(journal: Journal, tokens: int) -> float:
+    """A state directory's slot under the environment's limits, counted from the job's own journal: the dispatches (and
+    the bounds they were sent with) of the last minute; 0 when one is free, else the seconds until one frees."""
+    requests, token_limit = limit_from_env(REQUESTS_PER_MINUTE_ENV), limit_from_env(TOKENS_PER_MINUTE_ENV)
+    if requests is None and token_limit is None:
+        return 0.0
+    now = time.time()
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now - SLOT_WINDOW))
+    rows = journal.rows(
+        "SELECT at_utc, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' AND at_utc > {p.since} ORDER BY id", since=since
+    )
+    taken = [(utc_seconds(r["at_utc"]), dispatched_bound(r["detail_json"])) for r in rows]
+    taken = [(at, n) for at, n in taken if at > now - SLOT_WINDOW]
+    wait = 0.0
+    if requests is not None and len(taken) >= requests:
+        wait = taken[len(taken) - requests][0] + SLOT_WINDOW - now
+    used, bound = sum(n for _, n in taken), token_limit or 0
+    for at, n in taken if token_limit is not None and used + tokens > bound else []:
+        used -= n
+        if used + tokens <= bound:
+            wait = max(wait, at + SLOT_WINDOW - now)
+            break
+    return max(0.0, wait)
+
+
+def dispatched_bound(detail_json) -> int:
+    """The token bound a dispatch event recorded (0 when it recorded none, or its detail cannot be read)."""
+    try:
+        bound = (json.loads(detail_json or "{}") or {}).get("tokenBound")
+    except (TypeError, ValueError, AttributeError):
+        return 0
+    return bound if type(bound) is int and bound > 0 else 0
+
+
+def utc_seconds(text: str) -> float:
+    """now_utc's text as seconds since the epoch."""
+    import calendar
+
+    return calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + text[19:].rstrip("Z"))
+
+
+def token_bound(prompt: str, instructions: str) -> int:
+    """A call's bound on the tokens it may spend: its input estimated (about four characters a token) and its answer's cap."""
+    answer = ANSWER_MAX_OUTPUT_TOKENS if instructions in (ANSWER_SYSTEM, WRITER_SYSTEM) else MAX_OUTPUT_TOKENS
+    return (len(prompt) + len(instructions)) // 4 + 1 + answer
+
+
+def slot_wait(journal: Journal, job: Job, tokens: int) -> float:
+    """Take the slot of a call about to be journaled pending, in its transaction: 0 when taken (or when nothing limits
+    it), else the seconds until one frees. A store asks its database (one round trip); a state directory its environment."""
+    if job.get("mode") != "openai":
+        return 0.0
+    answer = journal.store_slot(provider_endpoint(job), job.get("model") or "", tokens)
+    return environment_slot(journal, tokens) if answer is None else answer
+
+
 def claim_attempt(
     db, job: Job, manifest: Manifest, item: Item, prompt: str, retry: dict | None = None, instructions: str | None = None
 ) -> tuple[str, Any]:
@@ -4020,6 +4107,10 @@ def claim_attempt(
             )
         if used >= manifest["maxModelCalls"]:
             raise BudgetError(f"the journal already holds {counted(used, 'call')}, the job's maxModelCalls; nothing more is sent")
+        tokens = token_bound(prompt, instructions)
+        seconds = slot_wait(journal, job, tokens)
+        if seconds > 0:
+            return "wait", seconds  # nothing pending is written; a store's slot_waits row commits (who waits, since when)
         key = f"{base}:{attempt}"
         stamp = now_utc()
         journal.write(
@@ -4036,6 +4127,8 @@ def claim_attempt(
         written = sent_row(journal, "calls", operation_key=key, created_utc=stamp, updated_utc=stamp, **pending)
         link_row(journal, "call", "calls", key, written)
         detail = {"attempt": attempt, "mode": job.get("mode"), "model": job.get("model"), "endpoint": provider_endpoint(job)}
+        if job.get("mode") == "openai":
+            detail["tokenBound"] = tokens  # what the call counts against a tokens-per-minute limit
         record_event(journal, key, "dispatch", detail)
         if retry is not None:
             record_event(journal, key, "retry", retry)
@@ -4220,6 +4313,12 @@ def get_or_call(
     instructions = instructions or instructions_for(manifest)
     while True:
         action, value = claim_attempt(journal, job, manifest, item, prompt, retry, instructions)
+        if action == "wait":
+            raise WaitsForSlot(
+                value,
+                f"job {job['jobId']} waits {value:.1f} s for a slot under the requests or tokens per minute set for model "
+                f"{job.get('model')} at {provider_endpoint(job)}; nothing was sent or spent: it runs on once a slot frees",
+            )
         if action == "reuse":
             if say:
                 say(f"item {item['id']}: reused the completed call in the journal (no new call)")
@@ -4419,7 +4518,7 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
 # own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
 # A key refused (SealedError: none given, the wrong one, a rotated-out one) is a hold, written in clear (record_hold).
-NOT_HOLDS = (BusyError, WorkerStopping, UncertainCall, UsageError, DecisionError, StateError)
+NOT_HOLDS = (BusyError, WorkerStopping, WaitsForSlot, UncertainCall, UsageError, DecisionError, StateError)
 
 
 def is_hold(exc: BaseException) -> bool:
@@ -5074,6 +5173,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def check_whole(self) -> str:
         """verify's `files` check: the storage itself is sound."""
+
+    def slot_wait_since(self) -> str | None:
+        """When the job began to wait for a slot under its store's limits (None: it waits for none; a state directory's
+        run waits in the foreground, its wait on its own stderr)."""
+        return None
 
     @abc.abstractmethod
     def pruned_record(self) -> dict | None:
@@ -6291,6 +6395,9 @@ def where_it_stands(snap: Snapshot, out: dict, *, ended_seals: bool = True) -> d
         out["running"] = {**cast(Holder, snap.holder), "calls": in_flight(snap)}
     if broken:
         out["sealBroken"] = broken
+    since = snap.store.slot_wait_since() if snap.phase not in ("decided", "cancelled", "awaiting-review") else None
+    if since is not None:
+        out["waitsForSlot"] = {"since": since}
     pruned = snap.store.pruned_record()
     if pruned is not None:  # what a checkpoint would have told is the kept values; the history itself is gone
         out["pruned"] = {k: pruned.get(k) for k in ("markedUtc", "prunedUtc", "freedBytes", "principal")}
@@ -8757,6 +8864,26 @@ def resume(
         return run_output(ctx, state, existing=existing)
 
 
+def paced(store: Store, run, *, stop: threading.Event | None = None, say=None, again=None) -> dict:
+    """run() (a start or a resume), run on for as long as a limit keeps the job waiting for a slot (WaitsForSlot): each
+    wait is spent with nothing pending, the job's lock released and the store's connections closed, then the job runs
+    on from where it stands (a resume; `again`, when given: a retry asks again). `stop`, set, ends a wait with the
+    exception. `say` hears each wait."""
+    while True:
+        try:
+            return run()
+        except WaitsForSlot as waiting:
+            store.close()
+            if say is not None:
+                say(f"{waiting}; waiting {waiting.seconds:.1f} s, holding no lock and no connection")
+            if stop is not None:
+                if stop.wait(waiting.seconds):
+                    raise
+            else:
+                time.sleep(waiting.seconds)
+            run = again or functools.partial(resume, store, existing=False, stop=stop)
+
+
 def unrecorded_decision(ctx: Context) -> dict | None:
     """The journal's decision when the thread still waits at review without it (a decide stopped after its row):
     the run records it. A decision LangGraph saved itself is resumed by LangGraph."""
@@ -10443,6 +10570,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "figures": job_figures(snap),
             "actsHere": sealed_here(job),
             "hold": out["hold"],
+            **({"waitsForSlot": out["waitsForSlot"]} if out.get("waitsForSlot") else {}),
         }
         if prices is not None:
             row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
@@ -10515,6 +10643,49 @@ def figure_counts(results: list) -> dict:
 
 
 USAGE_BY = ("owner", "model", "day")
+
+
+def limits(
+    *,
+    store: str | None,
+    endpoint: str | None = None,
+    model: str | None = None,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    clear: bool = False,
+    program: str | None = None,
+    from_env: bool = False,
+) -> dict:
+    """The limits a team sets once (the store's administrator): requests (and tokens) per minute for an endpoint and a
+    model, kept in the store, taken slot by slot by every run before it journals a call pending. Without a number (or
+    --clear) it sets nothing and lists them."""
+    if not store:
+        raise UsageError(
+            f"limits are kept in a shared store: give --store URL (or set {STORE_ENV}); a --state-dir job takes its limit from "
+            f"{REQUESTS_PER_MINUTE_ENV} and {TOKENS_PER_MINUTE_ENV}"
+        )
+    sets = requests_per_minute is not None or tokens_per_minute is not None or clear
+    if sets and not (endpoint and model):
+        raise UsageError("limits: give --endpoint URL and --model M with --requests-per-minute N (or --clear): the limit is on that pair")
+    if sets and endpoint_of(endpoint or "") is None:
+        raise UsageError(f"limits: --endpoint {clip(endpoint, 80)!r} is not an http(s) URL: give the OPENAI_BASE_URL your runs use")
+    if clear and (requests_per_minute is not None or tokens_per_minute is not None):
+        raise UsageError("limits: --clear removes the limit; give it without --requests-per-minute or --tokens-per-minute")
+    if tokens_per_minute is not None and requests_per_minute is None:
+        raise UsageError("limits: --tokens-per-minute goes with --requests-per-minute N: a limit always bounds the requests")
+    for name, value in (("--requests-per-minute", requests_per_minute), ("--tokens-per-minute", tokens_per_minute)):
+        if value is not None and value < 1:
+            raise UsageError(f"limits: {name} is {value}: give a positive whole number (or --clear to remove the limit)")
+    return team_part("store").store_limits(
+        store,
+        endpoint=endpoint_of(endpoint) if sets and endpoint else endpoint,
+        model=model,
+        requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute,
+        clear=clear,
+        program=program,
+        from_env=from_env,
+    )
 
 
 def registered_passkeys(*, store: str | None = None, roots=(), program: str | None = None, from_env: bool = False) -> dict:
@@ -10943,6 +11114,8 @@ def text_decide(out: dict, store) -> list:
 def text_status(out: dict, store) -> list:
     """The phase, each item's status (a failed one with its reason) and every journaled call; a pending one with its ready-to-paste reconcile."""
     lines = [f"  phase: {out['phase']}"] if "phase" in out else []
+    if out.get("waitsForSlot"):
+        lines.append(f"  waits for a slot since {out['waitsForSlot']['since']} (a limit on its model's requests or tokens a minute)")
     lines += result_lines(out.get("results"), store)
     for call in out.get("calls") or []:
         lines.append(f"  {call[2]:<10} {item_label(call[1]):<12} {call[0]}")
@@ -11080,6 +11253,18 @@ def text_verify(out: dict, store) -> list:
 
 def text_passkeys(out: dict, store) -> list:
     return list(out["lines"])
+
+
+def text_limits(out: dict, store) -> list:
+    """Each limit the store keeps (who set it, when), then each job that waits for a slot, since when."""
+    lines = [f"limits of store {out['store']}:" if out["limits"] else f"store {out['store']} keeps no limits: every call goes at once"]
+    for r in out["limits"]:
+        tokens = f", {r['tokensPerMinute']} tokens" if r.get("tokensPerMinute") else ""
+        lines.append(
+            f"  {r['model']} at {r['endpoint']}: {r['requestsPerMinute']} requests{tokens} a minute (set by {r['setBy']} {r['setAt']})"
+        )
+    lines += [f"  job {w['jobId']} waits for a slot since {w['since']} ({w['model']} at {w['endpoint']})" for w in out.get("waiting") or []]
+    return lines
 
 
 def text_jobs(out: dict, store) -> list:
@@ -11226,6 +11411,10 @@ def jobs_table(jobs: list) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
         if job.get("hold"):
             lines += labelled_lines("held", f"{job['hold']['message']} (by {job['hold']['by']} at {job['hold']['at']})")
+        if job.get("waitsForSlot"):
+            lines += labelled_lines(
+                "waits", f"for a slot since {job['waitsForSlot']['since']} (a limit on its model's requests or tokens a minute)"
+            )
         lines += labelled_lines("next", job["next"])
     if priced:
         lines.append(f"costs: estimates from {priced[0]['pricesFile']}, not the provider's bill")
@@ -11295,16 +11484,22 @@ def set_up_by_its_administrator(store: Store) -> Iterator[None]:
         raise team_part("store").set_up_refusal(store, exc) from None
 
 
+def say_on_stderr(text: str) -> None:
+    """A command's progress line, on stderr (its stdout is its document)."""
+    print(printable(text), file=sys.stderr, flush=True)
+
+
 def cmd_start(args) -> dict:
     """Seal the manifest and run the job until the review interrupt."""
     store = with_manifests_job(args, store_from(args))
     with set_up_by_its_administrator(store):
-        return start(store, args.manifest)
+        return paced(store, lambda: start(store, args.manifest), say=say_on_stderr)
 
 
 def cmd_resume(args) -> dict:
     """Continue the job's thread; reuse completed calls; stop on an uncertain call."""
-    return cast(dict, resume(store_from(args)))
+    store = store_from(args)
+    return paced(store, lambda: cast(dict, resume(store)), say=say_on_stderr)
 
 
 def cmd_status(args) -> dict:
@@ -11339,7 +11534,9 @@ def cmd_revise(args) -> dict:
 
 def cmd_retry(args) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
-    return retry(store_from(args), **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
+    store = store_from(args)
+    asked = functools.partial(retry, store, **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
+    return paced(store, asked, say=say_on_stderr, again=asked)  # its call waits for a slot as a run's does
 
 
 def cmd_cancel(args) -> dict:
@@ -11500,6 +11697,15 @@ def cmd_migrate(args) -> dict:
         program=args.program,
         from_env=not args.store,
         keys=args.keys,
+    )
+
+
+def cmd_limits(args) -> dict:
+    """Set (the store's administrator) or list the requests and tokens per minute an endpoint and model allow."""
+    return limits(
+        store=args.store or os.environ.get(STORE_ENV),
+        from_env=not args.store,
+        **flags_of(args, "endpoint", "model", "requests_per_minute", "tokens_per_minute", "clear", "program"),
     )
 
 
@@ -11884,6 +12090,19 @@ COMMANDS = {
                 help="let ROLE (a worker) run any runnable job, and nothing else (repeatable)",
             ),
             flag("--owner", metavar="ROLE", help="a store made before jobs had owners: its jobs become ROLE's"),
+        ],
+        state_dir=False,
+    ),
+    "limits": Command(
+        cmd_limits,
+        text_limits,
+        [
+            STORE_FLAG,
+            flag("--endpoint", metavar="URL", help="the provider's base URL the limit is on (as OPENAI_BASE_URL names it)"),
+            flag("--model", metavar="M", help="the model the limit is on"),
+            flag("--requests-per-minute", type=int, metavar="N", help="set the limit: at most N calls in any minute (the administrator's)"),
+            flag("--tokens-per-minute", type=int, metavar="N", help="and at most N tokens (each call's input estimate and answer cap)"),
+            flag("--clear", action="store_true", help="remove the limit on --endpoint and --model (the administrator's)"),
         ],
         state_dir=False,
     ),

@@ -290,6 +290,7 @@ PG_SETUP_MIGRATIONS = (
     "m022_passkey_origin",
     "m023_engine_seal",
     "m024_rate_limited",
+    "m025_limits",
 )
 # A store job's engine, read in this order (durable_job.engine_sha256): the core's engine, this file's sections 1 to
 # 4, and every migration whole, in name order. A changed byte in any strands the store's jobs in flight; the
@@ -323,6 +324,9 @@ STORE_TABLES = (  # every table a store's migrations make (LangGraph's among the
     "sealing",
     "data_keys",
     "retired_keys",
+    "limits",
+    "slots",
+    "slot_waits",
 )
 NOTIFY_CHANNEL = "durable_job"  # m007_notify: every committed write to a job's rows notifies it, with an empty payload
 
@@ -441,6 +445,17 @@ class PgJournal(Journal):
                 return RowUnchanged(str(cause).split("\n")[0])
             cause = cause.__context__
         return self.on_error(exc)
+
+    def store_slot(self, endpoint: str, model: str, tokens: int) -> float | None:
+        """The call's slot under the store's limits, in the claim's transaction (m025_limits: take_slot); one round trip."""
+        row = self.row(
+            "SELECT durable_job.take_slot({p.endpoint}, {p.model}, {p.tokens}, {p.job_id}) AS wait",
+            endpoint=endpoint,
+            model=model,
+            tokens=tokens,
+            job_id=self.job_id,
+        )
+        return float(row["wait"]) if row is not None else 0.0
 
     def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
@@ -1348,6 +1363,12 @@ class PgStore(Store):
 
         return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.sealer()))
 
+    def slot_wait_since(self) -> str | None:
+        if self.row is not None and "slot_wait_since" in self.row:  # read with the job's row (a listing's page)
+            return self.row["slot_wait_since"]
+        row = self.db().row("SELECT since_utc FROM durable_job.slot_waits WHERE job_id = {p.job_id}")
+        return None if row is None else row["since_utc"]
+
     def pruned_record(self) -> dict | None:
         if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
             return opened_pruned(self.sealer, strict_json(self.row["pruned"])) if self.row["pruned"] else None
@@ -1612,6 +1633,7 @@ STORE_GRANTS = (
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.lock_stands(text) TO {role}",  # a writer's check of its lock (m016_floor)
     "GRANT EXECUTE ON FUNCTION durable_job.changed_one(bigint) TO {role}",  # a pipelined answer's check (m017_changed_one)
+    "GRANT EXECUTE ON FUNCTION durable_job.take_slot(text, text, bigint, text) TO {role}",  # a call's slot (m025_limits)
     "GRANT CONNECT ON DATABASE {database} TO {role}",  # so the database's CONNECT may be revoked from PUBLIC
 )
 
@@ -1789,6 +1811,69 @@ def need_admin(store: PgStore, db: PgJournal, command: str) -> None:
         )
 
 
+def store_limits(
+    url: str,
+    *,
+    endpoint: str | None,
+    model: str | None,
+    requests_per_minute: int | None,
+    tokens_per_minute: int | None,
+    clear: bool,
+    program: str | None,
+    from_env: bool,
+) -> dict:
+    """`limits`: set (or clear) the limit on an endpoint and model, the administrator's act; then every limit the store
+    keeps, and the jobs that wait for a slot under one (m025_limits)."""
+    target = PgStore(url, "", from_env=from_env, program=program)
+    try:
+        db = target.db()
+        if not db.rows("SELECT to_regclass('durable_job.limits') IS NOT NULL AS made")[0]["made"]:
+            raise StateError(f"store {target.public} keeps no limits yet: its administrator runs `durable-job migrate --store URL` first")
+        changed = 0
+        if requests_per_minute is not None or clear:
+            db.principal = target.principal()  # named in the refusal
+            need_admin(target, db, "setting or clearing a limit")
+            with db.transaction():
+                if clear:
+                    changed = db.change(
+                        "DELETE FROM durable_job.limits WHERE endpoint = {p.endpoint} AND model = {p.model}", endpoint=endpoint, model=model
+                    )
+                else:
+                    changed = db.change(
+                        "INSERT INTO durable_job.limits (endpoint, model, requests_per_minute, tokens_per_minute, set_by, set_utc) "
+                        "VALUES ({p.endpoint}, {p.model}, {p.rpm}, {p.tpm}, session_user, {p.at}) ON CONFLICT (endpoint, model) DO UPDATE "
+                        "SET requests_per_minute = excluded.requests_per_minute, tokens_per_minute = excluded.tokens_per_minute, "
+                        "set_by = excluded.set_by, set_utc = excluded.set_utc",
+                        endpoint=endpoint,
+                        model=model,
+                        rpm=requests_per_minute,
+                        tpm=tokens_per_minute,
+                        at=now_utc(),
+                    )
+        rows = db.rows(
+            "SELECT endpoint, model, requests_per_minute, tokens_per_minute, set_by, set_utc FROM durable_job.limits ORDER BY endpoint, model"
+        )
+        waits = db.rows("SELECT job_id, endpoint, model, since_utc FROM durable_job.slot_waits ORDER BY since_utc, job_id")
+    finally:
+        target.close()
+    return {
+        "store": target.public,
+        "changed": changed,
+        "limits": [
+            {
+                "endpoint": r["endpoint"],
+                "model": r["model"],
+                "requestsPerMinute": r["requests_per_minute"],
+                "tokensPerMinute": r["tokens_per_minute"],
+                "setBy": r["set_by"],
+                "setAt": r["set_utc"],
+            }
+            for r in rows
+        ],
+        "waiting": [{"jobId": w["job_id"], "endpoint": w["endpoint"], "model": w["model"], "since": w["since_utc"]} for w in waits],
+    }
+
+
 def shred_job(store: PgStore) -> dict:
     """shred in a store: the job's data key destroyed and its tombstone chained, in one transaction, by the administrator."""
     need_admin(store, store.db(), "shred")
@@ -1881,6 +1966,7 @@ SELECT j.job_id, j.thread_id, j.record_json, j.manifest, j.manifest_sha256, j.ow
     WHERE x.job_id = j.job_id AND x.kind = 'decision') AS decision,
   (SELECT json_build_object('by', h.principal, 'at', h.at_utc, 'message', h.message, 'fix', h.fix, 'program', h.program)
     FROM durable_job.holds h WHERE h.job_id = j.job_id) AS hold,
+  (SELECT w.since_utc FROM durable_job.slot_waits w WHERE w.job_id = j.job_id) AS slot_wait_since,
   (SELECT json_build_object('role', a.usename, 'name', a.application_name) FROM durable_job.job_locks k
     JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
     LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE k.job_id = j.job_id LIMIT 1) AS holder,

@@ -25,6 +25,7 @@ from durable_job import (
     Snapshot,
     Store,
     UsageError,
+    WaitsForSlot,
     WorkerStopping,
     check_same_job,
     clip,
@@ -213,6 +214,7 @@ class Worker:
         self.busy: set = set()  # jobs this process runs right now
         self.failed: dict = {}  # job id -> progress_mark when it last failed here
         self.runs: list = []  # one record per finished run
+        self.waiting: dict = {}  # job id -> the seconds its run was told to wait for a slot (wait_for_slot)
         self.started = time.monotonic()
 
     def say(self, text: str) -> None:
@@ -258,11 +260,20 @@ class Worker:
                 self.busy.add(job_id)
             try:
                 if self.try_job(reader.for_job(job_id)):
+                    self.wait_for_slot(reader, job_id)
                     return True
             finally:
                 with self.guard:
                     self.busy.discard(job_id)
         return False
+
+    def wait_for_slot(self, reader: PgStore, job_id: str) -> None:
+        """After a run that ended waiting for a slot (a limit on its endpoint and model): this thread's connections
+        closed, wait as long as the store said (a stop ends the wait), the job kept from this process's other threads."""
+        seconds = self.waiting.pop(job_id, 0.0)
+        if seconds > 0:
+            reader.close()
+            self.stop.wait(seconds)
 
     def try_job(self, store: PgStore) -> bool:
         """Run the job if, as read, it needs no person and has not failed here as it stands."""
@@ -295,6 +306,9 @@ class Worker:
             record["results"] = [r["status"] for r in out["results"]]
         except BusyError:
             return False  # another worker (or a person's command) holds it: not a transition
+        except WaitsForSlot as waiting:  # nothing pending, nothing held: the thread waits (run_one), then runs on
+            record["to"], record["waitsSeconds"] = "waits-for-slot", round(waiting.seconds, 3)
+            self.waiting[job_id] = waiting.seconds
         except JobError as exc:
             record["to"] = self.phase_now(store)
             record["hold"] = f"{type(exc).__name__}: {' '.join(redact(exc, store.secrets).split())}"

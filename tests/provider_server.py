@@ -191,6 +191,8 @@ class Handler(BaseHTTPRequestHandler):
         with srv.log_lock:
             seq = self.count_log_lines() + 1
             behaviour = choose_behaviour(srv.behaviour_path, text, seq) if known else "not-found"
+            if behaviour.startswith("limit:"):  # "limit:30": a provider's own rate limit, 30 answers in any sliding 60 s
+                behaviour = "429-retry:1" if self.answered_since(time.time() - 60) >= int(behaviour.split(":", 1)[1]) else "ok"
             # "drop" and "hang" produce (and log) an answer that is never delivered, as a real
             # provider may: the log then holds what a person reconciles with.
             answers = known and (
@@ -256,6 +258,14 @@ class Handler(BaseHTTPRequestHandler):
                 }
             )
         self.dispatch(behaviour, seq, rid, fields, text, out, chat_completion_object if route == CHAT else response_object)
+
+    def answered_since(self, since):
+        """How many requests this server answered (behaviour ok) since `since`, from its own log (under its lock)."""
+        if not os.path.exists(self.server.log_path):
+            return 0
+        with open(self.server.log_path, encoding="utf-8") as fh:
+            records = [json.loads(line) for line in fh if line.strip()]
+        return sum(1 for r in records if r.get("behaviour") == "ok" and r.get("time", 0) > since)
 
     def count_log_lines(self):
         """Number of lines already in the log (so restarts continue the sequence)."""
