@@ -937,24 +937,45 @@ def wipe_phone(driver) -> None:
 
 class SharedPhone:
     """The one phone (one chromedriver session, one Chromium) of a pytest worker: started by the first test that asks
-    for it, wiped before and after each test (wipe_phone), replaced by a new one when a test left it dead (the driver
-    quit, chromedriver or Chromium gone), quit when the session ends. `starts` counts the browsers started."""
+    for it, wiped after each test (release) and handed to the next only when that wipe was done and the browser still
+    answers (clean wipes it otherwise), replaced by a new one when a test left it dead (the driver quit, chromedriver
+    or Chromium gone), quit when the session ends. `starts` counts the browsers started; `wiped_since_use` says the
+    browser was wiped after its last test."""
 
     def __init__(self, folder: str):
         self.folder = folder
         self.driver = None
         self.starts = 0
+        self.wiped_since_use = False
 
     def clean(self):
-        """The phone, clean: this worker's browser wiped, or a new one when there is none or it is dead."""
-        if self.driver is not None and not self.wiped():
+        """The phone for a test, clean: this worker's browser (wiped now unless it was after its last test), or a new
+        one when there is none or it is dead."""
+        if self.driver is not None and not (self.wiped_since_use and self.answers()) and not self.wiped():
             self.quit()
         if self.driver is None:
             self.starts += 1
             folder = os.path.join(self.folder, f"browser-{self.starts}")
             os.makedirs(folder)
             self.driver = start_phone(folder)
+        self.wiped_since_use = False
         return self.driver
+
+    def release(self) -> None:
+        """After a test: the browser wiped at once (its pages' connections closed), or quit when it is dead."""
+        self.wiped_since_use = self.driver is not None and self.wiped()
+        if not self.wiped_since_use:
+            self.quit()
+
+    def answers(self) -> bool:
+        """The browser answers, with the one tab a wipe leaves."""
+        import urllib3
+        from selenium.common.exceptions import WebDriverException
+
+        try:
+            return len(self.driver.window_handles) == 1
+        except (WebDriverException, urllib3.exceptions.HTTPError, OSError):
+            return False
 
     def wiped(self) -> bool:
         """Wipe the browser: True once done, False when the driver is dead (it is then of no use to anyone)."""
@@ -991,17 +1012,17 @@ def shared_phone():
 def phone(shared_phone):
     """A reviewer's phone: real Chromium through chromedriver at 390×844, as a Selenium driver.
 
-    Shared: one browser per pytest worker (starting one costs about 1 s of CPU and 2 s of wall time; wiping it a
-    tenth of that), started lazily by the first test that asks for it and quit when the session ends.
-    Isolated: the browser is wiped before the test and again after it (wipe_phone: one blank tab, every cookie of every
-    host, storage, cache, service workers, virtual authenticators, device-metrics overrides and timeouts back as a
-    new phone has them), so no test sees what another left; a test that leaves it dead (quit, crashed) gets the next
-    test a new one. Name this fixture after `serving` and `other_page`: it is then wiped before they stop their
-    servers, closing its pages' connections first, as quitting the browser in the test did."""
+    Shared: one browser per pytest worker, started lazily by the first test that asks for it and quit when the session
+    ends (starting one costs about 1 s of CPU and 2 s of wall time here; a wipe about a quarter of that).
+    Isolated: the browser is wiped after each test (wipe_phone: one blank tab; every cookie of every host, storage,
+    cache, service workers, virtual authenticators, device-metrics overrides and timeouts back as a new phone has
+    them), and again before a test unless that wipe was done and the browser still answers, so no test sees what
+    another left; a test that leaves it dead (quit, crashed) gets the next test a new one. Name this fixture after
+    `serving` and `other_page`: it is then wiped before they stop their servers, closing its pages' connections
+    first, as quitting the browser in the test did."""
     driver = shared_phone.clean()
     yield driver
-    if shared_phone.driver is not None and not shared_phone.wiped():
-        shared_phone.quit()
+    shared_phone.release()
 
 
 def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:

@@ -35,8 +35,10 @@ def test_a_reviewer_signed_in_on_one_tests_serve_is_signed_out_for_the_next(tmp_
     phone_signs_in(driver, WebDriverWait(driver, 30, poll_frequency=0.1), s.base, "journey", "bob")
     assert driver.find_elements("css selector", "button.accept") and driver.get_cookies()  # bob's session, in a cookie
 
-    again = shared_phone.clean()  # what the phone fixture does after this test and before the next one
-    assert again is driver and again.get_cookies() == [] and again.window_handles == [again.current_window_handle]
+    shared_phone.release()  # what the phone fixture does after this test, and before the next one
+    again = shared_phone.clean()
+    assert again is driver and again.window_handles == [again.current_window_handle]
+    assert again.execute_cdp_cmd("Storage.getCookies", {})["cookies"] == []  # of every host
     again.get(f"{s.base}/jobs/journey")  # the same serve, still running: bob is asked to sign in again
     assert again.find_elements("id", "password") and not again.find_elements("css selector", "button.accept")
 
@@ -51,6 +53,8 @@ def test_what_one_test_leaves_in_the_browser_is_gone_for_the_next(shared_phone, 
     driver.get(first)
     driver.execute_script("document.cookie = 'left=1; path=/'; localStorage.setItem('left', 1); sessionStorage.setItem('left', 1)")
     driver.add_cookie({"name": "http-only", "value": "1", "httpOnly": True})
+    unvisited = {"name": "unvisited", "value": "1", "domain": "127.0.0.2", "path": "/"}  # a host no tab showed
+    assert driver.execute_cdp_cmd("Network.setCookie", unvisited)["success"] is True  # as a request's answer may set it
     assert driver.execute_script(LOOK) == ["left=1", "1", "1", 390, 2]
     passkey_phone(driver)
     authenticator = driver.virtual_authenticator_id
@@ -61,6 +65,7 @@ def test_what_one_test_leaves_in_the_browser_is_gone_for_the_next(shared_phone, 
     driver.set_page_load_timeout(1)
     driver.implicitly_wait(5)
 
+    shared_phone.release()  # what the phone fixture does after this test, and before the next one
     driver = shared_phone.clean()
     assert shared_phone.starts == starts  # the same browser, not a new one
     assert driver.window_handles == [driver.current_window_handle] and driver.current_url == "about:blank"
@@ -98,6 +103,8 @@ def test_a_browser_left_dead_is_replaced_for_the_next_test(shared_phone, other_p
     for pid in chromium:
         os.kill(pid, signal.SIGKILL)  # Chromium crashed under the test
     wait_for(lambda: not any(running(pid) for pid in chromium))
+    shared_phone.release()  # the phone fixture, after the test: nothing to wipe, so the browser is let go
+    assert shared_phone.driver is None
     after_crash = shared_phone.clean()
     assert after_crash is not fresh and shared_phone.starts == starts + 2
     after_crash.get(page)
