@@ -1,6 +1,6 @@
 """The browser tests' phone (conftest's `phone` and `shared_phone`): one real Chromium per pytest worker, and nothing
 one test does in it is seen by the next. Each test here does what a test might leave behind, then what the `phone`
-fixture does between two tests (SharedPhone.clean), and looks: a signed-in reviewer signed out, cookies of every
+fixture does between two tests (SharedPhone.release, then .clean), and looks: a signed-in reviewer signed out, cookies of every
 host and port, storage, extra tabs, a passkey authenticator, a narrower screen and shorter timeouts all gone, the same
 browser kept; a browser left dead (quit, or Chromium killed) replaced by a new one."""
 
