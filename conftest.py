@@ -875,6 +875,163 @@ def other_page():
         server.server_close()
 
 
+# -- a reviewer's phone: one real Chromium per pytest worker, cleaned for each test ------------------------------------
+
+
+def start_phone(folder: str):
+    """Debian's Chromium, driven by Debian's chromedriver, as a 390×844 phone screen (no network but loopback); its
+    profile and chromedriver's log in `folder`. A test needing another configuration (other flags, a size that is
+    not a phone's, a page-load strategy) starts its own from options of its own, and says why."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert os.path.exists("/usr/bin/chromedriver"), "Debian's chromium-driver is needed: apt-get install -y chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
+        f"--user-data-dir={folder}/chromium-profile",
+    ):
+        options.add_argument(arg)
+    options.add_experimental_option("mobileEmulation", {"deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 2}})
+    service = Service(executable_path="/usr/bin/chromedriver", log_output=os.path.join(folder, "chromedriver.log"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def wipe_phone(driver) -> None:
+    """Everything a test left in the phone gone, as a phone just started has it: one blank tab, every other tab and
+    window closed (with them their sessionStorage, their script state, any device-metrics override sent over CDP,
+    and their WebAuthn virtual authenticators, which chromedriver keeps per tab); every cookie of every host (cookies
+    are per host, not per port: a page on another port of 127.0.0.1 or localhost would see them) and the HTTP cache
+    cleared; each origin the closed tabs had visited (their navigation histories) cleared of localStorage,
+    IndexedDB, Cache Storage and service workers; the timeouts start_phone leaves. A new tab gets the phone's
+    390×844 emulation from chromedriver, as the first one did. Raises (a WebDriverException, or the connection's
+    error) when the driver is dead."""
+    import urllib.parse
+
+    origins = set()
+    tabs = driver.window_handles
+    for tab in tabs:
+        driver.switch_to.window(tab)
+        for entry in driver.execute_cdp_cmd("Page.getNavigationHistory", {})["entries"]:
+            url = urllib.parse.urlsplit(entry["url"])
+            if url.scheme in ("http", "https"):
+                origins.add(f"{url.scheme}://{url.netloc}")
+    driver.switch_to.new_window("tab")
+    blank = driver.current_window_handle
+    for tab in tabs:
+        driver.switch_to.window(tab)
+        driver.close()
+    driver.switch_to.window(blank)
+    driver._authenticator_id = None  # selenium's note of the last one added: it went with its tab
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    driver.execute_cdp_cmd("Network.clearBrowserCache", {})
+    for origin in sorted(origins):
+        driver.execute_cdp_cmd("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+    driver.set_page_load_timeout(30)
+    driver.set_script_timeout(30)
+    driver.implicitly_wait(0)
+
+
+class SharedPhone:
+    """The one phone (one chromedriver session, one Chromium) of a pytest worker: started by the first test that asks
+    for it, wiped after each test (release) and handed to the next only when that wipe was done and the browser still
+    answers (clean wipes it otherwise), replaced by a new one when a test left it dead (the driver quit, chromedriver
+    or Chromium gone), quit when the session ends. `starts` counts the browsers started; `wiped_since_use` says the
+    browser was wiped after its last test."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self.driver = None
+        self.starts = 0
+        self.wiped_since_use = False
+
+    def clean(self):
+        """The phone for a test, clean: this worker's browser (wiped now unless it was after its last test), or a new
+        one when there is none or it is dead."""
+        if self.driver is not None and not (self.wiped_since_use and self.answers()) and not self.wiped():
+            self.quit()
+        if self.driver is None:
+            self.starts += 1
+            folder = os.path.join(self.folder, f"browser-{self.starts}")
+            os.makedirs(folder)
+            self.driver = start_phone(folder)
+        self.wiped_since_use = False
+        return self.driver
+
+    def release(self) -> None:
+        """After a test: the browser wiped at once (its pages' connections closed), or quit when it is dead."""
+        self.wiped_since_use = self.driver is not None and self.wiped()
+        if not self.wiped_since_use:
+            self.quit()
+
+    def answers(self) -> bool:
+        """The browser answers, with the one tab a wipe leaves."""
+        import urllib3
+        from selenium.common.exceptions import WebDriverException
+
+        try:
+            return len(self.driver.window_handles) == 1
+        except (WebDriverException, urllib3.exceptions.HTTPError, OSError):
+            return False
+
+    def wiped(self) -> bool:
+        """Wipe the browser: True once done, False when the driver is dead (it is then of no use to anyone)."""
+        import urllib3
+        from selenium.common.exceptions import WebDriverException
+
+        try:
+            wipe_phone(self.driver)
+        except (WebDriverException, urllib3.exceptions.HTTPError, OSError):
+            return False
+        return True
+
+    def quit(self) -> None:
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            with contextlib.suppress(Exception):  # quitting a dead session: chromedriver ends Chromium all the same
+                driver.quit()
+
+
+@pytest.fixture(scope="session")
+def shared_phone():
+    """This worker's SharedPhone; its browser, if one was started, quit at the session's end, passed or failed."""
+    import tempfile
+
+    browser = SharedPhone(tempfile.mkdtemp(prefix="durable-job-tests-chromium-"))
+    try:
+        yield browser
+    finally:
+        browser.quit()
+        shutil.rmtree(browser.folder, ignore_errors=True)
+
+
+@pytest.fixture
+def phone(shared_phone):
+    """A reviewer's phone: real Chromium through chromedriver at 390×844, as a Selenium driver.
+
+    Shared: one browser per pytest worker, started lazily by the first test that asks for it and quit when the session
+    ends (starting one costs about 1 s of CPU and 2 s of wall time here; a wipe about a quarter of that).
+    Isolated: the browser is wiped after each test (wipe_phone: one blank tab; every cookie of every host, storage,
+    cache, service workers, virtual authenticators, device-metrics overrides and timeouts back as a new phone has
+    them), and again before a test unless that wipe was done and the browser still answers, so no test sees what
+    another left; a test that leaves it dead (quit, crashed) gets the next test a new one. Name this fixture after
+    `serving` and `other_page`: it is then wiped before they stop their servers, closing its pages' connections
+    first, as quitting the browser in the test did."""
+    driver = shared_phone.clean()
+    yield driver
+    shared_phone.release()
+
+
 def kill_group(proc: subprocess.Popen, sig=signal.SIGKILL) -> None:
     """Signal the whole process group `proc` leads (Workspace.popen starts one): the command and every
     process it started (an MCP server, say); then reap it."""

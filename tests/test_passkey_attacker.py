@@ -81,7 +81,7 @@ def failed(report: dict) -> str:
     return "; ".join(c["detail"] for c in report["checks"] if not c["ok"])
 
 
-def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_never_verifies(tmp_path, pg_server, serving, other_page):
+def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_never_verifies(tmp_path, pg_server, serving, other_page, phone):
     from selenium.webdriver.common.virtual_authenticator import Credential
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -91,90 +91,87 @@ def test_an_assertion_made_elsewhere_a_time_moved_or_a_cloned_authenticator_neve
     s = serving(tmp_path, "--store", store)
     port = int(s.base.rsplit(":", 1)[1])
     base = f"http://localhost:{port}"
-    driver = passkey_phone(tmp_path)
+    driver = passkey_phone(phone)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        phone_signs_in(driver, wait, base, "journey", "bob")
-        registers_a_passkey(driver, wait)
-        phone_accepts(driver, wait, base, "journey", "Read both items on my phone.")
-        counted = ws.run("passkeys", "--store", store, "--json", state=False).json["passkeys"][0]["signCount"]
-        assert counted > 0  # the authenticator keeps a counter, and the store kept the one serve counted
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    phone_accepts(driver, wait, base, "journey", "Read both items on my phone.")
+    counted = ws.run("passkeys", "--store", store, "--json", state=False).json["passkeys"][0]["signCount"]
+    assert counted > 0  # the authenticator keeps a counter, and the store kept the one serve counted
 
-        # a copy of bob's authenticator, its counter back at 0 (a cloned key): serve refuses what it signs
-        copy = driver.get_credentials()[0].to_dict()
-        driver.remove_all_credentials()
-        driver.add_credential(Credential.from_dict({**copy, "signCount": 0}))
-        driver.get(f"{base}/jobs/second")
-        wait.until(lambda d: d.find_elements("css selector", "button.accept"))
-        driver.find_element("id", "reason").send_keys("Signed by the copy.")
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: "possibly cloned authenticator" in d.page_source)
-        assert "Saved: accepted" not in driver.page_source
-        assert store_counts(store, "decisions") == [1]  # the second job still undecided
+    # a copy of bob's authenticator, its counter back at 0 (a cloned key): serve refuses what it signs
+    copy = driver.get_credentials()[0].to_dict()
+    driver.remove_all_credentials()
+    driver.add_credential(Credential.from_dict({**copy, "signCount": 0}))
+    driver.get(f"{base}/jobs/second")
+    wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+    driver.find_element("id", "reason").send_keys("Signed by the copy.")
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: "possibly cloned authenticator" in d.page_source)
+    assert "Saved: accepted" not in driver.page_source
+    assert store_counts(store, "decisions") == [1]  # the second job still undecided
 
-        listed = ws.run("passkeys", "--store", store, state=False)
-        keys = tmp_path / "allowed_passkeys"
-        keys.write_text(listed.stdout)
-        assert f" localhost {base} " in listed.stdout
-        kept = tmp_path / "receipt.json"
-        ws.run("inspect", "--store", as_role(store, "bob"), "--job", "journey", "--receipt", str(kept), state=False).ok()
-        receipt = json.loads(kept.read_text())
-        honest = receipt["final"]
-        head = honest["signature"]["chainHead"]
-        record = {k: honest[k] for k in honest["signature"]["fields"]}
-        assert verify_alone(ws, tmp_path, keys, receipt, "honest")["ok"] is True
+    listed = ws.run("passkeys", "--store", store, state=False)
+    keys = tmp_path / "allowed_passkeys"
+    keys.write_text(listed.stdout)
+    assert f" localhost {base} " in listed.stdout
+    kept = tmp_path / "receipt.json"
+    ws.run("inspect", "--store", as_role(store, "bob"), "--job", "journey", "--receipt", str(kept), state=False).ok()
+    receipt = json.loads(kept.read_text())
+    honest = receipt["final"]
+    head = honest["signature"]["chainHead"]
+    record = {k: honest[k] for k in honest["signature"]["fields"]}
+    assert verify_alone(ws, tmp_path, keys, receipt, "honest")["ok"] is True
 
-        # attack 2: a page on another localhost port has bob's authenticator sign a forged decision of this job
-        elsewhere = other_page({"/": ELSEWHERE})
-        lie = {**record, "reason": "Forged on a page elsewhere."}  # its time the honest one: only the origin gives it away
-        report = verify_alone(
-            ws, tmp_path, keys, forged_receipt(receipt, lie, signed_on(driver, elsewhere, "journey", "decision", lie, head)), "x"
-        )
-        said = failed(report)
-        assert f"signed on {elsewhere}, not on {base}, where it was registered" in said and "another page" in said
+    # attack 2: a page on another localhost port has bob's authenticator sign a forged decision of this job
+    elsewhere = other_page({"/": ELSEWHERE})
+    lie = {**record, "reason": "Forged on a page elsewhere."}  # its time the honest one: only the origin gives it away
+    report = verify_alone(
+        ws, tmp_path, keys, forged_receipt(receipt, lie, signed_on(driver, elsewhere, "journey", "decision", lie, head)), "x"
+    )
+    said = failed(report)
+    assert f"signed on {elsewhere}, not on {base}, where it was registered" in said and "another page" in said
 
-        # a line written before lines named an origin: only https://localhost is taken, so the forgery fails all the same
-        line = next(line for line in listed.stdout.splitlines() if line.startswith("bob "))
-        principal, credential, rp, _origin, after, before, public = line.split()
-        old = tmp_path / "old_passkeys"
-        old.write_text(f"{principal} {credential} {rp} {after} {before} {public}\n")
-        assert "not on https://localhost" in failed(verify_alone(ws, tmp_path, old, json.loads((tmp_path / "x.json").read_text()), "y"))
+    # a line written before lines named an origin: only https://localhost is taken, so the forgery fails all the same
+    line = next(line for line in listed.stdout.splitlines() if line.startswith("bob "))
+    principal, credential, rp, _origin, after, before, public = line.split()
+    old = tmp_path / "old_passkeys"
+    old.write_text(f"{principal} {credential} {rp} {after} {before} {public}\n")
+    assert "not on https://localhost" in failed(verify_alone(ws, tmp_path, old, json.loads((tmp_path / "x.json").read_text()), "y"))
 
-        # whoever holds serve's own origin (serve gone, a page on its port) can sign; the times are still checked
-        s.kill()
-        assert other_page({"/": ELSEWHERE}, port) == base
-        future = {**record, "reason": "Decided next year.", "decidedAtUtc": utc(365 * 86400)}
-        report = verify_alone(
-            ws, tmp_path, keys, forged_receipt(receipt, future, signed_on(driver, base, "journey", "decision", future, head)), "f"
-        )
-        assert "is in the future" in failed(report)
+    # whoever holds serve's own origin (serve gone, a page on its port) can sign; the times are still checked
+    s.kill()
+    assert other_page({"/": ELSEWHERE}, port) == base
+    future = {**record, "reason": "Decided next year.", "decidedAtUtc": utc(365 * 86400)}
+    report = verify_alone(
+        ws, tmp_path, keys, forged_receipt(receipt, future, signed_on(driver, base, "journey", "decision", future, head)), "f"
+    )
+    assert "is in the future" in failed(report)
 
-        late = {**record, "decidedAtUtc": utc(0)}  # now: after the receipt was written, however long ago that was
-        after_receipt = forged_receipt(receipt, late, signed_on(driver, base, "journey", "decision", late, head))
-        assert "after the receipt's own time" in failed(verify_alone(ws, tmp_path, keys, after_receipt, "late"))
+    late = {**record, "decidedAtUtc": utc(0)}  # now: after the receipt was written, however long ago that was
+    after_receipt = forged_receipt(receipt, late, signed_on(driver, base, "journey", "decision", late, head))
+    assert "after the receipt's own time" in failed(verify_alone(ws, tmp_path, keys, after_receipt, "late"))
 
-        untimed = [k for k in sorted(record) if k != "decidedAtUtc"]  # the time left out of what is signed, then edited
-        signature = signed_on(driver, base, "journey", "decision", record, head, untimed)
-        moved = {**record, "decidedAtUtc": utc(-5)}
-        assert "does not cover its time decidedAtUtc" in failed(
-            verify_alone(ws, tmp_path, keys, forged_receipt(receipt, moved, signature), "m")
-        )
+    untimed = [k for k in sorted(record) if k != "decidedAtUtc"]  # the time left out of what is signed, then edited
+    signature = signed_on(driver, base, "journey", "decision", record, head, untimed)
+    moved = {**record, "decidedAtUtc": utc(-5)}
+    assert "does not cover its time decidedAtUtc" in failed(
+        verify_alone(ws, tmp_path, keys, forged_receipt(receipt, moved, signature), "m")
+    )
 
-        # two acts whose counters run backwards in time: the later act signed first (a copy of the key in other hands)
-        cancel = {
-            "reviewer": "bob",
-            "principal": "bob",
-            "reason": "Cancelled later.",
-            "cancelledAtUtc": receipt["writtenAtUtc"],
-            "pendingCalls": [],
-        }
-        cancel_signature = signed_on(driver, base, "journey", "cancel", cancel, head)
-        decision_signature = signed_on(driver, base, "journey", "decision", record, head)
-        both = forged_receipt(receipt, record, decision_signature, {**cancel, "signature": cancel_signature})
-        said = failed(verify_alone(ws, tmp_path, keys, both, "both"))
-        assert "sign counter did not grow" in said and "possibly cloned authenticator" in said
-    finally:
-        driver.quit()
+    # two acts whose counters run backwards in time: the later act signed first (a copy of the key in other hands)
+    cancel = {
+        "reviewer": "bob",
+        "principal": "bob",
+        "reason": "Cancelled later.",
+        "cancelledAtUtc": receipt["writtenAtUtc"],
+        "pendingCalls": [],
+    }
+    cancel_signature = signed_on(driver, base, "journey", "cancel", cancel, head)
+    decision_signature = signed_on(driver, base, "journey", "decision", record, head)
+    both = forged_receipt(receipt, record, decision_signature, {**cancel, "signature": cancel_signature})
+    said = failed(verify_alone(ws, tmp_path, keys, both, "both"))
+    assert "sign counter did not grow" in said and "possibly cloned authenticator" in said
 
     # a malformed line in the file: named, and the rest of the file still verifies bob's honest receipt
     keys.write_text(keys.read_text() + "bob AAAAAAAAAAAAAAAAAAAAAA local host http://localhost - - pQECAyYgASFYIAAAAAAAAAAAAAAAAAAA\n")

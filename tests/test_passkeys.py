@@ -8,16 +8,15 @@ import json
 import sys
 
 import test_web
-from test_web import phone, phone_signs_in, store_counts, text_of
+from test_web import phone_signs_in, store_counts, text_of
 
 from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, wait_for
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
 
-def passkey_phone(tmp_path):
-    """The phone of test_web, with a passkey authenticator built in (user verification: a fingerprint, say)."""
-    driver = phone(tmp_path)
+def passkey_phone(driver):
+    """The phone (conftest's `phone`), with a passkey authenticator built in (user verification: a fingerprint, say)."""
     driver.add_virtual_authenticator(phones_authenticator())
     return driver
 
@@ -69,7 +68,7 @@ def verify(ws: Workspace, *flags):
     return ws.run("verify", *flags, state=False)
 
 
-def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_offline(tmp_path, pg_server, serving):
+def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_offline(tmp_path, pg_server, serving, phone):
     from selenium.webdriver.support.ui import WebDriverWait
 
     store = new_store(pg_server, "alice")
@@ -79,19 +78,16 @@ def test_bob_signs_his_decision_with_his_phones_passkey_and_verify_checks_it_off
     port = s.base.rsplit(":", 1)[1]
     assert f"http://localhost:{port}/" in "".join(s.err)  # serve names the address a passkey can use
     base = f"http://localhost:{port}"
-    driver = passkey_phone(tmp_path)
+    driver = passkey_phone(phone)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        phone_signs_in(driver, wait, base, "journey", "bob")
-        assert "recorded unsigned" in driver.page_source
-        register = driver.find_element("id", "passkey-register")
-        assert "passkey" in register.text
-        register.click()
-        wait.until(lambda d: "signed with your passkey" in d.page_source)
-        phone_accepts(driver, wait, base, "journey", "Read both items on my phone.", ticks=1)
-        phone_accepts(driver, wait, base, "second", "The second one, too.")
-    finally:
-        driver.quit()
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    assert "recorded unsigned" in driver.page_source
+    register = driver.find_element("id", "passkey-register")
+    assert "passkey" in register.text
+    register.click()
+    wait.until(lambda d: "signed with your passkey" in d.page_source)
+    phone_accepts(driver, wait, base, "journey", "Read both items on my phone.", ticks=1)
+    phone_accepts(driver, wait, base, "second", "The second one, too.")
     assert store_counts(store, "decisions", "receipts", "passkeys") == [2, 2, 1]
 
     # the passkeys as lines of a file, piped: reviewed by a person and kept outside the store
@@ -188,7 +184,7 @@ def test_a_role_registers_passkeys_only_for_itself(tmp_path, pg_server):
     assert listed.stdout.startswith("# durable-job")
 
 
-def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_its_decision(tmp_path, serving):
+def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_its_decision(tmp_path, serving, phone):
     from selenium.webdriver.support.ui import WebDriverWait
 
     ws = Workspace(tmp_path)
@@ -196,23 +192,20 @@ def test_under_root_the_accounts_passkey_is_kept_in_the_jobs_journal_and_signs_i
     ws.start().ok()
     s = serving(tmp_path, "--root", str(tmp_path))
     port = s.base.rsplit(":", 1)[1]
-    driver = passkey_phone(tmp_path)
+    driver = passkey_phone(phone)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        driver.get(f"http://127.0.0.1:{port}/jobs/journey?" + s.address.split("?", 1)[1])
-        wait.until(lambda d: d.find_elements("css selector", "button.accept"))
-        assert "passkeys need a host name" in driver.page_source and not driver.find_elements("id", "passkey-register")
-        wait_for(lambda: any("sign in once at" in line for line in s.err), timeout=10)
-        token = [line for line in s.err if "sign in once at" in line][-1].split("?", 1)[1].strip()
-        driver.get(f"http://localhost:{port}/jobs/journey?{token}")  # the next one-time address, by the host's name
-        wait.until(lambda d: d.find_elements("id", "passkey-register"))
-        driver.find_element("id", "passkey-register").click()
-        wait.until(lambda d: "signed with your passkey" in d.page_source)
-        driver.find_element("id", "reason").send_keys("Mine, signed.")
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: "Saved: accepted by" in d.page_source and "signed with passkey" in d.page_source)
-    finally:
-        driver.quit()
+    driver.get(f"http://127.0.0.1:{port}/jobs/journey?" + s.address.split("?", 1)[1])
+    wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+    assert "passkeys need a host name" in driver.page_source and not driver.find_elements("id", "passkey-register")
+    wait_for(lambda: any("sign in once at" in line for line in s.err), timeout=10)
+    token = [line for line in s.err if "sign in once at" in line][-1].split("?", 1)[1].strip()
+    driver.get(f"http://localhost:{port}/jobs/journey?{token}")  # the next one-time address, by the host's name
+    wait.until(lambda d: d.find_elements("id", "passkey-register"))
+    driver.find_element("id", "passkey-register").click()
+    wait.until(lambda d: "signed with your passkey" in d.page_source)
+    driver.find_element("id", "reason").send_keys("Mine, signed.")
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: "Saved: accepted by" in d.page_source and "signed with passkey" in d.page_source)
     assert len(ws.journal("SELECT * FROM passkeys")) == 1
     listed = ws.run("passkeys", "--root", str(tmp_path), state=False)
     assert listed.code == 0 and listed.stdout.count(" localhost ") == 1
@@ -253,7 +246,7 @@ def options_sent(base: str, ws: Workspace) -> dict:
     return {"register": register.json(), "sign": sign.json()}
 
 
-def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision_recorded_unsigned(tmp_path, pg_server, serving):
+def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision_recorded_unsigned(tmp_path, pg_server, serving, phone):
     """Issue 45 (5): this browser lacks bob's passkey (his other device has it), so nothing answers. Within serve's
     --passkey-seconds the page says so and offers the ways on: try again (once his passkey answers, it signs), another
     device, or the decision recorded unsigned, which every output then calls unsigned."""
@@ -265,58 +258,55 @@ def test_a_passkey_that_never_answers_leaves_bob_ways_on_try_again_or_a_decision
     jobs = jobs_for_bob(tmp_path, store)
     s = serving(tmp_path, "--store", store, "--passkey-seconds", "2")
     base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
-    driver = passkey_phone(tmp_path)
+    driver = passkey_phone(phone)
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        phone_signs_in(driver, wait, base, "journey", "bob")
-        registers_a_passkey(driver, wait)
-        options = options_sent(base, jobs["second"])
-        assert options["register"]["timeout"] == options["sign"]["timeout"] == 2000 and options["sign"]["unsigned"] is True
-        kept = driver.get_credentials()  # bob's passkey, as his other device holds it
-        assert len(kept) == 1
-        driver.remove_virtual_authenticator()  # this browser no longer has it: nothing will answer the page
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    options = options_sent(base, jobs["second"])
+    assert options["register"]["timeout"] == options["sign"]["timeout"] == 2000 and options["sign"]["unsigned"] is True
+    kept = driver.get_credentials()  # bob's passkey, as his other device holds it
+    assert len(kept) == 1
+    driver.remove_virtual_authenticator()  # this browser no longer has it: nothing will answer the page
 
-        driver.get(f"{base}/jobs/journey")
-        wait.until(lambda d: d.find_elements("css selector", "button.reject"))
-        driver.find_element("id", "passkey-register").click()  # registering waits no longer than signing
-        said = WebDriverWait(driver, 10, poll_frequency=0.1).until(
-            lambda d: "answered" in text_of(d, "passkey-said") and text_of(d, "passkey-said")
-        )
-        assert said.startswith("No passkey answered on this device: nothing was registered"), said
-        driver.find_element("id", "reason").send_keys("Item beta is wrong.")
-        asked = time.monotonic()
-        driver.find_element("css selector", "button.reject").click()
-        said = WebDriverWait(driver, 10, poll_frequency=0.1).until(stuck_panel)
-        waited = time.monotonic() - asked
-        assert 1.5 <= waited < 6, (waited, said)  # serve's deadline of 2 s, not the browser's own minute (or forever)
-        assert "No passkey answered on this device" in said and "waited 2 seconds" in said and "Nothing was recorded" in said
-        assert "on another device where your passkey is" in said and f"{base}/jobs/journey" in said
-        buttons = {b.text for b in driver.find_elements("css selector", "#decide-form .passkey-stuck button") if b.is_displayed()}
-        assert buttons == {"Try again", "Reject unsigned"}, buttons
-        assert store_counts(store, "decisions", "receipts") == [0, 0]
+    driver.get(f"{base}/jobs/journey")
+    wait.until(lambda d: d.find_elements("css selector", "button.reject"))
+    driver.find_element("id", "passkey-register").click()  # registering waits no longer than signing
+    said = WebDriverWait(driver, 10, poll_frequency=0.1).until(
+        lambda d: "answered" in text_of(d, "passkey-said") and text_of(d, "passkey-said")
+    )
+    assert said.startswith("No passkey answered on this device: nothing was registered"), said
+    driver.find_element("id", "reason").send_keys("Item beta is wrong.")
+    asked = time.monotonic()
+    driver.find_element("css selector", "button.reject").click()
+    said = WebDriverWait(driver, 10, poll_frequency=0.1).until(stuck_panel)
+    waited = time.monotonic() - asked
+    assert 1.5 <= waited < 6, (waited, said)  # serve's deadline of 2 s, not the browser's own minute (or forever)
+    assert "No passkey answered on this device" in said and "waited 2 seconds" in said and "Nothing was recorded" in said
+    assert "on another device where your passkey is" in said and f"{base}/jobs/journey" in said
+    buttons = {b.text for b in driver.find_elements("css selector", "#decide-form .passkey-stuck button") if b.is_displayed()}
+    assert buttons == {"Try again", "Reject unsigned"}, buttons
+    assert store_counts(store, "decisions", "receipts") == [0, 0]
 
-        # his passkey answers here again (the authenticator back, with his credential): Try again signs the rejection
-        driver.add_virtual_authenticator(phones_authenticator())
-        driver.add_credential(kept[0])
-        driver.find_element("css selector", "#decide-form .passkey-retry").click()
-        wait.until(lambda d: "Saved: rejected by bob (role bob)" in d.page_source and "signed with passkey" in d.page_source)
+    # his passkey answers here again (the authenticator back, with his credential): Try again signs the rejection
+    driver.add_virtual_authenticator(phones_authenticator())
+    driver.add_credential(kept[0])
+    driver.find_element("css selector", "#decide-form .passkey-retry").click()
+    wait.until(lambda d: "Saved: rejected by bob (role bob)" in d.page_source and "signed with passkey" in d.page_source)
 
-        # on the second job the person cancels the passkey's prompt (it refuses to verify them): the same ways on, at once
-        driver.set_user_verified(False)
-        driver.get(f"{base}/jobs/second")
-        wait.until(lambda d: d.find_elements("css selector", "button.hold"))
-        driver.find_element("id", "reason").send_keys("Waiting for the owner.")
-        driver.find_element("css selector", "button.hold").click()
-        said = wait.until(stuck_panel)
-        assert "No passkey answered on this device" in said and "cancelled or refused" in said
-        assert store_counts(store, "decisions") == [1]
-        unsigned = driver.find_element("css selector", "#decide-form .passkey-unsigned")
-        assert unsigned.text == "Hold unsigned"
-        unsigned.click()
-        wait.until(lambda d: "Recorded: hold by bob (role bob)" in d.page_source)
-        assert "(unsigned)" in text_of(driver, "said")
-    finally:
-        driver.quit()
+    # on the second job the person cancels the passkey's prompt (it refuses to verify them): the same ways on, at once
+    driver.set_user_verified(False)
+    driver.get(f"{base}/jobs/second")
+    wait.until(lambda d: d.find_elements("css selector", "button.hold"))
+    driver.find_element("id", "reason").send_keys("Waiting for the owner.")
+    driver.find_element("css selector", "button.hold").click()
+    said = wait.until(stuck_panel)
+    assert "No passkey answered on this device" in said and "cancelled or refused" in said
+    assert store_counts(store, "decisions") == [1]
+    unsigned = driver.find_element("css selector", "#decide-form .passkey-unsigned")
+    assert unsigned.text == "Hold unsigned"
+    unsigned.click()
+    wait.until(lambda d: "Recorded: hold by bob (role bob)" in d.page_source)
+    assert "(unsigned)" in text_of(driver, "said")
     assert store_counts(store, "decisions", "passkeys") == [2, 1]
     bob = as_role(store, "bob")
     rejected = jobs["journey"].run("inspect", "--store", bob, "--job", "journey", state=False).ok()

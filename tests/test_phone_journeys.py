@@ -7,68 +7,65 @@ import re
 import shlex
 
 import test_web
-from test_web import csrf, fits_a_phone, phone, phone_signs_in, post_form, shown_results, sign_in, store_counts, store_job, text_of
+from test_web import csrf, fits_a_phone, phone_signs_in, post_form, shown_results, sign_in, store_counts, store_job, text_of
 
 from conftest import Workspace, as_, new_store, password_of
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
 
-def test_a_page_left_open_across_a_restart_then_accept_tapped_ends_on_a_sign_in_that_records_it_once(tmp_path, pg_server, serving):
+def test_a_page_left_open_across_a_restart_then_accept_tapped_ends_on_a_sign_in_that_records_it_once(tmp_path, pg_server, serving, phone):
     from selenium.webdriver.support.ui import WebDriverWait
 
     ws = store_job(tmp_path, pg_server)
     s = serving(tmp_path, "--store", ws.store)
     port = s.base.rsplit(":", 1)[1]
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
     reason = "Both summaries match their sources; checked on the train."
-    try:
-        phone_signs_in(driver, wait, s.base, "journey", "bob")
-        wait.until(lambda d: d.find_elements("css selector", "button.accept"))
-        at = driver.execute_script(  # where each part stands on the page (px from its top)
-            "var m = document.querySelectorAll('main mark'), y = window.scrollY;"
-            "return {jump: document.getElementById('jump').getBoundingClientRect().top + y,"
-            " summary: document.querySelector('main section[id^=item]').getBoundingClientRect().top + y,"
-            " lastQuote: m[m.length - 1].getBoundingClientRect().bottom + y,"
-            " form: document.querySelector('#decide form').getBoundingClientRect().top + y}"
-        )
-        assert at["jump"] < at["summary"] < at["lastQuote"] < at["form"], at  # the summary and quotes first, then the decision
-        digest = shown_results(driver.page_source)
-        short = driver.find_element("css selector", "#meta details.id summary")
-        assert digest not in short.text and short.text.startswith(digest[:14])  # shortened, the whole one tap away
-        short.click()
-        assert driver.find_element("css selector", "#meta details.id code.full").text == digest
-        driver.find_element("id", "jump").click()
-        driver.find_element("id", "reason").send_keys(reason)
+    phone_signs_in(driver, wait, s.base, "journey", "bob")
+    wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+    at = driver.execute_script(  # where each part stands on the page (px from its top)
+        "var m = document.querySelectorAll('main mark'), y = window.scrollY;"
+        "return {jump: document.getElementById('jump').getBoundingClientRect().top + y,"
+        " summary: document.querySelector('main section[id^=item]').getBoundingClientRect().top + y,"
+        " lastQuote: m[m.length - 1].getBoundingClientRect().bottom + y,"
+        " form: document.querySelector('#decide form').getBoundingClientRect().top + y}"
+    )
+    assert at["jump"] < at["summary"] < at["lastQuote"] < at["form"], at  # the summary and quotes first, then the decision
+    digest = shown_results(driver.page_source)
+    short = driver.find_element("css selector", "#meta details.id summary")
+    assert digest not in short.text and short.text.startswith(digest[:14])  # shortened, the whole one tap away
+    short.click()
+    assert driver.find_element("css selector", "#meta details.id code.full").text == digest
+    driver.find_element("id", "jump").click()
+    driver.find_element("id", "reason").send_keys(reason)
 
-        code, _, _ = s.stop()  # the server restarts while the page is open (a phone tab asleep meanwhile)
-        assert code == 0
-        serving(tmp_path, "--store", ws.store, "--port", port)
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: d.find_elements("id", "kept"))
-        page = driver.page_source
-        assert "form-urlencoded" not in page and "Nothing was recorded" in page and "the server restarted" in page
-        assert text_of(driver, "kept").count("Accept") >= 1 and reason in text_of(driver, "kept")
-        assert store_counts(ws.store, "decisions") == [0]  # nothing without a fresh session
-        fits_a_phone(driver)
-        driver.save_screenshot(str(tmp_path / "stranded-390x844.png"))
+    code, _, _ = s.stop()  # the server restarts while the page is open (a phone tab asleep meanwhile)
+    assert code == 0
+    serving(tmp_path, "--store", ws.store, "--port", port)
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: d.find_elements("id", "kept"))
+    page = driver.page_source
+    assert "form-urlencoded" not in page and "Nothing was recorded" in page and "the server restarted" in page
+    assert text_of(driver, "kept").count("Accept") >= 1 and reason in text_of(driver, "kept")
+    assert store_counts(ws.store, "decisions") == [0]  # nothing without a fresh session
+    fits_a_phone(driver)
+    driver.save_screenshot(str(tmp_path / "stranded-390x844.png"))
 
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys("not-his-password")
-        driver.find_element("css selector", "form button[type=submit]").click()  # a mistyped password keeps it all
-        wait.until(lambda d: "did not accept" in d.page_source)
-        assert driver.find_element("id", "role").get_attribute("value") == "bob" and reason in driver.page_source
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
-        wait.until(lambda d: d.current_url == f"{s.base}/jobs/journey" and d.find_elements("css selector", "button.accept"))
-        assert driver.find_element("id", "reason").get_attribute("value") == reason  # filled in again
-        assert "chosen" in driver.find_element("css selector", "button.accept").get_attribute("class")
-        assert store_counts(ws.store, "decisions") == [0]  # the sign-in recorded nothing: the tap does
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: "Saved: accepted by bob (role bob)" in d.page_source)  # read whole: the page is being replaced
-    finally:
-        driver.quit()
+    driver.find_element("id", "role").send_keys("bob")
+    driver.find_element("id", "password").send_keys("not-his-password")
+    driver.find_element("css selector", "form button[type=submit]").click()  # a mistyped password keeps it all
+    wait.until(lambda d: "did not accept" in d.page_source)
+    assert driver.find_element("id", "role").get_attribute("value") == "bob" and reason in driver.page_source
+    driver.find_element("id", "password").send_keys(password_of("bob"))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{s.base}/jobs/journey" and d.find_elements("css selector", "button.accept"))
+    assert driver.find_element("id", "reason").get_attribute("value") == reason  # filled in again
+    assert "chosen" in driver.find_element("css selector", "button.accept").get_attribute("class")
+    assert store_counts(ws.store, "decisions") == [0]  # the sign-in recorded nothing: the tap does
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: "Saved: accepted by bob (role bob)" in d.page_source)  # read whole: the page is being replaced
     assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
     final = ws.run("inspect").ok()["final"]
     assert (final["decision"], final["principal"], final["reason"]) == ("accept", "bob", reason)

@@ -172,12 +172,12 @@ def test_a_job_that_asks_nothing_sends_what_it_always_sent(tmp_path, provider):
     assert "answer" not in ws.run("inspect").ok()
 
 
-def test_a_reviewer_on_a_phone_reads_the_answer_first_and_taps_through_to_the_quote(tmp_path, pg_server, serving):  # noqa: F811
+def test_a_reviewer_on_a_phone_reads_the_answer_first_and_taps_through_to_the_quote(tmp_path, pg_server, serving, phone):  # noqa: F811
     """bob opens alice's question job on a 390×844 phone: the question and its facts stand above the items, the day's
     quote is one tap away (the page goes to the quote marked in the source), the time reads "not stated" in the
     program's words, nothing scrolls sideways; he accepts it from there."""
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_web import fits_a_phone, phone, phone_signs_in, text_of
+    from test_web import fits_a_phone, phone_signs_in, text_of
 
     from conftest import new_store
 
@@ -185,29 +185,26 @@ def test_a_reviewer_on_a_phone_reads_the_answer_first_and_taps_through_to_the_qu
     asking(ws, reviewers=["bob"])
     ws.start().ok()
     s = serving(tmp_path, "--store", ws.store)
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        phone_signs_in(driver, wait, s.base, "journey", "bob")
-        wait.until(lambda d: d.find_elements("id", "answer"))
-        first = driver.execute_script(
-            "const a = document.getElementById('answer'), i = document.getElementById('item0');"
-            "return !!(a.compareDocumentPosition(i) & Node.DOCUMENT_POSITION_FOLLOWING)"
-        )
-        assert first is True
-        assert QUESTION in text_of(driver, "answer")
-        assert text_of(driver, "fact-time") == "time: not stated The sources do not state the time."
-        assert "Saturday" in text_of(driver, "fact-day")
-        fits_a_phone(driver)
-        driver.find_element("css selector", "#fact-day a").click()
-        wait.until(lambda d: d.execute_script("return location.hash") == "#q0-1")
-        assert driver.execute_script("return document.getElementById('q0-1').innerText") == DAY_QUOTE
-        driver.save_screenshot(str(tmp_path / "answer-390x844.png"))
-        driver.find_element("id", "reason").send_keys("The day is right; the time is not announced.")
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
-    finally:
-        driver.quit()
+    phone_signs_in(driver, wait, s.base, "journey", "bob")
+    wait.until(lambda d: d.find_elements("id", "answer"))
+    first = driver.execute_script(
+        "const a = document.getElementById('answer'), i = document.getElementById('item0');"
+        "return !!(a.compareDocumentPosition(i) & Node.DOCUMENT_POSITION_FOLLOWING)"
+    )
+    assert first is True
+    assert QUESTION in text_of(driver, "answer")
+    assert text_of(driver, "fact-time") == "time: not stated The sources do not state the time."
+    assert "Saturday" in text_of(driver, "fact-day")
+    fits_a_phone(driver)
+    driver.find_element("css selector", "#fact-day a").click()
+    wait.until(lambda d: d.execute_script("return location.hash") == "#q0-1")
+    assert driver.execute_script("return document.getElementById('q0-1').innerText") == DAY_QUOTE
+    driver.save_screenshot(str(tmp_path / "answer-390x844.png"))
+    driver.find_element("id", "reason").send_keys("The day is right; the time is not announced.")
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
     assert ws.run("verify").ok()["ok"] is True
 
 

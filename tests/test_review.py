@@ -730,6 +730,11 @@ def png_pixels(path: str):
 
 
 def screenshot(page: str, png: str, tmp, size=(390, 844)) -> None:
+    """The page file as Chromium draws it in a window of `size` CSS pixels, one device pixel each, scrollbars hidden.
+
+    A browser of its own (Chromium's --screenshot, no chromedriver), not conftest's shared `phone`: the pixels read
+    here are of a plain desktop window of exactly `size` (390×3200 too) at a pixel ratio of 1 with no scrollbar, where
+    the phone is a 2× mobile emulation at 390×844 whose PNGs would be another size and layout."""
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     assert os.path.exists(chromium), "Debian's chromium is needed: apt-get install -y chromium (.ci/run does it)"
     argv = [

@@ -601,33 +601,6 @@ def test_many_open_pages_hold_no_more_connections_than_one(tmp_path, pg_server, 
 # -- a reviewer's phone: real Chromium through chromedriver, at 390×844 ------------------------------------------------
 
 
-def phone(tmp_path):
-    """Debian's Chromium, driven by Debian's chromedriver, as a 390×844 phone screen (no network but loopback)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert os.path.exists("/usr/bin/chromedriver"), "Debian's chromium-driver is needed: apt-get install -y chromium-driver"
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-quic",
-        f"--user-data-dir={tmp_path}/chromium-profile",
-    ):
-        options.add_argument(arg)
-    options.add_experimental_option("mobileEmulation", {"deviceMetrics": {"width": 390, "height": 844, "pixelRatio": 2}})
-    service = Service(executable_path="/usr/bin/chromedriver", log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(30)
-    return driver
-
-
 def phone_signs_in(driver, wait, base: str, job: str, role: str) -> None:
     """On the phone: open the job's page, sign in as role on the form it shows, and wait to be back on the job's page."""
     driver.get(f"{base}/jobs/{job}")
@@ -655,7 +628,7 @@ def fits_a_phone(driver) -> None:
     assert small == [], small
 
 
-def test_a_reviewer_follows_and_decides_a_job_from_a_phone(tmp_path, pg_server, provider, serving):
+def test_a_reviewer_follows_and_decides_a_job_from_a_phone(tmp_path, pg_server, provider, serving, phone):
     from selenium.webdriver.support.ui import WebDriverWait
 
     ws = Workspace(tmp_path, store=new_store(pg_server, "alice"))
@@ -664,57 +637,54 @@ def test_a_reviewer_follows_and_decides_a_job_from_a_phone(tmp_path, pg_server, 
     provider.behave("slow:2.5")
     s = serving(tmp_path, "--store", ws.store)
     port = s.base.rsplit(":", 1)[1]
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        driver.get(f"{s.base}/jobs/journey")  # not signed in: the sign-in form, which returns here
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
-        wait.until(lambda d: d.current_url == f"{s.base}/jobs/journey")
-        assert "No job" in driver.page_source  # not started yet: the same answer as any job bob cannot see
-        run = ws.popen("start", "--manifest", ws.manifest)
-        driver.get(f"{s.base}/jobs/journey")  # the job's address is stable: it shows the job once it exists
-        while "No job" in driver.page_source:
-            time.sleep(0.2)
-            driver.refresh()
-        driver.execute_script("window.notReloaded = true")
-        wait.until(lambda d: text_of(d, "live-state").startswith("Generating"))
-        wait.until(lambda d: text_of(d, "live-state") == "Awaiting review: draft 1")
-        assert run.wait(timeout=60) == 0
-        wait.until(lambda d: d.find_elements("css selector", "button.accept"))
-        assert driver.execute_script("return window.notReloaded") is True  # pushed to the page, not reloaded
-        fits_a_phone(driver)
-        driver.save_screenshot(str(tmp_path / "job-page-390x844.png"))
+    driver.get(f"{s.base}/jobs/journey")  # not signed in: the sign-in form, which returns here
+    driver.find_element("id", "role").send_keys("bob")
+    driver.find_element("id", "password").send_keys(password_of("bob"))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{s.base}/jobs/journey")
+    assert "No job" in driver.page_source  # not started yet: the same answer as any job bob cannot see
+    run = ws.popen("start", "--manifest", ws.manifest)
+    driver.get(f"{s.base}/jobs/journey")  # the job's address is stable: it shows the job once it exists
+    while "No job" in driver.page_source:
+        time.sleep(0.2)
+        driver.refresh()
+    driver.execute_script("window.notReloaded = true")
+    wait.until(lambda d: text_of(d, "live-state").startswith("Generating"))
+    wait.until(lambda d: text_of(d, "live-state") == "Awaiting review: draft 1")
+    assert run.wait(timeout=60) == 0
+    wait.until(lambda d: d.find_elements("css selector", "button.accept"))
+    assert driver.execute_script("return window.notReloaded") is True  # pushed to the page, not reloaded
+    fits_a_phone(driver)
+    driver.save_screenshot(str(tmp_path / "job-page-390x844.png"))
 
-        bob_revises(ws, tmp_path, "Alpha, as Bob put it from his desk.")
-        wait.until(lambda d: d.find_element("id", "changed").is_displayed())  # the page says so, and keeps what was shown
-        driver.find_element("id", "reason").send_keys("Read both items.")
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: "the job changed since you opened it" in d.page_source)
-        assert driver.find_element("id", "reason").get_attribute("value") == "Read both items."  # kept
-        driver.find_element("id", "reason").clear()
-        assert "draft 2" in driver.page_source and "as Bob put it from his desk" in driver.page_source
-        driver.find_element("id", "reason").send_keys("Read the new version.")
-        driver.execute_script("var b = document.querySelector('button.accept'); b.click(); b.click();")  # a double tap
-        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
-        assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
-        fits_a_phone(driver)
+    bob_revises(ws, tmp_path, "Alpha, as Bob put it from his desk.")
+    wait.until(lambda d: d.find_element("id", "changed").is_displayed())  # the page says so, and keeps what was shown
+    driver.find_element("id", "reason").send_keys("Read both items.")
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: "the job changed since you opened it" in d.page_source)
+    assert driver.find_element("id", "reason").get_attribute("value") == "Read both items."  # kept
+    driver.find_element("id", "reason").clear()
+    assert "draft 2" in driver.page_source and "as Bob put it from his desk" in driver.page_source
+    driver.find_element("id", "reason").send_keys("Read the new version.")
+    driver.execute_script("var b = document.querySelector('button.accept'); b.click(); b.click();")  # a double tap
+    wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+    assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
+    fits_a_phone(driver)
 
-        code, _, _ = s.stop()
-        assert code == 0
-        wait.until(lambda d: text_of(d, "live-state").startswith("Status unknown since "))
-        serving(tmp_path, "--store", ws.store, "--port", port)  # back on the same address, knowing no session
-        wait.until(lambda d: d.find_elements("link text", "Sign in again"))
-        driver.find_element("link text", "Sign in again").click()
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
-        wait.until(lambda d: d.current_url == f"{s.base}/jobs/journey")
-        assert text_of(driver, "live-state").startswith("Saved: accepted by bob (role bob)")  # the saved status
-        driver.get(f"{s.base}/")
-        assert "journey" in driver.page_source
-        fits_a_phone(driver)
-        driver.save_screenshot(str(tmp_path / "list-page-390x844.png"))
-    finally:
-        driver.quit()
+    code, _, _ = s.stop()
+    assert code == 0
+    wait.until(lambda d: text_of(d, "live-state").startswith("Status unknown since "))
+    serving(tmp_path, "--store", ws.store, "--port", port)  # back on the same address, knowing no session
+    wait.until(lambda d: d.find_elements("link text", "Sign in again"))
+    driver.find_element("link text", "Sign in again").click()
+    driver.find_element("id", "role").send_keys("bob")
+    driver.find_element("id", "password").send_keys(password_of("bob"))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{s.base}/jobs/journey")
+    assert text_of(driver, "live-state").startswith("Saved: accepted by bob (role bob)")  # the saved status
+    driver.get(f"{s.base}/")
+    assert "journey" in driver.page_source
+    fits_a_phone(driver)
+    driver.save_screenshot(str(tmp_path / "list-page-390x844.png"))

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import test_web
-from test_web import csrf, phone, post_form, shown_results, sign_in, store_counts, store_job
+from test_web import csrf, post_form, shown_results, sign_in, store_counts, store_job
 
 from conftest import password_of, wait_for
 
@@ -172,13 +172,13 @@ def attacker_pages(target: str, digest: str, token: str) -> dict:
     return pages
 
 
-def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_server, serving, other_page):
+def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_server, serving, other_page, phone):
     ws = store_job(tmp_path, pg_server)
     s = serving(tmp_path, "--store", ws.store)
     base = s.base.replace("127.0.0.1", "localhost")
     mallory = httpx.Client(base_url=base, headers={"Origin": base})
     token = csrf(mallory)  # a token serve signed, from a session of mallory's
-    driver = phone(tmp_path)
+    driver = phone
     try:
         driver.get(f"{base}/login?next=/jobs/journey")
         driver.find_element("id", "role").send_keys("bob")
@@ -196,7 +196,6 @@ def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_serve
         driver.get(f"{base}/jobs/journey")  # bob is still signed in, and the job still waits for his decision
         assert "Awaiting review" in driver.page_source
     finally:
-        driver.quit()
         mallory.close()
     assert store_counts(ws.store, "decisions") == [0]
     assert ws.run("status").ok()["phase"] == "awaiting-review"

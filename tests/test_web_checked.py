@@ -5,7 +5,7 @@ beside its claim. Real `serve`, real PostgreSQL, real Chromium (the fixtures of 
 import re
 
 from test_passkeys import phone_signs_in
-from test_web import phone, post_form, serving, shown_results, sign_in, text_of  # noqa: F401 (serving is a fixture)
+from test_web import post_form, serving, shown_results, sign_in, text_of  # noqa: F401 (serving is a fixture)
 
 from conftest import BOILER, THREE, Workspace, as_, new_store, password_of
 from durable_job import figures_words
@@ -30,7 +30,7 @@ def tick_and_accept(driver, wait, base: str, job_id: str, claims: list, reason: 
     driver.find_element("css selector", "button.accept").click()
 
 
-def test_bob_ticks_two_of_three_claims_on_his_phone_and_the_record_says_so(tmp_path, pg_server, provider, serving):  # noqa: F811
+def test_bob_ticks_two_of_three_claims_on_his_phone_and_the_record_says_so(tmp_path, pg_server, provider, serving, phone):  # noqa: F811
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -38,36 +38,33 @@ def test_bob_ticks_two_of_three_claims_on_his_phone_and_the_record_says_so(tmp_p
     ws = waiting_job(tmp_path / "free", store, provider, "free")
     strict = waiting_job(tmp_path / "strict", store, provider, "strict", reviewChecksEveryClaim=True)
     s = serving(tmp_path, "--store", store)
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
-    try:
-        driver.get(f"{s.base}/login?next=/jobs/free")
-        driver.find_element("id", "role").send_keys("bob")
-        driver.find_element("id", "password").send_keys(password_of("bob"))
-        driver.find_element("css selector", "form button[type=submit]").click()
-        wait.until(lambda d: d.current_url == f"{s.base}/jobs/free")
-        claim = driver.find_element("id", "c0-0")  # the figure's flag, beside the claim that states it
-        assert "The boiler saves about 9 percent." in claim.text and "9 percent: nowhere" in claim.text
-        assert "9 percent: nowhere" in driver.find_element("id", "checks-alpha").text  # and beside the claim's check
-        digest = ws.run("inspect").ok()["resultsSha256"]
-        tick_and_accept(driver, wait, s.base, "free", ["alpha.1", "alpha.3"], "Read the quotes of two claims.")
-        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
-        # the page's live line may say it before the form's answer replaced the page: the answer shows the checks
-        wait.until(lambda d: "Checked 2 of 3 claims." in d.page_source)
-        checked = {"claims": ["alpha.1", "alpha.3"], "of": 3, "resultsSha256": digest}
-        assert ws.receipt()["checked"] == checked and ws.receipt()["final"]["checked"] == checked  # the CLI's record, the same
-        decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
-        assert decision["detail"].endswith("checked 2 of 3 claims")
+    driver.get(f"{s.base}/login?next=/jobs/free")
+    driver.find_element("id", "role").send_keys("bob")
+    driver.find_element("id", "password").send_keys(password_of("bob"))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{s.base}/jobs/free")
+    claim = driver.find_element("id", "c0-0")  # the figure's flag, beside the claim that states it
+    assert "The boiler saves about 9 percent." in claim.text and "9 percent: nowhere" in claim.text
+    assert "9 percent: nowhere" in driver.find_element("id", "checks-alpha").text  # and beside the claim's check
+    digest = ws.run("inspect").ok()["resultsSha256"]
+    tick_and_accept(driver, wait, s.base, "free", ["alpha.1", "alpha.3"], "Read the quotes of two claims.")
+    wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+    # the page's live line may say it before the form's answer replaced the page: the answer shows the checks
+    wait.until(lambda d: "Checked 2 of 3 claims." in d.page_source)
+    checked = {"claims": ["alpha.1", "alpha.3"], "of": 3, "resultsSha256": digest}
+    assert ws.receipt()["checked"] == checked and ws.receipt()["final"]["checked"] == checked  # the CLI's record, the same
+    decision = {c["name"]: c for c in ws.run("verify").ok()["checks"]}["decision"]
+    assert decision["detail"].endswith("checked 2 of 3 claims")
 
-        tick_and_accept(driver, wait, s.base, "strict", ["alpha.1", "alpha.3"], "Two of three.")
-        wait.until(lambda d: "Refused: Cannot accept" in d.page_source)
-        assert "not checked: alpha.2 (checked 2 of 3 claims)" in driver.page_source
-        assert strict.run("status").ok()["phase"] == "awaiting-review"
-        tick_and_accept(driver, wait, s.base, "strict", ["alpha.1", "alpha.2", "alpha.3"], "All three.")
-        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
-        assert strict.receipt()["checked"]["claims"] == ["alpha.1", "alpha.2", "alpha.3"]
-    finally:
-        driver.quit()
+    tick_and_accept(driver, wait, s.base, "strict", ["alpha.1", "alpha.3"], "Two of three.")
+    wait.until(lambda d: "Refused: Cannot accept" in d.page_source)
+    assert "not checked: alpha.2 (checked 2 of 3 claims)" in driver.page_source
+    assert strict.run("status").ok()["phase"] == "awaiting-review"
+    tick_and_accept(driver, wait, s.base, "strict", ["alpha.1", "alpha.2", "alpha.3"], "All three.")
+    wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+    assert strict.receipt()["checked"]["claims"] == ["alpha.1", "alpha.2", "alpha.3"]
 
 
 def test_a_jobs_figures_stay_the_same_after_a_decision_on_the_page_or_in_a_terminal(tmp_path, pg_server, provider, serving):  # noqa: F811
@@ -156,7 +153,7 @@ def claim_rows_fit(driver, width: int, zoom: int) -> list:
     return wrong
 
 
-def test_the_claim_checks_read_as_full_width_rows_on_a_phone_and_at_twice_the_text(tmp_path, pg_server, provider, serving):  # noqa: F811
+def test_the_claim_checks_read_as_full_width_rows_on_a_phone_and_at_twice_the_text(tmp_path, pg_server, provider, serving, phone):  # noqa: F811
     """Issue 45: in a flex label each text fragment was a column, `report-a.1` wrapped as re/p/or/t-/a./1 and each
     figure as $1/,2/00. At 320, 390 and 430 px and at 200% zoom, each claim is a row of the list's full width whose text
     takes most of it, and no word or figure breaks inside; a screenshot at 390×844 is kept for a person to look at."""
@@ -169,25 +166,22 @@ def test_the_claim_checks_read_as_full_width_rows_on_a_phone_and_at_twice_the_te
     provider.behave(THREE.replace('"alpha"', '"report-a"'))
     ws.start().ok()
     s = serving(tmp_path, "--store", store)
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        phone_signs_in(driver, wait, s.base, "report", "bob")
-        wait.until(lambda d: d.find_elements("id", "check-report-a.1"))
-        assert "$1,200: source" in driver.find_element("id", "checks-report-a").text
-        wrong = [w for width in (320, 390, 430) for zoom in (1, 2) for w in claim_rows_fit(driver, width, zoom)]
-        assert wrong == [], "\n".join(wrong)
-        claim_rows_fit(driver, 390, 1)
-        driver.execute_script("document.getElementById('checks-report-a').scrollIntoView()")
-        shot = tmp_path / "claim-checks-390x844.png"
-        driver.save_screenshot(str(shot))
-        print(f"the claim checks at 390x844: {shot}")
-        assert shot.stat().st_size > 10_000
-    finally:
-        driver.quit()
+    phone_signs_in(driver, wait, s.base, "report", "bob")
+    wait.until(lambda d: d.find_elements("id", "check-report-a.1"))
+    assert "$1,200: source" in driver.find_element("id", "checks-report-a").text
+    wrong = [w for width in (320, 390, 430) for zoom in (1, 2) for w in claim_rows_fit(driver, width, zoom)]
+    assert wrong == [], "\n".join(wrong)
+    claim_rows_fit(driver, 390, 1)
+    driver.execute_script("document.getElementById('checks-report-a').scrollIntoView()")
+    shot = tmp_path / "claim-checks-390x844.png"
+    driver.save_screenshot(str(shot))
+    print(f"the claim checks at 390x844: {shot}")
+    assert shot.stat().st_size > 10_000
 
 
-def test_bob_ticks_a_sentence_and_a_fact_of_the_draft_answer_on_his_phone_and_the_record_says_so(tmp_path, pg_server, serving):  # noqa: F811
+def test_bob_ticks_a_sentence_and_a_fact_of_the_draft_answer_on_his_phone_and_the_record_says_so(tmp_path, pg_server, serving, phone):  # noqa: F811
     """Issue 47: on a drafting job's page each sentence of the draft answer and each asked fact has its check beside the
     answer, as each claim has beside its quote; the decision records the ticked ones, counted, as decide --checked does."""
     from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -198,24 +192,19 @@ def test_bob_ticks_a_sentence_and_a_fact_of_the_draft_answer_on_his_phone_and_th
     ws = drafting(Workspace(tmp_path / "strict", store=store), jobId="strict", reviewers=["bob"], reviewChecksEveryClaim=True)
     ws.start().ok()
     s = serving(tmp_path, "--store", store)
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
-    try:
-        phone_signs_in(driver, wait, s.base, "strict", "bob")
-        wait.until(lambda d: d.find_elements("id", "checks-answer"))
-        checks = text_of(driver, "checks-answer")
-        assert (
-            "draft.1 The day is Saturday." in checks and "fact.day Saturday (“The workshop" in checks and "fact.time not stated" in checks
-        )
-        digest = ws.run("inspect").ok()["resultsSha256"]
-        tick_and_accept(driver, wait, s.base, "strict", ["workshop.1", "draft.1", "fact.day"], "The time is not checked.")
-        wait.until(lambda d: "Refused: Cannot accept" in d.page_source)
-        assert "not checked: fact.time (checked 1 of 1 claim, 1 of 1 sentence, 1 of 2 facts)" in driver.page_source
-        tick_and_accept(driver, wait, s.base, "strict", ["workshop.1", "draft.1", "fact.day", "fact.time"], "All of it.")
-        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
-        wait.until(lambda d: "Checked 1 of 1 claim, 1 of 1 sentence, 2 of 2 facts." in d.page_source)
-    finally:
-        driver.quit()
+    phone_signs_in(driver, wait, s.base, "strict", "bob")
+    wait.until(lambda d: d.find_elements("id", "checks-answer"))
+    checks = text_of(driver, "checks-answer")
+    assert "draft.1 The day is Saturday." in checks and "fact.day Saturday (“The workshop" in checks and "fact.time not stated" in checks
+    digest = ws.run("inspect").ok()["resultsSha256"]
+    tick_and_accept(driver, wait, s.base, "strict", ["workshop.1", "draft.1", "fact.day"], "The time is not checked.")
+    wait.until(lambda d: "Refused: Cannot accept" in d.page_source)
+    assert "not checked: fact.time (checked 1 of 1 claim, 1 of 1 sentence, 1 of 2 facts)" in driver.page_source
+    tick_and_accept(driver, wait, s.base, "strict", ["workshop.1", "draft.1", "fact.day", "fact.time"], "All of it.")
+    wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
+    wait.until(lambda d: "Checked 1 of 1 claim, 1 of 1 sentence, 2 of 2 facts." in d.page_source)
     checked = {"claims": ["workshop.1"], "of": 1, "resultsSha256": digest, "sentences": ["draft.1"], "sentencesOf": 1}
     assert ws.receipt()["checked"] == {**checked, "facts": ["fact.day", "fact.time"], "factsOf": 2}
     assert ws.run("verify").ok()["ok"] is True

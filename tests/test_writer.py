@@ -523,12 +523,12 @@ def test_each_writer_crash_point_exits_with_its_own_code_in_fake_mode(tmp_path, 
     assert ws.run("verify").ok()["ok"] is True
 
 
-def test_a_reviewer_on_a_phone_reads_the_draft_first_and_taps_through_a_sentence_to_its_quote(tmp_path, pg_server, serving):  # noqa: F811
+def test_a_reviewer_on_a_phone_reads_the_draft_first_and_taps_through_a_sentence_to_its_quote(tmp_path, pg_server, serving, phone):  # noqa: F811
     """bob opens alice's drafting job on a 390×844 phone: the question, then the draft (the day's sentence, the
     program's note on the time), then the facts and the items; a sentence's evidence is one tap away, and its quote
     one more (marked in its source); nothing scrolls sideways; he accepts it from there."""
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_web import fits_a_phone, phone, phone_signs_in, text_of
+    from test_web import fits_a_phone, phone_signs_in, text_of
 
     from conftest import new_store
 
@@ -536,57 +536,51 @@ def test_a_reviewer_on_a_phone_reads_the_draft_first_and_taps_through_a_sentence
     drafting(ws, reviewers=["bob"])
     ws.start().ok()
     s = serving(tmp_path, "--store", ws.store)
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        phone_signs_in(driver, wait, s.base, "journey", "bob")
-        wait.until(lambda d: d.find_elements("id", "draft"))
-        order = driver.execute_script(
-            "const ids = ['answer', 'draft', 'fact-day', 'item0'].map(i => document.getElementById(i));"
-            "return ids.slice(1).every((e, n) => ids[n].compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING)"
-        )
-        assert order is True
-        assert text_of(driver, "sentence-1").startswith("The day is Saturday.")
-        assert NOTE in text_of(driver, "draft")
-        fits_a_phone(driver)
-        driver.find_element("css selector", "#sentence-1 summary").click()
-        driver.find_element("css selector", "#sentence-1 li.evidence a").click()
-        wait.until(lambda d: d.execute_script("return location.hash") == "#q0-1")
-        assert driver.execute_script("return document.getElementById('q0-1').innerText") == DAY_QUOTE
-        driver.save_screenshot(str(tmp_path / "draft-390x844.png"))
-        driver.find_element("id", "reason").send_keys("The day is right; the time is not announced.")
-        driver.find_element("css selector", "button.accept").click()
-        wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
-    finally:
-        driver.quit()
+    phone_signs_in(driver, wait, s.base, "journey", "bob")
+    wait.until(lambda d: d.find_elements("id", "draft"))
+    order = driver.execute_script(
+        "const ids = ['answer', 'draft', 'fact-day', 'item0'].map(i => document.getElementById(i));"
+        "return ids.slice(1).every((e, n) => ids[n].compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING)"
+    )
+    assert order is True
+    assert text_of(driver, "sentence-1").startswith("The day is Saturday.")
+    assert NOTE in text_of(driver, "draft")
+    fits_a_phone(driver)
+    driver.find_element("css selector", "#sentence-1 summary").click()
+    driver.find_element("css selector", "#sentence-1 li.evidence a").click()
+    wait.until(lambda d: d.execute_script("return location.hash") == "#q0-1")
+    assert driver.execute_script("return document.getElementById('q0-1').innerText") == DAY_QUOTE
+    driver.save_screenshot(str(tmp_path / "draft-390x844.png"))
+    driver.find_element("id", "reason").send_keys("The day is right; the time is not announced.")
+    driver.find_element("css selector", "button.accept").click()
+    wait.until(lambda d: text_of(d, "live-state").startswith("Saved: accepted by bob (role bob)"))
     assert ws.run("verify").ok()["ok"] is True
 
 
-def test_a_failed_draft_answer_is_retried_from_the_phone_through_the_command_apis_retry(tmp_path, provider, serving):  # noqa: F811
+def test_a_failed_draft_answer_is_retried_from_the_phone_through_the_command_apis_retry(tmp_path, provider, serving, phone):  # noqa: F811
     """The writer cites an unknown id: the job page offers the draft answer's retry beside it, as a failed item's; the
     tap spends the writer's next call (through `retry`, nothing else sent), the page then shows the validated draft
     and no retry, and the job verifies."""
     from selenium.webdriver.support.ui import WebDriverWait
-    from test_web import phone, text_of
+    from test_web import text_of
 
     ws = asking_provider(tmp_path, provider, UNKNOWN)
     ws.start().ok()
     s = serving(tmp_path, "--root", str(tmp_path), env=provider.env())
-    driver = phone(tmp_path)
+    driver = phone
     wait = WebDriverWait(driver, 30, poll_frequency=0.1)
-    try:
-        driver.get(s.address)
-        driver.get(f"{s.base}/jobs/journey")
-        wait.until(lambda d: d.find_elements("id", "retry-draft"))
-        assert "cites 'E9'" in text_of(driver, "draft")
-        provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
-        driver.find_element("id", "retry-reason-draft").send_keys("the writer cited E9")
-        driver.find_element("id", "retry-draft").click()
-        wait.until(lambda d: "Recorded: draft 2 of the draft answer" in d.page_source)
-        assert text_of(driver, "sentence-1").startswith("The workshop is on Saturday.")
-        assert not driver.find_elements("id", "retry-draft")
-    finally:
-        driver.quit()
+    driver.get(s.address)
+    driver.get(f"{s.base}/jobs/journey")
+    wait.until(lambda d: d.find_elements("id", "retry-draft"))
+    assert "cites 'E9'" in text_of(driver, "draft")
+    provider.behave(f"answer:{item_answer()}", by_input={"<<<EVIDENCE": f"answer:{GOOD}"})
+    driver.find_element("id", "retry-reason-draft").send_keys("the writer cited E9")
+    driver.find_element("id", "retry-draft").click()
+    wait.until(lambda d: "Recorded: draft 2 of the draft answer" in d.page_source)
+    assert text_of(driver, "sentence-1").startswith("The workshop is on Saturday.")
+    assert not driver.find_elements("id", "retry-draft")
     assert len(writer_requests(provider)) == 2
     history = ws.run("inspect").ok()["drafts"]
     assert [(d["itemId"], d["reason"]) for d in history] == [(dj.WRITER_ID, "the writer cited E9")]
