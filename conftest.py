@@ -650,9 +650,29 @@ SLOW_FIRST = (
 LAST = ("test_tools.py::test_the_type_checker_catches",)
 
 
+# Journeys that mostly wait on the clock (a minute's rate limit, an idle sign-out, a slow receiver, a trickled body, a
+# passkey that never answers): 10-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
+# (scripts/test.sh) runs them in a pytest process of their own beside the rest, so their waiting overlaps the rest's
+# work instead of idling one of the two workers (`pytest` alone still runs them with the rest).
+WAITS = (
+    "test_limits.py::test_eight_workers_under_one_shared_limit",
+    "test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in",
+    "test_notify.py::test_a_webhook_gets_every_event_of_a_job_run_by_a_worker",
+    "test_limits.py::test_a_run_with_no_slot_free_waits",
+    "test_limits.py::test_a_worker_told_to_stop_ends_its_wait",
+    "test_web_attacker.py::test_a_body_over_a_mebibyte_or_trickled_in",
+    "test_passkeys.py::test_a_passkey_that_never_answers",
+    "test_next_step.py::test_a_call_in_flight_is_running_with_its_holder",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks added here
 def pytest_collection_modifyitems(session, config, items):
-    """Move the SLOW_FIRST tests to the front, in that list's order, and LAST to the end (a stable sort: the rest keep
-    their order)."""
+    """Mark the WAITS tests `waits`; move the SLOW_FIRST tests to the front, in that list's order, and LAST to the end
+    (a stable sort: the rest keep their order)."""
+    for item in items:
+        if any(name in item.nodeid for name in WAITS):
+            item.add_marker(pytest.mark.waits)
 
     def rank(item) -> int:
         if any(name in item.nodeid for name in LAST):

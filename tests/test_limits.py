@@ -148,11 +148,14 @@ def test_eight_workers_under_one_shared_limit_send_no_call_the_provider_refuses(
     workers = [worker(store_url, "--until-idle", env=env) for _ in range(8)]
     try:
         admin = admin_url(store_url)
-        wait_for(lambda: sql(admin, "SELECT count(*) FROM durable_job.slot_waits")[0][0] >= 6, timeout=90, interval=0.2)
-        assert sql(admin, "SELECT count(*) FROM durable_job.calls WHERE status = 'pending'") == [(0,)]  # waiting holds none
-        assert sql(admin, "SELECT count(*) FROM durable_job.slots") == [(30,)]
+        # the first minute's 30 calls made and answered, the next jobs wait for a slot: no call is in flight then, so a
+        # worker killed now is killed waiting (or between jobs), never mid-call
+        waits = "SELECT (SELECT count(*) FROM durable_job.slot_waits), (SELECT count(*) FROM durable_job.calls WHERE status = 'pending')"
+        wait_for(lambda: (lambda w, p: w >= 1 and p == 0)(*sql(admin, waits)[0]), timeout=150, interval=0.1)
+        assert sql(admin, "SELECT count(*) FROM durable_job.slots")[0][0] >= 30
+        waiting_pending = "SELECT count(*) FROM durable_job.calls c JOIN durable_job.slot_waits w USING (job_id) WHERE c.status = 'pending'"
         kill_group(workers[0])
-        assert sql(admin, "SELECT count(*) FROM durable_job.calls WHERE status = 'pending'") == [(0,)]  # it left nothing pending
+        assert sql(admin, waiting_pending) == [(0,)]  # the kill left nothing pending for a waiting job
         outs = [w.communicate(timeout=180) for w in workers[1:]]
     finally:
         for w in workers:
