@@ -11535,7 +11535,10 @@ def cmd_revise(args) -> dict:
 def cmd_retry(args) -> dict:
     """Spend a failed item's next model call on purpose, at review: its proposal becomes a new draft version."""
     store = store_from(args)
-    asked = functools.partial(retry, store, **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
+
+    def asked() -> dict:
+        return retry(store, **flags_of(args, "item", "draft", "reviewer", "reason", "results_sha256"))
+
     return paced(store, asked, say=say_on_stderr, again=asked)  # its call waits for a slot as a run's does
 
 
