@@ -222,6 +222,7 @@ if TYPING:
         jsonOutput: NotRequired[bool]  # a chat request asks for JSON (response_format)
         maxRateLimitWaitSeconds: NotRequired[int]  # the job's waits for a provider that rate-limits it, in all
         draft: NotRequired[bool]  # the writer step: a draft answer written from the validated evidence
+        providerKeepsRecord: NotRequired[bool]  # the owner lets the provider keep each request and answer (background mode)
 
     class Job(TypedDict):
         """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
@@ -247,6 +248,7 @@ if TYPING:
         approvalSignature: NotRequired[str]  # the approver's SSH signature of the manifest (seal --sign-key)
         figures: NotRequired[int]  # FIGURES: its validated results carry support flags (jobs sealed before have none)
         api: NotRequired[dict[str, Any]]  # Chat Completions (provider_api); a job without it uses the Responses API
+        providerKeepsRecord: NotRequired[bool]  # its calls go in background mode, kept at the provider (manifest's, when true)
 
     class Citation(TypedDict):
         quote: str
@@ -283,6 +285,7 @@ if TYPING:
         updated_utc: str
         reconciliation_json: str | None
         principal: NotRequired[str | None]  # who made the call (rows written before principals have none)
+        submitted_utc: NotRequired[str | None]  # a kept call's: when the provider's response id was committed (pending)
 
     class Holder(TypedDict):
         """Who holds a job's writers' lock: {pid, command, sinceUtc[, host]}."""
@@ -1145,6 +1148,7 @@ MANIFEST_KEYS = {
     "jsonOutput",
     "maxRateLimitWaitSeconds",
     "draft",
+    "providerKeepsRecord",
 }
 MANIFEST_SWITCHES = (
     "providerTransferApproved",
@@ -1152,6 +1156,7 @@ MANIFEST_SWITCHES = (
     "reviewChecksEveryClaim",
     "jsonOutput",
     "draft",
+    "providerKeepsRecord",
 )  # optional true/false
 OPTIONAL_MANIFEST_KEYS = (
     "maxConcurrentCalls",
@@ -1321,6 +1326,11 @@ def check_api(m: dict) -> None:
     chat_only = [key for key in ("maxTokensParameter", "jsonOutput") if key in m]
     if chat_only and m.get("api") != "chat":
         raise ManifestError(f'Manifest {chat_only[0]} applies to Chat Completions only: add "api": "chat" (seal --api chat) or remove it')
+    if m.get("providerKeepsRecord") is True and (m["mode"] != "openai" or m.get("api", "responses") != "responses"):
+        raise ManifestError(
+            "Manifest providerKeepsRecord applies to mode openai with the Responses API only (a fake call keeps nothing; "
+            "Chat Completions keep no record yet): remove it, or seal with --mode openai and no --api chat"
+        )
     if "maxTokensParameter" in m and m["maxTokensParameter"] not in MAX_TOKENS_PARAMETERS:
         raise ManifestError(
             'Manifest maxTokensParameter must be "max_completion_tokens" (the default) or "max_tokens" (for a server that takes only that)'
@@ -1795,6 +1805,8 @@ def new_job(
     api = provider_api(manifest)
     if api is not None:
         job["api"] = api
+    if manifest.get("providerKeepsRecord") is True:
+        job["providerKeepsRecord"] = True
     if approval:
         job["approvalSignature"] = approval
     return job
@@ -1854,6 +1866,7 @@ def check_job_matches_manifest(job: Job, manifest: Manifest, sealer: Sealer | No
     expected: dict[str, Any] = {key: manifest[key] for key in SEALED_COPIES}  # type: ignore[literal-required]
     expected["sources"] = kept_sources(manifest, sealer if keyed_sources(job) else None)
     expected["api"] = provider_api(manifest)
+    expected["providerKeepsRecord"] = True if manifest.get("providerKeepsRecord") is True else None
     for key, value in expected.items():
         if job.get(key) != value:
             raise SealError(
@@ -2293,13 +2306,15 @@ def check_state_files(state_dir: str) -> None:
 ###############################################################################
 
 
-def call_model(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None):
+def call_model(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None, on_submitted=None):
     """Dispatch one model call; return (output_text, response_id, request_id, usage).
 
     The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
+    `on_submitted(response_id)`: a kept call's (the job's providerKeepsRecord) commit of its id, before its answer is awaited.
     """
     if job["mode"] == "openai":
-        return openai_call(job, item, source, prompt, instructions, operation_key=operation_key or _OPERATION_KEY.get())
+        key = operation_key or _OPERATION_KEY.get()
+        return openai_call(job, item, source, prompt, instructions, operation_key=key, on_submitted=on_submitted)
     return fake_call(job, item, source, prompt, instructions)
 
 
@@ -2540,12 +2555,18 @@ def tls_settings() -> dict:
     return {"verify": make()} if make else {}
 
 
-def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None):
-    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
+def openai_client(timeout: float):
+    """The SDK's client for one call: retries off, and redirects off (one operation key is one request, to the configured
+    base URL and nowhere else)."""
     openai = prepare_openai()
+    return openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
+
+
+def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None, on_submitted=None):
+    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id. A job whose provider
+    keeps the record sends it in background mode and awaits its answer by its id (kept_call)."""
     timeout = openai_timeout()
-    # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
+    client = openai_client(timeout)
     tokens = ANSWER_MAX_OUTPUT_TOKENS if instructions in (ANSWER_SYSTEM, WRITER_SYSTEM) else MAX_OUTPUT_TOKENS
     kwargs = dict(model=job["model"], instructions=instructions, input=prompt, max_output_tokens=tokens, store=False)
     headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
@@ -2555,9 +2576,71 @@ def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key
         kwargs["extra_headers"] = headers
     if job.get("api"):
         return chat_call(client, job, instructions, prompt, tokens, headers, timeout)
+    if job.get("providerKeepsRecord"):
+        return kept_call(client, kwargs, operation_key, timeout, on_submitted)
     response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
     usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
     return response.output_text, response.id, getattr(response, "_request_id", None), usage
+
+
+KEPT_METADATA = "durable_job_operation_key"  # a kept response's metadata: the operation key it was sent under
+KEPT_ENDED = ("completed", "incomplete", "failed", "cancelled")  # a background response's statuses that no longer change
+KEPT_POLL_SECONDS = (0.05, 0.1, 0.2, 0.5, 1.0)  # between retrieves of a response still queued or in progress
+
+
+class ResponseEnded(Exception):
+    """A kept response the provider ended without an answer (failed or cancelled): a refusal, recorded as rejected."""
+
+    def __init__(self, response_id: str, status: str, message: str):
+        super().__init__(f"response {response_id} is {status} at the provider: {message}")
+        self.response_id, self.status = response_id, status
+
+
+def kept_call(client, kwargs: dict, operation_key: str | None, timeout: float, on_submitted):
+    """One Responses API call the provider keeps (background=True, store=True, the operation key in its metadata): it
+    answers at once with the response's id, which `on_submitted(id)` commits before anything else; then the answer is
+    awaited by that id (kept_answer). A run killed after that commit retrieves the same response: nothing is sent twice."""
+    kwargs = {**kwargs, "store": True, "background": True, "metadata": {KEPT_METADATA: operation_key or ""}}
+    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    if on_submitted is not None:
+        on_submitted(response.id)
+    return kept_answer(client, response, timeout, getattr(response, "_request_id", None))
+
+
+def retrieve_model(job, response_id: str):
+    """The answer of a response the provider keeps, retrieved by its id (a kept call whose run was killed after its id was
+    committed): (output_text, response_id, request_id, usage), as call_model returns them; nothing is sent again."""
+    timeout = openai_timeout()
+    client = openai_client(timeout)
+    response = within_deadline(lambda: client.responses.retrieve(response_id), timeout + DEADLINE_GRACE_SECONDS)
+    return kept_answer(client, response, timeout, getattr(response, "_request_id", None))
+
+
+def cancel_kept(job, response_id: str) -> str:
+    """Ask the provider to stop a kept response still being made (`cancel` of a job whose call is submitted): the
+    status it answers with (cancelled, or completed/failed when it had ended already)."""
+    timeout = openai_timeout()
+    client = openai_client(timeout)
+    response = within_deadline(lambda: client.responses.cancel(response_id), timeout + DEADLINE_GRACE_SECONDS)
+    return str(response.status)
+
+
+def kept_answer(client, response, timeout: float, request_id):
+    """Retrieve a kept response until it ends, within `timeout` seconds (DURABLE_JOB_OPENAI_TIMEOUT): completed (or
+    incomplete: its text, cut, fails validation as a cut answer does) is the call's answer; failed or cancelled raises
+    ResponseEnded; still running at the deadline raises TimeoutError (the response stays the provider's to finish)."""
+    deadline, polls = time.monotonic() + timeout, 0
+    while response.status not in KEPT_ENDED:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"response {response.id} is still {response.status} at the provider after {timeout:g} s")
+        time.sleep(KEPT_POLL_SECONDS[min(polls, len(KEPT_POLL_SECONDS) - 1)])
+        polls += 1
+        response = within_deadline(functools.partial(client.responses.retrieve, response.id), timeout + DEADLINE_GRACE_SECONDS)
+    if response.status in ("failed", "cancelled"):
+        error = getattr(response, "error", None)
+        raise ResponseEnded(response.id, response.status, getattr(error, "message", None) or "no answer was made")
+    usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
+    return response.output_text, response.id, request_id, usage
 
 
 def chat_call(client, job, instructions: str, prompt: str, tokens: int, headers: dict, timeout: float):
@@ -3220,6 +3303,9 @@ MIGRATIONS = [
     # a passkey's sign counter, raised (UPDATE … WHERE sign_count < n) as serve counts each new assertion; the rows' shape
     # is checked in code before each is written (checked_passkey_row): the account owns this file, so no trigger would stop it
     ("m013_passkey_counts", "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)"),
+    # a call sent in background mode to a provider that keeps its record: when its response id was committed (the row
+    # stays pending, its response_id set, until the answer retrieved by that id is recorded; m025_submitted in a store)
+    ("m014_submitted", "ALTER TABLE calls ADD COLUMN submitted_utc TEXT"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -3997,7 +4083,8 @@ def uncertain_refusal(item_id: str, key: str) -> UncertainCall:
 def claim_attempt(
     db, job: Job, manifest: Manifest, item: Item, prompt: str, retry: dict | None = None, instructions: str | None = None
 ) -> tuple[str, Any]:
-    """Decide what to do for this work: ('reuse', output) or ('call', operation key), pending committed.
+    """Decide what to do for this work: ('reuse', output), ('call', operation key) with its pending row committed, or
+    ('retrieve', row) for a kept call submitted by a run that did not record its answer (retrieve_call).
 
     `retry` (the `retry` command: who asks and why) spends the next attempt even
     after a completed one, and is journaled as a `retry` event beside the dispatch. `instructions`: what the call is
@@ -4012,6 +4099,8 @@ def claim_attempt(
         if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         if row is not None and row["status"] == "pending":
+            if row.get("submitted_utc") and job.get("providerKeepsRecord"):
+                return "retrieve", row  # its answer is kept at the provider under its committed id: nothing is uncertain
             raise uncertain_refusal(item["id"], row["operation_key"])
         attempt = 1 if row is None else row["attempt"] + 1
         if attempt > manifest["maxAttemptsPerItem"]:
@@ -4088,27 +4177,38 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
         ) from None
 
 
-def fail_call(db, key: str, exc: BaseException) -> str:
-    """Record a provider exception; return what the journal now says of the call.
-
-    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
-    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
-    else the row stays `pending`: the call may have reached the provider.
-    """
+def submit_call(db, key: str, response_id: str) -> None:
+    """A kept call's response id, committed the moment the provider answers with it (kept_call's on_submitted): the row
+    stays pending, its response_id and submitted_utc set, beside a `submitted` event. From here a killed run leaves
+    nothing uncertain: the next one retrieves this response (claim_attempt's 'retrieve') and sends nothing new."""
     journal = as_journal(db)
-    journal.claimed.pop(key, None)  # its row changes here: were an answer ever linked after this, its row is read back
-    url = unsent_url(exc)
-    if url is not None:
-        forget_unsent_call(journal, key, exc, url)
-        return "not-sent"
-    seconds = rate_limit_wait(exc, len([e for e in call_events_of(journal, key) if e == "rate-limited"]))
-    if seconds is not None:
-        raise forget_rate_limited_call(journal, key, exc, seconds) from exc
+    journal.claimed.pop(key, None)  # its row changes here: the answer's link reads it back
+    response_id, stamp = scrub(response_id, journal.secrets), now_utc()
+    try:
+        with journal.transaction():
+            journal.change_one(
+                "UPDATE {calls} SET response_id = {p.response}, submitted_utc = {p.stamp}, updated_utc = {p.stamp} "
+                "WHERE {scope}operation_key = {p.key} AND status = 'pending' AND submitted_utc IS NULL",
+                response=response_id,
+                stamp=stamp,
+                key=key,
+            )
+            link_row(journal, "submitted", "calls", key)
+            record_event(journal, key, "submitted", {"responseId": response_id, "submittedAtUtc": stamp})
+    except RowUnchanged:
+        raise StateError(
+            f"call {key} was reconciled while the provider made response {response_id}: that response is not used and "
+            "nothing was written: run status"
+        ) from None
+
+
+def record_failure(journal: Journal, key: str, exc: BaseException, status: str) -> str:
+    """A call's failure as the journal keeps it: `rejected` (the provider's refusal), or `pending` (its outcome unknown:
+    a person reconciles it), with its event; a row reconciled meanwhile keeps what the person recorded."""
     code = getattr(exc, "status_code", None)
     code = code if type(code) is int else None
     request_id = getattr(exc, "request_id", None)
     request_id = scrub(request_id, journal.secrets) if isinstance(request_id, str) else None
-    status = "rejected" if code in REFUSAL_STATUSES else "pending"
     detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc, journal.secrets), 300), "requestId": request_id}
     with journal.transaction():
         updated = journal.change(
@@ -4129,6 +4229,38 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             if status == "pending":  # its outcome unknown: a person reconciles it
                 add_notice(journal, "uncertain-call", "uncertain-call", key, operationKey=key)
     return status
+
+
+def fail_submitted(db, key: str, response_id: str, exc: BaseException) -> str:
+    """A kept call's failure after its response id was committed: `rejected` when the provider ended the response
+    without an answer (ResponseEnded); else `submitted`: an `error` event, the row still pending with its id and no
+    person needed (the next run retrieves the same response). Never `not-sent` or rate-limited: the request was made."""
+    journal = as_journal(db)
+    journal.claimed.pop(key, None)
+    if isinstance(exc, ResponseEnded):
+        return record_failure(journal, key, exc, "rejected")
+    record_event(journal, key, "error", {"error": type(exc).__name__, "message": clip(redact(exc, journal.secrets), 300), "responseId": response_id})
+    return "submitted"
+
+
+def fail_call(db, key: str, exc: BaseException) -> str:
+    """Record a provider exception; return what the journal now says of the call.
+
+    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
+    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
+    else the row stays `pending`: the call may have reached the provider.
+    """
+    journal = as_journal(db)
+    journal.claimed.pop(key, None)  # its row changes here: were an answer ever linked after this, its row is read back
+    url = unsent_url(exc)
+    if url is not None:
+        forget_unsent_call(journal, key, exc, url)
+        return "not-sent"
+    seconds = rate_limit_wait(exc, len([e for e in call_events_of(journal, key) if e == "rate-limited"]))
+    if seconds is not None:
+        raise forget_rate_limited_call(journal, key, exc, seconds) from exc
+    code = getattr(exc, "status_code", None)
+    return record_failure(journal, key, exc, "rejected" if type(code) is int and code in REFUSAL_STATUSES else "pending")
 
 
 REMOVED_EVENTS = ("not-sent", "rate-limited")  # the events beside which a call's pending row is removed: nothing was spent
@@ -4224,6 +4356,8 @@ def get_or_call(
             if say:
                 say(f"item {item['id']}: reused the completed call in the journal (no new call)")
             return value
+        if action == "retrieve":
+            return retrieve_call(journal, job, item, value, say, on_complete)
         try:
             return send_call(journal, job, item, source, prompt, value, say, on_complete, instructions, crash)
         except RateLimited as limited:
@@ -4261,11 +4395,20 @@ def send_call(journal: Journal, job, item, source, prompt, key: str, say, on_com
     traced = {"durable_job.job_id": job["jobId"], "durable_job.operation_key": key, "durable_job.attempt": int(key.rsplit(":", 1)[1])}
     with span("durable_job model call", {**traced, "durable_job.item_id": item["id"], "durable_job.model": job.get("model")}) as current:
         token = _OPERATION_KEY.set(key)
+        submitted: list[str] = []  # a kept call's response id, once committed (submit_call)
+
+        def on_submitted(response_id: str) -> None:
+            submit_call(journal, key, response_id)
+            submitted.append(response_id)
+
+        kept = {"on_submitted": on_submitted} if job.get("providerKeepsRecord") else {}
         try:
-            output_text, response_id, request_id, usage = call_model(job, item, source, prompt, instructions)
+            output_text, response_id, request_id, usage = call_model(job, item, source, prompt, instructions, **kept)
         except Exception as exc:
-            status = fail_call(journal, key, exc)
+            status = fail_submitted(journal, key, submitted[0], exc) if submitted else fail_call(journal, key, exc)
             traced_set(current, {"durable_job.outcome": CALL_OUTCOMES.get(status, "uncertain")})
+            if status == "submitted":
+                raise still_at_provider(item, key, submitted[0], exc) from None
             raise
         finally:
             _OPERATION_KEY.reset(token)
@@ -4285,7 +4428,39 @@ def send_call(journal: Journal, job, item, source, prompt, key: str, say, on_com
     return output_text
 
 
-CALL_OUTCOMES = {"rejected": "rejected", "not-sent": "not sent", "pending": "uncertain"}  # fail_call's word: a span's outcome
+CALL_OUTCOMES = {"rejected": "rejected", "not-sent": "not sent", "pending": "uncertain", "submitted": "submitted"}  # a span's outcome
+
+
+def still_at_provider(item: Item, key: str, response_id: str, exc: BaseException) -> ProviderError:
+    """The refusal of a run whose kept call's answer did not come back (a timeout, a lost connection): nothing is uncertain."""
+    return ProviderError(
+        f"The answer to the call for item {item['id']} did not come back ({type(exc).__name__}: {clip(str(exc), 160)}); the "
+        f"provider keeps its response {response_id}, so {key} stays submitted: run resume, which retrieves that response "
+        "and sends nothing new"
+    )
+
+
+def retrieve_call(journal: Journal, job, item, row: CallRow, say, on_complete):
+    """A kept call a killed run submitted but did not record: its answer retrieved by its committed response id (nothing
+    is sent again) and recorded as the run would have, beside a `retrieved` event: it came from the provider's record."""
+    key, submitted_id = row["operation_key"], cast(str, row["response_id"])
+    if say:
+        say(f"item {item['id']}: retrieving response {submitted_id} of call {key} from the provider's record (nothing is sent again)")
+    try:
+        output_text, response_id, request_id, usage = retrieve_model(job, submitted_id)
+    except Exception as exc:
+        if fail_submitted(journal, key, submitted_id, exc) == "submitted":
+            raise still_at_provider(item, key, submitted_id, exc) from None
+        raise
+    output_text = scrub(output_text, journal.secrets)
+
+    def retrieved(j: Journal, k: str, text: str) -> None:
+        record_event(j, k, "retrieved", {"responseId": response_id, "from": "the provider's record"})
+        if on_complete is not None:
+            on_complete(j, k, text)
+
+    complete_call(journal, key, output_text, response_id, request_id, usage, retrieved)
+    return output_text
 
 
 def last_event(journal: Journal, key: str) -> str | None:
@@ -4482,6 +4657,13 @@ def call_endpoints(journal: Journal | None) -> dict:
         return {}
     rows = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' ORDER BY id")
     return {r["operation_key"]: (json.loads(r["detail_json"] or "{}")).get("endpoint") for r in rows}
+
+
+def retrieved_keys(journal: Journal | None) -> set:
+    """The kept calls whose answer a later run retrieved from the provider's record (their `retrieved` events)."""
+    if journal is None or not journal.has_table("call_events"):
+        return set()
+    return {r["operation_key"] for r in journal.rows("SELECT operation_key FROM {call_events} WHERE {scope}event = 'retrieved'")}
 
 
 def retry_keys(journal: Journal | None) -> set:
@@ -5532,8 +5714,8 @@ def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) 
         return "decided"
     if checkpoint.get("savedDecision"):
         return "deciding"
-    if any(r["status"] == "pending" for r in calls):  # at review too: nothing is decided over an unknown outcome
-        return "pending"
+    if any(r["status"] == "pending" and not r.get("submitted_utc") for r in calls):  # at review too: nothing is decided over an
+        return "pending"  # unknown outcome (a kept call submitted is known: the provider keeps it, and the next run retrieves it)
     if checkpoint.get("waiting"):
         return "awaiting-review"
     return "before-review"
@@ -5855,8 +6037,9 @@ def provider_failure(store: Store, item_id: str, key: str, status: str, code, ex
             if getattr(exc, "code", None) == QUOTA_EXHAUSTED
             else ""
         )
+        said = message if code is None else f"HTTP {code}: {message}"  # a kept response the provider ended has no HTTP code
         return ProviderError(
-            f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}.{quota} "
+            f"Provider refused the call for item {item_id} ({said}); recorded as rejected at {key}.{quota} "
             f"Nothing was produced; fix the cause, then `{store.suggest('resume')}`: it takes the next attempt if "
             f"maxAttemptsPerItem allows one, else marks the item failed for review"
         )
@@ -8908,18 +9091,24 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
 
 
 def call_summaries(snap: Snapshot) -> list:
-    """Each call as inspect shows it: where its request went, and who made it."""
-    endpoints = call_endpoints(snap.journal)
-    return [
-        {
+    """Each call as inspect shows it: where its request went, and who made it; a kept call's response id and when it was
+    committed (submittedUtc), and fromProviderRecord when a later run retrieved its answer by that id."""
+    endpoints, retrieved = call_endpoints(snap.journal), retrieved_keys(snap.journal)
+    summaries = []
+    for r in snap.calls:
+        summary = {
             "operationKey": r["operation_key"],
             "itemId": r["item_id"],
             "status": r["status"],
             "endpoint": endpoints.get(r["operation_key"]),
             "principal": r.get("principal"),
         }
-        for r in snap.calls
-    ]
+        if r.get("submitted_utc"):
+            summary.update(responseId=r["response_id"], submittedUtc=r["submitted_utc"])
+        if r["operation_key"] in retrieved:
+            summary["fromProviderRecord"] = True
+        summaries.append(summary)
+    return summaries
 
 
 def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, reason: str, response_file: str | None = None) -> dict:
@@ -9628,8 +9817,27 @@ def cancel(
         record["signature"] = act_signature("cancel", ctx.job["jobId"], record, head, sign_key, passkey, "cancelledAtUtc")
         with ctx.journal.transaction():
             record_cancel(ctx.journal, record)
+        stopped = cancel_at_provider(ctx)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
-        return {"jobId": ctx.job["jobId"], "cancelled": record}
+        return {"jobId": ctx.job["jobId"], "cancelled": record, **({"cancelledAtProvider": stopped} if stopped else {})}
+
+
+def cancel_at_provider(ctx: Context) -> list:
+    """A cancelled job's kept calls still being made at the provider (submitted, no answer recorded): each response is
+    cancelled there (responses.cancel), beside a `provider-cancel` event saying what the provider answered; the calls
+    stay pending, for a person to settle as any call of a cancelled job. A provider that cannot be reached is said so."""
+    stopped = []
+    for r in call_rows(ctx.journal):
+        if r["status"] != "pending" or not r.get("submitted_utc") or not ctx.job.get("providerKeepsRecord"):
+            continue
+        said: dict[str, Any] = {"operationKey": r["operation_key"], "responseId": r["response_id"]}
+        try:
+            said["status"] = cancel_kept(ctx.job, cast(str, r["response_id"]))
+        except Exception as exc:  # the cancel stands; the provider may finish the response, which is then billed
+            said["error"] = clip(redact(exc, ctx.store.secrets), 200)
+        record_event(ctx.journal, r["operation_key"], "provider-cancel", {k: v for k, v in said.items() if k != "operationKey"})
+        stopped.append(said)
+    return stopped
 
 
 def release(store: Store) -> dict:
@@ -10000,6 +10208,7 @@ SEAL_FLAG_OF_KEY = {
     "maxTokensParameter": "--max-tokens-parameter",
     "jsonOutput": "--no-json-output",
     "draft": "--draft",
+    "providerKeepsRecord": "--provider-keeps-record",
 }
 
 
@@ -10024,9 +10233,11 @@ def seal_request(question: str | None, facts, draft: bool = False) -> dict:
     return request
 
 
-def seal_api(api: str | None, max_tokens_parameter: str | None, json_output: bool | None) -> dict:
-    """seal --api, --max-tokens-parameter and --no-json-output, as the manifest's keys of each flag given."""
+def seal_api(api: str | None, max_tokens_parameter: str | None, json_output: bool | None, keeps_record: bool = False) -> dict:
+    """seal --api, --max-tokens-parameter, --no-json-output and --provider-keeps-record, as the manifest's keys of each
+    flag given."""
     keys = {"api": api, "maxTokensParameter": max_tokens_parameter, "jsonOutput": json_output}
+    keys["providerKeepsRecord"] = True if keeps_record else None
     return {key: value for key, value in keys.items() if value is not None}
 
 
@@ -11428,7 +11639,7 @@ def cmd_seal(args) -> dict:
         mcp_pass_env=args.mcp_pass_env or (),
         ids=args.ids or (),
         request=seal_request(args.question, args.facts, args.draft),
-        api=seal_api(args.api, args.max_tokens_parameter, args.json_output),
+        api=seal_api(args.api, args.max_tokens_parameter, args.json_output, args.provider_keeps_record),
         file_mode=mode,
         sign_key=signing_key(args),
         store=getattr(args, "opened", None),
@@ -11700,6 +11911,12 @@ SEAL_FLAGS = [
         action="store_const",
         const=False,
         help="with --api chat: send no response_format (for a server that cannot ask the model for JSON)",
+    ),
+    flag(
+        "--provider-keeps-record",
+        action="store_true",
+        help="with --mode openai: the provider keeps each request and answer under its own retention terms (background "
+        "mode), so a run killed mid-call is settled from its record, not by a person (the manifest's providerKeepsRecord)",
     ),
     flag(
         "--draft",

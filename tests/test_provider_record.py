@@ -1,0 +1,181 @@
+"""The provider keeps the record (issue 49, its first slice): a job sealed with providerKeepsRecord sends each Responses
+call in background mode (background and store true, its operation key in the metadata) and commits the response id the
+moment the provider answers with it (a `submitted` call), before awaiting the answer by that id. A run killed after that
+commit leaves nothing uncertain: resume retrieves the same response, sends nothing new, and records that the answer came
+from the provider's record. A run killed while the POST was unanswered stays uncertain, as every call did before. Real
+SDK, real HTTP, real SIGKILLs; the loopback provider's log (every request, its method and path) is the witness.
+"""
+
+import json
+import os
+from collections import Counter
+
+from conftest import ALPHA, BETA, BOTH, kill_group, openai_workspace, wait_for
+
+ONE = {"alpha": ALPHA}
+
+
+def kept_workspace(ws, provider, sources=None, **overrides):
+    return openai_workspace(ws, provider, sources=sources, providerKeepsRecord=True, **overrides)
+
+
+def posts(provider) -> Counter:
+    """The calls sent, by operation key: the POSTs that create a response (a retrieve is a GET, a cancel names its id)."""
+    return Counter(r["client_request_id"] for r in provider.requests() if r.get("method") == "POST" and r["path"] == "/v1/responses")
+
+
+def gets(provider) -> list:
+    return [r["path"].rsplit("/", 1)[1] for r in provider.requests() if r.get("method") == "GET"]
+
+
+def journaled(ws) -> list:
+    """The job's calls, none before the run made its journal (a state directory's) or sealed its job (a store's)."""
+    made = ws.has_job() if ws.store is not None else os.path.exists(os.path.join(ws.state, "effects.sqlite"))
+    return ws.calls() if made else []
+
+
+def submitted(ws) -> list:
+    return [r for r in journaled(ws) if r["status"] == "pending" and r.get("submitted_utc")]
+
+
+@BOTH
+def test_a_job_with_the_record_kept_reaches_review_each_call_sent_once_in_background_mode(ws, provider):
+    """Two items: each call POSTed exactly once, background and stored, its operation key in the metadata and in the
+    X-Client-Request-Id header; its id committed (a `submitted` event before `completed`), its answer retrieved by that
+    id; inspect shows each call's response id and when it was submitted; the job verifies."""
+    kept_workspace(ws, provider)
+    out = ws.start().ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated"]
+    rows = ws.calls()
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    assert posts(provider) == {r["operation_key"]: 1 for r in rows}
+    for request in (r for r in provider.requests() if r.get("method") == "POST"):
+        assert request["store"] is True and request["background"] is True
+        assert request["metadata"] == {"durable_job_operation_key": request["client_request_id"]}
+    assert set(gets(provider)) == {r["response_id"] for r in rows}  # the answers came by their ids
+    for row in rows:
+        assert row["submitted_utc"] and row["response_id"].startswith("resp_")
+        assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "completed"]
+        assert ws.events(row["operation_key"], "submitted")[0]["detail"]["responseId"] == row["response_id"]
+    calls = ws.run("inspect").ok()["calls"]
+    assert [(c["responseId"], c["submittedUtc"]) for c in calls] == [(r["response_id"], r["submitted_utc"]) for r in rows]
+    assert not any(c.get("fromProviderRecord") for c in calls)
+    assert ws.run("verify").ok()["ok"] is True
+
+
+@BOTH
+def test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_provider_record(ws, provider):
+    """SIGKILL while the provider is still making the answer, its id committed: status says the job is ready (nothing is
+    uncertain, no person is needed); resume retrieves the same response (a GET by its id, no second POST), records it
+    completed beside a `retrieved` event, inspect marks the call fromProviderRecord, and the job verifies."""
+    kept_workspace(ws, provider, sources=ONE)
+    provider.behave("kept-held")
+    run = ws.popen("start", "--manifest", ws.manifest)
+    try:
+        [row] = wait_for(lambda: submitted(ws), timeout=30)
+    finally:
+        kill_group(run)
+    status = ws.run("status").ok()
+    assert status["phase"] == "ready" and status["calls"][0][2] == "pending"
+    with open(provider.log + ".release", "w"):
+        pass  # the provider finishes the response it kept
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated"]
+    [done] = ws.calls()
+    assert (done["status"], done["response_id"], done["attempt"]) == ("completed", row["response_id"], 1)
+    assert posts(provider) == {row["operation_key"]: 1}  # nothing was sent twice
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "completed", "retrieved"]
+    [call] = ws.run("inspect").ok()["calls"]
+    assert call["fromProviderRecord"] is True and call["responseId"] == row["response_id"]
+    assert ws.run("verify").ok()["ok"] is True
+
+
+@BOTH
+def test_a_run_killed_before_the_provider_answered_the_post_stays_uncertain(ws, provider):
+    """SIGKILL while the POST is unanswered (the provider holds it): no id was committed, so the call is uncertain as
+    every call was before: status says so, resume refuses to send it again, and the provider saw one POST."""
+    kept_workspace(ws, provider, sources=ONE)
+    provider.behave("hang")
+    run = ws.popen("start", "--manifest", ws.manifest)
+    try:
+        wait_for(lambda: posts(provider), timeout=30)
+        wait_for(lambda: journaled(ws), timeout=30)
+    finally:
+        kill_group(run)
+    [row] = ws.calls()
+    assert row["status"] == "pending" and row["response_id"] is None and row["submitted_utc"] is None
+    assert ws.run("status").ok()["phase"] == "uncertain-call"
+    provider.behave("ok")
+    ws.run("resume").held("UNCERTAIN_CALL", row["operation_key"])
+    assert posts(provider) == {row["operation_key"]: 1}
+
+
+def test_without_the_opt_in_every_request_is_stored_false_and_not_in_background(ws, provider):
+    openai_workspace(ws, provider)
+    ws.start().ok()
+    requests = provider.requests()
+    assert len(requests) == 2
+    assert all(r["store"] is False and r["background"] is None and r["metadata"] is None for r in requests)
+    assert all(r["submitted_utc"] is None for r in ws.calls())
+    assert "providerKeepsRecord" not in ws.job()
+
+
+def test_a_response_the_provider_ends_failed_is_a_refusal_and_the_next_attempt_goes_out(ws, provider):
+    kept_workspace(ws, provider, sources=ONE)
+    provider.behave(sequence=["kept-fail"])
+    ws.start().held("Provider refused the call for item alpha", "failed at the provider", "recorded as rejected")
+    [row] = ws.calls()
+    assert row["status"] == "rejected" and row["submitted_utc"]
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated"]
+    assert [(r["attempt"], r["status"]) for r in ws.calls()] == [(1, "rejected"), (2, "completed")]
+    assert sum(posts(provider).values()) == 2 and ws.run("verify").ok()["ok"] is True
+
+
+def test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it(ws, provider):
+    """The provider still makes the answer when the run's wait ends: the HOLD says the call stays submitted (no person
+    reconciles it); once the provider finishes, resume records its answer with no second POST."""
+    kept_workspace(ws, provider, sources=ONE)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
+    provider.behave("kept-held")
+    ws.start().held("did not come back", "stays submitted", "run resume")
+    [row] = submitted(ws)
+    assert ws.run("status").ok()["phase"] == "ready"
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "error"]
+    with open(provider.log + ".release", "w"):
+        pass
+    assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
+    assert posts(provider) == {row["operation_key"]: 1}
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def test_cancel_of_a_job_whose_call_is_submitted_cancels_the_response_at_the_provider(ws, provider):
+    kept_workspace(ws, provider, sources=ONE)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
+    provider.behave("kept-held")
+    ws.start().held("stays submitted")
+    [row] = submitted(ws)
+    out = ws.run("cancel", "--reviewer", "rev", "--reason", "not needed").ok()
+    assert out["cancelledAtProvider"] == [{"operationKey": row["operation_key"], "responseId": row["response_id"], "status": "cancelled"}]
+    cancels = [r for r in provider.requests() if r["path"].endswith("/cancel")]
+    assert [c["path"] for c in cancels] == [f"/v1/responses/{row['response_id']}/cancel"]
+    assert ws.events(row["operation_key"], "provider-cancel")[0]["detail"]["status"] == "cancelled"
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def test_the_manifest_key_is_checked_and_seal_writes_it(ws, provider):
+    ws.write_manifest(ws.manifest_dict(mode="openai", model="gpt-test", providerKeepsRecord="yes"))
+    ws.start().held("providerKeepsRecord must be true or false")
+    ws.write_manifest(ws.manifest_dict(providerKeepsRecord=True))
+    ws.start().held("providerKeepsRecord applies to mode openai")
+    ws.write_manifest(ws.manifest_dict(mode="openai", model="gpt-test", api="chat", providerKeepsRecord=True))
+    ws.start().held("providerKeepsRecord applies to mode openai with the Responses API only")
+    out = os.path.join(ws.root, "sealed.json")
+    source = ws.write_source("alpha.txt", ALPHA)
+    base = ["seal", "--out", out, "--job-id", "kept", "--approved-by", "o@example.test", "--model", "gpt-test", source]
+    ws.run(*base, "--mode", "openai", "--provider-transfer-approved", "--provider-keeps-record").ok()
+    with open(out) as fh:
+        assert json.load(fh)["providerKeepsRecord"] is True
+    held = ws.run(*base, "--mode", "fake", "--provider-keeps-record", "--force").held("--provider-keeps-record")
+    assert "mode openai" in held
+    assert BETA  # the two-source default manifest stands for the others
