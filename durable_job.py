@@ -3804,7 +3804,9 @@ def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
 # must have left and compares, so a changed, reordered, removed or added row is named; only someone who
 # recomputes every link as well gets past it, and a signed decision (section 15) or a kept receipt catches that.
 GENESIS = "0" * 64  # the link before the first
-UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at"})  # a row's place and the server's clock
+# a row's place and the server's clock; and a kept call's submitted_utc, which its chained `submitted` event holds (with
+# the response id), verify comparing the two (submitted_fits): a link binding it would hold a column older journals lack
+UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at", "submitted_utc"})
 
 
 def chained(job: Job) -> bool:
@@ -4239,7 +4241,9 @@ def fail_submitted(db, key: str, response_id: str, exc: BaseException) -> str:
     journal.claimed.pop(key, None)
     if isinstance(exc, ResponseEnded):
         return record_failure(journal, key, exc, "rejected")
-    record_event(journal, key, "error", {"error": type(exc).__name__, "message": clip(redact(exc, journal.secrets), 300), "responseId": response_id})
+    record_event(
+        journal, key, "error", {"error": type(exc).__name__, "message": clip(redact(exc, journal.secrets), 300), "responseId": response_id}
+    )
     return "submitted"
 
 
@@ -8054,6 +8058,20 @@ def check_no_call_left(calls: list, item_id: str, manifest: Manifest | None) -> 
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
 
 
+def submitted_fits(row: CallRow, events: list) -> None:
+    """A kept call's submitted_utc is its `submitted` event's time, and its response id the event's unless a person
+    reconciled it (none without one)."""
+    said = [detail for event, detail in events if event == "submitted"]
+    if len(said) > 1 or bool(said) != bool(row.get("submitted_utc")):
+        raise SealError(
+            f"journal row {row['operation_key']} says submitted at {row.get('submitted_utc')} but its events record {len(said)} submit(s)"
+        )
+    reconciled = any(event == "reconciled" for event, _ in events)  # a person's record names the response it holds
+    ids = (said[0].get("responseId"), row["response_id"]) if said and not reconciled else (None, None)
+    if said and (said[0].get("submittedAtUtc") != row.get("submitted_utc") or ids[0] != ids[1]):
+        raise SealError(f"journal row {row['operation_key']} does not fit its submitted event: its response id or submit time changed")
+
+
 def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
     """Every journal row is what its own event history gives, and within the manifest's items and bounds."""
     history: dict[str, list] = {}
@@ -8082,6 +8100,7 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
                 status = "rejected"
             elif event == "reconciled":
                 status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
+        submitted_fits(r, events)
         if status != r["status"] or (
             ids is not None and tuple(scrub(i, snap.store.secrets) for i in ids) != (r["response_id"], r["request_id"])
         ):
