@@ -880,5 +880,15 @@ MUTANTS = [
         "        store=False,\n    )\n    kwargs[api[",
         "        store=True,\n    )\n    kwargs[api[",
         ["tests/test_chat.py::test_a_chat_job_reaches_review_with_one_chat_request_per_item_and_verifies"],
+    ),  # --- the provider keeps the record (issue 49) ----------------------------------------------------------------
+    Mutant(
+        "id-committed-after-polling",
+        "providers: a kept call's response id is committed as soon as the provider answers the POST, before its answer is awaited",
+        '    if on_submitted is not None:\n        on_submitted(response.id)\n    return kept_answer(client, response, timeout, getattr(response, "_request_id", None))',
+        '    answer = kept_answer(client, response, timeout, getattr(response, "_request_id", None))\n    if on_submitted is not None:\n        on_submitted(response.id)\n    return answer',
+        [
+            "tests/test_provider_record.py::test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it",
+            "tests/test_provider_record.py::test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_provider_record",
+        ],
     ),
 ]
