@@ -351,7 +351,7 @@ def file_bytes(state) -> dict:
 # connection only: durable_job itself never creates one.
 STORE_JOURNAL_VIEWS = {
     "calls": "operation_key, base_key, attempt, item_id, input_sha256, status, output_text, response_id, request_id, "
-    "usage_json, created_utc, updated_utc, reconciliation_json, submitted_utc, seq AS rowid",
+    "usage_json, created_utc, updated_utc, reconciliation_json, seq AS rowid",
     "call_events": "id, operation_key, event, detail_json, at_utc",
     "drafts": "version, item_id, results_json, results_sha256, reviewer, reason, change_json, created_utc",
     "outcomes": "kind, record_json, created_utc",

@@ -285,7 +285,6 @@ if TYPING:
         updated_utc: str
         reconciliation_json: str | None
         principal: NotRequired[str | None]  # who made the call (rows written before principals have none)
-        submitted_utc: NotRequired[str | None]  # a kept call's: when the provider's response id was committed (pending)
 
     class Holder(TypedDict):
         """Who holds a job's writers' lock: {pid, command, sinceUtc[, host]}."""
@@ -1326,10 +1325,9 @@ def check_api(m: dict) -> None:
     chat_only = [key for key in ("maxTokensParameter", "jsonOutput") if key in m]
     if chat_only and m.get("api") != "chat":
         raise ManifestError(f'Manifest {chat_only[0]} applies to Chat Completions only: add "api": "chat" (seal --api chat) or remove it')
-    if m.get("providerKeepsRecord") is True and (m["mode"] != "openai" or m.get("api", "responses") != "responses"):
+    if m.get("providerKeepsRecord") is True and m["mode"] != "openai":
         raise ManifestError(
-            "Manifest providerKeepsRecord applies to mode openai with the Responses API only (a fake call keeps nothing; "
-            "Chat Completions keep no record yet): remove it, or seal with --mode openai and no --api chat"
+            "Manifest providerKeepsRecord applies to mode openai only (a fake call keeps nothing): remove it, or seal with --mode openai"
         )
     if "maxTokensParameter" in m and m["maxTokensParameter"] not in MAX_TOKENS_PARAMETERS:
         raise ManifestError(
@@ -2645,8 +2643,8 @@ def kept_answer(client, response, timeout: float, request_id):
 
 def chat_call(client, job, instructions: str, prompt: str, tokens: int, headers: dict, timeout: float):
     """One Chat Completions call: the same instruction and input as a system and a user message, the answer bounded
-    by the parameter the server takes, JSON asked for (unless the job says the server cannot), nothing stored. Its
-    usage is read in the Responses API's words (input, output and total tokens), as the journal keeps every call's."""
+    by the parameter the server takes, JSON asked for (unless the job says the server cannot), nothing stored (unless
+    the provider keeps the record: then stored, its operation key in the metadata, for lookup_chat to find it again)."""
     api = job["api"]
     kwargs: dict[str, Any] = dict(
         model=job["model"],
@@ -2656,15 +2654,34 @@ def chat_call(client, job, instructions: str, prompt: str, tokens: int, headers:
     kwargs[api["maxTokensParameter"]] = tokens
     if api["jsonOutput"]:
         kwargs["response_format"] = {"type": "json_object"}
+    if job.get("providerKeepsRecord"):
+        kwargs.update(store=True, metadata={KEPT_METADATA: headers.get("X-Client-Request-Id", "")})
     if headers:
         kwargs["extra_headers"] = headers
     completion = within_deadline(lambda: client.chat.completions.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    return chat_answer(completion, getattr(completion, "_request_id", None))
+
+
+def chat_answer(completion, request_id):
+    """A chat completion as call_model returns it; its usage in the Responses API's words (input, output and total
+    tokens), as the journal keeps every call's."""
     text = (completion.choices[0].message.content or "") if completion.choices else ""  # cut at the limit: it fails validation
     usage = None
     if getattr(completion, "usage", None) is not None:
         counts = completion.usage
         usage = {"input_tokens": counts.prompt_tokens, "output_tokens": counts.completion_tokens, "total_tokens": counts.total_tokens}
-    return text, completion.id, getattr(completion, "_request_id", None), usage
+    return text, completion.id, request_id, usage
+
+
+def lookup_chat(job, operation_key: str) -> list:
+    """The completions the provider stored under this operation key (chat.completions.list by the metadata a kept chat
+    call carries), each as call_model returns an answer: one is the call's answer; none, or two, are not."""
+    timeout = openai_timeout()
+    client = openai_client(timeout)
+    page = within_deadline(
+        lambda: client.chat.completions.list(metadata={KEPT_METADATA: operation_key}, limit=100), timeout + DEADLINE_GRACE_SECONDS
+    )
+    return [chat_answer(completion, getattr(page, "_request_id", None)) for completion in page.data]
 
 
 def unsent_url(exc: BaseException) -> str | None:
@@ -3303,9 +3320,6 @@ MIGRATIONS = [
     # a passkey's sign counter, raised (UPDATE … WHERE sign_count < n) as serve counts each new assertion; the rows' shape
     # is checked in code before each is written (checked_passkey_row): the account owns this file, so no trigger would stop it
     ("m013_passkey_counts", "ALTER TABLE passkeys ADD COLUMN sign_count INTEGER NOT NULL DEFAULT 0 CHECK (sign_count >= 0)"),
-    # a call sent in background mode to a provider that keeps its record: when its response id was committed (the row
-    # stays pending, its response_id set, until the answer retrieved by that id is recorded; m025_submitted in a store)
-    ("m014_submitted", "ALTER TABLE calls ADD COLUMN submitted_utc TEXT"),
 ]
 PASSKEY_COLUMNS = {  # a passkeys row's columns, as the lines of an allowed-passkeys file name them
     "principal": "principal",
@@ -3804,9 +3818,7 @@ def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
 # must have left and compares, so a changed, reordered, removed or added row is named; only someone who
 # recomputes every link as well gets past it, and a signed decision (section 15) or a kept receipt catches that.
 GENESIS = "0" * 64  # the link before the first
-# a row's place and the server's clock; and a kept call's submitted_utc, which its chained `submitted` event holds (with
-# the response id), verify comparing the two (submitted_fits): a link binding it would hold a column older journals lack
-UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at", "submitted_utc"})
+UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at"})  # a row's place and the server's clock
 
 
 def chained(job: Job) -> bool:
@@ -4101,8 +4113,10 @@ def claim_attempt(
         if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         if row is not None and row["status"] == "pending":
-            if row.get("submitted_utc") and job.get("providerKeepsRecord"):
+            if row["response_id"] and job.get("providerKeepsRecord"):
                 return "retrieve", row  # its answer is kept at the provider under its committed id: nothing is uncertain
+            if job.get("api") and job.get("providerKeepsRecord"):
+                return "lookup", row  # a stored chat completion is found by its operation key (lookup_call)
             raise uncertain_refusal(item["id"], row["operation_key"])
         attempt = 1 if row is None else row["attempt"] + 1
         if attempt > manifest["maxAttemptsPerItem"]:
@@ -4181,22 +4195,23 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
 
 def submit_call(db, key: str, response_id: str) -> None:
     """A kept call's response id, committed the moment the provider answers with it (kept_call's on_submitted): the row
-    stays pending, its response_id and submitted_utc set, beside a `submitted` event. From here a killed run leaves
-    nothing uncertain: the next one retrieves this response (claim_attempt's 'retrieve') and sends nothing new."""
+    stays pending, its response_id set (a pending row has one only so: `submitted`), beside a `submitted` event written
+    first (a store takes the id only beside it: m025_submitted). From here a killed run leaves nothing uncertain: the
+    next one retrieves this response (claim_attempt's 'retrieve') and sends nothing new."""
     journal = as_journal(db)
     journal.claimed.pop(key, None)  # its row changes here: the answer's link reads it back
     response_id, stamp = scrub(response_id, journal.secrets), now_utc()
     try:
         with journal.transaction():
+            record_event(journal, key, "submitted", {"responseId": response_id, "submittedAtUtc": stamp})
             journal.change_one(
-                "UPDATE {calls} SET response_id = {p.response}, submitted_utc = {p.stamp}, updated_utc = {p.stamp} "
-                "WHERE {scope}operation_key = {p.key} AND status = 'pending' AND submitted_utc IS NULL",
+                "UPDATE {calls} SET response_id = {p.response}, updated_utc = {p.stamp} "
+                "WHERE {scope}operation_key = {p.key} AND status = 'pending' AND response_id IS NULL",
                 response=response_id,
                 stamp=stamp,
                 key=key,
             )
             link_row(journal, "submitted", "calls", key)
-            record_event(journal, key, "submitted", {"responseId": response_id, "submittedAtUtc": stamp})
     except RowUnchanged:
         raise StateError(
             f"call {key} was reconciled while the provider made response {response_id}: that response is not used and "
@@ -4362,6 +4377,8 @@ def get_or_call(
             return value
         if action == "retrieve":
             return retrieve_call(journal, job, item, value, say, on_complete)
+        if action == "lookup":
+            return lookup_call(journal, job, item, value, say, on_complete)
         try:
             return send_call(journal, job, item, source, prompt, value, say, on_complete, instructions, crash)
         except RateLimited as limited:
@@ -4442,6 +4459,43 @@ def still_at_provider(item: Item, key: str, response_id: str, exc: BaseException
         f"provider keeps its response {response_id}, so {key} stays submitted: run resume, which retrieves that response "
         "and sends nothing new"
     )
+
+
+def lookup_call(journal: Journal, job, item, row: CallRow, say, on_complete):
+    """A kept chat call a killed run left pending: the completions the provider stored under its operation key, listed
+    (a `looked-up` event records what was found). Exactly one is the call's answer, recorded beside a `retrieved` event;
+    none leaves the call uncertain (a person decides, as ever); two or more break the journal's promise that a key is
+    sent once: nothing is taken from them, and the run stops saying so."""
+    key = row["operation_key"]
+    if say:
+        say(f"item {item['id']}: looking up call {key} among the provider's stored completions (nothing is sent again)")
+    try:
+        found = lookup_chat(job, key)
+    except Exception as exc:  # nothing learned: the call stays as uncertain as it was
+        raise ProviderError(
+            f"The provider's stored completions could not be listed for call {key} of item {item['id']} ({type(exc).__name__}: "
+            f"{clip(redact(exc, journal.secrets), 160)}); it stays uncertain: run resume again later, or reconcile it",
+            uncertain=True,
+        ) from None
+    record_event(journal, key, "looked-up", {"found": len(found), "responseIds": [f[1] for f in found]})
+    if not found:
+        raise uncertain_refusal(item["id"], key)
+    if len(found) > 1:
+        raise StateError(
+            f"the provider stored {len(found)} completions under operation key {key} ({', '.join(str(f[1]) for f in found)}): "
+            "the journal promises one request a key, so none is taken; compare them at the provider, then "
+            f"reconcile {key} with the one to keep (or abandon it)"
+        )
+    output_text, response_id, request_id, usage = found[0]
+    output_text = scrub(output_text, journal.secrets)
+
+    def retrieved(j: Journal, k: str, text: str) -> None:
+        record_event(j, k, "retrieved", {"responseId": response_id, "from": "the provider's stored completions"})
+        if on_complete is not None:
+            on_complete(j, k, text)
+
+    complete_call(journal, key, output_text, response_id, request_id, usage, retrieved)
+    return output_text
 
 
 def retrieve_call(journal: Journal, job, item, row: CallRow, say, on_complete):
@@ -4661,6 +4715,14 @@ def call_endpoints(journal: Journal | None) -> dict:
         return {}
     rows = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' ORDER BY id")
     return {r["operation_key"]: (json.loads(r["detail_json"] or "{}")).get("endpoint") for r in rows}
+
+
+def submitted_calls(journal: Journal | None) -> dict:
+    """{operation key: its `submitted` event's detail ({responseId, submittedAtUtc})}: the kept calls, as submitted."""
+    if journal is None or not journal.has_table("call_events"):
+        return {}
+    rows = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'submitted' ORDER BY id")
+    return {r["operation_key"]: json.loads(r["detail_json"] or "{}") for r in rows}
 
 
 def retrieved_keys(journal: Journal | None) -> set:
@@ -5718,7 +5780,7 @@ def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) 
         return "decided"
     if checkpoint.get("savedDecision"):
         return "deciding"
-    if any(r["status"] == "pending" and not r.get("submitted_utc") for r in calls):  # at review too: nothing is decided over an
+    if any(r["status"] == "pending" and not r.get("response_id") for r in calls):  # at review too: nothing is decided over an
         return "pending"  # unknown outcome (a kept call submitted is known: the provider keeps it, and the next run retrieves it)
     if checkpoint.get("waiting"):
         return "awaiting-review"
@@ -8059,17 +8121,16 @@ def check_no_call_left(calls: list, item_id: str, manifest: Manifest | None) -> 
 
 
 def submitted_fits(row: CallRow, events: list) -> None:
-    """A kept call's submitted_utc is its `submitted` event's time, and its response id the event's unless a person
-    reconciled it (none without one)."""
+    """A pending row holds a response id only as a kept call submitted (its `submitted` event, one at most, naming it);
+    a kept call's answer is the response it submitted, unless a person reconciled it."""
     said = [detail for event, detail in events if event == "submitted"]
-    if len(said) > 1 or bool(said) != bool(row.get("submitted_utc")):
+    if len(said) > 1 or (row["status"] == "pending" and bool(said) != bool(row["response_id"])):
         raise SealError(
-            f"journal row {row['operation_key']} says submitted at {row.get('submitted_utc')} but its events record {len(said)} submit(s)"
+            f"journal row {row['operation_key']} holds response id {row['response_id']} but its events record {len(said)} submit(s)"
         )
     reconciled = any(event == "reconciled" for event, _ in events)  # a person's record names the response it holds
-    ids = (said[0].get("responseId"), row["response_id"]) if said and not reconciled else (None, None)
-    if said and (said[0].get("submittedAtUtc") != row.get("submitted_utc") or ids[0] != ids[1]):
-        raise SealError(f"journal row {row['operation_key']} does not fit its submitted event: its response id or submit time changed")
+    if said and isinstance(said[0], dict) and not reconciled and said[0].get("responseId") != row["response_id"]:
+        raise SealError(f"journal row {row['operation_key']} does not fit its submitted event: its response id changed")
 
 
 def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
@@ -9112,7 +9173,7 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
 def call_summaries(snap: Snapshot) -> list:
     """Each call as inspect shows it: where its request went, and who made it; a kept call's response id and when it was
     committed (submittedUtc), and fromProviderRecord when a later run retrieved its answer by that id."""
-    endpoints, retrieved = call_endpoints(snap.journal), retrieved_keys(snap.journal)
+    endpoints, retrieved, submits = call_endpoints(snap.journal), retrieved_keys(snap.journal), submitted_calls(snap.journal)
     summaries = []
     for r in snap.calls:
         summary = {
@@ -9122,8 +9183,10 @@ def call_summaries(snap: Snapshot) -> list:
             "endpoint": endpoints.get(r["operation_key"]),
             "principal": r.get("principal"),
         }
-        if r.get("submitted_utc"):
-            summary.update(responseId=r["response_id"], submittedUtc=r["submitted_utc"])
+        if r["operation_key"] in submits:
+            summary.update(
+                responseId=submits[r["operation_key"]].get("responseId"), submittedUtc=submits[r["operation_key"]].get("submittedAtUtc")
+            )
         if r["operation_key"] in retrieved:
             summary["fromProviderRecord"] = True
         summaries.append(summary)
@@ -9847,7 +9910,7 @@ def cancel_at_provider(ctx: Context) -> list:
     stay pending, for a person to settle as any call of a cancelled job. A provider that cannot be reached is said so."""
     stopped = []
     for r in call_rows(ctx.journal):
-        if r["status"] != "pending" or not r.get("submitted_utc") or not ctx.job.get("providerKeepsRecord"):
+        if r["status"] != "pending" or not r["response_id"] or not ctx.job.get("providerKeepsRecord"):
             continue
         said: dict[str, Any] = {"operationKey": r["operation_key"], "responseId": r["response_id"]}
         try:

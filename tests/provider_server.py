@@ -6,7 +6,11 @@ the response `queued` and its id; GET /v1/responses/{id} returns it, `in_progres
 usage) once KEPT_SECONDS have passed; POST /v1/responses/{id}/cancel cancels one still running. Every request is logged
 (its method and path too), so a test counts the POSTs of each operation key. The behaviour of the POST decides the
 response's course: "ok" (or "kept-slow:N": completed after N seconds), "kept-held" (in progress until the test makes
-the file `<log>.release`), "kept-fail" (ends failed), "kept-lost" (the provider loses it: 404 thereafter)."""
+the file `<log>.release`), "kept-fail" (ends failed), "kept-lost" (the provider loses it: 404 thereafter).
+
+Stored chat completions, likewise: a POST /v1/chat/completions with store=true keeps the completion with its metadata,
+and GET /v1/chat/completions?metadata[KEY]=VALUE lists those carrying it. "stored-hang" stores the completion and never
+answers (the run is killed waiting); "stored-twice-hang" stores two (a broken promise); "hang" stores nothing."""
 
 import argparse
 import hashlib
@@ -19,7 +23,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 KEPT_SECONDS = 0.3  # how long a background response of behaviour "ok" stays in progress
-KEPT = ("kept-held", "kept-fail", "kept-lost")  # a background POST's behaviours that only a kept response has
+KEPT = ("kept-held", "kept-fail", "kept-lost", "stored-hang", "stored-twice-hang")  # behaviours only a kept call has
 ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500", "503"}
 NOT_JSON_TEXT = "Sure! Here is my summary: it is fine."
 
@@ -161,6 +165,7 @@ class ProviderServer(ThreadingHTTPServer):
         self.log_lock = threading.Lock()
         self.stopping = threading.Event()
         self.kept = {}  # background responses: id -> {"object", "behaviour", "doneAt"}
+        self.stored = []  # stored chat completions: {"object", "metadata"}
 
     def handle_error(self, request, client_address):
         """A client that hung up mid-answer (a run that stopped on another item's refusal) is no error of the
@@ -190,6 +195,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if path.startswith(RESPONSES + "/"):  # a background response: retrieve (GET) or cancel (POST …/cancel)
             return self.kept_response(path[len(RESPONSES) + 1 :])
+        if path == CHAT and self.command == "GET":  # the stored chat completions, by metadata
+            return self.stored_list()
         raw = received.decode("utf-8", "replace")
         try:
             body = json.loads(raw)
@@ -305,6 +312,15 @@ class Handler(BaseHTTPRequestHandler):
             self.server.stopping.wait(120)
             self.close_connection = True
             return None
+        if route_of(self) == CHAT and fields.get("store") is True and out is not None:
+            with self.server.log_lock:
+                for n in range(2 if behaviour == "stored-twice-hang" else 1):
+                    stored = answer(rid if n == 0 else f"{rid}_again", fields, text, out)
+                    self.server.stored.append({"object": stored, "metadata": fields.get("metadata") or {}})
+            if behaviour.startswith("stored-"):  # kept, and never answered: the run is killed waiting
+                self.server.stopping.wait(120)
+                self.close_connection = True
+                return None
         if route_of(self) == RESPONSES and fields.get("background") is True and out is not None:
             return self.start_kept(behaviour, seq, rid, fields, text, out)
         if behaviour.startswith("slow:"):
@@ -373,6 +389,20 @@ class Handler(BaseHTTPRequestHandler):
         if state is None:
             return self.send_error_json(404, seq, f"No response found with id '{rid}'.", code=None)
         return self.send_json(200, seq, state)
+
+    def stored_list(self):
+        """GET /v1/chat/completions?metadata[KEY]=VALUE…: the stored completions carrying every pair, as a cursor page."""
+        from urllib.parse import parse_qsl, urlsplit
+
+        pairs = {k[len("metadata[") : -1]: v for k, v in parse_qsl(urlsplit(self.path).query) if k.startswith("metadata[")}
+        srv = self.server
+        with srv.log_lock:
+            seq = self.count_log_lines() + 1
+            self.write_log({"seq": seq, "method": "GET", "path": self.path, "metadata": pairs, "time": time.time()})
+            found = [s["object"] for s in srv.stored if all(s["metadata"].get(k) == v for k, v in pairs.items())]
+        page = {"object": "list", "data": found, "has_more": False}
+        page.update(first_id=found[0]["id"] if found else None, last_id=found[-1]["id"] if found else None)
+        return self.send_json(200, seq, page)
 
     def kept_state(self, kept, cancel=False):
         """A kept response as it stands now (the caller holds the lock): in progress, or ended as its behaviour says."""

@@ -116,7 +116,7 @@ RELEASED_MIGRATIONS = {
     "m021_holds_links": "dabf12ccd58aa0588fe30e5c0a9e80413e527d6998ac98fc6234b5800724e9c1",
     "m022_passkey_origin": "8d60107e540b97c16f294e1e69bc2e63642c2febfbbb45f7fd75a652e0297975",
     "m023_engine_seal": "0aa543c569c810fdb439350566e131124b150a11f94cc4274c690aecb2f3f4cf",
-    "m025_submitted": "39033e3b3676725b0645c7074f18bc7ca44af4ef46fbabb3407c4a107138a74c",
+    "m025_submitted": "7e384d6c7044a1cacf19d9e34939c8d218c2dc5a22cd3da30b8a2a079a63e017",
 }
 
 

@@ -19,9 +19,12 @@ def kept_workspace(ws, provider, sources=None, **overrides):
     return openai_workspace(ws, provider, sources=sources, providerKeepsRecord=True, **overrides)
 
 
-def posts(provider) -> Counter:
+def posts(provider, path="/v1/responses") -> Counter:
     """The calls sent, by operation key: the POSTs that create a response (a retrieve is a GET, a cancel names its id)."""
-    return Counter(r["client_request_id"] for r in provider.requests() if r.get("method") == "POST" and r["path"] == "/v1/responses")
+    return Counter(r["client_request_id"] for r in provider.requests() if r.get("method") == "POST" and r["path"] == path)
+
+
+CHAT = "/v1/chat/completions"
 
 
 def gets(provider) -> list:
@@ -35,7 +38,8 @@ def journaled(ws) -> list:
 
 
 def submitted(ws) -> list:
-    return [r for r in journaled(ws) if r["status"] == "pending" and r.get("submitted_utc")]
+    """The calls submitted and not yet answered: pending, with the response id the provider answered the POST with."""
+    return [r for r in journaled(ws) if r["status"] == "pending" and r["response_id"]]
 
 
 @BOTH
@@ -53,12 +57,15 @@ def test_a_job_with_the_record_kept_reaches_review_each_call_sent_once_in_backgr
         assert request["store"] is True and request["background"] is True
         assert request["metadata"] == {"durable_job_operation_key": request["client_request_id"]}
     assert set(gets(provider)) == {r["response_id"] for r in rows}  # the answers came by their ids
+    submits = []
     for row in rows:
-        assert row["submitted_utc"] and row["response_id"].startswith("resp_")
+        assert row["response_id"].startswith("resp_")
         assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "completed"]
-        assert ws.events(row["operation_key"], "submitted")[0]["detail"]["responseId"] == row["response_id"]
+        [submit] = ws.events(row["operation_key"], "submitted")
+        assert submit["detail"]["responseId"] == row["response_id"] and submit["detail"]["submittedAtUtc"] <= submit["at_utc"]
+        submits.append((row["response_id"], submit["detail"]["submittedAtUtc"]))
     calls = ws.run("inspect").ok()["calls"]
-    assert [(c["responseId"], c["submittedUtc"]) for c in calls] == [(r["response_id"], r["submitted_utc"]) for r in rows]
+    assert [(c["responseId"], c["submittedUtc"]) for c in calls] == submits
     assert not any(c.get("fromProviderRecord") for c in calls)
     assert ws.run("verify").ok()["ok"] is True
 
@@ -103,7 +110,7 @@ def test_a_run_killed_before_the_provider_answered_the_post_stays_uncertain(ws, 
     finally:
         kill_group(run)
     [row] = ws.calls()
-    assert row["status"] == "pending" and row["response_id"] is None and row["submitted_utc"] is None
+    assert row["status"] == "pending" and row["response_id"] is None and not ws.events(row["operation_key"], "submitted")
     assert ws.run("status").ok()["phase"] == "uncertain-call"
     provider.behave("ok")
     ws.run("resume").held("UNCERTAIN_CALL", row["operation_key"])
@@ -116,7 +123,7 @@ def test_without_the_opt_in_every_request_is_stored_false_and_not_in_background(
     requests = provider.requests()
     assert len(requests) == 2
     assert all(r["store"] is False and r["background"] is None and r["metadata"] is None for r in requests)
-    assert all(r["submitted_utc"] is None for r in ws.calls())
+    assert not ws.events(event="submitted")
     assert "providerKeepsRecord" not in ws.job()
 
 
@@ -125,7 +132,7 @@ def test_a_response_the_provider_ends_failed_is_a_refusal_and_the_next_attempt_g
     provider.behave(sequence=["kept-fail"])
     ws.start().held("Provider refused the call for item alpha", "failed at the provider", "recorded as rejected")
     [row] = ws.calls()
-    assert row["status"] == "rejected" and row["submitted_utc"]
+    assert row["status"] == "rejected" and ws.events(row["operation_key"], "submitted")
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["validated"]
     assert [(r["attempt"], r["status"]) for r in ws.calls()] == [(1, "rejected"), (2, "completed")]
@@ -168,8 +175,6 @@ def test_the_manifest_key_is_checked_and_seal_writes_it(ws, provider):
     ws.start().held("providerKeepsRecord must be true or false")
     ws.write_manifest(ws.manifest_dict(providerKeepsRecord=True))
     ws.start().held("providerKeepsRecord applies to mode openai")
-    ws.write_manifest(ws.manifest_dict(mode="openai", model="gpt-test", api="chat", providerKeepsRecord=True))
-    ws.start().held("providerKeepsRecord applies to mode openai with the Responses API only")
     out = os.path.join(ws.root, "sealed.json")
     source = ws.write_source("alpha.txt", ALPHA)
     base = ["seal", "--out", out, "--job-id", "kept", "--approved-by", "o@example.test", "--model", "gpt-test", source]
@@ -179,3 +184,64 @@ def test_the_manifest_key_is_checked_and_seal_writes_it(ws, provider):
     held = ws.run(*base, "--mode", "fake", "--provider-keeps-record", "--force").held("--provider-keeps-record")
     assert "mode openai" in held
     assert BETA  # the two-source default manifest stands for the others
+
+
+@BOTH
+def test_a_chat_job_with_the_record_kept_stores_each_completion_under_its_operation_key(ws, provider):
+    """Chat Completions with the record kept: each request is stored (store true) with its operation key in the
+    metadata, sent once, and the job reaches review and verifies; nothing is looked up when nothing was lost."""
+    kept_workspace(ws, provider, api="chat")
+    assert [r["status"] for r in ws.start().ok()["results"]] == ["validated", "validated"]
+    rows = ws.calls()
+    assert posts(provider, CHAT) == {r["operation_key"]: 1 for r in rows}
+    for request in provider.requests():
+        assert request["method"] == "POST" and request["store"] is True
+        assert request["metadata"] == {"durable_job_operation_key": request["client_request_id"]}
+    assert all(r["status"] == "completed" for r in rows) and not ws.events(event="submitted")
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def kill_while_unanswered(ws, provider, behaviour: str) -> dict:
+    """Start a one-item kept chat job whose POST the provider never answers; SIGKILL it once the POST is logged."""
+    kept_workspace(ws, provider, sources=ONE, api="chat")
+    provider.behave(behaviour)
+    run = ws.popen("start", "--manifest", ws.manifest)
+    try:
+        wait_for(lambda: posts(provider, CHAT), timeout=30)
+        wait_for(lambda: journaled(ws), timeout=30)
+    finally:
+        kill_group(run)
+    [row] = ws.calls()
+    assert row["status"] == "pending" and ws.run("status").ok()["phase"] == "uncertain-call"
+    provider.behave("ok")
+    return row
+
+
+@BOTH
+def test_a_chat_call_killed_before_its_answer_is_completed_by_the_lookup_of_its_stored_completion(ws, provider):
+    """The provider stored the completion but the run was killed before the answer came: resume lists the stored
+    completions carrying the call's operation key, finds exactly one, and records it (no second POST, no person)."""
+    row = kill_while_unanswered(ws, provider, "stored-hang")
+    assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
+    [done] = ws.calls()
+    assert done["status"] == "completed" and done["response_id"].startswith("chatcmpl-")
+    assert posts(provider, CHAT) == {row["operation_key"]: 1}
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "completed", "retrieved"]
+    assert ws.events(row["operation_key"], "looked-up")[0]["detail"] == {"found": 1, "responseIds": [done["response_id"]]}
+    assert ws.run("inspect").ok()["calls"][0]["fromProviderRecord"] is True
+    assert ws.run("verify").ok()["ok"] is True
+
+
+def test_a_chat_call_the_provider_did_not_store_stays_uncertain_and_the_listing_is_recorded(ws, provider):
+    row = kill_while_unanswered(ws, provider, "hang")
+    ws.run("resume").held("UNCERTAIN_CALL", row["operation_key"])
+    assert ws.events(row["operation_key"], "looked-up")[0]["detail"] == {"found": 0, "responseIds": []}
+    assert ws.calls()[0]["status"] == "pending" and posts(provider, CHAT) == {row["operation_key"]: 1}
+
+
+def test_two_stored_completions_under_one_key_stop_the_run_and_none_is_taken(ws, provider):
+    row = kill_while_unanswered(ws, provider, "stored-twice-hang")
+    held = ws.run("resume").held("stored 2 completions under operation key", "reconcile")
+    assert row["operation_key"] in held
+    assert ws.calls()[0]["status"] == "pending" and ws.calls()[0]["response_id"] is None
+    assert ws.events(row["operation_key"], "looked-up")[0]["detail"]["found"] == 2
