@@ -5780,8 +5780,10 @@ def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) 
         return "decided"
     if checkpoint.get("savedDecision"):
         return "deciding"
-    if any(r["status"] == "pending" and not r.get("response_id") for r in calls):  # at review too: nothing is decided over an
-        return "pending"  # unknown outcome (a kept call submitted is known: the provider keeps it, and the next run retrieves it)
+    # at review too: nothing is decided over an unknown outcome, nor over a retry's answer still to come; before review, a
+    # kept call submitted is known (the provider keeps it under its committed id, and the next run retrieves it)
+    if any(r["status"] == "pending" and (not r.get("response_id") or checkpoint.get("waiting")) for r in calls):
+        return "pending"
     if checkpoint.get("waiting"):
         return "awaiting-review"
     return "before-review"

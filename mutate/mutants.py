@@ -891,4 +891,11 @@ MUTANTS = [
             "tests/test_provider_record.py::test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_provider_record",
         ],
     ),
+    Mutant(
+        "lookup-takes-the-first-of-two",
+        "providers: a kept chat call found twice at the provider is not taken from either (one request a key is broken)",
+        "    if len(found) > 1:\n        raise StateError(",
+        "    if False:\n        raise StateError(",
+        ["tests/test_provider_record.py::test_two_stored_completions_under_one_key_stop_the_run_and_none_is_taken"],
+    ),
 ]
