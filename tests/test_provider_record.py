@@ -8,9 +8,11 @@ SDK, real HTTP, real SIGKILLs; the loopback provider's log (every request, its m
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 
-from conftest import ALPHA, BETA, BOTH, kill_group, openai_workspace, wait_for
+from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, wait_for
 
 ONE = {"alpha": ALPHA}
 
@@ -245,3 +247,28 @@ def test_two_stored_completions_under_one_key_stop_the_run_and_none_is_taken(ws,
     assert row["operation_key"] in held
     assert ws.calls()[0]["status"] == "pending" and ws.calls()[0]["response_id"] is None
     assert ws.events(row["operation_key"], "looked-up")[0]["detail"]["found"] == 2
+
+
+def test_a_worker_killed_after_the_id_is_committed_leaves_the_job_for_the_next_worker_to_finish(tmp_path, store_url, provider):
+    """A store's worker is SIGKILLed while the provider makes a kept call's answer: the job is ready, not uncertain, so
+    the next worker takes it on and records the answer retrieved by its id: no person, no second POST."""
+    ws = Workspace(tmp_path, store=store_url)
+    kept_workspace(ws, provider, sources=ONE)
+    assert ws.run("submit", "--manifest", ws.manifest, "--store", store_url, state=False).ok()["phase"] == "not-started"
+    provider.behave("kept-held")
+    env = {**clean_env(), **ws.env}
+    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store_url, "worker"), "--until-idle"]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        [row] = wait_for(lambda: submitted(ws), timeout=60)
+    finally:
+        kill_group(first)
+    assert ws.run("status").ok()["phase"] == "ready"
+    with open(provider.log + ".release", "w"):
+        pass
+    second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["counts"] == {"awaiting-review": 1}
+    assert posts(provider) == {row["operation_key"]: 1}
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "completed", "retrieved"]
+    assert ws.run("verify").ok()["ok"] is True
