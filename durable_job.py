@@ -9195,14 +9195,26 @@ def call_summaries(snap: Snapshot) -> list:
     return summaries
 
 
-def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, reason: str, response_file: str | None = None) -> dict:
-    """Resolve one pending call: complete it from a response file, or abandon it."""
+def reconcile(
+    store: Store,
+    *,
+    operation_key: str,
+    action: str,
+    reviewer: str,
+    reason: str,
+    response_file: str | None = None,
+    from_provider: bool = False,
+) -> dict:
+    """Resolve one pending call: complete it from a response file (or, `from_provider`, from the provider's record of a
+    job whose provider keeps it: answer_from_provider), or abandon it."""
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
     if action not in ("complete", "abandon"):
         raise UsageError(f"--action {action!r}: give complete or abandon")
-    if action == "complete":  # read before the job's lock is taken: a file that cannot be read holds nothing up
+    if from_provider and (action != "complete" or response_file):
+        raise UsageError("--from-provider completes the call from the provider's record: give --action complete and no --response-file")
+    if action == "complete" and not from_provider:  # read before the job's lock is taken: a file that cannot be read holds nothing up
         response, digest = read_response_file(response_file)
     elif response_file:
         raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
@@ -9211,14 +9223,17 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
-        record = {
+        record: dict[str, Any] = {
             "action": action,
             "reviewer": reviewer,
             "principal": ctx.store.principal(),
             "reason": reason,
             "reconciledAtUtc": now_utc(),
         }
-        if action == "complete":
+        update: tuple[str, Any, Any, Any]
+        if from_provider:
+            update, record["fromProvider"] = answer_from_provider(ctx, row)
+        elif action == "complete":
             record["responseFileSha256"] = digest
             update = (
                 "completed",
@@ -9235,7 +9250,10 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         def draft_the_retry(journal):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
             drafted.update(retry_draft(journal, ctx, operation_key, update[1], cast(dict, retry)))
 
-        reconcile_call(ctx.journal, operation_key, *update, record, then=draft_the_retry if fold else None)
+        status, output_text, response_id, request_id = update
+        reconcile_call(
+            ctx.journal, operation_key, status, output_text, response_id, request_id, record, then=draft_the_retry if fold else None
+        )
         crash_point("after-reconcile", ctx.job)
         out = {
             "jobId": ctx.job["jobId"],
@@ -9251,6 +9269,37 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
                 **review_step(ctx.store, ctx.job, new_results, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))),
             )
         return out
+
+
+def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, Any, Any], dict]:
+    """A pending call's answer as the provider kept it (reconcile --from-provider): a submitted call's response retrieved
+    by its id, or a chat call's stored completions listed by its operation key, what was found recorded (`looked-up`)
+    either way; exactly one answer is (completed, text, response id, request id) and what the record says of it."""
+    key = row["operation_key"]
+    if not ctx.job.get("providerKeepsRecord") or not (row["response_id"] or ctx.job.get("api")):
+        raise DecisionError(
+            f"Operation {key} has no record at the provider to look up (the job's providerKeepsRecord is off, or a Responses call "
+            "was killed before its id was committed): reconcile it with --response-file, or abandon it"
+        )
+    try:
+        found = [retrieve_model(ctx.job, cast(str, row["response_id"]))] if row["response_id"] else lookup_chat(ctx.job, key)
+    except Exception as exc:
+        raise ProviderError(
+            f"The provider's record of {key} could not be read ({type(exc).__name__}: {clip(redact(exc, ctx.store.secrets), 160)}); "
+            "nothing was recorded: run the same command again later, or reconcile with --response-file"
+        ) from None
+    detail = {"found": len(found), "responseIds": [f[1] for f in found], "by": "reconcile"}
+    record_event(ctx.journal, key, "looked-up", detail)
+    if len(found) != 1:
+        what = "response" if row["response_id"] else "stored completions"
+        raise DecisionError(
+            f"Operation {key}: found {len(found)} {what} at the provider under its key, so nothing was taken (the listing is "
+            "recorded): reconcile it with --response-file from the provider's usage records, or abandon it"
+        )
+    text, response_id, request_id, _ = found[0]
+    secrets = ctx.journal.secrets
+    update = ("completed", scrub(text, secrets), scrub(response_id, secrets), scrub(request_id, secrets) or row["request_id"])
+    return update, {"found": 1, "responseId": update[2]}
 
 
 RESPONSE_FILE_MAX_BYTES = 1 << 20
@@ -11626,7 +11675,7 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    return reconcile(store_from(args), **flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file"))
+    return reconcile(store_from(args), **flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file", "from_provider"))
 
 
 def cmd_decide(args) -> dict:
@@ -12043,6 +12092,12 @@ COMMANDS = {
             flag("--operation-key", required=True, help="the exact pending key shown by status"),
             flag("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon"),
             flag("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete"),
+            flag(
+                "--from-provider",
+                action="store_true",
+                help="with --action complete, for a job whose provider keeps the record: the answer the provider kept for "
+                "this call (its response by id, or its one stored chat completion), instead of a response file",
+            ),
             *WHO_FLAGS,
         ],
     ),

@@ -272,3 +272,30 @@ def test_a_worker_killed_after_the_id_is_committed_leaves_the_job_for_the_next_w
     assert posts(provider) == {row["operation_key"]: 1}
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "completed", "retrieved"]
     assert ws.run("verify").ok()["ok"] is True
+
+
+def test_reconcile_from_provider_completes_an_uncertain_chat_call_from_its_stored_completion(ws, provider):
+    """A person settles the uncertain call on demand: reconcile --from-provider lists the stored completions carrying its
+    key, records the one found as the call's answer (the record says so) and resume goes on, with nothing sent again."""
+    row = kill_while_unanswered(ws, provider, "stored-hang")
+    key = row["operation_key"]
+    argv = ("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "bob", "--reason", "kept")
+    out = ws.run(*argv).ok()
+    assert out["status"] == "completed" and out["reconciliation"]["fromProvider"]["found"] == 1
+    [done] = ws.calls()
+    assert done["response_id"] == out["reconciliation"]["fromProvider"]["responseId"]
+    assert [e["event"] for e in ws.events(key)] == ["dispatch", "looked-up", "reconciled"]
+    assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
+    assert posts(provider, CHAT) == {key: 1} and ws.run("verify").ok()["ok"] is True
+
+
+def test_reconcile_from_provider_that_finds_nothing_records_the_listing_and_changes_nothing(ws, provider):
+    row = kill_while_unanswered(ws, provider, "hang")
+    key = row["operation_key"]
+    argv = ("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "bob", "--reason", "kept")
+    ws.run(*argv).held("found 0 stored completions", key, "--response-file")
+    assert ws.calls()[0]["status"] == "pending"
+    assert ws.events(key, "looked-up")[0]["detail"]["found"] == 0
+    ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--from-provider", "--reviewer", "b", "--reason", "x").held(
+        "--from-provider", "--action complete"
+    )
