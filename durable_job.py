@@ -6512,7 +6512,13 @@ def next_for_phase(snap: Snapshot) -> str:
             f"run {store.suggest('status')} again once it has finished"
         )
     if snap.phase == "uncertain-call":
+        pending = [r for r in pending if not r["response_id"]] or pending  # a kept call submitted is not the uncertain one
         key = pending[0]["operation_key"]
+        if snap.job.get("providerKeepsRecord") and snap.job.get("api") and not snap.waiting:
+            return (
+                f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: {resume} first looks it up among the provider's stored "
+                f"completions (one found completes it); if it finds none, check the provider's usage, then {reconcile_command(store, key)}"
+            )
         if snap.waiting:  # a retry's call at review: reconciling it is the whole fix, there is nothing to resume
             return (
                 f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: a retry's call; check the provider's usage, then "

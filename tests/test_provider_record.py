@@ -85,7 +85,7 @@ def test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_
     finally:
         kill_group(run)
     status = ws.run("status").ok()
-    assert status["phase"] == "ready" and status["calls"][0][2] == "pending"
+    assert status["phase"] == "ready" and status["calls"][0][2] == "pending" and "resume" in status["next"]
     with open(provider.log + ".release", "w"):
         pass  # the provider finishes the response it kept
     out = ws.run("resume").ok()
@@ -214,7 +214,9 @@ def kill_while_unanswered(ws, provider, behaviour: str) -> dict:
     finally:
         kill_group(run)
     [row] = ws.calls()
-    assert row["status"] == "pending" and ws.run("status").ok()["phase"] == "uncertain-call"
+    status = ws.run("status").ok()
+    assert row["status"] == "pending" and status["phase"] == "uncertain-call"
+    assert "first looks it up among the provider's stored completions" in status["next"]
     provider.behave("ok")
     return row
 
