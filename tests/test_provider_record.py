@@ -8,9 +8,12 @@ SDK, real HTTP, real SIGKILLs; the loopback provider's log (every request, its m
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections import Counter
+
+import pytest
 
 from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, wait_for
 
@@ -301,3 +304,69 @@ def test_reconcile_from_provider_that_finds_nothing_records_the_listing_and_chan
     ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--from-provider", "--reviewer", "b", "--reason", "x").held(
         "--from-provider", "--action complete"
     )
+
+
+# A launcher that loads durable_job.py unchanged and SIGKILLs the process just before or just after the commit it names:
+# the kept call's id (submit_call) or its answer (complete_call), the two commits around the wait at the provider.
+KILL_AROUND_A_COMMIT = r"""
+import importlib.util, os, signal, sys
+
+spec = importlib.util.spec_from_file_location("durable_job", {program!r})
+dj = importlib.util.module_from_spec(spec)
+sys.modules["durable_job"] = dj
+spec.loader.exec_module(dj)
+when = os.environ["KILL_WHEN"]
+
+
+def around(name):
+    real = getattr(dj, name)
+
+    def wrapped(*args, **kwargs):
+        if when == "before-" + name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = real(*args, **kwargs)
+        if when == "after-" + name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    setattr(dj, name, wrapped)
+
+
+around("submit_call")
+around("complete_call")
+sys.exit(dj.main(sys.argv[1:]))
+"""
+KILL_POINTS = [  # (api, where the run is killed, what status then says of the job)
+    (None, "before-submit_call", "uncertain-call"),  # the provider answered the POST; its id is not committed
+    (None, "after-submit_call", "ready"),
+    (None, "before-complete_call", "ready"),  # the answer retrieved, not yet committed
+    (None, "after-complete_call", "ready"),
+    ("chat", "before-complete_call", "uncertain-call"),  # the completion stored at the provider, not yet committed
+    ("chat", "after-complete_call", "ready"),
+]
+
+
+@BOTH
+@pytest.mark.parametrize("api, when, phase", KILL_POINTS, ids=[f"{a or 'responses'}-{w}" for a, w, _ in KILL_POINTS])
+def test_a_kill_at_each_commit_of_a_kept_call_never_sends_it_twice_and_resume_settles_what_it_can(ws, provider, tmp_path, api, when, phase):
+    """SIGKILL right before or after each commit around a kept call: the provider's log shows the call sent exactly once;
+    every kill after the id's commit (and every chat kill, its completion stored) ends completed with no person; the
+    one before a Responses call's id is committed stays uncertain; every job verifies."""
+    kept_workspace(ws, provider, sources=ONE, **({"api": api} if api else {}))
+    killer = os.path.join(str(tmp_path), "kill_around_a_commit.py")
+    with open(killer, "w", encoding="utf-8") as fh:
+        fh.write(KILL_AROUND_A_COMMIT.format(program=PROGRAM))
+    assert ws.start(program=killer, env={"KILL_WHEN": when}).code == -signal.SIGKILL
+    assert ws.run("status").ok()["phase"] == phase
+    [row] = ws.calls()
+    path = CHAT if api else "/v1/responses"
+    if phase == "uncertain-call" and not api:
+        ws.run("resume").held("UNCERTAIN_CALL", row["operation_key"])
+        assert ws.run("verify").ok()["ok"] is True
+    else:
+        assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
+        [done] = ws.calls()
+        assert done["status"] == "completed" and ws.run("verify").ok()["ok"] is True
+        recovered = when != "after-complete_call"  # the answer recorded by resume, from the provider's record
+        assert bool(ws.events(row["operation_key"], "retrieved")) == recovered
+    assert posts(provider, path) == {row["operation_key"]: 1}
