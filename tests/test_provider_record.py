@@ -370,3 +370,19 @@ def test_a_kill_at_each_commit_of_a_kept_call_never_sends_it_twice_and_resume_se
         recovered = when != "after-complete_call"  # the answer recorded by resume, from the provider's record
         assert bool(ws.events(row["operation_key"], "retrieved")) == recovered
     assert posts(provider, path) == {row["operation_key"]: 1}
+
+
+def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws, provider):
+    kept_workspace(ws, provider, sources=ONE)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
+    provider.behave("kept-held")
+    ws.start().held("stays submitted")
+    [row] = submitted(ws)
+    with open(provider.log + ".release", "w"):
+        pass
+    key = row["operation_key"]
+    out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "b", "--reason", "k").ok()
+    assert out["reconciliation"]["fromProvider"] == {"found": 1, "responseId": row["response_id"]}
+    assert ws.events(key, "looked-up")[0]["detail"] == {"found": 1, "responseIds": [row["response_id"]], "by": "reconcile"}
+    assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
+    assert posts(provider) == {key: 1} and ws.run("verify").ok()["ok"] is True
