@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, wait_for
+from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, refused, wait_for
 
 ONE = {"alpha": ALPHA}
 
@@ -386,3 +386,17 @@ def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws
     assert ws.events(key, "looked-up")[0]["detail"] == {"found": 1, "responseIds": [row["response_id"]], "by": "reconcile"}
     assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
     assert posts(provider) == {key: 1} and ws.run("verify").ok()["ok"] is True
+
+
+def test_a_store_lets_a_pending_call_take_a_response_id_only_once_beside_its_submitted_event(ws_store, provider):
+    """m025_submitted: the run's submit (its event first, then the id) is what the store accepts; the owner's own role
+    cannot swap a submitted call's response id afterwards."""
+    ws = ws_store
+    kept_workspace(ws, provider, sources=ONE)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
+    provider.behave("kept-held")
+    ws.start().held("stays submitted")
+    [row] = submitted(ws)
+    swap = "UPDATE durable_job.calls SET response_id = 'resp_other' WHERE job_id = %s AND operation_key = %s"
+    assert "takes a response id once, beside its submitted event" in refused(ws.store, swap, (ws.job_id(), row["operation_key"]))
+    assert submitted(ws)[0]["response_id"] == row["response_id"]
