@@ -388,7 +388,7 @@ def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws
     assert posts(provider) == {key: 1} and ws.run("verify").ok()["ok"] is True
 
 
-def test_a_store_lets_a_pending_call_take_a_response_id_only_once_beside_its_submitted_event(ws_store, provider):
+def test_a_store_refuses_a_submitted_calls_response_id_swapped_by_the_owners_role(ws_store, provider):
     """m025_submitted: the run's submit (its event first, then the id) is what the store accepts; the owner's own role
     cannot swap a submitted call's response id afterwards."""
     ws = ws_store
