@@ -77,15 +77,15 @@ MUTANTS = [
     Mutant(
         "pending-not-refused",
         "journal: a pending call is never sent again",
-        '        if row is not None and row["status"] == "pending":\n            raise uncertain_refusal',
-        '        if row is not None and row["status"] == "pending" and False:\n            raise uncertain_refusal',
+        '            raise uncertain_refusal(item["id"], row["operation_key"])\n        attempt = ',
+        "            pass\n        attempt = ",
         [f"{G}::test_a_pending_call_is_committed_before_the_request_and_never_sent_again"],
     ),
     Mutant(
         "server-error-rejected",
         "journal: a 5xx may have run: it stays pending",
-        'status = "rejected" if code in REFUSAL_STATUSES else "pending"',
-        'status = "rejected" if code is not None and code >= 400 else "pending"',
+        '"rejected" if type(code) is int and code in REFUSAL_STATUSES else "pending"',
+        '"rejected" if type(code) is int and code >= 400 else "pending"',
         [f"{G}::test_each_provider_answer_is_journaled_with_its_status"],
     ),
     Mutant(
