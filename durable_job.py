@@ -4453,7 +4453,15 @@ CALL_OUTCOMES = {"rejected": "rejected", "not-sent": "not sent", "pending": "unc
 
 
 def still_at_provider(item: Item, key: str, response_id: str, exc: BaseException) -> ProviderError:
-    """The refusal of a run whose kept call's answer did not come back (a timeout, a lost connection): nothing is uncertain."""
+    """The refusal of a run whose kept call's answer did not come back (a timeout, a lost connection): nothing is
+    uncertain. Unless the provider says it no longer has the response (404): then its outcome is unknown after all."""
+    if getattr(exc, "status_code", None) == 404:
+        return ProviderError(
+            f"The provider no longer has response {response_id} of the call for item {item['id']} (HTTP 404): what it made "
+            f"is unknown, so {key} needs a person: check the provider's usage records, then reconcile it (complete from "
+            "a response file, or abandon it)",
+            uncertain=True,
+        )
     return ProviderError(
         f"The answer to the call for item {item['id']} did not come back ({type(exc).__name__}: {clip(str(exc), 160)}); the "
         f"provider keeps its response {response_id}, so {key} stays submitted: run resume, which retrieves that response "

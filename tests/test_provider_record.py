@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import ALPHA, BETA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, refused, wait_for
+from conftest import ALPHA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, refused, wait_for
 
 ONE = {"alpha": ALPHA}
 
@@ -40,6 +40,12 @@ def journaled(ws) -> list:
     """The job's calls, none before the run made its journal (a state directory's) or sealed its job (a store's)."""
     made = ws.has_job() if ws.store is not None else os.path.exists(os.path.join(ws.state, "effects.sqlite"))
     return ws.calls() if made else []
+
+
+def release(provider) -> None:
+    """The provider finishes the responses it held (behaviour "kept-held")."""
+    with open(provider.log + ".release", "w"):
+        pass
 
 
 def submitted(ws) -> list:
@@ -89,8 +95,7 @@ def test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_
         kill_group(run)
     status = ws.run("status").ok()
     assert status["phase"] == "ready" and status["calls"][0][2] == "pending" and "resume" in status["next"]
-    with open(provider.log + ".release", "w"):
-        pass  # the provider finishes the response it kept
+    release(provider)
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["validated"]
     [done] = ws.calls()
@@ -154,8 +159,7 @@ def test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it(ws, 
     [row] = submitted(ws)
     assert ws.run("status").ok()["phase"] == "ready"
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "error"]
-    with open(provider.log + ".release", "w"):
-        pass
+    release(provider)
     assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
     assert posts(provider) == {row["operation_key"]: 1}
     assert ws.run("verify").ok()["ok"] is True
@@ -188,7 +192,6 @@ def test_the_manifest_key_is_checked_and_seal_writes_it(ws, provider):
         assert json.load(fh)["providerKeepsRecord"] is True
     held = ws.run(*base, "--mode", "fake", "--provider-keeps-record", "--force").held("--provider-keeps-record")
     assert "mode openai" in held
-    assert BETA  # the two-source default manifest stands for the others
 
 
 @BOTH
@@ -269,8 +272,7 @@ def test_a_worker_killed_after_the_id_is_committed_leaves_the_job_for_the_next_w
     finally:
         kill_group(first)
     assert ws.run("status").ok()["phase"] == "ready"
-    with open(provider.log + ".release", "w"):
-        pass
+    release(provider)
     second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["counts"] == {"awaiting-review": 1}
@@ -378,8 +380,7 @@ def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws
     provider.behave("kept-held")
     ws.start().held("stays submitted")
     [row] = submitted(ws)
-    with open(provider.log + ".release", "w"):
-        pass
+    release(provider)
     key = row["operation_key"]
     out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "b", "--reason", "k").ok()
     assert out["reconciliation"]["fromProvider"] == {"found": 1, "responseId": row["response_id"]}
@@ -400,3 +401,17 @@ def test_a_store_refuses_a_submitted_calls_response_id_swapped_by_the_owners_rol
     swap = "UPDATE durable_job.calls SET response_id = 'resp_other' WHERE job_id = %s AND operation_key = %s"
     assert "takes a response id once, beside its submitted event" in refused(ws.store, swap, (ws.job_id(), row["operation_key"]))
     assert submitted(ws)[0]["response_id"] == row["response_id"]
+
+
+def test_a_response_the_provider_lost_is_said_so_and_a_person_abandons_it(ws, provider):
+    """The provider answers the POST, then has no such response (404): the HOLD says so and names the person's step;
+    abandoned, the next attempt goes out and the job reaches review."""
+    kept_workspace(ws, provider, sources=ONE)
+    provider.behave(sequence=["kept-lost"])
+    ws.start().held("no longer has response", "HTTP 404", "reconcile")
+    [row] = submitted(ws)
+    key = row["operation_key"]
+    ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "bob", "--reason", "lost at the provider").ok()
+    assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
+    assert [(r["attempt"], r["status"]) for r in ws.calls()] == [(1, "abandoned"), (2, "completed")]
+    assert ws.run("verify").ok()["ok"] is True
