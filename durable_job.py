@@ -222,6 +222,7 @@ if TYPING:
         jsonOutput: NotRequired[bool]  # a chat request asks for JSON (response_format)
         maxRateLimitWaitSeconds: NotRequired[int]  # the job's waits for a provider that rate-limits it, in all
         draft: NotRequired[bool]  # the writer step: a draft answer written from the validated evidence
+        providerKeepsRecord: NotRequired[bool]  # the owner lets the provider keep each request and answer (background mode)
 
     class Job(TypedDict):
         """The sealed job record (job.json, or a store's jobs.record_json): written once, never rewritten."""
@@ -247,6 +248,7 @@ if TYPING:
         approvalSignature: NotRequired[str]  # the approver's SSH signature of the manifest (seal --sign-key)
         figures: NotRequired[int]  # FIGURES: its validated results carry support flags (jobs sealed before have none)
         api: NotRequired[dict[str, Any]]  # Chat Completions (provider_api); a job without it uses the Responses API
+        providerKeepsRecord: NotRequired[bool]  # its calls go in background mode, kept at the provider (manifest's, when true)
 
     class Citation(TypedDict):
         quote: str
@@ -1154,6 +1156,7 @@ MANIFEST_KEYS = {
     "jsonOutput",
     "maxRateLimitWaitSeconds",
     "draft",
+    "providerKeepsRecord",
 }
 MANIFEST_SWITCHES = (
     "providerTransferApproved",
@@ -1161,6 +1164,7 @@ MANIFEST_SWITCHES = (
     "reviewChecksEveryClaim",
     "jsonOutput",
     "draft",
+    "providerKeepsRecord",
 )  # optional true/false
 OPTIONAL_MANIFEST_KEYS = (
     "maxConcurrentCalls",
@@ -1330,6 +1334,10 @@ def check_api(m: dict) -> None:
     chat_only = [key for key in ("maxTokensParameter", "jsonOutput") if key in m]
     if chat_only and m.get("api") != "chat":
         raise ManifestError(f'Manifest {chat_only[0]} applies to Chat Completions only: add "api": "chat" (seal --api chat) or remove it')
+    if m.get("providerKeepsRecord") is True and m["mode"] != "openai":
+        raise ManifestError(
+            "Manifest providerKeepsRecord applies to mode openai only (a fake call keeps nothing): remove it, or seal with --mode openai"
+        )
     if "maxTokensParameter" in m and m["maxTokensParameter"] not in MAX_TOKENS_PARAMETERS:
         raise ManifestError(
             'Manifest maxTokensParameter must be "max_completion_tokens" (the default) or "max_tokens" (for a server that takes only that)'
@@ -1804,6 +1812,8 @@ def new_job(
     api = provider_api(manifest)
     if api is not None:
         job["api"] = api
+    if manifest.get("providerKeepsRecord") is True:
+        job["providerKeepsRecord"] = True
     if approval:
         job["approvalSignature"] = approval
     return job
@@ -1863,6 +1873,7 @@ def check_job_matches_manifest(job: Job, manifest: Manifest, sealer: Sealer | No
     expected: dict[str, Any] = {key: manifest[key] for key in SEALED_COPIES}  # type: ignore[literal-required]
     expected["sources"] = kept_sources(manifest, sealer if keyed_sources(job) else None)
     expected["api"] = provider_api(manifest)
+    expected["providerKeepsRecord"] = True if manifest.get("providerKeepsRecord") is True else None
     for key, value in expected.items():
         if job.get(key) != value:
             raise SealError(
@@ -2302,13 +2313,15 @@ def check_state_files(state_dir: str) -> None:
 ###############################################################################
 
 
-def call_model(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None):
+def call_model(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None, on_submitted=None):
     """Dispatch one model call; return (output_text, response_id, request_id, usage).
 
     The mode is fake or openai: the manifest check allows no other, and job.json's copy must match the manifest.
+    `on_submitted(response_id)`: a kept call's (the job's providerKeepsRecord) commit of its id, before its answer is awaited.
     """
     if job["mode"] == "openai":
-        return openai_call(job, item, source, prompt, instructions, operation_key=operation_key or _OPERATION_KEY.get())
+        key = operation_key or _OPERATION_KEY.get()
+        return openai_call(job, item, source, prompt, instructions, operation_key=key, on_submitted=on_submitted)
     return fake_call(job, item, source, prompt, instructions)
 
 
@@ -2549,12 +2562,18 @@ def tls_settings() -> dict:
     return {"verify": make()} if make else {}
 
 
-def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None):
-    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id."""
+def openai_client(timeout: float):
+    """The SDK's client for one call: retries off, and redirects off (one operation key is one request, to the configured
+    base URL and nowhere else)."""
     openai = prepare_openai()
+    return openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
+
+
+def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key=None, on_submitted=None):
+    """One Responses API call with retries off; the operation key travels as X-Client-Request-Id. A job whose provider
+    keeps the record sends it in background mode and awaits its answer by its id (kept_call)."""
     timeout = openai_timeout()
-    # redirects off: one operation key is one request, to the configured base URL and nowhere else
-    client = openai.OpenAI(max_retries=0, timeout=timeout, http_client=openai.DefaultHttpxClient(follow_redirects=False, **tls_settings()))
+    client = openai_client(timeout)
     tokens = ANSWER_MAX_OUTPUT_TOKENS if instructions in (ANSWER_SYSTEM, WRITER_SYSTEM) else MAX_OUTPUT_TOKENS
     kwargs = dict(model=job["model"], instructions=instructions, input=prompt, max_output_tokens=tokens, store=False)
     headers = {"X-Client-Request-Id": operation_key} if operation_key else {}
@@ -2564,15 +2583,77 @@ def openai_call(job, item, source, prompt, instructions=SYSTEM, *, operation_key
         kwargs["extra_headers"] = headers
     if job.get("api"):
         return chat_call(client, job, instructions, prompt, tokens, headers, timeout)
+    if job.get("providerKeepsRecord"):
+        return kept_call(client, kwargs, operation_key, timeout, on_submitted)
     response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
     usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
     return response.output_text, response.id, getattr(response, "_request_id", None), usage
 
 
+KEPT_METADATA = "durable_job_operation_key"  # a kept response's metadata: the operation key it was sent under
+KEPT_ENDED = ("completed", "incomplete", "failed", "cancelled")  # a background response's statuses that no longer change
+KEPT_POLL_SECONDS = (0.05, 0.1, 0.2, 0.5, 1.0)  # between retrieves of a response still queued or in progress
+
+
+class ResponseEnded(Exception):
+    """A kept response the provider ended without an answer (failed or cancelled): a refusal, recorded as rejected."""
+
+    def __init__(self, response_id: str, status: str, message: str):
+        super().__init__(f"response {response_id} is {status} at the provider: {message}")
+        self.response_id, self.status = response_id, status
+
+
+def kept_call(client, kwargs: dict, operation_key: str | None, timeout: float, on_submitted):
+    """One Responses API call the provider keeps (background=True, store=True, the operation key in its metadata): it
+    answers at once with the response's id, which `on_submitted(id)` commits before anything else; then the answer is
+    awaited by that id (kept_answer). A run killed after that commit retrieves the same response: nothing is sent twice."""
+    kwargs = {**kwargs, "store": True, "background": True, "metadata": {KEPT_METADATA: operation_key or ""}}
+    response = within_deadline(lambda: client.responses.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    if on_submitted is not None:
+        on_submitted(response.id)
+    return kept_answer(client, response, timeout, getattr(response, "_request_id", None))
+
+
+def retrieve_model(job, response_id: str):
+    """The answer of a response the provider keeps, retrieved by its id (a kept call whose run was killed after its id was
+    committed): (output_text, response_id, request_id, usage), as call_model returns them; nothing is sent again."""
+    timeout = openai_timeout()
+    client = openai_client(timeout)
+    response = within_deadline(lambda: client.responses.retrieve(response_id), timeout + DEADLINE_GRACE_SECONDS)
+    return kept_answer(client, response, timeout, getattr(response, "_request_id", None))
+
+
+def cancel_kept(job, response_id: str) -> str:
+    """Ask the provider to stop a kept response still being made (`cancel` of a job whose call is submitted): the
+    status it answers with (cancelled, or completed/failed when it had ended already)."""
+    timeout = openai_timeout()
+    client = openai_client(timeout)
+    response = within_deadline(lambda: client.responses.cancel(response_id), timeout + DEADLINE_GRACE_SECONDS)
+    return str(response.status)
+
+
+def kept_answer(client, response, timeout: float, request_id):
+    """Retrieve a kept response until it ends, within `timeout` seconds (DURABLE_JOB_OPENAI_TIMEOUT): completed (or
+    incomplete: its text, cut, fails validation as a cut answer does) is the call's answer; failed or cancelled raises
+    ResponseEnded; still running at the deadline raises TimeoutError (the response stays the provider's to finish)."""
+    deadline, polls = time.monotonic() + timeout, 0
+    while response.status not in KEPT_ENDED:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"response {response.id} is still {response.status} at the provider after {timeout:g} s")
+        time.sleep(KEPT_POLL_SECONDS[min(polls, len(KEPT_POLL_SECONDS) - 1)])
+        polls += 1
+        response = within_deadline(functools.partial(client.responses.retrieve, response.id), timeout + DEADLINE_GRACE_SECONDS)
+    if response.status in ("failed", "cancelled"):
+        error = getattr(response, "error", None)
+        raise ResponseEnded(response.id, response.status, getattr(error, "message", None) or "no answer was made")
+    usage = response.usage.model_dump() if getattr(response, "usage", None) is not None else None
+    return response.output_text, response.id, request_id, usage
+
+
 def chat_call(client, job, instructions: str, prompt: str, tokens: int, headers: dict, timeout: float):
     """One Chat Completions call: the same instruction and input as a system and a user message, the answer bounded
-    by the parameter the server takes, JSON asked for (unless the job says the server cannot), nothing stored. Its
-    usage is read in the Responses API's words (input, output and total tokens), as the journal keeps every call's."""
+    by the parameter the server takes, JSON asked for (unless the job says the server cannot), nothing stored (unless
+    the provider keeps the record: then stored, its operation key in the metadata, for lookup_chat to find it again)."""
     api = job["api"]
     kwargs: dict[str, Any] = dict(
         model=job["model"],
@@ -2582,15 +2663,34 @@ def chat_call(client, job, instructions: str, prompt: str, tokens: int, headers:
     kwargs[api["maxTokensParameter"]] = tokens
     if api["jsonOutput"]:
         kwargs["response_format"] = {"type": "json_object"}
+    if job.get("providerKeepsRecord"):
+        kwargs.update(store=True, metadata={KEPT_METADATA: headers.get("X-Client-Request-Id", "")})
     if headers:
         kwargs["extra_headers"] = headers
     completion = within_deadline(lambda: client.chat.completions.create(**kwargs), timeout + DEADLINE_GRACE_SECONDS)
+    return chat_answer(completion, getattr(completion, "_request_id", None))
+
+
+def chat_answer(completion, request_id):
+    """A chat completion as call_model returns it; its usage in the Responses API's words (input, output and total
+    tokens), as the journal keeps every call's."""
     text = (completion.choices[0].message.content or "") if completion.choices else ""  # cut at the limit: it fails validation
     usage = None
     if getattr(completion, "usage", None) is not None:
         counts = completion.usage
         usage = {"input_tokens": counts.prompt_tokens, "output_tokens": counts.completion_tokens, "total_tokens": counts.total_tokens}
-    return text, completion.id, getattr(completion, "_request_id", None), usage
+    return text, completion.id, request_id, usage
+
+
+def lookup_chat(job, operation_key: str) -> list:
+    """The completions the provider stored under this operation key (chat.completions.list by the metadata a kept chat
+    call carries), each as call_model returns an answer: one is the call's answer; none, or two, are not."""
+    timeout = openai_timeout()
+    client = openai_client(timeout)
+    page = within_deadline(
+        lambda: client.chat.completions.list(metadata={KEPT_METADATA: operation_key}, limit=100), timeout + DEADLINE_GRACE_SECONDS
+    )
+    return [chat_answer(completion, getattr(page, "_request_id", None)) for completion in page.data]
 
 
 def unsent_url(exc: BaseException) -> str | None:
@@ -4084,7 +4184,8 @@ def slot_wait(journal: Journal, job: Job, tokens: int) -> float:
 def claim_attempt(
     db, job: Job, manifest: Manifest, item: Item, prompt: str, retry: dict | None = None, instructions: str | None = None
 ) -> tuple[str, Any]:
-    """Decide what to do for this work: ('reuse', output) or ('call', operation key), pending committed.
+    """Decide what to do for this work: ('reuse', output), ('call', operation key) with its pending row committed, or
+    ('retrieve', row) for a kept call submitted by a run that did not record its answer (retrieve_call).
 
     `retry` (the `retry` command: who asks and why) spends the next attempt even
     after a completed one, and is journaled as a `retry` event beside the dispatch. `instructions`: what the call is
@@ -4099,6 +4200,10 @@ def claim_attempt(
         if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         if row is not None and row["status"] == "pending":
+            if row["response_id"] and job.get("providerKeepsRecord"):
+                return "retrieve", row  # its answer is kept at the provider under its committed id: nothing is uncertain
+            if job.get("api") and job.get("providerKeepsRecord"):
+                return "lookup", row  # a stored chat completion is found by its operation key (lookup_call)
             raise uncertain_refusal(item["id"], row["operation_key"])
         attempt = 1 if row is None else row["attempt"] + 1
         if attempt > manifest["maxAttemptsPerItem"]:
@@ -4181,27 +4286,39 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
         ) from None
 
 
-def fail_call(db, key: str, exc: BaseException) -> str:
-    """Record a provider exception; return what the journal now says of the call.
-
-    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
-    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
-    else the row stays `pending`: the call may have reached the provider.
-    """
+def submit_call(db, key: str, response_id: str) -> None:
+    """A kept call's response id, committed the moment the provider answers with it (kept_call's on_submitted): the row
+    stays pending, its response_id set (a pending row has one only so: `submitted`), beside a `submitted` event written
+    first (a store takes the id only beside it: m026_submitted). From here a killed run leaves nothing uncertain: the
+    next one retrieves this response (claim_attempt's 'retrieve') and sends nothing new."""
     journal = as_journal(db)
-    journal.claimed.pop(key, None)  # its row changes here: were an answer ever linked after this, its row is read back
-    url = unsent_url(exc)
-    if url is not None:
-        forget_unsent_call(journal, key, exc, url)
-        return "not-sent"
-    seconds = rate_limit_wait(exc, len([e for e in call_events_of(journal, key) if e == "rate-limited"]))
-    if seconds is not None:
-        raise forget_rate_limited_call(journal, key, exc, seconds) from exc
+    journal.claimed.pop(key, None)  # its row changes here: the answer's link reads it back
+    response_id, stamp = scrub(response_id, journal.secrets), now_utc()
+    try:
+        with journal.transaction():
+            record_event(journal, key, "submitted", {"responseId": response_id, "submittedAtUtc": stamp})
+            journal.change_one(
+                "UPDATE {calls} SET response_id = {p.response}, updated_utc = {p.stamp} "
+                "WHERE {scope}operation_key = {p.key} AND status = 'pending' AND response_id IS NULL",
+                response=response_id,
+                stamp=stamp,
+                key=key,
+            )
+            link_row(journal, "submitted", "calls", key)
+    except RowUnchanged:
+        raise StateError(
+            f"call {key} was reconciled while the provider made response {response_id}: that response is not used and "
+            "nothing was written: run status"
+        ) from None
+
+
+def record_failure(journal: Journal, key: str, exc: BaseException, status: str) -> str:
+    """A call's failure as the journal keeps it: `rejected` (the provider's refusal), or `pending` (its outcome unknown:
+    a person reconciles it), with its event; a row reconciled meanwhile keeps what the person recorded."""
     code = getattr(exc, "status_code", None)
     code = code if type(code) is int else None
     request_id = getattr(exc, "request_id", None)
     request_id = scrub(request_id, journal.secrets) if isinstance(request_id, str) else None
-    status = "rejected" if code in REFUSAL_STATUSES else "pending"
     detail = {"error": type(exc).__name__, "httpStatus": code, "message": clip(redact(exc, journal.secrets), 300), "requestId": request_id}
     with journal.transaction():
         updated = journal.change(
@@ -4222,6 +4339,40 @@ def fail_call(db, key: str, exc: BaseException) -> str:
             if status == "pending":  # its outcome unknown: a person reconciles it
                 add_notice(journal, "uncertain-call", "uncertain-call", key, operationKey=key)
     return status
+
+
+def fail_submitted(db, key: str, response_id: str, exc: BaseException) -> str:
+    """A kept call's failure after its response id was committed: `rejected` when the provider ended the response
+    without an answer (ResponseEnded); else `submitted`: an `error` event, the row still pending with its id and no
+    person needed (the next run retrieves the same response). Never `not-sent` or rate-limited: the request was made."""
+    journal = as_journal(db)
+    journal.claimed.pop(key, None)
+    if isinstance(exc, ResponseEnded):
+        return record_failure(journal, key, exc, "rejected")
+    record_event(
+        journal, key, "error", {"error": type(exc).__name__, "message": clip(redact(exc, journal.secrets), 300), "responseId": response_id}
+    )
+    return "submitted"
+
+
+def fail_call(db, key: str, exc: BaseException) -> str:
+    """Record a provider exception; return what the journal now says of the call.
+
+    `rejected` for a definite HTTP refusal; `not-sent` when the request provably never left this
+    machine (the row is removed, so no attempt is spent, and a `not-sent` event keeps the record);
+    else the row stays `pending`: the call may have reached the provider.
+    """
+    journal = as_journal(db)
+    journal.claimed.pop(key, None)  # its row changes here: were an answer ever linked after this, its row is read back
+    url = unsent_url(exc)
+    if url is not None:
+        forget_unsent_call(journal, key, exc, url)
+        return "not-sent"
+    seconds = rate_limit_wait(exc, len([e for e in call_events_of(journal, key) if e == "rate-limited"]))
+    if seconds is not None:
+        raise forget_rate_limited_call(journal, key, exc, seconds) from exc
+    code = getattr(exc, "status_code", None)
+    return record_failure(journal, key, exc, "rejected" if type(code) is int and code in REFUSAL_STATUSES else "pending")
 
 
 REMOVED_EVENTS = ("not-sent", "rate-limited")  # the events beside which a call's pending row is removed: nothing was spent
@@ -4323,6 +4474,10 @@ def get_or_call(
             if say:
                 say(f"item {item['id']}: reused the completed call in the journal (no new call)")
             return value
+        if action == "retrieve":
+            return retrieve_call(journal, job, item, value, say, on_complete)
+        if action == "lookup":
+            return lookup_call(journal, job, item, value, say, on_complete)
         try:
             return send_call(journal, job, item, source, prompt, value, say, on_complete, instructions, crash)
         except RateLimited as limited:
@@ -4360,11 +4515,20 @@ def send_call(journal: Journal, job, item, source, prompt, key: str, say, on_com
     traced = {"durable_job.job_id": job["jobId"], "durable_job.operation_key": key, "durable_job.attempt": int(key.rsplit(":", 1)[1])}
     with span("durable_job model call", {**traced, "durable_job.item_id": item["id"], "durable_job.model": job.get("model")}) as current:
         token = _OPERATION_KEY.set(key)
+        submitted: list[str] = []  # a kept call's response id, once committed (submit_call)
+
+        def on_submitted(response_id: str) -> None:
+            submit_call(journal, key, response_id)
+            submitted.append(response_id)
+
+        kept = {"on_submitted": on_submitted} if job.get("providerKeepsRecord") else {}
         try:
-            output_text, response_id, request_id, usage = call_model(job, item, source, prompt, instructions)
+            output_text, response_id, request_id, usage = call_model(job, item, source, prompt, instructions, **kept)
         except Exception as exc:
-            status = fail_call(journal, key, exc)
+            status = fail_submitted(journal, key, submitted[0], exc) if submitted else fail_call(journal, key, exc)
             traced_set(current, {"durable_job.outcome": CALL_OUTCOMES.get(status, "uncertain")})
+            if status == "submitted":
+                raise still_at_provider(item, key, submitted[0], exc) from None
             raise
         finally:
             _OPERATION_KEY.reset(token)
@@ -4384,7 +4548,84 @@ def send_call(journal: Journal, job, item, source, prompt, key: str, say, on_com
     return output_text
 
 
-CALL_OUTCOMES = {"rejected": "rejected", "not-sent": "not sent", "pending": "uncertain"}  # fail_call's word: a span's outcome
+CALL_OUTCOMES = {"rejected": "rejected", "not-sent": "not sent", "pending": "uncertain", "submitted": "submitted"}  # a span's outcome
+
+
+def still_at_provider(item: Item, key: str, response_id: str, exc: BaseException) -> ProviderError:
+    """The refusal of a run whose kept call's answer did not come back (a timeout, a lost connection): nothing is
+    uncertain. Unless the provider says it no longer has the response (404): then its outcome is unknown after all."""
+    if getattr(exc, "status_code", None) == 404:
+        return ProviderError(
+            f"The provider no longer has response {response_id} of the call for item {item['id']} (HTTP 404): what it made "
+            f"is unknown, so {key} needs a person: check the provider's usage records, then reconcile it (complete from "
+            "a response file, or abandon it)",
+            uncertain=True,
+        )
+    return ProviderError(
+        f"The answer to the call for item {item['id']} did not come back ({type(exc).__name__}: {clip(str(exc), 160)}); the "
+        f"provider keeps its response {response_id}, so {key} stays submitted: run resume, which retrieves that response "
+        "and sends nothing new"
+    )
+
+
+def lookup_call(journal: Journal, job, item, row: CallRow, say, on_complete):
+    """A kept chat call a killed run left pending: the completions the provider stored under its operation key, listed
+    (a `looked-up` event records what was found). Exactly one is the call's answer, recorded beside a `retrieved` event;
+    none leaves the call uncertain (a person decides, as ever); two or more break the journal's promise that a key is
+    sent once: nothing is taken from them, and the run stops saying so."""
+    key = row["operation_key"]
+    if say:
+        say(f"item {item['id']}: looking up call {key} among the provider's stored completions (nothing is sent again)")
+    try:
+        found = lookup_chat(job, key)
+    except Exception as exc:  # nothing learned: the call stays as uncertain as it was
+        raise ProviderError(
+            f"The provider's stored completions could not be listed for call {key} of item {item['id']} ({type(exc).__name__}: "
+            f"{clip(redact(exc, journal.secrets), 160)}); it stays uncertain: run resume again later, or reconcile it",
+            uncertain=True,
+        ) from None
+    record_event(journal, key, "looked-up", {"found": len(found), "responseIds": [f[1] for f in found]})
+    if not found:
+        raise uncertain_refusal(item["id"], key)
+    if len(found) > 1:
+        raise StateError(
+            f"the provider stored {len(found)} completions under operation key {key} ({', '.join(str(f[1]) for f in found)}): "
+            "the journal promises one request a key, so none is taken; compare them at the provider, then "
+            f"reconcile {key} with the one to keep (or abandon it)"
+        )
+    output_text, response_id, request_id, usage = found[0]
+    output_text = scrub(output_text, journal.secrets)
+
+    def retrieved(j: Journal, k: str, text: str) -> None:
+        record_event(j, k, "retrieved", {"responseId": response_id, "from": "the provider's stored completions"})
+        if on_complete is not None:
+            on_complete(j, k, text)
+
+    complete_call(journal, key, output_text, response_id, request_id, usage, retrieved)
+    return output_text
+
+
+def retrieve_call(journal: Journal, job, item, row: CallRow, say, on_complete):
+    """A kept call a killed run submitted but did not record: its answer retrieved by its committed response id (nothing
+    is sent again) and recorded as the run would have, beside a `retrieved` event: it came from the provider's record."""
+    key, submitted_id = row["operation_key"], cast(str, row["response_id"])
+    if say:
+        say(f"item {item['id']}: retrieving response {submitted_id} of call {key} from the provider's record (nothing is sent again)")
+    try:
+        output_text, response_id, request_id, usage = retrieve_model(job, submitted_id)
+    except Exception as exc:
+        if fail_submitted(journal, key, submitted_id, exc) == "submitted":
+            raise still_at_provider(item, key, submitted_id, exc) from None
+        raise
+    output_text = scrub(output_text, journal.secrets)
+
+    def retrieved(j: Journal, k: str, text: str) -> None:
+        record_event(j, k, "retrieved", {"responseId": response_id, "from": "the provider's record"})
+        if on_complete is not None:
+            on_complete(j, k, text)
+
+    complete_call(journal, key, output_text, response_id, request_id, usage, retrieved)
+    return output_text
 
 
 def last_event(journal: Journal, key: str) -> str | None:
@@ -4581,6 +4822,21 @@ def call_endpoints(journal: Journal | None) -> dict:
         return {}
     rows = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'dispatch' ORDER BY id")
     return {r["operation_key"]: (json.loads(r["detail_json"] or "{}")).get("endpoint") for r in rows}
+
+
+def submitted_calls(journal: Journal | None) -> dict:
+    """{operation key: its `submitted` event's detail ({responseId, submittedAtUtc})}: the kept calls, as submitted."""
+    if journal is None or not journal.has_table("call_events"):
+        return {}
+    rows = journal.rows("SELECT operation_key, detail_json FROM {call_events} WHERE {scope}event = 'submitted' ORDER BY id")
+    return {r["operation_key"]: json.loads(r["detail_json"] or "{}") for r in rows}
+
+
+def retrieved_keys(journal: Journal | None) -> set:
+    """The kept calls whose answer a later run retrieved from the provider's record (their `retrieved` events)."""
+    if journal is None or not journal.has_table("call_events"):
+        return set()
+    return {r["operation_key"] for r in journal.rows("SELECT operation_key FROM {call_events} WHERE {scope}event = 'retrieved'")}
 
 
 def retry_keys(journal: Journal | None) -> set:
@@ -5636,7 +5892,9 @@ def review_state(checkpoint: CheckpointState, calls: list, cancel: dict | None) 
         return "decided"
     if checkpoint.get("savedDecision"):
         return "deciding"
-    if any(r["status"] == "pending" for r in calls):  # at review too: nothing is decided over an unknown outcome
+    # at review too: nothing is decided over an unknown outcome, nor over a retry's answer still to come; before review, a
+    # kept call submitted is known (the provider keeps it under its committed id, and the next run retrieves it)
+    if any(r["status"] == "pending" and (not r.get("response_id") or checkpoint.get("waiting")) for r in calls):
         return "pending"
     if checkpoint.get("waiting"):
         return "awaiting-review"
@@ -5959,8 +6217,9 @@ def provider_failure(store: Store, item_id: str, key: str, status: str, code, ex
             if getattr(exc, "code", None) == QUOTA_EXHAUSTED
             else ""
         )
+        said = message if code is None else f"HTTP {code}: {message}"  # a kept response the provider ended has no HTTP code
         return ProviderError(
-            f"Provider refused the call for item {item_id} (HTTP {code}: {message}); recorded as rejected at {key}.{quota} "
+            f"Provider refused the call for item {item_id} ({said}); recorded as rejected at {key}.{quota} "
             f"Nothing was produced; fix the cause, then `{store.suggest('resume')}`: it takes the next attempt if "
             f"maxAttemptsPerItem allows one, else marks the item failed for review"
         )
@@ -6365,7 +6624,13 @@ def next_for_phase(snap: Snapshot) -> str:
             f"run {store.suggest('status')} again once it has finished"
         )
     if snap.phase == "uncertain-call":
+        pending = [r for r in pending if not r["response_id"]] or pending  # a kept call submitted is not the uncertain one
         key = pending[0]["operation_key"]
+        if snap.job.get("providerKeepsRecord") and snap.job.get("api") and not snap.waiting:
+            return (
+                f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: {resume} first looks it up among the provider's stored "
+                f"completions (one found completes it); if it finds none, check the provider's usage, then {reconcile_command(store, key)}"
+            )
         if snap.waiting:  # a retry's call at review: reconciling it is the whole fix, there is nothing to resume
             return (
                 f"UNCERTAIN_CALL {pending[0]['item_id']} {key}: a retry's call; check the provider's usage, then "
@@ -7978,6 +8243,19 @@ def check_no_call_left(calls: list, item_id: str, manifest: Manifest | None) -> 
         raise SealError(f"item {item_id} is marked '{NO_CALL_LEFT}' but the journal holds an open or completed call for it")
 
 
+def submitted_fits(row: CallRow, events: list) -> None:
+    """A pending row holds a response id only as a kept call submitted (its `submitted` event, one at most, naming it);
+    a kept call's answer is the response it submitted, unless a person reconciled it."""
+    said = [detail for event, detail in events if event == "submitted"]
+    if len(said) > 1 or (row["status"] == "pending" and bool(said) != bool(row["response_id"])):
+        raise SealError(
+            f"journal row {row['operation_key']} holds response id {row['response_id']} but its events record {len(said)} submit(s)"
+        )
+    reconciled = any(event == "reconciled" for event, _ in events)  # a person's record names the response it holds
+    if said and isinstance(said[0], dict) and not reconciled and said[0].get("responseId") != row["response_id"]:
+        raise SealError(f"journal row {row['operation_key']} does not fit its submitted event: its response id changed")
+
+
 def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
     """Every journal row is what its own event history gives, and within the manifest's items and bounds."""
     history: dict[str, list] = {}
@@ -8006,6 +8284,7 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
                 status = "rejected"
             elif event == "reconciled":
                 status, ids = ("completed" if detail.get("action") == "complete" else "abandoned"), None
+        submitted_fits(r, events)
         if status != r["status"] or (
             ids is not None and tuple(scrub(i, snap.store.secrets) for i in ids) != (r["response_id"], r["request_id"])
         ):
@@ -9035,28 +9314,48 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
 
 
 def call_summaries(snap: Snapshot) -> list:
-    """Each call as inspect shows it: where its request went, and who made it."""
-    endpoints = call_endpoints(snap.journal)
-    return [
-        {
+    """Each call as inspect shows it: where its request went, and who made it; a kept call's response id and when it was
+    committed (submittedUtc), and fromProviderRecord when a later run retrieved its answer by that id."""
+    endpoints, retrieved, submits = call_endpoints(snap.journal), retrieved_keys(snap.journal), submitted_calls(snap.journal)
+    summaries = []
+    for r in snap.calls:
+        summary = {
             "operationKey": r["operation_key"],
             "itemId": r["item_id"],
             "status": r["status"],
             "endpoint": endpoints.get(r["operation_key"]),
             "principal": r.get("principal"),
         }
-        for r in snap.calls
-    ]
+        if r["operation_key"] in submits:
+            summary.update(
+                responseId=submits[r["operation_key"]].get("responseId"), submittedUtc=submits[r["operation_key"]].get("submittedAtUtc")
+            )
+        if r["operation_key"] in retrieved:
+            summary["fromProviderRecord"] = True
+        summaries.append(summary)
+    return summaries
 
 
-def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, reason: str, response_file: str | None = None) -> dict:
-    """Resolve one pending call: complete it from a response file, or abandon it."""
+def reconcile(
+    store: Store,
+    *,
+    operation_key: str,
+    action: str,
+    reviewer: str,
+    reason: str,
+    response_file: str | None = None,
+    from_provider: bool = False,
+) -> dict:
+    """Resolve one pending call: complete it from a response file (or, `from_provider`, from the provider's record of a
+    job whose provider keeps it: answer_from_provider), or abandon it."""
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
     if action not in ("complete", "abandon"):
         raise UsageError(f"--action {action!r}: give complete or abandon")
-    if action == "complete":  # read before the job's lock is taken: a file that cannot be read holds nothing up
+    if from_provider and (action != "complete" or response_file):
+        raise UsageError("--from-provider completes the call from the provider's record: give --action complete and no --response-file")
+    if action == "complete" and not from_provider:  # read before the job's lock is taken: a file that cannot be read holds nothing up
         response, digest = read_response_file(response_file)
     elif response_file:
         raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
@@ -9065,14 +9364,17 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
-        record = {
+        record: dict[str, Any] = {
             "action": action,
             "reviewer": reviewer,
             "principal": ctx.store.principal(),
             "reason": reason,
             "reconciledAtUtc": now_utc(),
         }
-        if action == "complete":
+        update: tuple[str, Any, Any, Any]
+        if from_provider:
+            update, record["fromProvider"] = answer_from_provider(ctx, row)
+        elif action == "complete":
             record["responseFileSha256"] = digest
             update = (
                 "completed",
@@ -9089,7 +9391,10 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
         def draft_the_retry(journal):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
             drafted.update(retry_draft(journal, ctx, operation_key, update[1], cast(dict, retry)))
 
-        reconcile_call(ctx.journal, operation_key, *update, record, then=draft_the_retry if fold else None)
+        status, output_text, response_id, request_id = update
+        reconcile_call(
+            ctx.journal, operation_key, status, output_text, response_id, request_id, record, then=draft_the_retry if fold else None
+        )
         crash_point("after-reconcile", ctx.job)
         out = {
             "jobId": ctx.job["jobId"],
@@ -9105,6 +9410,37 @@ def reconcile(store: Store, *, operation_key: str, action: str, reviewer: str, r
                 **review_step(ctx.store, ctx.job, new_results, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))),
             )
         return out
+
+
+def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, Any, Any], dict]:
+    """A pending call's answer as the provider kept it (reconcile --from-provider): a submitted call's response retrieved
+    by its id, or a chat call's stored completions listed by its operation key, what was found recorded (`looked-up`)
+    either way; exactly one answer is (completed, text, response id, request id) and what the record says of it."""
+    key = row["operation_key"]
+    if not ctx.job.get("providerKeepsRecord") or not (row["response_id"] or ctx.job.get("api")):
+        raise DecisionError(
+            f"Operation {key} has no record at the provider to look up (the job's providerKeepsRecord is off, or a Responses call "
+            "was killed before its id was committed): reconcile it with --response-file, or abandon it"
+        )
+    try:
+        found = [retrieve_model(ctx.job, cast(str, row["response_id"]))] if row["response_id"] else lookup_chat(ctx.job, key)
+    except Exception as exc:
+        raise ProviderError(
+            f"The provider's record of {key} could not be read ({type(exc).__name__}: {clip(redact(exc, ctx.store.secrets), 160)}); "
+            "nothing was recorded: run the same command again later, or reconcile with --response-file"
+        ) from None
+    detail = {"found": len(found), "responseIds": [f[1] for f in found], "by": "reconcile"}
+    record_event(ctx.journal, key, "looked-up", detail)
+    if len(found) != 1:
+        what = "response" if row["response_id"] else "stored completions"
+        raise DecisionError(
+            f"Operation {key}: found {len(found)} {what} at the provider under its key, so nothing was taken (the listing is "
+            "recorded): reconcile it with --response-file from the provider's usage records, or abandon it"
+        )
+    text, response_id, request_id, _ = found[0]
+    secrets = ctx.journal.secrets
+    update = ("completed", scrub(text, secrets), scrub(response_id, secrets), scrub(request_id, secrets) or row["request_id"])
+    return update, {"found": 1, "responseId": update[2]}
 
 
 RESPONSE_FILE_MAX_BYTES = 1 << 20
@@ -9743,8 +10079,27 @@ def cancel(
         record["signature"] = act_signature("cancel", ctx.job["jobId"], record, head, sign_key, passkey, "cancelledAtUtc")
         with ctx.journal.transaction():
             record_cancel(ctx.journal, record)
+        stopped = cancel_at_provider(ctx)
         write_receipt(ctx, None, "cancelled", {"cancel": record})
-        return {"jobId": ctx.job["jobId"], "cancelled": record}
+        return {"jobId": ctx.job["jobId"], "cancelled": record, **({"cancelledAtProvider": stopped} if stopped else {})}
+
+
+def cancel_at_provider(ctx: Context) -> list:
+    """A cancelled job's kept calls still being made at the provider (submitted, no answer recorded): each response is
+    cancelled there (responses.cancel), beside a `provider-cancel` event saying what the provider answered; the calls
+    stay pending, for a person to settle as any call of a cancelled job. A provider that cannot be reached is said so."""
+    stopped = []
+    for r in call_rows(ctx.journal):
+        if r["status"] != "pending" or not r["response_id"] or not ctx.job.get("providerKeepsRecord"):
+            continue
+        said: dict[str, Any] = {"operationKey": r["operation_key"], "responseId": r["response_id"]}
+        try:
+            said["status"] = cancel_kept(ctx.job, cast(str, r["response_id"]))
+        except Exception as exc:  # the cancel stands; the provider may finish the response, which is then billed
+            said["error"] = clip(redact(exc, ctx.store.secrets), 200)
+        record_event(ctx.journal, r["operation_key"], "provider-cancel", {k: v for k, v in said.items() if k != "operationKey"})
+        stopped.append(said)
+    return stopped
 
 
 def release(store: Store) -> dict:
@@ -10115,6 +10470,7 @@ SEAL_FLAG_OF_KEY = {
     "maxTokensParameter": "--max-tokens-parameter",
     "jsonOutput": "--no-json-output",
     "draft": "--draft",
+    "providerKeepsRecord": "--provider-keeps-record",
 }
 
 
@@ -10139,9 +10495,11 @@ def seal_request(question: str | None, facts, draft: bool = False) -> dict:
     return request
 
 
-def seal_api(api: str | None, max_tokens_parameter: str | None, json_output: bool | None) -> dict:
-    """seal --api, --max-tokens-parameter and --no-json-output, as the manifest's keys of each flag given."""
+def seal_api(api: str | None, max_tokens_parameter: str | None, json_output: bool | None, keeps_record: bool = False) -> dict:
+    """seal --api, --max-tokens-parameter, --no-json-output and --provider-keeps-record, as the manifest's keys of each
+    flag given."""
     keys = {"api": api, "maxTokensParameter": max_tokens_parameter, "jsonOutput": json_output}
+    keys["providerKeepsRecord"] = True if keeps_record else None
     return {key: value for key, value in keys.items() if value is not None}
 
 
@@ -11514,7 +11872,7 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    return reconcile(store_from(args), **flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file"))
+    return reconcile(store_from(args), **flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file", "from_provider"))
 
 
 def cmd_decide(args) -> dict:
@@ -11616,7 +11974,7 @@ def cmd_seal(args) -> dict:
         mcp_pass_env=args.mcp_pass_env or (),
         ids=args.ids or (),
         request=seal_request(args.question, args.facts, args.draft),
-        api=seal_api(args.api, args.max_tokens_parameter, args.json_output),
+        api=seal_api(args.api, args.max_tokens_parameter, args.json_output, args.provider_keeps_record),
         file_mode=mode,
         sign_key=signing_key(args),
         store=getattr(args, "opened", None),
@@ -11899,6 +12257,12 @@ SEAL_FLAGS = [
         help="with --api chat: send no response_format (for a server that cannot ask the model for JSON)",
     ),
     flag(
+        "--provider-keeps-record",
+        action="store_true",
+        help="with --mode openai: the provider keeps each request and answer under its own retention terms (background "
+        "mode), so a run killed mid-call is settled from its record, not by a person (the manifest's providerKeepsRecord)",
+    ),
+    flag(
         "--draft",
         action="store_true",
         help="after the items, write a draft answer from their checked evidence alone: one more model call (the manifest's draft)",
@@ -11939,6 +12303,12 @@ COMMANDS = {
             flag("--operation-key", required=True, help="the exact pending key shown by status"),
             flag("--action", required=True, choices=["complete", "abandon"], help="complete from a response file, or abandon"),
             flag("--response-file", type=path_argument, help="JSON with outputText, responseId (optional requestId), for complete"),
+            flag(
+                "--from-provider",
+                action="store_true",
+                help="with --action complete, for a job whose provider keeps the record: the answer the provider kept for "
+                "this call (its response by id, or its one stored chat completion), instead of a response file",
+            ),
             *WHO_FLAGS,
         ],
     ),

@@ -291,6 +291,7 @@ PG_SETUP_MIGRATIONS = (
     "m023_engine_seal",
     "m024_rate_limited",
     "m025_limits",
+    "m026_submitted",
 )
 # A store job's engine, read in this order (durable_job.engine_sha256): the core's engine, this file's sections 1 to
 # 4, and every migration whole, in name order. A changed byte in any strands the store's jobs in flight; the

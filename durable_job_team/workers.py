@@ -57,13 +57,15 @@ from durable_job_team.store import STORE_ENGINE_PARTS, PgStore, need_psycopg
 # resume(), so the journal's protocol is exactly the one a person's `resume`
 # follows: a `pending` row commits before its request, so whatever is killed
 # when, no operation key reaches the provider twice, and a call whose outcome
-# is unknown waits for a person.
+# is unknown waits for a person (a kept call whose id was committed is not
+# unknown: the worker's run retrieves its answer from the provider's record).
 
 WORK_IDLE_FIRST = 0.5  # seconds a polling worker first waits when nothing is runnable
 WORK_IDLE_MAX = 30.0  # the back-off's ceiling
 # The store's jobs a worker may take on, oldest first. A prefilter only (the
 # decision is made under the job's lock): its lock row free (no open
-# transaction holds it, by its xmax in pg_locks), no pending call, not
+# transaction holds it, by its xmax in pg_locks), no uncertain call (a pending
+# one without a response id: a kept call submitted is retrieved by the run), not
 # cancelled, no receipt, and not waiting at the review (its latest checkpoint
 # has no interrupt write). Only unfinished jobs are read (finished_at, m008: the
 # jobs_unfinished index), so a poll costs the same however many jobs have ended.
@@ -73,7 +75,7 @@ WHERE j.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM durable_job.job_locks k
                   JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
                   WHERE k.job_id = j.job_id)
-  AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending')
+  AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending' AND c.response_id IS NULL)
   AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.checkpoint_writes w

@@ -77,15 +77,15 @@ MUTANTS = [
     Mutant(
         "pending-not-refused",
         "journal: a pending call is never sent again",
-        '        if row is not None and row["status"] == "pending":\n            raise uncertain_refusal',
-        '        if row is not None and row["status"] == "pending" and False:\n            raise uncertain_refusal',
+        '            raise uncertain_refusal(item["id"], row["operation_key"])\n        attempt = ',
+        "            pass\n        attempt = ",
         [f"{G}::test_a_pending_call_is_committed_before_the_request_and_never_sent_again"],
     ),
     Mutant(
         "server-error-rejected",
         "journal: a 5xx may have run: it stays pending",
-        'status = "rejected" if code in REFUSAL_STATUSES else "pending"',
-        'status = "rejected" if code is not None and code >= 400 else "pending"',
+        '"rejected" if type(code) is int and code in REFUSAL_STATUSES else "pending"',
+        '"rejected" if type(code) is int and code >= 400 else "pending"',
         [f"{G}::test_each_provider_answer_is_journaled_with_its_status"],
     ),
     Mutant(
@@ -880,5 +880,22 @@ MUTANTS = [
         "        store=False,\n    )\n    kwargs[api[",
         "        store=True,\n    )\n    kwargs[api[",
         ["tests/test_chat.py::test_a_chat_job_reaches_review_with_one_chat_request_per_item_and_verifies"],
+    ),  # --- the provider keeps the record (issue 49) ----------------------------------------------------------------
+    Mutant(
+        "id-committed-after-polling",
+        "providers: a kept call's response id is committed as soon as the provider answers the POST, before its answer is awaited",
+        '    if on_submitted is not None:\n        on_submitted(response.id)\n    return kept_answer(client, response, timeout, getattr(response, "_request_id", None))',
+        '    answer = kept_answer(client, response, timeout, getattr(response, "_request_id", None))\n    if on_submitted is not None:\n        on_submitted(response.id)\n    return answer',
+        [
+            "tests/test_provider_record.py::test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it",
+            "tests/test_provider_record.py::test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_provider_record",
+        ],
+    ),
+    Mutant(
+        "lookup-takes-the-first-of-two",
+        "providers: a kept chat call found twice at the provider is not taken from either (one request a key is broken)",
+        "    if len(found) > 1:\n        raise StateError(",
+        "    if False:\n        raise StateError(",
+        ["tests/test_provider_record.py::test_two_stored_completions_under_one_key_stop_the_run_and_none_is_taken"],
     ),
 ]

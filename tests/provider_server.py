@@ -1,5 +1,16 @@
 """Minimal OpenAI-compatible HTTP test server (stdlib only): the Responses API (POST /v1/responses) and Chat Completions
-(POST /v1/chat/completions), each answering as the API documents it (the pinned SDK's types parse both)."""
+(POST /v1/chat/completions), each answering as the API documents it (the pinned SDK's types parse both).
+
+Background mode, as the Responses API documents it: a POST with background=true (and store=true) answers at once with
+the response `queued` and its id; GET /v1/responses/{id} returns it, `in_progress` and then `completed` (its output and
+usage) once KEPT_SECONDS have passed; POST /v1/responses/{id}/cancel cancels one still running. Every request is logged
+(its method and path too), so a test counts the POSTs of each operation key. The behaviour of the POST decides the
+response's course: "ok" (or "kept-slow:N": completed after N seconds), "kept-held" (in progress until the test makes
+the file `<log>.release`), "kept-fail" (ends failed), "kept-lost" (the provider loses it: 404 thereafter).
+
+Stored chat completions, likewise: a POST /v1/chat/completions with store=true keeps the completion with its metadata,
+and GET /v1/chat/completions?metadata[KEY]=VALUE lists those carrying it. "stored-hang" stores the completion and never
+answers (the run is killed waiting); "stored-twice-hang" stores two (a broken promise); "hang" stores nothing."""
 
 import argparse
 import hashlib
@@ -11,6 +22,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+KEPT_SECONDS = 0.3  # how long a background response of behaviour "ok" stays in progress
+KEPT = ("kept-held", "kept-fail", "kept-lost", "stored-hang", "stored-twice-hang")  # behaviours only a kept call has
 ERROR_CODES = {"400", "401", "403", "404", "422", "429", "500", "503"}
 NOT_JSON_TEXT = "Sure! Here is my summary: it is fine."
 
@@ -151,6 +164,8 @@ class ProviderServer(ThreadingHTTPServer):
         self.behaviour_path = behaviour_path
         self.log_lock = threading.Lock()
         self.stopping = threading.Event()
+        self.kept = {}  # background responses: id -> {"object", "behaviour", "doneAt"}
+        self.stored = []  # stored chat completions: {"object", "metadata"}
 
     def handle_error(self, request, client_address):
         """A client that hung up mid-answer (a run that stopped on another item's refusal) is no error of the
@@ -177,6 +192,11 @@ class Handler(BaseHTTPRequestHandler):
         received = self.rfile.read(length) if length else b""
         if len(received) < length:  # the client went away mid-body (a killed run): no whole request reached the provider,
             return  # which answers nothing and logs nothing (answering the headers alone once gave the crash fuzz garbage)
+        path = self.path.split("?")[0]
+        if path.startswith(RESPONSES + "/"):  # a background response: retrieve (GET) or cancel (POST …/cancel)
+            return self.kept_response(path[len(RESPONSES) + 1 :])
+        if path == CHAT and self.command == "GET":  # the stored chat completions, by metadata
+            return self.stored_list()
         raw = received.decode("utf-8", "replace")
         try:
             body = json.loads(raw)
@@ -199,6 +219,7 @@ class Handler(BaseHTTPRequestHandler):
                 behaviour
                 in (
                     "ok",
+                    *KEPT,
                     "not-json",
                     "incomplete",
                     "drop",
@@ -237,6 +258,7 @@ class Handler(BaseHTTPRequestHandler):
             self.write_log(
                 {
                     "seq": seq,
+                    "method": self.command,
                     "path": self.path,
                     "headers": {k.lower(): v for k, v in self.headers.items()},
                     "body": body,
@@ -245,6 +267,8 @@ class Handler(BaseHTTPRequestHandler):
                     "instructions": instructions,
                     "input": text if route == CHAT else fields.get("input"),
                     "store": fields.get("store"),
+                    "background": fields.get("background"),
+                    "metadata": fields.get("metadata"),
                     "max_output_tokens": fields.get("max_output_tokens"),
                     "max_completion_tokens": fields.get("max_completion_tokens"),
                     "max_tokens": fields.get("max_tokens"),
@@ -298,6 +322,17 @@ class Handler(BaseHTTPRequestHandler):
             self.server.stopping.wait(120)
             self.close_connection = True
             return None
+        if route_of(self) == CHAT and fields.get("store") is True and out is not None:
+            with self.server.log_lock:
+                for n in range(2 if behaviour == "stored-twice-hang" else 1):
+                    stored = answer(rid if n == 0 else f"{rid}_again", fields, text, out)
+                    self.server.stored.append({"object": stored, "metadata": fields.get("metadata") or {}})
+            if behaviour.startswith("stored-"):  # kept, and never answered: the run is killed waiting
+                self.server.stopping.wait(120)
+                self.close_connection = True
+                return None
+        if route_of(self) == RESPONSES and fields.get("background") is True and out is not None:
+            return self.start_kept(behaviour, seq, rid, fields, text, out)
         if behaviour.startswith("slow:"):
             time.sleep(float(behaviour.split(":", 1)[1]))
         if behaviour in ERROR_CODES:
@@ -340,6 +375,61 @@ class Handler(BaseHTTPRequestHandler):
         request_id = "req-" + self.headers.get("Authorization", "").removeprefix("Bearer ") if behaviour == "echo-key-ids" else None
         return self.send_json(200, seq, answer(rid, fields, text, out, incomplete=behaviour == "incomplete"), request_id)
 
+    def start_kept(self, behaviour, seq, rid, fields, text, out):
+        """A background request: its response kept, answered at once `queued` (no output, no usage yet)."""
+        done = response_object(rid, fields, text, out, incomplete=behaviour == "incomplete")
+        done.update(background=True, metadata=fields.get("metadata") or {})
+        seconds = float(behaviour.split(":", 1)[1]) if behaviour.startswith("kept-slow:") else KEPT_SECONDS
+        with self.server.log_lock:
+            self.server.kept[rid] = {"object": done, "behaviour": behaviour, "doneAt": time.time() + seconds}
+        return self.send_json(200, seq, {**done, "status": "queued", "output": [], "usage": None})
+
+    def kept_response(self, rest):
+        """GET /v1/responses/{id} (its state now) or POST /v1/responses/{id}/cancel, logged as every request is."""
+        rid, _, action = rest.partition("/")
+        srv = self.server
+        with srv.log_lock:
+            seq = self.count_log_lines() + 1
+            kept = srv.kept.get(rid)
+            self.write_log({"seq": seq, "method": self.command, "path": self.path, "response_id": rid, "time": time.time()})
+            if kept is None or kept["behaviour"] == "kept-lost" or (self.command, action) not in (("GET", ""), ("POST", "cancel")):
+                state = None
+            else:
+                state = self.kept_state(kept, cancel=action == "cancel")
+        if state is None:
+            return self.send_error_json(404, seq, f"No response found with id '{rid}'.", code=None)
+        return self.send_json(200, seq, state)
+
+    def stored_list(self):
+        """GET /v1/chat/completions?metadata[KEY]=VALUE…: the stored completions carrying every pair, as a cursor page."""
+        from urllib.parse import parse_qsl, urlsplit
+
+        pairs = {k[len("metadata[") : -1]: v for k, v in parse_qsl(urlsplit(self.path).query) if k.startswith("metadata[")}
+        srv = self.server
+        with srv.log_lock:
+            seq = self.count_log_lines() + 1
+            self.write_log({"seq": seq, "method": "GET", "path": self.path, "metadata": pairs, "time": time.time()})
+            found = [s["object"] for s in srv.stored if all(s["metadata"].get(k) == v for k, v in pairs.items())]
+        page = {"object": "list", "data": found, "has_more": False}
+        page.update(first_id=found[0]["id"] if found else None, last_id=found[-1]["id"] if found else None)
+        return self.send_json(200, seq, page)
+
+    def kept_state(self, kept, cancel=False):
+        """A kept response as it stands now (the caller holds the lock): in progress, or ended as its behaviour says."""
+        done = kept["object"]
+        if kept.get("ended"):
+            return kept["ended"]
+        running = kept["behaviour"] == "kept-held" and not os.path.exists(self.server.log_path + ".release")
+        running = running or time.time() < kept["doneAt"]
+        if cancel and running:
+            kept["ended"] = {**done, "status": "cancelled", "output": [], "usage": None}
+        elif not running and kept["behaviour"] == "kept-fail":
+            error = {"code": "server_error", "message": "The model failed to generate a response."}
+            kept["ended"] = {**done, "status": "failed", "output": [], "usage": None, "error": error}
+        elif not running:
+            kept["ended"] = done
+        return kept.get("ended") or {**done, "status": "in_progress", "output": [], "usage": None}
+
     def send_json(self, status, seq, payload, request_id=None, headers=None):
         """Send a JSON payload with content-type and x-request-id headers (and `headers`)."""
         data = json.dumps(payload).encode("utf-8")
@@ -356,6 +446,11 @@ class Handler(BaseHTTPRequestHandler):
         """Send an OpenAI-style error body (its code the status unless given), with `headers`."""
         error = {"message": message, "type": "test_error", "param": None, "code": code or str(status)}
         self.send_json(status, seq, {"error": error}, headers=headers)
+
+
+def route_of(handler):
+    """The API a POST names (its path without a query), None for any other request."""
+    return handler.path.split("?")[0] if handler.command == "POST" else None
 
 
 def start_server(log_path, behaviour_path=None, port=0):

@@ -336,6 +336,8 @@ def spec_verdict(key, v, mode="fake"):
         return False
     if key == "maxRateLimitWaitSeconds":
         return _int_in(v, 0, 3600)
+    if key == "providerKeepsRecord":  # the provider keeps each call: true only for an openai job's Responses calls
+        return type(v) is bool and (v is False or mode == "openai")
     if key == "items":
         if not isinstance(v, list) or not 1 <= len(v) <= 3:
             return False

@@ -117,6 +117,7 @@ RELEASED_MIGRATIONS = {
     "m022_passkey_origin": "8d60107e540b97c16f294e1e69bc2e63642c2febfbbb45f7fd75a652e0297975",
     "m023_engine_seal": "0aa543c569c810fdb439350566e131124b150a11f94cc4274c690aecb2f3f4cf",
     "m025_limits": "552b39be1ca7153f29e24c0f1954c0ddb485c96555e4ee75f8a9edccb5f40d39",
+    "m026_submitted": "3de007d820be05d989e30294006ede12c95b69b83aa0aa3aafa126738cce2f92",
 }
 
 
