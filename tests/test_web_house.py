@@ -12,6 +12,7 @@ import re
 
 from test_web import Serve
 
+import durable_job as dj
 from conftest import BOTH, PROGRAM, REPO, Workspace, copy_house, engine_digest, in_the_engine
 from durable_job_team import store as team_store
 
@@ -53,7 +54,9 @@ def test_editing_the_web_app_strands_no_job_and_editing_the_core_still_holds(ws,
         text = fh.read()
     with open(core, "w", encoding="utf-8") as fh:
         fh.write(in_the_engine(text, "# a core edit"))
-    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=core).held("Engine changed", "release 1.3.0")
+    ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x", program=core).held(
+        "Engine changed", f"release {dj.__version__}"
+    )
 
     # the store's engine edited (its code above the mark, or a migration it applied): a store job sealed them and is
     # refused; a state directory's job never runs that code, sealed none of it, and goes on
