@@ -4593,11 +4593,17 @@ def lookup_call(journal: Journal, job, item, row: CallRow, say, on_complete):
             "the journal promises one request a key, so none is taken; compare them at the provider, then "
             f"reconcile {key} with the one to keep (or abandon it)"
         )
-    output_text, response_id, request_id, usage = found[0]
+    return complete_retrieved(journal, key, found[0], "the provider's stored completions", on_complete)
+
+
+def complete_retrieved(journal: Journal, key: str, answer: tuple, source: str, on_complete) -> str:
+    """A call's answer taken from the provider's record ((output, response id, request id, usage)), recorded as the run
+    would have recorded it, beside a `retrieved` event naming where it came from: its output, scrubbed."""
+    output_text, response_id, request_id, usage = answer
     output_text = scrub(output_text, journal.secrets)
 
     def retrieved(j: Journal, k: str, text: str) -> None:
-        record_event(j, k, "retrieved", {"responseId": response_id, "from": "the provider's stored completions"})
+        record_event(j, k, "retrieved", {"responseId": response_id, "from": source})
         if on_complete is not None:
             on_complete(j, k, text)
 
@@ -4612,20 +4618,12 @@ def retrieve_call(journal: Journal, job, item, row: CallRow, say, on_complete):
     if say:
         say(f"item {item['id']}: retrieving response {submitted_id} of call {key} from the provider's record (nothing is sent again)")
     try:
-        output_text, response_id, request_id, usage = retrieve_model(job, submitted_id)
+        answer = retrieve_model(job, submitted_id)
     except Exception as exc:
         if fail_submitted(journal, key, submitted_id, exc) == "submitted":
             raise still_at_provider(item, key, submitted_id, exc) from None
         raise
-    output_text = scrub(output_text, journal.secrets)
-
-    def retrieved(j: Journal, k: str, text: str) -> None:
-        record_event(j, k, "retrieved", {"responseId": response_id, "from": "the provider's record"})
-        if on_complete is not None:
-            on_complete(j, k, text)
-
-    complete_call(journal, key, output_text, response_id, request_id, usage, retrieved)
-    return output_text
+    return complete_retrieved(journal, key, answer, "the provider's record", on_complete)
 
 
 def last_event(journal: Journal, key: str) -> str | None:
