@@ -108,6 +108,7 @@ CHECKPOINTS_FILE = "checkpoints.sqlite"  # where a job started by 1.1.x or older
 LOCK_FILE = "run.lock"
 RECEIPT_FILE = "receipt.json"
 PRUNED_FILE = "pruned.json"  # a pruned job's last checkpoint values and its checkpoints' sha256, once prune removed them
+SLOT_WAIT_FILE = "slot-wait.json"  # a state directory's run waiting for a slot under its limit: since when, until when
 MCP_SOURCES_FILE = "mcp-sources.json"  # the MCP resources' text as sealed: verify checks them without launching a server
 PASSKEY_FORMAT = "webauthn"  # a signature record's format when a passkey on serve's page made it (section 15); else SSH's
 
@@ -5429,8 +5430,12 @@ class Store(abc.ABC):
         """verify's `files` check: the storage itself is sound."""
 
     def slot_wait_since(self) -> str | None:
-        """When the job began to wait for a slot under its store's limits (None: it waits for none; a state directory's
-        run waits in the foreground, its wait on its own stderr)."""
+        """When the job began to wait for a slot under its store's limits (None: it waits for none)."""
+        return None
+
+    def note_slot_wait(self, seconds: float | None) -> None:
+        """A run's wait for a slot begins (seconds) or ends (None), told by the command that waits (paced); a shared
+        store's take_slot records it itself."""
         return None
 
     @abc.abstractmethod
@@ -5717,6 +5722,24 @@ class StateDirStore(Store):
             raise StateError(f"{path} cannot be read ({exc}); it is left untouched: restore it from a backup") from None
         finally:
             conn.close()
+
+    def note_slot_wait(self, seconds: float | None) -> None:
+        """slot-wait.json: since when and until when the run waits, so that status and jobs --root say so; removed when
+        the wait ends, and when a run starts (a run killed while waiting leaves one, shown until its time passes or a run starts)."""
+        path = job_path(self.root, SLOT_WAIT_FILE)
+        if seconds is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return
+        write_atomic(path, json.dumps({"sinceUtc": now_utc(), "untilEpoch": time.time() + seconds}).encode())
+
+    def slot_wait_since(self) -> str | None:
+        try:
+            with open(job_path(self.root, SLOT_WAIT_FILE), "rb") as fh:
+                wait = json.loads(fh.read())
+            return str(wait["sinceUtc"]) if float(wait["untilEpoch"]) > time.time() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def pruned_record(self) -> dict | None:
         path = job_path(self.root, PRUNED_FILE)
@@ -9146,18 +9169,23 @@ def paced(store: Store, run, *, stop: threading.Event | None = None, say=None, a
     wait is spent with nothing pending, the job's lock released and the store's connections closed, then the job runs
     on from where it stands (a resume; `again`, when given: a retry asks again). `stop`, set, ends a wait with the
     exception. `say` hears each wait."""
+    store.note_slot_wait(None)  # a run killed while it waited left its mark: this run goes on in its place
     while True:
         try:
             return run()
         except WaitsForSlot as waiting:
             store.close()
+            store.note_slot_wait(waiting.seconds)  # status and jobs say since when (a store's take_slot wrote it)
             if say is not None:
                 say(f"{waiting}; waiting {waiting.seconds:.1f} s, holding no lock and no connection")
-            if stop is not None:
-                if stop.wait(waiting.seconds):
-                    raise
-            else:
-                time.sleep(waiting.seconds)
+            try:
+                if stop is not None:
+                    if stop.wait(waiting.seconds):
+                        raise
+                else:
+                    time.sleep(waiting.seconds)
+            finally:
+                store.note_slot_wait(None)
             run = again or functools.partial(resume, store, existing=False, stop=stop)
 
 

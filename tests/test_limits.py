@@ -6,6 +6,7 @@ mode) with a sliding-minute limit of its own as witness.
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -219,9 +220,14 @@ def test_a_state_directory_paces_its_calls_by_the_limit_in_its_environment(tmp_p
         assert [r[2] for r in ws.db_rows()] == ["completed"]  # nothing pending while it waits
         [dispatch] = [e for e in ws.events(ws.db_rows()[0][0]) if e["event"] == "dispatch"]
         assert dispatch["detail"]["tokenBound"] > 500  # the bound a tokens-per-minute limit counts: input estimate and answer cap
+        since = ws.run("status").ok()["waitsForSlot"]["since"]  # another terminal sees the wait, and since when
+        assert since.endswith("Z") and "waits for a slot since " + since in ws.run("status", "--text").stdout
+        [listed] = ws.run("jobs", "--root", str(tmp_path), state=False).ok()["jobs"]
+        assert listed["waitsForSlot"] == {"since": since}
     finally:
         kill_group(run)
     assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated", "validated"]  # no lock was left held
+    assert not os.path.exists(os.path.join(ws.state, "slot-wait.json"))  # the killed run's mark gone once a run went on
     assert len(provider.requests()) == 2
     other = openai_workspace(Workspace(tmp_path / "other"), provider, sources={"alpha": ALPHA})
     other.start(env={"DURABLE_JOB_REQUESTS_PER_MINUTE": "lots"}).held("DURABLE_JOB_REQUESTS_PER_MINUTE", "positive whole number")
