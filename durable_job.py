@@ -5728,8 +5728,9 @@ class StateDirStore(Store):
         the wait ends, and when a run starts (a run killed while waiting leaves one, shown until its time passes or a run starts)."""
         path = job_path(self.root, SLOT_WAIT_FILE)
         if seconds is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            if os.path.lexists(path):  # looked for first: a read-only folder refuses even the unlink of a file it lacks
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
             return
         write_atomic(path, json.dumps({"sinceUtc": now_utc(), "untilEpoch": time.time() + seconds}).encode())
 
