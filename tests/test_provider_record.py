@@ -53,6 +53,17 @@ def submitted(ws) -> list:
     return [r for r in journaled(ws) if r["status"] == "pending" and r["response_id"]]
 
 
+def left_submitted(ws, provider, *said: str) -> dict:
+    """A kept one-item job whose start gave up waiting (a 1-s timeout) on a response the provider holds: the start's
+    HOLD says it stays submitted (and `said`), and the call is pending with its response id; that row."""
+    kept_workspace(ws, provider, sources=ONE)
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
+    provider.behave("kept-held")
+    ws.start().held(*said, "stays submitted")
+    [row] = submitted(ws)
+    return row
+
+
 @BOTH
 def test_a_job_with_the_record_kept_reaches_review_each_call_sent_once_in_background_mode(ws, provider):
     """Two items: each call POSTed exactly once, background and stored, its operation key in the metadata and in the
@@ -152,11 +163,7 @@ def test_a_response_the_provider_ends_failed_is_a_refusal_and_the_next_attempt_g
 def test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it(ws, provider):
     """The provider still makes the answer when the run's wait ends: the HOLD says the call stays submitted (no person
     reconciles it); once the provider finishes, resume records its answer with no second POST."""
-    kept_workspace(ws, provider, sources=ONE)
-    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
-    provider.behave("kept-held")
-    ws.start().held("did not come back", "stays submitted", "run resume")
-    [row] = submitted(ws)
+    row = left_submitted(ws, provider, "did not come back", "run resume")
     assert ws.run("status").ok()["phase"] == "ready"
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "error"]
     release(provider)
@@ -166,11 +173,7 @@ def test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it(ws, 
 
 
 def test_cancel_of_a_job_whose_call_is_submitted_cancels_the_response_at_the_provider(ws, provider):
-    kept_workspace(ws, provider, sources=ONE)
-    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
-    provider.behave("kept-held")
-    ws.start().held("stays submitted")
-    [row] = submitted(ws)
+    row = left_submitted(ws, provider)
     out = ws.run("cancel", "--reviewer", "rev", "--reason", "not needed").ok()
     assert out["cancelledAtProvider"] == [{"operationKey": row["operation_key"], "responseId": row["response_id"], "status": "cancelled"}]
     cancels = [r for r in provider.requests() if r["path"].endswith("/cancel")]
@@ -375,11 +378,7 @@ def test_a_kill_at_each_commit_of_a_kept_call_never_sends_it_twice_and_resume_se
 
 
 def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws, provider):
-    kept_workspace(ws, provider, sources=ONE)
-    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
-    provider.behave("kept-held")
-    ws.start().held("stays submitted")
-    [row] = submitted(ws)
+    row = left_submitted(ws, provider)
     release(provider)
     key = row["operation_key"]
     out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "b", "--reason", "k").ok()
@@ -393,11 +392,7 @@ def test_a_store_refuses_a_submitted_calls_response_id_swapped_by_the_owners_rol
     """m026_submitted: the run's submit (its event first, then the id) is what the store accepts; the owner's own role
     cannot swap a submitted call's response id afterwards."""
     ws = ws_store
-    kept_workspace(ws, provider, sources=ONE)
-    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "1"
-    provider.behave("kept-held")
-    ws.start().held("stays submitted")
-    [row] = submitted(ws)
+    row = left_submitted(ws, provider)
     swap = "UPDATE durable_job.calls SET response_id = 'resp_other' WHERE job_id = %s AND operation_key = %s"
     assert "takes a response id once, beside its submitted event" in refused(ws.store, swap, (ws.job_id(), row["operation_key"]))
     assert submitted(ws)[0]["response_id"] == row["response_id"]
