@@ -651,7 +651,8 @@ LAST = ("test_tools.py::test_the_type_checker_catches",)
 
 
 # Journeys that mostly wait on the clock (a minute's rate limit, an idle sign-out, a slow receiver, a trickled body, a
-# passkey that never answers): 10-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
+# passkey that never answers, a provider's Retry-After, an answer trickled past its deadline, a migrate waiting for a
+# drained store): 3-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
 # (scripts/test.sh) runs them in a pytest process of their own beside the rest, so their waiting overlaps the rest's
 # work instead of idling one of the two workers (`pytest` alone still runs them with the rest).
 WAITS = (
@@ -663,6 +664,10 @@ WAITS = (
     "test_web_attacker.py::test_a_body_over_a_mebibyte_or_trickled_in",
     "test_passkeys.py::test_a_passkey_that_never_answers",
     "test_next_step.py::test_a_call_in_flight_is_running_with_its_holder",
+    "test_rate_limits.py::test_a_three_item_job_rate_limited_three_times",
+    "test_rate_limits.py::test_each_way_a_provider_says_how_long_to_wait",
+    "test_openai_http.py::test_an_answer_that_trickles_in_is_cut_at_the_deadline",
+    "test_store.py::test_an_upgrade_waits_for_a_drained_store",
 )
 
 

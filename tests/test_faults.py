@@ -648,7 +648,9 @@ class FuzzJob:
         self.provider.behave(FUZZ_BEHAVIOUR)
         # a killed client leaves the server writing into a closed socket: expected here, not worth a printout
         self.provider.server.handle_error = lambda request, client_address: None
-        self.ws = Workspace(root, inprocess=False, store=store)  # kills and races: every command a real process
+        # each start and resume a real process (popen) a real SIGKILL may end; what the careful person runs between them
+        # (status, reconcile, decide, inspect, verify) runs in-process, one command at a time (conftest.run_inprocess)
+        self.ws = Workspace(root, store=store)
         openai_workspace(self.ws, self.provider, jobId=f"fuzz-{n}", maxConcurrentCalls=concurrency, **api_keys(api))
         self.counts = Counter()
         self.transcript = []
@@ -867,8 +869,8 @@ def openai_baseline(root, api=None) -> tuple[dict, float]:
         began = time.monotonic()
         ws.start().ok()
         duration = time.monotonic() - began
-        ws.run("decide", "--decision", "accept", "--reviewer", "fuzz", "--reason", "uninterrupted").ok()
-        inspect = ws.run("inspect").ok()
+        ws.run("decide", "--decision", "accept", "--reviewer", "fuzz", "--reason", "uninterrupted", inprocess=True).ok()
+        inspect = ws.run("inspect", inprocess=True).ok()
         assert len(provider.requests()) == 2
         return {"resultsSha256": inspect["resultsSha256"], "results": inspect["results"]}, duration
     finally:

@@ -14,7 +14,7 @@ import sys
 import time
 
 import durable_job as dj
-from conftest import ALPHA, PROGRAM, REPO, Workspace, clean_env, openai_workspace, wait_for
+from conftest import ALPHA, PROGRAM, REPO, Workspace, clean_env, kill_group, openai_workspace, wait_for
 from durable_job_team import store as team_store
 
 CONTRACT = os.path.join(REPO, "docs", "CONTRACT.md")
@@ -202,7 +202,8 @@ def test_status_text_offers_nothing_but_waiting_while_a_call_is_in_flight(tmp_pa
         text = ws.run("status", "--text").stdout
         assert "phase: running" in text and "next: wait: start" in text
         assert "reconcile" not in text, text
-    finally:
+    finally:  # what the call answers is not this journey's: the start ends here (its call stays pending)
+        kill_group(proc)
         proc.communicate(timeout=60)
 
 
