@@ -1083,7 +1083,7 @@ SETTLE_FORMS = {  # the ways a person settles an uncertain call on the page: (ac
         "Look it up",
     ),
     "complete": (
-        "Complete it from the provider's answer",
+        "Paste the provider's answer",
         "Paste the answer as the provider's record holds it: it is checked as a job's answer is.",
         "Complete it",
     ),
@@ -1100,15 +1100,14 @@ def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
     row = ([r for r in pending if not r["response_id"]] or pending)[0]  # a kept call submitted is not the uncertain one
     kept = snap.job.get("providerKeepsRecord") and (row["response_id"] or snap.job.get("api"))
     actions = ("lookup", "complete", "abandon") if kept else ("complete", "abandon")
-    reviewers = ", ".join(cast(list, snap.job.get("reviewers") or []))
-    owner = snap.job.get("owner") or ""
+    reviewers, owner = ", ".join(out.get("reviewers") or []), out.get("owner") or ""
     goes_on = "a worker takes it" if snap.store.shared else f"{snap.store.suggest('resume')} runs it"
     return {
         "key": row["operation_key"],
         "item": durable_job.WRITER_LABEL if row["item_id"] == durable_job.WRITER_ID else row["item_id"],
         "since": str(row["created_utc"])[:19].replace("T", " ") + " UTC",
-        "endpoint": durable_job.call_endpoints(snap.journal).get(row["operation_key"]) or "unknown",
-        "request_id": markupsafe.Markup(durable_job.long_id(row["operation_key"])),  # sent as X-Client-Request-Id
+        "endpoint": re.sub(r"^https?://", "", durable_job.call_endpoints(snap.journal).get(row["operation_key"]) or "unknown"),
+        "request_id": markupsafe.Markup(durable_job.long_id(row["operation_key"], keep=8)),  # sent as X-Client-Request-Id
         "may": snap.store.may("tends", snap.job),
         "who": f"its owner {owner}" + (f" or its reviewers ({reviewers})" if reviewers else ""),
         "then": goes_on,

@@ -1,0 +1,166 @@
+"""An uncertain call settled from the phone (issue 49): the page says which item's call is uncertain, since when, where it
+was sent, the request id to look for and that its tokens are unknown, in at most six short lines; the owner or a
+reviewer completes it from the provider's answer pasted there, or abandons it, signed with their passkey, recorded
+once; the job goes on (a worker takes it). A worker sees who may settle it, and no form. Real `serve`, real PostgreSQL,
+real Chromium at 390×844 with its virtual authenticator (test_passkeys' phone)."""
+
+import test_web
+from test_passkeys import passkey_phone, registers_a_passkey
+from test_web import csrf, fits_a_phone, phone_signs_in, sign_in, store_counts, text_of
+
+import durable_job as dj
+from conftest import ALPHA, Workspace, as_, as_role, new_store, sha256
+
+serving = test_web.serving  # the fixture that starts serves and stops them after each test
+
+
+def crashed_jobs(tmp_path, store: str, names=("journey", "second")) -> dict:
+    """alice's jobs in the store, reviewed by bob, each left with an uncertain call: its run killed right after the call's
+    pending row was committed (so the call may have reached the model)."""
+    jobs = {}
+    for job in names:
+        jobs[job] = Workspace(tmp_path / job, store=store)
+        jobs[job].write_manifest(jobId=job, reviewers=["bob"])
+        assert jobs[job].start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    return jobs
+
+
+def pending_key(ws: Workspace) -> str:
+    ((key, item, status, *_),) = ws.run("status").ok()["calls"]
+    assert (item, status) == ("alpha", "pending")
+    return key
+
+
+def providers_answer() -> dict:
+    """What the provider's record holds for item alpha's call, as a person copies it from there."""
+    job = {"jobId": "journey", "model": "fake-structural-1", "mode": "fake"}
+    item = {"id": "alpha", "sha256": sha256(ALPHA.encode())}
+    text, response_id, request_id, _ = dj.call_model(job, item, ALPHA, dj.model_input(item, ALPHA, []))
+    return {"outputText": text, "responseId": response_id, "requestId": request_id}
+
+
+def said_lines(driver) -> dict:
+    """The uncertain call's explanation as the phone shows it: how many lines of text it takes (each item's line boxes,
+    a box starting half a line below the last one's top a new line), its items, what is bold, whether a <details> is open."""
+    return driver.execute_script(
+        "var ul = document.getElementById('uncertain-said'), n = 0;"
+        "Array.from(ul.children).forEach(function (li) { var tops = [], w = document.createTreeWalker(li, NodeFilter.SHOW_TEXT), t;"
+        "  while ((t = w.nextNode())) { if (!t.parentElement.checkVisibility()) continue; var r = document.createRange(); r.selectNodeContents(t);"
+        "    Array.from(r.getClientRects()).forEach(function (b) { if (b.width > 0 && b.height > 0) tops.push(b.top); }); }"
+        "  var half = parseFloat(getComputedStyle(li).fontSize) * 0.6, top = null;"
+        "  tops.sort(function (a, b) { return a - b; }).forEach(function (y) { if (top === null || y >= top + half) { n += 1; top = y; } }); });"
+        "return {lines: n, items: ul.children.length, bold: Array.from(ul.querySelectorAll('b')).map(function (b) { return b.innerText; }),"
+        " open: Array.from(ul.querySelectorAll('details')).some(function (d) { return d.open; })}"
+    )
+
+
+def settles(driver, wait, form: str, reason: str, **pasted) -> None:
+    """On the job's page: open the way to settle it (`form`: complete or abandon), paste what the provider's record
+    holds (as a paste, whole), give the reason and tap; the passkey signs it."""
+    driver.find_element("css selector", f"#settle-{form} summary").click()
+    for name, value in pasted.items():
+        driver.execute_script(
+            "arguments[0].value = arguments[1];", driver.find_element("css selector", f"#reconcile-{form} [name={name}]"), value
+        )
+    driver.find_element("id", f"{form}-reason").send_keys(reason)
+    driver.find_element("css selector", f"#reconcile-{form} button[type=submit]").click()
+    wait.until(lambda d: "Recorded: the call of item alpha" in text_of(d, "said"))
+
+
+def test_bob_completes_an_uncertain_call_from_the_providers_answer_alice_abandons_another_a_worker_only_reads(
+    tmp_path, pg_server, serving, phone
+):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    jobs = crashed_jobs(tmp_path, store)
+    keys = {job: pending_key(ws) for job, ws in jobs.items()}
+    s = serving(tmp_path, "--store", store)
+    base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+
+    # a worker sees the call explained and who may settle it: no form, no passkey to register
+    phone_signs_in(driver, wait, base, "second", "worker")
+    assert said_lines(driver)["items"] == 6
+    assert text_of(driver, "uncertain-who") == "Only its owner alice or its reviewers (bob) may settle it."
+    assert not driver.find_elements("css selector", "#uncertain form, #uncertain details.settle, #passkey-register")
+    driver.delete_all_cookies()
+
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    said = said_lines(driver)
+    assert said["items"] == 6 and said["lines"] <= 6 and said["bold"] == ["alpha"] and not said["open"], said
+    explained = text_of(driver, "uncertain-said")
+    assert "Item alpha" in explained and "Since 20" in explained and "Tokens: unknown." in explained
+    assert keys["journey"] not in explained and keys["journey"][:8] in explained  # the request id clipped, one tap away
+    driver.find_element("css selector", "#uncertain-said details.id summary").click()
+    assert keys["journey"] in text_of(driver, "uncertain-said")
+    assert "Needs a person" in text_of(driver, "live-state")
+    fits_a_phone(driver)
+    driver.save_screenshot(str(tmp_path / "uncertain-390x844.png"))
+
+    registers_a_passkey(driver, wait)
+    settles(driver, wait, "complete", "Found it in the provider's logs by its request id.", **providers_answer())
+    assert "signed with passkey" in text_of(driver, "said") and not driver.find_elements("id", "uncertain")
+
+    # the job goes on: a worker takes it to review
+    worker = as_(jobs["journey"], "worker", tmp_path)
+    done = worker.run("work", "--store", worker.store, "--until-idle", state=False).ok()
+    assert {r["jobId"]: r["to"] for r in done["runs"]}.get("journey") == "awaiting-review"
+    driver.get(f"{base}/jobs/journey")
+    wait.until(lambda d: "Awaiting review" in text_of(d, "live-state"))
+
+    # alice, the owner, abandons the other job's call with her own passkey
+    driver.delete_all_cookies()
+    phone_signs_in(driver, wait, base, "second", "alice")
+    registers_a_passkey(driver, wait)
+    settles(driver, wait, "abandon", "Its usage shows nothing for that hour.")
+    assert "abandoned by alice (role alice)" in text_of(driver, "said") and "signed with passkey" in text_of(driver, "said")
+    assert store_counts(store, "passkeys") == [2]
+
+    # each reconcile is signed by its person's passkey, and verify --strict checks it offline
+    listed = jobs["journey"].run("passkeys", "--store", store, state=False)
+    allowed = tmp_path / "allowed_passkeys"
+    allowed.write_text(listed.stdout)
+    for job, who in (("journey", "bob"), ("second", "alice")):
+        report = jobs[job].run(
+            "verify", "--strict", "--allowed-passkeys", str(allowed), "--store", as_role(store, who), "--job", job, state=False
+        )
+        said_signed = next(c for c in report.ok()["checks"] if c["name"] == "signatures")["detail"]
+        assert f"reconciliation signed by {who} with passkey" in said_signed and "verified" in said_signed, said_signed
+    assert (
+        jobs["second"]
+        .run("verify", "--strict", "--store", as_role(store, "alice"), "--job", "second", state=False)
+        .held("--allowed-passkeys FILE")
+    )
+
+
+def test_a_post_from_another_origin_a_replayed_signature_and_a_worker_posting_anyway_record_nothing(tmp_path, pg_server, serving):
+    store = new_store(pg_server, "alice")
+    jobs = crashed_jobs(tmp_path, store, names=("journey",))
+    key = pending_key(jobs["journey"])
+    s = serving(tmp_path, "--store", store)
+    fields = {"operationKey": key, "action": "abandon", "reviewer": "x", "reason": "no usage"}
+
+    bob = sign_in(s, "bob")
+    elsewhere = bob.post(
+        "/jobs/journey/reconcile", data={"csrftoken": csrf(bob), **fields}, headers={"Origin": "https://elsewhere.example"}
+    )
+    assert elsewhere.status_code == 403
+    forged = bob.post("/jobs/journey/reconcile", data={"csrftoken": "not-the-pages", **fields})
+    assert forged.status_code == 403
+    replayed = bob.post(
+        "/jobs/journey/reconcile", data={"csrftoken": csrf(bob), **fields, "challenge": "c2lnbmVkLWVsc2V3aGVyZQ", "passkey": "{}"}
+    )
+    assert replayed.status_code == 409 and "was not asked for here, or was already used" in replayed.text
+
+    worker = sign_in(s, "worker")
+    page = worker.get("/jobs/journey").text
+    assert "Only its owner alice or its reviewers (bob) may settle it." in page and "/reconcile" not in page
+    posted = worker.post("/jobs/journey/reconcile", data={"csrftoken": csrf(worker), **fields})
+    assert posted.status_code == 303
+    assert "Role worker may not reconcile" in worker.get("/jobs/journey").text
+    signing = worker.post("/api/jobs/journey/sign", json={"command": "reconcile", **fields}, headers={"x-csrftoken": csrf(worker)})
+    assert signing.status_code in (400, 403, 409)
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
+    assert jobs["journey"].run("status").ok()["phase"] == "uncertain-call"
