@@ -9512,7 +9512,9 @@ def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, An
             "nothing was recorded: run the same command again later, or reconcile with --response-file"
         ) from None
     detail = {"found": len(found), "responseIds": [f[1] for f in found], "by": "reconcile"}
-    record_event(ctx.journal, key, "looked-up", detail)
+    newest = [e for e in call_events(ctx.journal) if e["operation_key"] == key][-1:]
+    if len(found) != 1 or newest != [{**newest[0], "event": "looked-up", "detail": detail}]:  # a passkey signed after the last
+        record_event(ctx.journal, key, "looked-up", detail)  # lookup (the page asks first): that one stays the record of it
     if len(found) != 1:
         what = "response" if row["response_id"] else "stored completions"
         raise DecisionError(

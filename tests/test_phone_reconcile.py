@@ -164,3 +164,40 @@ def test_a_post_from_another_origin_a_replayed_signature_and_a_worker_posting_an
     assert signing.status_code in (400, 403, 409)
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
     assert jobs["journey"].run("status").ok()["phase"] == "uncertain-call"
+
+
+def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and_signs_what_it_found(
+    tmp_path, pg_server, provider, serving, phone
+):
+    """A job whose provider keeps the record (chat, stored completions): the page offers the lookup first; bob's passkey
+    signs the answer it found, which is the call's, recorded once; nothing is sent again, and verify --strict checks it."""
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_provider_record import CHAT, kill_while_unanswered, posts
+
+    store = new_store(pg_server, "alice")
+    ws = Workspace(tmp_path / "journey", store=store)
+    row = kill_while_unanswered(ws, provider, "stored-hang", reviewers=["bob"])  # alice's job, bob reviews
+    s = serving(tmp_path, "--store", store, env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
+    base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    assert [e.get_attribute("id") for e in driver.find_elements("css selector", "#uncertain details.settle")] == [
+        "settle-lookup",
+        "settle-complete",
+        "settle-abandon",
+    ]
+    registers_a_passkey(driver, wait)
+    settles(driver, wait, "lookup", "The provider kept it: take what it holds.")
+    said = text_of(driver, "said")
+    assert "completed by bob (role bob)" in said and "signed with passkey" in said, said
+    [done] = ws.calls()
+    assert done["status"] == "completed" and done["response_id"].startswith("chatcmpl-")
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "reconciled"]  # looked up once
+    assert posts(provider, CHAT) == {row["operation_key"]: 1}  # nothing sent again
+    allowed = tmp_path / "allowed_passkeys"
+    allowed.write_text(ws.run("passkeys", "--store", store, state=False).stdout)
+    report = ws.run(
+        "verify", "--strict", "--allowed-passkeys", str(allowed), "--store", as_role(store, "bob"), "--job", "journey", state=False
+    )
+    assert "reconciliation signed by bob with passkey" in next(c for c in report.ok()["checks"] if c["name"] == "signatures")["detail"]
