@@ -4,12 +4,15 @@ reviewer completes it from the provider's answer pasted there, or abandons it, s
 once; the job goes on (a worker takes it). A worker sees who may settle it, and no form. Real `serve`, real PostgreSQL,
 real Chromium at 390×844 with its virtual authenticator (test_passkeys' phone)."""
 
+import re
+import threading
+
 import test_web
 from test_passkeys import passkey_phone, registers_a_passkey
-from test_web import csrf, fits_a_phone, phone_signs_in, sign_in, store_counts, text_of
+from test_web import csrf, fits_a_phone, phone_signs_in, root_browser, sign_in, store_counts, text_of
 
 import durable_job as dj
-from conftest import ALPHA, Workspace, as_, as_role, new_store, sha256
+from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, sha256
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -201,3 +204,37 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
         "verify", "--strict", "--allowed-passkeys", str(allowed), "--store", as_role(store, "bob"), "--job", "journey", state=False
     )
     assert "reconciliation signed by bob with passkey" in next(c for c in report.ok()["checks"] if c["name"] == "signatures")["detail"]
+
+
+def test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two_taps_record_it_once(tmp_path, serving):
+    """Under --root: while another command holds the job (a run that may be completing this very call), a tap settles
+    nothing: it waits for the job, then says it is busy. Two taps at once, once it is free: one record, the second
+    answered by it. Then the page offers to resume the job, which goes on to review."""
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    key = pending_key(ws)
+    s = serving(tmp_path, "--root", str(tmp_path))
+    browser = root_browser(s)
+    fields = {"csrftoken": csrf(browser), "operationKey": key, "action": "abandon", "reviewer": "Dana", "reason": "no usage"}
+
+    holder = hold_run_lock(ws.state)
+    try:
+        assert browser.post("/jobs/journey/reconcile", data=fields).status_code == 303
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    busy = browser.get("/jobs/journey").text
+    assert "Refused:" in busy and "decide" in busy and 'id="uncertain"' in busy  # the holder named; the call still to settle
+    assert ws.db_rows("SELECT count(*) FROM call_events WHERE event = 'reconciled'") == [(0,)]
+
+    answers = []
+    taps = [threading.Thread(target=lambda: answers.append(browser.post("/jobs/journey/reconcile", data=fields))) for _ in range(2)]
+    for t in taps:
+        t.start()
+    for t in taps:
+        t.join()
+    assert [a.status_code for a in answers] == [303, 303]
+    assert ws.db_rows("SELECT count(*) FROM call_events WHERE event = 'reconciled'") == [(1,)]
+    page = browser.get("/jobs/journey").text
+    assert "Refused" not in page and re.search(r"(Already recorded|Recorded): the call of item alpha abandoned by Dana", page)
