@@ -84,7 +84,7 @@ WEB_SIGN_IN_AT_ONCE = 2  # sign-ins of one role, or from one address, checked at
 WEB_SIGN_IN_FORGET_SECONDS = 15 * 60  # failures older than this are forgotten
 WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WEB_DECIDED = types.MappingProxyType({"accept": "accepted", "reject": "rejected", "hold": "held"})
-WEB_ACTS = ("decide", "revise", "retry", "cancel", "reconcile")  # what a page may do: the CLI's own commands, durable_job.<act>
+WEB_ACTS = ("decide", "revise", "retry", "cancel", "reconcile", "resume")  # what a page may do: the CLI's own commands, durable_job.<act>
 
 
 class WebRefusal(durable_job.JobError):
@@ -745,6 +745,8 @@ def act_said(command: str, out: dict, label: str) -> str:
     if command in ("revise", "retry"):
         what = "the draft answer" if out.get("itemId") == durable_job.WRITER_ID else f"item {out.get('itemId')}"
         return f"Recorded: draft {out.get('draftVersion')} of {what} (results {out.get('resultsSha256')})."
+    if command == "resume":
+        return f"Resumed: the job is now {'awaiting review' if out.get('interrupt') else 'where its run stopped'}."
     if command == "reconcile":
         rec = out.get("reconciliation") or {}
         said = f"the call of item {out.get('itemId')} {out.get('status')} by {rec.get('reviewer')} ({label} {rec.get('principal')})"
@@ -1072,6 +1074,8 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
         and not out.get("sealBroken")
         and snap.store.may("tends", snap.job),
         "uncertain": uncertain_call(snap, out),
+        # under --root, a job a settled call left ready: the account runs it on from here (a store's: a worker takes it)
+        "resume": not snap.store.shared and out["phase"] in ("ready", "not-started") and not out.get("sealBroken"),
         "figures": durable_job.figures_words(durable_job.job_figures(snap)),  # as `jobs` prints them
     }
 
@@ -1260,6 +1264,13 @@ def reconcile_fields(f: dict) -> dict:
             response["requestId"] = str(f["requestId"]).strip()
         fields["response"] = response
     return fields
+
+
+async def resume_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """Under --root: run the job on (resume), as its account would at a terminal; the page then shows where it stands."""
+    if site.store:
+        raise WebRefusal(400, "a store's workers run its jobs: there is nothing to resume from this page")
+    return await act_and_return(site, request, person, "resume", {})
 
 
 async def reconcile_form(site: WebSite, request: Request, person: WebPerson) -> Response:
@@ -1635,6 +1646,7 @@ ROUTES = (  # (path, methods, handler, who may ask)
     ("/jobs/{job_id:str}/retry", ("POST",), retry_form, PAGE),
     ("/jobs/{job_id:str}/cancel", ("POST",), cancel_form, PAGE),
     ("/jobs/{job_id:str}/reconcile", ("POST",), reconcile_form, PAGE),
+    ("/jobs/{job_id:str}/resume", ("POST",), resume_form, PAGE),
     ("/api/jobs", ("GET",), api_jobs, API),
     ("/api/events", ("GET",), api_list_events, STREAM),
     ("/api/jobs/{job_id:str}", ("GET",), api_job, API),

@@ -238,3 +238,9 @@ def test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two
     assert ws.db_rows("SELECT count(*) FROM call_events WHERE event = 'reconciled'") == [(1,)]
     page = browser.get("/jobs/journey").text
     assert "Refused" not in page and re.search(r"(Already recorded|Recorded): the call of item alpha abandoned by Dana", page)
+
+    assert 'action="/jobs/journey/resume"' in page  # the job goes on: the page offers to resume it
+    assert browser.post("/jobs/journey/resume", data={"csrftoken": fields["csrftoken"]}).status_code == 303
+    resumed = browser.get("/jobs/journey").text
+    assert "Resumed: the job is now awaiting review." in resumed and "Awaiting review" in resumed and "/resume" not in resumed
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
