@@ -1080,19 +1080,22 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     }
 
 
-SETTLE_FORMS = {  # the ways a person settles an uncertain call on the page: (action, its title, what it does, its button)
-    "lookup": (
+SETTLE_FORMS = (  # the ways a person settles an uncertain call on the page: (action, its title, what it does, its button)
+    (
+        "lookup",
         "Look it up at the provider",
         "The provider kept this call's record: take the answer it holds, if it holds one.",
         "Look it up",
     ),
-    "complete": (
+    (
+        "complete",
         "Paste the provider's answer",
         "Paste the answer as the provider's record holds it: it is checked as a job's answer is.",
         "Complete it",
     ),
-    "abandon": ("Abandon it", "It counts as an attempt; the job's next run makes the call again, if its attempts allow.", "Abandon it"),
-}
+    ("abandon", "Abandon it", "It counts as an attempt; the job's next run makes the call again, if its attempts allow.", "Abandon it"),
+)
+SETTLE_ACTIONS = tuple(form[0] for form in SETTLE_FORMS)
 
 
 def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
@@ -1115,7 +1118,7 @@ def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
         "may": snap.store.may("tends", snap.job),
         "who": f"its owner {owner}" + (f" or its reviewers ({reviewers})" if reviewers else ""),
         "then": goes_on,
-        "forms": [dict(zip(("action", "title", "words", "button"), (a, *SETTLE_FORMS[a]), strict=True)) for a in actions],
+        "forms": [dict(zip(("action", "title", "words", "button"), form, strict=True)) for form in SETTLE_FORMS if form[0] in actions],
     }
 
 
@@ -1249,7 +1252,7 @@ def reconcile_fields(f: dict) -> dict:
     """The page's reconcile (its form, or the fields its script asks a passkey to sign) as reconcile's arguments: look it
     up at the provider, complete it from the pasted answer (a textarea's line ends as typed: CR LF is LF), or abandon it."""
     action = str(f.get("action") or "")
-    if action not in SETTLE_FORMS:
+    if action not in SETTLE_ACTIONS:
         raise WebRefusal(400, "choose lookup, complete or abandon")
     fields: dict = {"operation_key": str(f.get("operationKey") or ""), "reviewer": str(f.get("reviewer") or "")}
     fields.update(reason=str(f.get("reason") or ""), action="complete" if action == "lookup" else action)
