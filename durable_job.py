@@ -11606,6 +11606,10 @@ def text_reconcile(out: dict, store) -> list:
     lines = [
         f"  {out['operationKey']} ({WRITER_LABEL if out.get('itemId') == WRITER_ID else 'item ' + str(out.get('itemId'))}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
     ]
+    if out.get("existing"):  # the same reconcile again: the first record answers it
+        lines.append(f"  already recorded at {rec.get('reconciledAtUtc')} ({signed_words(rec)}): nothing new was recorded")
+    elif rec.get("signature"):
+        lines.append(f"  {signed_words(rec)}")
     drafted = out.get("retryDraft")
     if drafted:
         why = f" — {drafted['result']['reason']}" if drafted["result"].get("reason") else ""

@@ -470,6 +470,7 @@ def test_a_reconcile_signed_at_the_terminal_verifies_as_its_principal_and_strict
     assert record["signature"]["format"] == "sshsig" and "reconciledAtUtc" in record["signature"]["fields"]
     again = ws.run(*abandon, "--sign-key", dana).ok()  # the same reconcile again: the first record answers it
     assert again["existing"] is True and again["reconciliation"] == record
+    assert "already recorded at" in ws.run(*abandon, "--text").stdout and "signed with an SSH key" in ws.run(*abandon, "--text").stdout
     me = ws.principal()
     good = allowed_signers(tmp_path, "good", (me, dana, ""))
     said = signatures(ws.run("verify", "--strict", "--allowed-signers", good).ok())["detail"]
