@@ -678,7 +678,7 @@ def row_status(row: dict, label: str) -> tuple[str, str]:
     if phase == "awaiting-review":
         return "Awaiting review", "wait"
     if phase == "uncertain-call":
-        return "Needs an operator", "bad"
+        return "Needs a person: a call with no known outcome", "bad"
     if phase == "decided":
         by = row.get("decidedBy") or {}
         decision = str(row.get("next") or "").removeprefix("decided: ").split(";")[0]

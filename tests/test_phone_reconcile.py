@@ -265,3 +265,29 @@ def test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two
     resumed = browser.get("/jobs/journey").text
     assert "Resumed: the job is now awaiting review." in resumed and "Awaiting review" in resumed and "/resume" not in resumed
     assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
+def test_under_root_the_account_settles_the_call_on_its_phone_signed_with_its_passkey_and_resumes_the_job(tmp_path, serving, phone):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    s = serving(tmp_path, "--root", str(tmp_path))
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    driver.get(f"http://localhost:{s.base.rsplit(':', 1)[1]}/jobs/journey?" + s.address.split("?", 1)[1])  # by the host's name
+    wait.until(lambda d: d.find_elements("id", "passkey-register"))
+    said = said_lines(driver)
+    assert said["items"] == 6 and said["lines"] <= 6, said
+    fits_a_phone(driver)
+    registers_a_passkey(driver, wait)
+    settles(driver, wait, "complete", "Found in the provider's logs.", **providers_answer())
+    assert "signed with passkey" in text_of(driver, "said")
+    driver.find_element("css selector", "#resume button[type=submit]").click()  # the job goes on from the page
+    wait.until(lambda d: "Resumed: the job is now awaiting review." in text_of(d, "said"))
+    assert ws.run("status").ok()["phase"] == "awaiting-review"
+    allowed = tmp_path / "allowed_passkeys"
+    allowed.write_text(ws.run("passkeys", "--root", str(tmp_path), state=False).stdout)
+    report = ws.run("verify", "--strict", "--allowed-passkeys", str(allowed)).ok()
+    assert "reconciliation signed by" in next(c for c in report["checks"] if c["name"] == "signatures")["detail"]
