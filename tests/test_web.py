@@ -275,6 +275,9 @@ def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_th
     assert f"<b>{key}" not in page and "<code class='cmd'>" not in section and " reconcile " not in section
     fields = {"operationKey": key, "action": "abandon", "reviewer": "Dana", "reason": "no usage at the provider"}
     assert post_form(browser, "/jobs/journey/reconcile", **{**fields, "action": "nothing"}).status_code == 400
+    pasted = {**fields, "action": "complete", "outputText": " ", "responseId": "resp_1"}  # checked as a --response-file is
+    assert post_form(browser, "/jobs/journey/reconcile", **pasted).status_code == 303
+    assert "Refused: The pasted response needs a non-empty string outputText" in browser.get("/jobs/journey").text
     assert post_form(browser, "/jobs/journey/reconcile", **fields).status_code == 303
     done = browser.get("/jobs/journey").text
     assert "Recorded: the call of item alpha abandoned by Dana" in done and "unsigned" in done and 'id="uncertain"' not in done
