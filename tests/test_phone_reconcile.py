@@ -4,6 +4,7 @@ reviewer completes it from the provider's answer pasted there, or abandons it, s
 once; the job goes on (a worker takes it). A worker sees who may settle it, and no form. Real `serve`, real PostgreSQL,
 real Chromium at 390×844 with its virtual authenticator (test_passkeys' phone)."""
 
+import json
 import re
 import threading
 
@@ -291,3 +292,46 @@ def test_under_root_the_account_settles_the_call_on_its_phone_signed_with_its_pa
     allowed.write_text(ws.run("passkeys", "--root", str(tmp_path), state=False).stdout)
     report = ws.run("verify", "--strict", "--allowed-passkeys", str(allowed)).ok()
     assert "reconciliation signed by" in next(c for c in report["checks"] if c["name"] == "signatures")["detail"]
+
+
+def test_a_signature_bobs_passkey_made_for_one_reconcile_records_no_other(tmp_path, pg_server, serving, phone):
+    """bob's passkey signs an abandon; the signed form, captured before it is sent, is replayed with another reason, on
+    another job, and as it was once used: each records nothing, and his own tap then records it once."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    jobs = crashed_jobs(tmp_path, store)
+    s = serving(tmp_path, "--store", store)
+    base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    driver.find_element("css selector", "#settle-abandon summary").click()
+    driver.find_element("id", "abandon-reason").send_keys("No usage that hour.")
+    driver.execute_script(  # the signed form, kept instead of sent
+        "var form = document.getElementById('reconcile-abandon'); window.signed = null;"
+        "form.requestSubmit = function () { window.signed = Array.from(new FormData(form).entries()); };"
+    )
+    driver.find_element("css selector", "#reconcile-abandon button[type=submit]").click()
+    wait.until(lambda d: d.execute_script("return window.signed"))
+    signed = dict(driver.execute_script("return window.signed"))
+    assert signed["challenge"] and json.loads(signed["passkey"])["signature"]
+
+    def replay(path: str, **changed) -> str:
+        """The signed form posted from the page itself (its origin, its session), changed; the answer's words."""
+        return driver.execute_script(
+            "return fetch(arguments[0], {method: 'POST', body: new URLSearchParams(arguments[1]), credentials: 'same-origin'})"
+            ".then(function (r) { return r.text(); }).then(function (h) { var d = new DOMParser().parseFromString(h, 'text/html');"
+            " var e = d.getElementById('said'); return e ? e.textContent : d.body.innerText; })",
+            path,
+            {**signed, **changed},
+        )
+
+    assert "Changed since your passkey signed (reason)" in replay("/jobs/journey/reconcile", reason="Something else.")
+    assert "not asked for here, or was already used" in replay("/jobs/journey/reconcile")  # used up by the first replay
+    assert "not asked for here, or was already used" in replay("/jobs/second/reconcile", operationKey=pending_key(jobs["second"]))
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
+    driver.get(f"{base}/jobs/journey")
+    settles(driver, wait, "abandon", "No usage that hour.")  # bob taps again: a fresh signature, recorded once
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [1]
