@@ -306,8 +306,8 @@ MUTANTS = [
     Mutant(
         "reconcile-output-unredacted",
         "secrets: a reconciled answer is stored redacted",
-        '                "completed",\n                scrub(response["outputText"], ctx.journal.secrets),',
-        '                "completed",\n                response["outputText"],',
+        '            text, response_id = scrub(answer["outputText"], secrets), scrub(answer["responseId"], secrets)',
+        '            text, response_id = answer["outputText"], scrub(answer["responseId"], secrets)',
         [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"],
     ),
     # --- not-sent calls ---------------------------------------------------------------------------------------
