@@ -7671,7 +7671,11 @@ PASSKEY_FILE_HEADER = (
 )
 PASSKEY_ASSERTION = ("credentialId", "authenticatorData", "clientDataJSON", "signature")  # base64url, as the browser gave them
 PASSKEY_SIGNED_KEYS = ("chainHead", "fields", "rpId", "origin", *PASSKEY_ASSERTION)  # what a passkey signature record binds
-PASSKEY_TIME_KEYS = {"decision": "decidedAtUtc", "cancel": "cancelledAtUtc"}  # an act's own time, which its challenge covers
+PASSKEY_TIME_KEYS = {
+    "decision": "decidedAtUtc",
+    "cancel": "cancelledAtUtc",
+    "reconciliation": "reconciledAtUtc",
+}  # an act's own time, which its challenge covers
 
 
 def need_webauthn():
@@ -8586,8 +8590,16 @@ def chain_invariants(snap: Snapshot) -> str:
 
 
 def signed_acts(snap: Snapshot) -> list[tuple[str, dict, str, str]]:
-    """(act, record, principal, time) of the decision (as the journal records it) and of the cancel."""
+    """(act, record, principal, time) of each person's reconcile of a call (as its row records it), of the decision (as
+    the journal records it) and of the cancel."""
     acts = []
+    for row in snap.calls:
+        try:
+            record = json.loads(row["reconciliation_json"] or "null")
+        except ValueError:
+            continue  # the chain's check names a changed row
+        if isinstance(record, dict) and "reviewer" in record:  # a person's (a provider's rejection records no one)
+            acts.append(("reconciliation", record, str(record.get("principal") or ""), str(record.get("reconciledAtUtc") or "")))
     decision = journal_decision(snap.journal)
     if decision is not None:
         acts.append(("decision", decision, decision["principal"], decision.get("decidedAtUtc") or ""))
@@ -8609,6 +8621,9 @@ def approval_said(job: Job, allowed_signers: str | None, strict: bool = False) -
     return f"approval signed by {job['approvedBy']}, verified"
 
 
+ACT_LINKS = {"reconciliation": "outcome"}  # the link a signed act's record adds first, when it is not named as the act
+
+
 def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> str:
     """Each signed act verifies with the key file of its kind (files: {"sshsig": allowed_signers, "webauthn":
     allowed_passkeys}) as the principal the journal recorded, at the act's own time, over the chain's head just under
@@ -8618,7 +8633,8 @@ def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> s
     for act, record, principal, when in signed_acts(snap):
         signature = record.get("signature")
         if not signature and strict:
-            raise SealError(f"{act} unsigned: --strict asks for a signed {act} (decide --sign-key PATH, or a passkey on the page)")
+            command = "reconcile" if act == "reconciliation" else "decide"
+            raise SealError(f"{act} unsigned: --strict asks for a signed {act} ({command} --sign-key PATH, or a passkey on the page)")
         if not signature:
             said.append(
                 f"{act} unsigned (a rewrite of the whole history, every link recomputed, is caught only by a signature or a kept receipt)"
@@ -8628,7 +8644,8 @@ def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> s
             raise SealError(f"the {act}'s signature is not a signature record")
         head = signature["chainHead"]
         under = links.get(head.get("seq"))
-        if links and (under is None or under["link_sha256"] != head.get("sha256") or links.get(head["seq"] + 1, {}).get("act") != act):
+        above = links.get(head.get("seq", 0) + 1, {}).get("act")
+        if links and (under is None or under["link_sha256"] != head.get("sha256") or above != ACT_LINKS.get(act, act)):
             raise SealError(f"the {act}'s signature covers chain head {head.get('seq')}, which is not the link just under the {act}")
         kind, flag_name = key_file_flag(signature)
         if files.get(kind) is None and strict:
@@ -9370,71 +9387,109 @@ def reconcile(
     reason: str,
     response_file: str | None = None,
     from_provider: bool = False,
+    response: dict | None = None,
+    sign_key: str | None = None,
+    passkey: dict | None = None,
+    prepare: bool = False,
 ) -> dict:
-    """Resolve one pending call: complete it from a response file (or, `from_provider`, from the provider's record of a
-    job whose provider keeps it: answer_from_provider), or abandon it."""
+    """Resolve one pending call: complete it from a response file, or from `response` (the same object a response file
+    holds, as the page pastes it; validated by the same checked_response), or, `from_provider`, from the provider's record
+    of a job whose provider keeps it (answer_from_provider); or abandon it. Signed as decide is (sign_key; the page's
+    passkey; prepare: record nothing, return what a passkey signs). The same reconcile again, once recorded (a second
+    tap), is answered by the first record: nothing new is recorded."""
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
     if action not in ("complete", "abandon"):
         raise UsageError(f"--action {action!r}: give complete or abandon")
-    if from_provider and (action != "complete" or response_file):
+    if from_provider and (action != "complete" or response_file or response is not None):
         raise UsageError("--from-provider completes the call from the provider's record: give --action complete and no --response-file")
+    given = response_file is not None or response is not None
     if action == "complete" and not from_provider:  # read before the job's lock is taken: a file that cannot be read holds nothing up
-        response, digest = read_response_file(response_file)
-    elif response_file:
+        answer, digest = read_response_file(response_file) if response is None else pasted_response(response)
+    elif given:
         raise DecisionError("--response-file goes with --action complete only; drop it to abandon")
     with open_job(store, "reconcile", cancelled_ok=True) as ctx:  # a cancelled job's pending call still counts
         row = find_call(ctx.journal, operation_key)
+        said = {"action": action, "reviewer": reviewer, "reason": reason, "principal": ctx.store.principal()}
+        if action == "complete" and not from_provider:
+            said["responseSha256" if response is not None else "responseFileSha256"] = digest
+        repeated = repeated_reconcile(ctx, row, said)
+        if repeated is not None:
+            return repeated
         if row is None or row["status"] != "pending":
             what = "no such operation" if row is None else f"it is {row['status']}"
             raise DecisionError(f"Operation {operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
-        record: dict[str, Any] = {
-            "action": action,
-            "reviewer": reviewer,
-            "principal": ctx.store.principal(),
-            "reason": reason,
-            "reconciledAtUtc": now_utc(),
-        }
+        record: dict[str, Any] = {**said, "reconciledAtUtc": now_utc()}
         update: tuple[str, Any, Any, Any]
         if from_provider:
             update, record["fromProvider"] = answer_from_provider(ctx, row)
         elif action == "complete":
-            record["responseFileSha256"] = digest
-            update = (
-                "completed",
-                scrub(response["outputText"], ctx.journal.secrets),
-                scrub(response["responseId"], ctx.journal.secrets),
-                scrub(response.get("requestId"), ctx.journal.secrets) or row["request_id"],
-            )
+            secrets = ctx.journal.secrets
+            text, response_id = scrub(answer["outputText"], secrets), scrub(answer["responseId"], secrets)
+            update = ("completed", text, response_id, scrub(answer.get("requestId"), secrets) or row["request_id"])
         else:
             update = ("abandoned", None, None, row["request_id"])
-        retry = retry_request(ctx.journal, operation_key)
-        fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.journal, "cancel")
-        drafted: dict = {}
+        head = chain_head(ctx.journal)
+        if prepare:
+            return passkey_request("reconciliation", ctx.job["jobId"], record, head)
+        record["signature"] = act_signature("reconciliation", ctx.job["jobId"], record, head, sign_key, passkey, "reconciledAtUtc")
+        if record["signature"] is None:
+            del record["signature"]  # an unsigned reconcile's record is as it always was
+        return record_reconcile(ctx, row, update, record)
 
-        def draft_the_retry(journal):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
-            drafted.update(retry_draft(journal, ctx, operation_key, update[1], cast(dict, retry)))
 
-        status, output_text, response_id, request_id = update
-        reconcile_call(
-            ctx.journal, operation_key, status, output_text, response_id, request_id, record, then=draft_the_retry if fold else None
+def pasted_response(response) -> tuple[dict, str]:
+    """A response pasted on the page, {outputText, responseId[, requestId]}: checked as a response file's content is, and
+    its sha256 (of its canonical JSON), which the record keeps."""
+    raw = canonical(response) if isinstance(response, dict) else b""
+    if len(raw) > RESPONSE_FILE_MAX_BYTES:
+        raise DecisionError(f"The pasted response is over {RESPONSE_FILE_MAX_BYTES} bytes; paste only its outputText and responseId")
+    return checked_response(response, "The pasted response"), sha256_hex(raw)
+
+
+def repeated_reconcile(ctx: Context, row: CallRow | None, said: dict) -> dict | None:
+    """The recorded reconcile of this call, when this one repeats it exactly (a second tap): the same principal, action,
+    name, reason and answer. Nothing new is recorded; None when the call was not reconciled so."""
+    if row is None or row["status"] == "pending" or not row["reconciliation_json"]:
+        return None
+    try:
+        earlier = json.loads(row["reconciliation_json"])
+    except ValueError:
+        return None
+    if not isinstance(earlier, dict) or any(earlier.get(k) != v for k, v in said.items()):
+        return None
+    out = {"jobId": ctx.job["jobId"], "operationKey": row["operation_key"], "itemId": row["item_id"], "status": row["status"]}
+    return {**out, "reconciliation": earlier, "existing": True}
+
+
+def record_reconcile(ctx: Context, row: CallRow, update: tuple, record: dict) -> dict:
+    """Record a person's reconcile of a pending call (with the retry's draft it answers, when it answers one)."""
+    operation_key = row["operation_key"]
+    retry = retry_request(ctx.journal, operation_key)
+    fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.journal, "cancel")
+    drafted: dict = {}
+
+    def draft_the_retry(journal):  # the answer a retry asked for: the item's next draft, exactly as if the retry had finished
+        drafted.update(retry_draft(journal, ctx, operation_key, update[1], cast(dict, retry)))
+
+    status, output_text, response_id, request_id = update
+    reconcile_call(ctx.journal, operation_key, status, output_text, response_id, request_id, record, then=draft_the_retry if fold else None)
+    crash_point("after-reconcile", ctx.job)
+    out = {
+        "jobId": ctx.job["jobId"],
+        "operationKey": operation_key,
+        "itemId": row["item_id"],
+        "status": update[0],
+        "reconciliation": record,
+    }
+    if drafted:
+        new_results = drafted.pop("results")
+        out.update(
+            retryDraft=drafted,
+            **review_step(ctx.store, ctx.job, new_results, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))),
         )
-        crash_point("after-reconcile", ctx.job)
-        out = {
-            "jobId": ctx.job["jobId"],
-            "operationKey": operation_key,
-            "itemId": row["item_id"],
-            "status": update[0],
-            "reconciliation": record,
-        }
-        if drafted:
-            new_results = drafted.pop("results")
-            out.update(
-                retryDraft=drafted,
-                **review_step(ctx.store, ctx.job, new_results, current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))),
-            )
-        return out
+    return out
 
 
 def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, Any, Any], dict]:
@@ -9455,7 +9510,9 @@ def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, An
             "nothing was recorded: run the same command again later, or reconcile with --response-file"
         ) from None
     detail = {"found": len(found), "responseIds": [f[1] for f in found], "by": "reconcile"}
-    record_event(ctx.journal, key, "looked-up", detail)
+    newest = [e for e in call_events(ctx.journal) if e["operation_key"] == key][-1:]
+    if len(found) != 1 or newest != [{**newest[0], "event": "looked-up", "detail": detail}]:  # a passkey signed after the last
+        record_event(ctx.journal, key, "looked-up", detail)  # lookup (the page asks first): that one stays the record of it
     if len(found) != 1:
         what = "response" if row["response_id"] else "stored completions"
         raise DecisionError(
@@ -9520,17 +9577,21 @@ def read_response_file(path) -> tuple[dict, str]:
         raise DecisionError(
             f'Response file {path} is not valid JSON ({clip(exc, 80)}); write {{"outputText": …, "responseId": …}}'
         ) from None
+    return checked_response(data, f"Response file {path}"), sha256_hex(raw)
+
+
+def checked_response(data, where: str) -> dict:
+    """The object a response file holds (or the page pastes), checked whole: outputText and responseId, optional
+    requestId, nothing else; else a DecisionError naming `where`."""
     if not isinstance(data, dict) or set(data) - {"outputText", "responseId", "requestId"}:
-        raise DecisionError(f"Response file {path} must be an object with outputText, responseId and optional requestId only")
+        raise DecisionError(f"{where} must be an object with outputText, responseId and optional requestId only")
     if not isinstance(data.get("outputText"), str) or not data["outputText"].strip():
-        raise DecisionError(
-            f"Response file {path} needs a non-empty string outputText: the answer's text exactly as the provider's record holds it"
-        )
+        raise DecisionError(f"{where} needs a non-empty string outputText: the answer's text exactly as the provider's record holds it")
     if not isinstance(data.get("responseId"), str) or not data["responseId"].strip():
-        raise DecisionError(f"Response file {path} needs a non-empty string responseId: {NO_RESPONSE_ID}")
+        raise DecisionError(f"{where} needs a non-empty string responseId: {NO_RESPONSE_ID}")
     if "requestId" in data and data["requestId"] is not None and not isinstance(data["requestId"], str):
-        raise DecisionError(f"Response file {path} requestId must be a string")
-    return data, sha256_hex(raw)
+        raise DecisionError(f"{where} requestId must be a string")
+    return data
 
 
 def need_text(value, flag: str) -> None:
@@ -11543,6 +11604,10 @@ def text_reconcile(out: dict, store) -> list:
     lines = [
         f"  {out['operationKey']} ({WRITER_LABEL if out.get('itemId') == WRITER_ID else 'item ' + str(out.get('itemId'))}) is now {out['status']}: {rec['action']} by {by_whom(rec, store)}: {rec['reason']}"
     ]
+    if out.get("existing"):  # the same reconcile again: the first record answers it
+        lines.append(f"  already recorded at {rec.get('reconciledAtUtc')} ({signed_words(rec)}): nothing new was recorded")
+    elif rec.get("signature"):
+        lines.append(f"  {signed_words(rec)}")
     drafted = out.get("retryDraft")
     if drafted:
         why = f" — {drafted['result']['reason']}" if drafted["result"].get("reason") else ""
@@ -11897,7 +11962,8 @@ def cmd_inspect(args) -> dict:
 
 def cmd_reconcile(args) -> dict:
     """Resolve one pending call: complete it from a response file, or abandon it."""
-    return reconcile(store_from(args), **flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file", "from_provider"))
+    flags = flags_of(args, "operation_key", "action", "reviewer", "reason", "response_file", "from_provider")
+    return reconcile(store_from(args), **flags, sign_key=signing_key(args))
 
 
 def cmd_decide(args) -> dict:
@@ -12335,6 +12401,7 @@ COMMANDS = {
                 "this call (its response by id, or its one stored chat completion), instead of a response file",
             ),
             *WHO_FLAGS,
+            SIGN_FLAG,
         ],
     ),
     "decide": Command(

@@ -84,7 +84,7 @@ WEB_SIGN_IN_AT_ONCE = 2  # sign-ins of one role, or from one address, checked at
 WEB_SIGN_IN_FORGET_SECONDS = 15 * 60  # failures older than this are forgotten
 WEB_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 WEB_DECIDED = types.MappingProxyType({"accept": "accepted", "reject": "rejected", "hold": "held"})
-WEB_ACTS = ("decide", "revise", "retry", "cancel")  # what a page may do: the CLI's own commands, durable_job.<act>
+WEB_ACTS = ("decide", "revise", "retry", "cancel", "reconcile", "resume")  # what a page may do: the CLI's own commands, durable_job.<act>
 
 
 class WebRefusal(durable_job.JobError):
@@ -127,8 +127,8 @@ def live_status(snap: durable_job.Snapshot, out: dict) -> dict:
         label = f"Awaiting review: draft {snap.draft}"
         detail = f"item {', '.join(failed)} failed: retry or revise it, or decide reject or hold" if failed else "every item validated"
     elif phase == "uncertain-call":
-        label, cls = "Needs an operator", "bad"
-        detail = out["next"]
+        label, cls = "Needs a person: a call with no known outcome", "bad"
+        detail = "nothing sends it again until the owner or a reviewer settles it (below)"
     elif phase == "decided" and snap.has_receipt:
         final = cast(dict, snap.final)
         decision = str(final.get("decision"))
@@ -678,7 +678,7 @@ def row_status(row: dict, label: str) -> tuple[str, str]:
     if phase == "awaiting-review":
         return "Awaiting review", "wait"
     if phase == "uncertain-call":
-        return "Needs an operator", "bad"
+        return "Needs a person: a call with no known outcome", "bad"
     if phase == "decided":
         by = row.get("decidedBy") or {}
         decision = str(row.get("next") or "").removeprefix("decided: ").split(";")[0]
@@ -745,6 +745,14 @@ def act_said(command: str, out: dict, label: str) -> str:
     if command in ("revise", "retry"):
         what = "the draft answer" if out.get("itemId") == durable_job.WRITER_ID else f"item {out.get('itemId')}"
         return f"Recorded: draft {out.get('draftVersion')} of {what} (results {out.get('resultsSha256')})."
+    if command == "resume":
+        return f"Resumed: the job is now {'awaiting review' if out.get('interrupt') else 'where its run stopped'}."
+    if command == "reconcile":
+        rec = out.get("reconciliation") or {}
+        said = f"the call of item {out.get('itemId')} {out.get('status')} by {rec.get('reviewer')} ({label} {rec.get('principal')})"
+        if out.get("existing"):
+            return f"Already recorded: {said} at {rec.get('reconciledAtUtc')}. Nothing new was recorded."
+        return f"Recorded: {said} ({durable_job.signed_words(rec)}). The job goes on."
     cancelled = out.get("cancelled") or {}
     who = f"{cancelled.get('reviewer')} ({label} {cancelled.get('principal')})"
     return f"Recorded: the job is cancelled by {who} ({durable_job.signed_words(cancelled)})."
@@ -1065,8 +1073,52 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
         "cancel": out["phase"] not in ("decided", "cancelled", "deciding")
         and not out.get("sealBroken")
         and snap.store.may("tends", snap.job),
-        "operator": out["phase"] == "uncertain-call",
+        "uncertain": uncertain_call(snap, out),
+        # under --root, a job a settled call left ready: the account runs it on from here (a store's: a worker takes it)
+        "resume": not snap.store.shared and out["phase"] in ("ready", "not-started") and not out.get("sealBroken"),
         "figures": durable_job.figures_words(durable_job.job_figures(snap)),  # as `jobs` prints them
+    }
+
+
+SETTLE_FORMS = (  # the ways a person settles an uncertain call on the page: (action, its title, what it does, its button)
+    (
+        "lookup",
+        "Look it up at the provider",
+        "The provider kept this call's record: take the answer it holds, if it holds one.",
+        "Look it up",
+    ),
+    (
+        "complete",
+        "Paste the provider's answer",
+        "Paste the answer as the provider's record holds it: it is checked as a job's answer is.",
+        "Complete it",
+    ),
+    ("abandon", "Abandon it", "It counts as an attempt; the job's next run makes the call again, if its attempts allow.", "Abandon it"),
+)
+SETTLE_ACTIONS = tuple(form[0] for form in SETTLE_FORMS)
+
+
+def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
+    """The uncertain call of a job, in the words of the page (item, since when, where it was sent, the request id the
+    provider logs, tokens unknown), the ways to settle it (the provider's record first when it was kept), who may."""
+    pending = [r for r in snap.calls if r["status"] == "pending"]
+    if out["phase"] != "uncertain-call" or not pending or out.get("sealBroken"):
+        return None
+    row = ([r for r in pending if not r["response_id"]] or pending)[0]  # a kept call submitted is not the uncertain one
+    kept = snap.job.get("providerKeepsRecord") and (row["response_id"] or snap.job.get("api"))
+    actions = ("lookup", "complete", "abandon") if kept else ("complete", "abandon")
+    reviewers, owner = ", ".join(out.get("reviewers") or []), out.get("owner") or ""
+    goes_on = "a worker takes it" if snap.store.shared else f"{snap.store.suggest('resume')} runs it"
+    return {
+        "key": row["operation_key"],
+        "item": durable_job.WRITER_LABEL if row["item_id"] == durable_job.WRITER_ID else row["item_id"],
+        "since": str(row["created_utc"])[:19].replace("T", " ") + " UTC",
+        "endpoint": re.sub(r"^https?://", "", durable_job.call_endpoints(snap.journal).get(row["operation_key"]) or "unknown"),
+        "request_id": markupsafe.Markup(durable_job.long_id(row["operation_key"], keep=8)),  # sent as X-Client-Request-Id
+        "may": snap.store.may("tends", snap.job),
+        "who": f"its owner {owner}" + (f" or its reviewers ({reviewers})" if reviewers else ""),
+        "then": goes_on,
+        "forms": [dict(zip(("action", "title", "words", "button"), form, strict=True)) for form in SETTLE_FORMS if form[0] in actions],
     }
 
 
@@ -1193,6 +1245,56 @@ async def cancel_form(site: WebSite, request: Request, person: WebPerson) -> Res
     return await act_and_return(site, request, person, "cancel", {**fields, **signed_by_passkey(site, request, person, "cancel", f)})
 
 
+RECONCILE_FIELDS = ("operationKey", "action", "reviewer", "reason", "outputText", "responseId", "requestId")
+
+
+def reconcile_fields(f: dict) -> dict:
+    """The page's reconcile (its form, or the fields its script asks a passkey to sign) as reconcile's arguments: look it
+    up at the provider, complete it from the pasted answer (a textarea's line ends as typed: CR LF is LF), or abandon it."""
+    action = str(f.get("action") or "")
+    if action not in SETTLE_ACTIONS:
+        raise WebRefusal(400, "choose lookup, complete or abandon")
+    fields: dict = {"operation_key": str(f.get("operationKey") or ""), "reviewer": str(f.get("reviewer") or "")}
+    fields.update(reason=str(f.get("reason") or ""), action="complete" if action == "lookup" else action)
+    if action == "lookup":
+        fields["from_provider"] = True
+    if action == "complete":
+        response = {
+            "outputText": str(f.get("outputText") or "").replace("\r\n", "\n"),
+            "responseId": str(f.get("responseId") or "").strip(),
+        }
+        if str(f.get("requestId") or "").strip():
+            response["requestId"] = str(f["requestId"]).strip()
+        fields["response"] = response
+    return fields
+
+
+async def resume_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """Under --root: run the job on (resume), as its account would at a terminal; the page then shows where it stands."""
+    if site.store:
+        raise WebRefusal(400, "a store's workers run its jobs: there is nothing to resume from this page")
+    return await act_and_return(site, request, person, "resume", {})
+
+
+async def reconcile_form(site: WebSite, request: Request, person: WebPerson) -> Response:
+    """Settle an uncertain call from the page, signed with the person's passkey when the page's script signed it. The
+    same signed form sent twice (a second tap) is answered by the first record, as the command answers a repeat."""
+    f = await form_fields(request, (*RECONCILE_FIELDS, "challenge", "passkey"))
+    fields = reconcile_fields(f)
+    try:
+        signed = signed_by_passkey(site, request, person, "reconcile", f)
+    except WebRefusal as used:
+        if used.status_code != 409:
+            raise
+        job_id = request.path_params["job_id"]
+        out = await run_in_threadpool(site.act, person, job_id, "reconcile", {**fields, "prepare": True})
+        if not out.get("existing"):
+            raise
+        person.flash[job_id] = {"text": act_said("reconcile", out, site.label), "cls": ""}
+        return RedirectResponse(f"/jobs/{quote_path(job_id)}", status_code=303)
+    return await act_and_return(site, request, person, "reconcile", {**fields, **signed})
+
+
 # -- passkeys: a person registers this device's, and it signs their decision or cancel -------------------------------
 
 
@@ -1265,8 +1367,10 @@ async def api_sign(site: WebSite, request: Request, person: WebPerson) -> Respon
             fields["checked"] = [str(c) for c in body["checked"]]
     elif command == "cancel":
         fields = {k: str(body.get(k) or "") for k in ("reviewer", "reason")}
+    elif command == "reconcile":
+        fields = reconcile_fields(body)
     else:
-        raise WebRefusal(400, "sign a decide or a cancel")
+        raise WebRefusal(400, "sign a decide, a cancel or a reconcile")
     out = await run_in_threadpool(site.act, person, job_id, command, {**fields, "prepare": True})
     if "challenge" not in out:
         return JSONResponse({"recorded": True})
@@ -1544,6 +1648,8 @@ ROUTES = (  # (path, methods, handler, who may ask)
     ("/jobs/{job_id:str}/revise", ("POST",), revise_form, PAGE),
     ("/jobs/{job_id:str}/retry", ("POST",), retry_form, PAGE),
     ("/jobs/{job_id:str}/cancel", ("POST",), cancel_form, PAGE),
+    ("/jobs/{job_id:str}/reconcile", ("POST",), reconcile_form, PAGE),
+    ("/jobs/{job_id:str}/resume", ("POST",), resume_form, PAGE),
     ("/api/jobs", ("GET",), api_jobs, API),
     ("/api/events", ("GET",), api_list_events, STREAM),
     ("/api/jobs/{job_id:str}", ("GET",), api_job, API),

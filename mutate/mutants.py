@@ -306,8 +306,8 @@ MUTANTS = [
     Mutant(
         "reconcile-output-unredacted",
         "secrets: a reconciled answer is stored redacted",
-        '                "completed",\n                scrub(response["outputText"], ctx.journal.secrets),',
-        '                "completed",\n                response["outputText"],',
+        '            text, response_id = scrub(answer["outputText"], secrets), scrub(answer["responseId"], secrets)',
+        '            text, response_id = answer["outputText"], scrub(answer["responseId"], secrets)',
         [f"{G}::test_reconcile_takes_only_a_pending_key_and_a_real_record"],
     ),
     # --- not-sent calls ---------------------------------------------------------------------------------------
@@ -897,5 +897,16 @@ MUTANTS = [
         "    if len(found) > 1:\n        raise StateError(",
         "    if False:\n        raise StateError(",
         ["tests/test_provider_record.py::test_two_stored_completions_under_one_key_stop_the_run_and_none_is_taken"],
+    ),
+    Mutant(
+        "phone-reconcile-without-the-lock",
+        "providers: an uncertain call settled from the page takes the job's lock, so nothing is recorded over a run holding "
+        "the job (it may be completing that call), and a second tap is answered by the first record",
+        "        self.lock = self.store.lock(self.command)\n",
+        '        self.lock = contextlib.nullcontext() if self.command == "reconcile" else self.store.lock(self.command)\n',
+        [
+            "tests/test_phone_reconcile.py::"
+            "test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two_taps_record_it_once",
+        ],
     ),
 ]

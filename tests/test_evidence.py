@@ -454,3 +454,34 @@ def test_a_key_held_by_ssh_agent_signs_a_cancel_through_its_public_half(ws, tmp_
         assert fh.read() == out["cancelled"]["signature"]["armored"]
     signers = allowed_signers(tmp_path, "signers", (ws.principal(), key, ""))
     assert signatures(ws.run("verify", "--allowed-signers", signers).ok())["detail"] == f"cancel signed by {ws.principal()}, verified"
+
+
+@BOTH
+def test_a_reconcile_signed_at_the_terminal_verifies_as_its_principal_and_strict_fails_an_unsigned_one(ws, tmp_path):
+    """reconcile --sign-key signs the person's record of an uncertain call as decide signs a decision: verify checks it
+    with the signer's key over the chain's head just under the call's outcome, and not with another key; --strict fails a
+    reconcile recorded unsigned."""
+    dana, mallory = make_key(tmp_path, "dana"), make_key(tmp_path, "mallory")
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    key = ws.run("status").ok()["calls"][0][0]
+    abandon = ("reconcile", "--operation-key", key, "--action", "abandon", "--reviewer", "Dana", "--reason", "no usage")
+    out = ws.run(*abandon, "--sign-key", dana).ok()
+    record = out["reconciliation"]
+    assert record["signature"]["format"] == "sshsig" and "reconciledAtUtc" in record["signature"]["fields"]
+    again = ws.run(*abandon, "--sign-key", dana).ok()  # the same reconcile again: the first record answers it
+    assert again["existing"] is True and again["reconciliation"] == record
+    assert "already recorded at" in ws.run(*abandon, "--text").stdout and "signed with an SSH key" in ws.run(*abandon, "--text").stdout
+    me = ws.principal()
+    good = allowed_signers(tmp_path, "good", (me, dana, ""))
+    said = signatures(ws.run("verify", "--strict", "--allowed-signers", good).ok())["detail"]
+    assert f"reconciliation signed by {me}, verified" in said
+    wrong = allowed_signers(tmp_path, "wrong", (me, mallory, ""))
+    assert "reconciliation" in ws.run("verify", "--allowed-signers", wrong).held()
+
+    other = Workspace(tmp_path / "unsigned", store=ws.store)
+    other.write_manifest(jobId="unsigned-reconcile")
+    assert other.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    other_key = other.run("status").ok()["calls"][0][0]
+    other.run("reconcile", "--operation-key", other_key, "--action", "abandon", "--reviewer", "Dana", "--reason", "no usage").ok()
+    assert "reconciliation unsigned" in signatures(other.run("verify").ok())["detail"]
+    other.run("verify", "--strict").held("reconciliation unsigned", "reconcile --sign-key PATH")

@@ -212,9 +212,9 @@ def test_a_chat_job_with_the_record_kept_stores_each_completion_under_its_operat
     assert ws.run("verify").ok()["ok"] is True
 
 
-def kill_while_unanswered(ws, provider, behaviour: str) -> dict:
+def kill_while_unanswered(ws, provider, behaviour: str, **overrides) -> dict:
     """Start a one-item kept chat job whose POST the provider never answers; SIGKILL it once the POST is logged."""
-    kept_workspace(ws, provider, sources=ONE, api="chat")
+    kept_workspace(ws, provider, sources=ONE, api="chat", **overrides)
     provider.behave(behaviour)
     run = ws.popen("start", "--manifest", ws.manifest)
     try:

@@ -256,15 +256,37 @@ def test_a_failed_item_is_retried_and_the_job_cancelled_from_the_page(tmp_path, 
     assert ws.run("status").ok()["phase"] == "cancelled" and ws.run("verify").ok()["ok"] is True
 
 
-def test_an_uncertain_call_sends_the_operator_to_the_terminal(tmp_path, serving):
+def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_then_the_job_goes_on(tmp_path, serving):
+    """Under --root: the call's item, since when, where it went, the request id to look for (the key, one tap away, not
+    in bold), tokens unknown; the account abandons it from the page (no passkey: unsigned), once; resume then runs it."""
     ws = Workspace(tmp_path)
     ws.write_manifest()
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    key = ws.run("status").ok()["calls"][0][0]
     s = serving(tmp_path, "--root", str(tmp_path))
-    page = root_browser(s).get("/jobs/journey").text
-    assert live_state(page) == "Needs an operator" and "UNCERTAIN_CALL alpha" in page
-    assert "stays in the terminal" in page and f"reconcile --state-dir {ws.state}" in page.replace("&#39;", "'")
-    assert "/decision" not in page  # nothing to decide while a call's outcome is unknown
+    browser = root_browser(s)
+    page = browser.get("/jobs/journey").text
+    assert live_state(page) == "Needs a person: a call with no known outcome"
+    said = re.search(r'<ul class="said" id="uncertain-said">(.*?)</ul>', page, re.S).group(1)
+    assert said.count("<li>") == 6 and "<b>alpha</b>" in said and "Tokens: unknown" in said
+    section = page.split('id="uncertain"')[1].split("</section>")[0]
+    assert f"<code class='full'>{key}</code>" in said and f"<code>{key[:8]}" in said  # clipped, the whole one tap away
+    assert section.count(key) == 2 + section.count(f'value="{key}"')  # the tap's summary title and the full id; the forms'
+    assert f"<b>{key}" not in page and "<code class='cmd'>" not in section and " reconcile " not in section
+    fields = {"operationKey": key, "action": "abandon", "reviewer": "Dana", "reason": "no usage at the provider"}
+    assert post_form(browser, "/jobs/journey/reconcile", **{**fields, "action": "nothing"}).status_code == 400
+    pasted = {**fields, "action": "complete", "outputText": " ", "responseId": "resp_1"}  # checked as a --response-file is
+    assert post_form(browser, "/jobs/journey/reconcile", **pasted).status_code == 303
+    assert "Refused: The pasted response needs a non-empty string outputText" in browser.get("/jobs/journey").text
+    assert post_form(browser, "/jobs/journey/reconcile", **fields).status_code == 303
+    done = browser.get("/jobs/journey").text
+    assert "Recorded: the call of item alpha abandoned by Dana" in done and "unsigned" in done and 'id="uncertain"' not in done
+    assert post_form(browser, "/jobs/journey/reconcile", **fields).status_code == 303  # the same tap again
+    assert "Already recorded: the call of item alpha abandoned by Dana" in browser.get("/jobs/journey").text
+    assert ws.db_rows("SELECT count(*) FROM call_events WHERE event = 'reconciled'") == [(1,)]
+    assert ws.run("resume").ok()["interrupt"]  # the job goes on: its next run reaches review
+    assert ws.run("verify").ok()["ok"] is True
+    ws.run("verify", "--strict").held("reconciliation unsigned", "reconcile --sign-key PATH, or a passkey on the page")
 
 
 def test_a_cross_site_post_carries_no_session(tmp_path, serving):

@@ -74,7 +74,7 @@
     }
   };
 })();
-/* Passkeys (WebAuthn): register this device's for the signed-in principal, and sign a decision or cancel with it.
+/* Passkeys (WebAuthn): register this device's for the signed-in principal, and sign a decision, cancel or reconcile with it.
    The server makes the act's record first (nothing recorded); the passkey signs its challenge; the form then carries
    the assertion, and the server records the act only if nothing changed since. Without a passkey the forms post as they are. */
 (function () {
@@ -203,6 +203,7 @@
     var body = {command: form.dataset.command, reviewer: f.reviewer.value, reason: f.reason.value,
                 resultsSha256: f.resultsSha256 ? f.resultsSha256.value : ''};
     if (button && button.name === 'decision') body.decision = button.value;
+    (form.dataset.fields || '').split(' ').forEach(function (n) { if (n && f[n]) body[n] = f[n].value; });  // a reconcile's own
     if (f.claims && f.claims.value) {  // each claim's check stands beside its quotes, in this form by its form attribute
       body.checked = Array.prototype.map.call(document.querySelectorAll('input[name="checked"][form="' + form.id + '"]:checked'),
                                               function (c) { return c.value; });
