@@ -652,7 +652,8 @@ LAST = ("test_tools.py::test_the_type_checker_catches",)
 
 # Journeys that mostly wait on the clock (a minute's rate limit, an idle sign-out, a slow receiver, a trickled body, a
 # passkey that never answers, a provider's Retry-After, an answer trickled past its deadline, a migrate waiting for a
-# drained store): 3-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
+# drained store, a page's
+# reconcile waiting out a held job's busy wait): 3-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
 # (scripts/test.sh) runs them in a pytest process of their own beside the rest, so their waiting overlaps the rest's
 # work instead of idling one of the two workers (`pytest` alone still runs them with the rest).
 WAITS = (
@@ -668,6 +669,7 @@ WAITS = (
     "test_rate_limits.py::test_each_way_a_provider_says_how_long_to_wait",
     "test_openai_http.py::test_an_answer_that_trickles_in_is_cut_at_the_deadline",
     "test_store.py::test_an_upgrade_waits_for_a_drained_store",
+    "test_phone_reconcile.py::test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job",
 )
 
 
