@@ -652,10 +652,10 @@ LAST = ("test_tools.py::test_the_type_checker_catches",)
 
 # Journeys that mostly wait on the clock (a minute's rate limit, an idle sign-out, a slow receiver, a trickled body, a
 # passkey that never answers, a provider's Retry-After, an answer trickled past its deadline, a migrate waiting for a
-# drained store, a page's
-# reconcile waiting out a held job's busy wait): 3-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
-# (scripts/test.sh) runs them in a pytest process of their own beside the rest, so their waiting overlaps the rest's
-# work instead of idling one of the two workers (`pytest` alone still runs them with the rest).
+# drained store, a page's reconcile waiting out a held job's busy wait): 3-90 s each of wall time for a few seconds of
+# CPU. Marked `waits`; `make test` (scripts/test.sh) runs them in a pytest process of their own beside the rest, so
+# their waiting overlaps the rest's work instead of idling one of the two workers (`pytest` alone still runs them with
+# the rest).
 WAITS = (
     "test_limits.py::test_eight_workers_under_one_shared_limit",
     "test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in",
