@@ -1,0 +1,156 @@
+"""Fork (issue 50): a revised job pays only for what changed. A finished (decided) job is forked into a new, approved
+job; each item whose call would have exactly the input of one of the old job's completed, validated, provider-made
+answers reuses it (journaled `reused`: the old job, its operation key, the answer's sha256; nothing sent), and every other
+item runs as usual. The loopback provider's own request log counts what was sent; the journal says what was reused."""
+
+import json
+import os
+
+import pytest
+
+from conftest import Workspace, openai_workspace
+
+SOURCES = {
+    "alpha": "Alpha report, first edition.\nIt names two synthetic figures and no real event.\n",
+    "beta": "Beta report, the wrong version.\nIt was replaced by a corrected copy.\n",
+    "gamma": "Gamma report, first edition.\nIt describes a synthetic meeting.\n",
+}
+CORRECTED = "Beta report, the corrected version.\nIt is the one the reviewer asked for.\n"
+
+
+def held_job(ws: Workspace, provider, sources=None, **overrides) -> Workspace:
+    """A 3-item openai job run to review and held by bob: the old job every fork here starts from."""
+    openai_workspace(ws, provider, sources=sources or SOURCES, **overrides)
+    ws.start().ok()
+    ws.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "beta was the wrong version").ok()
+    return ws
+
+
+def revised(tmp_path, old: Workspace, name: str = "v2", sources=None, **overrides) -> Workspace:
+    """The owner's corrected copy: a new folder, its own sources and manifest (a new jobId), its own state directory."""
+    new = Workspace(tmp_path / name, store=old.store)
+    new.env = dict(old.env)
+    manifest = new.manifest_dict(
+        sources=sources or {**SOURCES, "beta": CORRECTED}, mode="openai", model="gpt-test", jobId=f"journey-{name}"
+    )
+    manifest.update(overrides)
+    new.write_manifest(manifest)
+    return new
+
+
+def fork(new: Workspace, old: Workspace):
+    origin = old.job_id() if old.store is not None else old.state
+    return new.run("fork", "--from", origin, "--manifest", new.manifest)
+
+
+def item_calls(provider, since: int) -> list:
+    """The items each request after the first `since` was for (its prompt's Item line)."""
+    sent = []
+    for logged in provider.requests()[since:]:
+        text = json.dumps(logged["input"])
+        sent.append(next(i for i in ("alpha", "beta", "gamma") if f"Item: {i}" in text))
+    return sent
+
+
+def test_a_held_job_forked_with_one_source_corrected_calls_that_item_alone_and_both_verify(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    before = len(provider.requests())
+    assert before == 3
+    new = revised(tmp_path, old)
+    out = fork(new, old).ok()
+    assert out["forkedFrom"] == "journey" and sorted(out["reusable"]) == ["alpha", "beta", "gamma"]
+    assert item_calls(provider, before) == ["beta"], "only the changed item is sent"
+    assert [r["status"] for r in out["results"]] == ["validated"] * 3
+    seen = new.run("inspect").ok()
+    reused = [c for c in seen["calls"] if "reused" in c]
+    assert sorted(c["itemId"] for c in reused) == ["alpha", "gamma"]
+    assert {c["reused"]["fromJob"] for c in reused} == {"journey"}
+    old_keys = {r["item_id"]: r["operation_key"] for r in old.journal("SELECT item_id, operation_key FROM calls")}
+    assert {c["itemId"]: c["reused"]["operationKey"] for c in reused} == {i: old_keys[i] for i in ("alpha", "gamma")}
+    assert seen["forkedFrom"]["jobId"] == "journey" and seen["forkedFrom"]["decision"] == "hold"
+    assert (seen["forkedFrom"]["reusedAnswers"], seen["forkedFrom"]["newCalls"]) == (2, 1)
+    assert new.job()["forkedFrom"]["receiptSha256"] == sha256_of(receipt_bytes(old))
+    text = new.run("inspect", "--text").stdout
+    assert "forked from journey (hold by " in text and "beta was the wrong version), 2 answers reused, 1 new call" in text
+    assert new.run("verify").ok()["ok"] is True
+    assert old.run("verify").ok()["ok"] is True
+    assert len(provider.requests()) == before + 1, "inspect and verify send nothing"
+
+
+def test_a_fork_with_nothing_changed_sends_nothing_and_its_review_is_its_own(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old, sources=SOURCES)
+    out = fork(new, old).ok()
+    assert len(provider.requests()) == 3, "every answer reused: nothing sent"
+    assert out["interrupt"], "the fork waits for its own review: nothing of the old decision carries over"
+    seen = new.run("inspect").ok()
+    assert (seen["forkedFrom"]["reusedAnswers"], seen["forkedFrom"]["newCalls"]) == (3, 0)
+    assert seen["final"] is None and seen["resultsSha256"] == old.run("inspect").ok()["resultsSha256"]
+    new.run("decide", "--decision", "accept", "--reviewer", "bob", "--reason", "the same answers, checked again").ok()
+    assert new.run("verify").ok()["ok"] is True
+
+
+def test_abandoned_and_hand_reconciled_answers_are_never_reused_their_items_are_called_again(tmp_path, ws, provider):
+    """gamma's call is dropped and abandoned (its one attempt spent: it fails); beta's is dropped and completed by a
+    person from the provider's log: neither is the provider's own completed answer, so the fork calls both again."""
+    openai_workspace(ws, provider, sources=SOURCES, maxAttemptsPerItem=1)
+    provider.behave(sequence=["ok", "drop"])
+    ws.start()
+    [beta] = [r for r in ws.calls() if r["item_id"] == "beta"]
+    answer = os.path.join(ws.root, "answer.json")
+    with open(answer, "w") as fh:
+        logged = provider.requests()[1]
+        json.dump({"outputText": logged["output_text"], "responseId": logged["response_id"]}, fh)
+    reconcile = ("reconcile", "--operation-key", beta["operation_key"], "--reviewer", "ops", "--reason", "in the log")
+    ws.run(*reconcile, "--action", "complete", "--response-file", answer).ok()
+    provider.behave(sequence=["ok", "ok", "drop"])  # the log's numbering goes on: its third line is gamma's
+    ws.run("resume")
+    [gamma] = [r for r in ws.calls() if r["item_id"] == "gamma"]
+    ws.run("reconcile", "--operation-key", gamma["operation_key"], "--reviewer", "ops", "--reason", "lost", "--action", "abandon").ok()
+    out = ws.run("resume").ok()
+    assert [r["status"] for r in out["results"]] == ["validated", "validated", "failed"]
+    ws.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "gamma failed").ok()
+    before = len(provider.requests())
+    new = revised(tmp_path, ws, sources=SOURCES, maxAttemptsPerItem=1)
+    provider.behave("ok")
+    out = fork(new, ws).ok()
+    assert out["reusable"] == ["alpha"]
+    assert sorted(item_calls(provider, before)) == ["beta", "gamma"]
+    assert [r["status"] for r in out["results"]] == ["validated"] * 3
+    assert new.run("verify").ok()["ok"] is True
+
+
+def test_a_job_not_finished_is_not_forked_and_nothing_is_sealed(tmp_path, ws, provider):
+    openai_workspace(ws, provider, sources=SOURCES)
+    ws.start().ok()  # awaiting review: not decided
+    new = revised(tmp_path, ws)
+    fork(new, ws).held("journey is awaiting-review, not finished", "only a decided job")
+    assert not new.has_job() and len(provider.requests()) == 3
+
+
+@pytest.mark.parametrize("what", ["no job there", "same job id", "manifest not approved"])
+def test_bad_fork_inputs_are_one_line_holds_naming_the_fix(tmp_path, ws, provider, what):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old, **({"jobId": "journey"} if what == "same job id" else {}))
+    if what == "manifest not approved":
+        new.write_manifest({**json.loads(open(new.manifest).read()), "approved": False})
+    origin = os.path.join(str(tmp_path), "nowhere") if what == "no job there" else old.state
+    held = new.run("fork", "--from", origin, "--manifest", new.manifest).held()
+    expected = {"no job there": "there is no job in", "same job id": "give it a jobId of its own", "manifest not approved": "approved"}
+    assert expected[what] in held
+    assert not new.has_job() and len(provider.requests()) == 3
+
+
+def sha256_of(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def receipt_bytes(ws: Workspace) -> bytes:
+    """The job's receipt as the job keeps it (receipt.json, or the store's row)."""
+    if ws.store is None:
+        with open(os.path.join(ws.state, "receipt.json"), "rb") as fh:
+            return fh.read()
+    with ws.pg_store() as store:
+        return store.read_receipt()
