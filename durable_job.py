@@ -9423,7 +9423,7 @@ def fork_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes, f
         with store.lock("fork"):
             write_fork_record(store, store.load_job(), forked, candidates)
     else:
-        with sealing_new_job(store, manifest, manifest_path, raw, "fork", forked) as (job, _):
+        with sealing_new_job(store, manifest, manifest_path, raw, "submit" if store.shared else "fork", forked) as (job, _):
             crash_point("after-fork-seal", job)
             write_fork_record(store, job, forked, candidates)
             crash_point("after-fork-record", job)
@@ -9435,6 +9435,9 @@ def fork_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes, f
             out = where_it_stands(snap, {"jobId": snap.job["jobId"], "existing": existing})
         finally:
             snap.close()
+        if out["phase"] in ("not-started", "ready"):  # submitted: the worker's own address (its role) runs it
+            work = command_line(store.program, "work", team_part("workers").worker_address(store), "--until-idle")
+            out["next"] = f"waiting for a worker: a worker role runs {work}"
     return {**out, "forkedFrom": forked["jobId"], "reusable": [c["itemId"] for c in candidates]}
 
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import Workspace, openai_workspace
+from conftest import BOTH, Workspace, as_role, openai_workspace
 
 SOURCES = {
     "alpha": "Alpha report, first edition.\nIt names two synthetic figures and no real event.\n",
@@ -39,8 +39,31 @@ def revised(tmp_path, old: Workspace, name: str = "v2", sources=None, **override
 
 
 def fork(new: Workspace, old: Workspace):
-    origin = old.job_id() if old.store is not None else old.state
-    return new.run("fork", "--from", origin, "--manifest", new.manifest)
+    """The owner's fork (refused: the Result); on a store it is submitted, and the store's worker runs it to its review.
+    Its document, with the fork's status once it ran."""
+    if old.store is None:
+        return new.run("fork", "--from", old.state, "--manifest", new.manifest)
+    submitted = new.run("fork", "--from", old.job_id(), "--manifest", new.manifest)
+    if submitted.code != 0:
+        return submitted
+    out = submitted.ok()
+    assert out["phase"] == "not-started" and "waiting for a worker" in out["next"]
+    run_worker(new).ok()
+    return Ran({**new.run("status").ok(), "forkedFrom": out["forkedFrom"], "reusable": out["reusable"]})
+
+
+def run_worker(ws: Workspace):
+    worker = Workspace(ws.root, store=as_role(ws.store, "worker"))
+    worker.env = dict(ws.env)
+    return worker.run("work", "--store", worker.store, "--until-idle", state=False)
+
+
+class Ran:
+    def __init__(self, out: dict):
+        self.out = out
+
+    def ok(self) -> dict:
+        return self.out
 
 
 def item_calls(provider, since: int) -> list:
@@ -52,6 +75,7 @@ def item_calls(provider, since: int) -> list:
     return sent
 
 
+@BOTH
 def test_a_held_job_forked_with_one_source_corrected_calls_that_item_alone_and_both_verify(tmp_path, ws, provider):
     old = held_job(ws, provider)
     before = len(provider.requests())
@@ -77,13 +101,14 @@ def test_a_held_job_forked_with_one_source_corrected_calls_that_item_alone_and_b
     assert len(provider.requests()) == before + 1, "inspect and verify send nothing"
 
 
+@BOTH
 def test_a_fork_with_nothing_changed_sends_nothing_and_its_review_is_its_own(tmp_path, ws, provider):
     old = held_job(ws, provider)
     new = revised(tmp_path, old, sources=SOURCES)
-    out = fork(new, old).ok()
+    assert sorted(fork(new, old).ok()["reusable"]) == ["alpha", "beta", "gamma"]
     assert len(provider.requests()) == 3, "every answer reused: nothing sent"
-    assert out["interrupt"], "the fork waits for its own review: nothing of the old decision carries over"
     seen = new.run("inspect").ok()
+    assert seen["phase"] == "awaiting-review", "the fork waits for its own review: nothing of the old decision carries over"
     assert (seen["forkedFrom"]["reusedAnswers"], seen["forkedFrom"]["newCalls"]) == (3, 0)
     assert seen["final"] is None and seen["resultsSha256"] == old.run("inspect").ok()["resultsSha256"]
     new.run("decide", "--decision", "accept", "--reviewer", "bob", "--reason", "the same answers, checked again").ok()
