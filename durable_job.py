@@ -9021,6 +9021,70 @@ def receipt_head_fits(snap: Snapshot, links: list) -> str:
     return f" (the receipt binds links row {seq - 1}, and links row {seq} the receipt and the checkpoints)"
 
 
+@contextlib.contextmanager
+def fork_origin(store: Store, forked: dict, old_dir: str | None) -> Iterator[Store | None]:
+    """A fork's old job, when it is at hand (None otherwise): the same store's job of that id (as this role reads it), or
+    the state directory given (old_dir) or where the fork found it; a directory holding another job is refused."""
+    if store.shared:
+        other = cast("Any", store).for_job(forked["jobId"])
+        yield other if other.has_job() else None
+        return
+    where = old_dir or forked.get("where") or ""
+    before = StateDirStore(where, store.program, store.secrets, store.keys)
+    try:
+        if not where or not before.has_job():
+            yield None
+            return
+        if before.load_job()["jobId"] != forked["jobId"]:
+            raise SealError(f"{where} holds job {before.load_job()['jobId']}, not job {forked['jobId']} this fork was made from")
+        yield before
+    finally:
+        before.close()
+
+
+def fork_invariants(snap: Snapshot, old_dir: str | None = None) -> str:
+    """A fork's reused answers: each one its fork record holds and, when the old job is at hand (fork_origin), exactly
+    that job's row (completed by the provider, not reconciled; its answer's sha256 the one reused), the old job's receipt
+    the one the fork's seal bound. A row gone or changed fails; an old job not at hand is said, unchecked."""
+    forked, reused = snap.job["forkedFrom"], reused_calls(snap.journal)
+    record = journal_outcome(snap.journal, "fork") or {}
+    held = {(c["operationKey"], c["answerSha256"]) for c in record.get("candidates", [])}
+    for key, r in reused.items():
+        if (r["operationKey"], r["answerSha256"]) not in held:
+            raise SealError(
+                f"reused call {key} names job {forked['jobId']}'s row {r['operationKey']}, which the fork's record does not hold"
+            )
+    with fork_origin(snap.store, forked, old_dir) as before:
+        if before is None:
+            return (
+                f"{counted(len(reused), 'reused answer')} of job {forked['jobId']} not checked against it: that job is not at "
+                "hand here (give its state directory: verify --from OLD_DIR)"
+            )
+        receipt = before.read_receipt()
+        if receipt is None or sha256_hex(receipt) != forked["receiptSha256"]:
+            raise SealError(f"job {forked['jobId']}'s receipt is not the one this fork's seal bound: it was changed or replaced")
+        journal = before.read_journal()
+        try:
+            for key, r in reused.items():
+                row = None if journal is None else find_call(journal, r["operationKey"])
+                if row is None:
+                    raise SealError(f"reused call {key}: job {forked['jobId']}'s row {r['operationKey']} is gone")
+                answer = row["output_text"]
+                if (
+                    row["status"] != "completed"
+                    or row.get("reconciliation_json")
+                    or answer is None
+                    or sha256_hex(answer.encode("utf-8")) != r["answerSha256"]
+                ):
+                    raise SealError(
+                        f"reused call {key}: job {forked['jobId']}'s row {r['operationKey']} is not the answer reused: it was changed"
+                    )
+        finally:
+            if journal is not None:
+                journal.close()
+    return f"{counted(len(reused), 'reused answer')}, each exactly job {forked['jobId']}'s row, its receipt the one the seal bound"
+
+
 def receipt_invariants(snap: Snapshot) -> str:
     raw = snap.store.read_receipt()
     terminal = snap.final or snap.cancel
@@ -10877,13 +10941,14 @@ def verify(
     allowed_signers: str | None = None,
     receipt: str | None = None,
     allowed_passkeys: str | None = None,
+    forked_from: str | None = None,
 ) -> dict:
     """Re-check everything offline: seals, hashes, versions, journal invariants, the chain, results, receipt, signatures.
 
     strict: a job whose history is not chained, or whose decision or cancel is unsigned, or a signature whose key file was
     not given, fails. allowed_signers: the file (git's format) each SSH signature is checked with; allowed_passkeys: the
     file (as `passkeys` prints it) each passkey signature is checked with; without them verify says which signatures
-    there are, unchecked."""
+    there are, unchecked. forked_from: a fork's old job's state directory, when it is not where the fork found it."""
     if allowed_signers is not None and not os.path.isfile(allowed_signers):
         raise UsageError(f"--allowed-signers {allowed_signers}: no such file; give git's allowed_signers file (PRINCIPAL KEY a line)")
     if allowed_passkeys is not None:
@@ -10904,6 +10969,8 @@ def verify(
                 checks.append({"name": "kept receipt", "ok": True, "detail": kept_receipt_fits(snap, receipt)})
             except SealError as exc:
                 checks.append({"name": "kept receipt", "ok": False, "detail": str(exc)})
+        if snap.job.get("forkedFrom"):
+            run_check(checks, "fork", lambda: fork_invariants(snap, forked_from))
     finally:
         snap.close()
     return {"jobId": snap.job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
@@ -12315,6 +12382,7 @@ def cmd_verify(args) -> dict:
         allowed_signers=args.allowed_signers,
         receipt=args.receipt,
         allowed_passkeys=args.allowed_passkeys,
+        forked_from=args.from_dir,
     )
 
 
@@ -12716,6 +12784,13 @@ COMMANDS = {
         cmd_verify,
         text_verify,
         [
+            flag(
+                "--from",
+                dest="from_dir",
+                type=path_argument,
+                metavar="OLD_DIR",
+                help="a fork's old job's state directory, to check each reused answer against (default: where the fork found it)",
+            ),
             flag(
                 "--strict",
                 action="store_true",

@@ -5,10 +5,12 @@ item runs as usual. The loopback provider's own request log counts what was sent
 
 import json
 import os
+import shutil
+import sqlite3
 
 import pytest
 
-from conftest import BOTH, Workspace, as_role, openai_workspace
+from conftest import BOTH, Workspace, as_, as_role, openai_workspace
 
 SOURCES = {
     "alpha": "Alpha report, first edition.\nIt names two synthetic figures and no real event.\n",
@@ -179,3 +181,56 @@ def receipt_bytes(ws: Workspace) -> bytes:
             return fh.read()
     with ws.pg_store() as store:
         return store.read_receipt()
+
+
+@pytest.mark.parametrize("ws", ["store"], indirect=True)
+def test_carol_cannot_fork_a_job_she_cannot_read_and_a_worker_cannot_fork_at_all(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    carol = as_(revised(tmp_path, old), "carol", tmp_path)
+    carol.env = dict(old.env)
+    carol.run("fork", "--from", "journey", "--manifest", carol.manifest).held("no job 'journey'", "that role carol may read")
+    worker = as_(revised(tmp_path, old, name="v3"), "worker", tmp_path)
+    worker.env = dict(old.env)
+    worker.run("fork", "--from", "journey", "--manifest", worker.manifest).held("Role worker may not seal jobs", "a worker runs jobs")
+    with ws.pg_store() as store:
+        assert store.for_job("journey-v2").has_job() is False and store.for_job("journey-v3").has_job() is False
+    assert len(provider.requests()) == 3
+
+
+def fork_check(ws: Workspace, *flags) -> dict:
+    out = ws.run("verify", *flags)
+    [check] = [c for c in json.loads(out.stdout)["checks"] if c["name"] == "fork"]
+    return {**check, "verified": json.loads(out.stdout)["ok"]}
+
+
+def test_verify_checks_each_reused_answer_against_the_old_journal_and_says_plainly_when_it_is_not_at_hand(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    fork(new, old).ok()
+    check = fork_check(new)
+    assert check["ok"] and check["detail"].startswith("2 reused answers, each exactly job journey's row")
+    moved = os.path.join(str(tmp_path), "archive", "state")
+    shutil.move(old.state, moved)  # the old job is no longer where the fork found it
+    check = fork_check(new)
+    assert check["ok"] and check["verified"] and "not checked against it: that job is not at hand here" in check["detail"]
+    assert fork_check(new, "--from", moved)["detail"].startswith("2 reused answers, each exactly")
+    gamma = new.journal("SELECT detail_json FROM call_events WHERE event = 'reused'")
+    old_key = next(json.loads(r[0])["operationKey"] for r in gamma if json.loads(r[0])["operationKey"].endswith(":1"))
+    with sqlite3.connect(os.path.join(moved, "effects.sqlite")) as db:  # someone rewrites the old answer
+        db.execute("UPDATE calls SET output_text = output_text || ' ' WHERE operation_key = ?", (old_key,))
+    check = fork_check(new, "--from", moved)
+    assert not check["ok"] and not check["verified"] and f"{old_key} is not the answer reused: it was changed" in check["detail"]
+    with sqlite3.connect(os.path.join(moved, "effects.sqlite")) as db:  # or removes it
+        db.execute("DELETE FROM calls WHERE operation_key = ?", (old_key,))
+    assert f"{old_key} is gone" in fork_check(new, "--from", moved)["detail"]
+    other = os.path.join(str(tmp_path), "v2", "state")
+    assert "holds job journey-v2, not job journey" in fork_check(new, "--from", other)["detail"]
+
+
+@pytest.mark.parametrize("ws", ["store"], indirect=True)
+def test_a_stores_fork_is_checked_against_the_old_job_in_the_same_store(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    fork(new, old).ok()
+    check = fork_check(new)
+    assert check["ok"] and check["detail"].startswith("2 reused answers, each exactly job journey's row")
