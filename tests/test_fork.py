@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+import durable_job
 from conftest import BOTH, Workspace, as_, as_role, openai_workspace
 
 SOURCES = {
@@ -234,3 +235,28 @@ def test_a_stores_fork_is_checked_against_the_old_job_in_the_same_store(tmp_path
     fork(new, old).ok()
     check = fork_check(new)
     assert check["ok"] and check["detail"].startswith("2 reused answers, each exactly job journey's row")
+
+
+FAKE = {"mode": "fake", "model": "fake-structural-1", "providerTransferApproved": False}
+
+
+@pytest.mark.parametrize("point", ["after-seal", "after-fork-seal", "after-fork-record", "after-reuse", "after-validate", "before-review"])
+def test_a_fork_killed_at_each_crash_point_sends_nothing_twice_reuses_nothing_twice_and_verifies(tmp_path, ws, point):
+    """A real process ends at the point (as SIGKILL would end it); the same fork command run again finishes the job."""
+    ws.write_manifest(sources=SOURCES)
+    ws.start().ok()
+    ws.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "beta was the wrong version").ok()
+    new = revised(tmp_path, ws, **FAKE)
+    killed = new.run("fork", "--from", ws.state, "--manifest", new.manifest, env={"DURABLE_JOB_FAKE_CRASH": point})
+    assert killed.code == durable_job.CRASH_POINTS[point] and killed.stdout == ""
+    if point in ("after-seal", "after-fork-seal"):  # the new job has no record of what it may reuse: a resume sends nothing
+        new.run("resume").held("whose reusable answers were not recorded", "run the same fork command again")
+        assert not os.path.exists(os.path.join(new.state, "effects.sqlite")) or new.db_rows() == []
+    out = new.run("fork", "--from", ws.state, "--manifest", new.manifest).ok()
+    assert [r["status"] for r in out["results"]] == ["validated"] * 3
+    events = [
+        (r["item_id"], r["event"]) for r in new.journal("SELECT c.item_id, e.event FROM call_events e JOIN calls c USING (operation_key)")
+    ]
+    assert sorted(events) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
+    assert len(new.calls()) == 3
+    assert new.run("verify").ok()["ok"] is True
