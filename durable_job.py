@@ -9411,7 +9411,7 @@ def fork_source(before: Store, manifest: Manifest) -> tuple[dict, list]:
             "jobId": job["jobId"],
             "receiptSha256": sha256_hex(receipt),
             "decision": final.get("decision"),
-            "decidedBy": final.get("principal") or final.get("reviewer"),
+            "decidedBy": final.get("reviewer") or final.get("principal"),
             "reason": final.get("reason"),
             "where": before.where() if before.shared else os.path.abspath(cast("Any", before).root),
         }
@@ -11881,7 +11881,8 @@ def forked_lines(forked: dict | None) -> list:
     """A fork's lineage: the old job, how it was decided, and what the fork reused and called itself."""
     if not forked:
         return []
-    decided = f"{forked.get('decision')} by {forked.get('decidedBy')}: {clip(forked.get('reason'), 80)}"
+    done = {"accept": "accepted", "reject": "rejected", "hold": "held"}.get(str(forked.get("decision")), str(forked.get("decision")))
+    decided = f"{done} by {forked.get('decidedBy')}: {clip(forked.get('reason'), 80)}"
     reused, new = forked.get("reusedAnswers"), forked.get("newCalls")
     counts = "" if reused is None else f", {counted(int(reused), 'answer')} reused, {counted(int(new or 0), 'new call')}"
     return [f"  forked from {forked['jobId']} ({decided}){counts}"]

@@ -98,7 +98,7 @@ def test_a_held_job_forked_with_one_source_corrected_calls_that_item_alone_and_b
     assert (seen["forkedFrom"]["reusedAnswers"], seen["forkedFrom"]["newCalls"]) == (2, 1)
     assert new.job()["forkedFrom"]["receiptSha256"] == sha256_of(receipt_bytes(old))
     text = new.run("inspect", "--text").stdout
-    assert "forked from journey (hold by " in text and "beta was the wrong version), 2 answers reused, 1 new call" in text
+    assert "forked from journey (held by bob: beta was the wrong version), 2 answers reused, 1 new call" in text
     assert new.run("verify").ok()["ok"] is True
     assert old.run("verify").ok()["ok"] is True
     assert len(provider.requests()) == before + 1, "inspect and verify send nothing"
@@ -259,4 +259,44 @@ def test_a_fork_killed_at_each_crash_point_sends_nothing_twice_reuses_nothing_tw
     ]
     assert sorted(events) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
     assert len(new.calls()) == 3
+    assert new.run("verify").ok()["ok"] is True
+
+
+HALL = "The community hall is on Mill Street.\n"
+RIVER = "The community hall is on Mill Street, by the river.\n"
+
+
+def hall_answer(quote: str) -> str:
+    citation = {"quote": quote.strip(), "claim": "The hall's street is named."}
+    none = {"stated": False}
+    return json.dumps(
+        {"itemId": "hall", "summary": "The hall is on Mill Street.", "citations": [citation], "facts": {"day": none, "time": none}}
+    )
+
+
+@pytest.mark.parametrize("changed", [True, False])
+def test_a_drafting_fork_sends_the_writer_again_only_when_the_evidence_it_reads_changed(tmp_path, provider, changed):
+    from test_writer import FACTS, QUESTION, WORKSHOP, item_answer, writer_answer
+
+    old = openai_workspace(
+        Workspace(tmp_path / "v1"), provider, sources={"workshop": WORKSHOP, "hall": HALL}, question=QUESTION, facts=FACTS, draft=True
+    )
+    behaviour = {"<<<EVIDENCE": f"answer:{writer_answer(('The day is Saturday.', ['E2']))}", "by the river": f"answer:{hall_answer(RIVER)}"}
+    provider.behave(f"answer:{item_answer()}", by_input={**behaviour, "Item: hall": f"answer:{hall_answer(HALL)}"})
+    assert old.start().ok()["interrupt"]
+    old.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "the hall's address is incomplete").ok()
+    assert len(provider.requests()) == 3
+    sources = {"workshop": WORKSHOP, "hall": RIVER if changed else HALL}
+    new = revised(tmp_path, old, sources=sources, question=QUESTION, facts=FACTS, draft=True)
+    out = fork(new, old).ok()
+    assert sorted(out["reusable"], key=len) == ["hall", "workshop", durable_job.WRITER_ID]
+    sent = provider.requests()[3:]
+    if changed:  # the hall's answer changed its evidence: the writer reads it, so it is sent again; the workshop is not
+        assert ["Item: hall" in json.dumps(r["input"]) for r in sent] == [True, False]
+        assert sent[1]["instructions"] == durable_job.WRITER_SYSTEM
+    else:
+        assert sent == []
+    seen = new.run("inspect").ok()
+    assert seen["answer"]["draft"]["status"] == "validated"
+    assert seen["forkedFrom"]["reusedAnswers"] == (1 if changed else 3)
     assert new.run("verify").ok()["ok"] is True
