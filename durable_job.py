@@ -11171,11 +11171,19 @@ def jobs(
         kind, address, prog = "store", lister.store_address(), lister.program
         try:
             rows, last = team.store_job_rows(lister, filters, read_cursor(after, kind, 2) if after else None, limit, priced)
+            children = team.fork_children(lister)
         finally:
             lister.close()
     else:
         kind, address, prog = "dirs", [w for r in roots for w in ("--root", os.path.abspath(r))], program or default_program()
         rows, last = dir_job_rows(list(roots), program, filters, read_cursor(after, kind, 1) if after else None, limit, priced, keys)
+        children = {}
+        for row in rows:  # a state directory's forks: those under the same folders
+            if row.get("forkedFrom"):
+                children.setdefault(row["forkedFrom"], []).append(row["jobId"])
+    for row in rows:
+        if children.get(row["jobId"]):
+            row["forks"] = children[row["jobId"]]
     out: dict = {"jobs": rows}
     if last is not None:
         out["nextCursor"] = cursor = page_cursor(kind, last)
@@ -11292,6 +11300,7 @@ def job_row(store: Store, snap: Snapshot | StateError | None = None, prices: dic
             "actsHere": sealed_here(job),
             "hold": out["hold"],
             **({"waitsForSlot": out["waitsForSlot"]} if out.get("waitsForSlot") else {}),
+            **({"forkedFrom": job["forkedFrom"]["jobId"]} if job.get("forkedFrom") else {}),
         }
         if prices is not None:
             row["estimatedCost"] = estimated_cost(prices, {job.get("model"): row["tokens"]})
@@ -12011,6 +12020,9 @@ def text_limits(out: dict, store) -> list:
 def text_jobs(out: dict, store) -> list:
     """The table, then how to read the next page when more rows remain."""
     lines = [jobs_table(out["jobs"])]
+    for row in out["jobs"]:  # lineage, both ways
+        lines += [f"  {row['jobId']}: forked from {row['forkedFrom']}"] if row.get("forkedFrom") else []
+        lines += [f"  {row['jobId']}: forked into {', '.join(row['forks'])}"] if row.get("forks") else []
     if out.get("nextPage"):
         lines.append(f"more jobs: the next page is `{out['nextPage']}`")
     return lines

@@ -101,7 +101,12 @@ def test_a_held_job_forked_with_one_source_corrected_calls_that_item_alone_and_b
     assert "forked from journey (held by bob: beta was the wrong version), 2 answers reused, 1 new call" in text
     assert new.run("verify").ok()["ok"] is True
     assert old.run("verify").ok()["ok"] is True
-    assert len(provider.requests()) == before + 1, "inspect and verify send nothing"
+    listing = ["--store", old.store] if old.store is not None else ["--root", str(tmp_path)]
+    rows = {r["jobId"]: r for r in new.run("jobs", *listing).ok()["jobs"]}
+    assert rows["journey"]["forks"] == ["journey-v2"] and rows["journey-v2"]["forkedFrom"] == "journey"
+    text = new.run("jobs", *listing, "--text").stdout
+    assert "journey: forked into journey-v2" in text and "journey-v2: forked from journey" in text
+    assert len(provider.requests()) == before + 1, "inspect, verify and jobs send nothing"
 
 
 @BOTH
