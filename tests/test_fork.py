@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 import durable_job
-from conftest import BOTH, Workspace, as_, as_role, openai_workspace
+from conftest import BOTH, Workspace, as_, as_role, file_bytes, new_key_file, openai_workspace
 
 SOURCES = {
     "alpha": "Alpha report, first edition.\nIt names two synthetic figures and no real event.\n",
@@ -305,3 +305,39 @@ def test_a_drafting_fork_sends_the_writer_again_only_when_the_evidence_it_reads_
     assert seen["answer"]["draft"]["status"] == "validated"
     assert seen["forkedFrom"]["reusedAnswers"] == (1 if changed else 3)
     assert new.run("verify").ok()["ok"] is True
+
+
+def test_answers_sealed_at_rest_are_reused_only_with_the_key_and_stay_sealed_in_the_fork(tmp_path, ws, provider):
+    key = new_key_file(tmp_path)
+    ws.env["DURABLE_JOB_KEY_FILE"] = key
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    del new.env["DURABLE_JOB_KEY_FILE"]
+    fork(new, old).held("sealed at rest")
+    assert not new.has_job() and len(provider.requests()) == 3
+    new.env["DURABLE_JOB_KEY_FILE"] = key
+    out = fork(new, old).ok()
+    assert sorted(out["reusable"]) == ["alpha", "beta", "gamma"] and item_calls(provider, 3) == ["beta"]
+    stored = b"".join(file_bytes(new.state).values())
+    assert b"Alpha report, first edition" not in stored and b"Gamma report" not in stored, "the reused answers are sealed in the fork too"
+    assert new.run("verify").ok()["ok"] is True
+
+
+def test_progress_is_left_out_of_what_reuse_compares_so_calls_made_at_once_are_reused_one_by_one(tmp_path, ws, provider):
+    """The old job's items ran three at once (each prompt's progress block empty), the fork's one by one (each names the
+    items before it): the prompts differ only in that block, which reuse_sha256 replaces, so all three are reused."""
+    old = held_job(ws, provider, maxConcurrentCalls=3)
+    new = revised(tmp_path, old, sources=SOURCES)
+    fork(new, old).ok()
+    assert len(provider.requests()) == 3
+    assert [c.get("reused", {}).get("fromJob") for c in new.run("inspect").ok()["calls"]] == ["journey"] * 3
+    prompt = durable_job.model_input(
+        {"id": "beta", "sha256": "0" * 64}, "text", [{"status": "validated", "itemId": "alpha", "sourceSha256": "1" * 64}]
+    )
+    job = {"model": "gpt-test"}
+    assert durable_job.input_sha256(job, prompt) != durable_job.input_sha256(
+        job, durable_job.model_input({"id": "beta", "sha256": "0" * 64}, "text", [])
+    )
+    assert durable_job.reuse_sha256(job, prompt) == durable_job.reuse_sha256(
+        job, durable_job.model_input({"id": "beta", "sha256": "0" * 64}, "text", [])
+    )
