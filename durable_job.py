@@ -9515,8 +9515,8 @@ def write_fork_record(store: Store, job: Job, forked: dict, candidates: list) ->
             stamp = now_utc()
             record = {"fromJob": forked["jobId"], "receiptSha256": forked["receiptSha256"], "candidates": candidates, "forkedAtUtc": stamp}
             journal.write(
-                "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
-                "VALUES ({job_val}'fork', {p.record}, {p.stamp}, {p.principal})",
+                "INSERT INTO {outcomes} ({job_col}record_json, kind, created_utc, principal) "
+                "VALUES ({job_val}{p.record}, 'fork', {p.stamp}, {p.principal})",
                 record=journal.sealed("outcomes", "fork", "record_json", json.dumps(record, sort_keys=True)),
                 stamp=stamp,
             )
