@@ -9483,9 +9483,9 @@ def fork_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes, f
     """The new job sealed (or found, a fork run again), its reusable answers recorded, then run (a state directory's) or
     left for a worker (a store's)."""
     existing = store.has_job()
-    if existing:
+    if existing:  # a fork run again: its record written if a kill left it out, and the hold a run met for want of it lifted
         with store.lock("fork"):
-            write_fork_record(store, store.load_job(), forked, candidates)
+            write_fork_record(store, store.load_job(), forked, candidates, lifts_hold=True)
     else:
         with sealing_new_job(store, manifest, manifest_path, raw, "submit" if store.shared else "fork", forked) as (job, _):
             crash_point("after-fork-seal", job)
@@ -9505,9 +9505,10 @@ def fork_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes, f
     return {**out, "forkedFrom": forked["jobId"], "reusable": [c["itemId"] for c in candidates]}
 
 
-def write_fork_record(store: Store, job: Job, forked: dict, candidates: list) -> None:
-    """The `fork` outcome (once: a fork run again finds it), linked after the seal, under the job's lock."""
-    journal = attach(store, job, None, None).journal
+def write_fork_record(store: Store, job: Job, forked: dict, candidates: list, *, lifts_hold: bool = False) -> None:
+    """The `fork` outcome (once: a fork run again finds it), linked after the seal, under the job's lock; lifts_hold: the
+    owner's fork run again also lifts the job's hold (a worker's run refused for want of the record)."""
+    journal = attach(store, job, None, None, lifts_hold=lifts_hold and store.may("runs", job)).journal
     try:
         with journal.transaction():
             if journal.row("SELECT kind FROM {outcomes} WHERE {scope}kind = 'fork'") is not None:

@@ -69,6 +69,12 @@ class Ran:
         return self.out
 
 
+def item_events(ws: Workspace) -> list:
+    """Each call event of the job as (item, event), sorted: what was dispatched, completed and reused for which item."""
+    items = {r["operation_key"]: r["item_id"] for r in ws.journal("SELECT operation_key, item_id FROM calls")}
+    return sorted((items[r["operation_key"]], r["event"]) for r in ws.journal("SELECT operation_key, event FROM call_events"))
+
+
 def item_calls(provider, since: int) -> list:
     """The items each request after the first `since` was for (its prompt's Item line)."""
     sent = []
@@ -259,10 +265,7 @@ def test_a_fork_killed_at_each_crash_point_sends_nothing_twice_reuses_nothing_tw
         assert not os.path.exists(os.path.join(new.state, "effects.sqlite")) or new.db_rows() == []
     out = new.run("fork", "--from", ws.state, "--manifest", new.manifest).ok()
     assert [r["status"] for r in out["results"]] == ["validated"] * 3
-    events = [
-        (r["item_id"], r["event"]) for r in new.journal("SELECT c.item_id, e.event FROM call_events e JOIN calls c USING (operation_key)")
-    ]
-    assert sorted(events) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
+    assert item_events(new) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
     assert len(new.calls()) == 3
     assert new.run("verify").ok()["ok"] is True
 
@@ -341,3 +344,21 @@ def test_progress_is_left_out_of_what_reuse_compares_so_calls_made_at_once_are_r
     assert durable_job.reuse_sha256(job, prompt) == durable_job.reuse_sha256(
         job, durable_job.model_input({"id": "beta", "sha256": "0" * 64}, "text", [])
     )
+
+
+@pytest.mark.parametrize("ws", ["store"], indirect=True)
+def test_a_stores_fork_killed_before_its_record_is_held_by_the_worker_and_finished_by_the_same_fork_again(tmp_path, ws):
+    ws.write_manifest(sources=SOURCES)
+    ws.start().ok()
+    ws.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "beta was the wrong version").ok()
+    new = revised(tmp_path, ws, **FAKE)
+    killed = new.run("fork", "--from", "journey", "--manifest", new.manifest, env={"DURABLE_JOB_FAKE_CRASH": "after-fork-seal"})
+    assert killed.code == durable_job.CRASH_POINTS["after-fork-seal"]
+    held = run_worker(new)  # the worker sends nothing and holds the job, saying why
+    assert held.code == 2 and "HOLD: JobError: work held 1 job" in held.stderr and "whose reusable answers were not recorded" in held.stderr
+    assert new.calls() == [] and new.run("status").ok()["phase"] == "ready"
+    again = new.run("fork", "--from", "journey", "--manifest", new.manifest).ok()
+    assert again["existing"] is True and sorted(again["reusable"]) == ["alpha", "beta", "gamma"]
+    run_worker(new).ok()
+    assert item_events(new) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
+    assert new.run("verify").ok()["ok"] is True
