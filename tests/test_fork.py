@@ -5,13 +5,14 @@ item runs as usual. The loopback provider's own request log counts what was sent
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 
 import pytest
 
 import durable_job
-from conftest import BOTH, Workspace, as_, as_role, file_bytes, new_key_file, openai_workspace
+from conftest import BOTH, Workspace, as_, as_role, file_bytes, kill_group, new_key_file, openai_workspace, wait_for
 
 SOURCES = {
     "alpha": "Alpha report, first edition.\nIt names two synthetic figures and no real event.\n",
@@ -361,4 +362,36 @@ def test_a_stores_fork_killed_before_its_record_is_held_by_the_worker_and_finish
     assert again["existing"] is True and sorted(again["reusable"]) == ["alpha", "beta", "gamma"]
     run_worker(new).ok()
     assert item_events(new) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
+    assert new.run("verify").ok()["ok"] is True
+
+
+def test_a_fork_killed_with_sigkill_while_its_new_call_is_in_flight_sends_nothing_twice_and_reuses_nothing_twice(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    provider.behave("ok", by_input={"the corrected version": "hang"})  # the provider takes beta's call and never answers
+    proc = new.popen("fork", "--from", old.state, "--manifest", new.manifest)
+    wait_for(lambda: len(provider.requests()) == 4, timeout=60)
+    kill_group(proc)  # SIGKILL: beta's call is in flight, alpha's answer already reused
+    assert item_events(new) == [("alpha", "reused"), ("beta", "dispatch")]
+    again = new.run("fork", "--from", old.state, "--manifest", new.manifest)
+    key = re.search(r"UNCERTAIN_CALL beta ([0-9a-f]{64}:1)", again.held("UncertainCall")).group(1)
+    assert len(provider.requests()) == 4, "the uncertain call is never sent again"
+    answer = provider.response_file(provider.requests()[3], os.path.join(str(tmp_path), "beta.json"))
+    new.run(
+        "reconcile",
+        "--operation-key",
+        key,
+        "--action",
+        "complete",
+        "--response-file",
+        answer,
+        "--reviewer",
+        "ops",
+        "--reason",
+        "in the log",
+    ).ok()
+    out = new.run("fork", "--from", old.state, "--manifest", new.manifest).ok()
+    assert out["existing"] is True and [r["status"] for r in out["results"]] == ["validated"] * 3
+    assert len(provider.requests()) == 4
+    assert item_events(new) == [("alpha", "reused"), ("beta", "dispatch"), ("beta", "reconciled"), ("gamma", "reused")]
     assert new.run("verify").ok()["ok"] is True
