@@ -4065,10 +4065,11 @@ def fork_candidates(journal: Journal, job: Job) -> list:
 
 def reuse_answer(journal: Journal, job: Job, item: Item, prompt: str, instructions: str, base: str, digest: str) -> str | None:
     """In claim_attempt's transaction, before a fork's first attempt of this work: the old job's answer to exactly this
-    input (reuse_sha256), journaled as this call completed and `reused` (the old job, its operation key, the answer's
-    sha256; nothing sent), or None. The engine then validates it as any answer."""
-    wanted = reuse_sha256(job, prompt, instructions)
-    found = next((c for c in fork_candidates(journal, job) if c["itemId"] == item["id"] and c["reuseSha256"] == wanted), None)
+    input (reuse_sha256) made by the same engine (its engineSha256), journaled as this call completed and `reused` (the
+    old job, its operation key, the answer's sha256; nothing sent), or None. The engine then validates it as any answer."""
+    wanted, engine = reuse_sha256(job, prompt, instructions), job.get("engineSha256")
+    candidates = [c for c in fork_candidates(journal, job) if c.get("engineSha256") == engine]
+    found = next((c for c in candidates if c["itemId"] == item["id"] and c["reuseSha256"] == wanted), None)
     if found is None or sha256_hex(found["answer"].encode("utf-8")) != found["answerSha256"]:
         return None
     key, stamp, answer = f"{base}:1", now_utc(), found["answer"]
@@ -9361,9 +9362,10 @@ def fork(store: Store, old: str, manifest_path: str) -> dict:
     manifest, raw = read_manifest(manifest_path)
     with old_job(store, old) as before:
         forked, candidates = fork_source(before, manifest)
+    engine = engine_sha256(tuple(store.engine_parts))  # what the new job seals: an answer another engine made is no candidate
     with manifests_job(store, manifest) as named:
         need_no_job_or_same(named, manifest, raw, forked)
-        return fork_job(named, manifest, manifest_path, raw, forked, candidates)
+        return fork_job(named, manifest, manifest_path, raw, forked, [c for c in candidates if c["engineSha256"] == engine])
 
 
 @contextlib.contextmanager
@@ -9436,13 +9438,13 @@ def reusable_answers(snap: Snapshot, manifest: Manifest, texts: dict) -> list:
         prompts = [model_input(item, texts[item["id"]], prior, asked) for prior in (results[:n], [])]
         prompt = next((p for p in prompts if input_sha256(job, p, instructions) == row["input_sha256"]), None)
         if prompt is not None:
-            found.append(answer_candidate(row, reuse_sha256(job, prompt, instructions)))
+            found.append(answer_candidate(job, row, reuse_sha256(job, prompt, instructions)))
     row = latest.get(WRITER_ID)
     written = snap.written or {}
     if asked is not None and drafts(manifest) and row is not None and provider_answer(row) and written.get("status") == "validated":
         prompt = writer_input(writer_evidence(asked, results))
         if input_sha256(job, prompt, WRITER_SYSTEM) == row["input_sha256"]:
-            found.append(answer_candidate(row, reuse_sha256(job, prompt, WRITER_SYSTEM)))
+            found.append(answer_candidate(job, row, reuse_sha256(job, prompt, WRITER_SYSTEM)))
     return found
 
 
@@ -9453,11 +9455,12 @@ def provider_answer(row: CallRow) -> bool:
     )
 
 
-def answer_candidate(row: CallRow, digest: str) -> dict:
+def answer_candidate(job: Job, row: CallRow, digest: str) -> dict:
     answer = cast(str, row["output_text"])
     return {
         "itemId": row["item_id"],
         "reuseSha256": digest,
+        "engineSha256": job.get("engineSha256") or job.get("codeSha256"),
         "operationKey": row["operation_key"],
         "answerSha256": sha256_hex(answer.encode("utf-8")),
         "answer": answer,

@@ -12,7 +12,20 @@ import sqlite3
 import pytest
 
 import durable_job
-from conftest import BOTH, Workspace, as_, as_role, file_bytes, kill_group, new_key_file, openai_workspace, wait_for
+from conftest import (
+    BOTH,
+    Workspace,
+    as_,
+    as_role,
+    copy_house,
+    copy_program,
+    file_bytes,
+    in_the_engine,
+    kill_group,
+    new_key_file,
+    openai_workspace,
+    wait_for,
+)
 
 SOURCES = {
     "alpha": "Alpha report, first edition.\nIt names two synthetic figures and no real event.\n",
@@ -395,3 +408,17 @@ def test_a_fork_killed_with_sigkill_while_its_new_call_is_in_flight_sends_nothin
     assert len(provider.requests()) == 4
     assert item_events(new) == [("alpha", "reused"), ("beta", "dispatch"), ("beta", "reconciled"), ("gamma", "reused")]
     assert new.run("verify").ok()["ok"] is True
+
+
+def test_answers_another_engine_made_are_never_reused(tmp_path, ws, provider):
+    """The old job was sealed and run by another release whose engine differs (one line in it): the same prompts, but
+    not the same engine, so the fork calls every item again."""
+    other = copy_house(tmp_path / "release")
+    copy_program(tmp_path / "release", in_the_engine)
+    openai_workspace(ws, provider, sources=SOURCES)
+    ws.run("start", "--manifest", ws.manifest, program=other).ok()
+    ws.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "checked", program=other).ok()
+    new = revised(tmp_path, ws, sources=SOURCES)
+    assert fork(new, ws).ok()["reusable"] == []
+    assert item_calls(provider, 3) == ["alpha", "beta", "gamma"]
+    assert not any("reused" in c for c in new.run("inspect").ok()["calls"])
