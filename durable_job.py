@@ -9476,9 +9476,10 @@ def need_no_job_or_same(store: Store, manifest: Manifest, raw: bytes, forked: di
     check_same_job(store, manifest, raw)
     was = (store.load_job().get("forkedFrom") or {}).get("jobId")
     if was != forked["jobId"]:
+        what = f"a fork of job {was}" if was else "no fork"
         raise StateError(
-            f"job {manifest['jobId']} in {store.where()} is already there, and is not a fork of job {forked['jobId']}: nothing "
-            f"was run; {store.new_job_hint()}"
+            f"job {manifest['jobId']} in {store.where()} is already there ({what}), not a fork of job {forked['jobId']}: "
+            f"nothing was run; {store.new_job_hint()}"
         )
 
 

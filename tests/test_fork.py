@@ -173,12 +173,25 @@ def test_abandoned_and_hand_reconciled_answers_are_never_reused_their_items_are_
     assert new.run("verify").ok()["ok"] is True
 
 
-def test_a_job_not_finished_is_not_forked_and_nothing_is_sealed(tmp_path, ws, provider):
+@pytest.mark.parametrize("phase", ["awaiting-review", "cancelled"])
+def test_a_job_not_finished_is_not_forked_and_nothing_is_sealed(tmp_path, ws, provider, phase):
     openai_workspace(ws, provider, sources=SOURCES)
     ws.start().ok()  # awaiting review: not decided
+    if phase == "cancelled":
+        ws.run("cancel", "--reviewer", "bob", "--reason", "the wrong sources").ok()
     new = revised(tmp_path, ws)
-    fork(new, ws).held("journey is awaiting-review, not finished", "only a decided job")
+    fork(new, ws).held(f"journey is {phase}, not finished", "only a decided job")
     assert not new.has_job() and len(provider.requests()) == 3
+
+
+def test_a_fork_run_again_from_another_old_job_is_refused(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    fork(new, old).ok()
+    other = held_job(Workspace(tmp_path / "other"), provider, jobId="other")
+    refused = new.run("fork", "--from", other.state, "--manifest", new.manifest)
+    refused.held("journey-v2", "is already there (a fork of job journey), not a fork of job other")
+    assert len(provider.requests()) == 7
 
 
 @pytest.mark.parametrize("what", ["no job there", "same job id", "manifest not approved"])
