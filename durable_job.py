@@ -9424,12 +9424,13 @@ def fork_source(before: Store, manifest: Manifest) -> tuple[dict, list]:
 
 def reusable_answers(snap: Snapshot, manifest: Manifest, texts: dict) -> list:
     """The old job's answers a fork may reuse: for each item (and the writer), its newest call, when it completed with
-    the provider's own answer (not reconciled by hand; never an abandoned, rejected or pending one) and its result is
-    validated, and when its journaled input digest is the prompt rebuilt from the old job's sealed manifest and sources
-    (so its reuse digest is known)."""
+    the provider's own answer (not reconciled by hand; never an abandoned, rejected or pending one), its result under
+    review is validated and no reviewer revised it by hand (what they reviewed is not that answer), and its journaled
+    input digest is the prompt rebuilt from the old job's sealed manifest and sources (so its reuse digest is known)."""
     job, results, asked = snap.job, snap.model_results, asked_of(manifest)
     latest = {r["item_id"]: r for r in snap.calls}  # in creation order: each item's newest last
-    checked = {r.get("itemId"): r.get("status") for r in snap.results}
+    revised = {d["itemId"] for d in draft_history(snap.journal) if "retry" not in d["change"]}
+    checked = {r.get("itemId"): r.get("status") for r in snap.results if r.get("itemId") not in revised}
     instructions, found = instructions_for(manifest), []
     for n, item in enumerate(manifest["items"]):
         row = latest.get(item["id"])
@@ -9441,8 +9442,9 @@ def reusable_answers(snap: Snapshot, manifest: Manifest, texts: dict) -> list:
             found.append(answer_candidate(job, row, reuse_sha256(job, prompt, instructions)))
     row = latest.get(WRITER_ID)
     written = snap.written or {}
-    if asked is not None and drafts(manifest) and row is not None and provider_answer(row) and written.get("status") == "validated":
-        prompt = writer_input(writer_evidence(asked, results))
+    writes = asked is not None and drafts(manifest) and WRITER_ID not in revised
+    if writes and row is not None and provider_answer(row) and written.get("status") == "validated":
+        prompt = writer_input(writer_evidence(cast(dict, asked), results))
         if input_sha256(job, prompt, WRITER_SYSTEM) == row["input_sha256"]:
             found.append(answer_candidate(job, row, reuse_sha256(job, prompt, WRITER_SYSTEM)))
     return found

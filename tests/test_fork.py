@@ -435,3 +435,15 @@ def test_answers_another_engine_made_are_never_reused(tmp_path, ws, provider):
     assert fork(new, ws).ok()["reusable"] == []
     assert item_calls(provider, 3) == ["alpha", "beta", "gamma"]
     assert not any("reused" in c for c in new.run("inspect").ok()["calls"])
+
+
+def test_an_answer_a_reviewer_revised_by_hand_is_not_reused(tmp_path, ws, provider):
+    """alpha's summary was rewritten by the reviewer: what they reviewed is not the model's answer, so it is asked again."""
+    openai_workspace(ws, provider, sources=SOURCES)
+    ws.start().ok()
+    summary = ws.write_source("summary.txt", "Alpha report, first edition, as the reviewer put it.")
+    ws.run("revise", "--item", "alpha", "--summary-file", summary, "--reviewer", "bob", "--reason", "clearer").ok()
+    ws.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "beta was the wrong version").ok()
+    new = revised(tmp_path, ws, sources=SOURCES)
+    assert sorted(fork(new, ws).ok()["reusable"]) == ["beta", "gamma"]
+    assert item_calls(provider, 3) == ["alpha"]
