@@ -447,3 +447,13 @@ def test_an_answer_a_reviewer_revised_by_hand_is_not_reused(tmp_path, ws, provid
     new = revised(tmp_path, ws, sources=SOURCES)
     assert sorted(fork(new, ws).ok()["reusable"]) == ["beta", "gamma"]
     assert item_calls(provider, 3) == ["alpha"]
+
+
+@BOTH
+def test_a_fork_running_its_calls_at_once_reuses_the_unchanged_answers_and_sends_the_changed_one(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old, maxConcurrentCalls=3)
+    fork(new, old).ok()
+    assert item_calls(provider, 3) == ["beta"]
+    assert item_events(new) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
+    assert new.run("verify").ok()["ok"] is True
