@@ -9505,9 +9505,8 @@ def fork_job(store: Store, manifest: Manifest, manifest_path: str, raw: bytes, f
             out = where_it_stands(snap, {"jobId": snap.job["jobId"], "existing": existing})
         finally:
             snap.close()
-        if out["phase"] in ("not-started", "ready"):  # submitted: the worker's own address (its role) runs it
-            work = command_line(store.program, "work", team_part("workers").worker_address(store), "--until-idle")
-            out["next"] = f"waiting for a worker: a worker role runs {work}"
+        if out["phase"] in ("not-started", "ready"):  # submitted, as `submit` says it
+            out["next"] = f"waiting for a worker: the store's workers run it (or run it here, as its owner: {out['next']})"
     return {**out, "forkedFrom": forked["jobId"], "reusable": [c["itemId"] for c in candidates]}
 
 

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 
 import pytest
+from test_web import root_browser, serving  # noqa: F401 (a fixture)
 
 import durable_job
 from conftest import (
@@ -457,3 +458,11 @@ def test_a_fork_running_its_calls_at_once_reuses_the_unchanged_answers_and_sends
     assert item_calls(provider, 3) == ["beta"]
     assert item_events(new) == [("alpha", "reused"), ("beta", "completed"), ("beta", "dispatch"), ("gamma", "reused")]
     assert new.run("verify").ok()["ok"] is True
+
+
+def test_the_review_page_of_a_fork_names_its_old_job_and_what_it_reused(tmp_path, ws, provider, serving):  # noqa: F811
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    fork(new, old).ok()
+    page = root_browser(serving(tmp_path, "--root", str(tmp_path), env=provider.env())).get("/jobs/journey-v2").text
+    assert "Forked from journey (held by bob: beta was the wrong version): 2 answers reused, 1 new call" in page
