@@ -310,8 +310,11 @@ def hall_answer(quote: str) -> str:
     )
 
 
-@pytest.mark.parametrize("changed", [True, False])
-def test_a_drafting_fork_sends_the_writer_again_only_when_the_evidence_it_reads_changed(tmp_path, provider, changed):
+@pytest.mark.parametrize("changed", ["hall", "nothing", "question"])
+def test_a_drafting_fork_sends_the_writer_again_only_when_what_it_reads_changed(tmp_path, provider, changed):
+    """The hall's source corrected: its answer (and so the evidence) changed, so the hall and the writer are sent, the
+    workshop reused. Nothing changed: nothing sent. The question reworded: it is in every item's input and the writer's,
+    so every call is sent again."""
     from test_writer import FACTS, QUESTION, WORKSHOP, item_answer, writer_answer
 
     old = openai_workspace(
@@ -322,19 +325,19 @@ def test_a_drafting_fork_sends_the_writer_again_only_when_the_evidence_it_reads_
     assert old.start().ok()["interrupt"]
     old.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "the hall's address is incomplete").ok()
     assert len(provider.requests()) == 3
-    sources = {"workshop": WORKSHOP, "hall": RIVER if changed else HALL}
-    new = revised(tmp_path, old, sources=sources, question=QUESTION, facts=FACTS, draft=True)
+    sources = {"workshop": WORKSHOP, "hall": RIVER if changed == "hall" else HALL}
+    question = "On which day, and at what hour, is the pottery workshop?" if changed == "question" else QUESTION
+    new = revised(tmp_path, old, sources=sources, question=question, facts=FACTS, draft=True)
     out = fork(new, old).ok()
     assert sorted(out["reusable"], key=len) == ["hall", "workshop", durable_job.WRITER_ID]
-    sent = provider.requests()[3:]
-    if changed:  # the hall's answer changed its evidence: the writer reads it, so it is sent again; the workshop is not
-        assert ["Item: hall" in json.dumps(r["input"]) for r in sent] == [True, False]
-        assert sent[1]["instructions"] == durable_job.WRITER_SYSTEM
-    else:
-        assert sent == []
+    sent = [
+        ("writer" if r["instructions"] == durable_job.WRITER_SYSTEM else json.dumps(r["input"]).split("Item: ")[1][:4])
+        for r in provider.requests()[3:]
+    ]
+    assert sent == {"hall": ["hall", "writer"], "nothing": [], "question": ["work", "hall", "writer"]}[changed]
     seen = new.run("inspect").ok()
     assert seen["answer"]["draft"]["status"] == "validated"
-    assert seen["forkedFrom"]["reusedAnswers"] == (1 if changed else 3)
+    assert seen["forkedFrom"]["reusedAnswers"] == {"hall": 1, "nothing": 3, "question": 0}[changed]
     assert new.run("verify").ok()["ok"] is True
 
 
