@@ -469,3 +469,24 @@ def test_the_review_page_of_a_fork_names_its_old_job_and_what_it_reused(tmp_path
     fork(new, old).ok()
     page = root_browser(serving(tmp_path, "--root", str(tmp_path), env=provider.env())).get("/jobs/journey-v2").text
     assert "Forked from journey (held by bob: beta was the wrong version): 2 answers reused, 1 new call" in page
+
+
+@pytest.mark.parametrize("table", ["calls", "outcomes"])
+def test_a_reused_answer_or_the_fork_record_rewritten_in_the_fork_fails_its_verify(tmp_path, ws, provider, table):
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    fork(new, old).ok()
+    [(key,)] = new.journal("SELECT operation_key FROM call_events WHERE event = 'reused' ORDER BY id LIMIT 1")
+    with sqlite3.connect(os.path.join(new.state, "effects.sqlite")) as db:
+        if table == "calls":
+            db.execute(
+                "UPDATE calls SET output_text = replace(output_text, 'first edition', 'second edition') WHERE operation_key = ?", (key,)
+            )
+        else:
+            db.execute("UPDATE outcomes SET record_json = replace(record_json, 'first edition', 'second edition') WHERE kind = 'fork'")
+    out = new.run("verify")
+    assert out.code != 0
+    failed = {c["name"]: c["detail"] for c in json.loads(out.stdout)["checks"] if not c["ok"]}
+    if table == "calls":
+        assert "is not the answer its reused event names" in failed["events"]
+    assert "outcomes row fork does not fit" in failed["chain"] if table == "outcomes" else "calls row" in failed["chain"]
