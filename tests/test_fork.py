@@ -25,6 +25,7 @@ from conftest import (
     kill_group,
     new_key_file,
     openai_workspace,
+    pg_dump,
     wait_for,
 )
 
@@ -490,3 +491,18 @@ def test_a_reused_answer_or_the_fork_record_rewritten_in_the_fork_fails_its_veri
     if table == "calls":
         assert "is not the answer its reused event names" in failed["events"]
     assert "outcomes row fork does not fit" in failed["chain"] if table == "outcomes" else "calls row" in failed["chain"]
+
+
+def test_a_sealed_stores_fork_reuses_answers_with_the_key_and_its_dump_holds_none_of_them(pg_server, tmp_path, provider):
+    from test_sealed import sealed_store
+
+    url, key = sealed_store(pg_server, tmp_path)
+    old = Workspace(tmp_path / "job", store=url)
+    old.env["DURABLE_JOB_KEY_FILE"] = key
+    held_job(old, provider)
+    new = revised(tmp_path, old)
+    out = fork(new, old).ok()
+    assert sorted(out["reusable"]) == ["alpha", "beta", "gamma"] and item_calls(provider, 3) == ["beta"]
+    assert new.run("verify").ok()["ok"] is True
+    dump = pg_dump(pg_server, url, str(tmp_path / "store.sql"))
+    assert b"journey-v2" in dump and b"Alpha report, first edition" not in dump and b"Gamma report" not in dump
