@@ -11908,7 +11908,7 @@ def text_fork(out: dict, store) -> list:
     lines = [f"  forked from {out['forkedFrom']}: {counted(len(out.get('reusable') or []), 'answer')} of it may be reused"]
     if "results" in out:
         return lines + text_run(out, store)
-    return [*lines, f"  phase: {out.get('phase')}", f"  next: {out.get('next')}"]
+    return [*lines, "  sealed into the store; nothing run here", f"  phase: {out.get('phase')}"]  # its next step: as every command's
 
 
 def text_reconcile(out: dict, store) -> list:

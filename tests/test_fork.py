@@ -506,3 +506,18 @@ def test_a_sealed_stores_fork_reuses_answers_with_the_key_and_its_dump_holds_non
     assert new.run("verify").ok()["ok"] is True
     dump = pg_dump(pg_server, url, str(tmp_path / "store.sql"))
     assert b"journey-v2" in dump and b"Alpha report, first edition" not in dump and b"Gamma report" not in dump
+
+
+@BOTH
+def test_the_fork_in_words_says_what_it_reused_and_nothing_leaks_from_the_code(tmp_path, ws, provider):
+    from test_words import leaks
+
+    old = held_job(ws, provider)
+    new = revised(tmp_path, old)
+    origin = old.job_id() if old.store is not None else old.state
+    said = new.run("fork", "--from", origin, "--manifest", new.manifest, "--text").stdout
+    assert "forked from journey: 3 answers of it may be reused" in said
+    assert ("waiting for a worker" in said) if old.store is not None else ("awaiting review" in said)
+    listing = ["--store", old.store] if old.store is not None else ["--root", str(tmp_path)]
+    for text in (said, new.run("inspect", "--text").stdout, new.run("jobs", *listing, "--text").stdout, new.run("verify", "--text").stdout):
+        assert leaks(text) == [], text
