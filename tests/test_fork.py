@@ -521,3 +521,15 @@ def test_the_fork_in_words_says_what_it_reused_and_nothing_leaks_from_the_code(t
     listing = ["--store", old.store] if old.store is not None else ["--root", str(tmp_path)]
     for text in (said, new.run("inspect", "--text").stdout, new.run("jobs", *listing, "--text").stdout, new.run("verify", "--text").stdout):
         assert leaks(text) == [], text
+
+
+def test_a_fork_of_a_fork_reuses_the_answers_it_reused_and_verifies_against_the_job_it_forked(tmp_path, ws, provider):
+    old = held_job(ws, provider)
+    middle = revised(tmp_path, old)
+    fork(middle, old).ok()
+    middle.run("decide", "--decision", "hold", "--reviewer", "bob", "--reason", "one more look").ok()
+    last = revised(tmp_path, middle, name="v3")
+    assert sorted(fork(last, middle).ok()["reusable"]) == ["alpha", "beta", "gamma"]
+    assert len(provider.requests()) == 4, "the fork of the fork sends nothing"
+    assert {c["reused"]["fromJob"] for c in last.run("inspect").ok()["calls"]} == {"journey-v2"}
+    assert fork_check(last)["detail"].startswith("3 reused answers, each exactly job journey-v2's row")
