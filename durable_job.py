@@ -11177,7 +11177,7 @@ def jobs(
         kind, address, prog = "store", lister.store_address(), lister.program
         try:
             rows, last = team.store_job_rows(lister, filters, read_cursor(after, kind, 2) if after else None, limit, priced)
-            children = team.fork_children(lister)
+            children = team.fork_children(lister) if rows else {}  # (a store not set up lists nothing, and has no jobs table)
         finally:
             lister.close()
     else:
