@@ -2155,6 +2155,18 @@ def store_usage(lister: PgStore, cutoff: str) -> list[dict]:
     return spent
 
 
+def fork_children(lister: PgStore) -> dict:
+    """Each job's forks among the jobs this role may read: old job id → the ids of the jobs forked from it, oldest first."""
+    rows = lister.db().rows(
+        "SELECT j.job_id, (j.record_json::jsonb -> 'forkedFrom' ->> 'jobId') AS parent FROM durable_job.jobs j "
+        "WHERE j.record_json::jsonb ? 'forkedFrom' ORDER BY j.created_utc, j.job_id"
+    )
+    children: dict = {}
+    for row in rows:
+        children.setdefault(row["parent"], []).append(row["job_id"])
+    return children
+
+
 def store_job_rows(lister: PgStore, filters: dict, after: list | None, limit: int | None, prices: dict | None) -> tuple[list, list | None]:
     """One page of a store's jobs, oldest first, and the key of its last row when more remain (else None).
 

@@ -76,7 +76,7 @@ WHERE j.finished_at IS NULL
                   JOIN pg_catalog.pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = k.xmax AND l.mode = 'ExclusiveLock' AND l.granted
                   WHERE k.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.calls c WHERE c.job_id = j.job_id AND c.status = 'pending' AND c.response_id IS NULL)
-  AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id)
+  AND NOT EXISTS (SELECT 1 FROM durable_job.outcomes o WHERE o.job_id = j.job_id AND o.kind = 'cancel')
   AND NOT EXISTS (SELECT 1 FROM durable_job.receipts r WHERE r.job_id = j.job_id)
   AND NOT EXISTS (SELECT 1 FROM durable_job.checkpoint_writes w
                   WHERE w.thread_id = j.thread_id AND w.checkpoint_ns = '' AND w.channel = '__interrupt__'

@@ -223,10 +223,11 @@ PRUNE_POINTS = {"after-prune-mark", "after-prune-delete"}  # a prune killed ther
 SHRED_POINTS = {"before-shred", "in-shred", "after-shred"}  # a shred killed there: tests/test_sealed.py
 # the writer's call killed there (a real SIGKILL, openai mode, both backends): tests/test_writer.py
 WRITER_POINTS = {"writer-after-pending", "writer-before-ledger", "writer-after-ledger", "after-write"}
+FORK_POINTS = {"after-fork-seal", "after-fork-record", "after-reuse"}  # a fork's: tests/test_fork.py kills it at each
 
 
 def test_crash_table_covers_every_named_point_with_a_distinct_exit_code():
-    assert set(CRASH_TABLE) | PRUNE_POINTS | SHRED_POINTS | WRITER_POINTS == set(durable_job.CRASH_POINTS)
+    assert set(CRASH_TABLE) | PRUNE_POINTS | SHRED_POINTS | WRITER_POINTS | FORK_POINTS == set(durable_job.CRASH_POINTS)
     codes = list(durable_job.CRASH_POINTS.values())
     assert len(set(codes)) == len(codes), "every crash point needs its own exit code"
     assert not {0, 1, 2} & set(codes), "crash codes must not look like success, a Python error or a HOLD"
