@@ -1533,18 +1533,18 @@ def migration_lock(store: PgStore, refused) -> Iterator[None]:
 
     lock = store.connect(f"durable_job migrate lock {os.getpid()}")
     try:
-        try:
-            lock.execute("CREATE SCHEMA IF NOT EXISTS durable_job")
-            lock.execute("CREATE TABLE IF NOT EXISTS durable_job.migrate_lock ()")
-        except (
-            psycopg.errors.UniqueViolation,
-            psycopg.errors.DuplicateTable,
-            psycopg.errors.DuplicateSchema,
-            psycopg.errors.DuplicateObject,
-        ):
-            pass  # the other made it first (its table's row type can be the name that collides: "type … already exists")
-        except psycopg.Error as exc:
-            raise refused(exc) from None
+        for statement in ("CREATE SCHEMA IF NOT EXISTS durable_job", "CREATE TABLE IF NOT EXISTS durable_job.migrate_lock ()"):
+            try:  # each on its own: a schema another first migrate made at the same moment still needs its table
+                lock.execute(statement)
+            except (
+                psycopg.errors.UniqueViolation,
+                psycopg.errors.DuplicateTable,
+                psycopg.errors.DuplicateSchema,
+                psycopg.errors.DuplicateObject,
+            ):
+                pass  # the other made it first (its table's row type can be the name that collides: "type … already exists")
+            except psycopg.Error as exc:
+                raise refused(exc) from None
         deadline = time.monotonic() + SETUP_WAIT_SECONDS
         while True:
             lock.execute("BEGIN")

@@ -139,6 +139,33 @@ def test_a_role_without_create_is_told_to_ask_its_administrator_to_migrate_and_w
     assert w.run("verify").ok()["ok"] is True
 
 
+def test_a_first_start_whose_schema_another_makes_at_that_moment_still_makes_its_lock_table(empty_store, tmp_path):
+    """The race behind a rare failure of the six first starts above: another first set-up creates the schema while this
+    one's CREATE SCHEMA IF NOT EXISTS waits on it, which then fails as a duplicate. The start must still create the
+    migration lock's table (and not take the schema's collision for the table's), then set the store up and run."""
+    import psycopg
+
+    ws = Workspace(tmp_path, store=empty_store)
+    ws.write_manifest()
+    with psycopg.connect(empty_store) as other:  # the other first set-up, caught between its CREATE SCHEMA and its COMMIT
+        other.execute("CREATE SCHEMA durable_job")
+        proc = ws.popen("start", "--manifest", ws.manifest)
+
+        def waits_on_the_schema() -> bool:
+            with psycopg.connect(empty_store) as look:
+                return bool(
+                    look.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
+                        "AND query = 'CREATE SCHEMA IF NOT EXISTS durable_job'"
+                    ).fetchall()
+                )
+
+        wait_for(waits_on_the_schema, timeout=60)
+    out, err = proc.communicate(timeout=120)  # the other committed as its block ended: the start's CREATE SCHEMA collided
+    assert proc.returncode == 0, err
+    assert json.loads(out)["interrupt"]
+
+
 def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty_store, pg_server, tmp_path):
     """A first set-up adds the jobs table (m001) and its owner and reviewers (m003) in two transactions: a start
     whose first read falls between them finds no job there (it does not read columns not made yet), then sets
