@@ -7372,7 +7372,9 @@ def usage_text(usage_json) -> str:
     return "tokens: " + " · ".join(shown) if shown else json.dumps(usage, sort_keys=True)
 
 
-def journal_section(snap: Snapshot) -> Html:
+def journal_section(snap: Snapshot, pending_help=None) -> Html:
+    """The journal's calls, one row each; a pending call's row ends with what to do: the reconcile command to paste, or,
+    `pending_help(row)` given (the web page, whose box above settles it), what that returns."""
     if not snap.calls:
         return Html("<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>")
     rows = []
@@ -7418,7 +7420,9 @@ def journal_section(snap: Snapshot) -> Html:
                 )
             except ValueError:
                 pass
-        if r["status"] == "pending":
+        if r["status"] == "pending" and pending_help is not None:
+            row.append(pending_help(r))
+        elif r["status"] == "pending":
             row.append(
                 h(
                     "<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"

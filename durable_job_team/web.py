@@ -1061,19 +1061,20 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     acts = web_claim_checks(site, snap, out, web_item_acts(site, person, here, csrftoken, snap, out))
     reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     order = durable_job.item_order(manifest or {}, snap.results)
+    uncertain = uncertain_call(snap, out)
     return {
         "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results))
         + markupsafe.Markup(web_draft_retry(site, person, here, csrftoken, snap, out, manifest))
         + markupsafe.Markup(web_answer_checks(site, snap, out)),
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
-        "journal": markupsafe.Markup(durable_job.journal_section(snap)),
+        "journal": markupsafe.Markup(durable_job.journal_section(snap, journal_pending(uncertain))),
         "decision": markupsafe.Markup(durable_job.decision_section(snap, out)) if snap.final or snap.cancel else "",
         "decide": list(durable_job.DECISIONS) if reviewable and snap.store.may("decides", snap.job) else [],
         "cancel": out["phase"] not in ("decided", "cancelled", "deciding")
         and not out.get("sealBroken")
         and snap.store.may("tends", snap.job),
-        "uncertain": uncertain_call(snap, out),
+        "uncertain": uncertain,
         # under --root, a job a settled call left ready: the account runs it on from here (a store's: a worker takes it)
         "resume": not snap.store.shared and out["phase"] in ("ready", "not-started") and not out.get("sealBroken"),
         "figures": durable_job.figures_words(durable_job.job_figures(snap)),  # as `jobs` prints them
@@ -1120,6 +1121,18 @@ def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
         "then": goes_on,
         "forms": [dict(zip(("action", "title", "words", "button"), form, strict=True)) for form in SETTLE_FORMS if form[0] in actions],
     }
+
+
+def journal_pending(uncertain: dict | None):
+    """What the page's journal says of a pending call, in a few words (the terminal's review page gives the reconcile
+    command, whose 64-hex key a phone need not show): the call the box above explains is settled there."""
+
+    def said(row: dict) -> durable_job.Html:
+        if uncertain is not None and row["operation_key"] == uncertain["key"]:
+            return durable_job.Html("<br>Outcome unknown: <a href='#uncertain'>settle it above</a>.")
+        return durable_job.Html("<br>Outcome not known yet: the status at the top says what happens next.")
+
+    return said
 
 
 async def job_page(site: WebSite, request: Request, person: WebPerson) -> Response:
