@@ -194,8 +194,10 @@ def test_a_post_from_another_origin_a_replayed_signature_and_a_worker_posting_an
 def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and_signs_what_it_found(
     tmp_path, pg_server, provider, serving, phone
 ):
-    """A job whose provider keeps the record (chat, stored completions): the page offers the lookup first; bob's passkey
-    signs the answer it found, which is the call's, recorded once; nothing is sent again, and verify --strict checks it."""
+    """A job whose provider keeps the record (chat, stored completions): the page offers the lookup first. bob taps it and
+    backs out of his passkey's prompt: the provider was asked, nothing was recorded. He taps again and his passkey signs
+    the answer it found, which is the call's, recorded with the lookup in one act, once; nothing is sent again, and verify
+    --strict checks it."""
     from selenium.webdriver.support.ui import WebDriverWait
     from test_provider_record import CHAT, kill_while_unanswered, posts
 
@@ -213,12 +215,24 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
         "settle-abandon",
     ]
     registers_a_passkey(driver, wait)
-    settles(driver, wait, "lookup", "The provider kept it: take what it holds.")
+    before = store_counts(store, "call_events", "links")
+    driver.set_user_verified(False)  # he backs out of the prompt: the lookup was asked what it would sign, no more
+    driver.find_element("css selector", "#settle-lookup summary").click()
+    driver.find_element("id", "lookup-reason").send_keys("The provider kept it: take what it holds.")
+    driver.find_element("css selector", "#reconcile-lookup button[type=submit]").click()
+    wait.until(lambda d: d.execute_script("var p = document.querySelector('#reconcile-lookup .passkey-stuck'); return p && !p.hidden"))
+    assert "nothing was recorded" in text_of(driver, "passkey-said")
+    assert store_counts(store, "call_events", "links") == before  # the journal and its chain as they were
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch"]
+    driver.set_user_verified(True)
+    driver.find_element("css selector", "#reconcile-lookup .passkey-retry").click()  # he taps again: his passkey signs
+    wait.until(lambda d: "Recorded: the call of item alpha" in text_of(d, "said"))
     said = text_of(driver, "said")
     assert "completed by bob (role bob)" in said and "signed with passkey" in said, said
     [done] = ws.calls()
     assert done["status"] == "completed" and done["response_id"].startswith("chatcmpl-")
-    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "reconciled"]  # looked up once
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "reconciled"]  # recorded once
+    assert store_counts(store, "call_events", "links") == [before[0] + 2, before[1] + 3]  # and an outcome link
     assert posts(provider, CHAT) == {row["operation_key"]: 1}  # nothing sent again
     allowed = tmp_path / "allowed_passkeys"
     allowed.write_text(ws.run("passkeys", "--store", store, state=False).stdout)
