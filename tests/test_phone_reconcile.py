@@ -13,7 +13,7 @@ from test_passkeys import passkey_phone, registers_a_passkey
 from test_web import csrf, fits_a_phone, phone_signs_in, root_browser, sign_in, store_counts, text_of
 
 import durable_job as dj
-from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, sha256
+from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, password_of, sha256
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -348,4 +348,59 @@ def test_a_signature_bobs_passkey_made_for_one_reconcile_records_no_other(tmp_pa
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
     driver.get(f"{base}/jobs/journey")
     settles(driver, wait, "abandon", "No usage that hour.")  # bob taps again: a fresh signature, recorded once
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [1]
+
+
+def test_a_pasted_answer_left_open_across_a_restart_ends_on_a_sign_in_that_fills_it_in_again_and_records_it_once(
+    tmp_path, pg_server, serving, phone
+):
+    """bob pastes the provider's answer, its ids and his reason on his phone; the server restarts before he taps. The tap
+    records nothing and ends on a page that says so, keeping what he typed through a mistyped password; signed in, he is
+    back on the job with the same form open and filled in, and his tap (his passkey signs it) records it once."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    crashed_jobs(tmp_path, store, names=("journey",))
+    s = serving(tmp_path, "--store", store)
+    port = s.base.rsplit(":", 1)[1]
+    base = f"http://localhost:{port}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    answer, reason = providers_answer(), "Found it in the provider's logs by its request id."
+    driver.find_element("css selector", "#settle-complete summary").click()
+    for name, value in answer.items():
+        driver.execute_script(
+            "arguments[0].value = arguments[1];", driver.find_element("css selector", f"#reconcile-complete [name={name}]"), value
+        )
+    driver.find_element("id", "complete-reason").send_keys(reason)
+
+    code, _, _ = s.stop()  # the server restarts while the page is open
+    assert code == 0
+    serving(tmp_path, "--store", store, "--port", port)
+    driver.find_element("css selector", "#reconcile-complete button[type=submit]").click()
+    wait.until(lambda d: d.find_elements("id", "kept"))
+    kept = text_of(driver, "kept")
+    assert "Nothing was recorded" in driver.page_source and "Paste the provider's answer" in kept and reason in kept
+    assert f"The answer you pasted ({len(answer['outputText'])} characters)" in kept and "Complete it" in kept
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
+    fits_a_phone(driver)
+
+    driver.find_element("id", "role").send_keys("bob")
+    driver.find_element("id", "password").send_keys("not-his-password")
+    driver.find_element("css selector", "form button[type=submit]").click()  # a mistyped password keeps it all
+    wait.until(lambda d: "did not accept" in d.page_source)
+    driver.find_element("id", "password").send_keys(password_of("bob"))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{base}/jobs/journey" and d.find_elements("id", "kept"))
+    assert driver.find_element("id", "settle-complete").get_attribute("open") is not None  # the same way, open
+    assert "tap Complete it to record it" in text_of(driver, "kept")
+    filled = {n: driver.find_element("css selector", f"#reconcile-complete [name={n}]").get_attribute("value") for n in answer}
+    assert filled == answer and driver.find_element("id", "complete-reason").get_attribute("value") == reason
+    assert not driver.find_element("id", "abandon-reason").get_attribute("value")  # only that form
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]  # the sign-in recorded nothing: the tap does
+    driver.find_element("css selector", "#reconcile-complete button[type=submit]").click()
+    wait.until(lambda d: "Recorded: the call of item alpha completed by bob" in text_of(d, "said"))
+    assert "signed with passkey" in text_of(driver, "said")
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [1]

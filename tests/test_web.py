@@ -283,7 +283,10 @@ def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_th
     assert post_form(browser, "/jobs/journey/reconcile", **{**fields, "action": "nothing"}).status_code == 400
     pasted = {**fields, "action": "complete", "outputText": " ", "responseId": "resp_1"}  # checked as a --response-file is
     assert post_form(browser, "/jobs/journey/reconcile", **pasted).status_code == 303
-    assert "Refused: The pasted response needs a non-empty string outputText" in browser.get("/jobs/journey").text
+    refused = browser.get("/jobs/journey").text
+    assert "Refused: The pasted response needs a non-empty string outputText" in refused
+    assert '<details class="settle" id="settle-complete" open>' in refused and 'value="resp_1"' in refused  # kept, to fix
+    assert ">no usage at the provider</textarea>" in refused and 'id="kept"' not in refused
     assert post_form(browser, "/jobs/journey/reconcile", **fields).status_code == 303
     done = browser.get("/jobs/journey").text
     assert "Recorded: the call of item alpha abandoned by Dana" in done and "unsigned" in done and 'id="uncertain"' not in done
