@@ -222,6 +222,8 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
     driver.find_element("css selector", "#reconcile-lookup button[type=submit]").click()
     wait.until(lambda d: d.execute_script("var p = document.querySelector('#reconcile-lookup .passkey-stuck'); return p && !p.hidden"))
     assert "nothing was recorded" in text_of(driver, "passkey-said")
+    found = driver.execute_script("var p = document.querySelector('#reconcile-lookup .lookup-found'); return p.hidden ? '' : p.innerText")
+    assert found.startswith("The provider holds its answer, response chatcmpl-"), found  # what it found, shown before signing
     assert store_counts(store, "call_events", "links") == before  # the journal and its chain as they were
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch"]
     driver.set_user_verified(True)
@@ -230,7 +232,7 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
     said = text_of(driver, "said")
     assert "completed by bob (role bob)" in said and "signed with passkey" in said, said
     [done] = ws.calls()
-    assert done["status"] == "completed" and done["response_id"].startswith("chatcmpl-")
+    assert done["status"] == "completed" and f"response {done['response_id']}:" in found
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "reconciled"]  # recorded once
     assert store_counts(store, "call_events", "links") == [before[0] + 2, before[1] + 3]  # and an outcome link
     assert posts(provider, CHAT) == {row["operation_key"]: 1}  # nothing sent again
