@@ -1138,8 +1138,8 @@ def journal_pending(uncertain: dict | None):
 
     def said(row: dict) -> durable_job.Html:
         if uncertain is not None and row["operation_key"] == uncertain["key"]:
-            return durable_job.Html("<br>Outcome unknown: <a href='#uncertain'>settle it above</a>.")
-        return durable_job.Html("<br>Outcome not known yet: the status at the top says what happens next.")
+            return durable_job.Html("<br>Outcome unknown: <a href='#uncertain'>the box above</a> says how it is settled.")
+        return durable_job.Html("<br>Outcome not known yet: <code>status</code> at a terminal says what to do.")
 
     return said
 

@@ -190,6 +190,13 @@ def test_a_post_from_another_origin_a_replayed_signature_and_a_worker_posting_an
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
     assert jobs["journey"].run("status").ok()["phase"] == "uncertain-call"
 
+    # cancelled, the job's page has no box to settle the call in: its journal row says where to look, with no command
+    jobs["journey"].run("cancel", "--reviewer", "alice", "--reason", "not needed").ok()
+    page = bob.get("/jobs/journey").text
+    journal = page.split("<section id='journal'>")[1].split("</section>")[0]
+    assert 'id="uncertain"' not in page and "Outcome not known yet: <code>status</code> at a terminal says what to do." in journal
+    assert "--operation-key" not in journal and "the box above" not in journal
+
 
 def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and_signs_what_it_found(
     tmp_path, pg_server, provider, serving, phone

@@ -274,7 +274,7 @@ def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_th
     assert section.count(key) == 2 + section.count(f'value="{key}"')  # the tap's summary title and the full id; the forms'
     assert f"<b>{key}" not in page and "<code class='cmd'>" not in section and " reconcile " not in section
     journal = page.split("<section id='journal'>")[1].split("</section>")[0]  # further down: the call's row says where to settle it
-    assert "Outcome unknown: <a href='#uncertain'>settle it above</a>." in journal
+    assert "Outcome unknown: <a href='#uncertain'>the box above</a> says how it is settled." in journal
     assert "reconcile" not in journal and "<code class='cmd'>" not in journal and "usage records" not in journal
     assert journal.count(key) == 2 and f"<code class='full'>{key}</code>" in journal  # the key clipped, the whole one tap away
     ws.run("inspect", "--html", str(tmp_path / "review.html")).ok()  # a terminal's review page keeps the command to paste
