@@ -251,6 +251,36 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
     assert "reconciliation signed by bob with passkey" in next(c for c in report.ok()["checks"] if c["name"] == "signatures")["detail"]
 
 
+def test_a_lookup_that_finds_nothing_at_the_provider_says_so_on_the_phone_and_records_nothing(
+    tmp_path, pg_server, provider, serving, phone
+):
+    """The provider kept no completion under the call's key: bob's tap on the lookup asks it, the page says it found none
+    and that nothing was recorded (no passkey prompt, nothing to sign), and the journal and its chain are as they were;
+    he then abandons the call. (At a terminal, reconcile --from-provider records that it found nothing.)"""
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_provider_record import kill_while_unanswered
+
+    store = new_store(pg_server, "alice")
+    ws = Workspace(tmp_path / "journey", store=store)
+    row = kill_while_unanswered(ws, provider, "hang", reviewers=["bob"])  # the provider stored nothing
+    s = serving(tmp_path, "--store", store, env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
+    base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    before = store_counts(store, "call_events", "links")
+    driver.find_element("css selector", "#settle-lookup summary").click()
+    driver.find_element("id", "lookup-reason").send_keys("The provider may have kept it.")
+    driver.find_element("css selector", "#reconcile-lookup button[type=submit]").click()
+    said = wait.until(lambda d: "Not signed" in text_of(d, "passkey-said") and text_of(d, "passkey-said"))
+    assert "found 0 stored completions" in said and "nothing was taken" in said and "listing is recorded" not in said, said
+    assert store_counts(store, "call_events", "links") == before
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch"]
+    settles(driver, wait, "abandon", "Nothing at the provider under its key.")
+    assert "abandoned by bob (role bob)" in text_of(driver, "said") and ws.calls()[0]["status"] == "abandoned"
+
+
 def test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two_taps_record_it_once(tmp_path, serving):
     """Under --root: while another command holds the job (a run that may be completing this very call), a tap settles
     nothing: it waits for the job, then says it is busy. Two taps at once, once it is free: one record, the second
