@@ -7450,7 +7450,9 @@ def usage_text(usage_json) -> str:
     return "tokens: " + " · ".join(shown) if shown else json.dumps(usage, sort_keys=True)
 
 
-def journal_section(snap: Snapshot) -> Html:
+def journal_section(snap: Snapshot, pending_help=None) -> Html:
+    """The journal's calls, one row each; a pending call's row ends with what to do: the reconcile command to paste, or,
+    `pending_help(row)` given (the web page, whose box above settles it), what that returns."""
     if not snap.calls:
         return Html("<section id='journal'><h2>Journal</h2><p class='note'>No model call has been made.</p></section>")
     rows = []
@@ -7496,7 +7498,9 @@ def journal_section(snap: Snapshot) -> Html:
                 )
             except ValueError:
                 pass
-        if r["status"] == "pending":
+        if r["status"] == "pending" and pending_help is not None:
+            row.append(pending_help(r))
+        elif r["status"] == "pending":
             row.append(
                 h(
                     "<br>Outcome unknown: it may have reached the provider. Check the provider's usage records, then:"
@@ -8714,6 +8718,17 @@ def approval_said(job: Job, allowed_signers: str | None, strict: bool = False) -
 ACT_LINKS = {"reconciliation": "outcome"}  # the link a signed act's record adds first, when it is not named as the act
 
 
+def act_above(links: dict, act: str, record: dict, seq) -> str | None:
+    """The link a signed act added as its own, above the chain head `seq` it signed: a reconcile from the provider's
+    record adds what its lookup found first (a call_events link, in the same act), then its outcome."""
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return None
+    above = links.get(seq + 1, {})
+    if act == "reconciliation" and "fromProvider" in record and (above.get("act"), above.get("tbl")) == ("event", "call_events"):
+        above = links.get(seq + 2, {})
+    return above.get("act")
+
+
 def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> str:
     """Each signed act verifies with the key file of its kind (files: {"sshsig": allowed_signers, "webauthn":
     allowed_passkeys}) as the principal the journal recorded, at the act's own time, over the chain's head just under
@@ -8734,7 +8749,7 @@ def signature_invariants(snap: Snapshot, files: dict, strict: bool = False) -> s
             raise SealError(f"the {act}'s signature is not a signature record")
         head = signature["chainHead"]
         under = links.get(head.get("seq"))
-        above = links.get(head.get("seq", 0) + 1, {}).get("act")
+        above = act_above(links, act, record, head.get("seq"))
         if links and (under is None or under["link_sha256"] != head.get("sha256") or above != ACT_LINKS.get(act, act)):
             raise SealError(f"the {act}'s signature covers chain head {head.get('seq')}, which is not the link just under the {act}")
         kind, flag_name = key_file_flag(signature)
@@ -9734,8 +9749,9 @@ def reconcile(
     """Resolve one pending call: complete it from a response file, or from `response` (the same object a response file
     holds, as the page pastes it; validated by the same checked_response), or, `from_provider`, from the provider's record
     of a job whose provider keeps it (answer_from_provider); or abandon it. Signed as decide is (sign_key; the page's
-    passkey; prepare: record nothing, return what a passkey signs). The same reconcile again, once recorded (a second
-    tap), is answered by the first record: nothing new is recorded."""
+    passkey; prepare: record nothing, return what a passkey signs: a lookup then only asks the provider and says what it
+    found, recorded by the signed act itself, with it). The same reconcile again, once recorded (a second tap), is
+    answered by the first record: nothing new is recorded."""
     need_job_id(store)
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
@@ -9761,8 +9777,9 @@ def reconcile(
             raise DecisionError(f"Operation {operation_key} cannot be reconciled: {what}; only an exact pending key from `status` can be")
         record: dict[str, Any] = {**said, "reconciledAtUtc": now_utc()}
         update: tuple[str, Any, Any, Any]
+        looked = None  # what a lookup found, recorded with the reconcile it completes
         if from_provider:
-            update, record["fromProvider"] = answer_from_provider(ctx, row)
+            update, record["fromProvider"], looked = answer_from_provider(ctx, row, prepare)
         elif action == "complete":
             secrets = ctx.journal.secrets
             text, response_id = scrub(answer["outputText"], secrets), scrub(answer["responseId"], secrets)
@@ -9775,7 +9792,7 @@ def reconcile(
         record["signature"] = act_signature("reconciliation", ctx.job["jobId"], record, head, sign_key, passkey, "reconciledAtUtc")
         if record["signature"] is None:
             del record["signature"]  # an unsigned reconcile's record is as it always was
-        return record_reconcile(ctx, row, update, record)
+        return record_reconcile(ctx, row, update, record, looked)
 
 
 def pasted_response(response) -> tuple[dict, str]:
@@ -9802,8 +9819,9 @@ def repeated_reconcile(ctx: Context, row: CallRow | None, said: dict) -> dict | 
     return {**out, "reconciliation": earlier, "existing": True}
 
 
-def record_reconcile(ctx: Context, row: CallRow, update: tuple, record: dict) -> dict:
-    """Record a person's reconcile of a pending call (with the retry's draft it answers, when it answers one)."""
+def record_reconcile(ctx: Context, row: CallRow, update: tuple, record: dict, looked: dict | None = None) -> dict:
+    """Record a person's reconcile of a pending call (with the retry's draft it answers, when it answers one); `looked`:
+    what the lookup it completes from found, its `looked-up` event recorded first, in the same transaction."""
     operation_key = row["operation_key"]
     retry = retry_request(ctx.journal, operation_key)
     fold = update[0] == "completed" and retry is not None and ctx.checkpoint()["waiting"] and not journal_outcome(ctx.journal, "cancel")
@@ -9813,7 +9831,12 @@ def record_reconcile(ctx: Context, row: CallRow, update: tuple, record: dict) ->
         drafted.update(retry_draft(journal, ctx, operation_key, update[1], cast(dict, retry)))
 
     status, output_text, response_id, request_id = update
-    reconcile_call(ctx.journal, operation_key, status, output_text, response_id, request_id, record, then=draft_the_retry if fold else None)
+    with ctx.journal.transaction():  # the lookup and the reconcile it completes: one act, recorded together or not at all
+        if looked is not None:
+            record_event(ctx.journal, operation_key, "looked-up", looked)
+        reconcile_call(
+            ctx.journal, operation_key, status, output_text, response_id, request_id, record, then=draft_the_retry if fold else None
+        )
     crash_point("after-reconcile", ctx.job)
     out = {
         "jobId": ctx.job["jobId"],
@@ -9831,10 +9854,12 @@ def record_reconcile(ctx: Context, row: CallRow, update: tuple, record: dict) ->
     return out
 
 
-def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, Any, Any], dict]:
+def answer_from_provider(ctx: Context, row: CallRow, prepare: bool = False) -> tuple[tuple[str, Any, Any, Any], dict, dict]:
     """A pending call's answer as the provider kept it (reconcile --from-provider): a submitted call's response retrieved
-    by its id, or a chat call's stored completions listed by its operation key, what was found recorded (`looked-up`)
-    either way; exactly one answer is (completed, text, response id, request id) and what the record says of it."""
+    by its id, or a chat call's stored completions listed by its operation key. Exactly one answer is (completed, text,
+    response id, request id), what the record says of it and what the lookup found (its `looked-up` event's detail,
+    which the reconcile records with it). None or two: the lookup is recorded alone (prepare, a page asking what its
+    passkey would sign: nothing is), and nothing is taken."""
     key = row["operation_key"]
     if not ctx.job.get("providerKeepsRecord") or not (row["response_id"] or ctx.job.get("api")):
         raise DecisionError(
@@ -9849,19 +9874,19 @@ def answer_from_provider(ctx: Context, row: CallRow) -> tuple[tuple[str, Any, An
             "nothing was recorded: run the same command again later, or reconcile with --response-file"
         ) from None
     detail = {"found": len(found), "responseIds": [f[1] for f in found], "by": "reconcile"}
-    newest = [e for e in call_events(ctx.journal) if e["operation_key"] == key][-1:]
-    if len(found) != 1 or newest != [{**newest[0], "event": "looked-up", "detail": detail}]:  # a passkey signed after the last
-        record_event(ctx.journal, key, "looked-up", detail)  # lookup (the page asks first): that one stays the record of it
+    if len(found) != 1 and not prepare:
+        record_event(ctx.journal, key, "looked-up", detail)
     if len(found) != 1:
         what = "response" if row["response_id"] else "stored completions"
         raise DecisionError(
-            f"Operation {key}: found {len(found)} {what} at the provider under its key, so nothing was taken (the listing is "
-            "recorded): reconcile it with --response-file from the provider's usage records, or abandon it"
+            f"Operation {key}: found {len(found)} {what} at the provider under its key, so nothing was taken"
+            f"{'' if prepare else ' (the listing is recorded)'}: reconcile it with --response-file from the provider's usage records, "
+            "or abandon it"
         )
     text, response_id, request_id, _ = found[0]
     secrets = ctx.journal.secrets
     update = ("completed", scrub(text, secrets), scrub(response_id, secrets), scrub(request_id, secrets) or row["request_id"])
-    return update, {"found": 1, "responseId": update[2]}
+    return update, {"found": 1, "responseId": update[2]}, detail
 
 
 RESPONSE_FILE_MAX_BYTES = 1 << 20

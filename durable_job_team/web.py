@@ -804,13 +804,15 @@ async def guarded(site: WebSite, handler, request: Request, api: bool, use: bool
 
 # -- a reviewer is never stranded: an act that could not be recorded keeps what they typed ---------------------------
 
-WEB_KEPT_FORMS = re.compile(r"/jobs/([A-Za-z0-9._~%-]+)/(decision|cancel)")  # the acts whose typed fields a sign-in keeps
-WEB_KEPT_FIELDS = ("decision", "reason", "reviewer")
+WEB_KEPT_FORMS = re.compile(r"/jobs/([A-Za-z0-9._~%-]+)/(decision|cancel|reconcile)")  # the acts whose typed fields a sign-in keeps
+WEB_KEPT_RECONCILE = ("operationKey", "action", "outputText", "responseId", "requestId")  # a reconcile form's own, beside its reason
+WEB_KEPT_FIELDS = ("decision", "reason", "reviewer", *WEB_KEPT_RECONCILE)
+WEB_KEPT_KEYS = ("act", "decision", "reason", *WEB_KEPT_RECONCILE)  # what a sign-in carries back (keep_NAME) to fill in
 WEB_KEPT_BYTES = 64 * 1024
 
 
 def typed_fields(request: Request) -> dict:
-    """What the person typed into a decision or cancel form (KeepTyped kept it): {} for any other request."""
+    """What the person typed into a decision, cancel or reconcile form (KeepTyped kept it): {} for any other request."""
     return dict(request.scope.get("durable_job.typed") or {})
 
 
@@ -820,7 +822,12 @@ def stranded(site: WebSite, request: Request, why: str, status_code: int = 401) 
     typed = typed_fields(request)
     found = WEB_KEPT_FORMS.fullmatch(request.url.path)
     job_id = unquote(found.group(1)) if found else ""
-    act = "cancel" if found and found.group(2) == "cancel" else "decide"
+    act = {"cancel": "cancel", "reconcile": "reconcile"}.get(found.group(2) if found else "", "decide")
+    keep = {"act": act, "decision": typed.get("decision", "") if typed.get("decision") in durable_job.DECISIONS else ""}
+    keep["reason"] = typed.get("reason", "")
+    settle = next((form for form in SETTLE_FORMS if act == "reconcile" and form[0] == typed.get("action")), None)
+    if settle is not None:  # a reconcile's way to settle the call, and what was pasted for it
+        keep.update({k: typed.get(k, "") for k in WEB_KEPT_RECONCILE})
     return site.pages.page(
         request,
         "stranded.html",
@@ -830,14 +837,16 @@ def stranded(site: WebSite, request: Request, why: str, status_code: int = 401) 
         store=bool(site.store),
         next=local_path(f"/jobs/{quote_path(job_id)}" if job_id else "/"),
         act=act,
-        decision=typed.get("decision", "") if typed.get("decision") in durable_job.DECISIONS else "",
-        reason=typed.get("reason", ""),
+        decision=keep["decision"],
+        reason=keep["reason"],
+        keep=keep,
+        settle=dict(zip(("action", "title", "words", "button"), settle, strict=True)) if settle else None,
         job_id=job_id,
     )
 
 
 class KeepTyped:
-    """Before the CSRF check (SameOrigin): a decision or cancel form's fields are read (and replayed to the app), so that a request
+    """Before the CSRF check (SameOrigin): a decision, cancel or reconcile form's fields are read (and replayed to the app), so that a request
     the check refuses (a restarted server, a stale token) can still show the person what they typed."""
 
     def __init__(self, app):
@@ -1061,19 +1070,20 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     acts = web_claim_checks(site, snap, out, web_item_acts(site, person, here, csrftoken, snap, out))
     reviewable = out.get("phase") == "awaiting-review" and not out.get("sealBroken")
     order = durable_job.item_order(manifest or {}, snap.results)
+    uncertain = uncertain_call(snap, out)
     return {
         "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results))
         + markupsafe.Markup(web_draft_retry(site, person, here, csrftoken, snap, out, manifest))
         + markupsafe.Markup(web_answer_checks(site, snap, out)),
         "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
         "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
-        "journal": markupsafe.Markup(durable_job.journal_section(snap)),
+        "journal": markupsafe.Markup(durable_job.journal_section(snap, journal_pending(uncertain))),
         "decision": markupsafe.Markup(durable_job.decision_section(snap, out)) if snap.final or snap.cancel else "",
         "decide": list(durable_job.DECISIONS) if reviewable and snap.store.may("decides", snap.job) else [],
         "cancel": out["phase"] not in ("decided", "cancelled", "deciding")
         and not out.get("sealBroken")
         and snap.store.may("tends", snap.job),
-        "uncertain": uncertain_call(snap, out),
+        "uncertain": uncertain,
         # under --root, a job a settled call left ready: the account runs it on from here (a store's: a worker takes it)
         "resume": not snap.store.shared and out["phase"] in ("ready", "not-started") and not out.get("sealBroken"),
         "figures": durable_job.figures_words(durable_job.job_figures(snap)),  # as `jobs` prints them
@@ -1120,6 +1130,18 @@ def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
         "then": goes_on,
         "forms": [dict(zip(("action", "title", "words", "button"), form, strict=True)) for form in SETTLE_FORMS if form[0] in actions],
     }
+
+
+def journal_pending(uncertain: dict | None):
+    """What the page's journal says of a pending call, in a few words (the terminal's review page gives the reconcile
+    command, whose 64-hex key a phone need not show): the call the box above explains is settled there."""
+
+    def said(row: dict) -> durable_job.Html:
+        if uncertain is not None and row["operation_key"] == uncertain["key"]:
+            return durable_job.Html("<br>Outcome unknown: <a href='#uncertain'>the box above</a> says how it is settled.")
+        return durable_job.Html("<br>Outcome not known yet: <code>status</code> at a terminal says what to do.")
+
+    return said
 
 
 async def job_page(site: WebSite, request: Request, person: WebPerson) -> Response:
@@ -1183,6 +1205,8 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
         person.flash[job_id] = {"text": text, "cls": "bad"}
         if command in ("decide", "cancel"):  # what they typed stays filled in
             person.drafts[job_id] = {"act": command, "decision": fields.get("decision") or "", "reason": fields.get("reason") or ""}
+        if command == "reconcile":  # the pasted answer too
+            person.drafts[job_id] = reconcile_typed(fields)
     return RedirectResponse(here, status_code=303)
 
 
@@ -1267,6 +1291,14 @@ def reconcile_fields(f: dict) -> dict:
             response["requestId"] = str(f["requestId"]).strip()
         fields["response"] = response
     return fields
+
+
+def reconcile_typed(fields: dict) -> dict:
+    """What the person typed into a reconcile form (reconcile_fields' arguments), as the page fills it in again."""
+    response = fields.get("response") or {}
+    typed = {"act": "reconcile", "operationKey": fields.get("operation_key") or "", "reason": fields.get("reason") or ""}
+    typed["action"] = "lookup" if fields.get("from_provider") else fields.get("action") or ""
+    return typed | {k: str(response.get(k) or "") for k in ("outputText", "responseId", "requestId")}
 
 
 async def resume_form(site: WebSite, request: Request, person: WebPerson) -> Response:
@@ -1589,7 +1621,7 @@ async def login(site: WebSite, request: Request) -> Response:
     json_body, body = await login_fields(request)
     role, password = str(body.get("role") or ""), str(body.get("password") or "")
     nxt = local_path(body.get("next"))
-    kept = {k: str(body.get(f"keep_{k}") or "") for k in ("act", "decision", "reason")}
+    kept = {k: str(body.get(f"keep_{k}") or "") for k in WEB_KEPT_KEYS if k in ("act", "decision", "reason") or body.get(f"keep_{k}")}
     if not site.store:
         return site.pages.refused(
             request, WebRefusal(400, "this serve holds state directories: open the address it printed"), api=json_body
@@ -1613,7 +1645,7 @@ async def login(site: WebSite, request: Request) -> Response:
         site.throttle.end(role, address, failed)
     site.throttle.signed_in(role)
     request.session["sid"] = site.new_session(person)
-    if nxt.startswith("/jobs/") and (kept["reason"] or kept["decision"]):  # filled in on the job's page, recorded only by a tap
+    if nxt.startswith("/jobs/") and any(v for k, v in kept.items() if k != "act"):  # filled in on the job's page, recorded only by a tap
         person.drafts[unquote(nxt.removeprefix("/jobs/"))] = kept
     if json_body:
         return JSONResponse({"signedIn": person.principal})

@@ -909,4 +909,14 @@ MUTANTS = [
             "test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two_taps_record_it_once",
         ],
     ),
+    Mutant(
+        "lookup-recorded-before-the-tap",
+        "providers: a phone's lookup records nothing until the person signs it (one act with the reconcile it completes)",
+        "    if len(found) != 1 and not prepare:\n",
+        "    if len(found) != 1 or prepare:\n",
+        [
+            "tests/test_phone_reconcile.py::"
+            "test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and_signs_what_it_found",
+        ],
+    ),
 ]

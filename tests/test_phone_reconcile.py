@@ -13,7 +13,7 @@ from test_passkeys import passkey_phone, registers_a_passkey
 from test_web import csrf, fits_a_phone, phone_signs_in, root_browser, sign_in, store_counts, text_of
 
 import durable_job as dj
-from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, sha256
+from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, password_of, sha256
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -190,12 +190,21 @@ def test_a_post_from_another_origin_a_replayed_signature_and_a_worker_posting_an
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
     assert jobs["journey"].run("status").ok()["phase"] == "uncertain-call"
 
+    # cancelled, the job's page has no box to settle the call in: its journal row says where to look, with no command
+    jobs["journey"].run("cancel", "--reviewer", "alice", "--reason", "not needed").ok()
+    page = bob.get("/jobs/journey").text
+    journal = page.split("<section id='journal'>")[1].split("</section>")[0]
+    assert 'id="uncertain"' not in page and "Outcome not known yet: <code>status</code> at a terminal says what to do." in journal
+    assert "--operation-key" not in journal and "the box above" not in journal
+
 
 def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and_signs_what_it_found(
     tmp_path, pg_server, provider, serving, phone
 ):
-    """A job whose provider keeps the record (chat, stored completions): the page offers the lookup first; bob's passkey
-    signs the answer it found, which is the call's, recorded once; nothing is sent again, and verify --strict checks it."""
+    """A job whose provider keeps the record (chat, stored completions): the page offers the lookup first. bob taps it and
+    backs out of his passkey's prompt: the provider was asked, nothing was recorded. He taps again and his passkey signs
+    the answer it found, which is the call's, recorded with the lookup in one act, once; nothing is sent again, and verify
+    --strict checks it."""
     from selenium.webdriver.support.ui import WebDriverWait
     from test_provider_record import CHAT, kill_while_unanswered, posts
 
@@ -213,12 +222,26 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
         "settle-abandon",
     ]
     registers_a_passkey(driver, wait)
-    settles(driver, wait, "lookup", "The provider kept it: take what it holds.")
+    before = store_counts(store, "call_events", "links")
+    driver.set_user_verified(False)  # he backs out of the prompt: the lookup was asked what it would sign, no more
+    driver.find_element("css selector", "#settle-lookup summary").click()
+    driver.find_element("id", "lookup-reason").send_keys("The provider kept it: take what it holds.")
+    driver.find_element("css selector", "#reconcile-lookup button[type=submit]").click()
+    wait.until(lambda d: d.execute_script("var p = document.querySelector('#reconcile-lookup .passkey-stuck'); return p && !p.hidden"))
+    assert "nothing was recorded" in text_of(driver, "passkey-said")
+    found = driver.execute_script("var p = document.querySelector('#reconcile-lookup .lookup-found'); return p.hidden ? '' : p.innerText")
+    assert found.startswith("The provider holds its answer, response chatcmpl-"), found  # what it found, shown before signing
+    assert store_counts(store, "call_events", "links") == before  # the journal and its chain as they were
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch"]
+    driver.set_user_verified(True)
+    driver.find_element("css selector", "#reconcile-lookup .passkey-retry").click()  # he taps again: his passkey signs
+    wait.until(lambda d: "Recorded: the call of item alpha" in text_of(d, "said"))
     said = text_of(driver, "said")
     assert "completed by bob (role bob)" in said and "signed with passkey" in said, said
     [done] = ws.calls()
-    assert done["status"] == "completed" and done["response_id"].startswith("chatcmpl-")
-    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "reconciled"]  # looked up once
+    assert done["status"] == "completed" and f"response {done['response_id']}:" in found
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "looked-up", "reconciled"]  # recorded once
+    assert store_counts(store, "call_events", "links") == [before[0] + 2, before[1] + 3]  # and an outcome link
     assert posts(provider, CHAT) == {row["operation_key"]: 1}  # nothing sent again
     allowed = tmp_path / "allowed_passkeys"
     allowed.write_text(ws.run("passkeys", "--store", store, state=False).stdout)
@@ -226,6 +249,36 @@ def test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and
         "verify", "--strict", "--allowed-passkeys", str(allowed), "--store", as_role(store, "bob"), "--job", "journey", state=False
     )
     assert "reconciliation signed by bob with passkey" in next(c for c in report.ok()["checks"] if c["name"] == "signatures")["detail"]
+
+
+def test_a_lookup_that_finds_nothing_at_the_provider_says_so_on_the_phone_and_records_nothing(
+    tmp_path, pg_server, provider, serving, phone
+):
+    """The provider kept no completion under the call's key: bob's tap on the lookup asks it, the page says it found none
+    and that nothing was recorded (no passkey prompt, nothing to sign), and the journal and its chain are as they were;
+    he then abandons the call. (At a terminal, reconcile --from-provider records that it found nothing.)"""
+    from selenium.webdriver.support.ui import WebDriverWait
+    from test_provider_record import kill_while_unanswered
+
+    store = new_store(pg_server, "alice")
+    ws = Workspace(tmp_path / "journey", store=store)
+    row = kill_while_unanswered(ws, provider, "hang", reviewers=["bob"])  # the provider stored nothing
+    s = serving(tmp_path, "--store", store, env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
+    base = f"http://localhost:{s.base.rsplit(':', 1)[1]}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    before = store_counts(store, "call_events", "links")
+    driver.find_element("css selector", "#settle-lookup summary").click()
+    driver.find_element("id", "lookup-reason").send_keys("The provider may have kept it.")
+    driver.find_element("css selector", "#reconcile-lookup button[type=submit]").click()
+    said = wait.until(lambda d: "Not signed" in text_of(d, "passkey-said") and text_of(d, "passkey-said"))
+    assert "found 0 stored completions" in said and "nothing was taken" in said and "listing is recorded" not in said, said
+    assert store_counts(store, "call_events", "links") == before
+    assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch"]
+    settles(driver, wait, "abandon", "Nothing at the provider under its key.")
+    assert "abandoned by bob (role bob)" in text_of(driver, "said") and ws.calls()[0]["status"] == "abandoned"
 
 
 def test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two_taps_record_it_once(tmp_path, serving):
@@ -334,4 +387,59 @@ def test_a_signature_bobs_passkey_made_for_one_reconcile_records_no_other(tmp_pa
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
     driver.get(f"{base}/jobs/journey")
     settles(driver, wait, "abandon", "No usage that hour.")  # bob taps again: a fresh signature, recorded once
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [1]
+
+
+def test_a_pasted_answer_left_open_across_a_restart_ends_on_a_sign_in_that_fills_it_in_again_and_records_it_once(
+    tmp_path, pg_server, serving, phone
+):
+    """bob pastes the provider's answer, its ids and his reason on his phone; the server restarts before he taps. The tap
+    records nothing and ends on a page that says so, keeping what he typed through a mistyped password; signed in, he is
+    back on the job with the same form open and filled in, and his tap (his passkey signs it) records it once."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    store = new_store(pg_server, "alice")
+    crashed_jobs(tmp_path, store, names=("journey",))
+    s = serving(tmp_path, "--store", store)
+    port = s.base.rsplit(":", 1)[1]
+    base = f"http://localhost:{port}"
+    driver = passkey_phone(phone)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.1)
+    phone_signs_in(driver, wait, base, "journey", "bob")
+    registers_a_passkey(driver, wait)
+    answer, reason = providers_answer(), "Found it in the provider's logs by its request id."
+    driver.find_element("css selector", "#settle-complete summary").click()
+    for name, value in answer.items():
+        driver.execute_script(
+            "arguments[0].value = arguments[1];", driver.find_element("css selector", f"#reconcile-complete [name={name}]"), value
+        )
+    driver.find_element("id", "complete-reason").send_keys(reason)
+
+    code, _, _ = s.stop()  # the server restarts while the page is open
+    assert code == 0
+    serving(tmp_path, "--store", store, "--port", port)
+    driver.find_element("css selector", "#reconcile-complete button[type=submit]").click()
+    wait.until(lambda d: d.find_elements("id", "kept"))
+    kept = text_of(driver, "kept")
+    assert "Nothing was recorded" in driver.page_source and "Paste the provider's answer" in kept and reason in kept
+    assert f"The answer you pasted ({len(answer['outputText'])} characters)" in kept and "Complete it" in kept
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]
+    fits_a_phone(driver)
+
+    driver.find_element("id", "role").send_keys("bob")
+    driver.find_element("id", "password").send_keys("not-his-password")
+    driver.find_element("css selector", "form button[type=submit]").click()  # a mistyped password keeps it all
+    wait.until(lambda d: "did not accept" in d.page_source)
+    driver.find_element("id", "password").send_keys(password_of("bob"))
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait.until(lambda d: d.current_url == f"{base}/jobs/journey" and d.find_elements("id", "kept"))
+    assert driver.find_element("id", "settle-complete").get_attribute("open") is not None  # the same way, open
+    assert "tap Complete it to record it" in text_of(driver, "kept")
+    filled = {n: driver.find_element("css selector", f"#reconcile-complete [name={n}]").get_attribute("value") for n in answer}
+    assert filled == answer and driver.find_element("id", "complete-reason").get_attribute("value") == reason
+    assert not driver.find_element("id", "abandon-reason").get_attribute("value")  # only that form
+    assert store_counts(store, "call_events WHERE event = 'reconciled'") == [0]  # the sign-in recorded nothing: the tap does
+    driver.find_element("css selector", "#reconcile-complete button[type=submit]").click()
+    wait.until(lambda d: "Recorded: the call of item alpha completed by bob" in text_of(d, "said"))
+    assert "signed with passkey" in text_of(driver, "said")
     assert store_counts(store, "call_events WHERE event = 'reconciled'") == [1]

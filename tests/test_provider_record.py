@@ -15,7 +15,20 @@ from collections import Counter
 
 import pytest
 
-from conftest import ALPHA, BOTH, PROGRAM, Workspace, as_role, clean_env, kill_group, openai_workspace, refused, wait_for
+from conftest import (
+    ALPHA,
+    BOTH,
+    PROGRAM,
+    Workspace,
+    allowed_signers,
+    as_role,
+    clean_env,
+    kill_group,
+    make_key,
+    openai_workspace,
+    refused,
+    wait_for,
+)
 
 ONE = {"alpha": ALPHA}
 
@@ -309,6 +322,28 @@ def test_reconcile_from_provider_that_finds_nothing_records_the_listing_and_chan
     ws.run("reconcile", "--operation-key", key, "--action", "abandon", "--from-provider", "--reviewer", "b", "--reason", "x").held(
         "--from-provider", "--action complete"
     )
+
+
+@BOTH
+def test_a_signed_reconcile_from_the_providers_record_records_its_lookup_with_it_and_verifies_strictly(ws, provider, tmp_path):
+    """reconcile --from-provider --sign-key: the lookup's finding and the reconcile it completes are one act, above the
+    chain head the key signed (the lookup's event, the outcome, the reconciled event); verify --strict checks it as its
+    principal's."""
+    row = kill_while_unanswered(ws, provider, "stored-hang")
+    key = row["operation_key"]
+    dana = make_key(tmp_path, "dana")
+    argv = ("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "Dana", "--reason", "kept")
+    record = ws.run(*argv, "--sign-key", dana).ok()["reconciliation"]
+    assert record["fromProvider"]["found"] == 1 and record["signature"]["format"] == "sshsig"
+    head = record["signature"]["chainHead"]["seq"]
+    links = "links" if ws.store is None else "durable_job.links"  # the store's: this job's, the only one
+    above = [(r[0], r[1]) for r in ws.journal(f"SELECT act, tbl FROM {links} WHERE seq > {head} ORDER BY seq")]
+    assert above == [("event", "call_events"), ("outcome", "calls"), ("event", "call_events")]
+    assert [e["event"] for e in ws.events(key)] == ["dispatch", "looked-up", "reconciled"]
+    signers = allowed_signers(tmp_path, "signers", (ws.principal(), dana, ""))
+    checks = {c["name"]: c for c in ws.run("verify", "--strict", "--allowed-signers", signers).ok()["checks"]}
+    assert checks["signatures"]["detail"] == f"reconciliation signed by {ws.principal()}, verified"
+    assert posts(provider, CHAT) == {key: 1}
 
 
 # A launcher that loads durable_job.py unchanged and SIGKILLs the process just before or just after the commit it names:

@@ -273,11 +273,20 @@ def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_th
     assert f"<code class='full'>{key}</code>" in said and f"<code>{key[:8]}" in said  # clipped, the whole one tap away
     assert section.count(key) == 2 + section.count(f'value="{key}"')  # the tap's summary title and the full id; the forms'
     assert f"<b>{key}" not in page and "<code class='cmd'>" not in section and " reconcile " not in section
+    journal = page.split("<section id='journal'>")[1].split("</section>")[0]  # further down: the call's row says where to settle it
+    assert "Outcome unknown: <a href='#uncertain'>the box above</a> says how it is settled." in journal
+    assert "reconcile" not in journal and "<code class='cmd'>" not in journal and "usage records" not in journal
+    assert journal.count(key) == 2 and f"<code class='full'>{key}</code>" in journal  # the key clipped, the whole one tap away
+    ws.run("inspect", "--html", str(tmp_path / "review.html")).ok()  # a terminal's review page keeps the command to paste
+    assert f"--operation-key {key} --action" in (tmp_path / "review.html").read_text().split("id='journal'")[1]
     fields = {"operationKey": key, "action": "abandon", "reviewer": "Dana", "reason": "no usage at the provider"}
     assert post_form(browser, "/jobs/journey/reconcile", **{**fields, "action": "nothing"}).status_code == 400
     pasted = {**fields, "action": "complete", "outputText": " ", "responseId": "resp_1"}  # checked as a --response-file is
     assert post_form(browser, "/jobs/journey/reconcile", **pasted).status_code == 303
-    assert "Refused: The pasted response needs a non-empty string outputText" in browser.get("/jobs/journey").text
+    refused = browser.get("/jobs/journey").text
+    assert "Refused: The pasted response needs a non-empty string outputText" in refused
+    assert '<details class="settle" id="settle-complete" open>' in refused and 'value="resp_1"' in refused  # kept, to fix
+    assert ">no usage at the provider</textarea>" in refused and 'id="kept"' not in refused
     assert post_form(browser, "/jobs/journey/reconcile", **fields).status_code == 303
     done = browser.get("/jobs/journey").text
     assert "Recorded: the call of item alpha abandoned by Dana" in done and "unsigned" in done and 'id="uncertain"' not in done

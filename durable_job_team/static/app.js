@@ -214,6 +214,11 @@
     post(form.dataset.signUrl, body).then(function (s) {
       if (s.recorded) return null;
       asked = s;
+      var found = form.querySelector('.lookup-found'), kept = s.record && s.record.fromProvider;
+      if (found && kept) {  // a lookup: what the provider holds, which the passkey signs (nothing recorded yet)
+        found.textContent = 'The provider holds its answer, response ' + kept.responseId + ': your passkey signs taking it.';
+        found.hidden = false;
+      }
       return ask('get', {challenge: bytes(s.challenge), rpId: s.rpId, userVerification: 'required', timeout: s.timeout,
         allowCredentials: s.credentials.map(function (id) { return {type: 'public-key', id: bytes(id)}; })}, s.timeout).then(function (a) {
         var r = a.response;
