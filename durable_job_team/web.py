@@ -1153,8 +1153,11 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         return job_parts(site, person, here, csrftoken, snap, out)
 
     view = await run_in_threadpool(site.job_view, person, job_id, render)
-    flash = person.flash.pop(job_id, None)
-    kept = person.drafts.pop(job_id, None)  # what the person typed for an act not recorded: filled in again
+    # the page's own live refresh (app.js swap) is not the person's next page: what their act said and what they typed
+    # for an act not recorded stay for that page (a refresh from the page they just left can come between the two)
+    refresh = request.headers.get("x-durable-job-refresh") == "1"
+    flash = None if refresh else person.flash.pop(job_id, None)
+    kept = None if refresh else person.drafts.pop(job_id, None)  # what the person typed for an act not recorded: filled in again
     try:
         (rp_id, origin), passkey_note = relying_party(request), ""
         passkeys = [k for k in await run_in_threadpool(site.passkeys_of, person) if (k["rpId"], k["origin"]) == (rp_id, origin)]

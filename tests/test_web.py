@@ -298,6 +298,30 @@ def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_th
     ws.run("verify", "--strict").held("reconciliation unsigned", "reconcile --sign-key PATH, or a passkey on the page")
 
 
+def test_a_live_refresh_between_an_act_and_its_page_takes_neither_what_the_act_said_nor_what_was_kept(tmp_path, serving):
+    """The page's script fetches the page again when the job changes (app.js swap, X-Durable-Job-Refresh: 1). From the
+    page the person just left, such a refresh can reach the server between their act and the page it leads to (seen
+    under load: the phone's "Resumed" line lost to it). What the act said, and a refused form's values kept to fix, are
+    for the person's next page, never for a refresh."""
+    ws = Workspace(tmp_path)
+    ws.write_manifest()
+    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
+    key = ws.run("status").ok()["calls"][0][0]
+    s = serving(tmp_path, "--root", str(tmp_path))
+    browser = root_browser(s)
+    refresh = {"X-Durable-Job-Refresh": "1", "Accept": "text/html"}
+    fields = {"operationKey": key, "action": "abandon", "reviewer": "Dana", "reason": "no usage at the provider"}
+    pasted = {**fields, "action": "complete", "outputText": " ", "responseId": "resp_1"}
+    assert post_form(browser, "/jobs/journey/reconcile", **pasted).status_code == 303
+    assert "Refused:" not in browser.get("/jobs/journey", headers=refresh).text
+    refused = browser.get("/jobs/journey").text
+    assert "Refused: The pasted response needs a non-empty string outputText" in refused and 'value="resp_1"' in refused
+    assert post_form(browser, "/jobs/journey/reconcile", **fields).status_code == 303
+    assert "Recorded:" not in browser.get("/jobs/journey", headers=refresh).text
+    assert "Recorded: the call of item alpha abandoned by Dana" in browser.get("/jobs/journey").text
+    assert "Recorded:" not in browser.get("/jobs/journey").text  # shown once
+
+
 def test_a_cross_site_post_carries_no_session(tmp_path, serving):
     """(An idle session's sign-out: tests/test_web_hostile.py, at the shortest --idle-minutes.)"""
     ws = Workspace(tmp_path)
