@@ -919,4 +919,26 @@ MUTANTS = [
             "test_bob_looks_an_uncertain_call_up_at_the_provider_that_kept_its_record_and_signs_what_it_found",
         ],
     ),
+    # --- a revised job reuses only what it may (issue 50) -----------------------------------------------------------
+    Mutant(
+        "reuse-compares-the-progress",
+        "fork: an item's answer is reused by what it was sent apart from the progress line, which changes with other items",
+        "    if end >= 0:\n        prompt = prompt[: start + len(PROGRESS_HEAD)] + REUSE_PLACEHOLDER + prompt[end:]\n",
+        "    if False:\n        prompt = prompt[: start + len(PROGRESS_HEAD)] + REUSE_PLACEHOLDER + prompt[end:]\n",
+        ["tests/test_fork.py::test_progress_is_left_out_of_what_reuse_compares_so_calls_made_at_once_are_reused_one_by_one"],
+    ),
+    Mutant(
+        "fork-reuses-a-hand-reconciled-answer",
+        "fork: only the provider's own answer is reused, never one a person reconciled by hand",
+        '        row["status"] == "completed" and not row.get("reconciliation_json") and bool(row["response_id"])',
+        '        row["status"] == "completed" and bool(row["response_id"])',
+        ["tests/test_fork.py::test_abandoned_and_hand_reconciled_answers_are_never_reused_their_items_are_called_again"],
+    ),
+    Mutant(
+        "fork-verify-trusts-a-changed-old-row",
+        "fork: verify fails a reused answer whose row in the old job was changed",
+        '                    or sha256_hex(answer.encode("utf-8")) != r["answerSha256"]\n',
+        "                    or False\n",
+        ["tests/test_fork.py::test_verify_checks_each_reused_answer_against_the_old_journal_and_says_plainly_when_it_is_not_at_hand"],
+    ),
 ]
