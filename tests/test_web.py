@@ -256,15 +256,19 @@ def test_a_failed_item_is_retried_and_the_job_cancelled_from_the_page(tmp_path, 
     assert ws.run("status").ok()["phase"] == "cancelled" and ws.run("verify").ok()["ok"] is True
 
 
-def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_then_the_job_goes_on(tmp_path, serving):
-    """Under --root: the call's item, since when, where it went, the request id to look for (the key, one tap away, not
-    in bold), tokens unknown; the account abandons it from the page (no passkey: unsigned), once; resume then runs it."""
+def uncertain_under_root(tmp_path, serving) -> tuple[Workspace, str, httpx.Client]:
+    """A job whose first call was left pending by a kill, served under --root; the account signed in to the page."""
     ws = Workspace(tmp_path)
     ws.write_manifest()
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
     key = ws.run("status").ok()["calls"][0][0]
-    s = serving(tmp_path, "--root", str(tmp_path))
-    browser = root_browser(s)
+    return ws, key, root_browser(serving(tmp_path, "--root", str(tmp_path)))
+
+
+def test_an_uncertain_call_is_said_in_plain_words_and_abandoned_from_the_page_then_the_job_goes_on(tmp_path, serving):
+    """Under --root: the call's item, since when, where it went, the request id to look for (the key, one tap away, not
+    in bold), tokens unknown; the account abandons it from the page (no passkey: unsigned), once; resume then runs it."""
+    ws, key, browser = uncertain_under_root(tmp_path, serving)
     page = browser.get("/jobs/journey").text
     assert live_state(page) == "Needs a person: a call with no known outcome"
     said = re.search(r'<ul class="said" id="uncertain-said">(.*?)</ul>', page, re.S).group(1)
@@ -303,12 +307,7 @@ def test_a_live_refresh_between_an_act_and_its_page_takes_neither_what_the_act_s
     page the person just left, such a refresh can reach the server between their act and the page it leads to (seen
     under load: the phone's "Resumed" line lost to it). What the act said, and a refused form's values kept to fix, are
     for the person's next page, never for a refresh."""
-    ws = Workspace(tmp_path)
-    ws.write_manifest()
-    assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
-    key = ws.run("status").ok()["calls"][0][0]
-    s = serving(tmp_path, "--root", str(tmp_path))
-    browser = root_browser(s)
+    ws, key, browser = uncertain_under_root(tmp_path, serving)
     refresh = {"X-Durable-Job-Refresh": "1", "Accept": "text/html"}
     fields = {"operationKey": key, "action": "abandon", "reviewer": "Dana", "reason": "no usage at the provider"}
     pasted = {**fields, "action": "complete", "outputText": " ", "responseId": "resp_1"}
