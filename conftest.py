@@ -1115,6 +1115,18 @@ def wait_for(predicate, timeout=20.0, interval=0.01):
     raise AssertionError("condition not met in time")
 
 
+def posted_at_once(client, path: str, data: dict, times: int) -> list:
+    """The same form posted `times` times at once from one signed-in client (a double tap, a phone that sends again);
+    each answer, in the order they came back."""
+    answers: list = []
+    posts = [threading.Thread(target=lambda: answers.append(client.post(path, data=data))) for _ in range(times)]
+    for post in posts:
+        post.start()
+    for post in posts:
+        post.join()
+    return answers
+
+
 def copy_house(root) -> str:
     """A copy of the program and its extensions (durable_job.py and durable_job_team/), as a release is laid out; its durable_job.py."""
     os.makedirs(root, exist_ok=True)
@@ -1166,6 +1178,7 @@ __all__ = [
     "openai_workspace",
     "past_the_engine",
     "paste",
+    "posted_at_once",
     "program_sha256",
     "read_marks",
     "run_inprocess",

@@ -6,14 +6,13 @@ real Chromium at 390×844 with its virtual authenticator (test_passkeys' phone).
 
 import json
 import re
-import threading
 
 import test_web
 from test_passkeys import passkey_phone, registers_a_passkey
 from test_web import csrf, fits_a_phone, phone_signs_in, root_browser, sign_in, store_counts, text_of
 
 import durable_job as dj
-from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, password_of, sha256
+from conftest import ALPHA, Workspace, as_, as_role, hold_run_lock, new_store, password_of, posted_at_once, sha256
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -303,12 +302,7 @@ def test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job_and_two
     assert "Refused:" in busy and "decide" in busy and 'id="uncertain"' in busy  # the holder named; the call still to settle
     assert ws.db_rows("SELECT count(*) FROM call_events WHERE event = 'reconciled'") == [(0,)]
 
-    answers = []
-    taps = [threading.Thread(target=lambda: answers.append(browser.post("/jobs/journey/reconcile", data=fields))) for _ in range(2)]
-    for t in taps:
-        t.start()
-    for t in taps:
-        t.join()
+    answers = posted_at_once(browser, "/jobs/journey/reconcile", fields, 2)
     assert [a.status_code for a in answers] == [303, 303]
     assert ws.db_rows("SELECT count(*) FROM call_events WHERE event = 'reconciled'") == [(1,)]
     page = browser.get("/jobs/journey").text

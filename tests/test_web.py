@@ -27,6 +27,7 @@ from conftest import (
     new_store,
     openai_workspace,
     password_of,
+    posted_at_once,
     read_marks,
     wait_for,
     wal_since,
@@ -479,12 +480,7 @@ def test_double_submit_records_one_decision_and_one_receipt(tmp_path, pg_server,
     digest = shown_results(bob.get("/jobs/journey").text)
     token = csrf(bob)
     fields = {"csrftoken": token, "decision": "accept", "reviewer": "Bob", "reason": "twice", "resultsSha256": digest}
-    answers = []
-    taps = [threading.Thread(target=lambda: answers.append(bob.post("/jobs/journey/decision", data=fields))) for _ in range(3)]
-    for t in taps:
-        t.start()
-    for t in taps:
-        t.join()
+    answers = posted_at_once(bob, "/jobs/journey/decision", fields, 3)
     assert [a.status_code for a in answers] == [303, 303, 303]
     assert store_counts(ws.store, "decisions", "receipts") == [1, 1]
 
