@@ -199,3 +199,23 @@ def test_a_page_on_another_port_cannot_decide_in_bobs_browser(tmp_path, pg_serve
         mallory.close()
     assert store_counts(ws.store, "decisions") == [0]
     assert ws.run("status").ok()["phase"] == "awaiting-review"
+
+
+def test_every_route_that_changes_something_refuses_a_post_from_another_port_of_the_same_host(tmp_path, serving):
+    """Each POST route serve has (web.ROUTES, the newest included: settling an uncertain call, resuming a job), posted
+    from a page on another port of serve's host with the person's own cookie and even their form token: refused, and
+    the job's state directory unchanged, byte for byte."""
+    from durable_job_team import web
+
+    ws, key, browser = test_web.uncertain_under_root(tmp_path, serving)
+    token = csrf(browser)
+    before = ws.state_bytes()
+    posts = [path.replace("{job_id:str}", "journey") for path, methods, *_ in web.ROUTES if "POST" in methods]
+    assert {"/jobs/journey/reconcile", "/jobs/journey/resume", "/jobs/journey/decision"} <= set(posts)
+    fields = {"csrftoken": token, "operationKey": key, "action": "abandon", "reviewer": "x", "reason": "forged"}
+    for path in posts:
+        answer = browser.post(path, data=fields, headers={"Origin": OTHER_ORIGIN, "X-CSRFToken": token})
+        assert answer.status_code == 403, (path, answer.status_code)
+    assert ws.state_bytes() == before
+    assert post_form(browser, "/jobs/journey/reconcile", **{k: v for k, v in fields.items() if k != "csrftoken"}).status_code == 303
+    assert ws.state_bytes() != before  # the same form from serve's own page is taken
