@@ -4065,9 +4065,12 @@ def reuse_answer(journal: Journal, job: Job, item: Item, prompt: str, instructio
     """In claim_attempt's transaction, before a fork's first attempt of this work: the old job's answer to exactly this
     input (reuse_sha256) made by the same engine (its engineSha256), journaled as this call completed and `reused` (the
     old job, its operation key, the answer's sha256; nothing sent), or None. The engine then validates it as any answer."""
-    wanted, engine = reuse_sha256(job, prompt, instructions), job.get("engineSha256")
-    candidates = [c for c in fork_candidates(journal, job) if c.get("engineSha256") == engine]
-    found = next((c for c in candidates if c["itemId"] == item["id"] and c["reuseSha256"] == wanted), None)
+    engine = job.get("engineSha256")
+    candidates = [c for c in fork_candidates(journal, job) if c.get("engineSha256") == engine and c["itemId"] == item["id"]]
+    if not candidates:  # a job that is no fork (most): nothing read, no digest made
+        return None
+    wanted = reuse_sha256(job, prompt, instructions)
+    found = next((c for c in candidates if c["reuseSha256"] == wanted), None)
     if found is None or sha256_hex(found["answer"].encode("utf-8")) != found["answerSha256"]:
         return None
     key, stamp, answer = f"{base}:1", now_utc(), found["answer"]
