@@ -3473,6 +3473,16 @@ class Notices:
         return self.read
 
 
+class Writes:
+    """What a job's writer records beside its rows: its chain's links (chained: see append_link) and its notifications
+    (notices: see add_notice). Given to a journal when it is made; a run's writers on other threads share its run's."""
+
+    __slots__ = ("chained", "notices")
+
+    def __init__(self, chained: bool = False, notices: Notices | None = None):
+        self.chained, self.notices = chained, notices
+
+
 SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}
 SEALED_TABLES = (
     "calls",
@@ -3496,21 +3506,38 @@ class Journal(abc.ABC):
 
     dialect: Dialect
 
-    def __init__(self, job_id: str = "", principal: str = "", secrets: Secrets | None = None):
+    def __init__(
+        self,
+        job_id: str = "",
+        principal: str = "",
+        secrets: Secrets | None = None,
+        *,
+        writes: Writes | None = None,
+        sealer_of=None,
+        opens: bool = True,
+        unread: set | None = None,
+    ):
+        """Made whole: nothing outside this class sets its collaborators (tests/test_engine.py walks the code for it)."""
         self.job_id = job_id
         self.principal = principal  # who acts: written beside each act (a store's database stamps its own over it)
+        self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
+        self.writes = writes or Writes()  # a job's writer: the links and notifications its acts add beside their rows
+        self.chained = self.writes.chained  # a writer of a chained job (see append_link): every act it records adds a link
+        self.notices = self.writes.notices  # a run's writer: the acts that need a person add a notification (add_notice)
+        self.sealer_of = sealer_of  # sealer_of(journal): its job's Sealer or None (its store's, read once a command), or None
+        self.opens = opens  # False: sealed values are returned as read (a listing opens each row's with that job's key)
+        self.unread = unread  # verify without the key: the (table, row, column) of each sealed value read unopened
         self.guard = _thread.RLock()
         self.in_transaction = False
-        self.chained = False  # a writer of a chained job (see append_link): every act it records adds a link
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
         self.results_linked: dict | None = None  # and each item's newest result link's record, likewise (link_result)
         self.claimed: dict = {}  # operation key → the pending row this journal committed for it (complete_call's link)
-        self.notices: Notices | None = None  # a run's writer: the acts that need a person add a notification (add_notice)
-        self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
-        self.sealer: Sealer | None = None  # a job sealed at rest: its content values are written and read through it
-        self.unread: set | None = None  # verify without the key: the (table, row, column) of each sealed value read unopened
-        self.sealer_of: Any = None  # a store's reader: how to find its job's Sealer when it first reads a sealed value
-        self.opens = True  # False: sealed values are returned as read (a listing opens each row's with that job's key)
+
+    @property
+    def sealer(self) -> Sealer | None:
+        """The job's Sealer when it is sealed at rest (its content values are written and read through it), found through
+        sealer_of when first needed: a new job's is made in the transaction that makes its journal (start_sealed)."""
+        return self.sealer_of(self) if self.sealer_of is not None else None
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -3553,9 +3580,8 @@ class Journal(abc.ABC):
 
     def sealed(self, table: str, row, column: str, value):
         """A content value as this journal writes it: sealed to its place when the job is sealed at rest."""
-        if self.sealer is None or value is None:
-            return value
-        return self.sealer.seal(value, table, str(row), column)
+        sealer = self.sealer if value is not None else None
+        return value if sealer is None else sealer.seal(value, table, str(row), column)
 
     def opened(self, template: str, row: dict) -> dict:
         """A row read, each sealed value opened and held to the place it was read from (its table, row and column)."""
@@ -3563,14 +3589,13 @@ class Journal(abc.ABC):
         name = table.group(1) if table else None
         key = row.get(SEALED_KEYS.get(name or "", ""))
         place = str(key) if key is not None and name else None
-        if self.sealer is None and self.sealer_of is not None:
-            self.sealer = self.sealer_of()
-        if self.sealer is None:
+        sealer = self.sealer
+        if sealer is None:
             raise SealedError(f"job {self.job_id or 'here'} is sealed at rest, and this reader has no key: {KEY_FIX}")
-        if self.sealer.cipher is None and self.unread is not None:  # verify without the content: note what it did not read
+        if sealer.cipher is None and self.unread is not None:  # verify without the content: note what it did not read
             self.unread.update((name, place, c) for c, v in row.items() if is_sealed(v))
             return row
-        return {c: self.sealer.open(v, name, place, c) if is_sealed(v) else v for c, v in row.items()}
+        return {c: sealer.open(v, name, place, c) if is_sealed(v) else v for c, v in row.items()}
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Journal]:
@@ -3611,6 +3636,14 @@ class Journal(abc.ABC):
         """Drop what this journal remembers of the chain (its head, the items' result links): read afresh when next needed."""
         self.head = self.results_linked = None
 
+    def keep_head(self, head: dict) -> None:
+        """The chain's head as this journal read or wrote it last (chain_head, append_link): kept while it is the sole writer."""
+        self.head = dict(head)
+
+    def keep_results_linked(self, linked: dict) -> None:
+        """Each item's newest result link's record, as read once (last_result_link); append_link adds its own."""
+        self.results_linked = linked
+
     def commit(self) -> None:
         self.execute("COMMIT", [], [])
 
@@ -3650,8 +3683,8 @@ class SqliteJournal(Journal):
 
     dialect = SQLITE
 
-    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True, principal: str = "", secrets: Secrets | None = None):
-        super().__init__(principal=principal, secrets=secrets)
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = True, **parts):
+        super().__init__(**parts)
         self.conn, self.owns = conn, owns
         self.tables: set | None = None
 
@@ -3707,12 +3740,13 @@ def apply_missing(journal: Journal, migrations: list, table: str) -> int:
     return len(missing)
 
 
-def migrate(conn: sqlite3.Connection, then=None) -> None:
-    """Bring a state directory's journal to this program's schema (MIGRATIONS), in one transaction (see apply_migrations)."""
-    apply_migrations(SqliteJournal(conn, owns=False), MIGRATIONS, "_migrations", together=True, then=then)
+def migrate(conn: sqlite3.Connection, then=None, parts: dict | None = None) -> None:
+    """Bring a state directory's journal to this program's schema (MIGRATIONS), in one transaction (see apply_migrations);
+    `then(journal)` gets a journal made with `parts` (SqliteJournal's: the writer's, whose first acts it writes)."""
+    apply_migrations(SqliteJournal(conn, owns=False, **(parts or {})), MIGRATIONS, "_migrations", together=True, then=then)
 
 
-def make_ledger(path: str, then=None) -> None:
+def make_ledger(path: str, then=None, parts: dict | None = None) -> None:
     """A new journal made whole before it has its name: its schema and `then(journal)` written to a private file no one
     else can see (so with no rollback journal and no syncs), switched to WAL, fsynced once, then linked to its name.
 
@@ -3735,7 +3769,7 @@ def make_ledger(path: str, then=None) -> None:
         try:
             conn.execute("PRAGMA journal_mode=OFF")
             conn.execute("PRAGMA synchronous=OFF")
-            migrate(conn, then)
+            migrate(conn, then, parts)
             conn.execute("PRAGMA journal_mode=WAL")  # written into the header: the file opens in WAL mode from now on
         finally:
             conn.close()
@@ -3764,29 +3798,29 @@ def remove_leftovers(path: str) -> None:
         _remove(leftover)
 
 
-def ledger(path: str, then=None) -> sqlite3.Connection:
+def ledger(path: str, then=None, parts: dict | None = None) -> sqlite3.Connection:
     """Open the operation journal (effects.sqlite), creating it and its schema if needed, WAL and synchronous=FULL;
-    `then(journal)` runs in the transaction that makes its schema.
+    `then(journal)` runs in the transaction that makes its schema, on a journal made with `parts` (see migrate).
 
     The name is the SPEC's; everywhere else this file calls it the journal.
     """
     if not os.path.exists(path):
-        make_ledger(path, then)
+        make_ledger(path, then, parts)
     remove_leftovers(path)
     conn = connect_sqlite(path)
     try:
-        migrate(conn, then)
+        migrate(conn, then, parts)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StateError(f"{path} cannot be used ({exc}); it is left untouched: restore it from a backup, or {NEW_JOB}") from None
     return conn
 
 
-def read_journal(path: str) -> SqliteJournal | None:
-    """The journal read-only, for status and inspect; None when it does not exist yet."""
+def read_journal(path: str, **parts) -> SqliteJournal | None:
+    """The journal read-only, for status and inspect, made with `parts` (Journal's); None when it does not exist yet."""
     if not os.path.exists(path):
         return None
-    return SqliteJournal(connect_sqlite(path, readonly=True))
+    return SqliteJournal(connect_sqlite(path, readonly=True), **parts)
 
 
 def data_key_row(journal: Journal) -> dict | None:
@@ -3838,6 +3872,12 @@ UNCHAINED_COLUMNS = frozenset({"job_id", "id", "seq", "recorded_at"})  # a row's
 
 def chained(job: Job) -> bool:
     return job.get("chain") == CHAIN
+
+
+def job_writes(job: Job, people) -> Writes:
+    """What a writer of the job records beside its rows: its chain's links when it is chained, and its notifications,
+    which name its people as `people()` reads them ({owner, reviewers}), once, at the first."""
+    return Writes(chained(job), Notices(job, people))
 
 
 # The columns a link binds, declared once a table: a column a later migration adds is chained only by naming it here
@@ -3892,13 +3932,14 @@ def chain_head(journal: Journal) -> dict:
     row = journal.row("SELECT seq, link_sha256 FROM {links}{where} ORDER BY seq DESC LIMIT 1")
     head = {"seq": 0, "sha256": GENESIS} if row is None else {"seq": int(row["seq"]), "sha256": row["link_sha256"]}
     if journal.sole_writer():
-        journal.head = dict(head)  # read once: its own links keep it from here (a rollback forgets it)
+        journal.keep_head(head)  # read once: its own links keep it from here (a rollback forgets it)
     return head
 
 
-def append_link(journal: Journal, act: str, table: str, key: str, record, head: dict | None = None) -> None:
+def append_link(journal: Journal, act: str, table: str, key: str, record, head: dict | None = None, *, plain: bool = False) -> None:
     """One link after the newest, in the caller's transaction (or its own); nothing for a job that is not chained.
-    `head`: the chain's head when the caller knows it without a read (a new job's, in the transaction inserting its row)."""
+    `head`: the chain's head when the caller knows it without a read (a new job's, in the transaction inserting its row);
+    `plain`: its record kept in clear even in a job sealed at rest (a shred's tombstone: what remains of the job)."""
     if not journal.chained:
         return
     with journal.transaction():
@@ -3911,12 +3952,12 @@ def append_link(journal: Journal, act: str, table: str, key: str, record, head: 
             act=act,
             tbl=table,
             key=key,
-            record=journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
+            record=json.dumps(record, sort_keys=True) if plain else journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
             prev=head["sha256"],
             link=link,
             at=now_utc(),
         )
-        journal.head = {"seq": seq, "sha256": link}
+        journal.keep_head({"seq": seq, "sha256": link})
         if table == "results" and journal.results_linked is not None:
             journal.results_linked[key] = json.loads(json.dumps(record))  # as a read of the link would give it
 
@@ -3966,8 +4007,8 @@ def last_result_link(journal: Journal, item_id: str) -> dict | None:
         return None if last is None else json.loads(last["record_json"])
     if journal.results_linked is None:
         rows = journal.rows("SELECT seq, row_key, record_json FROM {links} WHERE {scope}tbl = 'results' ORDER BY seq")
-        journal.results_linked = {r["row_key"]: json.loads(r["record_json"]) for r in rows}  # each item's newest last
-    return journal.results_linked.get(item_id)
+        journal.keep_results_linked({r["row_key"]: json.loads(r["record_json"]) for r in rows})  # each item's newest last
+    return cast(dict, journal.results_linked).get(item_id)
 
 
 def record_event(journal: Journal, key: str, event: str, detail: dict | None = None) -> None:
@@ -5457,13 +5498,16 @@ class Store(abc.ABC):
         """Before a writer opens them: refuse damaged or lost storage."""
 
     @abc.abstractmethod
-    def journal(self, then=None) -> Journal:
-        """The journal, open for writing (the lock is held); `then(journal)` runs in the transaction that makes a new
-        journal's schema, if this one makes it (a state directory's: a store's schema is the administrator's migrate)."""
+    def journal(self, then=None, writes: Writes | None = None) -> Journal:
+        """The journal, open for writing (the lock is held), made with the job's `writes` (its links and notifications:
+        a state directory's journal is made for each writer; a store's writer is made with its lock, for the job it
+        locked: see PgLock); `then(journal)` runs in the transaction that makes a new journal's schema, if this one makes
+        it (a state directory's: a store's schema is the administrator's migrate)."""
 
     @abc.abstractmethod
-    def read_journal(self) -> Journal | None:
-        """The journal for reading, or None when it does not exist yet."""
+    def read_journal(self, unread: set | None = None) -> Journal | None:
+        """The journal for reading, or None when it does not exist yet; `unread`: verify without the key's, which adds
+        to it each sealed value it reads unopened (see Journal.opened)."""
 
     # -- checkpoints -----------------------------------------------------------
 
@@ -5672,23 +5716,17 @@ class StateDirStore(Store):
     def check_files(self) -> None:
         check_state_files(self.root)
 
-    def journal(self, then=None) -> SqliteJournal:
+    def journal(self, then=None, writes: Writes | None = None) -> SqliteJournal:
         def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
-            journal.sealer = start_sealed(journal, self.keys.kek(), self.load_job()["jobId"], self.pending)
-            self.sealing = [journal.sealer]
+            self.sealing = [start_sealed(journal, self.keys.kek(), self.load_job()["jobId"], self.pending)]
             if then is not None:
-                then(journal)
+                then(journal)  # its Sealer is the one just made (sealer_of: self.sealer)
 
-        journal = SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first), principal=self.principal(), secrets=self.secrets)
-        journal.sealer = self.sealer(journal)
-        return journal
+        parts: dict[str, Any] = {"principal": self.principal(), "secrets": self.secrets, "writes": writes, "sealer_of": self.sealer}
+        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first, parts), **parts)
 
-    def read_journal(self) -> SqliteJournal | None:
-        journal = read_journal(job_path(self.root, EFFECTS_FILE))
-        if journal is not None:
-            journal.secrets = self.secrets
-            journal.sealer = self.sealer(journal)
-        return journal
+    def read_journal(self, unread: set | None = None) -> SqliteJournal | None:
+        return read_journal(job_path(self.root, EFFECTS_FILE), secrets=self.secrets, sealer_of=self.sealer, unread=unread)
 
     sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
     pending: tuple | None = None  # a job being started with a key: (its Sealer, its wrapped data key), kept with its journal
@@ -6211,8 +6249,7 @@ def prefetch(ctx: Context, items: list) -> None:
         prepare_openai()  # warm the SDK once here: concurrent workers would each repeat it, serialised on the GIL
 
     def one(item):
-        journal = ctx.store.journal()
-        journal.chained, journal.notices = ctx.journal.chained, ctx.journal.notices
+        journal = ctx.store.journal(writes=ctx.journal.writes)
         try:
             call_or_hold(ctx, journal, item, ctx.prompt(item, []), ctx.say)
         except BudgetError:
@@ -6502,9 +6539,7 @@ def record_refusal(store: Store, ctx: Context | None, job: Job, exc: JobError) -
 
 
 def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> None:
-    journal = ctx.journal if ctx is not None else store.journal()
-    if journal.notices is None:
-        journal.notices = Notices(job, lambda: store.people(job))
+    journal = ctx.journal if ctx is not None else store.journal(writes=job_writes(job, lambda: store.people(job)))
     phase = "ready"
     if ctx is not None:
         checkpoint = ctx.checkpoint()
@@ -6538,13 +6573,10 @@ def attach(
     def seal_link(journal: Journal) -> None:
         """The seal is the chain's first link: written with a new journal's schema, or by the next writer of a job
         whose start was killed before it."""
-        journal.chained = chained(job)
         if journal.chained and chain_head(journal)["seq"] == 0:
             append_link(journal, "seal", "jobs", job["jobId"], job)
 
-    journal = store.journal(seal_link)
-    journal.notices = Notices(job, lambda: store.people(job))
-    journal.chained = chained(job)
+    journal = store.journal(seal_link, job_writes(job, lambda: store.people(job)))
     if lifts_hold or (journal.chained and chain_head(journal)["seq"] == 0):  # else nothing to write: no transaction
         with journal.transaction():
             seal_link(journal)
@@ -8201,12 +8233,11 @@ def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
     a record in clear (a shred's tombstone), and what it could not read. A shredded job passes ("content shredded");
     one whose key was not given passes with a warning (its content unchecked), and fails under --strict."""
     job = store.load_job()
-    journal = store.read_journal()
+    journal = store.read_journal(unread=set())
     checks: list = []
     store.sealed_unread = True
     try:
         if journal is not None:
-            journal.unread = set()
             for table in SEALED_TABLES:  # each sealed value is counted, whatever the checks below read
                 journal.rows(f"SELECT * FROM {{{table}}}{{where}}") if journal.has_table(table) else None
 
@@ -10581,7 +10612,7 @@ def shred(store: Store) -> dict:
     if owner != store.principal():
         raise DecisionError(f"job {job['jobId']} in {store.where()} is {owner}'s: only its owner shreds it")
     with store.lock("shred"):
-        journal = store.journal()
+        journal = store.journal(writes=Writes(chained(job)))
         try:
             tombstone = shred_key(store, journal, job, store.principal())
         finally:
@@ -10614,8 +10645,7 @@ def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
             at=stamp,
         )
         record = {"act": "shred", "kekId": row["kek_id"], "principal": who, "shreddedUtc": stamp}
-        journal.sealer, journal.chained = None, chained(job)  # the tombstone stays in clear: it is what remains
-        append_link(journal, "shred", "data_keys", "data", record)
+        append_link(journal, "shred", "data_keys", "data", record, plain=True)  # the tombstone stays in clear: it is what remains
         crash_point("in-shred", job)
     return record
 

@@ -66,10 +66,10 @@ from durable_job import (
     StateError,
     Store,
     UsageError,
+    Writes,
     append_link,
     apply_migrations,
     canonical,
-    chained,
     check_job_matches_manifest,
     check_program_seals,
     check_source_bytes,
@@ -81,6 +81,7 @@ from durable_job import (
     decode_checkpoint,
     default_program,
     is_sealed,
+    job_writes,
     keep_data_key,
     kept_sources,
     keyed_sources,
@@ -400,8 +401,8 @@ class PgJournal(Journal):
 
     dialect = PSYCOPG
 
-    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = "", secrets: Secrets | None = None):
-        super().__init__(job_id, principal, secrets)
+    def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, **parts):
+        super().__init__(job_id, **parts)
         self.conn, self.on_error, self.owns = conn, on_error, owns
         self.lock_pid: int | None = None  # a writer's: the backend whose open transaction holds the job's lock row
         self.lock_xid8: str | None = None  # and that transaction's full id (pg_current_xact_id: with its epoch)
@@ -458,9 +459,10 @@ class PgJournal(Journal):
         )
         return float(row["wait"]) if row is not None else 0.0
 
-    def for_job(self, job_id: str) -> PgJournal:
-        """The same connection, scoped to another job (a listing reads every job on one connection)."""
-        return PgJournal(self.conn, job_id, self.on_error, owns=False, secrets=self.secrets)
+    def for_job(self, job_id: str, **parts) -> PgJournal:
+        """The same connection, scoped to another job (a listing reads every job on one connection), made with `parts`
+        (Journal's: its secrets are this one's)."""
+        return PgJournal(self.conn, job_id, self.on_error, owns=False, secrets=self.secrets, **parts)
 
     def execute(self, sql: str, names: list, values: list) -> tuple[list[dict], int]:
         try:
@@ -516,6 +518,14 @@ class PgJournal(Journal):
             self.conn.rollback()
         except Exception as exc:
             raise self.failed(exc) from None
+
+    def locked(self, pid: int, xid8: str) -> None:
+        """The job's lock taken (PgLock.take): by backend `pid`'s transaction `xid8`, which each of this writer's
+        transactions checks first; the chain read afresh once (another writer may have added links since this one
+        last wrote); this connection pipelined from here."""
+        self.lock_pid, self.lock_xid8 = pid, xid8
+        self.forget()
+        self.pipelined()
 
     def pipelined(self) -> None:
         """Under the job's lock (and while a start seals its job): this connection in pipeline mode until unpipelined
@@ -716,16 +726,17 @@ class PgLock:
         store = self.store
         try:
             conn = store.work_connection(f"durable_job {self.command} journal {os.getpid()}")
-            journal = PgJournal(conn, store.job_id, store.failure, owns=False, secrets=store.secrets)
+            journal = PgJournal(conn, store.job_id, store.failure, owns=False, secrets=store.secrets)  # before the writer
             store.ensure_schema(journal)
             if store.pool.principal is None:  # every connection of the pool logs in with the store's URL: one role
                 store.pool.principal = journal.rows("SELECT session_user AS me")[0]["me"]
-            journal.principal = store.pool.principal
-            store.writer = journal
             # a start or submit takes the lock only once its own row is sealed (seal_job): one that found the job
             # sealed meanwhile and took it here would hold it from the sealer, then give up, and neither would run
-            if self.command not in ("start", "submit"):
-                store.load_job(journal)  # refuses a job this role cannot see as one that does not exist
+            if self.command in ("start", "submit"):
+                store.writer = store.writer_of(None)  # its job's own writer is made when its row is (seal_job)
+            else:
+                job = store.load_job(journal)  # refuses a job this role cannot see as one that does not exist
+                store.writer = store.writer_of(job)
                 self.take()
         except BaseException:
             self.__exit__(None, None, None)
@@ -762,9 +773,7 @@ class PgLock:
             raise StateError(
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
-        writer.lock_pid, writer.lock_xid8 = row["pid"], row["xid8"]
-        writer.forget()  # another writer may have added links since this one last wrote: read the chain afresh once
-        writer.pipelined()
+        writer.locked(row["pid"], row["xid8"])
 
     def __exit__(self, *exc):
         store = self.store
@@ -834,8 +843,7 @@ class PgStore(Store):
         """The same store, naming another job: its reads go through this store's read connection, which
         closing this store closes (so a caller that opened one store has one thing to close)."""
         other = self.named_store(job_id)
-        other.reader = self.db().for_job(job_id)
-        other.reader.sealer_of = other.sealer
+        other.reader = self.db().for_job(job_id, sealer_of=other.sealer)
         return other
 
     def named_store(self, job_id: str) -> PgStore:
@@ -966,14 +974,19 @@ class PgStore(Store):
     def db(self) -> PgJournal:
         """The writer's journal while locked, else the read journal (on this store's work connection)."""
         if self.writer is not None:
-            self.writer.sealer_of = self.sealer
             return self.writer
         if self.reader is None:
-            self.reader = PgJournal(
-                self.work_connection(f"durable_job read {os.getpid()}"), self.job_id, self.failure, owns=False, secrets=self.secrets
-            )
-            self.reader.sealer_of = self.sealer
+            conn = self.work_connection(f"durable_job read {os.getpid()}")
+            self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, sealer_of=self.sealer)
         return self.reader
+
+    def writer_of(self, job: Job | None) -> PgJournal:
+        """The journal a writing command writes through, on this store's work connection, made whole for the job it locks
+        (job None: a start's, which writes only the job's row until seal_job makes the job's own)."""
+        writes = Writes() if job is None else job_writes(job, lambda: self.people(job))
+        conn = self.work_connection(f"durable_job journal {os.getpid()}")
+        parts = {"principal": self.pool.principal or "", "secrets": self.secrets, "sealer_of": self.sealer, "writes": writes}
+        return PgJournal(conn, self.job_id, self.failure, owns=False, **parts)
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
         """(journal migrations applied, highest checkpoint migration) in the store, ({}, None) before setup."""
@@ -1126,6 +1139,7 @@ class PgStore(Store):
             kept = sealer.seal(manifest_bytes.decode("utf-8"), "jobs", job["jobId"], "manifest").encode("ascii")
         if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
+        writer = self.writer = self.writer_of(job)  # the job's own writer, its links and notifications: its chain begins here
         writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
         with writer.transaction():
             # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
@@ -1151,9 +1165,7 @@ class PgStore(Store):
                 )
                 if sealer is not None:  # the data key before the first link: every record of the job is sealed
                     keep_data_key(writer, cast(Kek, self.keys.kek()), cast(str, wrapped))
-                    writer.sealer = sealer
-                self.sealing = [sealer]  # its data key (or that it has none) is known: not read again this command
-                writer.chained = chained(job)
+                self.sealing = [sealer]  # its data key (or that it has none) is known: not read again this command (nor by writer)
                 # the chain's first link, in the seal's commit, after no other: a link references its job's row (m005),
                 # which this transaction has just inserted
                 append_link(writer, "seal", "jobs", job["jobId"], job, head={"seq": 0, "sha256": GENESIS})
@@ -1229,15 +1241,19 @@ class PgStore(Store):
         if self.writer is not None:
             self.writer.alive()
 
-    def journal(self, then=None) -> PgJournal:
-        """The journal on the lock's own connection: every row is written where the lock is held."""
+    def journal(self, then=None, writes: Writes | None = None) -> PgJournal:
+        """The journal on the lock's own connection: every row is written where the lock is held. It was made with its
+        lock, for the job it locked (writer_of): `writes` are that job's already."""
         if self.writer is None:
             raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
-        if self.writer.sealer is None:
-            self.writer.sealer = self.sealer(self.writer)
         return self.writer
 
-    def read_journal(self) -> PgJournal:
+    def read_journal(self, unread: set | None = None) -> PgJournal:
+        """The read journal; with `unread` (verify without the key), one that keeps it becomes this store's reader, so
+        that every read of the command adds to it."""
+        if unread is not None and self.writer is None:
+            conn = self.work_connection(f"durable_job read {os.getpid()}")
+            self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, sealer_of=self.sealer, unread=unread)
         return self.db()
 
     def scrub_freed(self) -> None:
@@ -1832,7 +1848,7 @@ def store_limits(
             raise StateError(f"store {target.public} keeps no limits yet: its administrator runs `durable-job migrate --store URL` first")
         changed = 0
         if requests_per_minute is not None or clear:
-            db.principal = target.principal()  # named in the refusal
+            db = db.for_job("", principal=target.principal())  # named in the refusal
             need_admin(target, db, "setting or clearing a limit")
             with db.transaction():
                 if clear:
@@ -2050,9 +2066,8 @@ def store_page(
     """One page of a store's jobs, oldest first, from one statement: (its key (createdAtUtc, jobId), its store, its
     Snapshot as read_snapshot reads it, or the StateError that made it unreadable). `filters` names PAGE_FILTERS,
     whose values `params` holds; `limit` None: every job. The caller closes the lister's connection."""
-    db = lister.db()
+    db = lister.db().for_job(lister.job_id, opens=False)  # each row's sealed values are its own job's: opened below, with that job's key
     where = "".join(f" AND {PAGE_FILTERS[name]}" for name in filters)
-    db.opens = False  # each row's sealed values are its own job's: opened below, with that job's key
     try:
         rows = db.rows(
             STORE_PAGE_SQL.replace("{filters}", where),
@@ -2063,11 +2078,9 @@ def store_page(
             **(params or {}),
         )
     except StateError:  # asked only after a failure, so that a page is one statement
-        db.opens = True
         if db.rows("SELECT to_regclass('durable_job.checkpoint_writes') IS NOT NULL AS made")[0]["made"] is False:
             return []  # not set up (migrate makes the journal tables, then LangGraph's): no job yet
         raise
-    db.opens = True
     page: list[tuple[tuple, PgStore, Snapshot | StateError]] = []
     for found in rows:
         store = lister.for_job(found["job_id"])
