@@ -3952,7 +3952,9 @@ def append_link(journal: Journal, act: str, table: str, key: str, record, head: 
             act=act,
             tbl=table,
             key=key,
-            record=json.dumps(record, sort_keys=True) if plain else journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
+            record=json.dumps(record, sort_keys=True)
+            if plain
+            else journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
             prev=head["sha256"],
             link=link,
             at=now_utc(),
@@ -5256,9 +5258,13 @@ class SqliteCheckpointRows(CheckpointRows):
 # 11. Stores: the one interface commands reach a job through
 ###############################################################################
 
-# Note to maintainers: every command reaches a job only through a Store. A state
-# directory (StateDirStore) and a team's PostgreSQL store (PgStore) implement the
-# same interface; `mypy` checks both. A store also knows how a person names its
+# Note to maintainers: every command reaches a job only through a Store: what a job's
+# run needs of it (start, resume, reconcile, decide, status, inspect, and the graph).
+# Administration (prune, shred, rotate-key, verify's files check, the passkey
+# registry) is a second interface, AdminStore, outside the engine (section 13),
+# which the engine never needs. A state directory (StateDirRunStore here,
+# StateDirStore outside) and a team's PostgreSQL store (PgRunStore in its engine,
+# PgStore outside) implement both; `mypy` checks them. A store also knows how a person names its
 # job (address) and the program (program), so every command it suggests is
 # complete and paste-ready; nothing about the running command lives elsewhere.
 
@@ -5384,7 +5390,8 @@ def team_part(name: str):
 
 
 class Store(abc.ABC):
-    """A job's storage, and how a person names it. Commands hold a Store, never a path or a connection of their own."""
+    """A job's storage as its run needs it, and how a person names it. Commands hold a Store (or an AdminStore, which
+    adds administration), never a path or a connection of their own."""
 
     program: str  # the program as suggestions name it
     principal_label = "account"  # how outputs name who acted: an operating-system account, or a store's role
@@ -5548,10 +5555,6 @@ class Store(abc.ABC):
 
     # -- verify ----------------------------------------------------------------
 
-    @abc.abstractmethod
-    def check_whole(self) -> str:
-        """verify's `files` check: the storage itself is sound."""
-
     def slot_wait_since(self) -> str | None:
         """When the job began to wait for a slot under its store's limits (None: it waits for none)."""
         return None
@@ -5565,41 +5568,9 @@ class Store(abc.ABC):
     def pruned_record(self) -> dict | None:
         """The job's prune record once `prune` marked it: {values, checkpointsSha256, freedBytes, markedUtc, prunedUtc, principal}."""
 
-    @abc.abstractmethod
-    def mark_pruned(self, record: dict) -> None:
-        """prune's first and last steps (the lock held): the record written, before anything goes and once it has gone."""
-
-    @abc.abstractmethod
-    def drop_checkpoints(self, job: Job) -> None:
-        """prune's second step (the lock held): LangGraph's checkpoint history of the job removed."""
-
-    @abc.abstractmethod
-    def checkpoint_bytes(self, job: Job) -> int:
-        """What the job's checkpoint history takes: the bytes a prune frees."""
-
-    @abc.abstractmethod
-    def passkey_rows(self) -> list[dict]:
-        """The passkeys registered here (PASSKEY_COLUMNS' keys): what the web page checks a passkey act with."""
-
-    @abc.abstractmethod
-    def add_passkey(self, row: dict) -> None:
-        """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own),
-        checked whole first (checked_passkey_row)."""
-
-    @abc.abstractmethod
-    def count_passkey(self, credential_id: str, count: int) -> bool:
-        """Raise the sign counter kept with this principal's registered passkey to `count`, only if it grows: False
-        (nothing changed) when the counter there is already `count` or more, or no such passkey is kept here."""
-
     def sealer(self, journal: Journal | None = None) -> Sealer | None:
         """The job's Sealer when it is sealed at rest (docs/CONTRACT.md, "Sealed at rest"), else None."""
         return None
-
-    def secure_writes(self, journal: Journal) -> None:  # noqa: B027 (a store's database overwrites nothing it frees)
-        """Before a shred or a rotation: what the journal frees is overwritten, not only marked free."""
-
-    def scrub_freed(self) -> None:  # noqa: B027
-        """After a shred or a rotation: the old pages a write-ahead log still holds are truncated away."""
 
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
         """Close what the store holds open (a read connection)."""
@@ -5611,8 +5582,9 @@ class Store(abc.ABC):
         self.close()
 
 
-class StateDirStore(Store):
-    """A job kept in a state directory (the embedded default)."""
+class StateDirRunStore(Store):
+    """A job kept in a state directory (the embedded default), as its run reaches it (StateDirStore, outside the engine,
+    adds administration)."""
 
     def __init__(self, state_dir: str, program: str | None = None, secrets: Secrets | None = None, keys: Keys | None = None):
         self.root = state_dir
@@ -5748,50 +5720,6 @@ class StateDirStore(Store):
     def read_journal_plain(self) -> SqliteJournal | None:
         return read_journal(job_path(self.root, EFFECTS_FILE))
 
-    def secure_writes(self, journal: Journal) -> None:
-        cast(SqliteJournal, journal).conn.execute("PRAGMA secure_delete = ON")  # freed bytes overwritten with zeros
-
-    def scrub_freed(self) -> None:
-        conn = connect_sqlite(job_path(self.root, EFFECTS_FILE))
-        try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log's old page images gone, the file zero bytes
-        finally:
-            conn.close()
-
-    def passkey_rows(self) -> list[dict]:
-        journal = self.read_journal()
-        if journal is None:
-            return []
-        try:
-            return journal.rows(passkey_select("passkeys")) if journal.has_table("passkeys") else []
-        finally:
-            journal.close()
-
-    def add_passkey(self, row: dict) -> None:
-        journal = self.journal()
-        try:
-            values = {**checked_passkey_row({**row, "principal": self.principal()}), "createdUtc": now_utc()}
-            names = [*PASSKEY_COLUMNS, "createdUtc"]
-            columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
-            journal.change(f"INSERT INTO passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values)
-        finally:
-            journal.close()
-
-    def count_passkey(self, credential_id: str, count: int) -> bool:
-        journal = self.journal()
-        try:
-            return bool(
-                journal.change(
-                    "UPDATE passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND principal = {p.principal} "
-                    "AND sign_count < {p.count}",
-                    count=count,
-                    credential=credential_id,
-                    principal=self.principal(),
-                )
-            )
-        finally:
-            journal.close()
-
     @contextlib.contextmanager
     def checkpoint_connection(self, synced: bool = True) -> Iterator[sqlite3.Connection]:
         """The checkpoints' file (checkpoints_path) for SqliteSaver, in Python's implicit-transaction mode (synchronous=NORMAL
@@ -5907,37 +5835,6 @@ class StateDirStore(Store):
     def has_receipt(self) -> bool:
         return os.path.exists(job_path(self.root, RECEIPT_FILE))
 
-    def mark_pruned(self, record: dict) -> None:
-        """prune's first step: what a reader needs, kept before anything goes (a kill leaves the job whole and marked)."""
-        record = sealed_pruned(self.sealer(), record)
-        write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
-
-    def drop_checkpoints(self, job: Job) -> None:
-        """prune's second step: LangGraph's checkpoint history of the job (the saver's delete_thread, then VACUUM: the
-        file gives the space back), or an older job's whole checkpoints.sqlite."""
-        path = checkpoints_path(self.root)
-        if path != job_path(self.root, EFFECTS_FILE):
-            for suffix in ("", "-wal", "-shm"):
-                _remove(path + suffix)
-            return
-        with self.checkpoint_connection() as conn:
-            self.checkpointer(conn).delete_thread(job["threadId"])
-            conn.commit()
-            conn.isolation_level = None
-            conn.execute("VACUUM")
-
-    def checkpoint_bytes(self, job: Job) -> int:
-        """The bytes prune frees: an older job's checkpoints.sqlite, or the thread's serialized checkpoints and writes."""
-        path = checkpoints_path(self.root)
-        if path != job_path(self.root, EFFECTS_FILE):
-            return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
-        sizes = (
-            f"SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id = ?",
-            f"SELECT coalesce(sum(length(value)), 0) FROM {LG_WRITES_TABLE} WHERE thread_id = ?",
-        )
-        with self.checkpoints_file() as conn:
-            return sum(int(conn.execute(q, (job["threadId"],)).fetchone()[0]) for q in sizes) if conn else 0
-
     def write_receipt(self, receipt: dict) -> None:
         signature = ((receipt.get("final") or receipt.get("cancel") or {}).get("signature") or {}).get("armored")
         if signature:  # beside the receipt, as `ssh-keygen -Y verify -s` reads it
@@ -5952,11 +5849,6 @@ class StateDirStore(Store):
         except FileNotFoundError:
             return None
         return opened_document(self.sealer, raw, "receipts")
-
-    def check_whole(self) -> str:
-        check_state_dir_safe(self.root)
-        check_state_files(self.root)
-        return "state directory private; journal and checkpoint files whole"
 
 
 ###############################################################################
@@ -6452,6 +6344,137 @@ WRITER_LABEL = "the draft"  # the writer's call as a person reads it, wherever i
 def item_label(item_id) -> str:
     """An item id as a person reads it: the item's own id, or, for the writer's reserved id, "the draft"."""
     return WRITER_LABEL if item_id == WRITER_ID else str(item_id)
+
+
+# -- administration: the second store interface -------------------------------
+# Note to maintainers: what prune, shred, rotate-key, verify's files check and the passkey registry need of a store
+# beside what a run needs (Store, in the engine, which never needs this). A state directory's StateDirStore (below)
+# and a team's PgStore (durable_job_team/store.py, below its engine's mark) implement it.
+
+
+class AdminStore(Store):
+    """A store as its administration reaches it: a run's Store, and what prune, shred, rotation, verify's files check and
+    the passkey registry ask of it."""
+
+    @abc.abstractmethod
+    def check_whole(self) -> str:
+        """verify's `files` check: the storage itself is sound."""
+
+    @abc.abstractmethod
+    def mark_pruned(self, record: dict) -> None:
+        """prune's first and last steps (the lock held): the record written, before anything goes and once it has gone."""
+
+    @abc.abstractmethod
+    def drop_checkpoints(self, job: Job) -> None:
+        """prune's second step (the lock held): LangGraph's checkpoint history of the job removed."""
+
+    @abc.abstractmethod
+    def checkpoint_bytes(self, job: Job) -> int:
+        """What the job's checkpoint history takes: the bytes a prune frees."""
+
+    @abc.abstractmethod
+    def passkey_rows(self) -> list[dict]:
+        """The passkeys registered here (PASSKEY_COLUMNS' keys): what the web page checks a passkey act with."""
+
+    @abc.abstractmethod
+    def add_passkey(self, row: dict) -> None:
+        """Register a passkey of this store's principal (row: PASSKEY_COLUMNS' keys; the principal is the store's own),
+        checked whole first (checked_passkey_row)."""
+
+    @abc.abstractmethod
+    def count_passkey(self, credential_id: str, count: int) -> bool:
+        """Raise the sign counter kept with this principal's registered passkey to `count`, only if it grows: False
+        (nothing changed) when the counter there is already `count` or more, or no such passkey is kept here."""
+
+    def secure_writes(self, journal: Journal) -> None:
+        """Before a shred or a rotation: what the journal frees is overwritten, not only marked free."""
+
+    def scrub_freed(self) -> None:
+        """After a shred or a rotation: the old pages a write-ahead log still holds are truncated away."""
+
+
+class StateDirStore(StateDirRunStore, AdminStore):
+    """A job kept in a state directory, administration included."""
+
+    def check_whole(self) -> str:
+        check_state_dir_safe(self.root)
+        check_state_files(self.root)
+        return "state directory private; journal and checkpoint files whole"
+
+    def mark_pruned(self, record: dict) -> None:
+        """prune's first step: what a reader needs, kept before anything goes (a kill leaves the job whole and marked)."""
+        record = sealed_pruned(self.sealer(), record)
+        write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+
+    def drop_checkpoints(self, job: Job) -> None:
+        """prune's second step: LangGraph's checkpoint history of the job (the saver's delete_thread, then VACUUM: the
+        file gives the space back), or an older job's whole checkpoints.sqlite."""
+        path = checkpoints_path(self.root)
+        if path != job_path(self.root, EFFECTS_FILE):
+            for suffix in ("", "-wal", "-shm"):
+                _remove(path + suffix)
+            return
+        with self.checkpoint_connection() as conn:
+            self.checkpointer(conn).delete_thread(job["threadId"])
+            conn.commit()
+            conn.isolation_level = None
+            conn.execute("VACUUM")
+
+    def checkpoint_bytes(self, job: Job) -> int:
+        """The bytes prune frees: an older job's checkpoints.sqlite, or the thread's serialized checkpoints and writes."""
+        path = checkpoints_path(self.root)
+        if path != job_path(self.root, EFFECTS_FILE):
+            return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
+        sizes = (
+            f"SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM {LG_CHECKPOINTS_TABLE} WHERE thread_id = ?",
+            f"SELECT coalesce(sum(length(value)), 0) FROM {LG_WRITES_TABLE} WHERE thread_id = ?",
+        )
+        with self.checkpoints_file() as conn:
+            return sum(int(conn.execute(q, (job["threadId"],)).fetchone()[0]) for q in sizes) if conn else 0
+
+    def passkey_rows(self) -> list[dict]:
+        journal = self.read_journal()
+        if journal is None:
+            return []
+        try:
+            return journal.rows(passkey_select("passkeys")) if journal.has_table("passkeys") else []
+        finally:
+            journal.close()
+
+    def add_passkey(self, row: dict) -> None:
+        journal = self.journal()
+        try:
+            values = {**checked_passkey_row({**row, "principal": self.principal()}), "createdUtc": now_utc()}
+            names = [*PASSKEY_COLUMNS, "createdUtc"]
+            columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
+            journal.change(f"INSERT INTO passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values)
+        finally:
+            journal.close()
+
+    def count_passkey(self, credential_id: str, count: int) -> bool:
+        journal = self.journal()
+        try:
+            return bool(
+                journal.change(
+                    "UPDATE passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND principal = {p.principal} "
+                    "AND sign_count < {p.count}",
+                    count=count,
+                    credential=credential_id,
+                    principal=self.principal(),
+                )
+            )
+        finally:
+            journal.close()
+
+    def secure_writes(self, journal: Journal) -> None:
+        cast(SqliteJournal, journal).conn.execute("PRAGMA secure_delete = ON")  # freed bytes overwritten with zeros
+
+    def scrub_freed(self) -> None:
+        conn = connect_sqlite(job_path(self.root, EFFECTS_FILE))
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log's old page images gone, the file zero bytes
+        finally:
+            conn.close()
 
 
 class open_job:
@@ -8178,7 +8201,10 @@ def verify_refusal(report: dict) -> SealError | None:
 UNCHAINED = "history not chained: consistency checks only (the job was sealed before its acts were chained)"
 
 
-def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | None = None, allowed_passkeys: str | None = None) -> list:
+def verify_checks(
+    store: AdminStore, snap: Snapshot, strict: bool = False, allowed_signers: str | None = None, allowed_passkeys: str | None = None
+) -> list:
+    """verify's checks of the job `snap` read from `store` (its files checked by the store's administration: check_whole)."""
     checks = []
 
     def check(name, fn):
@@ -8196,7 +8222,7 @@ def verify_checks(snap: Snapshot, strict: bool = False, allowed_signers: str | N
         sealed["manifest"], sealed["texts"] = snap.store.check_seals(snap.job, mcp="sealed", program=False)
         return f"manifest and sources match; {made_by(snap.job)}"
 
-    check("files", snap.store.check_whole)
+    check("files", store.check_whole)
     check("seals", seals)
     check("journal", lambda: journal_invariants(snap.calls, retry_keys(snap.journal)))
     check("results", lambda: results_invariants(snap, sealed.get("manifest"), sealed.get("texts")))
@@ -8228,7 +8254,7 @@ def run_check(checks: list, name: str, fn) -> None:
         checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
 
 
-def verify_sealed(store: Store, sealer: Sealer, strict: bool = False) -> dict:
+def verify_sealed(store: AdminStore, sealer: Sealer, strict: bool = False) -> dict:
     """verify without the job's content: the files, the seals, the journal's calls, the chain's order and every hash over
     a record in clear (a shred's tombstone), and what it could not read. A shredded job passes ("content shredded");
     one whose key was not given passes with a warning (its content unchecked), and fails under --strict."""
@@ -9205,8 +9231,8 @@ def open_store(
     from_env: bool = False,
     secrets: Secrets | None = None,
     keys: Keys | None = None,
-) -> Store:
-    """The Store a command works on: a state directory, or a job (`job`, its jobId) in the PostgreSQL store at URL `store`.
+) -> AdminStore:
+    """The Store a command works on (an AdminStore: what administration needs of it as well): a state directory, or a job (`job`, its jobId) in the PostgreSQL store at URL `store`.
 
     `program` is how suggested commands name this program (default: `python <this file>`);
     `from_env` says the URL came from DURABLE_JOB_STORE, so suggestions leave it out. `secrets`: what the command's
@@ -10602,7 +10628,7 @@ def release(store: Store) -> dict:
         snap.close()
 
 
-def shred(store: Store) -> dict:
+def shred(store: AdminStore) -> dict:
     """Destroy a sealed job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
     need_job_id(store)
     if store.shared:
@@ -10622,7 +10648,7 @@ def shred(store: Store) -> dict:
     return {"jobId": job["jobId"], "shredded": tombstone}
 
 
-def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
+def shred_key(store: AdminStore, journal: Journal, job: Job, who: str) -> dict:
     """The shred itself, one transaction: the wrapped data key emptied (overwritten where the store can) and its tombstone
     (who, when, the KEK's id) linked into the chain in clear; a job shredded already says when, and by whom."""
     store.secure_writes(journal)
@@ -10650,7 +10676,7 @@ def shred_key(store: Store, journal: Journal, job: Job, who: str) -> dict:
     return record
 
 
-def rotate_key(store: Store, new_key_file: str) -> dict:
+def rotate_key(store: AdminStore, new_key_file: str) -> dict:
     """Rewrap the data key under a new key-encryption key (a store: every live job's, one transaction); content untouched."""
     new = read_kek_file(new_key_file, "--new-key-file")
     old = store.keys.kek()
@@ -11058,7 +11084,7 @@ def seal_mcp_env(pairs: list) -> dict:
 
 
 def verify(
-    store: Store,
+    store: AdminStore,
     *,
     strict: bool = False,
     allowed_signers: str | None = None,
@@ -11086,7 +11112,7 @@ def verify(
             return verify_sealed(store, sealer, strict)
     snap = read_snapshot(store)
     try:
-        checks = verify_checks(snap, strict, allowed_signers, allowed_passkeys)
+        checks = verify_checks(store, snap, strict, allowed_signers, allowed_passkeys)
         if receipt is not None:
             try:
                 checks.append({"name": "kept receipt", "ok": True, "detail": kept_receipt_fits(snap, receipt)})
@@ -11731,7 +11757,7 @@ def prune_candidates(store: str | None, roots: list, program: str | None, from_e
         lister.close()
 
 
-def prune_row(store: Store, phases: set, cutoff: str, shred: bool = False) -> dict | None:
+def prune_row(store: AdminStore, phases: set, cutoff: str, shred: bool = False) -> dict | None:
     """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None;
     with `shred`, a pruned job sealed at rest and not yet shredded too (a shredded job: None, nothing left to read)."""
     sealer = store.sealer()
@@ -11755,7 +11781,7 @@ def prune_row(store: Store, phases: set, cutoff: str, shred: bool = False) -> di
     }
 
 
-def prune_job(store: Store) -> int:
+def prune_job(store: AdminStore) -> int:
     """Mark, prune, finish the mark (under the job's lock: no run reads checkpoints meanwhile); the bytes freed."""
     with store.lock("prune"):
         job = store.load_job()
@@ -12310,7 +12336,7 @@ def jobs_table(jobs: list) -> str:
 # command names it), the user's umask, and the typed line a busy refusal says to paste again.
 
 
-def store_from(args) -> Store:
+def store_from(args) -> AdminStore:
     """The store a job command's flags name: --state-dir, or --store (or DURABLE_JOB_STORE) with --job.
 
     Kept on args (args.opened) for main(): a store's output field, the commands a HOLD line suggests, closing it.

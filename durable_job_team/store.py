@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from durable_job import (
     COMMAND_ACTS,
@@ -718,7 +718,7 @@ class PgLock:
     transaction still stands (LOCK_CHECK, first in each). A `start` of a new job locks it as soon as its row is sealed.
     """
 
-    def __init__(self, store: PgStore, command: str):
+    def __init__(self, store: PgRunStore, command: str):
         self.store, self.command = store, command
         self.conn = None
 
@@ -790,8 +790,9 @@ class PgLock:
             store.pool.give("lock", conn)
 
 
-class PgStore(Store):
-    """A job in a shared PostgreSQL store (`--store URL --job ID`).
+class PgRunStore(Store):
+    """A job in a shared PostgreSQL store (`--store URL --job ID`), as its run reaches it (PgStore, below the engine's
+    mark, adds administration).
 
     Who may do what to a job is the database's to decide (store_policies): this class only says so first.
 
@@ -832,23 +833,23 @@ class PgStore(Store):
         self.row: dict | None = None
         self.checkpoint_modes: contextlib.ExitStack | None = None  # while a checkpoint connection is out: its pipeline's exit
 
-    def for_manifest(self, manifest: Manifest) -> PgStore:
+    def for_manifest(self, manifest: Manifest) -> Self:
         if self.job_id and self.job_id != manifest["jobId"]:
             raise UsageError(
                 f"--job {self.job_id!r} is not the manifest's jobId {manifest['jobId']!r}; drop --job (start takes the manifest's)"
             )
         return self if self.job_id else self.named_store(manifest["jobId"])
 
-    def for_job(self, job_id: str) -> PgStore:
+    def for_job(self, job_id: str) -> Self:
         """The same store, naming another job: its reads go through this store's read connection, which
         closing this store closes (so a caller that opened one store has one thing to close)."""
         other = self.named_store(job_id)
         other.reader = self.db().for_job(job_id, sealer_of=other.sealer)
         return other
 
-    def named_store(self, job_id: str) -> PgStore:
+    def named_store(self, job_id: str) -> Self:
         """This store naming job `job_id`, sharing this one's idle connections (closing it gives back what it took)."""
-        other = PgStore(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets, keys=self.keys)
+        other = type(self)(self.url, job_id, from_env=self.from_env, program=self.program, secrets=self.secrets, keys=self.keys)
         other.pool = self.pool
         other.owns_pool = False
         return other
@@ -1256,16 +1257,6 @@ class PgStore(Store):
             self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, sealer_of=self.sealer, unread=unread)
         return self.db()
 
-    def scrub_freed(self) -> None:
-        """The old wrapped keys' dead rows vacuumed away (the write-ahead log and backups keep them: rotate the key)."""
-        conn = self.connect(f"durable_job vacuum {os.getpid()}")
-        try:
-            conn.execute("VACUUM durable_job.data_keys")
-        except Exception:  # only the table's owner vacuums it: the rows are unreadable without the old key all the same
-            pass
-        finally:
-            conn.close()
-
     sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
 
     def sealer(self, journal: Journal | None = None) -> Sealer | None:
@@ -1428,60 +1419,6 @@ class PgStore(Store):
         psycopg = sys.modules.get("psycopg")
         return (psycopg.Error,) if psycopg is not None else ()
 
-    # -- retention (the administrator's: the database refuses it to every other role) -----------------------
-
-    def mark_pruned(self, record: dict) -> None:
-        self.journal().change(
-            "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
-            "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
-            record=json.dumps(sealed_pruned(self.sealer(), record), sort_keys=True),
-        )
-
-    def passkey_rows(self) -> list[dict]:
-        return self.db().rows(passkey_select("durable_job.passkeys"))
-
-    def add_passkey(self, row: dict) -> None:
-        """The row as the person's own role (the database stamps the principal: no role registers another's key)."""
-        names = [*PASSKEY_COLUMNS, "createdUtc"]
-        columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
-        values = {**checked_passkey_row({**row, "principal": row.get("principal") or self.principal()}), "createdUtc": now_utc()}
-        values.pop("principal", None)
-        names.remove("principal")
-        columns.remove("principal")
-        self.db().change(
-            f"INSERT INTO durable_job.passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values
-        )
-
-    def count_passkey(self, credential_id: str, count: int) -> bool:
-        """One UPDATE whose WHERE says the counter grows (the row's lock orders two at once: one of them changes nothing);
-        the store's policy and trigger let a role raise only its own passkey's sign_count (m022_passkey_origin)."""
-        return bool(
-            self.db().change(
-                "UPDATE durable_job.passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND sign_count < {p.count}",
-                count=count,
-                credential=credential_id,
-            )
-        )
-
-    def drop_checkpoints(self, job: Job) -> None:
-        """LangGraph's checkpoint history of the job's thread, through the saver's own delete_thread."""
-        from langgraph.checkpoint.postgres import PostgresSaver
-
-        with self.checkpoint_connection() as conn:
-            PostgresSaver(conn, serde=checkpoint_serializer()).delete_thread(job["threadId"])
-
-    def checkpoint_bytes(self, job: Job) -> int:
-        tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-        return sum(
-            int(
-                self.db().rows(
-                    f"SELECT coalesce(sum(pg_column_size(t.*)), 0) AS size FROM durable_job.{t} t WHERE thread_id = {{p.thread}}",
-                    thread=job["threadId"],
-                )[0]["size"]
-            )
-            for t in tables
-        )
-
     def run_failure(self, exc: BaseException) -> StateError:
         return self.failure(exc)
 
@@ -1506,19 +1443,8 @@ class PgStore(Store):
         row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
         return None if row is None else opened_document(self.sealer, row["receipt_json"].encode("utf-8"), "receipts")
 
-    # -- verify ----------------------------------------------------------------
 
-    def check_whole(self) -> str:
-        db = self.db()
-        if not self.ready(db):
-            raise StateError(
-                f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`"
-            )
-        self.check_seals(self.load_job(db), mcp="skip", program=False)  # another program's job is verified all the same
-        return "store schema current; the job row's manifest and source bytes match their sha256"
-
-
-def refuse_while_held(store: PgStore, db: PgJournal) -> None:
+def refuse_while_held(store: PgRunStore, db: PgJournal) -> None:
     """An upgrade's migrations wait for a drained store: a job held now is being run or decided by the program before it."""
     if db.rows("SELECT to_regclass('durable_job.job_locks') IS NOT NULL AS made")[0]["made"] is False:
         return  # a store set up for the first time holds no job
@@ -1534,7 +1460,7 @@ def refuse_while_held(store: PgStore, db: PgJournal) -> None:
 
 
 @contextlib.contextmanager
-def migration_lock(store: PgStore, refused) -> Iterator[None]:
+def migration_lock(store: PgRunStore, refused) -> Iterator[None]:
     """Hold the store's migration lock: an EXCLUSIVE lock on durable_job.migrate_lock, in a transaction of a connection
     that runs nothing else, polled with NOWAIT.
 
@@ -1581,7 +1507,7 @@ def migration_lock(store: PgStore, refused) -> Iterator[None]:
         lock.close()  # ends the transaction, and with it the lock
 
 
-def migrate_store(store: PgStore, conn) -> dict:
+def migrate_store(store: PgRunStore, conn) -> dict:
     """Create or bring up to date the store's schema: the journal migrations, then PostgresSaver.setup().
 
     A store already current is answered before any lock; otherwise the work runs under migration_lock. A role
@@ -1629,7 +1555,84 @@ def migrate_store(store: PgStore, conn) -> dict:
 # 5. Administration: grants, migrate, shred and rotate-key
 ###############################################################################
 
-from durable_job import Snapshot, job_row, keeps, make_snapshot, shred_key  # noqa: E402  (outside the engine: its names)
+from durable_job import AdminStore, Snapshot, job_row, keeps, make_snapshot, shred_key  # noqa: E402  (outside the engine: its names)
+
+
+class PgStore(PgRunStore, AdminStore):
+    """A job in a shared PostgreSQL store, administration included: retention (the administrator's: the database
+    refuses it to every other role), the scrub after a shred or a rotation, the passkey registry, verify's files check."""
+
+    def mark_pruned(self, record: dict) -> None:
+        self.journal().change(
+            "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
+            "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
+            record=json.dumps(sealed_pruned(self.sealer(), record), sort_keys=True),
+        )
+
+    def drop_checkpoints(self, job: Job) -> None:
+        """LangGraph's checkpoint history of the job's thread, through the saver's own delete_thread."""
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with self.checkpoint_connection() as conn:
+            PostgresSaver(conn, serde=checkpoint_serializer()).delete_thread(job["threadId"])
+
+    def checkpoint_bytes(self, job: Job) -> int:
+        tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+        return sum(
+            int(
+                self.db().rows(
+                    f"SELECT coalesce(sum(pg_column_size(t.*)), 0) AS size FROM durable_job.{t} t WHERE thread_id = {{p.thread}}",
+                    thread=job["threadId"],
+                )[0]["size"]
+            )
+            for t in tables
+        )
+
+    def scrub_freed(self) -> None:
+        """The old wrapped keys' dead rows vacuumed away (the write-ahead log and backups keep them: rotate the key)."""
+        conn = self.connect(f"durable_job vacuum {os.getpid()}")
+        try:
+            conn.execute("VACUUM durable_job.data_keys")
+        except Exception:  # only the table's owner vacuums it: the rows are unreadable without the old key all the same
+            pass
+        finally:
+            conn.close()
+
+    def passkey_rows(self) -> list[dict]:
+        return self.db().rows(passkey_select("durable_job.passkeys"))
+
+    def add_passkey(self, row: dict) -> None:
+        """The row as the person's own role (the database stamps the principal: no role registers another's key)."""
+        names = [*PASSKEY_COLUMNS, "createdUtc"]
+        columns = [*PASSKEY_COLUMNS.values(), "created_utc"]
+        values = {**checked_passkey_row({**row, "principal": row.get("principal") or self.principal()}), "createdUtc": now_utc()}
+        values.pop("principal", None)
+        names.remove("principal")
+        columns.remove("principal")
+        self.db().change(
+            f"INSERT INTO durable_job.passkeys ({', '.join(columns)}) VALUES ({', '.join(f'{{p.{n}}}' for n in names)})", **values
+        )
+
+    def count_passkey(self, credential_id: str, count: int) -> bool:
+        """One UPDATE whose WHERE says the counter grows (the row's lock orders two at once: one of them changes nothing);
+        the store's policy and trigger let a role raise only its own passkey's sign_count (m022_passkey_origin)."""
+        return bool(
+            self.db().change(
+                "UPDATE durable_job.passkeys SET sign_count = {p.count} WHERE credential_id = {p.credential} AND sign_count < {p.count}",
+                count=count,
+                credential=credential_id,
+            )
+        )
+
+    def check_whole(self) -> str:
+        db = self.db()
+        if not self.ready(db):
+            raise StateError(
+                f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`"
+            )
+        self.check_seals(self.load_job(db), mcp="skip", program=False)  # another program's job is verified all the same
+        return "store schema current; the job row's manifest and source bytes match their sha256"
+
 
 # What a granted role may touch, beside what the policies let it see: every row readable (its own jobs' only),
 # rows added, and only the UPDATEs and DELETEs history allows (a pending call's outcome, LangGraph's upserts,

@@ -177,7 +177,7 @@ class WebPerson:
         self.last_seen = time.monotonic()
         self.signed_out = False
 
-    def read_store(self, job_id: str) -> durable_job.Store:
+    def read_store(self, job_id: str) -> durable_job.AdminStore:
         """The job, read on this person's one read connection (opened again after the database came back)."""
         if not self.site.store:
             return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program, self.secrets)
@@ -187,7 +187,7 @@ class WebPerson:
             self.reader = team_store.PgStore(self.url, "", program=self.site.program, secrets=self.secrets)
         return self.reader.for_job(job_id)
 
-    def act_store(self, job_id: str) -> durable_job.Store:
+    def act_store(self, job_id: str) -> durable_job.AdminStore:
         """The job for one act: its own connections, closed after it, as a CLI command's."""
         if not self.site.store:
             return durable_job.StateDirStore(self.site.job_dir(job_id), self.site.program, self.secrets)
