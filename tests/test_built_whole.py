@@ -11,7 +11,8 @@ import ast
 import os
 
 import durable_job as dj
-from conftest import PROGRAM, STORE_PY
+from conftest import ENGINE_MARK, PROGRAM, STORE_PY, through_mark
+from durable_job_team import store as team_store
 
 TEAM = os.path.dirname(STORE_PY)
 JOURNAL_TYPES = {"Journal", "SqliteJournal", "PgJournal"}
@@ -124,7 +125,7 @@ def journal_only(modules: dict) -> set:
 
 def test_the_walk_finds_each_way_a_journal_was_poked():
     """The walk below is not blind: each shape of poke the code had before issue 46 is found in a module that does it."""
-    before = '''
+    before = """
 def attach(store, job):
     journal = store.journal(seal_link)
     journal.notices = Notices(job)
@@ -157,7 +158,7 @@ def store_limits(target):
 
 def take(writer: PgJournal | None):
     writer.lock_pid = 1
-'''
+"""
     modules = {**sources(), "before.py": ast.parse(before)}
     found = [p for p in pokes(modules, journal_only(modules)) if p.startswith("before.py:")]
     assert len(found) == 12, found
@@ -177,7 +178,13 @@ def test_a_journal_is_made_with_what_it_works_with():
     secrets, unread = dj.Secrets(), set()
     writes = dj.Writes(True, None)
     journal = dj.SqliteJournal(
-        dj.sqlite3.connect(":memory:"), principal="ana", secrets=secrets, writes=writes, sealer_of=lambda j: None, opens=False, unread=unread
+        dj.sqlite3.connect(":memory:"),
+        principal="ana",
+        secrets=secrets,
+        writes=writes,
+        sealer_of=lambda j: None,
+        opens=False,
+        unread=unread,
     )
     try:
         assert (journal.principal, journal.secrets, journal.writes, journal.chained, journal.opens, journal.unread) == (
@@ -191,3 +198,47 @@ def test_a_journal_is_made_with_what_it_works_with():
         assert journal.sealer is None and journal.notices is None
     finally:
         journal.close()
+
+
+def members(cls) -> set:
+    """The methods and attributes a class itself declares (not those it inherits)."""
+    return {name for name in vars(cls) if not name.startswith("__") or name in ("__enter__", "__exit__")}
+
+
+def store_uses(source: str) -> set:
+    """Every attribute the code reads of a store: `store.X`, `ctx.store.X`, `self.store.X`, and of the stores a command
+    names (`before.X`, `other.X`, `named.X`, a lister's, a target's). A store class's own methods are checked by what the
+    engine's classes have (below)."""
+    names = {"store", "before", "other", "named", "lister", "one", "target"}
+    used = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            receiver = node.value
+            if (isinstance(receiver, ast.Name) and receiver.id in names) or (
+                isinstance(receiver, ast.Attribute) and receiver.attr == "store"
+            ):
+                used.add(node.attr)
+    return used
+
+
+def test_the_run_needs_only_the_run_interface_and_administration_stands_outside_the_engine():
+    """Store (section 11, in the engine) is what a job's run needs; AdminStore, defined below the engine's mark, adds
+    administration, and nothing in either engine (the core's, a store's) reads one of its methods: the engines' own
+    stores (StateDirRunStore, PgRunStore) do not have them. Both stores a command opens implement both interfaces."""
+    admin = members(dj.AdminStore) - members(dj.Store)
+    assert {"passkey_rows", "add_passkey", "count_passkey", "mark_pruned", "drop_checkpoints", "checkpoint_bytes"} <= admin
+    assert {"secure_writes", "scrub_freed", "check_whole"} <= admin and not admin & members(dj.Store)
+    for engine in (through_mark(PROGRAM).decode(), through_mark(STORE_PY).decode()):
+        assert "class AdminStore" not in engine
+        assert store_uses(engine) & admin == set(), sorted(store_uses(engine) & admin)
+    core = store_uses(through_mark(PROGRAM).decode())
+    assert core and core <= set(dir(dj.Store)) | set(dj.Store.__annotations__), sorted(core - set(dir(dj.Store)))  # the run's own
+    assert store_uses("def f(store):\n    store.check_whole()\n") & admin == {"check_whole"}  # the walk sees a use
+    for run_part in (dj.StateDirRunStore, team_store.PgRunStore):
+        assert not any(hasattr(run_part, name) for name in admin), run_part
+    for opened in (dj.StateDirStore, team_store.PgStore):
+        assert issubclass(opened, dj.AdminStore) and issubclass(opened, dj.Store) and not opened.__abstractmethods__
+    with open(PROGRAM, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    mark = lines.index(ENGINE_MARK)
+    assert lines.index("class AdminStore(Store):") > mark and lines.index("class Store(abc.ABC):") < mark
