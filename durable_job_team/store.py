@@ -568,7 +568,7 @@ class PgCheckpointRows(CheckpointRows):
 
     def __init__(self, journal: PgJournal, where: str, threads: list[str]):
         self.journal, self.where = journal, where
-        self.sealer = lambda: journal.sealer or (journal.sealer_of() if journal.sealer_of else None)  # for a sealed value
+        self.sealer = lambda: journal.sealer  # for a sealed value: the journal's, found when first needed
         self.latest_of: dict[str, tuple[str, dict]] = {}
         self.writes_of: dict[tuple[str, str], list] = {}
         if threads:
