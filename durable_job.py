@@ -5695,10 +5695,15 @@ class StateDirRunStore(Store):
                 then(journal)  # its Sealer is the one just made (sealer_of: self.sealer)
 
         parts: dict[str, Any] = {"principal": self.principal(), "secrets": self.secrets, "writes": writes, "sealer_of": self.sealer}
-        return SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first, parts), **parts)
+        journal = SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first, parts), **parts)
+        self.sealer(journal)  # read once a command, on this connection (the checkpoints' saver asks next: no other opened)
+        return journal
 
     def read_journal(self, unread: set | None = None) -> SqliteJournal | None:
-        return read_journal(job_path(self.root, EFFECTS_FILE), secrets=self.secrets, sealer_of=self.sealer, unread=unread)
+        journal = read_journal(job_path(self.root, EFFECTS_FILE), secrets=self.secrets, sealer_of=self.sealer, unread=unread)
+        if journal is not None:
+            self.sealer(journal)  # likewise: the checkpoint reader asks next
+        return journal
 
     sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
     pending: tuple | None = None  # a job being started with a key: (its Sealer, its wrapped data key), kept with its journal

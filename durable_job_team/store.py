@@ -1247,6 +1247,7 @@ class PgRunStore(Store):
         lock, for the job it locked (writer_of): `writes` are that job's already."""
         if self.writer is None:
             raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
+        self.sealer(self.writer)  # read once a command, on the writer's connection, before the run's first write
         return self.writer
 
     def read_journal(self, unread: set | None = None) -> PgJournal:
