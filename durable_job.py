@@ -3245,44 +3245,6 @@ def results_sha256(results, draft: dict | None = None) -> str:
 # 9. Journal: the schema of both dialects, one journal API, the call protocol
 ###############################################################################
 
-# The journal's four tables, written once: a state directory's migrations make them as they stand, a store's
-# add each row's job (job_id, part of every key). Migrations are numbered and append-only: a later change to a
-# table is a new migration (an ALTER TABLE), never an edit here.
-JOURNAL_TABLES = {
-    "calls": (
-        "operation_key TEXT {key}, base_key TEXT NOT NULL, attempt INTEGER NOT NULL, item_id TEXT NOT NULL, "
-        "input_sha256 TEXT NOT NULL, status TEXT NOT NULL, output_text TEXT, response_id TEXT, request_id TEXT, "
-        "usage_json TEXT, created_utc TEXT NOT NULL, updated_utc TEXT NOT NULL, reconciliation_json TEXT"
-    ),
-    "call_events": "id {serial}, operation_key TEXT NOT NULL, event TEXT NOT NULL, detail_json TEXT, at_utc TEXT NOT NULL",
-    "drafts": (
-        "version INTEGER {key}, item_id TEXT NOT NULL, results_json TEXT NOT NULL, results_sha256 TEXT NOT NULL, "
-        "reviewer TEXT NOT NULL, reason TEXT NOT NULL, change_json TEXT NOT NULL, created_utc TEXT NOT NULL"
-    ),
-    "outcomes": "kind TEXT {key}, record_json TEXT NOT NULL, created_utc TEXT NOT NULL",
-    # a person's decision, as the journal records it (LangGraph's state alone is never enough: workers write checkpoints)
-    "decisions": (
-        "kind TEXT {key} CHECK (kind = 'decision'), decision TEXT NOT NULL CHECK (decision IN ('accept', 'reject', 'hold')), reviewer TEXT NOT NULL, reason TEXT NOT NULL, record_json TEXT NOT NULL, "
-        "created_utc TEXT NOT NULL, principal TEXT NOT NULL"
-    ),
-    # the job's chained history: one link a recorded act, each binding the act's record and the link before it
-    "links": (
-        "seq INTEGER {key}, act TEXT NOT NULL, tbl TEXT NOT NULL, row_key TEXT NOT NULL, record_json TEXT NOT NULL, "
-        "prev_sha256 TEXT NOT NULL, link_sha256 TEXT NOT NULL, at_utc TEXT NOT NULL"
-    ),
-    # a run's refusal recorded on the job (a hold): who, when, the message and its fix, and the program that met it; one a job,
-    # replaced by the next, removed by the owner's resume or a release (not history: the links never bind it)
-    "holds": (
-        "kind TEXT {key} CHECK (kind = 'hold'), principal TEXT NOT NULL, at_utc TEXT NOT NULL, message TEXT NOT NULL, "
-        "fix TEXT NOT NULL, program TEXT NOT NULL"
-    ),
-    # notifications, written in the transaction of the act that causes each (add_notice) and delivered at least once
-    # by a sender (durable_job_team/notify.py), which marks one delivered only after every target took it
-    "outbox": (
-        "id TEXT {key}, event TEXT NOT NULL, payload_json TEXT NOT NULL, created_utc TEXT NOT NULL, "
-        "tries INTEGER NOT NULL DEFAULT 0, next_try_utc TEXT, delivered_utc TEXT, last_error TEXT"
-    ),
-}
 JOURNAL_KEYS = {
     "calls": "operation_key",
     "drafts": "version",
@@ -3292,38 +3254,83 @@ JOURNAL_KEYS = {
     "holds": "kind",
     "outbox": "id",
 }  # call_events: serial id
-RECORDED_TABLES = ("calls", "call_events", "drafts", "outcomes")  # a principal added to each (m005 / m003)
 
 
-def sqlite_table(name: str) -> str:
-    """CREATE TABLE of a journal table in a state directory's effects.sqlite."""
-    return f"CREATE TABLE {name} ({JOURNAL_TABLES[name].format(key='PRIMARY KEY', serial='INTEGER PRIMARY KEY AUTOINCREMENT')})"
-
-
-# A state directory's journal (effects.sqlite), as numbered, append-only migrations.
+# A state directory's journal (effects.sqlite): its schema as numbered, append-only SQLite migrations, in SQL. Released
+# text never changes (tests/test_house.py pins each one's sha256): a later change to a table is a new migration. A
+# store's schema is the same tables in PostgreSQL's dialect, each row naming its job: durable_job_team/migrations/*.sql.
 MIGRATIONS = [
-    ("m001_calls", f"{sqlite_table('calls')}; CREATE INDEX calls_base ON calls (base_key, attempt)"),
-    ("m002_call_events", sqlite_table("call_events")),
-    ("m003_drafts", sqlite_table("drafts")),
-    ("m004_outcomes", sqlite_table("outcomes")),
+    (
+        "m001_calls",
+        "CREATE TABLE calls (operation_key TEXT PRIMARY KEY, base_key TEXT NOT NULL, "
+        "attempt INTEGER NOT NULL, item_id TEXT NOT NULL, input_sha256 TEXT NOT NULL, status TEXT NOT NULL, "
+        "output_text TEXT, response_id TEXT, request_id TEXT, usage_json TEXT, created_utc TEXT NOT NULL, "
+        "updated_utc TEXT NOT NULL, reconciliation_json TEXT); "
+        "CREATE INDEX calls_base ON calls (base_key, attempt)",
+    ),
+    (
+        "m002_call_events",
+        "CREATE TABLE call_events (id INTEGER PRIMARY KEY AUTOINCREMENT, operation_key TEXT NOT NULL, "
+        "event TEXT NOT NULL, detail_json TEXT, at_utc TEXT NOT NULL)",
+    ),
+    (
+        "m003_drafts",
+        "CREATE TABLE drafts (version INTEGER PRIMARY KEY, item_id TEXT NOT NULL, "
+        "results_json TEXT NOT NULL, results_sha256 TEXT NOT NULL, reviewer TEXT NOT NULL, "
+        "reason TEXT NOT NULL, change_json TEXT NOT NULL, created_utc TEXT NOT NULL)",
+    ),
+    ("m004_outcomes", "CREATE TABLE outcomes (kind TEXT PRIMARY KEY, record_json TEXT NOT NULL, created_utc TEXT NOT NULL)"),
     # who did each act: the operating-system account that ran the command (empty in rows written before)
-    ("m005_principals", "; ".join(f"ALTER TABLE {t} ADD COLUMN principal TEXT" for t in RECORDED_TABLES)),
-    ("m006_decisions", sqlite_table("decisions")),
-    ("m007_links", sqlite_table("links")),
+    (
+        "m005_principals",
+        "ALTER TABLE calls ADD COLUMN principal TEXT; "
+        "ALTER TABLE call_events ADD COLUMN principal TEXT; "
+        "ALTER TABLE drafts ADD COLUMN principal TEXT; "
+        "ALTER TABLE outcomes ADD COLUMN principal TEXT",
+    ),
+    # a person's decision, as the journal records it (LangGraph's state alone is never enough: workers write checkpoints)
+    (
+        "m006_decisions",
+        "CREATE TABLE decisions (kind TEXT PRIMARY KEY CHECK (kind = 'decision'), "
+        "decision TEXT NOT NULL CHECK (decision IN ('accept', 'reject', 'hold')), reviewer TEXT NOT NULL, "
+        "reason TEXT NOT NULL, record_json TEXT NOT NULL, created_utc TEXT NOT NULL, principal TEXT NOT NULL)",
+    ),
+    # the job's chained history: one link a recorded act, each binding the act's record and the link before it
+    (
+        "m007_links",
+        "CREATE TABLE links (seq INTEGER PRIMARY KEY, act TEXT NOT NULL, tbl TEXT NOT NULL, "
+        "row_key TEXT NOT NULL, record_json TEXT NOT NULL, prev_sha256 TEXT NOT NULL, "
+        "link_sha256 TEXT NOT NULL, at_utc TEXT NOT NULL)",
+    ),
     # the passkeys the account registered on serve's page (not part of any job's history: verify never trusts them)
     (
         "m008_passkeys",
-        "CREATE TABLE passkeys (credential_id TEXT PRIMARY KEY, principal TEXT NOT NULL, public_key TEXT NOT NULL, "
-        "rp_id TEXT NOT NULL, origin TEXT NOT NULL, valid_after_utc TEXT NOT NULL, valid_before_utc TEXT, created_utc TEXT NOT NULL)",
+        "CREATE TABLE passkeys (credential_id TEXT PRIMARY KEY, principal TEXT NOT NULL, "
+        "public_key TEXT NOT NULL, rp_id TEXT NOT NULL, origin TEXT NOT NULL, valid_after_utc TEXT NOT NULL, "
+        "valid_before_utc TEXT, created_utc TEXT NOT NULL)",
     ),
-    ("m009_holds", sqlite_table("holds")),
-    ("m010_outbox", f"{sqlite_table('outbox')}; CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)"),
+    # a run's refusal recorded on the job (a hold): who, when, the message and its fix, and the program that met it; one a
+    # job, replaced by the next, removed by the owner's resume or a release (not history: the links never bind it)
+    (
+        "m009_holds",
+        "CREATE TABLE holds (kind TEXT PRIMARY KEY CHECK (kind = 'hold'), principal TEXT NOT NULL, "
+        "at_utc TEXT NOT NULL, message TEXT NOT NULL, fix TEXT NOT NULL, program TEXT NOT NULL)",
+    ),
+    # notifications, written in the transaction of the act that causes each (add_notice) and delivered at least once by a
+    # sender (durable_job_team/notify.py), which marks one delivered only after every target took it
+    (
+        "m010_outbox",
+        "CREATE TABLE outbox (id TEXT PRIMARY KEY, event TEXT NOT NULL, payload_json TEXT NOT NULL, "
+        "created_utc TEXT NOT NULL, tries INTEGER NOT NULL DEFAULT 0, next_try_utc TEXT, delivered_utc TEXT, "
+        "last_error TEXT); "
+        "CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)",
+    ),
     # a job sealed at rest: its data key, wrapped under the key-encryption key kek_id names (never the KEK itself);
     # a shred empties `wrapped` and says who and when (the row stays: the job was sealed, and is now unreadable)
     (
         "m011_data_keys",
-        "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), kek_id TEXT NOT NULL, wrapped TEXT, "
-        "created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
+        "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), "
+        "kek_id TEXT NOT NULL, wrapped TEXT, created_utc TEXT NOT NULL, shredded_utc TEXT, shredded_by TEXT)",
     ),
     # a notification its sender could not rebuild from the job's own rows, set aside (why) instead of stopping the others
     ("m012_outbox_set_aside", "ALTER TABLE outbox ADD COLUMN set_aside TEXT"),

@@ -144,6 +144,40 @@ def test_the_stores_released_migrations_never_change_and_no_python_file_holds_it
             assert sql not in text, f"{os.path.basename(path)} holds the store's SQL ({sql}): it belongs in a migration file"
 
 
+# A state directory's migrations as released (durable_job.py's MIGRATIONS, SQL text in SQLite's dialect): the same rule.
+RELEASED_SQLITE_MIGRATIONS = {
+    "m001_calls": "2a122b36e012167d0a9243dc51a9149b06e70012f4de78bfd1c698ea1f419d8c",
+    "m002_call_events": "40fbd2846b87058eb1d7a0e41e7dfcc4494032e7f1f2a04ae36e362931c77794",
+    "m003_drafts": "3c34848218723c9e6289f20c05568f418172ddf0612052187c727a20c6ab6243",
+    "m004_outcomes": "b0e43c47ed1f64be831cb31ce63897d732fea50c00c46867d8d3e9a874e61c78",
+    "m005_principals": "e9addc1221191b3aca316b26bce147ac93c9528625725ddee420d1e64f4abcb1",
+    "m006_decisions": "2374e501c57c9a845b1f705fe5a359dc4aa32cf667ab534385488ea0a2659bb2",
+    "m007_links": "a7d5e649885d0d25167467e39870fdff4e549a7e1aa9ed63b9f8918b17f43226",
+    "m008_passkeys": "ba6269ee7a660465c3ffd8693c28107e9113b59e6a07bcc7ec9db4cb11035259",
+    "m009_holds": "d0b2bd780e3e159565d8dc353366d1c2a2f56fd08fe43f79a2a7c4f1dd752cde",
+    "m010_outbox": "bca4ad79b78cbf0e54ed759c347f4828ba6a0d76e64aee7137bbeb5da1b50a6f",
+    "m011_data_keys": "86bcc12f15ff4c90f2259554b8fe5653b0b546907ef9a3686def7f012fb54bdd",
+    "m012_outbox_set_aside": "a0a7bb4390cabfb8f8a7db3a9be02a1acb57cd2f61d0be2a1a387ea07a5c2bd6",
+    "m013_passkey_counts": "efc1c39d39340672494b1c4655439bccc12546802100d52de1e87adb86388e00",
+}
+
+
+def test_the_state_directorys_released_migrations_never_change_and_are_plain_sql():
+    """Each is SQL as written (no Python builds it), applied in order, and its released text is pinned: a change to a
+    table is a new migration appended to MIGRATIONS."""
+    import durable_job as dj
+
+    names = [name for name, _ in dj.MIGRATIONS]
+    assert names == sorted(names) and names[: len(RELEASED_SQLITE_MIGRATIONS)] == list(RELEASED_SQLITE_MIGRATIONS)
+    for name, sql in dj.MIGRATIONS[: len(RELEASED_SQLITE_MIGRATIONS)]:
+        assert hashlib.sha256(sql.encode()).hexdigest() == RELEASED_SQLITE_MIGRATIONS[name], f"{name} was released: append a new one"
+    with open(PROGRAM, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    (listed,) = [n.value for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "MIGRATIONS"]
+    for entry in listed.elts:
+        assert all(isinstance(part, ast.Constant) for part in entry.elts), f"{ast.unparse(entry)[:60]}: write it as SQL text"
+
+
 def test_a_migration_file_is_split_into_statements_as_postgresql_reads_it():
 
     text = (
