@@ -3524,7 +3524,7 @@ class Journal(abc.ABC):
         opens: bool = True,
         unread: set | None = None,
     ):
-        """Made whole: nothing outside this class sets its collaborators (tests/test_engine.py walks the code for it)."""
+        """Made whole: nothing outside this class sets its collaborators (tests/test_built_whole.py walks the code for it)."""
         self.job_id = job_id
         self.principal = principal  # who acts: written beside each act (a store's database stamps its own over it)
         self.secrets = secrets or Secrets()  # what its writes leave out: its store's (a bare journal's: the API key)
