@@ -7074,7 +7074,12 @@ PAGE_VISIBLE = {c: v for c, v in TERMINAL_CONTROLS.items() if c not in (9, 10, 1
 
 
 class Html(str):
-    """Markup this section wrote, or text already escaped: what the page is made of."""
+    """Markup this section wrote, or text already escaped: what the page is made of. It speaks the `__html__` protocol
+    Jinja's autoescape and markupsafe share (durable_job_team's pages), so the page's one rule of escaping holds both
+    ways: a section placed in a template is not escaped again, and a template's markup given to h() is not either."""
+
+    def __html__(self) -> Html:
+        return self
 
 
 def escape_text(text) -> Html:
@@ -7092,16 +7097,23 @@ def escape(text) -> Html:
     return escape_text(text) if text.isascii() else Html(f"<bdi>{escape_text(text)}</bdi>")
 
 
+def as_html(value) -> Html:
+    """A piece of page as markup: Html (or any markup that speaks `__html__`) as it is, anything else escaped."""
+    if isinstance(value, Html):
+        return value
+    return Html(value.__html__()) if hasattr(value, "__html__") else escape(value)
+
+
 def h(template: str, *values) -> Html:
-    """The markup template with each value in its place, escaped (escape) unless it is Html already."""
-    return Html(template.format(*(v if isinstance(v, Html) else escape(v) for v in values)))
+    """The markup template with each value in its place, escaped (escape) unless it is markup already (as_html)."""
+    return Html(template.format(*(as_html(v) for v in values)))
 
 
 def hjoin(parts, separator: str = "") -> Html:
-    """Html pieces joined (each must be Html: text reaches the page only through h())."""
+    """Markup pieces joined (each must be markup: text reaches the page only through h() or a template)."""
     parts = list(parts)
-    assert all(isinstance(p, Html) for p in parts), "a page piece that is not Html"
-    return Html(separator.join(parts))
+    assert all(hasattr(p, "__html__") for p in parts), "a page piece that is not markup"
+    return Html(separator.join(p.__html__() for p in parts))
 
 
 def refuse_sealed_target(path: str, job: Job, store: Store) -> None:

@@ -620,9 +620,9 @@ def web_item_acts(site: WebSite, person: WebPerson, here: str, csrftoken: str, s
     """forms(item_id, result) for item_sections: a failed or edited item's retry and revise forms, at review only."""
     ways = {f["itemId"]: f for f in out.get("failedItems") or []}
 
-    def forms(item_id: str, result: dict) -> durable_job.Html:
+    def forms(item_id: str, result: dict) -> markupsafe.Markup:
         if out.get("phase") != "awaiting-review" or out.get("sealBroken") or not snap.store.may("tends", snap.job):
-            return durable_job.Html("")
+            return markupsafe.Markup("")
         cites = result.get("citations") or []
         html = site.pages.env.get_template("item_acts.html").render(
             item_id=item_id,
@@ -634,7 +634,7 @@ def web_item_acts(site: WebSite, person: WebPerson, here: str, csrftoken: str, s
             summary=result.get("summary") or "",
             citations=json.dumps(cites, ensure_ascii=False, indent=1) if cites else "",
         )
-        return durable_job.Html(markupsafe.Markup(html))
+        return markupsafe.Markup(html)
 
     return forms
 
@@ -665,7 +665,7 @@ def web_claim_checks(site: WebSite, snap: durable_job.Snapshot, out: dict, forms
             for n, cite in enumerate(result.get("citations") or [], 1)
         ]
         html = site.pages.env.get_template("claim_checks.html").render(item_id=item_id, claims=claims)
-        return durable_job.hjoin([acts, durable_job.Html(markupsafe.Markup(html))])
+        return durable_job.hjoin([acts, markupsafe.Markup(html)])
 
     return with_checks
 
@@ -1072,13 +1072,17 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
     order = durable_job.item_order(manifest or {}, snap.results)
     uncertain = uncertain_call(snap, out)
     return {
-        "answer": markupsafe.Markup(durable_job.answer_section(out.get("answer"), order, snap.results))
-        + markupsafe.Markup(web_draft_retry(site, person, here, csrftoken, snap, out, manifest))
-        + markupsafe.Markup(web_answer_checks(site, snap, out)),
-        "items": markupsafe.Markup(durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts))),
-        "history": markupsafe.Markup(durable_job.history_section(snap.store, out.get("drafts") or [])),
-        "journal": markupsafe.Markup(durable_job.journal_section(snap, journal_pending(uncertain))),
-        "decision": markupsafe.Markup(durable_job.decision_section(snap, out)) if snap.final or snap.cancel else "",
+        "answer": durable_job.hjoin(
+            [
+                durable_job.answer_section(out.get("answer"), order, snap.results),
+                markupsafe.Markup(web_draft_retry(site, person, here, csrftoken, snap, out, manifest)),
+                markupsafe.Markup(web_answer_checks(site, snap, out)),
+            ]
+        ),
+        "items": durable_job.hjoin(durable_job.item_sections(snap, manifest or {}, sources, acts)),
+        "history": durable_job.history_section(snap.store, out.get("drafts") or []),
+        "journal": durable_job.journal_section(snap, journal_pending(site, uncertain)),
+        "decision": durable_job.decision_section(snap, out) if snap.final or snap.cancel else "",
         "decide": list(durable_job.DECISIONS) if reviewable and snap.store.may("decides", snap.job) else [],
         "cancel": out["phase"] not in ("decided", "cancelled", "deciding")
         and not out.get("sealBroken")
@@ -1124,7 +1128,7 @@ def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
         "item": durable_job.WRITER_LABEL if row["item_id"] == durable_job.WRITER_ID else row["item_id"],
         "since": str(row["created_utc"])[:19].replace("T", " ") + " UTC",
         "endpoint": re.sub(r"^https?://", "", durable_job.call_endpoints(snap.journal).get(row["operation_key"]) or "unknown"),
-        "request_id": markupsafe.Markup(durable_job.long_id(row["operation_key"], keep=8)),  # sent as X-Client-Request-Id
+        "request_id": durable_job.long_id(row["operation_key"], keep=8),  # sent as X-Client-Request-Id
         "may": snap.store.may("tends", snap.job),
         "who": f"its owner {owner}" + (f" or its reviewers ({reviewers})" if reviewers else ""),
         "then": goes_on,
@@ -1132,16 +1136,11 @@ def uncertain_call(snap: durable_job.Snapshot, out: dict) -> dict | None:
     }
 
 
-def journal_pending(uncertain: dict | None):
-    """What the page's journal says of a pending call, in a few words (the terminal's review page gives the reconcile
-    command, whose 64-hex key a phone need not show): the call the box above explains is settled there."""
-
-    def said(row: dict) -> durable_job.Html:
-        if uncertain is not None and row["operation_key"] == uncertain["key"]:
-            return durable_job.Html("<br>Outcome unknown: <a href='#uncertain'>the box above</a> says how it is settled.")
-        return durable_job.Html("<br>Outcome not known yet: <code>status</code> at a terminal says what to do.")
-
-    return said
+def journal_pending(site: WebSite, uncertain: dict | None):
+    """What the page's journal says of a pending call, in a few words (journal_pending.html; the terminal's review page
+    gives the reconcile command, whose 64-hex key a phone need not show): the call the box above explains is settled there."""
+    said = site.pages.env.get_template("journal_pending.html")
+    return lambda row: markupsafe.Markup(said.render(boxed=uncertain is not None and row["operation_key"] == uncertain["key"]))
 
 
 async def job_page(site: WebSite, request: Request, person: WebPerson) -> Response:
@@ -1181,7 +1180,7 @@ async def job_page(site: WebSite, request: Request, person: WebPerson) -> Respon
         passkey_note=passkey_note,
         address=f"{request.url.scheme}://{request.url.netloc}{here}",  # the job's page, for another device (no --root token)
         kept=kept or {},
-        results_hash=markupsafe.Markup(durable_job.long_id(view["out"]["resultsSha256"])),
+        results_hash=durable_job.long_id(view["out"]["resultsSha256"]),
         **view["page"],
     )
 
