@@ -711,6 +711,7 @@ class PgLock:
     def __init__(self, store: PgStore, command: str):
         self.store, self.command = store, command
         self.conn = None
+        self.seal_lsn: str | None = None  # a start's: the WAL's end after its seal's commit, on disk before the lock ends
 
     def __enter__(self):
         store = self.store
@@ -740,12 +741,18 @@ class PgLock:
         store, writer = self.store, cast(PgJournal, self.store.writer)
         self.conn = conn = store.pooled("lock", holder_name(self.command))
         try:
-            conn.execute("BEGIN")
-            row = conn.execute(
-                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8 FROM durable_job.job_locks "
-                "WHERE job_id = %s FOR UPDATE NOWAIT",
-                (store.job_id,),
-            ).fetchone()
+            with conn.pipeline():  # one round trip: the lock, where the job's chain ends under it, and the WAL's end
+                conn.execute("BEGIN")
+                locked = conn.execute(
+                    "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8, "
+                    "pg_catalog.pg_current_wal_insert_lsn()::text AS lsn FROM durable_job.job_locks "
+                    "WHERE job_id = %s FOR UPDATE NOWAIT",
+                    (store.job_id,),
+                )
+                newest = conn.execute(
+                    "SELECT seq, link_sha256 FROM durable_job.links WHERE job_id = %s ORDER BY seq DESC LIMIT 1", (store.job_id,)
+                )
+            row, last = locked.fetchone(), newest.fetchone()
         except psycopg.errors.LockNotAvailable:
             raise BusyError(
                 f"Job {store.job_id} busy: another durable_job command{holder_words(store.holder(writer))} holds it in "
@@ -763,22 +770,41 @@ class PgLock:
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
         writer.lock_pid, writer.lock_xid8 = row["pid"], row["xid8"]
-        writer.forget()  # another writer may have added links since this one last wrote: read the chain afresh once
+        writer.forget()  # another writer may have added links since this one last wrote: the chain as read under the lock
+        writer.head = {"seq": 0, "sha256": GENESIS} if last is None else {"seq": int(last["seq"]), "sha256": last["link_sha256"]}
+        if self.command == "start":  # a start's seal committed without waiting for the disk (seal_job): where it ends
+            self.seal_lsn = row["lsn"]
         writer.pipelined()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc_info):
         store = self.store
         if store.writer is not None:
             store.writer.unpipelined()
         store.writer, store.locks = None, None
         conn, self.conn = self.conn, None
         if conn is not None:
+            sealing = self.seal_lsn is not None
             try:
                 conn.execute("ROLLBACK")  # ending the lock's transaction frees the row (closing the session would too)
-            except Exception:
+                self.flush_seal(conn)
+            except Exception as exc:
                 PgConnections.discard(conn)
+                if sealing and not any(exc_info):  # a start that ran well, its seal perhaps not on disk: not a success
+                    raise store.failure(exc) from None
                 return
             store.pool.give("lock", conn)
+
+    def flush_seal(self, conn) -> None:
+        """A start's seal on disk before the command ends. It committed without waiting (seal_job), so the first
+        synchronous commit after it (the first call's pending row, always before its request) flushed it with itself;
+        a start that committed none (nothing was claimed) commits an empty transaction that waits for the disk."""
+        if self.seal_lsn is None:
+            return
+        lsn, self.seal_lsn = self.seal_lsn, None
+        flushed = conn.execute("SELECT pg_catalog.pg_current_wal_flush_lsn() >= %s::pg_lsn AS done", (lsn,)).fetchone()
+        if not flushed["done"]:
+            with conn.transaction():
+                conn.execute("SELECT pg_catalog.pg_current_xact_id()")  # an id, so its commit is written and awaited
 
 
 class PgStore(Store):
@@ -1127,7 +1153,10 @@ class PgStore(Store):
         if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
+        lock = cast(PgLock, self.locks)
         with writer.transaction():
+            if lock.command == "start":  # flushed by the run's first synchronous commit, or by the lock's end (PgLock)
+                writer.send("SET LOCAL synchronous_commit TO off", [], [])
             # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
             # the session runs with standard_conforming_strings off, and the store would keep other bytes
             cursor = writer.conn.execute(
@@ -1172,7 +1201,7 @@ class PgStore(Store):
             "reviewers": reviewers,
             "me": writer.principal,
         }
-        cast(PgLock, self.locks).take()
+        lock.take()
         return job
 
     # -- the writers' lock -----------------------------------------------------
