@@ -1351,6 +1351,8 @@ class PgStore(Store):
         try:
             with contextlib.ExitStack() as self.checkpoint_modes:
                 yield conn
+        except need_psycopg().Error as exc:  # a saver's last writes, sent as its pipeline ends (checkpointer), refused
+            raise self.journal().failed(exc) from None
         finally:
             self.checkpoint_modes = None
             self.pool.give(kind, conn)
@@ -1372,24 +1374,35 @@ class PgStore(Store):
 
         class LockedSaver(PostgresSaver):
             fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
+            deferring = False  # under fencing: a task's writes, queued to go out with the checkpoint that follows them
 
-            def checked(self, write, *a, **kw):
+            def checked(self, write, *a, deferred: bool = False, **kw):
                 journal = store.journal()
                 if self.pipe is None:
                     journal.began()  # refused outside the lock, and once the lock's connection is gone
                     return write(*a, **kw)
                 with self.fencing:
+                    self.deferring = deferred
                     try:
                         conn.execute(LOCK_CHECK, journal.lock_check())
                         return write(*a, **kw)
                     except need_psycopg().Error as exc:
                         raise journal.failed(exc) from None
+                    finally:
+                        self.deferring = False
+
+            @contextlib.contextmanager
+            def _cursor(self, *, pipeline: bool = False):
+                with super()._cursor(pipeline=pipeline and not self.deferring) as cur:
+                    yield cur
 
             def put(self, *a, **kw):
                 return self.checked(super().put, *a, **kw)
 
             def put_writes(self, *a, **kw):
-                return self.checked(super().put_writes, *a, **kw)
+                """Queued, not awaited: a step's writes go out with its checkpoint's put (or any read, or the pipeline's
+                end), in that round trip's one implicit transaction, behind this write's own lock check."""
+                return self.checked(super().put_writes, *a, deferred=True, **kw)
 
         return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.sealer()))
 
