@@ -645,8 +645,9 @@ class PgConnections:
     for each kind, not once a job. Kinds: "work" (the reads and the journal's writes), "lock" (the job's lock, its
     transaction ended before it comes back), "checkpoints" and "checkpoints unsynced" (LangGraph's saver).
 
-    A connection comes back only when it is idle and unbroken, and is pinged before it is used again: after the
-    database restarts, the next command logs in anew. Each kind has at most one idle connection (a second given back
+    A connection comes back only when it is idle and unbroken, and is pinged before it is used again when the server
+    sent it anything meanwhile (heard_from), or renamed (one round trip either way): after the database restarts, or
+    ends the session, the next command logs in anew. Each kind has at most one idle connection (a second given back
     is closed); a caller always has the one it took to itself.
     """
 
@@ -664,13 +665,22 @@ class PgConnections:
             return None
         try:
             if conn.info.parameter_status("application_name") == name.encode():
-                conn.execute("SELECT 1")
+                if self.heard_from(conn):  # else nothing came while it was idle: it answers as it did (no round trip)
+                    conn.execute("SELECT 1")
             else:
                 conn.execute("SELECT pg_catalog.set_config('application_name', %s, false)", (name,))
             return conn
         except Exception:
             self.discard(conn)
             return None
+
+    @staticmethod
+    def heard_from(conn) -> bool:
+        """Whether the server sent anything to an idle connection: a server that stopped or ended the session (restart,
+        pg_terminate_backend) says so and closes it, which a ping then finds; a session nobody ended sends nothing."""
+        import select
+
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
 
     def give(self, kind: str, conn) -> None:
         """Keep a connection a caller is done with (closed instead when it is broken or inside a transaction)."""
@@ -1387,9 +1397,19 @@ class PgStore(Store):
                         conn.execute(LOCK_CHECK, journal.lock_check())
                         return write(*a, **kw)
                     except need_psycopg().Error as exc:
+                        if isinstance(exc, need_psycopg().errors.PipelineAborted):  # a queued write's refusal came first
+                            self.recheck(journal)
                         raise journal.failed(exc) from None
                     finally:
                         self.deferring = False
+
+            def recheck(self, journal: PgJournal) -> None:
+                """The lock's check alone, after a queued write's statement failed unseen: the lost lock named as such."""
+                try:
+                    conn.execute(LOCK_CHECK, journal.lock_check())
+                    cast(Any, self.pipe).sync()
+                except need_psycopg().Error as exc:
+                    raise journal.failed(exc) from None
 
             @contextlib.contextmanager
             def _cursor(self, *, pipeline: bool = False):
