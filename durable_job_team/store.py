@@ -550,6 +550,17 @@ class PgJournal(Journal):
             self.conn.close()
 
 
+def flush_queued(pipe, exc_type, exc, tb) -> bool:
+    """A saver's queued writes (put_writes) sent as its pipeline ends: refused, raised when the run ended well; when it
+    failed, that failure is the one told (the queued writes, behind their lock's check, are aborted with it)."""
+    try:
+        pipe.sync()
+    except need_psycopg().Error:
+        if exc_type is None:
+            raise
+    return False
+
+
 class PgCheckpointRows(CheckpointRows):
     """PostgresSaver's tables in a store, read for one thread or many at once (three queries, whatever their number).
 
@@ -807,10 +818,11 @@ class PgLock:
     def flush_seal(self, conn) -> None:
         """A start's seal on disk before the command ends. It committed without waiting (seal_job), so the first
         synchronous commit after it (the first call's pending row, always before its request) flushed it with itself;
-        a start that committed none (nothing was claimed) commits an empty transaction that waits for the disk."""
-        if self.seal_lsn is None:
-            return
+        so the lock's end asks where the disk stands (one round trip), and, short of the seal (a start that committed no
+        call), commits an empty transaction that waits for it."""
         lsn, self.seal_lsn = self.seal_lsn, None
+        if lsn is None:
+            return
         flushed = conn.execute("SELECT pg_catalog.pg_current_wal_flush_lsn() >= %s::pg_lsn AS done", (lsn,)).fetchone()
         if not flushed["done"]:
             with conn.transaction():
@@ -1381,6 +1393,8 @@ class PgStore(Store):
         store = self
         modes = self.checkpoint_modes
         pipe = modes.enter_context(conn.pipeline()) if modes is not None else None
+        if modes is not None:
+            modes.push(functools.partial(flush_queued, cast(Any, pipe)))  # before the pipeline ends: its last writes
 
         class LockedSaver(PostgresSaver):
             fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
