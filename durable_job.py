@@ -6062,6 +6062,7 @@ def item_step(state, runtime) -> dict:
     reviewed = awaiting_review if last and not drafts(ctx.manifest) else None  # the last item's link: to review (or the writer's)
 
     linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
+    checked: dict[str, dict] = {}  # the answer `validated` checked → its result (a pure function of both: not again)
 
     def validated(journal: Journal, key: str, output_text: str) -> None:
         """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
@@ -6071,11 +6072,12 @@ def item_step(state, runtime) -> dict:
         except Exception:
             return
         link_result(journal, result, reviewed)
+        checked[output_text] = result
         linked.append(result)  # complete_call returns only once its transaction, this link in it, has committed
 
     try:
         raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
-        result = check_proposal(raw, item, source, **rules)
+        result = checked[raw] if raw in checked else check_proposal(raw, item, source, **rules)
     except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
         result = unanswered(item, exc)
     if linked != [result]:
