@@ -761,6 +761,7 @@ class PgLock:
 
         store, writer = self.store, cast(PgJournal, self.store.writer)
         self.conn = conn = store.pooled("lock", holder_name(self.command))
+        conn.prepare_threshold = None  # nothing prepared, so its ROLLBACK needs no DEALLOCATE ALL after it (a round trip)
         try:
             with conn.pipeline():  # one round trip: the lock, where the job's chain ends under it, and the WAL's end
                 conn.execute("BEGIN")
