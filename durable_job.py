@@ -3638,6 +3638,11 @@ class Journal(abc.ABC):
         None: this journal keeps no limits (a state directory's come from the environment: environment_slot)."""
         return None
 
+    def slot_taken(self, endpoint: str, model: str, tokens: int) -> tuple[str, dict] | None:
+        """store_slot as an expression of a statement (its template, its values), for a read to take the slot with it;
+        None: this journal keeps no limits."""
+        return None
+
     def has_table(self, name: str) -> bool:
         return True
 
@@ -4103,15 +4108,19 @@ def latest_attempt(journal: Journal, base: str) -> CallRow | None:
     )
 
 
-def attempts_so_far(journal: Journal, base: str) -> tuple[CallRow | None, int]:
-    """The latest attempt of this work (None before the first) and how many calls the job holds, in one statement."""
+def attempts_so_far(journal: Journal, base: str, slot: tuple[str, dict] | None = None) -> tuple[CallRow | None, int, float | None]:
+    """The latest attempt of this work (None before the first) and how many calls the job holds, in one statement;
+    `slot`: a store's slot expression for this work's first attempt (Journal.slot_taken), taken in that statement when
+    the work has no attempt yet (the seconds to wait, 0 when taken), else None."""
+    extra, params = (f", CASE WHEN c.operation_key IS NULL THEN {slot[0]} END AS slot_wait", slot[1]) if slot else ("", {})
     found = journal.rows(
-        "SELECT n.calls_held, c.* FROM (SELECT count(*) AS calls_held FROM {calls}{where}) n LEFT JOIN "
+        "SELECT n.calls_held, c.*" + extra + " FROM (SELECT count(*) AS calls_held FROM {calls}{where}) n LEFT JOIN "
         "(SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1) c ON 1 = 1",
         base=base,
+        **params,
     )[0]
-    used = int(found.pop("calls_held"))
-    return (cast("CallRow", found) if found["operation_key"] is not None else None), used
+    used, wait = int(found.pop("calls_held")), found.pop("slot_wait", None)
+    return (cast("CallRow", found) if found["operation_key"] is not None else None), used, None if wait is None else float(wait)
 
 
 def find_call(journal: Journal, key: str) -> CallRow | None:
@@ -4261,8 +4270,14 @@ def claim_attempt(
     instructions = instructions or instructions_for(manifest)
     base = base_key(job, item, prompt, instructions)
     digest = input_sha256(job, prompt, instructions)
+    tokens = token_bound(prompt, instructions)
+    # a first attempt of a job that is no fork, not a retry, claims its call or raises (its transaction rolled back):
+    # its slot is taken with the read that finds it first (Journal.slot_taken), the read's round trip
+    first = retry is None and not job.get("forkedFrom") and job.get("mode") == "openai"
     with journal.transaction():
-        row, used = attempts_so_far(journal, base)
+        row, used, seconds = attempts_so_far(
+            journal, base, journal.slot_taken(provider_endpoint(job), job.get("model") or "", tokens) if first else None
+        )
         if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         reused = reuse_answer(journal, job, item, prompt, instructions, base, digest) if row is None and retry is None else None
@@ -4281,8 +4296,7 @@ def claim_attempt(
             )
         if used >= manifest["maxModelCalls"]:
             raise BudgetError(f"the journal already holds {counted(used, 'call')}, the job's maxModelCalls; nothing more is sent")
-        tokens = token_bound(prompt, instructions)
-        seconds = slot_wait(journal, job, tokens)
+        seconds = slot_wait(journal, job, tokens) if seconds is None else seconds
         if seconds > 0:
             return "wait", seconds  # nothing pending is written; a store's slot_waits row commits (who waits, since when)
         key = f"{base}:{attempt}"

@@ -458,6 +458,11 @@ class PgJournal(Journal):
         )
         return float(row["wait"]) if row is not None else 0.0
 
+    def slot_taken(self, endpoint: str, model: str, tokens: int) -> tuple[str, dict]:
+        """store_slot's take_slot, as an expression a read evaluates (attempts_so_far: no round trip of its own)."""
+        values = {"slot_endpoint": endpoint, "slot_model": model, "slot_tokens": tokens}
+        return "durable_job.take_slot({p.slot_endpoint}, {p.slot_model}, {p.slot_tokens}, {p.job_id})", values
+
     def for_job(self, job_id: str) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection)."""
         return PgJournal(self.conn, job_id, self.on_error, owns=False, secrets=self.secrets)
