@@ -399,6 +399,8 @@ class PgJournal(Journal):
     """
 
     dialect = PSYCOPG
+    writing = False  # a writer's open transaction has queued a write (send)
+    wrote = False  # and one such transaction has committed (a start's since its seal: see PgLock.flush_seal)
 
     def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, principal: str = "", secrets: Secrets | None = None):
         super().__init__(job_id, principal, secrets)
@@ -485,6 +487,8 @@ class PgJournal(Journal):
             self.conn.execute(sql, dict(zip(names, values)) if names else None)
         except Exception as exc:
             raise self.failed(exc) from None
+        if sql != "BEGIN" and sql != LOCK_CHECK:
+            self.writing = True
 
     def change_one(self, template: str, **params) -> None:
         """Pipelined, sent as CHANGED_ONE: its count is checked where it runs, and a failure comes with the next answer."""
@@ -496,11 +500,13 @@ class PgJournal(Journal):
 
     def commit(self) -> None:
         """COMMIT, or (a queued statement failed: the transaction is aborted) ROLLBACK and the failure raised."""
+        writing, self.writing = self.writing, False
         try:
             self.execute("COMMIT", [], [])
         except BaseException:
             self.rollback()
             raise
+        self.wrote = self.wrote or writing
 
     def rollback(self) -> None:
         """ROLLBACK; when pipelined, a queued statement's failure (already the act's reason to roll back) is let go.
@@ -800,13 +806,15 @@ class PgLock:
         writer.forget()  # another writer may have added links since this one last wrote: the chain as read under the lock
         writer.head = {"seq": 0, "sha256": GENESIS} if last is None else {"seq": int(last["seq"]), "sha256": last["link_sha256"]}
         if self.command == "start":  # a start's seal committed without waiting for the disk (seal_job): where it ends
-            self.seal_lsn = row["lsn"]
+            self.seal_lsn, writer.wrote = row["lsn"], False
         writer.pipelined()
 
     def __exit__(self, *exc_info):
         store = self.store
         if store.writer is not None:
             store.writer.unpipelined()
+            if store.writer.wrote:  # a write committed after the seal, waiting for the disk: the seal is on it too
+                self.seal_lsn = None
         store.writer, store.locks = None, None
         conn, self.conn = self.conn, None
         if conn is not None:
@@ -823,9 +831,9 @@ class PgLock:
 
     def flush_seal(self, conn) -> None:
         """A start's seal on disk before the command ends. It committed without waiting (seal_job), so the first
-        synchronous commit after it (the first call's pending row, always before its request) flushed it with itself;
-        so the lock's end asks where the disk stands (one round trip), and, short of the seal (a start that committed no
-        call), commits an empty transaction that waits for it."""
+        synchronous commit of a write after it (the first call's pending row, always before its request) flushed it
+        with itself (the WAL is written in order); a start whose writer committed no write since asks where the disk
+        stands (one round trip), and, short of the seal, commits an empty transaction that waits for it."""
         lsn, self.seal_lsn = self.seal_lsn, None
         if lsn is None:
             return
