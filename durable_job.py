@@ -3678,6 +3678,11 @@ class Journal(abc.ABC):
         None: this journal keeps no limits (a state directory's come from the environment: environment_slot)."""
         return None
 
+    def slot_taken(self, endpoint: str, model: str, tokens: int) -> tuple[str, dict] | None:
+        """store_slot as an expression of a statement (its template, its values), for a read to take the slot with it;
+        None: this journal keeps no limits."""
+        return None
+
     def has_table(self, name: str) -> bool:
         return True
 
@@ -4153,15 +4158,19 @@ def latest_attempt(journal: Journal, base: str) -> CallRow | None:
     )
 
 
-def attempts_so_far(journal: Journal, base: str) -> tuple[CallRow | None, int]:
-    """The latest attempt of this work (None before the first) and how many calls the job holds, in one statement."""
+def attempts_so_far(journal: Journal, base: str, slot: tuple[str, dict] | None = None) -> tuple[CallRow | None, int, float | None]:
+    """The latest attempt of this work (None before the first) and how many calls the job holds, in one statement;
+    `slot`: a store's slot expression for this work's first attempt (Journal.slot_taken), taken in that statement when
+    the work has no attempt yet (the seconds to wait, 0 when taken), else None."""
+    extra, params = (f", CASE WHEN c.operation_key IS NULL THEN {slot[0]} END AS slot_wait", slot[1]) if slot else ("", {})
     found = journal.rows(
-        "SELECT n.calls_held, c.* FROM (SELECT count(*) AS calls_held FROM {calls}{where}) n LEFT JOIN "
+        "SELECT n.calls_held, c.*" + extra + " FROM (SELECT count(*) AS calls_held FROM {calls}{where}) n LEFT JOIN "
         "(SELECT * FROM {calls} WHERE {scope}base_key = {p.base} ORDER BY attempt DESC LIMIT 1) c ON 1 = 1",
         base=base,
+        **params,
     )[0]
-    used = int(found.pop("calls_held"))
-    return (cast("CallRow", found) if found["operation_key"] is not None else None), used
+    used, wait = int(found.pop("calls_held")), found.pop("slot_wait", None)
+    return (cast("CallRow", found) if found["operation_key"] is not None else None), used, None if wait is None else float(wait)
 
 
 def find_call(journal: Journal, key: str) -> CallRow | None:
@@ -4311,8 +4320,14 @@ def claim_attempt(
     instructions = instructions or instructions_for(manifest)
     base = base_key(job, item, prompt, instructions)
     digest = input_sha256(job, prompt, instructions)
+    tokens = token_bound(prompt, instructions)
+    # a first attempt of a job that is no fork, not a retry, claims its call or raises (its transaction rolled back):
+    # its slot is taken with the read that finds it first (Journal.slot_taken), the read's round trip
+    first = retry is None and not job.get("forkedFrom") and job.get("mode") == "openai"
     with journal.transaction():
-        row, used = attempts_so_far(journal, base)
+        row, used, seconds = attempts_so_far(
+            journal, base, journal.slot_taken(provider_endpoint(job), job.get("model") or "", tokens) if first else None
+        )
         if row is not None and row["status"] == "completed" and retry is None:
             return "reuse", row["output_text"]
         reused = reuse_answer(journal, job, item, prompt, instructions, base, digest) if row is None and retry is None else None
@@ -4331,8 +4346,7 @@ def claim_attempt(
             )
         if used >= manifest["maxModelCalls"]:
             raise BudgetError(f"the journal already holds {counted(used, 'call')}, the job's maxModelCalls; nothing more is sent")
-        tokens = token_bound(prompt, instructions)
-        seconds = slot_wait(journal, job, tokens)
+        seconds = slot_wait(journal, job, tokens) if seconds is None else seconds
         if seconds > 0:
             return "wait", seconds  # nothing pending is written; a store's slot_waits row commits (who waits, since when)
         key = f"{base}:{attempt}"
@@ -6004,6 +6018,7 @@ def item_step(state, runtime) -> dict:
     reviewed = awaiting_review if last and not drafts(ctx.manifest) else None  # the last item's link: to review (or the writer's)
 
     linked: list[dict] = []  # the result `validated` linked with its answer, once that commit is made
+    checked: dict[str, dict] = {}  # the answer `validated` checked → its result (a pure function of both: not again)
 
     def validated(journal: Journal, key: str, output_text: str) -> None:
         """In the completed row's transaction: the answer's result, linked (one commit for both). Validation never
@@ -6013,11 +6028,12 @@ def item_step(state, runtime) -> dict:
         except Exception:
             return
         link_result(journal, result, reviewed)
+        checked[output_text] = result
         linked.append(result)  # complete_call returns only once its transaction, this link in it, has committed
 
     try:
         raw = call_or_hold(ctx, ctx.journal, item, prompt, say, on_complete=validated)
-        result = check_proposal(raw, item, source, **rules)
+        result = checked[raw] if raw in checked else check_proposal(raw, item, source, **rules)
     except BudgetError as exc:  # no call allowed: the item goes to review as failed, not a dead end
         result = unanswered(item, exc)
     if linked != [result]:

@@ -400,6 +400,8 @@ class PgJournal(Journal):
     """
 
     dialect = PSYCOPG
+    writing = False  # a writer's open transaction has queued a write (send)
+    wrote = False  # and one such transaction has committed (a start's since its seal: see PgLock.flush_seal)
 
     def __init__(self, conn, job_id: str, on_error, *, owns: bool = True, **parts):
         super().__init__(job_id, **parts)
@@ -459,6 +461,11 @@ class PgJournal(Journal):
         )
         return float(row["wait"]) if row is not None else 0.0
 
+    def slot_taken(self, endpoint: str, model: str, tokens: int) -> tuple[str, dict]:
+        """store_slot's take_slot, as an expression a read evaluates (attempts_so_far: no round trip of its own)."""
+        values = {"slot_endpoint": endpoint, "slot_model": model, "slot_tokens": tokens}
+        return "durable_job.take_slot({p.slot_endpoint}, {p.slot_model}, {p.slot_tokens}, {p.job_id})", values
+
     def for_job(self, job_id: str, **parts) -> PgJournal:
         """The same connection, scoped to another job (a listing reads every job on one connection), made with `parts`
         (Journal's: its secrets are this one's)."""
@@ -482,6 +489,8 @@ class PgJournal(Journal):
             self.conn.execute(sql, dict(zip(names, values)) if names else None)
         except Exception as exc:
             raise self.failed(exc) from None
+        if sql != "BEGIN" and sql != LOCK_CHECK:
+            self.writing = True
 
     def change_one(self, template: str, **params) -> None:
         """Pipelined, sent as CHANGED_ONE: its count is checked where it runs, and a failure comes with the next answer."""
@@ -493,11 +502,13 @@ class PgJournal(Journal):
 
     def commit(self) -> None:
         """COMMIT, or (a queued statement failed: the transaction is aborted) ROLLBACK and the failure raised."""
+        writing, self.writing = self.writing, False
         try:
             self.execute("COMMIT", [], [])
         except BaseException:
             self.rollback()
             raise
+        self.wrote = self.wrote or writing
 
     def rollback(self) -> None:
         """ROLLBACK; when pipelined, a queued statement's failure (already the act's reason to roll back) is let go.
@@ -519,12 +530,16 @@ class PgJournal(Journal):
         except Exception as exc:
             raise self.failed(exc) from None
 
-    def locked(self, pid: int, xid8: str) -> None:
+    def locked(self, pid: int, xid8: str, head: dict, *, since_seal: bool = False) -> None:
         """The job's lock taken (PgLock.take): by backend `pid`'s transaction `xid8`, which each of this writer's
-        transactions checks first; the chain read afresh once (another writer may have added links since this one
-        last wrote); this connection pipelined from here."""
+        transactions checks first; the chain's `head` as read under the lock (another writer may have added links since
+        this one last wrote); `since_seal`: a start's, whose seal did not wait for the disk, counts its writes from
+        here (PgLock.flush_seal); this connection pipelined from here."""
         self.lock_pid, self.lock_xid8 = pid, xid8
         self.forget()
+        self.keep_head(head)
+        if since_seal:
+            self.wrote = False
         self.pipelined()
 
     def pipelined(self) -> None:
@@ -558,6 +573,17 @@ class PgJournal(Journal):
     def close(self) -> None:
         if self.owns:
             self.conn.close()
+
+
+def flush_queued(pipe, exc_type, exc, tb) -> bool:
+    """A saver's queued writes (put_writes) sent as its pipeline ends: refused, raised when the run ended well; when it
+    failed, that failure is the one told (the queued writes, behind their lock's check, are aborted with it)."""
+    try:
+        pipe.sync()
+    except need_psycopg().Error:
+        if exc_type is None:
+            raise
+    return False
 
 
 class PgCheckpointRows(CheckpointRows):
@@ -655,8 +681,9 @@ class PgConnections:
     for each kind, not once a job. Kinds: "work" (the reads and the journal's writes), "lock" (the job's lock, its
     transaction ended before it comes back), "checkpoints" and "checkpoints unsynced" (LangGraph's saver).
 
-    A connection comes back only when it is idle and unbroken, and is pinged before it is used again: after the
-    database restarts, the next command logs in anew. Each kind has at most one idle connection (a second given back
+    A connection comes back only when it is idle and unbroken, and is pinged before it is used again when the server
+    sent it anything meanwhile (heard_from), or renamed (one round trip either way): after the database restarts, or
+    ends the session, the next command logs in anew. Each kind has at most one idle connection (a second given back
     is closed); a caller always has the one it took to itself.
     """
 
@@ -674,13 +701,22 @@ class PgConnections:
             return None
         try:
             if conn.info.parameter_status("application_name") == name.encode():
-                conn.execute("SELECT 1")
+                if self.heard_from(conn):  # else nothing came while it was idle: it answers as it did (no round trip)
+                    conn.execute("SELECT 1")
             else:
                 conn.execute("SELECT pg_catalog.set_config('application_name', %s, false)", (name,))
             return conn
         except Exception:
             self.discard(conn)
             return None
+
+    @staticmethod
+    def heard_from(conn) -> bool:
+        """Whether the server sent anything to an idle connection: a server that stopped or ended the session (restart,
+        pg_terminate_backend) says so and closes it, which a ping then finds; a session nobody ended sends nothing."""
+        import select
+
+        return bool(select.select([conn.fileno()], [], [], 0)[0])
 
     def give(self, kind: str, conn) -> None:
         """Keep a connection a caller is done with (closed instead when it is broken or inside a transaction)."""
@@ -721,6 +757,7 @@ class PgLock:
     def __init__(self, store: PgRunStore, command: str):
         self.store, self.command = store, command
         self.conn = None
+        self.seal_lsn: str | None = None  # a start's: the WAL's end after its seal's commit, on disk before the lock ends
 
     def __enter__(self):
         store = self.store
@@ -750,13 +787,20 @@ class PgLock:
 
         store, writer = self.store, cast(PgJournal, self.store.writer)
         self.conn = conn = store.pooled("lock", holder_name(self.command))
+        conn.prepare_threshold = None  # nothing prepared, so its ROLLBACK needs no DEALLOCATE ALL after it (a round trip)
         try:
-            conn.execute("BEGIN")
-            row = conn.execute(
-                "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8 FROM durable_job.job_locks "
-                "WHERE job_id = %s FOR UPDATE NOWAIT",
-                (store.job_id,),
-            ).fetchone()
+            with conn.pipeline():  # one round trip: the lock, where the job's chain ends under it, and the WAL's end
+                conn.execute("BEGIN")
+                locked = conn.execute(
+                    "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8, "
+                    "pg_catalog.pg_current_wal_insert_lsn()::text AS lsn FROM durable_job.job_locks "
+                    "WHERE job_id = %s FOR UPDATE NOWAIT",
+                    (store.job_id,),
+                )
+                newest = conn.execute(
+                    "SELECT seq, link_sha256 FROM durable_job.links WHERE job_id = %s ORDER BY seq DESC LIMIT 1", (store.job_id,)
+                )
+            row, last = locked.fetchone(), newest.fetchone()
         except psycopg.errors.LockNotAvailable:
             raise BusyError(
                 f"Job {store.job_id} busy: another durable_job command{holder_words(store.holder(writer))} holds it in "
@@ -773,21 +817,43 @@ class PgLock:
             raise StateError(
                 f"Job {store.job_id} in {store.public} has no lock row; run `{command_line(store.program, 'migrate', ['--store', store.public])}`"
             )
-        writer.locked(row["pid"], row["xid8"])
+        head = {"seq": 0, "sha256": GENESIS} if last is None else {"seq": int(last["seq"]), "sha256": last["link_sha256"]}
+        writer.locked(row["pid"], row["xid8"], head, since_seal=self.command == "start")
+        if self.command == "start":  # a start's seal committed without waiting for the disk (seal_job): where it ends
+            self.seal_lsn = row["lsn"]
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc_info):
         store = self.store
         if store.writer is not None:
             store.writer.unpipelined()
+            if store.writer.wrote:  # a write committed after the seal, waiting for the disk: the seal is on it too
+                self.seal_lsn = None
         store.writer, store.locks = None, None
         conn, self.conn = self.conn, None
         if conn is not None:
+            sealing = self.seal_lsn is not None
             try:
                 conn.execute("ROLLBACK")  # ending the lock's transaction frees the row (closing the session would too)
-            except Exception:
+                self.flush_seal(conn)
+            except Exception as exc:
                 PgConnections.discard(conn)
+                if sealing and not any(exc_info):  # a start that ran well, its seal perhaps not on disk: not a success
+                    raise store.failure(exc) from None
                 return
             store.pool.give("lock", conn)
+
+    def flush_seal(self, conn) -> None:
+        """A start's seal on disk before the command ends. It committed without waiting (seal_job), so the first
+        synchronous commit of a write after it (the first call's pending row, always before its request) flushed it
+        with itself (the WAL is written in order); a start whose writer committed no write since asks where the disk
+        stands (one round trip), and, short of the seal, commits an empty transaction that waits for it."""
+        lsn, self.seal_lsn = self.seal_lsn, None
+        if lsn is None:
+            return
+        flushed = conn.execute("SELECT pg_catalog.pg_current_wal_flush_lsn() >= %s::pg_lsn AS done", (lsn,)).fetchone()
+        if not flushed["done"]:
+            with conn.transaction():
+                conn.execute("SELECT pg_catalog.pg_current_xact_id()")  # an id, so its commit is written and awaited
 
 
 class PgRunStore(Store):
@@ -1142,7 +1208,10 @@ class PgRunStore(Store):
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         writer = self.writer = self.writer_of(job)  # the job's own writer, its links and notifications: its chain begins here
         writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
+        lock = cast(PgLock, self.locks)
         with writer.transaction():
+            if lock.command == "start":  # flushed by the run's first synchronous commit, or by the lock's end (PgLock)
+                writer.send("SET LOCAL synchronous_commit TO off", [], [])
             # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
             # the session runs with standard_conforming_strings off, and the store would keep other bytes
             cursor = writer.conn.execute(
@@ -1185,7 +1254,7 @@ class PgRunStore(Store):
             "reviewers": reviewers,
             "me": writer.principal,
         }
-        cast(PgLock, self.locks).take()
+        lock.take()
         return job
 
     # -- the writers' lock -----------------------------------------------------
@@ -1330,6 +1399,8 @@ class PgRunStore(Store):
         try:
             with contextlib.ExitStack() as self.checkpoint_modes:
                 yield conn
+        except need_psycopg().Error as exc:  # a saver's last writes, sent as its pipeline ends (checkpointer), refused
+            raise self.journal().failed(exc) from None
         finally:
             self.checkpoint_modes = None
             self.pool.give(kind, conn)
@@ -1348,27 +1419,50 @@ class PgRunStore(Store):
         store = self
         modes = self.checkpoint_modes
         pipe = modes.enter_context(conn.pipeline()) if modes is not None else None
+        if modes is not None:
+            modes.push(functools.partial(flush_queued, cast(Any, pipe)))  # before the pipeline ends: its last writes
 
         class LockedSaver(PostgresSaver):
             fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
+            deferring = False  # under fencing: a task's writes, queued to go out with the checkpoint that follows them
 
-            def checked(self, write, *a, **kw):
+            def checked(self, write, *a, deferred: bool = False, **kw):
                 journal = store.journal()
                 if self.pipe is None:
                     journal.began()  # refused outside the lock, and once the lock's connection is gone
                     return write(*a, **kw)
                 with self.fencing:
+                    self.deferring = deferred
                     try:
                         conn.execute(LOCK_CHECK, journal.lock_check())
                         return write(*a, **kw)
                     except need_psycopg().Error as exc:
+                        if isinstance(exc, need_psycopg().errors.PipelineAborted):  # a queued write's refusal came first
+                            self.recheck(journal)
                         raise journal.failed(exc) from None
+                    finally:
+                        self.deferring = False
+
+            def recheck(self, journal: PgJournal) -> None:
+                """The lock's check alone, after a queued write's statement failed unseen: the lost lock named as such."""
+                try:
+                    conn.execute(LOCK_CHECK, journal.lock_check())
+                    cast(Any, self.pipe).sync()
+                except need_psycopg().Error as exc:
+                    raise journal.failed(exc) from None
+
+            @contextlib.contextmanager
+            def _cursor(self, *, pipeline: bool = False):
+                with super()._cursor(pipeline=pipeline and not self.deferring) as cur:
+                    yield cur
 
             def put(self, *a, **kw):
                 return self.checked(super().put, *a, **kw)
 
             def put_writes(self, *a, **kw):
-                return self.checked(super().put_writes, *a, **kw)
+                """Queued, not awaited: a step's writes go out with its checkpoint's put (or any read, or the pipeline's
+                end), in that round trip's one implicit transaction, behind this write's own lock check."""
+                return self.checked(super().put_writes, *a, deferred=True, **kw)
 
         return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.sealer()))
 

@@ -609,6 +609,33 @@ def test_a_store_opened_once_runs_job_after_job_on_the_same_connections_and_logs
             assert dj.resume(store)["interrupt"] and dj.status(store)["calls"] == calls
 
 
+def test_a_store_opened_once_logs_in_again_when_its_idle_sessions_were_ended_between_jobs(store_url, tmp_path, pg_server):
+    """A caller of the command API keeps its store open; between two jobs an administrator ends every idle session of
+    the program (pg_terminate_backend, as a restart would). A connection taken back is asked nothing when the server
+    sent it nothing meanwhile, so the server's goodbye is what tells: the next job logs in anew and runs whole."""
+    import durable_job as dj
+
+    ws = Workspace(tmp_path, store=store_url)
+    manifests = []
+    for n in range(2):
+        ws.write_manifest(jobId=f"ended-{n}")
+        manifests.append(shutil.copy(ws.manifest, os.path.join(os.path.dirname(ws.manifest), f"ended-{n}.json")))
+    ours = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'durable_job%' ORDER BY pid"
+    with dj.open_store(store=store_url) as store:
+        assert dj.start(store, str(manifests[0]))["interrupt"]
+        idle = psql_rows(pg_server, store_url, ours).split()
+        assert len(idle) == 3  # its journal's, its lock's and its checkpoints' connections, idle in the pool
+        ended = psql_rows(pg_server, store_url, ours.replace("SELECT pid", "SELECT pg_terminate_backend(pid)"))
+        assert ended.split() == ["t", "t", "t"]
+        wait_for(lambda: psql_rows(pg_server, store_url, ours).split() == [], timeout=30)
+        out = dj.start(store, str(manifests[1]))
+        assert out["interrupt"] and {r["status"] for r in out["results"]} == {"validated"}
+        again = psql_rows(pg_server, store_url, ours).split()
+        assert len(again) == 3 and not set(again) & set(idle)
+    with dj.open_store(store=store_url, job="ended-1") as store:
+        assert dj.status(store)["phase"] == "awaiting-review"
+
+
 def test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction(store_url, tmp_path, pg_server):
     """LangGraph's saver, as a run uses it (its connection in pipeline mode): the lock's check goes out with each write,
     in the same implicit transaction, so once the lock's connection is gone the write is refused whole and the store
@@ -622,10 +649,15 @@ def test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction(store_url,
     counts = "SELECT (SELECT count(*) FROM durable_job.checkpoints) || ' ' || (SELECT count(*) FROM durable_job.checkpoint_writes)"
     before = psql_rows(pg_server, store_url, counts)
     with dj.open_store(store=store_url, job="journey") as store, store.lock("resume"), store.checkpoint_connection(synced=False) as conn:
+        from langgraph.checkpoint.base.id import uuid6
+
         saver = store.checkpointer(conn)
         config = {"configurable": {"thread_id": ws.job()["threadId"], "checkpoint_ns": ""}}
         latest = saver.get_tuple(config)
-        saver.put_writes(latest.config, [("results", [])], "task-before")  # the lock stands: written
+        saver.put_writes(latest.config, [("results", [])], "task-before")  # queued, to go out with the next checkpoint
+        assert psql_rows(pg_server, store_url, counts) == before
+        following = {**latest.checkpoint, "id": str(uuid6(clock_seq=-2))}  # the step's checkpoint after its writes
+        saver.put(latest.config, following, latest.metadata, {})  # the lock stands: both written, in one commit
         assert psql_rows(pg_server, store_url, counts) != before
         before = psql_rows(pg_server, store_url, counts)
         killed = psql_rows(
@@ -640,8 +672,9 @@ def test_a_lost_lock_aborts_a_checkpoint_write_in_its_own_transaction(store_url,
             "AND application_name NOT LIKE 'durable_job resume journal %'"
         )
         wait_for(lambda: psql_rows(pg_server, store_url, gone).split() == ["0"], timeout=30)
+        saver.put_writes(latest.config, [("results", [])], "task-after")  # queued behind its own lock check
         with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
-            saver.put_writes(latest.config, [("results", [])], "task-after")
+            saver.put(latest.config, latest.checkpoint, latest.metadata, {})  # the round trip that carries both: refused
         with pytest.raises(dj.StateError, match="the connection that held the job's lock is gone"):
             saver.put(latest.config, latest.checkpoint, latest.metadata, {})
     assert psql_rows(pg_server, store_url, counts) == before
