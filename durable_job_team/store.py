@@ -1613,7 +1613,8 @@ def migrate_store(store: PgStore, conn) -> dict:
 # 5. Administration: grants, migrate, shred and rotate-key
 ###############################################################################
 
-from durable_job import Snapshot, job_row, keeps, make_snapshot, shred_key  # noqa: E402  (outside the engine: its names)
+from durable_job import Snapshot, make_snapshot  # noqa: E402  (outside the engine: its names)
+from durable_job_team.cli import job_row, keeps, shred_key  # noqa: E402  (the team's commands' own)
 
 # What a granted role may touch, beside what the policies let it see: every row readable (its own jobs' only),
 # rows added, and only the UPDATEs and DELETEs history allows (a pending call's outcome, LangGraph's upserts,
