@@ -9142,6 +9142,45 @@ def receipt_invariants(snap: Snapshot) -> str:
 #     dj.decide(store, decision="hold", reviewer="dana", reason="…", results_sha256=out_of_inspect)
 
 
+# The public API, for scripts and for the team's package: the commands (each a function over a Store, returning the
+# dict the CLI prints), the stores, the errors a caller catches, and how an extension registers itself (Team).
+__all__ = [
+    "__version__",
+    "JobError",
+    "ManifestError",
+    "SourceError",
+    "SealError",
+    "SealedError",
+    "StateError",
+    "BusyError",
+    "UsageError",
+    "DecisionError",
+    "Store",
+    "StateDirStore",
+    "Keys",
+    "Secrets",
+    "Team",
+    "load_team",
+    "open_store",
+    "start",
+    "fork",
+    "resume",
+    "paced",
+    "status",
+    "inspect",
+    "reconcile",
+    "decide",
+    "revise",
+    "retry",
+    "cancel",
+    "release",
+    "seal",
+    "verify",
+    "Command",
+    "flag",
+    "COMMANDS",
+    "main",
+]
 TEAM_PACKAGE = "durable_job_team"  # the team's package, beside this file: its store, workers, web app and commands
 
 
