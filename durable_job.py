@@ -7061,15 +7061,6 @@ def cost_words(cost: dict) -> str:
     return f"estimated cost {cost['amount']:.6f} {cost['currency']} (from {os.path.basename(cost['pricesFile'])}{when}{unpriced})"
 
 
-def cost_cell(cost: dict | None) -> str:
-    """A table's cost column: the amount, `no price` when none of its models is priced, `+ unpriced` when some are not."""
-    if not cost:
-        return "-"
-    if not cost["pricesSetOn"] and cost["unpriced"]:
-        return "no price"
-    return f"{cost['amount']:.6f}" + (" + unpriced" if cost["unpriced"] else "")
-
-
 def write_html(path: str, snap: Snapshot, out: dict) -> None:
     """One self-contained review page (no network, no external assets, no script); every string escaped."""
     manifest, sources = snap.store.sealed_copies(snap.job)
@@ -7788,15 +7779,6 @@ def utc_instant(text: str, what: str):
         return datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).astimezone(datetime.UTC)
     except ValueError:
         raise UsageError(f"{what} {text!r} is not a UTC time (2026-12-01T09:00:00Z)") from None
-
-
-def passkey_line(row: dict) -> str:
-    """One registered passkey as a line of an allowed-passkeys file; a malformed row (written before rows were checked)
-    as a comment naming why, so that no line `passkeys` prints is one verify refuses."""
-    problem = passkey_problem({**row, "origin": row.get("origin") or ""})
-    if problem:
-        return f"# skipped passkey {clip(row.get('credentialId'), 24)} of {clip(row.get('principal'), 40)}: {problem}"
-    return " ".join(str(row.get(k) or "-") for k in PASSKEY_LINE_FIELDS)
 
 
 def read_allowed_passkeys(path: str) -> list[dict]:
@@ -9145,41 +9127,41 @@ def receipt_invariants(snap: Snapshot) -> str:
 # The public API, for scripts and for the team's package: the commands (each a function over a Store, returning the
 # dict the CLI prints), the stores, the errors a caller catches, and how an extension registers itself (Team).
 __all__ = [
-    "__version__",
+    "COMMANDS",
+    "BusyError",
+    "Command",
+    "DecisionError",
     "JobError",
+    "Keys",
     "ManifestError",
-    "SourceError",
     "SealError",
     "SealedError",
-    "StateError",
-    "BusyError",
-    "UsageError",
-    "DecisionError",
-    "Store",
-    "StateDirStore",
-    "Keys",
     "Secrets",
+    "SourceError",
+    "StateDirStore",
+    "StateError",
+    "Store",
     "Team",
-    "load_team",
-    "open_store",
-    "start",
-    "fork",
-    "resume",
-    "paced",
-    "status",
-    "inspect",
-    "reconcile",
-    "decide",
-    "revise",
-    "retry",
+    "UsageError",
+    "__version__",
     "cancel",
-    "release",
-    "seal",
-    "verify",
-    "Command",
+    "decide",
     "flag",
-    "COMMANDS",
+    "fork",
+    "inspect",
+    "load_team",
     "main",
+    "open_store",
+    "paced",
+    "reconcile",
+    "release",
+    "resume",
+    "retry",
+    "revise",
+    "seal",
+    "start",
+    "status",
+    "verify",
 ]
 TEAM_PACKAGE = "durable_job_team"  # the team's package, beside this file: its store, workers, web app and commands
 

@@ -30,6 +30,7 @@ from durable_job import (
     KEY_FLAG,
     NOTIFY_ENV,
     PASSKEY_FILE_HEADER,
+    PASSKEY_LINE_FIELDS,
     PRICES_FLAG,
     REQUESTS_PER_MINUTE_ENV,
     STORE_ENV,
@@ -56,7 +57,6 @@ from durable_job import (
     check_program_seals,
     clip,
     command_line,
-    cost_cell,
     cost_words,
     counted,
     crash_point,
@@ -74,7 +74,7 @@ from durable_job import (
     no_tokens,
     now_utc,
     os_account,
-    passkey_line,
+    passkey_problem,
     path_argument,
     program_fields,
     read_kek_file,
@@ -93,6 +93,24 @@ def part(name: str):
     """durable_job_team.<name>, imported by the command that uses it (the store needs psycopg, the web app its
     libraries), from this same package."""
     return importlib.import_module(f"durable_job_team.{name}")
+
+
+def cost_cell(cost: dict | None) -> str:
+    """A table's cost column: the amount, `no price` when none of its models is priced, `+ unpriced` when some are not."""
+    if not cost:
+        return "-"
+    if not cost["pricesSetOn"] and cost["unpriced"]:
+        return "no price"
+    return f"{cost['amount']:.6f}" + (" + unpriced" if cost["unpriced"] else "")
+
+
+def passkey_line(row: dict) -> str:
+    """One registered passkey as a line of an allowed-passkeys file; a malformed row (written before rows were checked)
+    as a comment naming why, so that no line `passkeys` prints is one verify refuses."""
+    problem = passkey_problem({**row, "origin": row.get("origin") or ""})
+    if problem:
+        return f"# skipped passkey {clip(row.get('credentialId'), 24)} of {clip(row.get('principal'), 40)}: {problem}"
+    return " ".join(str(row.get(k) or "-") for k in PASSKEY_LINE_FIELDS)
 
 
 def delete(store: Store) -> dict:

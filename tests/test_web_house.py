@@ -13,7 +13,7 @@ import re
 from test_web import Serve
 
 import durable_job as dj
-from conftest import BOTH, PROGRAM, REPO, Workspace, copy_house, engine_digest, in_the_engine
+from conftest import BOTH, REPO, Workspace, copy_house, engine_digest, in_the_engine
 from durable_job_team import store as team_store
 
 TEAM = os.path.join(REPO, "durable_job_team")
