@@ -1244,6 +1244,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             PRICES_FLAG,
         ],
         state_dir=False,
+        changes_job=False,
     ),
     "usage": Command(
         cmd_usage,
@@ -1256,6 +1257,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             PRICES_FLAG,
         ],
         state_dir=False,
+        changes_job=False,
     ),
     "migrate": Command(
         cmd_migrate,
@@ -1275,6 +1277,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             flag("--owner", metavar="ROLE", help="a store made before jobs had owners: its jobs become ROLE's"),
         ],
         state_dir=False,
+        changes_job=False,
     ),
     "limits": Command(
         cmd_limits,
@@ -1336,7 +1339,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
         state_dir=False,
     ),
     "delete": Command(cmd_delete, text_delete),
-    "passkeys": Command(cmd_passkeys, text_passkeys, [STORE_FLAG, ROOT_FLAG], state_dir=False),
+    "passkeys": Command(cmd_passkeys, text_passkeys, [STORE_FLAG, ROOT_FLAG], state_dir=False, changes_job=False, text_piped=True),
     "serve": Command(
         cmd_serve,
         text_serve,
@@ -1369,6 +1372,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             ),
         ],
         state_dir=False,
+        changes_job=False,
     ),
     "notify": Command(
         cmd_notify,
@@ -1381,6 +1385,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             flag("--follow", action="store_true", help="keep delivering until SIGTERM or Ctrl-C (default: deliver what is due, then exit)"),
         ],
         state_dir=False,
+        changes_job=False,
     ),
     "work": Command(
         cmd_work,
@@ -1403,6 +1408,7 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             NOTIFY_FLAG,
         ],
         state_dir=False,
+        changes_job=False,
         refusal=work_refusal,
     ),
 }
