@@ -12005,16 +12005,19 @@ def build_parser(commands: dict, only: str | None = None, team: Team | None = No
     return parser
 
 
-def parse_command_line(argv: list, team: Team | None = None) -> argparse.Namespace:
+def parse_command_line(argv: list, team: Team | None = None, missing: str = "") -> argparse.Namespace:
     """The parsed command line; an unknown or abbreviated flag is named first, before any missing one. `team`: the
-    team's package when the line needs it and it is beside this file (its commands are then this program's too)."""
+    team's package when the line needs it and it is beside this file (its commands are then this program's too);
+    `missing`: else why a command this file does not hold cannot run."""
     commands = {**COMMANDS, **(team.commands if team is not None else {})}
     only = argv[0] if argv and argv[0] in commands else None
     if only is not None:
         refuse_unknown_flag(commands[only], only, argv[1:])
     elif argv and not argv[0].startswith("-") and team is None:  # durable_job.py alone: a team command, or a typo
         choices = ", ".join(map(repr, COMMANDS))
-        raise UsageError(f"argument COMMAND: invalid choice: {argv[0]!r} (choose from {choices}); {team_missing('any other command')}")
+        raise UsageError(
+            f"argument COMMAND: invalid choice: {argv[0]!r} (choose from {choices}); {missing or team_missing('any other command')}"
+        )
     args, extra = build_parser(commands, only, team).parse_known_args(argv)
     if extra:
         raise UsageError(f"unexpected argument {extra[0]!r} for {args.command}; see {help_command(args.command)}")
@@ -12113,13 +12116,18 @@ def store_addresses(argv: list) -> list:
     return [w for w in words if w.lower().startswith(("postgresql://", "postgres://"))]
 
 
-def team_for(argv: list) -> Team | None:
+def team_for(argv: list) -> tuple[Team | None, str]:
     """The team's package when the command line needs it and it is beside this file: a command this file does not
     hold (or none: --help and --version name the team's too), or a store's address; None otherwise, and when
-    durable_job.py runs alone (a --store then refuses when it opens the store)."""
+    durable_job.py runs alone or Python finds another folder's package, with the refusal saying so (this file's own
+    commands still run; a --store refuses when it opens the store)."""
     if argv and argv[0] in COMMANDS and not store_addresses(argv):
-        return None
-    return team_beside("the team's commands")
+        return None, ""
+    try:
+        team = team_beside("the team's commands")
+    except UsageError as exc:  # another folder's package: never run, but this file's --help and commands are whole
+        return None, str(exc)
+    return team, "" if team is not None else team_missing("any other command")
 
 
 def command_secrets(argv: list, team: Team | None) -> Secrets:
@@ -12138,9 +12146,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args, team, secrets = None, None, Secrets()
     try:
-        team = team_for(argv)
+        team, missing = team_for(argv)
         secrets = command_secrets(argv, team)
-        args = parse_command_line(argv, team)
+        args = parse_command_line(argv, team, missing)
         args.user_umask, args.program, args.opened, args.secrets, args.team = user_umask, program_name(), None, secrets, team
         args.keys = Keys.given(getattr(args, "key_file", None))  # handed to every store the command makes
         command = COMMANDS[args.command] if args.command in COMMANDS else cast(Team, team).commands[args.command]

@@ -129,4 +129,6 @@ def test_a_copy_of_the_core_beside_no_package_refuses_a_team_command_and_another
     # the checkout's package found on the path, not beside this copy: a store job would run files its engine did not seal
     env = {**clean_env(), "PYTHONPATH": REPO}
     proc = subprocess.run([sys.executable, program, "jobs", "--root", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
-    Result(proc).held(f"would run {os.path.join(TEAM, '__init__.py')}", "beside this durable_job.py")
+    Result(proc).held("invalid choice: 'jobs'", f"would run {os.path.join(TEAM, '__init__.py')}", "beside this durable_job.py")
+    proc = subprocess.run([sys.executable, program, "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and " status " in proc.stdout and " jobs " not in proc.stdout  # its own commands, whole
