@@ -28,9 +28,11 @@ The file reads top to bottom in sections, each using only what stands above it:
 17. Output: text renderers
 18. CLI: argparse and main()
 
-The live review web app (`serve`) is not here: it is durable_job_team/web.py, with its templates and static
-files, beside this file. It acts through the command API of section 16 like any other caller, and serve
-imports it only when it runs, so changing the web app changes nothing a job seals.
+The team's commands (serve, work, submit, migrate, notify, passkeys, rotate-key, shred, prune, usage, limits,
+jobs, delete) and the live review web app are not here: they are the package durable_job_team/ beside this
+file (cli.py, web.py with its templates and static files, workers.py, store.py), which registers them with this
+file's CLI (Team, section 16) when a command line names one; this file names none of its classes or functions.
+They act through the command API of section 16 like any other caller, so changing them changes nothing a job seals.
 
 Sections 1-12 are the engine: the code that decides what a job sends and accepts. They end at the line
 "# ---- the engine ends here", and their sha256 (with, for a store job, the engine part of
