@@ -5087,6 +5087,31 @@ LG_EMPTY_TYPE = "empty"  # PostgresSaver's blob type for a channel with no value
 LG_SAVED_CHANNELS = (LG_INTERRUPT_CHANNEL, "final", LG_RESUME_CHANNEL)  # the writes the reader looks at
 
 
+class LangGraphRows:
+    """The one adapter through which code outside this section reads LangGraph's private checkpoint layout (the
+    store's reads of PostgresSaver's tables, durable_job_team/store.py): the namespace of the top-level graph, the
+    writes a reader looks at, a checkpoint's inline values and channel versions, and which blob rows hold a value.
+    The LG_* names above stay this section's own."""
+
+    namespace = LG_ROOT_NAMESPACE
+    saved_channels = LG_SAVED_CHANNELS
+
+    @staticmethod
+    def inline_values(checkpoint: dict) -> dict:
+        """The channel values a checkpoint holds inline (the others are blob rows, by their versions)."""
+        return checkpoint.get(LG_CHANNEL_VALUES) or {}
+
+    @staticmethod
+    def versions(checkpoint: dict) -> dict:
+        """Each channel's version in a checkpoint: the key of its blob row."""
+        return checkpoint.get(LG_CHANNEL_VERSIONS) or {}
+
+    @staticmethod
+    def holds_value(blob: dict) -> bool:
+        """Whether a blob row holds a value (PostgresSaver writes an `empty` row for a channel without one)."""
+        return blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None
+
+
 class LangGraphObject:
     """A value LangGraph stored as a msgpack ext type (one of its own objects): kept opaque, never guessed."""
 

@@ -133,3 +133,20 @@ def test_a_copy_of_the_core_beside_no_package_refuses_a_team_command_and_another
     Result(proc).held("invalid choice: 'jobs'", f"would run {os.path.join(TEAM, '__init__.py')}", "beside this durable_job.py")
     proc = subprocess.run([sys.executable, program, "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and " status " in proc.stdout and " jobs " not in proc.stdout  # its own commands, whole
+
+
+def test_langgraphs_private_layout_is_read_outside_its_section_only_through_one_adapter():
+    """The LG_* names (LangGraph's private checkpoint layout) belong to the core's section 10; the team's package reads
+    that layout only through durable_job.LangGraphRows. The state directory's store (section 11) still names
+    LangGraph's two SQLite table names itself."""
+    import re
+
+    for name in sorted(f for f in os.listdir(TEAM) if f.endswith(".py")):
+        with open(os.path.join(TEAM, name), encoding="utf-8") as fh:
+            assert re.findall(r"\bLG_\w+", fh.read()) == [], name
+    with open(PROGRAM, encoding="utf-8") as fh:
+        core = fh.read()
+    start, end = core.index("\n# 10. Checkpoints"), core.index("\n# 11. Stores")
+    outside = set(re.findall(r"\bLG_\w+", core[:start] + core[end:]))
+    assert outside == {"LG_CHECKPOINTS_TABLE", "LG_WRITES_TABLE"}
+    assert "LangGraphRows" in core[start:end]
