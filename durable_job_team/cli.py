@@ -6,8 +6,8 @@ function over the core's command API (as the core's own commands are), its text 
 package's team() hands those rows to the core (durable_job.Team), whose CLI parses and prints them as its own. None is
 in the engine a job seals: a release that changes only this file strands no job.
 
-The store, its workers, the web app and the notifier are imported inside the commands that use them, so `serve --root`
-and `jobs --root` run without psycopg.
+The store, its workers, the web app and the notifier are imported inside the commands that use them (part()), so a
+command loads only what it uses, and the core's CLI can list these commands without loading any of them.
 """
 
 from __future__ import annotations
