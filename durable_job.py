@@ -65,8 +65,18 @@ if __name__ == "__main__":  # run as a script (python durable_job.py, python -m 
     # module `durable_job`, the name the team's package imports, so both reach one module (one UsageError, one Store):
     # loaded by its name from its folder (and its bytecode cache), never a second time as __main__ below this line
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import durable_job
-
+    try:
+        import durable_job
+    except ModuleNotFoundError:  # this file under another name, with no durable_job.py beside it
+        durable_job = None  # type: ignore[assignment]
+    if durable_job is None or os.path.abspath(str(durable_job.__file__)) != os.path.abspath(__file__):
+        found = "none" if durable_job is None else durable_job.__file__
+        print(
+            f"HOLD: UsageError: {os.path.abspath(__file__)} runs as the module durable_job, which here is {found}: "
+            "name the file durable_job.py (python durable_job.py, or python -m durable_job in its folder)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     sys.exit(durable_job.main())
 
 # True for the type checker only (pyproject.toml: always_true): no command imports typing, 2.4 ms of every status

@@ -150,3 +150,11 @@ def test_langgraphs_private_layout_is_read_outside_its_section_only_through_one_
     outside = set(re.findall(r"\bLG_\w+", core[:start] + core[end:]))
     assert outside == {"LG_CHECKPOINTS_TABLE", "LG_WRITES_TABLE"}
     assert "LangGraphRows" in core[start:end]
+
+
+def test_the_program_under_another_name_is_refused_not_run_as_another_module(tmp_path):
+    """A script run imports this file by its name, durable_job: a copy named otherwise would run whichever durable_job
+    Python finds (the checkout's, an installed one), so it is refused, naming the fix."""
+    shutil.copy(PROGRAM, tmp_path / "review.py")
+    proc = subprocess.run([sys.executable, str(tmp_path / "review.py"), "--version"], capture_output=True, text=True, env=clean_env())
+    Result(proc).held(f"{tmp_path / 'review.py'} runs as the module durable_job", "name the file durable_job.py")
