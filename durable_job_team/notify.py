@@ -44,7 +44,6 @@ import urllib.request
 
 from durable_job import (
     EFFECTS_FILE,
-    JOB_PHASES,
     NOTICE_EVENTS,
     NOTIFY_ENV,
     SqliteJournal,
@@ -60,6 +59,7 @@ from durable_job import (
     os_account,
     strict_json,
 )
+from durable_job_team.cli import JOB_PHASES
 
 DELIVERY_TIMEOUT = 10.0  # seconds a webhook or a command may take
 LEASE_SECONDS = 15.0  # an event taken by a sender is left to it this long (longer than one delivery may take)
@@ -518,13 +518,12 @@ def store_sender(store, config: dict, say=say_line) -> tuple[Sender, list]:
 def dirs_sender(roots: list, config: dict, say=say_line) -> Sender:
     """A sender over every state directory under the folders (read afresh each pass: new jobs join)."""
     import durable_job
+    from durable_job_team.cli import state_dirs_under
 
     def outboxes():
         found = []
         for root in roots:
-            dirs = (
-                [root] if os.path.exists(job_path(root, durable_job.JOB_FILE)) else [s.root for s in durable_job.state_dirs_under([root])]
-            )
+            dirs = [root] if os.path.exists(job_path(root, durable_job.JOB_FILE)) else [s.root for s in state_dirs_under([root])]
             for d in dirs:
                 box = state_dir_outbox(d)
                 if box is not None:

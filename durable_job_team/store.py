@@ -37,11 +37,6 @@ from durable_job import (
     GENESIS,
     KEY_FILE_ENV,
     KEY_FIX,
-    LG_CHANNEL_VALUES,
-    LG_CHANNEL_VERSIONS,
-    LG_EMPTY_TYPE,
-    LG_ROOT_NAMESPACE,
-    LG_SAVED_CHANNELS,
     NEW_STORE_JOB,
     PASSKEY_COLUMNS,
     STATE_KEYS,
@@ -56,6 +51,7 @@ from durable_job import (
     Journal,
     Kek,
     Keys,
+    LangGraphRows,
     Manifest,
     ManifestError,
     RowUnchanged,
@@ -606,10 +602,10 @@ class PgCheckpointRows(CheckpointRows):
             "SELECT DISTINCT ON (thread_id) thread_id, checkpoint_id, checkpoint FROM durable_job.checkpoints "
             "WHERE thread_id = ANY({p.threads}) AND checkpoint_ns = {p.ns} ORDER BY thread_id, checkpoint_id DESC",
             threads=threads,
-            ns=LG_ROOT_NAMESPACE,
+            ns=LangGraphRows.namespace,
         ):
             checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
-            inline, versions = checkpoint.get(LG_CHANNEL_VALUES) or {}, checkpoint.get(LG_CHANNEL_VERSIONS) or {}
+            inline, versions = LangGraphRows.inline_values(checkpoint), LangGraphRows.versions(checkpoint)
             self.latest_of[row["thread_id"]] = (row["checkpoint_id"], {key: inline[key] for key in STATE_KEYS if key in inline})
             wanted[row["thread_id"]] = {key: str(versions[key]) for key in STATE_KEYS if key not in inline and key in versions}
         pairs = [(thread, channel, version) for thread, channels in wanted.items() for channel, version in channels.items()]
@@ -621,9 +617,9 @@ class PgCheckpointRows(CheckpointRows):
                 threads=[t for t, _, _ in pairs],
                 channels=[c for _, c, _ in pairs],
                 versions=[v for _, _, v in pairs],
-                ns=LG_ROOT_NAMESPACE,
+                ns=LangGraphRows.namespace,
             ):
-                if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
+                if LangGraphRows.holds_value(blob):
                     value = decode_checkpoint(*opened_checkpoint(self.sealer, blob["type"], bytes(blob["blob"])), self.where)
                     self.latest_of[blob["thread_id"]][1][blob["channel"]] = plain_value(value, blob["channel"], self.where)
         latest = [(thread, cid) for thread, (cid, _) in self.latest_of.items()]
@@ -635,8 +631,8 @@ class PgCheckpointRows(CheckpointRows):
             "ORDER BY w.thread_id, w.channel = 'final' DESC, w.task_id DESC",
             threads=[t for t, _ in latest],
             checkpoints=[c for _, c in latest],
-            ns=LG_ROOT_NAMESPACE,
-            channels=list(LG_SAVED_CHANNELS),
+            ns=LangGraphRows.namespace,
+            channels=list(LangGraphRows.saved_channels),
         ):
             saved = (w["channel"], *opened_checkpoint(self.sealer, w["type"], w["blob"]))
             self.writes_of.setdefault((w["thread_id"], w["checkpoint_id"]), []).append(saved)
@@ -1650,7 +1646,8 @@ def migrate_store(store: PgRunStore, conn) -> dict:
 # 5. Administration: grants, migrate, shred and rotate-key
 ###############################################################################
 
-from durable_job import AdminStore, Snapshot, job_row, keeps, make_snapshot, shred_key  # noqa: E402  (outside the engine: its names)
+from durable_job import AdminStore, Snapshot, make_snapshot  # noqa: E402  (outside the engine: its names)
+from durable_job_team.cli import job_row, keeps, shred_key  # noqa: E402  (the team's commands' own)
 
 
 class PgStore(PgRunStore, AdminStore):
@@ -2125,10 +2122,10 @@ class LoadedCheckpointRows(CheckpointRows):
         if row["checkpoint_id"] is None:
             return
         checkpoint = row["checkpoint"] if isinstance(row["checkpoint"], dict) else json.loads(row["checkpoint"])
-        inline = checkpoint.get(LG_CHANNEL_VALUES) or {}
+        inline = LangGraphRows.inline_values(checkpoint)
         values = {key: inline[key] for key in STATE_KEYS if key in inline}
         for blob in row["blobs"] or []:
-            if blob["type"] != LG_EMPTY_TYPE and blob["blob"] is not None:
+            if LangGraphRows.holds_value(blob):
                 value = decode_checkpoint(*opened_checkpoint(sealer_of, blob["type"], bytes.fromhex(blob["blob"])), where)
                 values[blob["channel"]] = plain_value(value, blob["channel"], where)
         self.found = (row["checkpoint_id"], values)
@@ -2169,9 +2166,9 @@ def store_page(
     try:
         rows = db.rows(
             STORE_PAGE_SQL.replace("{filters}", where),
-            ns=LG_ROOT_NAMESPACE,
+            ns=LangGraphRows.namespace,
             keys=list(STATE_KEYS),
-            channels=list(LG_SAVED_CHANNELS),
+            channels=list(LangGraphRows.saved_channels),
             limit=limit,
             **(params or {}),
         )

@@ -39,6 +39,7 @@ from typing import Any, cast
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import durable_job
+from durable_job_team import cli
 from durable_job_team import store as team_store
 
 WEB_REQUIREMENTS = "requirements-web.txt"
@@ -65,8 +66,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATES = os.path.join(HERE, "templates")
 STATIC = os.path.join(HERE, "static")
 
-WEB_IDLE_MINUTES = durable_job.WEB_IDLE_MINUTES  # a session unused this long is signed out (--idle-minutes)
-WEB_PASSKEY_SECONDS = durable_job.WEB_PASSKEY_SECONDS  # the page waits this long for a passkey to answer (--passkey-seconds)
+WEB_IDLE_MINUTES = cli.WEB_IDLE_MINUTES  # a session unused this long is signed out (--idle-minutes)
+WEB_PASSKEY_SECONDS = cli.WEB_PASSKEY_SECONDS  # the page waits this long for a passkey to answer (--passkey-seconds)
 WEB_PASSKEY_MOST_SECONDS = 600  # the longest --passkey-seconds: ten minutes
 WEB_UNSIGNED_ACTS = True  # a decision or cancel posted without a passkey's answer is recorded unsigned (verify --strict fails it)
 WEB_POLL_SECONDS = 1.0  # the watcher's light poll, and the longest a notification waits to be read
@@ -365,7 +366,7 @@ class WebSite:
 
     def job_dir(self, job_id: str) -> str:
         """--root: the state directory holding jobId (the first, in path order)."""
-        for found in durable_job.state_dirs_under(self.roots, self.program):
+        for found in cli.state_dirs_under(self.roots, self.program):
             try:
                 if found.load_job()["jobId"] == job_id:
                     return found.root
@@ -405,7 +406,7 @@ class WebSite:
     def listing(self, person: WebPerson, **filters) -> dict:
         """`jobs` as this person may see it (the API's, with its filters and pages)."""
         where = {"store": person.url} if self.store else {"roots": self.roots}
-        return durable_job.jobs(**where, program=self.program, **filters)
+        return cli.jobs(**where, program=self.program, **filters)
 
     def list_view(self, person: WebPerson, after: str | None = None) -> dict:
         """The list page: every job waiting for me, then a page of the rest I may see (WEB_PAGE_JOBS, oldest
@@ -453,7 +454,7 @@ class WebSite:
             with person.lock:
                 rows = person.read_store("").passkey_rows()
         else:
-            rows = durable_job.registered_passkeys(roots=self.roots, program=self.program)["passkeys"]
+            rows = cli.registered_passkeys(roots=self.roots, program=self.program)["passkeys"]
         return [r for r in rows if r["principal"] == person.principal]
 
     def add_passkey(self, person: WebPerson, job_id: str, row: dict) -> None:
@@ -473,7 +474,7 @@ class WebSite:
                 return store.count_passkey(credential_id, count)
             finally:
                 store.close()
-        for state in durable_job.state_dirs_under(list(self.roots), self.program):
+        for state in cli.state_dirs_under(list(self.roots), self.program):
             if any(r["credentialId"] == credential_id for r in state.passkey_rows()):
                 kept = durable_job.StateDirStore(state.root, self.program, person.secrets)
                 try:
@@ -519,7 +520,7 @@ class WebSite:
         while not self.stopping.is_set():
             self.expire_idle()
             mark: list = []
-            for store in durable_job.state_dirs_under(self.roots, self.program):
+            for store in cli.state_dirs_under(self.roots, self.program):
                 for name in sorted(os.listdir(store.root)):
                     st = os.stat(os.path.join(store.root, name))
                     mark.append((store.root, name, st.st_size, st.st_mtime_ns))
@@ -717,7 +718,7 @@ def list_rows(rows: list, label: str) -> list:
                 "status": status,
                 "cls": cls,
                 "age": age_text(r.get("createdAtUtc")),
-                "figures": durable_job.figures_words(r.get("figures")),
+                "figures": cli.figures_words(r.get("figures")),
             }
         )
     return shown
@@ -1090,7 +1091,7 @@ def job_parts(site: WebSite, person: WebPerson, here: str, csrftoken: str, snap:
         "uncertain": uncertain,
         # under --root, a job a settled call left ready: the account runs it on from here (a store's: a worker takes it)
         "resume": not snap.store.shared and out["phase"] in ("ready", "not-started") and not out.get("sealBroken"),
-        "figures": durable_job.figures_words(durable_job.job_figures(snap)),  # as `jobs` prints them
+        "figures": cli.figures_words(cli.job_figures(snap)),  # as `jobs` prints them
     }
 
 
@@ -1915,11 +1916,12 @@ def start_sender(store: str | None, roots: list, program: str | None, notify: st
     path = os.environ.get(durable_job.NOTIFY_ENV) if notify is None else notify
     if not path:
         return None
-    notifying = durable_job.team_part("notify")
+    from durable_job_team import notify as notifying  # only with a notification config
+
     config = notifying.read_config(path)
     boxes: list = []
     if store:
-        target = durable_job.team_part("store").PgStore(store, "", program=program)
+        target = team_store.PgStore(store, "", program=program)
         try:
             sender, boxes = notifying.store_sender(target, config)
         except durable_job.JobError as exc:

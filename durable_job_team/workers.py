@@ -17,7 +17,6 @@ from typing import Any, cast
 from durable_job import (
     NOTIFY_ENV,
     STORE_ENV,
-    WORK_MAX_CONCURRENCY,
     BusyError,
     JobError,
     Manifest,
@@ -47,6 +46,7 @@ from durable_job import (
     sealing_new_job,
     where_it_stands,
 )
+from durable_job_team.cli import WORK_MAX_CONCURRENCY
 from durable_job_team.store import STORE_ENGINE_PARTS, PgStore, need_psycopg
 
 # `submit` seals a job into a store and runs nothing; any number of `work`

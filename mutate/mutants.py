@@ -12,6 +12,7 @@ G = "tests/test_guarantees.py"
 M011 = "durable_job_team/migrations/m011_hostile_roles.sql"  # a migration mutated: what a buggy release would have shipped
 STORE_PY = "durable_job_team/store.py"  # the store extension
 WORKERS_PY = "durable_job_team/workers.py"  # the workers' extension
+CLI_PY = "durable_job_team/cli.py"  # the team's commands (moved out of durable_job.py, issue 46)
 ENGINE = "tests/test_engine.py"  # the engine and its seal
 REQUEST = "tests/test_request.py"  # a job that asks a question
 WRITER = "tests/test_writer.py"  # a job that drafts its answer
@@ -594,6 +595,7 @@ MUTANTS = [
         '            store.mark_pruned(record)\n            crash_point("after-prune-mark", job)',
         '            crash_point("after-prune-mark", job)',
         ["tests/test_lasting.py::test_a_prune_killed_at_any_point_leaves_the_job_whole_or_marked_and_the_next_prune_finishes_it"],
+        path=CLI_PY,
     ),
     Mutant(
         "pruned-job-resumes",
@@ -656,6 +658,7 @@ MUTANTS = [
         "        check_program_seals(job)\n    except SealError:\n        return False",
         "        pass\n    except SealError:\n        return False",
         ["tests/test_lasting.py::test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish"],
+        path=CLI_PY,
     ),
     # --- issue 30: hostile roles ----------------------------------------------------------------------------
     Mutant(

@@ -10,7 +10,8 @@ size) never runs stale code.
 
 What stays as in a script run: sys.argv (sys.argv[0] is PROGRAM, so the commands the program prints to paste name
 it as `python PROGRAM`), sys.path[0] (PROGRAM's folder, where its durable_job_team/ is found), the module
-`__main__` that the program's last lines alias as `durable_job` for its extensions, signals, exit codes and output.
+`durable_job` that runs main() (a script run's first lines import the file by that name and call its main(), as here,
+so its extensions reach the same module), signals, exit codes and output.
 The tests that start `python durable_job.py` themselves (a worker, serve, notify) keep the script run as it is.
 """
 
@@ -47,10 +48,11 @@ def run(program: str, argv: list) -> None:
     program = os.path.abspath(program)
     sys.argv = [program, *argv]
     sys.path[0] = os.path.dirname(program)
-    module = types.ModuleType("__main__")
+    module = types.ModuleType("durable_job")
     module.__file__ = program
-    sys.modules["__main__"] = module
-    exec(compiled(program), module.__dict__)  # its last lines alias it as durable_job and run main()
+    sys.modules["durable_job"] = module  # what a script run's first lines import, before the code runs (as an import's)
+    exec(compiled(program), module.__dict__)
+    sys.exit(module.main())
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ if hold:  # a slow machine: whoever takes run.lock keeps it a while longer
         lock_class.__enter__ = slow_enter
 
     hold_longer(dj.RunLock)
-    hold_longer(dj.team_part("store").PgLock)
+    hold_longer(importlib.import_module("durable_job_team.store").PgLock)
 
 pause = os.environ.get("FAULTS_PAUSE_BEFORE")
 if pause:  # the scheduler stops this process just before the named step, until the test says go

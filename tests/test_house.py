@@ -269,7 +269,14 @@ def test_the_core_alone_runs_a_state_directory_job_without_the_teams_parts(tmp_p
     version = run("--version")
     assert version.code == 0 and "engine sha256" in version.stdout and "durable_job_team" not in version.stdout
     refused = run("status", "--store", "postgresql://alice@localhost/jobs", "--job", "x")
-    assert refused.code == 2 and "needs durable_job_team/store.py, which is not beside this durable_job.py" in refused.stderr
+    assert (
+        refused.code == 2
+        and "a --store (the team's PostgreSQL store) needs durable_job_team/, the team's package, which is not beside this durable_job.py"
+        in refused.stderr
+    )
+    served = run("serve", "--root", str(tmp_path))  # a team command: named as no command of the file alone, with the way to get it
+    assert served.code == 2 and "invalid choice: 'serve'" in served.stderr and "needs durable_job_team/" in served.stderr
+    assert run("frobnicate").held("invalid choice: 'frobnicate'")  # a typo is still a typo
 
 
 def test_no_function_of_the_program_is_longer_than_80_lines():
@@ -281,4 +288,4 @@ def test_no_function_of_the_program_is_longer_than_80_lines():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long.append((os.path.basename(path), node.name, node.end_lineno - node.lineno + 1))
-    assert len(files) == 7 and long == []  # the core, __init__, notify, store, traces, web, workers
+    assert len(files) == 8 and long == []  # the core, __init__, cli, notify, store, traces, web, workers

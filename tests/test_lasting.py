@@ -10,7 +10,19 @@ import os
 
 import pytest
 
-from conftest import ALPHA, BETA, PROGRAM, Workspace, admin_url, as_role, copy_program, in_the_engine, new_key_file, new_store, paste
+from conftest import (
+    ALPHA,
+    BETA,
+    PROGRAM,
+    Workspace,
+    admin_url,
+    as_role,
+    copy_house,
+    in_the_engine,
+    new_key_file,
+    new_store,
+    paste,
+)
 
 # --- helpers --------------------------------------------------------------------------------------------------
 
@@ -435,8 +447,11 @@ def test_on_a_terminal_a_page_holds_50_jobs_and_piped_every_job(tmp_path):
 
 def test_jobs_names_the_jobs_another_program_sealed_for_it_to_finish(tmp_path):
     """An upgrade strands the jobs the program before it sealed: `jobs` says which, and lists them alone."""
-    os.makedirs(tmp_path / "old")
-    old = copy_program(tmp_path / "old", lambda text: in_the_engine(text, "# the release before"))
+    old = copy_house(tmp_path / "old")  # a release laid out whole: `jobs` is the team's package's command
+    with open(old, encoding="utf-8") as fh:
+        text = in_the_engine(fh.read(), "# the release before")
+    with open(old, "w", encoding="utf-8") as fh:
+        fh.write(text)
     before, now = Workspace(tmp_path / "before"), Workspace(tmp_path / "now")
     before.write_manifest(jobId="from-before")
     now.write_manifest(jobId="from-now")

@@ -29,6 +29,7 @@ from conftest import (
     wait_for,
     wal_since,
 )
+from durable_job_team import cli as team_cli
 from durable_job_team import store as team_store
 
 
@@ -601,7 +602,7 @@ def test_a_store_opened_once_runs_job_after_job_on_the_same_connections_and_logs
     wait_for(lambda: ours() == [], timeout=5)  # a closed connection's backend leaves a moment after the client closed it
     # the server's crash (an immediate stop) may have lost a run's last checkpoints (committed without waiting for the
     # disk): such a job stands ready, and its resume finds every answer in the journal and sends nothing again
-    phases = {j["jobId"]: j["phase"] for j in dj.jobs(store=store_url)["jobs"]}
+    phases = {j["jobId"]: j["phase"] for j in team_cli.jobs(store=store_url)["jobs"]}
     assert set(phases) == {f"floor-{n}" for n in range(4)} and set(phases.values()) <= {"awaiting-review", "ready"}
     for job_id in (j for j, phase in phases.items() if phase == "ready"):
         with dj.open_store(store=store_url, job=job_id) as store:
@@ -694,7 +695,7 @@ def test_a_script_that_closes_its_one_store_leaves_no_connection_behind(store_ur
     with dj.open_store(store=store_url, job="journey") as store:
         assert dj.status(store)["phase"] == "awaiting-review"
         dj.decide(store, decision="hold", reviewer="r", reason="x")
-        assert dj.jobs(store=store_url)["jobs"][0]["phase"] == "decided"
+        assert team_cli.jobs(store=store_url)["jobs"][0]["phase"] == "decided"
 
     def left():
         with psycopg.connect(store_url) as conn:

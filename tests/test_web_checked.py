@@ -8,7 +8,7 @@ from test_passkeys import phone_signs_in
 from test_web import post_form, serving, shown_results, sign_in, text_of  # noqa: F401 (serving is a fixture)
 
 from conftest import BOILER, THREE, Workspace, as_, new_store, password_of
-from durable_job import figures_words
+from durable_job_team.cli import figures_words
 
 
 def waiting_job(root, store: str, provider, job_id: str, **manifest) -> Workspace:

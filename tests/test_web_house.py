@@ -14,7 +14,7 @@ import pytest
 from test_web import Serve
 
 import durable_job as dj
-from conftest import BOTH, PROGRAM, REPO, Workspace, copy_house, engine_digest, in_the_engine
+from conftest import BOTH, REPO, Workspace, copy_house, engine_digest, in_the_engine
 from durable_job_team import store as team_store
 
 TEAM = os.path.join(REPO, "durable_job_team")
@@ -118,25 +118,6 @@ def test_a_restyled_web_app_serves_and_decides_a_job_the_unchanged_core_sealed(t
 
 
 # -- the house rules for an extension --------------------------------------------------------------------------------
-
-
-def test_the_core_imports_an_extension_only_inside_the_commands_that_use_it():
-    """durable_job.py names no extension at its top: each command that needs one asks team_part() for it."""
-    with open(PROGRAM, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read())
-    by_part: dict = {}
-    for node in tree.body:
-        for sub in ast.walk(node):
-            if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                names = [sub.module or ""] if isinstance(sub, ast.ImportFrom) else [a.name for a in sub.names]
-                assert not any(n.startswith("durable_job_team") for n in names), ast.unparse(sub)
-            if isinstance(sub, ast.Call) and getattr(sub.func, "id", None) == "team_part":
-                assert isinstance(node, ast.FunctionDef), ast.unparse(node)[:80]  # never at module level
-                by_part.setdefault(sub.args[0].value, set()).add(node.name)
-    assert by_part["web"] == {"cmd_serve"}
-    assert by_part["workers"] == {"cmd_submit", "cmd_work"}
-    assert by_part["notify"] == {"notify"}  # the outbox's sender, only with a notification config
-    assert sorted(by_part) == ["notify", "store", "web", "workers"]
 
 
 def test_the_web_app_is_small_functions_over_the_command_api_with_no_module_state():

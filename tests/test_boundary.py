@@ -1,0 +1,160 @@
+"""The boundary between durable_job.py (the core) and durable_job_team (the team's package) runs one way (issue 46).
+
+The package registers itself: its team() builds the core's durable_job.Team (a store opener, the store's engine files,
+its commands), and the core never names a class or function of the package. These tests read the core's code, and run
+the real program as a person would: a team command through `python durable_job.py` in a checkout, a copy of the file
+whose folder holds no package, and a copy that would pick up another folder's package.
+"""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+
+import durable_job as dj
+from conftest import PROGRAM, REPO, Result, Workspace, clean_env
+
+TEAM = os.path.join(REPO, "durable_job_team")
+
+# Identifiers of the core that a package module happens to define too, each the core's own: the Team's slots (the
+# registry's names, which the package fills), the provider's `response.usage` and Keys.run_command, and the tracer's
+# Traces (durable_job_team/traces.py, made by tracer() in the engine: the one extension the core still loads by name).
+CORE_WORDS = {"team", "address_secrets", "set_up_refusal", "store_engine", "usage", "run_command", "Traces"}
+
+
+def top_names(tree: ast.Module) -> set:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def core_references(tree: ast.Module) -> set:
+    """Every global name the core's functions read, and every attribute it reads on anything."""
+    found = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Lambda))):
+        local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        found |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in local}
+    return found
+
+
+def test_the_core_names_no_class_or_function_of_the_team_package():
+    with open(PROGRAM, encoding="utf-8") as fh:
+        core = ast.parse(fh.read())
+    package: set = set()
+    for name in sorted(f for f in os.listdir(TEAM) if f.endswith(".py")):
+        with open(os.path.join(TEAM, name), encoding="utf-8") as fh:
+            package |= top_names(ast.parse(fh.read()))
+    theirs = package - top_names(core)  # PgStore, delete_job, migrate_schema, work, serve, cmd_jobs, text_usage, ...
+    assert {"PgStore", "delete_job", "migrate_schema", "store_limits", "STORE_ENGINE_PARTS", "cmd_serve", "jobs"} <= theirs
+    assert sorted(theirs & core_references(core) - CORE_WORDS) == []
+    imports = [n for n in ast.walk(core) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [ast.unparse(n) for n in imports if "durable_job_team" in ast.unparse(n)]  # no import statement names it
+    loads = [ast.unparse(n) for n in ast.walk(core) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "import_module"]
+    assert sorted(w for w in loads if "team" in w.lower()) == [
+        "importlib.import_module('durable_job_team.traces')",
+        "importlib.import_module(TEAM_PACKAGE)",
+    ]
+    assert "team_part" not in core_references(core) and "CHANGES_NO_JOB" not in top_names(core)
+
+
+def test_the_core_has_a_public_api_and_writes_no_alias_and_no_environment():
+    with open(PROGRAM, encoding="utf-8") as fh:
+        source = fh.read()
+    core = ast.parse(source)
+    assert {"Team", "load_team", "open_store", "start", "status", "decide", "main", "UsageError", "Store"} <= set(dj.__all__)
+    assert not [n for n in dj.__all__ if not hasattr(dj, n)]
+    written = [
+        ast.unparse(n)
+        for n in ast.walk(core)
+        if isinstance(n, (ast.Assign, ast.AugAssign))
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Subscript) and ast.unparse(t.value) in ("sys.modules", "os.environ")
+    ]
+    assert written == []
+    calls = {ast.unparse(n.func) for n in ast.walk(core) if isinstance(n, ast.Call)}
+    assert not calls & {"os.putenv", "os.environ.update", "os.environ.setdefault"}
+
+
+def test_a_team_command_run_as_python_durable_job_py_is_the_one_the_package_registered(tmp_path):
+    """`python durable_job.py jobs --root` in a checkout runs the package's jobs; the package's UsageError is the
+    core's (one module, not the file loaded twice): its refusal is a HOLD line, not an InternalError."""
+    ws = Workspace(tmp_path / "job")
+    ws.write_manifest()
+    assert ws.run("start", "--manifest", ws.manifest, inprocess=False).ok()["interrupt"]
+    env = clean_env()
+
+    def run(*args) -> Result:
+        proc = subprocess.run([sys.executable, PROGRAM, *args], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=120)
+        return Result(proc)
+
+    listed = run("jobs", "--root", str(tmp_path), "--json").ok()
+    assert [j["phase"] for j in listed["jobs"]] == ["awaiting-review"]
+    assert "serve" in run("--help").stdout and "serve" in dj.load_team("a test").commands
+    refused = run("delete", "--state-dir", ws.state).held("delete removes a job from a --store")  # the package's refusal
+    assert refused.startswith("HOLD: UsageError: delete removes")  # caught as the core's JobError: no InternalError
+    run("jobs", "--root", str(tmp_path), "--store", "postgresql://x@localhost/db").held("give --store URL or --root DIR, not both")
+
+
+TEAM_LIBRARIES = ["durable_job_team", "psycopg"]  # as if neither were installed (this test's venv installs the checkout)
+
+
+def test_a_copy_of_the_core_beside_no_package_refuses_a_team_command_and_another_folders_package(tmp_path):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(PROGRAM, alone / "durable_job.py")
+    program = str(alone / "durable_job.py")
+
+    def run(*args) -> Result:
+        """The copy run as `python durable_job.py ARGS` where no durable_job_team can be imported."""
+        code = (
+            "import sys, runpy\n"
+            f"for name in {TEAM_LIBRARIES!r}: sys.modules[name] = None\n"
+            f"sys.argv = [{program!r}, *{list(args)!r}]\n"
+            f"runpy.run_path({program!r}, run_name='__main__')\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path), timeout=120)
+        return Result(proc)
+
+    run("serve", "--root", str(tmp_path)).held("invalid choice: 'serve'", "needs durable_job_team/, the team's package")
+    run("status", "--store", "postgresql://x@localhost/db", "--job", "j").held(
+        "a --store (the team's PostgreSQL store) needs durable_job_team/"
+    )
+    helped = run("--help")
+    assert helped.code == 0 and " status " in helped.stdout and " serve " not in helped.stdout
+    # the checkout's package found on the path, not beside this copy: a store job would run files its engine did not seal
+    env = {**clean_env(), "PYTHONPATH": REPO}
+    proc = subprocess.run([sys.executable, program, "jobs", "--root", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    Result(proc).held("invalid choice: 'jobs'", f"would run {os.path.join(TEAM, '__init__.py')}", "beside this durable_job.py")
+    proc = subprocess.run([sys.executable, program, "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and " status " in proc.stdout and " jobs " not in proc.stdout  # its own commands, whole
+
+
+def test_langgraphs_private_layout_is_read_outside_its_section_only_through_one_adapter():
+    """The LG_* names (LangGraph's private checkpoint layout) belong to the core's section 10; the team's package reads
+    that layout only through durable_job.LangGraphRows. The state directory's store (section 11) still names
+    LangGraph's two SQLite table names itself."""
+    import re
+
+    for name in sorted(f for f in os.listdir(TEAM) if f.endswith(".py")):
+        with open(os.path.join(TEAM, name), encoding="utf-8") as fh:
+            assert re.findall(r"\bLG_\w+", fh.read()) == [], name
+    with open(PROGRAM, encoding="utf-8") as fh:
+        core = fh.read()
+    start, end = core.index("\n# 10. Checkpoints"), core.index("\n# 11. Stores")
+    outside = set(re.findall(r"\bLG_\w+", core[:start] + core[end:]))
+    assert outside == {"LG_CHECKPOINTS_TABLE", "LG_WRITES_TABLE"}
+    assert "LangGraphRows" in core[start:end]
+
+
+def test_the_program_under_another_name_is_refused_not_run_as_another_module(tmp_path):
+    """A script run imports this file by its name, durable_job: a copy named otherwise would run whichever durable_job
+    Python finds (the checkout's, an installed one), so it is refused, naming the fix."""
+    shutil.copy(PROGRAM, tmp_path / "review.py")
+    proc = subprocess.run([sys.executable, str(tmp_path / "review.py"), "--version"], capture_output=True, text=True, env=clean_env())
+    Result(proc).held(f"{tmp_path / 'review.py'} runs as the module durable_job", "name the file durable_job.py")
