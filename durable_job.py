@@ -5436,7 +5436,6 @@ class Store(abc.ABC):
 
     secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
     keys: Keys  # where a job's key-encryption key comes from (sealed at rest), given when the store is made
-    sealed_unread = False  # verify without a job's key: the seals check leaves out the sealed copies it cannot read
     engine_parts: tuple = ("durable_job.py",)  # the files its jobs' engine is read from (sealed into each: new_job)
 
     def for_manifest(self, manifest: Manifest) -> Store:
@@ -5509,10 +5508,11 @@ class Store(abc.ABC):
     def load_job(self) -> Job: ...
 
     @abc.abstractmethod
-    def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
+    def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True, unread: bool = False) -> tuple[Manifest, dict[str, str]]:
         """Every seal of the job record, in the contract's order; (manifest, source texts); program: see check_file_seals.
 
-        mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out.
+        mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out. unread: verify
+        without a job's key, which leaves the copies sealed at rest it cannot read to its `content` check.
         """
 
     @abc.abstractmethod
@@ -5674,7 +5674,7 @@ class StateDirRunStore(Store):
     def load_job(self) -> Job:
         return load_job_file(self.root, self.no_job())
 
-    def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True) -> tuple[Manifest, dict[str, str]]:
+    def check_seals(self, job: Job, *, mcp: str = "launch", program: bool = True, unread: bool = False) -> tuple[Manifest, dict[str, str]]:
         """The manifest is read at its sealed path; MCP items launched, skipped or checked against their kept copies."""
         return check_file_seals(job, mcp=self.kept_mcp_sources() if mcp == "sealed" else mcp, program=program, secrets=self.secrets)
 
@@ -6399,8 +6399,8 @@ class AdminStore(Store):
     the passkey registry ask of it."""
 
     @abc.abstractmethod
-    def check_whole(self) -> str:
-        """verify's `files` check: the storage itself is sound."""
+    def check_whole(self, unread: bool = False) -> str:
+        """verify's `files` check: the storage itself is sound (unread: see check_seals)."""
 
     @abc.abstractmethod
     def mark_pruned(self, record: dict) -> None:
@@ -6438,7 +6438,7 @@ class AdminStore(Store):
 class StateDirStore(StateDirRunStore, AdminStore):
     """A job kept in a state directory, administration included."""
 
-    def check_whole(self) -> str:
+    def check_whole(self, unread: bool = False) -> str:
         check_state_dir_safe(self.root)
         check_state_files(self.root)
         return "state directory private; journal and checkpoint files whole"
@@ -8297,18 +8297,17 @@ def verify_sealed(store: AdminStore, sealer: Sealer, strict: bool = False) -> di
     job = store.load_job()
     journal = store.read_journal(unread=set())
     checks: list = []
-    store.sealed_unread = True
     try:
         if journal is not None:
             for table in SEALED_TABLES:  # each sealed value is counted, whatever the checks below read
                 journal.rows(f"SELECT * FROM {{{table}}}{{where}}") if journal.has_table(table) else None
 
         def seals() -> str:
-            manifest, _ = store.check_seals(job, mcp="sealed", program=False)
+            manifest, _ = store.check_seals(job, mcp="sealed", program=False, unread=True)
             what = "manifest and sources match" if manifest is not None else "manifest and sources sealed at rest, not read"
             return f"{what}; {made_by(job)}"
 
-        run_check(checks, "files", store.check_whole)
+        run_check(checks, "files", lambda: store.check_whole(unread=True))
         run_check(checks, "seals", seals)
         run_check(checks, "journal", lambda: journal_invariants(call_rows(journal), retry_keys(journal)))
         run_check(checks, "chain", lambda: chain_structure(chain_links(journal)))

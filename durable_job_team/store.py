@@ -1113,20 +1113,21 @@ class PgRunStore(Store):
             ) from None
         return cast(Job, job)
 
-    def check_seals(self, job: Job, *, mcp: str = "sealed", program: bool = True) -> tuple[Manifest, dict[str, str]]:
+    def check_seals(self, job: Job, *, mcp: str = "sealed", program: bool = True, unread: bool = False) -> tuple[Manifest, dict[str, str]]:
         """Every seal in the contract's order; the manifest and sources are the store's copies, checked against their sha256."""
         if program:
             check_program_seals(job, NEW_STORE_JOB)
-        return self.stored_copies(job)
+        return self.stored_copies(job, unread)
 
-    def stored_copies(self, job: Job) -> tuple[Manifest, dict[str, str]]:
-        """The manifest and source texts the job row holds, each checked against its sha256."""
+    def stored_copies(self, job: Job, unread: bool = False) -> tuple[Manifest, dict[str, str]]:
+        """The manifest and source texts the job row holds, each checked against its sha256 (unread: verify without the
+        job's key leaves those sealed at rest to its `content` check)."""
         if self.row is None:
             self.load_job()  # reads the row, or refuses naming the job
         row = cast(dict, self.row)
         raw = bytes(row["manifest"])
         if is_sealed(raw.decode("latin-1")):  # a job sealed at rest since issue 43: its manifest holds its sources' sha256
-            if self.sealed_unread:  # verify without the key: left to the `content` check, as its sources are
+            if unread:  # verify without the key: left to the `content` check, as its sources are
                 return cast(Manifest, None), {}
             sealer = self.sealer()
             if sealer is None:
@@ -1148,7 +1149,7 @@ class PgRunStore(Store):
                 f"the store holds {len(stored)} sources for {len(manifest['items'])} items; restore the store from a backup",
             )
         pairs: Iterator[tuple[Item, bytes]] = zip(manifest["items"], stored)
-        if self.sealed_unread:  # verify without the key: the sources it cannot read are left to the `content` check
+        if unread:  # verify without the key: the sources it cannot read are left to the `content` check
             pairs = ((item, data) for item, data in pairs if not is_sealed(bytes(data).decode("latin-1")))
         opened = [(item, opened_source(self.sealer, self.job_id, item["id"], data)) for item, data in pairs]
         texts = {item["id"]: check_source_bytes(item, data) for item, data in opened}
@@ -1716,13 +1717,13 @@ class PgStore(PgRunStore, AdminStore):
             )
         )
 
-    def check_whole(self) -> str:
+    def check_whole(self, unread: bool = False) -> str:
         db = self.db()
         if not self.ready(db):
             raise StateError(
                 f"The store {self.public} is not set up to this program's schema: run `{command_line(self.program, 'migrate', ['--store', self.public])}`"
             )
-        self.check_seals(self.load_job(db), mcp="skip", program=False)  # another program's job is verified all the same
+        self.check_seals(self.load_job(db), mcp="skip", program=False, unread=unread)  # another program's job all the same
         return "store schema current; the job row's manifest and source bytes match their sha256"
 
 
