@@ -606,6 +606,22 @@ def clean_env() -> dict:
     return env
 
 
+# The team's package and the optional libraries, as if none were installed: a copy of durable_job.py run alone.
+TEAM_LIBRARIES = ["durable_job_team", "psycopg", "psycopg_pool", "langgraph.checkpoint.postgres", "starlette", "uvicorn", "jinja2", "mcp"]
+
+
+def run_alone(program: str, args, cwd: str) -> "Result":
+    """`python PROGRAM ARGS` (a copy of durable_job.py) in a Python where none of TEAM_LIBRARIES can be imported."""
+    code = (
+        "import sys, runpy\n"
+        f"for name in {TEAM_LIBRARIES!r}: sys.modules[name] = None\n"
+        f"sys.argv = [{program!r}, *{list(args)!r}]\n"
+        f"runpy.run_path({program!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=cwd, timeout=120)
+    return Result(proc)
+
+
 from pg_server import free_port  # noqa: E402  (tests/ is on sys.path above): a loopback port with nothing listening
 
 STORE_TEMPLATE = "store_template"  # a store migrated once per server, as a team's administrator sets one up

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import durable_job as dj
-from conftest import PROGRAM, REPO, Result, Workspace, clean_env
+from conftest import PROGRAM, REPO, Result, Workspace, clean_env, run_alone
 
 TEAM = os.path.join(REPO, "durable_job_team")
 
@@ -101,9 +101,6 @@ def test_a_team_command_run_as_python_durable_job_py_is_the_one_the_package_regi
     run("jobs", "--root", str(tmp_path), "--store", "postgresql://x@localhost/db").held("give --store URL or --root DIR, not both")
 
 
-TEAM_LIBRARIES = ["durable_job_team", "psycopg"]  # as if neither were installed (this test's venv installs the checkout)
-
-
 def test_a_copy_of_the_core_beside_no_package_refuses_a_team_command_and_another_folders_package(tmp_path):
     alone = tmp_path / "alone"
     alone.mkdir()
@@ -112,14 +109,7 @@ def test_a_copy_of_the_core_beside_no_package_refuses_a_team_command_and_another
 
     def run(*args) -> Result:
         """The copy run as `python durable_job.py ARGS` where no durable_job_team can be imported."""
-        code = (
-            "import sys, runpy\n"
-            f"for name in {TEAM_LIBRARIES!r}: sys.modules[name] = None\n"
-            f"sys.argv = [{program!r}, *{list(args)!r}]\n"
-            f"runpy.run_path({program!r}, run_name='__main__')\n"
-        )
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path), timeout=120)
-        return Result(proc)
+        return run_alone(program, args, str(tmp_path))
 
     run("serve", "--root", str(tmp_path)).held("invalid choice: 'serve'", "needs durable_job_team/, the team's package")
     run("status", "--store", "postgresql://x@localhost/db", "--job", "j").held(

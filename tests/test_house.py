@@ -230,17 +230,12 @@ def test_a_link_binds_only_its_tables_named_columns():
     assert dj.chain_record("outcomes", row) == {c: str(n) for n, c in enumerate(dj.CHAIN_COLUMNS["outcomes"])}
 
 
-TEAM_LIBRARIES = ["durable_job_team", "psycopg", "psycopg_pool", "langgraph.checkpoint.postgres", "starlette", "uvicorn", "jinja2", "mcp"]
-
-
 def test_the_core_alone_runs_a_state_directory_job_without_the_teams_parts(tmp_path):
     """durable_job.py copied alone (no durable_job_team beside it), in a Python where the team's and the optional
     libraries cannot be imported: a state-directory job runs, is decided and verifies; --version says what it seals."""
     import shutil
-    import subprocess
-    import sys
 
-    from conftest import Result, Workspace, clean_env
+    from conftest import Result, Workspace, run_alone
 
     alone = tmp_path / "alone"
     alone.mkdir()
@@ -250,14 +245,7 @@ def test_the_core_alone_runs_a_state_directory_job_without_the_teams_parts(tmp_p
     ws.write_manifest()
 
     def run(*args) -> Result:
-        code = (
-            "import sys, runpy\n"
-            f"for name in {TEAM_LIBRARIES!r}: sys.modules[name] = None\n"
-            f"sys.argv = [{program!r}, *{list(args)!r}]\n"
-            f"runpy.run_path({program!r}, run_name='__main__')\n"
-        )
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=str(alone), timeout=120)
-        return Result(proc)
+        return run_alone(program, args, str(alone))
 
     assert run("start", "--manifest", ws.manifest, "--state-dir", ws.state).ok()["interrupt"]
     digest = run("inspect", "--state-dir", ws.state).ok()["resultsSha256"]
