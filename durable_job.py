@@ -61,24 +61,6 @@ import stat
 import sys
 import time
 
-if __name__ == "__main__":  # run as a script (python durable_job.py, python -m durable_job): run this same file as the
-    # module `durable_job`, the name the team's package imports, so both reach one module (one UsageError, one Store):
-    # loaded by its name from its folder (and its bytecode cache), never a second time as __main__ below this line
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        import durable_job
-    except ModuleNotFoundError:  # this file under another name, with no durable_job.py beside it
-        durable_job = None  # type: ignore[assignment]
-    if durable_job is None or os.path.abspath(str(durable_job.__file__)) != os.path.abspath(__file__):
-        found = "none" if durable_job is None else durable_job.__file__
-        print(
-            f"HOLD: UsageError: {os.path.abspath(__file__)} runs as the module durable_job, which here is {found}: "
-            "name the file durable_job.py (python durable_job.py, or python -m durable_job in its folder)",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    sys.exit(durable_job.main())
-
 # True for the type checker only (pyproject.toml: always_true): no command imports typing, 2.4 ms of every status
 TYPING = False
 if TYPING:
@@ -12328,3 +12310,30 @@ def main(argv=None) -> int:
         if opened is not None:
             opened.close()  # a store's read connection: none outlives main()
         flush_traces()
+
+
+def run_as_script(argv: list) -> int:
+    """`python durable_job.py ARGS` (or `python -m durable_job`). This file's own commands run as they are, in this
+    module (__main__: compiled once). A command line that needs the team's package (team_for) runs as the module
+    `durable_job`, the name the package imports, loaded by that name from this file's folder, so the package and the
+    command reach one module (one UsageError, one Store) without an alias in sys.modules."""
+    if argv and argv[0] in COMMANDS and not store_addresses(argv):
+        return main(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import durable_job
+    except ModuleNotFoundError:  # this file under another name, with no durable_job.py beside it
+        durable_job = None  # type: ignore[assignment]
+    if durable_job is None or os.path.abspath(str(durable_job.__file__)) != os.path.abspath(__file__):
+        found = "none" if durable_job is None else durable_job.__file__
+        print(
+            f"HOLD: UsageError: {os.path.abspath(__file__)} runs as the module durable_job, which here is {found}: "
+            "name the file durable_job.py (python durable_job.py, or python -m durable_job in its folder)",
+            file=sys.stderr,
+        )
+        return 2
+    return durable_job.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run_as_script(sys.argv[1:]))

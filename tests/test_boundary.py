@@ -143,8 +143,33 @@ def test_langgraphs_private_layout_is_read_outside_its_section_only_through_one_
 
 
 def test_the_program_under_another_name_is_refused_not_run_as_another_module(tmp_path):
-    """A script run imports this file by its name, durable_job: a copy named otherwise would run whichever durable_job
-    Python finds (the checkout's, an installed one), so it is refused, naming the fix."""
+    """A script run that needs the team's package imports this file by its name, durable_job: a copy named otherwise
+    would run whichever durable_job Python finds (the checkout's, an installed one), so it is refused, naming the fix.
+    Its own commands need no second module: they run in the script as it is, under any name."""
     shutil.copy(PROGRAM, tmp_path / "review.py")
     proc = subprocess.run([sys.executable, str(tmp_path / "review.py"), "--version"], capture_output=True, text=True, env=clean_env())
     Result(proc).held(f"{tmp_path / 'review.py'} runs as the module durable_job", "name the file durable_job.py")
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "review.py"), "status", "--state-dir", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+    )
+    Result(proc).held("StateError", str(tmp_path / "none"))
+
+
+def test_a_script_run_of_the_cores_own_command_compiles_the_file_once(tmp_path):
+    """`python durable_job.py status` where no bytecode is written (PYTHONDONTWRITEBYTECODE, a read-only folder): the
+    script's own compile is the only one; importing the file again by name as well cost about 120 ms a command."""
+    program = tmp_path / "durable_job.py"
+    shutil.copy(PROGRAM, program)
+    argv = [sys.executable, "-X", "importtime", str(program), "status", "--state-dir", str(tmp_path / "none")]
+
+    def imported(argv: list) -> list:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=clean_env())
+        return [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+
+    assert clean_env()["PYTHONDONTWRITEBYTECODE"] == "1"
+    own = imported(argv)
+    assert "sqlite3" in own and "durable_job" not in own  # the core's imports seen; the core itself not a second time
+    assert "durable_job" in imported([*argv[:4], "jobs", "--root", str(tmp_path)])  # a team command: by its name
