@@ -784,18 +784,27 @@ class PgLock:
         store, writer = self.store, cast(PgJournal, self.store.writer)
         self.conn = conn = store.pooled("lock", holder_name(self.command))
         conn.prepare_threshold = None  # nothing prepared, so its ROLLBACK needs no DEALLOCATE ALL after it (a round trip)
+        failure: psycopg.Error | None = None
         try:
             with conn.pipeline():  # one round trip: the lock, where the job's chain ends under it, and the WAL's end
-                conn.execute("BEGIN")
-                locked = conn.execute(
-                    "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8, "
-                    "pg_catalog.pg_current_wal_insert_lsn()::text AS lsn FROM durable_job.job_locks "
-                    "WHERE job_id = %s FOR UPDATE NOWAIT",
-                    (store.job_id,),
-                )
-                newest = conn.execute(
-                    "SELECT seq, link_sha256 FROM durable_job.links WHERE job_id = %s ORDER BY seq DESC LIMIT 1", (store.job_id,)
-                )
+                try:
+                    conn.execute("BEGIN")
+                    locked = conn.execute(
+                        "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8, "
+                        "pg_catalog.pg_current_wal_insert_lsn()::text AS lsn FROM durable_job.job_locks "
+                        "WHERE job_id = %s FOR UPDATE NOWAIT",
+                        (store.job_id,),
+                    )
+                    newest = conn.execute(
+                        "SELECT seq, link_sha256 FROM durable_job.links WHERE job_id = %s ORDER BY seq DESC LIMIT 1", (store.job_id,)
+                    )
+                except psycopg.Error as exc:  # an answer read as it arrived: the pipeline then ends without psycopg's
+                    failure = exc  # "error ignored terminating" warning on stderr beside the one HOLD line
+        except psycopg.Error as exc:
+            failure = failure or exc
+        try:
+            if failure is not None:
+                raise failure
             row, last = locked.fetchone(), newest.fetchone()
         except psycopg.errors.LockNotAvailable:
             raise BusyError(
