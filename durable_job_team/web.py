@@ -1311,6 +1311,9 @@ async def resume_form(site: WebSite, request: Request, person: WebPerson) -> Res
     return await act_and_return(site, request, person, "resume", {})
 
 
+REPEAT_TAP_CHECKS, REPEAT_TAP_PAUSE = 20, 0.1  # a second tap looks for the first one's record for up to 2 s
+
+
 async def reconcile_form(site: WebSite, request: Request, person: WebPerson) -> Response:
     """Settle an uncertain call from the page, signed with the person's passkey when the page's script signed it. The
     same signed form sent twice (a second tap) is answered by the first record, as the command answers a repeat."""
@@ -1322,8 +1325,12 @@ async def reconcile_form(site: WebSite, request: Request, person: WebPerson) -> 
         if used.status_code != 409:
             raise
         job_id = request.path_params["job_id"]
-        out = await run_in_threadpool(site.act, person, job_id, "reconcile", {**fields, "prepare": True})
-        if not out.get("existing"):
+        for _ in range(REPEAT_TAP_CHECKS):  # the first tap may still be recording (its lock held): its record, once there
+            out = await run_in_threadpool(site.act, person, job_id, "reconcile", {**fields, "prepare": True})
+            if out.get("existing"):
+                break
+            await asyncio.sleep(REPEAT_TAP_PAUSE)
+        else:
             raise
         person.flash[job_id] = {"text": act_said("reconcile", out, site.label), "cls": ""}
         return RedirectResponse(f"/jobs/{quote_path(job_id)}", status_code=303)
