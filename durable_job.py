@@ -12231,12 +12231,18 @@ def store_addresses(argv: list) -> list:
     return [w for w in words if w.lower().startswith(("postgresql://", "postgres://"))]
 
 
+def needs_team(argv: list) -> bool:
+    """Whether a command line needs the team's package: a command this file does not hold (or none: --help and
+    --version name the team's too), or a store's address."""
+    return not (argv and argv[0] in COMMANDS and not store_addresses(argv))
+
+
 def team_for(argv: list) -> tuple[Team | None, str]:
     """The team's package when the command line needs it and it is beside this file: a command this file does not
     hold (or none: --help and --version name the team's too), or a store's address; None otherwise, and when
     durable_job.py runs alone or Python finds another folder's package, with the refusal saying so (this file's own
     commands still run; a --store refuses when it opens the store)."""
-    if argv and argv[0] in COMMANDS and not store_addresses(argv):
+    if not needs_team(argv):
         return None, ""
     try:
         team = team_beside("the team's commands")
@@ -12314,10 +12320,10 @@ def main(argv=None) -> int:
 
 def run_as_script(argv: list) -> int:
     """`python durable_job.py ARGS` (or `python -m durable_job`). This file's own commands run as they are, in this
-    module (__main__: compiled once). A command line that needs the team's package (team_for) runs as the module
+    module (__main__: compiled once). A command line that needs the team's package (needs_team) runs as the module
     `durable_job`, the name the package imports, loaded by that name from this file's folder, so the package and the
     command reach one module (one UsageError, one Store) without an alias in sys.modules."""
-    if argv and argv[0] in COMMANDS and not store_addresses(argv):
+    if not needs_team(argv):
         return main(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     try:
