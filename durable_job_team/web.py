@@ -96,11 +96,25 @@ class WebRefusal(durable_job.JobError):
         self.status_code, self.extra = status_code, extra or {}
 
 
+PAGE_WAYS = (  # a refusal's way on as the command line words it, and as the page offers it (its section's title)
+    (re.compile(r"reconcile(?: it)? with --response-file"), 'paste its answer under "Paste the provider\'s answer"'),
+    (re.compile(r"run the same command again later"), "try again later"),
+)
+
+
+def page_words(text: str) -> str:
+    """A refusal in the page's words: a way on the command line names (a flag) becomes the control the page offers."""
+    for cli_way, page_way in PAGE_WAYS:
+        text = cli_way.sub(page_way, text)
+    return text
+
+
 def act_refusal(exc: durable_job.JobError) -> WebRefusal:
-    """An act's refusal as the web answers it: 409 stale (with the current resultsSha256), 403 not this role's, 409 else."""
-    text = str(exc)
+    """An act's refusal as the web answers it: 409 stale (with the current resultsSha256), 403 not this role's, 409 else;
+    in the page's words."""
     if isinstance(exc, WebRefusal):
         return exc
+    text = page_words(str(exc))
     if text.startswith("stale: "):
         current = re.search(r"now ([0-9a-f]{64})", text)
         return WebRefusal(409, text, {"stale": True, "resultsSha256": current.group(1) if current else None})
@@ -1202,7 +1216,7 @@ async def act_and_return(site: WebSite, request: Request, person: WebPerson, com
         refusal = act_refusal(exc)
         if refusal.status_code == 404:
             return site.pages.refused(request, refusal, person)
-        text = f"Refused: {durable_job.redact(str(exc), person.secrets)}"
+        text = f"Refused: {durable_job.redact(str(refusal), person.secrets)}"
         if refusal.extra.get("stale"):  # in words, not the CLI's: what changed, and that what was typed is kept
             text = await run_in_threadpool(stale_words, site, person, job_id, str(fields.get("results_sha256") or ""), command)
         person.flash[job_id] = {"text": text, "cls": "bad"}

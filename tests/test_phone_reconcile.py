@@ -274,6 +274,7 @@ def test_a_lookup_that_finds_nothing_at_the_provider_says_so_on_the_phone_and_re
     driver.find_element("css selector", "#reconcile-lookup button[type=submit]").click()
     said = wait.until(lambda d: "Not signed" in text_of(d, "passkey-said") and text_of(d, "passkey-said"))
     assert "found 0 stored completions" in said and "nothing was taken" in said and "listing is recorded" not in said, said
+    assert 'paste its answer under "Paste the provider\'s answer"' in said and "--" not in said, said  # the page's way, no flag
     assert store_counts(store, "call_events", "links") == before
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch"]
     settles(driver, wait, "abandon", "Nothing at the provider under its key.")
