@@ -4,17 +4,20 @@ spans of real commands run as subprocesses against the loopback provider.
 """
 
 import http.server
+import shutil
 import subprocess
 import sys
 import threading
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from conftest import ALPHA, BETA, PROGRAM, clean_env, free_port, openai_workspace
+import durable_job as dj
+from conftest import ALPHA, BETA, PROGRAM, clean_env, free_port, openai_workspace, run_alone
 
 
 class OtlpReceiver:
-    """POST /v1/traces: each ExportTraceServiceRequest's spans, as {name, attributes, status} dicts."""
+    """POST /v1/traces: each ExportTraceServiceRequest's spans, as {name, attributes, status, trace, service, scope}
+    dicts (service: the resource's service.* attributes; scope: the tracer's name and version)."""
 
     def __init__(self):
         self.spans: list = []
@@ -26,6 +29,7 @@ class OtlpReceiver:
                 request = trace_service_pb2.ExportTraceServiceRequest()
                 request.ParseFromString(body)
                 for resource in request.resource_spans:
+                    service = {a.key: a.value.string_value for a in resource.resource.attributes if a.key.startswith("service.")}
                     for scope in resource.scope_spans:
                         for s in scope.spans:
                             attributes = {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in s.attributes}
@@ -35,6 +39,8 @@ class OtlpReceiver:
                                     "attributes": attributes,
                                     "status": (s.status.code, s.status.message),
                                     "trace": s.trace_id.hex(),
+                                    "service": service,
+                                    "scope": (scope.scope.name, scope.scope.version),
                                 }
                             )
                 self.send_response(200)
@@ -119,3 +125,33 @@ def test_a_call_never_sent_and_no_endpoint_at_all(ws, tmp_path):
         timeout=60,
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
+
+
+def test_durable_job_py_alone_sends_a_solo_jobs_spans_and_without_the_sdk_runs_untraced(ws, provider, tmp_path):
+    """durable_job.py copied alone (no durable_job_team, none of the team's libraries) with requirements-otel.txt: the
+    program sets the SDK's provider itself, so a solo job's spans reach the receiver, named for its service and its
+    release. Where the OpenTelemetry API is installed but not the SDK, the engine's spans are the API's no-ops: the
+    same job runs, and nothing is sent."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(PROGRAM, alone / "durable_job.py")
+    program = str(alone / "durable_job.py")
+    openai_workspace(ws, provider)
+    receiver = OtlpReceiver()
+    try:
+        traced = {**ws.env, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SERVICE_NAME": "review-desk"}
+        started = run_alone(program, ["start", "--manifest", ws.manifest, "--state-dir", ws.state], ws.root, env=traced).ok()
+        assert started["interrupt"] and started["jobId"] == "journey"
+        [command] = receiver.named("durable_job start")
+        assert command["attributes"]["durable_job.job_id"] == "journey" and command["status"] == (0, "")
+        assert len(receiver.named("durable_job run")) == 1 and len(receiver.named("durable_job model call")) == 2
+        assert {s["service"]["service.name"] for s in receiver.spans} == {"review-desk"}
+        assert {s["service"]["service.version"] for s in receiver.spans} == {dj.__version__}  # the release
+        assert {s["scope"] for s in receiver.spans} == {("durable_job", dj.VERSION)}  # the engine's tracer, by the API
+        seen = len(receiver.spans)
+
+        again = ["start", "--manifest", ws.manifest, "--state-dir", str(tmp_path / "untraced")]
+        done = run_alone(program, again, ws.root, env=traced, missing=("opentelemetry.sdk",))
+        assert done.ok()["interrupt"] and len(receiver.spans) == seen  # ran, untraced: no span, no error
+    finally:
+        receiver.stop()
