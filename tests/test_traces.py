@@ -16,8 +16,8 @@ from conftest import ALPHA, BETA, PROGRAM, clean_env, free_port, openai_workspac
 
 
 class OtlpReceiver:
-    """POST /v1/traces: each ExportTraceServiceRequest's spans, as {name, attributes, status, trace, service, scope}
-    dicts (service: the resource's service.* attributes; scope: the tracer's name and version)."""
+    """POST /v1/traces: each ExportTraceServiceRequest's spans, as {name, attributes, status, trace, service, scope,
+    events} dicts (service: the resource's service.* attributes; scope: the tracer's name and version)."""
 
     def __init__(self):
         self.spans: list = []
@@ -41,6 +41,7 @@ class OtlpReceiver:
                                     "trace": s.trace_id.hex(),
                                     "service": service,
                                     "scope": (scope.scope.name, scope.scope.version),
+                                    "events": [e.name for e in s.events],
                                 }
                             )
                 self.send_response(200)
@@ -113,7 +114,9 @@ def test_a_call_never_sent_and_no_endpoint_at_all(ws, tmp_path):
         [call] = receiver.named("durable_job model call")
         assert call["attributes"]["durable_job.outcome"] == "not sent" and "durable_job.input_tokens" not in call["attributes"]
         [started] = receiver.named("durable_job start")
-        assert started["status"] == (2, "ProviderError")  # STATUS_CODE_ERROR, the type alone
+        assert (
+            started["status"] == (2, "ProviderError") and started["events"] == []
+        )  # STATUS_CODE_ERROR, the type alone, no exception event
     finally:
         receiver.stop()
     probe = "import sys, durable_job; durable_job.main(['status', '--state-dir', sys.argv[1]]); print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
