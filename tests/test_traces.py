@@ -158,3 +158,34 @@ def test_durable_job_py_alone_sends_a_solo_jobs_spans_and_without_the_sdk_runs_u
         assert done.ok()["interrupt"] and len(receiver.spans) == seen  # ran, untraced: no span, no error
     finally:
         receiver.stop()
+
+
+def test_a_program_embedding_durable_job_keeps_its_own_provider_and_each_command_is_flushed(ws, tmp_path):
+    """The documented OpenTelemetry split: the engine's spans use the API, the program sets the SDK. A Python program
+    that calls durable_job.main twice with the variable set gets both commands' spans (each flushed as it ends, the
+    provider left open for the next); one that set its own provider first keeps it: durable_job's spans go there."""
+    assert ws.run("start", "--manifest", ws.manifest).ok()["interrupt"]
+    receiver = OtlpReceiver()
+    env = {**clean_env(), "PYTHONPATH": str(PROGRAM.rsplit("/", 1)[0]), "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    twice = "import sys, durable_job\nfor _ in range(2): durable_job.main(['status', '--state-dir', sys.argv[1]])\n"
+    own = (
+        "import sys, durable_job\n"
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "kept, provider = InMemorySpanExporter(), TracerProvider()\n"
+        "provider.add_span_processor(SimpleSpanProcessor(kept))\n"
+        "trace.set_tracer_provider(provider)\n"
+        "durable_job.main(['status', '--state-dir', sys.argv[1]])\n"
+        "print([(s.name, s.attributes['durable_job.job_id']) for s in kept.get_finished_spans()])\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", twice, ws.state], capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert [s["attributes"]["durable_job.job_id"] for s in receiver.named("durable_job status")] == ["journey", "journey"]
+        done = subprocess.run([sys.executable, "-c", own, ws.state], capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0 and done.stdout.splitlines()[-1] == "[('durable_job status', 'journey')]", done.stderr
+        assert len(receiver.spans) == 2  # nothing more sent to the endpoint: the program's provider had them
+    finally:
+        receiver.stop()
