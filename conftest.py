@@ -610,15 +610,17 @@ def clean_env() -> dict:
 TEAM_LIBRARIES = ["durable_job_team", "psycopg", "psycopg_pool", "langgraph.checkpoint.postgres", "starlette", "uvicorn", "jinja2", "mcp"]
 
 
-def run_alone(program: str, args, cwd: str) -> "Result":
-    """`python PROGRAM ARGS` (a copy of durable_job.py) in a Python where none of TEAM_LIBRARIES can be imported."""
+def run_alone(program: str, args, cwd: str, env: dict | None = None, missing: tuple = ()) -> "Result":
+    """`python PROGRAM ARGS` (a copy of durable_job.py) in a Python where none of TEAM_LIBRARIES (nor any module named
+    in `missing`) can be imported, with `env` added to the clean environment."""
     code = (
         "import sys, runpy\n"
-        f"for name in {TEAM_LIBRARIES!r}: sys.modules[name] = None\n"
+        f"for name in {[*TEAM_LIBRARIES, *missing]!r}: sys.modules[name] = None\n"
         f"sys.argv = [{program!r}, *{list(args)!r}]\n"
         f"runpy.run_path({program!r}, run_name='__main__')\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(), cwd=cwd, timeout=120)
+    full_env = {**clean_env(), **(env or {})}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120)
     return Result(proc)
 
 

@@ -645,50 +645,49 @@ def strict_json(data: bytes | str):
 
 
 # -- traces: OpenTelemetry spans, only when the environment names an OTLP endpoint --------------------------------
-# Note to maintainers: with no OTEL_EXPORTER_OTLP_* variable set nothing is imported and span() yields None (one list
-# lookup). Set, durable_job_team/traces.py makes the SDK's tracer. A span's attributes hold ids, counts, names and
-# outcomes: never a source's text, a model's answer, a message that could quote them, or a secret.
-_TRACER: list = []  # [durable_job_team.traces.Traces, or None], resolved once a process
+# Note to maintainers: the engine uses the OpenTelemetry API alone, as a library does: its tracer is a no-op until the
+# program sets a provider (main() below the engine sets the SDK's, exporting over OTLP/HTTP, and flushes it). With no
+# OTEL_EXPORTER_OTLP_* variable set nothing is imported and span() yields None. A span's attributes hold ids, counts,
+# names and outcomes: never a source's text, a model's answer, a message that could quote them, or a secret.
+def traces_wanted() -> bool:
+    """Whether the environment names where to send spans (any OTEL_EXPORTER_OTLP_* variable)."""
+    return any(name.startswith("OTEL_EXPORTER_OTLP_") for name in os.environ)
 
 
 def tracer():
-    if not _TRACER:
-        found = None
-        if any(name.startswith("OTEL_EXPORTER_OTLP_") for name in os.environ):
-            try:
-                import importlib
-
-                found = importlib.import_module("durable_job_team.traces").Traces(VERSION)
-            except ImportError:  # durable_job.py alone, or without requirements-otel.txt: no traces
-                found = None
-        _TRACER.append(found)
-    return _TRACER[0]
+    """The OpenTelemetry API's tracer for durable_job (the provider's, or a no-op one), or None: no variable, or no
+    opentelemetry installed (durable_job.py without requirements-otel.txt)."""
+    if not traces_wanted():
+        return None
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace.get_tracer("durable_job", VERSION)
 
 
 @contextlib.contextmanager
 def span(name: str, attributes: dict) -> Iterator[Any]:
-    """A span around the block (None without traces); an error ends it failed, naming only the error's type."""
+    """A span around the block (None without traces); an error ends it failed, naming only the error's type: the API
+    records no exception event and sets no status of its own (an error's message may quote a source)."""
     traced = tracer()
     if traced is None:
         yield None
         return
-    with traced.span(name) as current:
+    from opentelemetry.trace import Status, StatusCode
+
+    with traced.start_as_current_span(name, record_exception=False, set_status_on_exception=False) as current:
         traced_set(current, attributes)
         try:
             yield current
         except BaseException as exc:
-            traced.failed(current, exc)
+            current.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             raise
 
 
 def traced_set(current, attributes: dict) -> None:
     if current is not None:
         current.set_attributes({k: v for k, v in attributes.items() if v is not None})
-
-
-def flush_traces() -> None:
-    if _TRACER and _TRACER[0] is not None:
-        _TRACER[0].shutdown()
 
 
 # -- sealed at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Sealed at rest") -------------------
@@ -12262,11 +12261,43 @@ def command_secrets(argv: list, team: Team | None) -> Secrets:
     return secrets
 
 
+def send_traces() -> Any:
+    """The program's half of traces (the engine's span() uses the OpenTelemetry API alone): when an
+    OTEL_EXPORTER_OTLP_* variable is set and requirements-otel.txt is installed, the provider spans go to, to flush at
+    the end of the command; None otherwise (no variable: nothing imported; no SDK: no traces, no error). The first
+    command of a process sets the SDK's TracerProvider, exporting in batches over OTLP/HTTP (protobuf) to where the
+    standard variables say; a provider already set (the first command's, or one an application embedding this module
+    set before calling main) is used as it is: OpenTelemetry lets a process set one."""
+    if not traces_wanted():
+        return None
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        return None
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        named = {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "durable-job", "service.version": __version__}
+        provider = TracerProvider(resource=Resource.create(named))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+    return trace.get_tracer_provider()
+
+
+def flush_traces(provider: Any) -> None:
+    """Send the command's spans before it returns (an SDK provider; one an application set may have no force_flush)."""
+    if provider is not None and hasattr(provider, "force_flush"):
+        provider.force_flush()
+
+
 def main(argv=None) -> int:
     user_umask = os.umask(0o077)  # everything this program creates is private; seal --use-umask asks for the user's own
     argv = sys.argv[1:] if argv is None else list(argv)
-    args, team, secrets = None, None, Secrets()
+    args, team, secrets, traces = None, None, Secrets(), None
     try:
+        traces = send_traces()
         team, missing = team_for(argv)
         secrets = command_secrets(argv, team)
         args = parse_command_line(argv, team, missing)
@@ -12315,7 +12346,7 @@ def main(argv=None) -> int:
         opened = known_store(args)
         if opened is not None:
             opened.close()  # a store's read connection: none outlives main()
-        flush_traces()
+        flush_traces(traces)
 
 
 def run_as_script(argv: list) -> int:

@@ -944,4 +944,26 @@ MUTANTS = [
         "                    or False\n",
         ["tests/test_fork.py::test_verify_checks_each_reused_answer_against_the_old_journal_and_says_plainly_when_it_is_not_at_hand"],
     ),
+    # --- traces: the engine's spans through the OpenTelemetry API (issue 35; issue 46 closed the engine) -------------
+    Mutant(
+        "span-status-quotes-the-error",
+        "traces: a failed span names its error's type alone (a message could quote a source)",
+        "current.set_status(Status(StatusCode.ERROR, type(exc).__name__))",
+        "current.set_status(Status(StatusCode.ERROR, str(exc)))",
+        ["tests/test_traces.py::test_a_call_never_sent_and_no_endpoint_at_all"],
+    ),
+    Mutant(
+        "span-records-the-exception",
+        "traces: a failed span has no exception event (its message could quote a source)",
+        "traced.start_as_current_span(name, record_exception=False, set_status_on_exception=False)",
+        "traced.start_as_current_span(name, record_exception=True, set_status_on_exception=False)",
+        ["tests/test_traces.py::test_a_call_never_sent_and_no_endpoint_at_all"],
+    ),
+    Mutant(
+        "traces-without-a-variable",
+        "traces: with no OTEL_EXPORTER_OTLP_* variable nothing of OpenTelemetry is imported",
+        '    return any(name.startswith("OTEL_EXPORTER_OTLP_") for name in os.environ)\n',
+        "    return True\n",
+        ["tests/test_traces.py::test_a_call_never_sent_and_no_endpoint_at_all"],
+    ),
 ]

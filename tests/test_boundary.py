@@ -13,14 +13,13 @@ import subprocess
 import sys
 
 import durable_job as dj
-from conftest import PROGRAM, REPO, Result, Workspace, clean_env, run_alone
+from conftest import PROGRAM, REPO, Result, Workspace, clean_env, run_alone, through_mark
 
 TEAM = os.path.join(REPO, "durable_job_team")
 
 # Identifiers of the core that a package module happens to define too, each the core's own: the Team's slots (the
-# registry's names, which the package fills), the provider's `response.usage` and Keys.run_command, and the tracer's
-# Traces (durable_job_team/traces.py, made by tracer() in the engine: the one extension the core still loads by name).
-CORE_WORDS = {"team", "address_secrets", "set_up_refusal", "store_engine", "usage", "run_command", "Traces"}
+# registry's names, which the package fills), the provider's `response.usage` and Keys.run_command.
+CORE_WORDS = {"team", "address_secrets", "set_up_refusal", "store_engine", "usage", "run_command"}
 
 
 def top_names(tree: ast.Module) -> set:
@@ -56,11 +55,36 @@ def test_the_core_names_no_class_or_function_of_the_team_package():
     imports = [n for n in ast.walk(core) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not [ast.unparse(n) for n in imports if "durable_job_team" in ast.unparse(n)]  # no import statement names it
     loads = [ast.unparse(n) for n in ast.walk(core) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "import_module"]
-    assert sorted(w for w in loads if "team" in w.lower()) == [
-        "importlib.import_module('durable_job_team.traces')",
-        "importlib.import_module(TEAM_PACKAGE)",
-    ]
+    assert sorted(w for w in loads if "team" in w.lower()) == ["importlib.import_module(TEAM_PACKAGE)"]  # main's, below the engine
     assert "team_part" not in core_references(core) and "CHANGES_NO_JOB" not in top_names(core)
+
+
+def engine_words(source: str) -> set:
+    """Every word the engine's code says: the names and attributes it reads, the modules it imports and the strings it
+    holds (a docstring or a comment may name the package: they describe, they load nothing)."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    words = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    words |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    words |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    return words | {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings}
+
+
+def test_the_engine_names_no_module_of_the_team_package():
+    """The engine (durable_job.py through its mark) is closed: no name, import or string of its code says
+    durable_job_team. Its spans use the OpenTelemetry API alone; main, below the engine, sets the SDK's provider."""
+    engine = engine_words(through_mark(PROGRAM).decode())
+    assert {"span", "get_tracer", "opentelemetry"} <= engine  # the words are read: the check below can see a name
+    assert sorted(w for w in engine if "durable_job_team" in w) == []
+    with open(PROGRAM, encoding="utf-8") as fh:
+        assert "durable_job_team" in engine_words(fh.read())  # the program below the engine loads the package by name
 
 
 def test_the_core_has_a_public_api_and_writes_no_alias_and_no_environment():
