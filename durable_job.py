@@ -12263,8 +12263,8 @@ def command_secrets(argv: list, team: Team | None) -> Secrets:
 
 def send_traces() -> Any:
     """The program's half of traces (the engine's span() uses the OpenTelemetry API alone): when an
-    OTEL_EXPORTER_OTLP_* variable is set and requirements-otel.txt is installed, the provider spans go to, to flush at
-    the end of the command; None otherwise (no variable: nothing imported; no SDK: no traces, no error). The first
+    OTEL_EXPORTER_OTLP_* variable is set and requirements-otel.txt is installed, the provider the spans go to (flushed
+    at the end of the command); None otherwise (no variable: nothing imported; no SDK: no traces, no error). The first
     command of a process sets the SDK's TracerProvider, exporting in batches over OTLP/HTTP (protobuf) to where the
     standard variables say; a provider already set (the first command's, or one an application embedding this module
     set before calling main) is used as it is: OpenTelemetry lets a process set one."""
