@@ -720,10 +720,10 @@ MUTANTS = [
     ),
     Mutant(
         "rotated-out-key-seals",
-        "sealed at rest: a new job is sealed only under the store's current key; a rotated-out one is refused at submit and start",
+        "encrypted at rest: a new job is sealed only under the store's current key; a rotated-out one is refused at submit and start",
         '        if keys["retired"] is not None:\n',
         '        if keys["retired"] is not None and False:\n',
-        ["tests/test_keys_and_scale.py::test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
+        ["tests/test_keys_and_scale.py::test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
         path=STORE_PY,
     ),
     # --- receipts (issue 43) ----------------------------------------------------------------------------------------

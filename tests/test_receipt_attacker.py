@@ -154,7 +154,7 @@ def test_a_receipt_signed_before_still_verifies_and_strict_fails_only_what_its_r
         assert out["ok"] and next(iter(edit)) in checks(out)["not covered"]["detail"]
 
 
-def test_a_sealed_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_with_the_key(pg_server, tmp_path):
+def test_an_encrypted_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_with_the_key(pg_server, tmp_path):
     """Item 11c: a short or templated source ("yes") is confirmed by hashing guesses against a sha256 kept in clear. A
     store that seals its jobs keeps its manifest sealed, as its sources, and the job record's source digests keyed
     under the job's data key: neither a role's every readable row nor the administrator's dump holds a source's sha256,
@@ -191,5 +191,5 @@ def test_a_sealed_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_w
     bare = Workspace(tmp_path / "job", store=url)
     bare.env = {k: v for k, v in ws.env.items() if k != "DURABLE_JOB_KEY_FILE"}
     unread = {c["name"]: c for c in bare.run("verify").ok()["checks"]}
-    assert unread["seals"]["ok"] and "sealed at rest, not read" in unread["seals"]["detail"]
-    bare.run("inspect").held("SealedError", "is sealed at rest and no key is given")
+    assert unread["seals"]["ok"] and "encrypted at rest, not read" in unread["seals"]["detail"]
+    bare.run("inspect").held("EncryptedError", "is encrypted at rest and no key is given")

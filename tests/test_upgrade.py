@@ -1,4 +1,4 @@
-"""An upgrade (issue 43): a job the release before sealed at rest keeps verifying under this one.
+"""An upgrade (issue 43): a job the release before encrypted at rest keeps verifying under this one.
 
 The release before (d71a186, from this repository's own history) kept a sealed job's manifest plain and its sources'
 digests as their plain sha256; this one keeps both sealed and keyed. The journey runs the old program as a team did
@@ -60,7 +60,7 @@ def migrations(url: str) -> list:
     return [name for (name,) in sql(admin_url(url), "SELECT name FROM durable_job._migrations ORDER BY name")]
 
 
-def test_a_job_the_release_before_sealed_at_rest_keeps_verifying_after_the_upgrade(tmp_path, pg_server):
+def test_a_job_the_release_before_encrypted_at_rest_keeps_verifying_after_the_upgrade(tmp_path, pg_server):
     old = Old(old_release(tmp_path))
     store = new_store(pg_server, empty=True)  # an empty database: its owner (the administrator) sets it up
     key = new_key_file(tmp_path)
@@ -88,7 +88,7 @@ def test_a_job_the_release_before_sealed_at_rest_keeps_verifying_after_the_upgra
 
     # the upgrade: this program migrates the store as its administrator
     upgraded = admin.run("migrate", "--store", store).ok()
-    assert upgraded["changed"] is True and upgraded["sealedAtRest"]["kekId"] == set_up["sealedAtRest"]["kekId"]
+    assert upgraded["changed"] is True and upgraded["encryptedAtRest"]["kekId"] == set_up["sealedAtRest"]["kekId"]
     assert migrations(store)[-1] == store_module.PG_SETUP_MIGRATIONS[-1] != "m017_changed_one"
 
     # the old job, read and checked by this program with the key: its plain digests accepted, its record as it was

@@ -1,10 +1,10 @@
-"""`make bench`, sealed at rest (issue 36): a whole fake job, sealed at rest against the same job not sealed, same run.
+"""`make bench`, encrypted at rest (issue 36): a whole fake job, encrypted at rest against the same job not sealed, same run.
 
 A whole job is what a person runs, each command its own process as at a terminal: `start` (three items, to the review),
 `inspect`, `decide`, then `verify`, in a new state directory each time. Sealed: DURABLE_JOB_KEY_FILE names a
 key-encryption key, so the job's data key is made and wrapped, and every content value, checkpoint and the receipt
 is written and read as AES-GCM ciphertext. The two kinds run interleaved (ROUNDS each, after one warm-up of each)
-and the medians are compared. Target: sealed <= 1.15x not sealed. BENCH_SEALED_ROUNDS sets the rounds (default 7).
+and the medians are compared. Target: sealed <= 1.15x not sealed. BENCH_ENCRYPTED_ROUNDS sets the rounds (default 7).
 """
 
 import hashlib
@@ -18,7 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(os.path.dirname(HERE), "durable_job.py")
-ROUNDS = int(os.environ.get("BENCH_SEALED_ROUNDS", "7"))
+ROUNDS = int(os.environ.get("BENCH_ENCRYPTED_ROUNDS", "7"))
 TARGET = 1.15
 SOURCES = {
     "alpha": "The new boiler saves roughly 8 percent of gas a year.\nIt is serviced on Saturday at 07:00 for $1,200.\n",
@@ -90,7 +90,7 @@ def main() -> int:
                     times[kind].append(seconds)
         plain, sealed = statistics.median(times["plain"]), statistics.median(times["sealed"])
         ratio = sealed / plain
-        print("sealed at rest: a whole fake job (start of 3 items, inspect, decide, verify; each its own process), same run")
+        print("encrypted at rest: a whole fake job (start of 3 items, inspect, decide, verify; each its own process), same run")
         print(f"  not sealed  median {plain * 1000:7.0f} ms over {ROUNDS} jobs")
         print(f"  sealed      median {sealed * 1000:7.0f} ms over {ROUNDS} jobs")
         print(f"  ratio {ratio:.3f}x (target <= {TARGET}x): {'ok' if ratio <= TARGET else 'OVER'}")
