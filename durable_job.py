@@ -691,7 +691,7 @@ def flush_traces() -> None:
         _TRACER[0].shutdown()
 
 
-# -- encrypted at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Encrypted at rest") -------------------
+# -- encryption at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Encryption at rest") -------------------
 # Note to maintainers: a job started (a state directory) or submitted (a store migrated with a key) while a
 # key-encryption key (KEK) is given gets its own random 256-bit data key, kept only wrapped (AES-GCM under the KEK)
 # beside the KEK's id; the KEK itself never enters the state, the store, an output or a log. Every value with content
@@ -700,8 +700,11 @@ def flush_traces() -> None:
 # (job, table, row, column): ENCRYPTED_PREFIX, then the row's place in clear, then base64(nonce || ciphertext). Moved to
 # another row, it no longer matches its place; to another job, it no longer decrypts. Ids, phases, principals, times,
 # hashes and token counts stay clear. `shred` destroys the wrapped data key; `rotate-key` rewraps it.
+# Its word is "encrypt" ("seal" means a sha256 pin: SealError); the bytes released programs wrote keep their old names:
+# the prefix and tag below, the associated data "durable_job sealed value" (Cipher.bound), a store's table
+# durable_job.sealing (m015_sealed), and the document field "sealedAtRest" (ENCRYPTED_DOCUMENT_FIELD: its old name).
 ENCRYPTED_PREFIX = "dj-enc:v1:"
-ENCRYPTED_CHECKPOINT_TAG = "dj-enc-v1+"  # a checkpoint's serializer type, sealed: this prefix, then the plain value's own type
+ENCRYPTED_CHECKPOINT_TAG = "dj-enc-v1+"  # a checkpoint's serializer type, encrypted: this prefix, then the plain value's own type
 KEY_FILE_ENV = "DURABLE_JOB_KEY_FILE"
 KEY_COMMAND_ENV = "DURABLE_JOB_KEY_COMMAND"
 KEK_BYTES = 32
@@ -729,7 +732,7 @@ def unb64(text: str) -> bytes:
 
 
 def aesgcm(key: bytes):
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # only a sealed job loads it
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # only an encrypted job loads it
 
     return AESGCM(key)
 
@@ -739,7 +742,7 @@ def kek_id(key: bytes) -> str:
     return "kek-" + sha256_hex(b"durable_job key-encryption key\n" + key)[:16]
 
 
-KEY_FIX = f"set {KEY_FILE_ENV} (or --key-file FILE) to the file of 32 random bytes the job was sealed with, or {KEY_COMMAND_ENV}"
+KEY_FIX = f"set {KEY_FILE_ENV} (or --key-file FILE) to the file of 32 random bytes the job was encrypted with, or {KEY_COMMAND_ENV}"
 
 
 class Kek:
@@ -797,7 +800,7 @@ def read_kek_file(path: str, flag: str) -> Kek:
         raise EncryptedError(
             f"{flag} {path} holds {len(key)} bytes, not the {KEK_BYTES} random bytes of a key; name the key file, or {make}"
         )
-    if mode & 0o077:  # as ssh refuses a private key others may read: a key anyone may read seals nothing
+    if mode & 0o077:  # as ssh refuses a private key others may read: a key anyone may read protects nothing
         import shlex
 
         how = "readable" if mode & 0o044 else "writable"
@@ -854,19 +857,19 @@ def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None 
 
 
 class Cipher:
-    """One sealed job's data key (or, when it cannot be had, why): seals and opens its content values."""
+    """One encrypted job's data key (or, when it cannot be had, why): encrypts and decrypts its content values."""
 
     def __init__(self, job_id: str, key: bytes | None, refusal: str = "", why: str = ""):
         self.job_id, self.refusal = job_id, refusal
         self.why = why  # why there is no key: "no-key", "wrong-key", "shredded" ("" with one)
         self.aead = aesgcm(key) if key is not None else None
         # the key of its sources' digests (keyed_source), derived from the data key: a digest kept in clear beside a
-        # sealed source must not confirm a guess of it (a short or templated source is easily guessed)
+        # encrypted source must not confirm a guess of it (a short or templated source is easily guessed)
         self.digest_key = hashlib.new("sha256", b"durable_job source digests\0" + key).digest() if key is not None else None
 
     @classmethod
     def of_row(cls, job_id: str, row: dict | None, kek: Kek | None, where: str) -> Cipher | None:
-        """The cipher of a job whose key row (kek_id, wrapped, shredded_utc) was read; None: the job is not sealed."""
+        """The cipher of a job whose key row (kek_id, wrapped, shredded_utc) was read; None: the job is not encrypted."""
         if row is None:
             return None
         if row.get("shredded_utc"):
@@ -888,11 +891,11 @@ class Cipher:
 
     def encrypt(self, text: str, table: str, row: str, column: str) -> str:
         nonce = os.urandom(NONCE_BYTES)
-        sealed = self.need().encrypt(nonce, text.encode("utf-8", "surrogatepass"), self.bound(table, row, column))
-        return f"{ENCRYPTED_PREFIX}{table}:{column}:{b64(row.encode('utf-8', 'surrogatepass'))}:{b64(nonce + sealed)}"
+        encrypted = self.need().encrypt(nonce, text.encode("utf-8", "surrogatepass"), self.bound(table, row, column))
+        return f"{ENCRYPTED_PREFIX}{table}:{column}:{b64(row.encode('utf-8', 'surrogatepass'))}:{b64(nonce + encrypted)}"
 
     def decrypt(self, text: str, table: str | None = None, row: str | None = None, column: str | None = None) -> str:
-        """A encrypted value's text; refused (nothing of it shown) when it was sealed for another place or does not decrypt."""
+        """An encrypted value's text; refused (nothing of it shown) when it was encrypted for another place or does not decrypt."""
         from cryptography.exceptions import InvalidTag
 
         label = text[len(ENCRYPTED_PREFIX) :].split(":")
@@ -904,9 +907,9 @@ class Cipher:
             blob = b""
         place = f"{table or at_table} row {row if row is not None else at_row} column {column or at_column}"
         found = ((table, at_table), (row, at_row), (column, at_column))
-        if any(here is not None and here != sealed_for for here, sealed_for in found):
+        if any(here is not None and here != encrypted_for for here, encrypted_for in found):
             raise EncryptedError(
-                f"job {self.job_id}: {place} holds a value sealed for another row; nothing of it is shown: restore it from a backup"
+                f"job {self.job_id}: {place} holds a value encrypted for another row; nothing of it is shown: restore it from a backup"
             )
         aead = self.need()
         try:
@@ -920,11 +923,11 @@ class Cipher:
             ) from None
 
 
-KEYED_PREFIX = "hmac-sha256:"  # a sealed store job's source digest in its plain job record: keyed, not the source's sha256
+KEYED_PREFIX = "hmac-sha256:"  # an encrypted store job's source digest in its plain job record: keyed, not the source's sha256
 
 
 def keyed_source(cipher: Cipher, item_id: str, sha256: str) -> str:
-    """A source's digest as a sealed job keeps it in clear: an HMAC-SHA256 of its sha256, under the job's digest key."""
+    """A source's digest as an encrypted job keeps it in clear: an HMAC-SHA256 of its sha256, under the job's digest key."""
     import hmac
 
     if cipher.digest_key is None:
@@ -948,12 +951,12 @@ def is_encrypted(value) -> bool:
 
 
 def encrypted_source(cipher: Cipher | None, job_id: str, item_id: str, text: str) -> bytes:
-    """A source's bytes as a store keeps them: sealed to its job and item when the job is encrypted at rest."""
+    """A source's bytes as a store keeps them: encrypted to its job and item when the job is encrypted at rest."""
     return text.encode("utf-8") if cipher is None else cipher.encrypt(text, "jobs", item_id, "sources").encode("ascii")
 
 
 def opened_source(cipher_of, job_id: str, item_id: str, data: bytes) -> bytes:
-    """A kept source's bytes, opened when sealed (`cipher_of()`: the job's Cipher, asked only for a sealed one)."""
+    """A kept source's bytes, opened when encrypted (`cipher_of()`: the job's Cipher, asked only for an encrypted one)."""
     data = bytes(data)
     if not data.startswith(ENCRYPTED_PREFIX.encode()):
         return data
@@ -966,7 +969,7 @@ def opened_source(cipher_of, job_id: str, item_id: str, data: bytes) -> bytes:
 
 
 def encrypted_pruned(cipher: Cipher | None, record: dict) -> dict:
-    """A prune record as a sealed job keeps it: the checkpoint values it keeps (results, the final) sealed."""
+    """A prune record as an encrypted job keeps it: the checkpoint values it keeps (results, the final) encrypted."""
     if cipher is None or is_encrypted(record.get("values")):
         return record
     return {**record, "values": cipher.encrypt(json.dumps(record["values"], sort_keys=True), "prunes", cipher.job_id, "values")}
@@ -982,12 +985,14 @@ def opened_pruned(cipher_of, record: dict) -> dict:
     return {**record, "values": json.loads(cipher.decrypt(record["values"], "prunes", cipher.job_id, "values"))}
 
 
-ENCRYPTED_DOCUMENT_FIELD = "sealedAtRest"  # a sealed document's one content field (ids, outcome, principals and hashes stay clear)
+# an encrypted document's one content field (ids, outcome, principals and hashes stay clear), under the name the released
+# format gave it (receipts and prune records on disk and in stores hold it): kept, byte for byte
+ENCRYPTED_DOCUMENT_FIELD = "sealedAtRest"
 
 
 def encrypted_document(cipher: Cipher | None, document: dict, text: str, table: str) -> str:
-    """A file's text as a job encrypted at rest keeps it (a receipt, a prune record): sealed whole, its jobId and outcome
-    left beside it; unchanged for a job that is not sealed."""
+    """A file's text as a job encrypted at rest keeps it (a receipt, a prune record): encrypted whole, its jobId and outcome
+    left beside it; unchanged for a job that is not encrypted."""
     if cipher is None:
         return text
     clear = {
@@ -1003,19 +1008,19 @@ def encrypted_document(cipher: Cipher | None, document: dict, text: str, table: 
 
 
 def opened_document(cipher_of, raw: bytes, table: str) -> bytes:
-    """A file's bytes as written before encrypted_document (`cipher_of()`: the job's Cipher, asked only for a sealed file)."""
+    """A file's bytes as written before encrypted_document (`cipher_of()`: the job's Cipher, asked only for an encrypted file)."""
     if ENCRYPTED_DOCUMENT_FIELD.encode() not in raw:
         return raw
     try:
-        sealed = json.loads(raw)[ENCRYPTED_DOCUMENT_FIELD]
+        encrypted = json.loads(raw)[ENCRYPTED_DOCUMENT_FIELD]
     except (ValueError, KeyError, TypeError):
         return raw
     cipher = cipher_of()
-    if cipher is None or not is_encrypted(sealed):
+    if cipher is None or not is_encrypted(encrypted):
         raise EncryptedError(
             f"a {table} file is encrypted at rest, and its job's data key is not kept beside it: restore the state directory whole"
         )
-    return cipher.decrypt(sealed, table, cipher.job_id, "document").encode("utf-8", "surrogatepass")
+    return cipher.decrypt(encrypted, table, cipher.job_id, "document").encode("utf-8", "surrogatepass")
 
 
 # Figures: each number, amount, percentage, date, weekday and time a summary or a claim states, and where the item's
@@ -3333,7 +3338,7 @@ MIGRATIONS = [
         "CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)",
     ),
     # a job encrypted at rest: its data key, wrapped under the key-encryption key kek_id names (never the KEK itself);
-    # a shred empties `wrapped` and says who and when (the row stays: the job was sealed, and is now unreadable)
+    # a shred empties `wrapped` and says who and when (the row stays: the job was encrypted, and is now unreadable)
     (
         "m011_data_keys",
         "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), "
@@ -3506,7 +3511,7 @@ ENCRYPTED_TABLES = (
     "decisions",
     "links",
     "holds",
-)  # where content values are  # the column naming the row a encrypted value is bound to
+)  # where content values are  # the column naming the row an encrypted value is bound to
 ENCRYPTED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
 
 
@@ -3593,7 +3598,7 @@ class Journal(abc.ABC):
         return rows, changed
 
     def encrypted(self, table: str, row, column: str, value):
-        """A content value as this journal writes it: sealed to its place when the job is encrypted at rest."""
+        """A content value as this journal writes it: encrypted to its place when the job is encrypted at rest."""
         cipher = self.cipher if value is not None else None
         return value if cipher is None else cipher.encrypt(value, table, str(row), column)
 
@@ -4912,10 +4917,10 @@ def is_hold(exc: BaseException) -> bool:
 
 def write_hold(journal: Journal, message: str, fix: str, program: str, phase: str = "ready", plain: bool = False) -> dict:
     """Record the job's hold (replacing an earlier one) and its `held` notice, in the caller's transaction or its own;
-    the hold as shown. `plain`: its words kept unsealed even in a sealed job (a refused key's hold, which names only
-    ids and keys' ids, and which no data key may seal)."""
+    the hold as shown. `plain`: its words kept unencrypted even in an encrypted job (a refused key's hold, which names only
+    ids and keys' ids, and which no data key may encrypt)."""
     stamp = now_utc()
-    seal = (lambda column, value: value) if plain else (lambda column, value: journal.encrypted("holds", "hold", column, value))
+    kept = (lambda column, value: value) if plain else (lambda column, value: journal.encrypted("holds", "hold", column, value))
     with journal.transaction():
         add_notice(journal, "held", phase, f"held {stamp}")
         journal.change(
@@ -4924,8 +4929,8 @@ def write_hold(journal: Journal, message: str, fix: str, program: str, phase: st
             "ON CONFLICT ({job_col}kind) DO UPDATE SET principal = excluded.principal, at_utc = excluded.at_utc, "
             "message = excluded.message, fix = excluded.fix, program = excluded.program",
             at=stamp,
-            message=seal("message", redact(message, journal.secrets)),
-            fix=seal("fix", redact(fix, journal.secrets)),
+            message=kept("message", redact(message, journal.secrets)),
+            fix=kept("fix", redact(fix, journal.secrets)),
             program=program,
         )
     return {"by": journal.principal, "at": stamp, "message": message, "fix": fix}
@@ -5032,7 +5037,7 @@ def exactly_json(value) -> bool:
 
 def checkpoint_serializer(cipher: Cipher | None = None):
     """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json"); a job encrypted at rest's
-    `cipher` seals every value it stores (type ENCRYPTED_CHECKPOINT_TAG + the plain type; see encrypted_checkpoint).
+    `cipher` encrypts every value it stores (type ENCRYPTED_CHECKPOINT_TAG + the plain type; see encrypted_checkpoint).
 
     Everything this program keeps in its state is plain JSON, so its
     checkpoints can be read with sqlite3 and jq, and status and inspect decode
@@ -5071,18 +5076,18 @@ def checkpoint_serializer(cipher: Cipher | None = None):
 
 
 def encrypted_checkpoint(cipher: Cipher, kind: str, blob: bytes) -> tuple[str, bytes]:
-    """A checkpoint value sealed: bound to the job and its plain type (a saver's row is not known to its serializer)."""
+    """A checkpoint value encrypted: bound to the job and its plain type (a saver's row is not known to its serializer)."""
     nonce = os.urandom(NONCE_BYTES)
     return ENCRYPTED_CHECKPOINT_TAG + kind, nonce + cipher.need().encrypt(nonce, bytes(blob), cipher.bound("checkpoints", kind, "value"))
 
 
 def opened_checkpoint(cipher: Any, kind: str, blob: Any) -> tuple[str, Any]:
-    """(type, value) of a stored checkpoint value, opened when sealed; refused when it does not decrypt."""
+    """(type, value) of a stored checkpoint value, opened when encrypted; refused when it does not decrypt."""
     if not kind.startswith(ENCRYPTED_CHECKPOINT_TAG):
         return kind, blob
     from cryptography.exceptions import InvalidTag
 
-    if callable(cipher):  # a store's listing: the job's Cipher, found only for a encrypted value
+    if callable(cipher):  # a store's listing: the job's Cipher, found only for an encrypted value
         cipher = cipher()
     if cipher is None:
         raise EncryptedError(f"a checkpoint is encrypted at rest, and this reader has no key: {KEY_FIX}")
@@ -5591,7 +5596,7 @@ class Store(abc.ABC):
         """The job's prune record once `prune` marked it: {values, checkpointsSha256, freedBytes, markedUtc, prunedUtc, principal}."""
 
     def cipher(self, journal: Journal | None = None) -> Cipher | None:
-        """The job's Cipher when it is encrypted at rest (docs/CONTRACT.md, "Encrypted at rest"), else None."""
+        """The job's Cipher when it is encrypted at rest (docs/CONTRACT.md, "Encryption at rest"), else None."""
         return None
 
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
@@ -5693,7 +5698,7 @@ class StateDirRunStore(Store):
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
         kek = self.keys.kek()
-        if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are sealed too
+        if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are encrypted too
             self.pending = new_cipher(kek, job["jobId"])
             kept = {item_id: self.pending[0].encrypt(text, "mcp_sources", item_id, "text") for item_id, text in kept.items()}
         if kept:
@@ -5711,7 +5716,7 @@ class StateDirRunStore(Store):
         check_state_files(self.root)
 
     def journal(self, then=None, writes: Writes | None = None) -> SqliteJournal:
-        def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
+        def first(journal: Journal) -> None:  # a new journal: a job started with a key is encrypted from its first write
             self.cipher_found = [start_encrypted(journal, self.keys.kek(), self.load_job()["jobId"], self.pending)]
             if then is not None:
                 then(journal)  # its Cipher is the one just made (cipher_of: self.cipher)
@@ -8315,7 +8320,7 @@ def content_check(cipher: Cipher, unread: set, strict: bool) -> dict:
 
 
 def chain_structure(links: list) -> str:
-    """The chain's order without its sealed records: each link numbered in turn and naming the one before; the hash of
+    """The chain's order without its encrypted records: each link numbered in turn and naming the one before; the hash of
     each link whose record is in clear recomputed."""
     prev, clear = GENESIS, 0
     for n, link in enumerate(links, 1):
@@ -8327,7 +8332,7 @@ def chain_structure(links: list) -> str:
                 raise SealError(f"links: link {n} ({link['act']}) does not hash to its link_sha256: it was changed")
             clear += 1
         prev = link["link_sha256"]
-    return f"{counted(len(links), 'link')} in order, each naming the one before; {clear} in clear rehashed, the rest sealed"
+    return f"{counted(len(links), 'link')} in order, each naming the one before; {clear} in clear rehashed, the rest encrypted"
 
 
 def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:

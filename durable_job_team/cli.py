@@ -127,7 +127,7 @@ def delete(store: Store) -> dict:
 
 
 def shred(store: AdminStore) -> dict:
-    """Destroy a sealed job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
+    """Destroy an encrypted job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
     need_job_id(store)
     if store.shared:
         return part("store").shred_job(store)
@@ -887,7 +887,7 @@ def text_jobs(out: dict, store) -> list:
 
 
 def text_migrate(out: dict, store) -> list:
-    """What this run changed (the schema, each role granted, the jobs adopted, sealing turned on), and what it found
+    """What this run changed (the schema, each role granted, the jobs adopted, encryption turned on), and what it found
     already so: a rerun that changed nothing says so, and never that it granted what a role already had."""
     at = f" (at {out['latestMigration']})" if out.get("latestMigration") else ""
     did = out["changed"] or out.get("granted") or out.get("grantedWorkers") or out.get("adopted") or out.get("encryptionTurnedOn")
@@ -918,9 +918,9 @@ def encryption_words(out: dict) -> list:
         return []
     if out.get("encryptionTurnedOn"):
         return [
-            f"  encryption at rest turned on (key {mark['kekId']}): every new job will now be sealed; jobs sealed before stay as they were"
+            f"  encryption at rest turned on (key {mark['kekId']}): every new job will now be encrypted; jobs started before stay as they were"
         ]
-    return [f"  encryption at rest is on (key {mark['kekId']}, since {mark['since']}): every new job is sealed"]
+    return [f"  encryption at rest is on (key {mark['kekId']}, since {mark['since']}): every new job is encrypted"]
 
 
 def text_work(out: dict, store) -> list:
@@ -1042,12 +1042,12 @@ def store_url_from(args, command: str) -> Store:
 
 
 def cmd_shred(args) -> dict:
-    """Destroy a sealed job's data key: its content unreadable for good; its ids, hashes, chain and signatures remain."""
+    """Destroy an encrypted job's data key: its content unreadable for good; its ids, hashes, chain and signatures remain."""
     return shred(store_from(args))
 
 
 def cmd_rotate_key(args) -> dict:
-    """Rewrap sealed jobs' data keys under a new key-encryption key (the current one given as usual); content untouched."""
+    """Rewrap encrypted jobs' data keys under a new key-encryption key (the current one given as usual); content untouched."""
     return rotate_key(store_from(args), args.new_key_file)
 
 

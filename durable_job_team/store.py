@@ -590,7 +590,7 @@ class PgCheckpointRows(CheckpointRows):
 
     def __init__(self, journal: PgJournal, where: str, threads: list[str]):
         self.journal, self.where = journal, where
-        self.cipher = lambda: journal.cipher  # for a encrypted value: the journal's, found when first needed
+        self.cipher = lambda: journal.cipher  # for an encrypted value: the journal's, found when first needed
         self.latest_of: dict[str, tuple[str, dict]] = {}
         self.writes_of: dict[tuple[str, str], list] = {}
         if threads:
@@ -764,7 +764,7 @@ class PgLock:
             if store.pool.principal is None:  # every connection of the pool logs in with the store's URL: one role
                 store.pool.principal = journal.rows("SELECT session_user AS me")[0]["me"]
             # a start or submit takes the lock only once its own row is sealed (seal_job): one that found the job
-            # sealed meanwhile and took it here would hold it from the cipher, then give up, and neither would run
+            # sealed meanwhile and took it here would hold it from the command sealing it, then give up, and neither would run
             if self.command in ("start", "submit"):
                 store.writer = store.writer_of(None)  # its job's own writer is made when its row is (seal_job)
             else:
@@ -1168,10 +1168,10 @@ class PgRunStore(Store):
         need_psycopg()
 
     def sealing_rights(self, writer: PgJournal, job: Job) -> dict:
-        """Whether writer may seal job here (a person or the administrator), with what sealing it needs to know: whether
-        the id was a deleted job's, the store's sealing row and current key, and whether this key file was rotated out."""
+        """Whether writer may seal job here (a person or the administrator), with what encryption it needs to know: whether
+        the id was a deleted job's, the store's encryption mark (its durable_job.sealing row) and current key, and whether this key file was rotated out."""
         kek = self.keys.kek()
-        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015), its rotated-out keys (m019) with it
+        rights = writer.rows(  # the schema is whole (ensure_schema): its encryption mark (m015), its rotated-out keys (m019) with it
             "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
             "(SELECT s.since_utc FROM durable_job.sealing s) AS encryption_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
             "(SELECT r.retired_utc FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS retired, "
@@ -1189,7 +1189,7 @@ class PgRunStore(Store):
 
     def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
         """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it; the
-        record as kept. A job encrypted at rest keeps its manifest sealed, as its sources, and its sources' digests keyed
+        record as kept. A job encrypted at rest keeps its manifest encrypted, as its sources, and its sources' digests keyed
         (keyed_source): nothing in clear confirms a guess of a source.
 
         The database makes the sealing role the job's owner. A jobId is store-wide: one another role holds
@@ -1239,7 +1239,7 @@ class PgRunStore(Store):
                 writer.conn.execute(
                     "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
                 )
-                if cipher is not None:  # the data key before the first link: every record of the job is sealed
+                if cipher is not None:  # the data key before the first link: every record of the job is encrypted
                     keep_data_key(writer, cast(Kek, self.keys.kek()), cast(str, wrapped))
                 self.cipher_found = [cipher]  # its data key (or that it has none) is known: not read again this command (nor by writer)
                 # the chain's first link, in the seal's commit, after no other: a link references its job's row (m005),
@@ -1364,13 +1364,13 @@ class PgRunStore(Store):
         return self.cipher_found[0]
 
     def start_encryption(self, job: Job, keys: dict) -> tuple[Cipher | None, str | None]:
-        """A new job's Cipher and its wrapped data key when a key is given (or the store seals every job, since
+        """A new job's Cipher and its wrapped data key when a key is given (or the store encrypts every job, since
         `encryption_since`, its `sealing` row: then refused without one), before anything of the job is written; a key
-        rotated out (`retired`, m019), or other than the `current` one a sealing store names, is refused (the database
+        rotated out (`retired`, m019), or other than the `current` one an encrypting store names, is refused (the database
         refuses its data key anyway: m019_current_key)."""
         kek = self.keys.kek()
         if kek is None and keys["encryption_since"] is not None:
-            raise EncryptedError(f"the store {self.public} seals every new job at rest (since {keys['encryption_since']}): {KEY_FIX}")
+            raise EncryptedError(f"the store {self.public} encrypts every new job at rest (since {keys['encryption_since']}): {KEY_FIX}")
         if kek is None:
             return None, None
         current = keys["current"] or keys["replaced_by"]
@@ -1383,7 +1383,7 @@ class PgRunStore(Store):
         if keys["current"] is not None and kek.id != keys["current"]:
             raise EncryptedError(
                 f"{kek.where} is key-encryption key {kek.id}, not the store {self.public}'s current key {keys['current']}: a new job "
-                f"is sealed only under the current key; use the current key file as {KEY_FILE_ENV} or --key-file; nothing of job "
+                f"is encrypted only under the current key; use the current key file as {KEY_FILE_ENV} or --key-file; nothing of job "
                 f"{job['jobId']} was written"
             )
         cipher, wrapped = new_cipher(kek, job["jobId"])
@@ -1749,7 +1749,7 @@ STORE_GRANTS = (
     "GRANT DELETE ON durable_job.calls TO {role}",
     "GRANT INSERT, UPDATE, DELETE ON durable_job.holds TO {role}",  # a run's refusal on its job (m013_holds)
     "GRANT INSERT, UPDATE ON durable_job.outbox TO {role}",  # notifications; a sender marks them delivered (m014_outbox)
-    "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
+    "GRANT INSERT ON durable_job.data_keys TO {role}",  # an encrypted job's data key, added as the job is sealed (m015_sealed)
     "GRANT UPDATE (sign_count) ON durable_job.passkeys TO {role}",  # its own passkey's counter, upward (m022_passkey_origin)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
@@ -1877,7 +1877,7 @@ def migrate_schema(
         granted, already = granted_roles(target, db, grant, "person")
         granted_workers, already_workers = granted_roles(target, db, grant_worker, "worker")
         latest = db.rows("SELECT max(name) AS name FROM durable_job._migrations")[0]["name"]
-        sealing = mark_encryption(target, db)
+        encryption = mark_encryption(target, db)
         adopted = 0
         if owner:
             with db.transaction():
@@ -1896,14 +1896,14 @@ def migrate_schema(
         "alreadyGrantedWorkers": already_workers,
         "adopted": adopted,
         **({"owner": owner} if owner else {}),
-        **sealing,
+        **encryption,
         "database": database,
         "publicMay": public,
     }
 
 
 def mark_encryption(store: PgStore, db: PgJournal) -> dict:
-    """A migrate run with a key-encryption key: the store seals every new job from now on (its mark: the key's id, never
+    """A migrate run with a key-encryption key: the store encrypts every new job from now on (its mark: the key's id, never
     the key); without one, what the store says of itself."""
     kek, turned_on = store.keys.kek(), 0
     if kek is not None:
@@ -2031,7 +2031,7 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
             )
             counts["rewrapped"] += 1
         db.change("UPDATE durable_job.sealing SET kek_id = {p.kek}", kek=new.id)
-        if old.id != new.id:  # the old key seals no new job from now on (m019_current_key); a key rotated back in is current again
+        if old.id != new.id:  # the old key encrypts no new job from now on (m019_current_key); a key rotated back in is current again
             db.change("DELETE FROM durable_job.retired_keys WHERE kek_id = {p.kek}", kek=new.id)
             db.change(
                 "INSERT INTO durable_job.retired_keys (kek_id, retired_utc, replaced_by) VALUES ({p.kek}, {p.at}, {p.new}) "
@@ -2218,7 +2218,7 @@ def store_page(
 
 
 def opened_row(row: dict, store: PgStore) -> dict:
-    """A listing's row with its job's encrypted values opened with that job's key (a job not sealed: the row as it is)."""
+    """A listing's row with its job's encrypted values opened with that job's key (a job not encrypted: the row as it is)."""
 
     def opened(value, table: str, key: str, column: str):
         if not is_encrypted(value):

@@ -69,7 +69,7 @@ def test_an_encrypted_state_directory_holds_none_of_the_content_and_every_comman
     shutil.copytree(ws.state, copy)
     blobs = file_bytes(copy)
     assert set(blobs) >= {"effects.sqlite", "receipt.json"}
-    assert any(b"dj-enc-v1+json" in b for b in blobs.values()), "LangGraph's checkpoints, sealed, wherever the layout keeps them"
+    assert any(b"dj-enc-v1+json" in b for b in blobs.values()), "LangGraph's checkpoints, encrypted, wherever the layout keeps them"
     assert found_forms(blobs, CONTENT) == []
     assert found_forms(blobs, ["alpha", "reject", "bob"]) != []  # ids, decisions and people stay clear (the search can find)
     with open(key, "rb") as fh:
@@ -129,8 +129,8 @@ def test_a_ciphertext_moved_to_another_row_or_job_is_refused_naming_the_row_and_
     restore(first, pristine)
     (own,) = first.journal("SELECT reason FROM decisions")[0]
     edit(first, "UPDATE drafts SET reason = ? WHERE version = 2", own)
-    first.run("inspect").held("EncryptedError", "drafts row 2 column reason holds a value sealed for another row")
-    first.run("verify").held("drafts row 2 column reason holds a value sealed for another row")
+    first.run("inspect").held("EncryptedError", "drafts row 2 column reason holds a value encrypted for another row")
+    first.run("verify").held("drafts row 2 column reason holds a value encrypted for another row")
     restore(first, pristine)
     assert first.run("verify").ok()["ok"]
 
@@ -245,7 +245,7 @@ def test_bad_keys_are_one_line_holds_naming_the_file_and_the_fix(tmp_path):
 
 
 def encrypted_store(pg_server, tmp_path) -> tuple[str, str]:
-    """A store its administrator migrated with a key-encryption key (so it seals every new job); (alice's URL, the key)."""
+    """A store its administrator migrated with a key-encryption key (so it encrypts every new job); (alice's URL, the key)."""
     url = new_store(pg_server)
     key = new_key_file(tmp_path)
     migrated = Workspace(tmp_path / "admin", store=admin_url(url)).run("migrate", "--store", admin_url(url), "--key-file", key).ok()
@@ -278,10 +278,10 @@ def test_an_encrypted_stores_dump_holds_none_of_the_content_and_every_command_wo
     bare.run("inspect").held("EncryptedError", "is encrypted at rest and no key is given")
     report = bare.run("verify").ok()
     assert "content encrypted at rest, not read" in {c["name"]: c for c in report["checks"]}["content"]["detail"]
-    # the store seals every new job: one started without the key is refused before anything is written
+    # the store encrypts every new job: one started without the key is refused before anything is written
     other = Workspace(tmp_path / "other", store=url)
     other.write_manifest(sources={"alpha": BOILER}, jobId="other")
-    other.start().held("EncryptedError", "seals every new job at rest", "DURABLE_JOB_KEY_FILE")
+    other.start().held("EncryptedError", "encrypts every new job at rest", "DURABLE_JOB_KEY_FILE")
     assert not other.has_job()
 
 
@@ -386,7 +386,7 @@ def test_a_key_command_holds_the_key_encryption_key_as_a_kms_or_age_would(tmp_pa
 @pytest.mark.parametrize("ws", ["dir", "store"], indirect=True)
 def test_prune_shred_prunes_and_shreds_each_finished_encrypted_job_once(ws, tmp_path):
     key = new_key_file(tmp_path)
-    if ws.store is not None:  # the administrator prunes a store, as they migrate it: with the key, sealing on
+    if ws.store is not None:  # the administrator prunes a store, as they migrate it: with the key, encryption on
         Workspace(tmp_path / "admin", store=admin_url(ws.store)).run("migrate", "--store", admin_url(ws.store), "--key-file", key).ok()
     fake_encrypted_job(ws, key)
     where = ["--store", admin_url(ws.store)] if ws.store else ["--root", str(tmp_path)]

@@ -1,4 +1,4 @@
-"""Keys and scale (issue 43): a rotated-out key seals no new job, a key file others may read is refused, and the
+"""Keys and scale (issue 43): a rotated-out key encrypts no new job, a key file others may read is refused, and the
 commands that walk a store's jobs keep a bounded number of connections however many jobs it holds.
 
 Real PostgreSQL roles with passwords, real `submit`, `start`, `rotate-key` and `work` processes; for the scale
@@ -18,7 +18,7 @@ from conftest import BOILER, PROGRAM, Workspace, admin_url, clean_env, new_key_f
 
 
 def test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix(pg_server, tmp_path):
-    """The issue's repro: after `rotate-key --new-key-file kek-2`, alice's submit with the old key file sealed a job
+    """The issue's repro: after `rotate-key --new-key-file kek-2`, alice's submit with the old key file encrypted a job
     under the key the runbook then destroys. Now submit and start are refused naming the fix, before anything is written;
     a job still left under the old key (a row restored from a backup) is held by the worker that holds the current
     key, with a message saying which key it is under and how its administrator rewraps it; `work` exits 2."""
@@ -47,7 +47,7 @@ def test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_w
     late.run("submit", "--manifest", late.manifest, env={"DURABLE_JOB_KEY_FILE": stranger}).held(
         "EncryptedError", "not the store", "current key " + rotated["kekId"]
     )
-    late.run("submit", "--manifest", late.manifest, env={"DURABLE_JOB_KEY_FILE": new}).ok()  # the current key seals it
+    late.run("submit", "--manifest", late.manifest, env={"DURABLE_JOB_KEY_FILE": new}).ok()  # the current key encrypts it
 
     # a job left under the old key (its data key as a backup from before the rotation holds it)
     sql(admin, "UPDATE durable_job.data_keys SET kek_id = %s, wrapped = %s WHERE job_id = 'left'", before)

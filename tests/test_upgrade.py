@@ -1,7 +1,7 @@
 """An upgrade (issue 43): a job the release before encrypted at rest keeps verifying under this one.
 
-The release before (d71a186, from this repository's own history) kept a sealed job's manifest plain and its sources'
-digests as their plain sha256; this one keeps both sealed and keyed. The journey runs the old program as a team did
+The release before (d71a186, from this repository's own history) kept an encrypted job's manifest plain and its sources'
+digests as their plain sha256; this one keeps both encrypted and keyed. The journey runs the old program as a team did
 (its own files, in a process of its own, on a real PostgreSQL store with real roles), then upgrades the store with
 this program and goes on with the same job: read, checked, decided and its receipt verified, its record never rewritten.
 """
@@ -16,7 +16,7 @@ import pytest
 from conftest import PROGRAM, REPO, Workspace, admin_url, as_role, new_key_file, new_store, sql, store_rows
 from durable_job_team import store as store_module
 
-OLD_RELEASE = "d71a186"  # the last release whose sealed jobs kept plain digests (before keyed_source)
+OLD_RELEASE = "d71a186"  # the last release whose encrypted jobs kept plain digests (before keyed_source)
 KEYED = "hmac-sha256:"  # durable_job.KEYED_PREFIX, spelled out: the test must see a changed prefix, not share it
 
 
@@ -84,7 +84,9 @@ def test_a_job_the_release_before_encrypted_at_rest_keeps_verifying_after_the_up
     assert record["codeSha256"] == sha256_file(old.program) != sha256_file(PROGRAM)
     plain = {item["id"]: item["sha256"] for item in alice.manifest_dict(reviewers=["bob"])["items"]}
     assert record["sources"] == plain  # the release before kept the sources' plain sha256
-    assert bytes(before[1]).startswith(b"{") and all(bytes(s).startswith(b"dj-enc:") for s in before[2])  # plain manifest, sealed sources
+    assert bytes(before[1]).startswith(b"{") and all(
+        bytes(s).startswith(b"dj-enc:") for s in before[2]
+    )  # plain manifest, encrypted sources
 
     # the upgrade: this program migrates the store as its administrator
     upgraded = admin.run("migrate", "--store", store).ok()
@@ -131,7 +133,7 @@ def test_a_job_the_release_before_encrypted_at_rest_keeps_verifying_after_the_up
     after = job_row(store, "before-upgrade")
     assert after[0] == before[0] and bytes(after[1]) == bytes(before[1])  # the job record was never rewritten
 
-    # a new job this program starts on the upgraded store keeps its manifest sealed and its sources' digests keyed
+    # a new job this program starts on the upgraded store keeps its manifest encrypted and its sources' digests keyed
     alice.write_manifest(jobId="after-upgrade", reviewers=["bob"])
     alice.start().ok()
     new_record, new_manifest, _ = job_row(store, "after-upgrade")
