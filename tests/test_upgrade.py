@@ -75,7 +75,8 @@ def test_a_job_the_release_before_encrypted_at_rest_keeps_verifying_after_the_up
     banner = old.run(admin, "--version", state=False).stdout
     assert f"({old.program})" in banner and "m017_changed_one.sql" in banner and "m019_current_key" not in banner
     set_up = old.run(admin, "migrate", "--store", store, "--grant", "alice", "--grant", "bob", "--key-file", key).ok()
-    assert set_up["journalMigrations"] == 17 and set_up["sealedAtRest"]["kekId"].startswith("kek-")
+    old_mark = set_up["sealedAtRest"]  # the release before's migrate said it under its old name
+    assert set_up["journalMigrations"] == 17 and old_mark["kekId"].startswith("kek-")
     assert migrations(store)[-1] == "m017_changed_one"
     started = old.run(alice, "start", "--manifest", alice.manifest).ok()
     assert started["interrupt"] and started["final"] is None  # at review: bob decides
@@ -90,7 +91,7 @@ def test_a_job_the_release_before_encrypted_at_rest_keeps_verifying_after_the_up
 
     # the upgrade: this program migrates the store as its administrator
     upgraded = admin.run("migrate", "--store", store).ok()
-    assert upgraded["changed"] is True and upgraded["encryptedAtRest"]["kekId"] == set_up["sealedAtRest"]["kekId"]
+    assert upgraded["changed"] is True and upgraded["encryptedAtRest"]["kekId"] == old_mark["kekId"]
     assert migrations(store)[-1] == store_module.PG_SETUP_MIGRATIONS[-1] != "m017_changed_one"
 
     # the old job, read and checked by this program with the key: its plain digests accepted, its record as it was
