@@ -48,7 +48,7 @@ bench: $(VENV)/.dev
 	$(PY) bench/web.py
 	$(PY) bench/lasting.py
 	$(PY) bench/hostile.py
-	$(PY) bench/sealed.py
+	$(PY) bench/encrypted.py
 	$(PY) bench/floor.py $(if $(FLOOR_BEFORE),--before $(FLOOR_BEFORE))
 
 # Each named mutant (mutate/mutants.py) applied alone to a copy of the repository; its guarantee's tests

@@ -690,25 +690,28 @@ def traced_set(current, attributes: dict) -> None:
         current.set_attributes({k: v for k, v in attributes.items() if v is not None})
 
 
-# -- sealed at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Sealed at rest") -------------------
+# -- encryption at rest: envelope encryption of a job's content (docs/CONTRACT.md, "Encryption at rest") ---------------
 # Note to maintainers: a job started (a state directory) or submitted (a store migrated with a key) while a
 # key-encryption key (KEK) is given gets its own random 256-bit data key, kept only wrapped (AES-GCM under the KEK)
 # beside the KEK's id; the KEK itself never enters the state, the store, an output or a log. Every value with content
 # (a call's answer, a draft, a reason, an outcome's record, a link's record, a hold's message, a checkpoint, the
 # receipt, an MCP source's copy) is written as AES-GCM ciphertext under the data key, its associated data binding it to
-# (job, table, row, column): SEALED_PREFIX, then the row's place in clear, then base64(nonce || ciphertext). Moved to
+# (job, table, row, column): ENCRYPTED_PREFIX, then the row's place in clear, then base64(nonce || ciphertext). Moved to
 # another row, it no longer matches its place; to another job, it no longer decrypts. Ids, phases, principals, times,
 # hashes and token counts stay clear. `shred` destroys the wrapped data key; `rotate-key` rewraps it.
-SEALED_PREFIX = "dj-enc:v1:"
-SEALED_CHECKPOINT_TAG = "dj-enc-v1+"  # a checkpoint's serializer type, sealed: this prefix, then the plain value's own type
+# Its word is "encrypt" ("seal" means a sha256 pin: SealError); the bytes released programs wrote keep their old names:
+# the prefix and tag below, the associated data "durable_job sealed value" (Cipher.bound), a store's table
+# durable_job.sealing (m015_sealed), and the document field "sealedAtRest" (ENCRYPTED_DOCUMENT_FIELD: its old name).
+ENCRYPTED_PREFIX = "dj-enc:v1:"
+ENCRYPTED_CHECKPOINT_TAG = "dj-enc-v1+"  # a checkpoint's serializer type, encrypted: this prefix, then the plain value's own type
 KEY_FILE_ENV = "DURABLE_JOB_KEY_FILE"
 KEY_COMMAND_ENV = "DURABLE_JOB_KEY_COMMAND"
 KEK_BYTES = 32
 NONCE_BYTES = 12
 
 
-class SealedError(JobError):
-    """A job's content is sealed at rest and cannot be read here: no key, the wrong key, shredded, or not its own."""
+class EncryptedError(JobError):
+    """A job's content is encrypted at rest and cannot be read here: no key, the wrong key, shredded, or not its own."""
 
 
 def b64(data: bytes) -> str:
@@ -728,7 +731,7 @@ def unb64(text: str) -> bytes:
 
 
 def aesgcm(key: bytes):
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # only a sealed job loads it
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # only an encrypted job loads it
 
     return AESGCM(key)
 
@@ -738,7 +741,7 @@ def kek_id(key: bytes) -> str:
     return "kek-" + sha256_hex(b"durable_job key-encryption key\n" + key)[:16]
 
 
-KEY_FIX = f"set {KEY_FILE_ENV} (or --key-file FILE) to the file of 32 random bytes the job was sealed with, or {KEY_COMMAND_ENV}"
+KEY_FIX = f"set {KEY_FILE_ENV} (or --key-file FILE) to the file of 32 random bytes the job was encrypted with, or {KEY_COMMAND_ENV}"
 
 
 class Kek:
@@ -767,7 +770,7 @@ class Kek:
         except (InvalidTag, ValueError):
             data_key = b""
         if len(data_key) != KEK_BYTES:
-            raise SealedError(f"job {job_id}'s data key does not unwrap with the key {self.where} names; {KEY_FIX}")
+            raise EncryptedError(f"job {job_id}'s data key does not unwrap with the key {self.where} names; {KEY_FIX}")
         return data_key
 
     def run_command(self, verb: str, data: bytes) -> bytes:
@@ -777,9 +780,9 @@ class Kek:
         try:
             done = subprocess.run([*shlex.split(self.command or ""), verb], input=data, capture_output=True, timeout=60, check=False)
         except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-            raise SealedError(f"{KEY_COMMAND_ENV} could not be run ({type(exc).__name__}); fix the command it names") from None
+            raise EncryptedError(f"{KEY_COMMAND_ENV} could not be run ({type(exc).__name__}); fix the command it names") from None
         if done.returncode != 0:
-            raise SealedError(f"{KEY_COMMAND_ENV} failed to {verb} a data key (exit {done.returncode}); fix the command it names")
+            raise EncryptedError(f"{KEY_COMMAND_ENV} failed to {verb} a data key (exit {done.returncode}); fix the command it names")
         return done.stdout
 
 
@@ -791,19 +794,21 @@ def read_kek_file(path: str, flag: str) -> Kek:
             key = fh.read(KEK_BYTES + 1)
             mode = os.fstat(fh.fileno()).st_mode & 0o777
     except OSError as exc:
-        raise SealedError(f"{flag} {path} cannot be read ({exc.strerror}); name the key file, or {make}") from None
+        raise EncryptedError(f"{flag} {path} cannot be read ({exc.strerror}); name the key file, or {make}") from None
     if len(key) != KEK_BYTES:
-        raise SealedError(f"{flag} {path} holds {len(key)} bytes, not the {KEK_BYTES} random bytes of a key; name the key file, or {make}")
-    if mode & 0o077:  # as ssh refuses a private key others may read: a key anyone may read seals nothing
+        raise EncryptedError(
+            f"{flag} {path} holds {len(key)} bytes, not the {KEK_BYTES} random bytes of a key; name the key file, or {make}"
+        )
+    if mode & 0o077:  # as ssh refuses a private key others may read: a key anyone may read protects nothing
         import shlex
 
         how = "readable" if mode & 0o044 else "writable"
-        raise SealedError(f"key file {path} ({flag}) is {how} by others (mode {mode:04o}); run: chmod 600 {shlex.quote(path)}")
+        raise EncryptedError(f"key file {path} ({flag}) is {how} by others (mode {mode:04o}); run: chmod 600 {shlex.quote(path)}")
     return Kek(key=key, where=f"{flag} {path}")
 
 
 class Keys:
-    """Where the key-encryption key of jobs sealed at rest comes from: the key file given (`--key-file`, else
+    """Where the key-encryption key of jobs encrypted at rest comes from: the key file given (`--key-file`, else
     DURABLE_JOB_KEY_FILE), else the command DURABLE_JOB_KEY_COMMAND names; none when neither is given. Built once, by
     main from its arguments or by a Store from the environment when it is made, and asked where a key is needed."""
 
@@ -827,7 +832,7 @@ class Keys:
         return Kek(command=self.command, where=KEY_COMMAND_ENV) if self.command else None
 
 
-def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None = None, rewrap: str = "rotate-key") -> SealedError:
+def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None = None, rewrap: str = "rotate-key") -> EncryptedError:
     """A job's data key wrapped under another key than the one given. A store knows its rotated-out keys (`retired`:
     {kek_id: {retired_utc, replaced_by}}, m019): the one given was rotated out (use the current one), or the job's own
     was and the job was left under it (its administrator rewraps it with the old key: `rewrap`, the store's rotate-key
@@ -836,63 +841,63 @@ def rotated_refusal(job_id: str, stored_id: str, kek: Kek, retired: dict | None 
     retired = retired or {}
     if kek.id in retired and stored_id not in retired:
         mine = retired[kek.id]
-        return SealedError(
+        return EncryptedError(
             f"{head}: this key was rotated out at {mine['retired_utc']}; use the current key file ({mine['replaced_by']}: the "
             f"--new-key-file of the last rotate-key) as {KEY_FILE_ENV}"
         )
     if stored_id in retired:
         theirs = retired[stored_id]
-        return SealedError(
+        return EncryptedError(
             f"{head}: the job was left under {stored_id}, rotated out at {theirs['retired_utc']} (the current key is "
             f"{theirs['replaced_by']}); no current key opens it: the store's administrator rewraps it with the old key file, "
             f"`{KEY_FILE_ENV}=OLD_KEY_FILE {rewrap}`, or restores the job from a backup if the old key is gone"
         )
-    return SealedError(f"{head}: if the key was rotated (rotate-key), {KEY_FILE_ENV} must name the new key file")
+    return EncryptedError(f"{head}: if the key was rotated (rotate-key), {KEY_FILE_ENV} must name the new key file")
 
 
-class Sealer:
-    """One sealed job's data key (or, when it cannot be had, why): seals and opens its content values."""
+class Cipher:
+    """One encrypted job's data key (or, when it cannot be had, why): encrypts and decrypts its content values."""
 
     def __init__(self, job_id: str, key: bytes | None, refusal: str = "", why: str = ""):
         self.job_id, self.refusal = job_id, refusal
         self.why = why  # why there is no key: "no-key", "wrong-key", "shredded" ("" with one)
-        self.cipher = aesgcm(key) if key is not None else None
+        self.aead = aesgcm(key) if key is not None else None
         # the key of its sources' digests (keyed_source), derived from the data key: a digest kept in clear beside a
-        # sealed source must not confirm a guess of it (a short or templated source is easily guessed)
+        # encrypted source must not confirm a guess of it (a short or templated source is easily guessed)
         self.digest_key = hashlib.new("sha256", b"durable_job source digests\0" + key).digest() if key is not None else None
 
     @classmethod
-    def of_row(cls, job_id: str, row: dict | None, kek: Kek | None, where: str) -> Sealer | None:
-        """The sealer of a job whose key row (kek_id, wrapped, shredded_utc) was read; None: the job is not sealed."""
+    def of_row(cls, job_id: str, row: dict | None, kek: Kek | None, where: str) -> Cipher | None:
+        """The cipher of a job whose key row (kek_id, wrapped, shredded_utc) was read; None: the job is not encrypted."""
         if row is None:
             return None
         if row.get("shredded_utc"):
             shredded = f"job {job_id}'s content was shredded at {row['shredded_utc']} by {row.get('shredded_by')}: nobody can read it"
             return cls(job_id, None, shredded, "shredded")
         if kek is None:
-            return cls(job_id, None, f"job {job_id} in {where} is sealed at rest and no key is given: {KEY_FIX}", "no-key")
+            return cls(job_id, None, f"job {job_id} in {where} is encrypted at rest and no key is given: {KEY_FIX}", "no-key")
         if row["kek_id"] != kek.id:
             return cls(job_id, None, str(rotated_refusal(job_id, row["kek_id"], kek)), "wrong-key")
         return cls(job_id, kek.unwrap(row["wrapped"], job_id))
 
     def need(self):
-        if self.cipher is None:
-            raise SealedError(self.refusal)
-        return self.cipher
+        if self.aead is None:
+            raise EncryptedError(self.refusal)
+        return self.aead
 
     def bound(self, table: str, row: str, column: str) -> bytes:
         return canonical(["durable_job sealed value", self.job_id, table, row, column])
 
-    def seal(self, text: str, table: str, row: str, column: str) -> str:
+    def encrypt(self, text: str, table: str, row: str, column: str) -> str:
         nonce = os.urandom(NONCE_BYTES)
-        sealed = self.need().encrypt(nonce, text.encode("utf-8", "surrogatepass"), self.bound(table, row, column))
-        return f"{SEALED_PREFIX}{table}:{column}:{b64(row.encode('utf-8', 'surrogatepass'))}:{b64(nonce + sealed)}"
+        encrypted = self.need().encrypt(nonce, text.encode("utf-8", "surrogatepass"), self.bound(table, row, column))
+        return f"{ENCRYPTED_PREFIX}{table}:{column}:{b64(row.encode('utf-8', 'surrogatepass'))}:{b64(nonce + encrypted)}"
 
-    def open(self, text: str, table: str | None = None, row: str | None = None, column: str | None = None) -> str:
-        """A sealed value's text; refused (nothing of it shown) when it was sealed for another place or does not decrypt."""
+    def decrypt(self, text: str, table: str | None = None, row: str | None = None, column: str | None = None) -> str:
+        """An encrypted value's text; refused (nothing of it shown) when it was encrypted for another place or does not decrypt."""
         from cryptography.exceptions import InvalidTag
 
-        label = text[len(SEALED_PREFIX) :].split(":")
+        label = text[len(ENCRYPTED_PREFIX) :].split(":")
         try:
             at_table, at_column, at_row = label[0], label[1], unb64(label[2]).decode("utf-8", "surrogatepass")
             blob = unb64(label[3])
@@ -901,91 +906,93 @@ class Sealer:
             blob = b""
         place = f"{table or at_table} row {row if row is not None else at_row} column {column or at_column}"
         found = ((table, at_table), (row, at_row), (column, at_column))
-        if any(here is not None and here != sealed_for for here, sealed_for in found):
-            raise SealedError(
-                f"job {self.job_id}: {place} holds a value sealed for another row; nothing of it is shown: restore it from a backup"
+        if any(here is not None and here != encrypted_for for here, encrypted_for in found):
+            raise EncryptedError(
+                f"job {self.job_id}: {place} holds a value encrypted for another row; nothing of it is shown: restore it from a backup"
             )
-        cipher = self.need()
+        aead = self.need()
         try:
-            return cipher.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.bound(at_table, at_row, at_column)).decode(
+            return aead.decrypt(blob[:NONCE_BYTES], blob[NONCE_BYTES:], self.bound(at_table, at_row, at_column)).decode(
                 "utf-8", "surrogatepass"
             )
         except (InvalidTag, ValueError):
-            raise SealedError(
+            raise EncryptedError(
                 f"job {self.job_id}: {place} does not decrypt under the job's data key (copied from another job, or changed); "
                 "nothing of it is shown: restore it from a backup"
             ) from None
 
 
-KEYED_PREFIX = "hmac-sha256:"  # a sealed store job's source digest in its plain job record: keyed, not the source's sha256
+KEYED_PREFIX = "hmac-sha256:"  # an encrypted store job's source digest in its plain job record: keyed, not the source's sha256
 
 
-def keyed_source(sealer: Sealer, item_id: str, sha256: str) -> str:
-    """A source's digest as a sealed job keeps it in clear: an HMAC-SHA256 of its sha256, under the job's digest key."""
+def keyed_source(cipher: Cipher, item_id: str, sha256: str) -> str:
+    """A source's digest as an encrypted job keeps it in clear: an HMAC-SHA256 of its sha256, under the job's digest key."""
     import hmac
 
-    if sealer.digest_key is None:
-        raise SealedError(sealer.refusal)
-    mac = hmac.new(sealer.digest_key, canonical(["durable_job source", sealer.job_id, item_id, sha256]), "sha256")
+    if cipher.digest_key is None:
+        raise EncryptedError(cipher.refusal)
+    mac = hmac.new(cipher.digest_key, canonical(["durable_job source", cipher.job_id, item_id, sha256]), "sha256")
     return KEYED_PREFIX + mac.hexdigest()
 
 
-def kept_sources(manifest: Manifest, sealer: Sealer | None) -> dict:
-    """The sources' digests a job record keeps, item id → digest: their sha256, or keyed (keyed_source) when sealer."""
-    return {i["id"]: i["sha256"] if sealer is None else keyed_source(sealer, i["id"], i["sha256"]) for i in manifest["items"]}
+def kept_sources(manifest: Manifest, cipher: Cipher | None) -> dict:
+    """The sources' digests a job record keeps, item id → digest: their sha256, or keyed (keyed_source) when cipher."""
+    return {i["id"]: i["sha256"] if cipher is None else keyed_source(cipher, i["id"], i["sha256"]) for i in manifest["items"]}
 
 
 def keyed_sources(job: Job) -> bool:
-    """Whether the job record keeps its sources' digests keyed (a store's job sealed at rest since issue 43)."""
+    """Whether the job record keeps its sources' digests keyed (a store's job encrypted at rest since issue 43)."""
     return any(isinstance(v, str) and v.startswith(KEYED_PREFIX) for v in (job.get("sources") or {}).values())
 
 
-def is_sealed(value) -> bool:
-    return isinstance(value, str) and value.startswith(SEALED_PREFIX)
+def is_encrypted(value) -> bool:
+    return isinstance(value, str) and value.startswith(ENCRYPTED_PREFIX)
 
 
-def sealed_source(sealer: Sealer | None, job_id: str, item_id: str, text: str) -> bytes:
-    """A source's bytes as a store keeps them: sealed to its job and item when the job is sealed at rest."""
-    return text.encode("utf-8") if sealer is None else sealer.seal(text, "jobs", item_id, "sources").encode("ascii")
+def encrypted_source(cipher: Cipher | None, job_id: str, item_id: str, text: str) -> bytes:
+    """A source's bytes as a store keeps them: encrypted to its job and item when the job is encrypted at rest."""
+    return text.encode("utf-8") if cipher is None else cipher.encrypt(text, "jobs", item_id, "sources").encode("ascii")
 
 
-def opened_source(sealer_of, job_id: str, item_id: str, data: bytes) -> bytes:
-    """A kept source's bytes, opened when sealed (`sealer_of()`: the job's Sealer, asked only for a sealed one)."""
+def opened_source(cipher_of, job_id: str, item_id: str, data: bytes) -> bytes:
+    """A kept source's bytes, opened when encrypted (`cipher_of()`: the job's Cipher, asked only for an encrypted one)."""
     data = bytes(data)
-    if not data.startswith(SEALED_PREFIX.encode()):
+    if not data.startswith(ENCRYPTED_PREFIX.encode()):
         return data
-    sealer = sealer_of()
-    if sealer is None:
-        raise SealedError(
-            f"job {job_id}'s source {item_id} is sealed at rest, and its data key is not kept: restore the store from a backup"
+    cipher = cipher_of()
+    if cipher is None:
+        raise EncryptedError(
+            f"job {job_id}'s source {item_id} is encrypted at rest, and its data key is not kept: restore the store from a backup"
         )
-    return sealer.open(data.decode("ascii"), "jobs", item_id, "sources").encode("utf-8", "surrogatepass")
+    return cipher.decrypt(data.decode("ascii"), "jobs", item_id, "sources").encode("utf-8", "surrogatepass")
 
 
-def sealed_pruned(sealer: Sealer | None, record: dict) -> dict:
-    """A prune record as a sealed job keeps it: the checkpoint values it keeps (results, the final) sealed."""
-    if sealer is None or is_sealed(record.get("values")):
+def encrypted_pruned(cipher: Cipher | None, record: dict) -> dict:
+    """A prune record as an encrypted job keeps it: the checkpoint values it keeps (results, the final) encrypted."""
+    if cipher is None or is_encrypted(record.get("values")):
         return record
-    return {**record, "values": sealer.seal(json.dumps(record["values"], sort_keys=True), "prunes", sealer.job_id, "values")}
+    return {**record, "values": cipher.encrypt(json.dumps(record["values"], sort_keys=True), "prunes", cipher.job_id, "values")}
 
 
-def opened_pruned(sealer_of, record: dict) -> dict:
-    """A prune record with its values opened (`sealer_of()`: the job's Sealer, asked only for sealed values)."""
-    if not is_sealed(record.get("values")):
+def opened_pruned(cipher_of, record: dict) -> dict:
+    """A prune record with its values opened (`cipher_of()`: the job's Cipher, asked only for encrypted values)."""
+    if not is_encrypted(record.get("values")):
         return record
-    sealer = sealer_of() if sealer_of is not None else None
-    if sealer is None:
-        raise SealedError(f"a prune record is sealed at rest, and this reader has no key: {KEY_FIX}")
-    return {**record, "values": json.loads(sealer.open(record["values"], "prunes", sealer.job_id, "values"))}
+    cipher = cipher_of() if cipher_of is not None else None
+    if cipher is None:
+        raise EncryptedError(f"a prune record is encrypted at rest, and this reader has no key: {KEY_FIX}")
+    return {**record, "values": json.loads(cipher.decrypt(record["values"], "prunes", cipher.job_id, "values"))}
 
 
-SEALED_DOCUMENT = "sealedAtRest"  # a sealed document's one content field (ids, outcome, principals and hashes stay clear)
+# an encrypted document's one content field (ids, outcome, principals and hashes stay clear), under the name the released
+# format gave it (receipts and prune records on disk and in stores hold it): kept, byte for byte
+ENCRYPTED_DOCUMENT_FIELD = "sealedAtRest"
 
 
-def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str) -> str:
-    """A file's text as a job sealed at rest keeps it (a receipt, a prune record): sealed whole, its jobId and outcome
-    left beside it; unchanged for a job that is not sealed."""
-    if sealer is None:
+def encrypted_document(cipher: Cipher | None, document: dict, text: str, table: str) -> str:
+    """A file's text as a job encrypted at rest keeps it (a receipt, a prune record): encrypted whole, its jobId and outcome
+    left beside it; unchanged for a job that is not encrypted."""
+    if cipher is None:
         return text
     clear = {
         k: document[k] for k in ("jobId", "outcome", "engineSha256", "codeSha256", "decision", "principal", "chainHead") if k in document
@@ -993,23 +1000,26 @@ def sealed_document(sealer: Sealer | None, document: dict, text: str, table: str
     for part, keys in (("final", ("decision", "principal")), ("cancel", ("principal",))):  # what a store's receipt_check reads
         if isinstance(document.get(part), dict):
             clear[part] = {k: document[part][k] for k in keys if k in document[part]}
-    return json.dumps({**clear, SEALED_DOCUMENT: sealer.seal(text, table, sealer.job_id, "document")}, indent=2, sort_keys=True) + "\n"
+    return (
+        json.dumps({**clear, ENCRYPTED_DOCUMENT_FIELD: cipher.encrypt(text, table, cipher.job_id, "document")}, indent=2, sort_keys=True)
+        + "\n"
+    )
 
 
-def opened_document(sealer_of, raw: bytes, table: str) -> bytes:
-    """A file's bytes as written before sealed_document (`sealer_of()`: the job's Sealer, asked only for a sealed file)."""
-    if SEALED_DOCUMENT.encode() not in raw:
+def opened_document(cipher_of, raw: bytes, table: str) -> bytes:
+    """A file's bytes as written before encrypted_document (`cipher_of()`: the job's Cipher, asked only for an encrypted file)."""
+    if ENCRYPTED_DOCUMENT_FIELD.encode() not in raw:
         return raw
     try:
-        sealed = json.loads(raw)[SEALED_DOCUMENT]
+        encrypted = json.loads(raw)[ENCRYPTED_DOCUMENT_FIELD]
     except (ValueError, KeyError, TypeError):
         return raw
-    sealer = sealer_of()
-    if sealer is None or not is_sealed(sealed):
-        raise SealedError(
-            f"a {table} file is sealed at rest, and its job's data key is not kept beside it: restore the state directory whole"
+    cipher = cipher_of()
+    if cipher is None or not is_encrypted(encrypted):
+        raise EncryptedError(
+            f"a {table} file is encrypted at rest, and its job's data key is not kept beside it: restore the state directory whole"
         )
-    return sealer.open(sealed, table, sealer.job_id, "document").encode("utf-8", "surrogatepass")
+    return cipher.decrypt(encrypted, table, cipher.job_id, "document").encode("utf-8", "surrogatepass")
 
 
 # Figures: each number, amount, percentage, date, weekday and time a summary or a claim states, and where the item's
@@ -1871,11 +1881,11 @@ def check_dependency_seal(job: Job, new_job: str = NEW_JOB) -> None:
 SEALED_COPIES = ("jobId", "mode", "model", "approvedBy")  # job.json's copies of the manifest, used without re-reading it
 
 
-def check_job_matches_manifest(job: Job, manifest: Manifest, sealer: Sealer | None = None) -> None:
+def check_job_matches_manifest(job: Job, manifest: Manifest, cipher: Cipher | None = None) -> None:
     """job.json is never rewritten: its copies of the manifest must still say what the sealed manifest says (its sources'
-    digests keyed under sealer's key when it keeps them so)."""
+    digests keyed under cipher's key when it keeps them so)."""
     expected: dict[str, Any] = {key: manifest[key] for key in SEALED_COPIES}  # type: ignore[literal-required]
-    expected["sources"] = kept_sources(manifest, sealer if keyed_sources(job) else None)
+    expected["sources"] = kept_sources(manifest, cipher if keyed_sources(job) else None)
     expected["api"] = provider_api(manifest)
     expected["providerKeepsRecord"] = True if manifest.get("providerKeepsRecord") is True else None
     for key, value in expected.items():
@@ -3326,8 +3336,8 @@ MIGRATIONS = [
         "last_error TEXT); "
         "CREATE INDEX outbox_due ON outbox (delivered_utc, next_try_utc)",
     ),
-    # a job sealed at rest: its data key, wrapped under the key-encryption key kek_id names (never the KEK itself);
-    # a shred empties `wrapped` and says who and when (the row stays: the job was sealed, and is now unreadable)
+    # a job encrypted at rest: its data key, wrapped under the key-encryption key kek_id names (never the KEK itself);
+    # a shred empties `wrapped` and says who and when (the row stays: the job was encrypted, and is now unreadable)
     (
         "m011_data_keys",
         "CREATE TABLE data_keys (kind TEXT PRIMARY KEY DEFAULT 'data' CHECK (kind = 'data'), "
@@ -3491,8 +3501,8 @@ class Writes:
         self.chained, self.notices = chained, notices
 
 
-SEALED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}
-SEALED_TABLES = (
+ENCRYPTED_KEYS = {**JOURNAL_KEYS, "call_events": "operation_key"}
+ENCRYPTED_TABLES = (
     "calls",
     "call_events",
     "drafts",
@@ -3500,8 +3510,8 @@ SEALED_TABLES = (
     "decisions",
     "links",
     "holds",
-)  # where content values are  # the column naming the row a sealed value is bound to
-SEALED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
+)  # where content values are  # the column naming the row an encrypted value is bound to
+ENCRYPTED_TABLE = re.compile(r"\bFROM \{(\w+)\}")  # the table a journal statement reads, as its template names it
 
 
 class Journal(abc.ABC):
@@ -3521,7 +3531,7 @@ class Journal(abc.ABC):
         secrets: Secrets | None = None,
         *,
         writes: Writes | None = None,
-        sealer_of=None,
+        cipher_of=None,
         opens: bool = True,
         unread: set | None = None,
     ):
@@ -3532,9 +3542,9 @@ class Journal(abc.ABC):
         self.writes = writes or Writes()  # a job's writer: the links and notifications its acts add beside their rows
         self.chained = self.writes.chained  # a writer of a chained job (see append_link): every act it records adds a link
         self.notices = self.writes.notices  # a run's writer: the acts that need a person add a notification (add_notice)
-        self.sealer_of = sealer_of  # sealer_of(journal): its job's Sealer or None (its store's, read once a command), or None
-        self.opens = opens  # False: sealed values are returned as read (a listing opens each row's with that job's key)
-        self.unread = unread  # verify without the key: the (table, row, column) of each sealed value read unopened
+        self.cipher_of = cipher_of  # cipher_of(journal): its job's Cipher or None (its store's, read once a command), or None
+        self.opens = opens  # False: encrypted values are returned as read (a listing opens each row's with that job's key)
+        self.unread = unread  # verify without the key: the (table, row, column) of each encrypted value read unopened
         self.guard = _thread.RLock()
         self.in_transaction = False
         self.head: dict | None = None  # the chain's head as this journal last wrote it, while it is the job's only writer
@@ -3542,10 +3552,10 @@ class Journal(abc.ABC):
         self.claimed: dict = {}  # operation key → the pending row this journal committed for it (complete_call's link)
 
     @property
-    def sealer(self) -> Sealer | None:
-        """The job's Sealer when it is sealed at rest (its content values are written and read through it), found through
-        sealer_of when first needed: a new job's is made in the transaction that makes its journal (start_sealed)."""
-        return self.sealer_of(self) if self.sealer_of is not None else None
+    def cipher(self) -> Cipher | None:
+        """The job's Cipher when it is encrypted at rest (its content values are written and read through it), found through
+        cipher_of when first needed: a new job's is made in the transaction that makes its journal (start_encrypted)."""
+        return self.cipher_of(self) if self.cipher_of is not None else None
 
     def rows(self, template: str, **params) -> list[dict]:
         return self.run(template, params)[0]
@@ -3582,28 +3592,28 @@ class Journal(abc.ABC):
                 self.send(sql, names, [values[name] for name in names])
                 return [], -1
             rows, changed = self.execute(sql, names, [values[name] for name in names])
-        if rows and self.opens and any(is_sealed(v) for row in rows for v in row.values()):
+        if rows and self.opens and any(is_encrypted(v) for row in rows for v in row.values()):
             rows = [self.opened(template, row) for row in rows]
         return rows, changed
 
-    def sealed(self, table: str, row, column: str, value):
-        """A content value as this journal writes it: sealed to its place when the job is sealed at rest."""
-        sealer = self.sealer if value is not None else None
-        return value if sealer is None else sealer.seal(value, table, str(row), column)
+    def encrypted(self, table: str, row, column: str, value):
+        """A content value as this journal writes it: encrypted to its place when the job is encrypted at rest."""
+        cipher = self.cipher if value is not None else None
+        return value if cipher is None else cipher.encrypt(value, table, str(row), column)
 
     def opened(self, template: str, row: dict) -> dict:
-        """A row read, each sealed value opened and held to the place it was read from (its table, row and column)."""
-        table = SEALED_TABLE.search(template)
+        """A row read, each encrypted value opened and held to the place it was read from (its table, row and column)."""
+        table = ENCRYPTED_TABLE.search(template)
         name = table.group(1) if table else None
-        key = row.get(SEALED_KEYS.get(name or "", ""))
+        key = row.get(ENCRYPTED_KEYS.get(name or "", ""))
         place = str(key) if key is not None and name else None
-        sealer = self.sealer
-        if sealer is None:
-            raise SealedError(f"job {self.job_id or 'here'} is sealed at rest, and this reader has no key: {KEY_FIX}")
-        if sealer.cipher is None and self.unread is not None:  # verify without the content: note what it did not read
-            self.unread.update((name, place, c) for c, v in row.items() if is_sealed(v))
+        cipher = self.cipher
+        if cipher is None:
+            raise EncryptedError(f"job {self.job_id or 'here'} is encrypted at rest, and this reader has no key: {KEY_FIX}")
+        if cipher.aead is None and self.unread is not None:  # verify without the content: note what it did not read
+            self.unread.update((name, place, c) for c, v in row.items() if is_encrypted(v))
             return row
-        return {c: sealer.open(v, name, place, c) if is_sealed(v) else v for c, v in row.items()}
+        return {c: cipher.decrypt(v, name, place, c) if is_encrypted(v) else v for c, v in row.items()}
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Journal]:
@@ -3837,13 +3847,13 @@ def read_journal(path: str, **parts) -> SqliteJournal | None:
 
 
 def data_key_row(journal: Journal) -> dict | None:
-    """The job's data key row (kek_id, wrapped, created_utc, shredded_utc, shredded_by), or None: not sealed at rest."""
+    """The job's data key row (kek_id, wrapped, created_utc, shredded_utc, shredded_by), or None: not encrypted at rest."""
     if not journal.has_table("data_keys"):
         return None
     return journal.row("SELECT kek_id, wrapped, created_utc, shredded_utc, shredded_by FROM {data_keys}{where}")
 
 
-def start_sealed(journal: Journal, kek: Kek | None, job_id: str, pending: tuple | None = None) -> Sealer | None:
+def start_encrypted(journal: Journal, kek: Kek | None, job_id: str, pending: tuple | None = None) -> Cipher | None:
     """A new job's data key, made and kept wrapped when a key-encryption key is given (in the caller's transaction, before
     anything of the job is written); None, and nothing written, without one or for a journal that holds a job already."""
     if (
@@ -3852,15 +3862,15 @@ def start_sealed(journal: Journal, kek: Kek | None, job_id: str, pending: tuple 
         or journal.row("SELECT 1 AS one FROM {calls}{where} LIMIT 1")
     ):
         return None
-    sealer, wrapped = pending or new_sealer(kek, job_id)
+    cipher, wrapped = pending or new_cipher(kek, job_id)
     keep_data_key(journal, kek, wrapped)
-    return sealer
+    return cipher
 
 
-def new_sealer(kek: Kek, job_id: str) -> tuple[Sealer, str]:
-    """A new job's random 256-bit data key: its Sealer, and the key wrapped under the KEK (all that is ever kept of it)."""
+def new_cipher(kek: Kek, job_id: str) -> tuple[Cipher, str]:
+    """A new job's random 256-bit data key: its Cipher, and the key wrapped under the KEK (all that is ever kept of it)."""
     data_key = os.urandom(KEK_BYTES)
-    return Sealer(job_id, data_key), kek.wrap(data_key, job_id)
+    return Cipher(job_id, data_key), kek.wrap(data_key, job_id)
 
 
 def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
@@ -3952,7 +3962,7 @@ def chain_head(journal: Journal) -> dict:
 def append_link(journal: Journal, act: str, table: str, key: str, record, head: dict | None = None, *, plain: bool = False) -> None:
     """One link after the newest, in the caller's transaction (or its own); nothing for a job that is not chained.
     `head`: the chain's head when the caller knows it without a read (a new job's, in the transaction inserting its row);
-    `plain`: its record kept in clear even in a job sealed at rest (a shred's tombstone: what remains of the job)."""
+    `plain`: its record kept in clear even in a job encrypted at rest (a shred's tombstone: what remains of the job)."""
     if not journal.chained:
         return
     with journal.transaction():
@@ -3967,7 +3977,7 @@ def append_link(journal: Journal, act: str, table: str, key: str, record, head: 
             key=key,
             record=json.dumps(record, sort_keys=True)
             if plain
-            else journal.sealed("links", seq, "record_json", json.dumps(record, sort_keys=True)),
+            else journal.encrypted("links", seq, "record_json", json.dumps(record, sort_keys=True)),
             prev=head["sha256"],
             link=link,
             at=now_utc(),
@@ -4035,7 +4045,7 @@ def record_event(journal: Journal, key: str, event: str, detail: dict | None = N
             "VALUES ({job_val}{p.key}, {p.event}, {p.detail}, {p.at}, {p.principal})",
             key=key,
             event=event,
-            detail=None if detail_json is None else journal.sealed("call_events", key, "detail_json", detail_json),
+            detail=None if detail_json is None else journal.encrypted("call_events", key, "detail_json", detail_json),
             at=row[0]["at_utc"],
         )
         link_row(journal, "event", "call_events", key, row)
@@ -4139,7 +4149,7 @@ def reuse_answer(journal: Journal, job: Job, item: Item, prompt: str, instructio
         base=base,
         item=item["id"],
         digest=digest,
-        output=journal.sealed("calls", key, "output_text", answer),
+        output=journal.encrypted("calls", key, "output_text", answer),
         response=ids["response_id"],
         request=ids["request_id"],
         stamp=stamp,
@@ -4397,7 +4407,7 @@ def complete_call(db, key: str, output_text: str, response_id, request_id, usage
         "usage_json = {p.usage}, updated_utc = {p.stamp} WHERE {scope}operation_key = {p.key} AND status = 'pending'"
     )
     values = {
-        "output": journal.sealed("calls", key, "output_text", output_text),
+        "output": journal.encrypted("calls", key, "output_text", output_text),
         "response": response_id,
         "request": request_id,
         "stamp": answer["updated_utc"],
@@ -4463,7 +4473,7 @@ def record_failure(journal: Journal, key: str, exc: BaseException, status: str) 
             request=request_id,
             stamp=now_utc(),
             key=key,
-            refusal=journal.sealed("calls", key, "reconciliation_json", json.dumps({"rejected": detail}, sort_keys=True))
+            refusal=journal.encrypted("calls", key, "reconciliation_json", json.dumps({"rejected": detail}, sort_keys=True))
             if status == "rejected"
             else None,
         )
@@ -4566,10 +4576,10 @@ def reconcile_call(journal: Journal, key: str, status: str, output_text, respons
             "request_id = {p.request}, reconciliation_json = {p.record}, updated_utc = {p.stamp} "
             "WHERE {scope}operation_key = {p.key} AND status = 'pending'",
             status=status,
-            output=journal.sealed("calls", key, "output_text", output_text),
+            output=journal.encrypted("calls", key, "output_text", output_text),
             response=response_id,
             request=request_id,
-            record=journal.sealed("calls", key, "reconciliation_json", json.dumps(record, sort_keys=True)),
+            record=journal.encrypted("calls", key, "reconciliation_json", json.dumps(record, sort_keys=True)),
             stamp=record["reconciledAtUtc"],
             key=key,
         )
@@ -4834,11 +4844,11 @@ def insert_draft(journal: Journal, version: int, item_id: str, results: list, re
             "{p.principal})",
             version=version,
             item=item_id,
-            results=journal.sealed("drafts", version, "results_json", json.dumps(results)),
+            results=journal.encrypted("drafts", version, "results_json", json.dumps(results)),
             digest=results_sha256(results),
             reviewer=reviewer,
-            reason=journal.sealed("drafts", version, "reason", reason),
-            change=journal.sealed("drafts", version, "change_json", json.dumps(change)),
+            reason=journal.encrypted("drafts", version, "reason", reason),
+            change=journal.encrypted("drafts", version, "change_json", json.dumps(change)),
             stamp=stamp,
         )
         link_row(journal, "draft", "drafts", version)
@@ -4857,7 +4867,7 @@ def record_cancel(journal: Journal, record: dict) -> None:
         journal.change(
             "INSERT INTO {outcomes} ({job_col}kind, record_json, created_utc, principal) "
             "VALUES ({job_val}'cancel', {p.record}, {p.stamp}, {p.principal})",
-            record=journal.sealed("outcomes", "cancel", "record_json", json.dumps(record, sort_keys=True)),
+            record=journal.encrypted("outcomes", "cancel", "record_json", json.dumps(record, sort_keys=True)),
             stamp=record["cancelledAtUtc"],
         )
         link_row(journal, "cancel", "outcomes", "cancel")
@@ -4873,8 +4883,8 @@ def record_decision_row(journal: Journal, value: dict) -> None:
             "VALUES ({job_val}'decision', {p.decision}, {p.reviewer}, {p.reason}, {p.record}, {p.stamp}, {p.principal})",
             decision=value["decision"],
             reviewer=value["reviewer"],
-            reason=journal.sealed("decisions", "decision", "reason", value["reason"]),
-            record=journal.sealed("decisions", "decision", "record_json", json.dumps(value, sort_keys=True)),
+            reason=journal.encrypted("decisions", "decision", "reason", value["reason"]),
+            record=journal.encrypted("decisions", "decision", "record_json", json.dumps(value, sort_keys=True)),
             stamp=value["decidedAtUtc"],
         )
         link_row(journal, "decision", "decisions", "decision")
@@ -4895,7 +4905,7 @@ def journal_decision(journal: Journal | None) -> dict | None:
 # until something changes (see durable_job_team/workers.py). Not holds: another run holds the job, a worker told to
 # stop, an uncertain call (its own phase says it), a bad command line, a cancelled or pruned job, and the storage's
 # own failures or a role's refusal (StateError: its files or connection are what failed, and they are left untouched).
-# A key refused (SealedError: none given, the wrong one, a rotated-out one) is a hold, written in clear (record_hold).
+# A key refused (EncryptedError: none given, the wrong one, a rotated-out one) is a hold, written in clear (record_hold).
 NOT_HOLDS = (BusyError, WorkerStopping, WaitsForSlot, UncertainCall, UsageError, DecisionError, StateError)
 
 
@@ -4906,10 +4916,10 @@ def is_hold(exc: BaseException) -> bool:
 
 def write_hold(journal: Journal, message: str, fix: str, program: str, phase: str = "ready", plain: bool = False) -> dict:
     """Record the job's hold (replacing an earlier one) and its `held` notice, in the caller's transaction or its own;
-    the hold as shown. `plain`: its words kept unsealed even in a sealed job (a refused key's hold, which names only
-    ids and keys' ids, and which no data key may seal)."""
+    the hold as shown. `plain`: its words kept unencrypted even in an encrypted job (a refused key's hold, which names only
+    ids and keys' ids, and which no data key may encrypt)."""
     stamp = now_utc()
-    seal = (lambda column, value: value) if plain else (lambda column, value: journal.sealed("holds", "hold", column, value))
+    kept = (lambda column, value: value) if plain else (lambda column, value: journal.encrypted("holds", "hold", column, value))
     with journal.transaction():
         add_notice(journal, "held", phase, f"held {stamp}")
         journal.change(
@@ -4918,8 +4928,8 @@ def write_hold(journal: Journal, message: str, fix: str, program: str, phase: st
             "ON CONFLICT ({job_col}kind) DO UPDATE SET principal = excluded.principal, at_utc = excluded.at_utc, "
             "message = excluded.message, fix = excluded.fix, program = excluded.program",
             at=stamp,
-            message=seal("message", redact(message, journal.secrets)),
-            fix=seal("fix", redact(fix, journal.secrets)),
+            message=kept("message", redact(message, journal.secrets)),
+            fix=kept("fix", redact(fix, journal.secrets)),
             program=program,
         )
     return {"by": journal.principal, "at": stamp, "message": message, "fix": fix}
@@ -5024,9 +5034,9 @@ def exactly_json(value) -> bool:
     return True
 
 
-def checkpoint_serializer(sealer: Sealer | None = None):
-    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json"); a job sealed at rest's
-    `sealer` seals every value it stores (type SEALED_CHECKPOINT_TAG + the plain type; see sealed_checkpoint).
+def checkpoint_serializer(cipher: Cipher | None = None):
+    """LangGraph's serializer, except that a plain value is stored as JSON (type tag "json"); a job encrypted at rest's
+    `cipher` encrypts every value it stores (type ENCRYPTED_CHECKPOINT_TAG + the plain type; see encrypted_checkpoint).
 
     Everything this program keeps in its state is plain JSON, so its
     checkpoints can be read with sqlite3 and jq, and status and inspect decode
@@ -5050,42 +5060,42 @@ def checkpoint_serializer(sealer: Sealer | None = None):
                 return json.loads(data[1])  # exactly what was written: no LangChain object revival
             return super().loads_typed(data)
 
-    if sealer is None:
+    if cipher is None:
         return JsonFirstSerializer()
-    own: Sealer = sealer
+    own: Cipher = cipher
 
-    class SealedSerializer(JsonFirstSerializer):  # LangGraph's EncryptedSerializer's way, the associated data the job's
+    class EncryptingSerializer(JsonFirstSerializer):  # LangGraph's EncryptedSerializer's way, the associated data the job's
         def dumps_typed(self, obj):
-            return sealed_checkpoint(own, *super().dumps_typed(obj))
+            return encrypted_checkpoint(own, *super().dumps_typed(obj))
 
         def loads_typed(self, data):
             return super().loads_typed(opened_checkpoint(own, data[0], data[1]))
 
-    return SealedSerializer()
+    return EncryptingSerializer()
 
 
-def sealed_checkpoint(sealer: Sealer, kind: str, blob: bytes) -> tuple[str, bytes]:
-    """A checkpoint value sealed: bound to the job and its plain type (a saver's row is not known to its serializer)."""
+def encrypted_checkpoint(cipher: Cipher, kind: str, blob: bytes) -> tuple[str, bytes]:
+    """A checkpoint value encrypted: bound to the job and its plain type (a saver's row is not known to its serializer)."""
     nonce = os.urandom(NONCE_BYTES)
-    return SEALED_CHECKPOINT_TAG + kind, nonce + sealer.need().encrypt(nonce, bytes(blob), sealer.bound("checkpoints", kind, "value"))
+    return ENCRYPTED_CHECKPOINT_TAG + kind, nonce + cipher.need().encrypt(nonce, bytes(blob), cipher.bound("checkpoints", kind, "value"))
 
 
-def opened_checkpoint(sealer: Any, kind: str, blob: Any) -> tuple[str, Any]:
-    """(type, value) of a stored checkpoint value, opened when sealed; refused when it does not decrypt."""
-    if not kind.startswith(SEALED_CHECKPOINT_TAG):
+def opened_checkpoint(cipher: Any, kind: str, blob: Any) -> tuple[str, Any]:
+    """(type, value) of a stored checkpoint value, opened when encrypted; refused when it does not decrypt."""
+    if not kind.startswith(ENCRYPTED_CHECKPOINT_TAG):
         return kind, blob
     from cryptography.exceptions import InvalidTag
 
-    if callable(sealer):  # a store's listing: the job's Sealer, found only for a sealed value
-        sealer = sealer()
-    if sealer is None:
-        raise SealedError(f"a checkpoint is sealed at rest, and this reader has no key: {KEY_FIX}")
-    plain, data = kind[len(SEALED_CHECKPOINT_TAG) :], bytes(blob or b"")
+    if callable(cipher):  # a store's listing: the job's Cipher, found only for an encrypted value
+        cipher = cipher()
+    if cipher is None:
+        raise EncryptedError(f"a checkpoint is encrypted at rest, and this reader has no key: {KEY_FIX}")
+    plain, data = kind[len(ENCRYPTED_CHECKPOINT_TAG) :], bytes(blob or b"")
     try:
-        return plain, sealer.need().decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], sealer.bound("checkpoints", plain, "value"))
+        return plain, cipher.need().decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], cipher.bound("checkpoints", plain, "value"))
     except (InvalidTag, ValueError):
-        raise SealedError(
-            f"job {sealer.job_id}: a checkpoint does not decrypt under the job's data key (copied from another job, or changed); "
+        raise EncryptedError(
+            f"job {cipher.job_id}: a checkpoint does not decrypt under the job's data key (copied from another job, or changed); "
             "nothing of it is shown: restore it from a backup"
         ) from None
 
@@ -5278,8 +5288,8 @@ def saved_decision(writes: list, where: str) -> dict | None:
 class SqliteCheckpointRows(CheckpointRows):
     """checkpoints.sqlite, as SqliteSaver writes it (the whole checkpoint serialized in one value)."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str, sealer: Sealer | None = None):
-        self.conn, self.where, self.sealer = conn, path, sealer
+    def __init__(self, conn: sqlite3.Connection, path: str, cipher: Cipher | None = None):
+        self.conn, self.where, self.cipher = conn, path, cipher
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
         row = self.conn.execute(
@@ -5289,7 +5299,7 @@ class SqliteCheckpointRows(CheckpointRows):
         ).fetchone()
         if row is None:
             return None
-        channels = decode_checkpoint(*opened_checkpoint(self.sealer, row[1], row[2]), self.where).get(LG_CHANNEL_VALUES, {})
+        channels = decode_checkpoint(*opened_checkpoint(self.cipher, row[1], row[2]), self.where).get(LG_CHANNEL_VALUES, {})
         return row[0], {key: plain_value(channels[key], key, self.where) for key in STATE_KEYS if key in channels}
 
     def writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, str, bytes | None]]:
@@ -5298,7 +5308,7 @@ class SqliteCheckpointRows(CheckpointRows):
             "AND channel IN (?, ?, ?) ORDER BY channel = 'final' DESC, task_id DESC",
             (thread_id, LG_ROOT_NAMESPACE, checkpoint_id, *LG_SAVED_CHANNELS),
         ).fetchall()
-        return [(channel, *opened_checkpoint(self.sealer, kind, value)) for channel, kind, value in found]
+        return [(channel, *opened_checkpoint(self.cipher, kind, value)) for channel, kind, value in found]
 
 
 ###############################################################################
@@ -5416,7 +5426,7 @@ class Store(abc.ABC):
     row: dict | None = None  # a shared store's job row as a listing read it
 
     secrets: Secrets  # what this command's outputs, errors and writes leave out (its journals share it)
-    keys: Keys  # where a job's key-encryption key comes from (sealed at rest), given when the store is made
+    keys: Keys  # where a job's key-encryption key comes from (encrypted at rest), given when the store is made
     engine_parts: tuple = ("durable_job.py",)  # the files its jobs' engine is read from (sealed into each: new_job)
 
     def for_manifest(self, manifest: Manifest) -> Store:
@@ -5493,7 +5503,7 @@ class Store(abc.ABC):
         """Every seal of the job record, in the contract's order; (manifest, source texts); program: see check_file_seals.
 
         mcp="sealed" checks MCP items against the copies kept at sealing (verify), "skip" leaves them out. unread: verify
-        without a job's key, which leaves the copies sealed at rest it cannot read to its `content` check.
+        without a job's key, which leaves the copies encrypted at rest it cannot read to its `content` check.
         """
 
     @abc.abstractmethod
@@ -5530,7 +5540,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def read_journal(self, unread: set | None = None) -> Journal | None:
         """The journal for reading, or None when it does not exist yet; `unread`: verify without the key's, which adds
-        to it each sealed value it reads unopened (see Journal.opened)."""
+        to it each encrypted value it reads unopened (see Journal.opened)."""
 
     # -- checkpoints -----------------------------------------------------------
 
@@ -5584,8 +5594,8 @@ class Store(abc.ABC):
     def pruned_record(self) -> dict | None:
         """The job's prune record once `prune` marked it: {values, checkpointsSha256, freedBytes, markedUtc, prunedUtc, principal}."""
 
-    def sealer(self, journal: Journal | None = None) -> Sealer | None:
-        """The job's Sealer when it is sealed at rest (docs/CONTRACT.md, "Sealed at rest"), else None."""
+    def cipher(self, journal: Journal | None = None) -> Cipher | None:
+        """The job's Cipher when it is encrypted at rest (docs/CONTRACT.md, "Encryption at rest"), else None."""
         return None
 
     def close(self) -> None:  # noqa: B027 (a state directory holds nothing open between operations)
@@ -5665,9 +5675,9 @@ class StateDirRunStore(Store):
             with open(job_path(self.root, MCP_SOURCES_FILE), "rb") as fh:
                 kept = strict_json(fh.read(1 << 20))
             items = kept["items"]
-            if any(is_sealed(v) for v in items.values()):
-                sealer = cast(Sealer, self.sealer())
-                items = {k: sealer.open(v, "mcp_sources", k, "text") for k, v in items.items()}
+            if any(is_encrypted(v) for v in items.values()):
+                cipher = cast(Cipher, self.cipher())
+                items = {k: cipher.decrypt(v, "mcp_sources", k, "text") for k, v in items.items()}
             return {k: v.encode("utf-8", "surrogatepass") for k, v in items.items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
@@ -5679,7 +5689,7 @@ class StateDirRunStore(Store):
     def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
         """job.json, linked into place so that it never replaces another; the manifest and sources stay where they are,
         apart from MCP resources' text, kept beside it first (verify checks them without launching a server). Their
-        digests stay as the manifest beside it states them: sealing at rest keeps none of the files outside the state."""
+        digests stay as the manifest beside it states them: encryption at rest keeps none of the files outside the state."""
         if self.has_job():
             raise BusyError(
                 f"State directory busy: another durable_job command (start) sealed a job in {self.root} meanwhile; run `{self.suggest('resume')}`"
@@ -5687,9 +5697,9 @@ class StateDirRunStore(Store):
         manifest = parse_manifest(manifest_bytes, job["manifestPath"])
         kept = {i["id"]: sources[i["id"]] for i in manifest["items"] if "mcp" in i}
         kek = self.keys.kek()
-        if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are sealed too
-            self.pending = new_sealer(kek, job["jobId"])
-            kept = {item_id: self.pending[0].seal(text, "mcp_sources", item_id, "text") for item_id, text in kept.items()}
+        if kek is not None:  # the data key made now (kept with the journal's schema): the kept copies are encrypted too
+            self.pending = new_cipher(kek, job["jobId"])
+            kept = {item_id: self.pending[0].encrypt(text, "mcp_sources", item_id, "text") for item_id, text in kept.items()}
         if kept:
             write_atomic(job_path(self.root, MCP_SOURCES_FILE), (json.dumps({"items": kept}, indent=2, ensure_ascii=False) + "\n").encode())
         write_exclusive(job_path(self.root, JOB_FILE), (json.dumps(job, indent=2) + "\n").encode())
@@ -5705,28 +5715,28 @@ class StateDirRunStore(Store):
         check_state_files(self.root)
 
     def journal(self, then=None, writes: Writes | None = None) -> SqliteJournal:
-        def first(journal: Journal) -> None:  # a new journal: a job started with a key is sealed from its first write
-            self.sealing = [start_sealed(journal, self.keys.kek(), self.load_job()["jobId"], self.pending)]
+        def first(journal: Journal) -> None:  # a new journal: a job started with a key is encrypted from its first write
+            self.cipher_found = [start_encrypted(journal, self.keys.kek(), self.load_job()["jobId"], self.pending)]
             if then is not None:
-                then(journal)  # its Sealer is the one just made (sealer_of: self.sealer)
+                then(journal)  # its Cipher is the one just made (cipher_of: self.cipher)
 
-        parts: dict[str, Any] = {"principal": self.principal(), "secrets": self.secrets, "writes": writes, "sealer_of": self.sealer}
+        parts: dict[str, Any] = {"principal": self.principal(), "secrets": self.secrets, "writes": writes, "cipher_of": self.cipher}
         journal = SqliteJournal(ledger(job_path(self.root, EFFECTS_FILE), first, parts), **parts)
-        self.sealer(journal)  # read once a command, on this connection (the checkpoints' saver asks next: no other opened)
+        self.cipher(journal)  # read once a command, on this connection (the checkpoints' saver asks next: no other opened)
         return journal
 
     def read_journal(self, unread: set | None = None) -> SqliteJournal | None:
-        journal = read_journal(job_path(self.root, EFFECTS_FILE), secrets=self.secrets, sealer_of=self.sealer, unread=unread)
+        journal = read_journal(job_path(self.root, EFFECTS_FILE), secrets=self.secrets, cipher_of=self.cipher, unread=unread)
         if journal is not None:
-            self.sealer(journal)  # likewise: the checkpoint reader asks next
+            self.cipher(journal)  # likewise: the checkpoint reader asks next
         return journal
 
-    sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
-    pending: tuple | None = None  # a job being started with a key: (its Sealer, its wrapped data key), kept with its journal
+    cipher_found: list | None = None  # [the job's Cipher, or None when it is not encrypted at rest], once read
+    pending: tuple | None = None  # a job being started with a key: (its Cipher, its wrapped data key), kept with its journal
 
-    def sealer(self, journal: Journal | None = None) -> Sealer | None:
-        """The job's Sealer (None: not sealed at rest), read from its journal's data_keys row once a command."""
-        if self.sealing is None:
+    def cipher(self, journal: Journal | None = None) -> Cipher | None:
+        """The job's Cipher (None: not encrypted at rest), read from its journal's data_keys row once a command."""
+        if self.cipher_found is None:
             own = journal is None
             journal = self.read_journal_plain() if own else journal
             try:
@@ -5735,8 +5745,8 @@ class StateDirRunStore(Store):
                 if own and journal is not None:
                     journal.close()
             live = row is not None and not row.get("shredded_utc")
-            self.sealing = [Sealer.of_row(self.load_job()["jobId"], row, self.keys.kek() if live else None, self.root)]
-        return self.sealing[0]
+            self.cipher_found = [Cipher.of_row(self.load_job()["jobId"], row, self.keys.kek() if live else None, self.root)]
+        return self.cipher_found[0]
 
     def read_journal_plain(self) -> SqliteJournal | None:
         return read_journal(job_path(self.root, EFFECTS_FILE))
@@ -5764,7 +5774,7 @@ class StateDirRunStore(Store):
         """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's)."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
-        saver = SqliteSaver(conn, serde=checkpoint_serializer(self.sealer()))
+        saver = SqliteSaver(conn, serde=checkpoint_serializer(self.cipher()))
         try:
             saver.setup()
         except sqlite3.DatabaseError as exc:
@@ -5817,14 +5827,14 @@ class StateDirRunStore(Store):
                 record = strict_json(fh.read().decode("utf-8"))
         except (OSError, ValueError) as exc:
             raise StateError(f"{path} cannot be read ({clip(exc, 120)}); restore it from a backup") from None
-        return opened_pruned(self.sealer, record)
+        return opened_pruned(self.cipher, record)
 
     def read_checkpoint(self, job: Job) -> CheckpointState:
         pruned = self.pruned_record()
         if pruned is not None:
             return pruned_checkpoint(pruned)
         with self.checkpoints_file() as conn:
-            found = SqliteCheckpointRows(conn, checkpoints_path(self.root), self.sealer()) if conn else None
+            found = SqliteCheckpointRows(conn, checkpoints_path(self.root), self.cipher()) if conn else None
             return read_checkpoint(found, job["threadId"])
 
     def checkpoints_digest(self, job: Job) -> str:
@@ -5861,7 +5871,7 @@ class StateDirRunStore(Store):
         if signature:  # beside the receipt, as `ssh-keygen -Y verify -s` reads it
             write_atomic(job_path(self.root, RECEIPT_FILE + ".sig"), signature.encode("ascii"))
         text = json.dumps(receipt, indent=2, sort_keys=True) + "\n"
-        write_atomic(job_path(self.root, RECEIPT_FILE), sealed_document(self.sealer(), receipt, text, "receipts").encode())
+        write_atomic(job_path(self.root, RECEIPT_FILE), encrypted_document(self.cipher(), receipt, text, "receipts").encode())
 
     def read_receipt(self) -> bytes | None:
         try:
@@ -5869,7 +5879,7 @@ class StateDirRunStore(Store):
                 raw = fh.read()
         except FileNotFoundError:
             return None
-        return opened_document(self.sealer, raw, "receipts")
+        return opened_document(self.cipher, raw, "receipts")
 
 
 ###############################################################################
@@ -6426,7 +6436,7 @@ class StateDirStore(StateDirRunStore, AdminStore):
 
     def mark_pruned(self, record: dict) -> None:
         """prune's first step: what a reader needs, kept before anything goes (a kill leaves the job whole and marked)."""
-        record = sealed_pruned(self.sealer(), record)
+        record = encrypted_pruned(self.cipher(), record)
         write_atomic(job_path(self.root, PRUNED_FILE), (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
     def drop_checkpoints(self, job: Job) -> None:
@@ -6590,7 +6600,7 @@ def record_hold(store: Store, ctx: Context | None, job: Job, exc: JobError) -> N
     if ctx is not None:
         checkpoint = ctx.checkpoint()
         phase = job_phase(ctx.review(checkpoint), checkpoint, None)
-    refused = isinstance(exc, SealedError) and (journal.sealer is None or journal.sealer.cipher is None)  # a key refused
+    refused = isinstance(exc, EncryptedError) and (journal.cipher is None or journal.cipher.aead is None)  # a key refused
     write_hold(journal, f"{type(exc).__name__}: {' '.join(str(exc).split())}", hold_fix(store), program_seal(job), phase, plain=refused)
 
 
@@ -6857,7 +6867,7 @@ def seal_report(store: Store, job: Job) -> str | None:
     """For status and inspect: which seal is broken, or None. No MCP server is launched by a read-only look."""
     try:
         store.check_seals(job, mcp="skip")
-    except SealedError:  # no key (or a wrong one): nothing of the job is readable, as for a started one (contract)
+    except EncryptedError:  # no key (or a wrong one): nothing of the job is readable, as for a started one (contract)
         raise
     except JobError as exc:
         return str(exc)
@@ -8258,7 +8268,7 @@ def verify_checks(
 
 
 # -- verify of a job whose content cannot be read here: no key given, or shredded ------------------------------------
-SEALED_SIGNATURES = "not checked: the records they sign are sealed at rest (give the key to check them)"
+ENCRYPTED_SIGNATURES = "not checked: the records they sign are encrypted at rest (give the key to check them)"
 
 
 def run_check(checks: list, name: str, fn) -> None:
@@ -8271,7 +8281,7 @@ def run_check(checks: list, name: str, fn) -> None:
         checks.append({"name": name, "ok": False, "detail": f"{type(exc).__name__}: {clip(exc, 200)}"})
 
 
-def verify_sealed(store: AdminStore, sealer: Sealer, strict: bool = False) -> dict:
+def verify_encrypted(store: AdminStore, cipher: Cipher, strict: bool = False) -> dict:
     """verify without the job's content: the files, the seals, the journal's calls, the chain's order and every hash over
     a record in clear (a shred's tombstone), and what it could not read. A shredded job passes ("content shredded");
     one whose key was not given passes with a warning (its content unchecked), and fails under --strict."""
@@ -8280,48 +8290,48 @@ def verify_sealed(store: AdminStore, sealer: Sealer, strict: bool = False) -> di
     checks: list = []
     try:
         if journal is not None:
-            for table in SEALED_TABLES:  # each sealed value is counted, whatever the checks below read
+            for table in ENCRYPTED_TABLES:  # each encrypted value is counted, whatever the checks below read
                 journal.rows(f"SELECT * FROM {{{table}}}{{where}}") if journal.has_table(table) else None
 
         def seals() -> str:
             manifest, _ = store.check_seals(job, mcp="sealed", program=False, unread=True)
-            what = "manifest and sources match" if manifest is not None else "manifest and sources sealed at rest, not read"
+            what = "manifest and sources match" if manifest is not None else "manifest and sources encrypted at rest, not read"
             return f"{what}; {made_by(job)}"
 
         run_check(checks, "files", lambda: store.check_whole(unread=True))
         run_check(checks, "seals", seals)
         run_check(checks, "journal", lambda: journal_invariants(call_rows(journal), retry_keys(journal)))
         run_check(checks, "chain", lambda: chain_structure(chain_links(journal)))
-        checks.append(content_check(sealer, (journal.unread if journal is not None else None) or set(), strict))
-        checks.append({"name": "signatures", "ok": not strict, "warning": True, "detail": SEALED_SIGNATURES})
+        checks.append(content_check(cipher, (journal.unread if journal is not None else None) or set(), strict))
+        checks.append({"name": "signatures", "ok": not strict, "warning": True, "detail": ENCRYPTED_SIGNATURES})
     finally:
         if journal is not None:
             journal.close()
     return {"jobId": job["jobId"], "ok": all(c["ok"] for c in checks), "checks": checks}
 
 
-def content_check(sealer: Sealer, unread: set, strict: bool) -> dict:
+def content_check(cipher: Cipher, unread: set, strict: bool) -> dict:
     places = sorted({f"{table}.{column}" for table, _, column in unread})
-    where = f"{len(unread)} sealed values ({', '.join(places)})" if unread else "its sealed values"
-    if sealer.why == "shredded":
-        return {"name": "content", "ok": True, "detail": f"content shredded: {sealer.refusal}; {where} stay, unreadable"}
-    return {"name": "content", "ok": not strict, "warning": True, "detail": f"content sealed at rest, not read: {where}; {KEY_FIX}"}
+    where = f"{len(unread)} encrypted values ({', '.join(places)})" if unread else "its encrypted values"
+    if cipher.why == "shredded":
+        return {"name": "content", "ok": True, "detail": f"content shredded: {cipher.refusal}; {where} stay, unreadable"}
+    return {"name": "content", "ok": not strict, "warning": True, "detail": f"content encrypted at rest, not read: {where}; {KEY_FIX}"}
 
 
 def chain_structure(links: list) -> str:
-    """The chain's order without its sealed records: each link numbered in turn and naming the one before; the hash of
+    """The chain's order without its encrypted records: each link numbered in turn and naming the one before; the hash of
     each link whose record is in clear recomputed."""
     prev, clear = GENESIS, 0
     for n, link in enumerate(links, 1):
         if int(link["seq"]) != n or link["prev_sha256"] != prev:
             raise SealError(f"links: link {n} does not follow link {n - 1} (a link was removed, added or reordered)")
-        if not is_sealed(link["record_json"]):
+        if not is_encrypted(link["record_json"]):
             record = json.loads(link["record_json"])
             if link_digest(n, prev, link["act"], link["tbl"], link["row_key"], record) != link["link_sha256"]:
                 raise SealError(f"links: link {n} ({link['act']}) does not hash to its link_sha256: it was changed")
             clear += 1
         prev = link["link_sha256"]
-    return f"{counted(len(links), 'link')} in order, each naming the one before; {clear} in clear rehashed, the rest sealed"
+    return f"{counted(len(links), 'link')} in order, each naming the one before; {clear} in clear rehashed, the rest encrypted"
 
 
 def journal_invariants(calls, retries: set | frozenset = frozenset()) -> str:
@@ -8490,7 +8500,7 @@ def events_invariants(snap: Snapshot, manifest: Manifest | None = None) -> str:
 def reused_fits(row: CallRow, detail: dict) -> None:
     """A fork's reused call: its first attempt, and its answer the one whose sha256 its `reused` event names."""
     text = row["output_text"]
-    if row["attempt"] != 1 or text is None or (not is_sealed(text) and sha256_hex(text.encode("utf-8")) != detail.get("answerSha256")):
+    if row["attempt"] != 1 or text is None or (not is_encrypted(text) and sha256_hex(text.encode("utf-8")) != detail.get("answerSha256")):
         raise SealError(
             f"journal row {row['operation_key']} is not the answer its reused event names (sha256 {str(detail.get('answerSha256'))[:16]}…): it was changed"
         )
@@ -8849,9 +8859,9 @@ def read_kept_receipt(path: str) -> dict:
         raise UsageError(f"--receipt {path}: cannot be read as a receipt ({clip(exc, 120)}); give the receipt.json you kept") from None
     if not isinstance(receipt, dict) or not isinstance(receipt.get("jobId"), str):
         raise UsageError(f"--receipt {path}: not a durable_job receipt (no jobId); give the receipt.json you kept")
-    if SEALED_DOCUMENT in receipt:
-        raise SealedError(
-            f"--receipt {path}: this receipt is sealed at rest (a job's own copy); write a readable one with "
+    if ENCRYPTED_DOCUMENT_FIELD in receipt:
+        raise EncryptedError(
+            f"--receipt {path}: this receipt is encrypted at rest (a job's own copy); write a readable one with "
             "`inspect --receipt FILE` (the key given) and give that"
         )
     return receipt
@@ -9245,11 +9255,11 @@ __all__ = [
     "BusyError",
     "Command",
     "DecisionError",
+    "EncryptedError",
     "JobError",
     "Keys",
     "ManifestError",
     "SealError",
-    "SealedError",
     "Secrets",
     "SourceError",
     "StateDirStore",
@@ -9357,7 +9367,7 @@ def open_store(
     `program` is how suggested commands name this program (default: `python <this file>`);
     `from_env` says the URL came from DURABLE_JOB_STORE, so suggestions leave it out. `secrets`: what the command's
     outputs, errors and writes leave out (default: a new Secrets; a store notes its address's password in it).
-    `keys`: where the key-encryption key of a job sealed at rest comes from (default: the environment's).
+    `keys`: where the key-encryption key of a job encrypted at rest comes from (default: the environment's).
     `team`: the team's package as the command loaded it (default: loaded here, for a --store).
     A store's job may be named later by start and submit (the manifest's jobId).
     """
@@ -9483,7 +9493,7 @@ def check_same_job(store: Store, manifest: Manifest, raw: bytes) -> None:
         differs.append(f"job id ({manifest['jobId']!r})")
     if "approvedBy" in job and job["approvedBy"] != manifest["approvedBy"]:
         differs.append("owner (approvedBy)")
-    keyed = keyed_sources(job) and store.sealer()
+    keyed = keyed_sources(job) and store.cipher()
     if "sources" in job and (keyed or not keyed_sources(job)) and job["sources"] != kept_sources(manifest, keyed or None):
         differs.append("source data (items or their sha256)")
     if not differs:
@@ -9724,7 +9734,7 @@ def write_fork_record(store: Store, job: Job, forked: dict, candidates: list, *,
             journal.write(
                 "INSERT INTO {outcomes} ({job_col}record_json, kind, created_utc, principal) "
                 "VALUES ({job_val}{p.record}, 'fork', {p.stamp}, {p.principal})",
-                record=journal.sealed("outcomes", "fork", "record_json", json.dumps(record, sort_keys=True)),
+                record=journal.encrypted("outcomes", "fork", "record_json", json.dumps(record, sort_keys=True)),
                 stamp=stamp,
             )
             link_row(journal, "fork", "outcomes", "fork")
@@ -11070,11 +11080,11 @@ def verify(
     need_job_id(store)
     if store.has_job():
         store.check_files()  # a damaged or lost database is named before anything reads it
-        sealer = store.sealer()
-        if sealer is not None and sealer.cipher is None:
-            if sealer.why == "wrong-key":
-                raise SealedError(sealer.refusal)
-            return verify_sealed(store, sealer, strict)
+        cipher = store.cipher()
+        if cipher is not None and cipher.aead is None:
+            if cipher.why == "wrong-key":
+                raise EncryptedError(cipher.refusal)
+            return verify_encrypted(store, cipher, strict)
     snap = read_snapshot(store)
     try:
         checks = verify_checks(store, snap, strict, allowed_signers, allowed_passkeys)
@@ -11772,7 +11782,7 @@ PRICES_FLAG = flag(
     help="your JSON prices per model (per million input and output tokens, with the date set): shows an estimated cost",
 )
 KEY_FLAG = flag(
-    "--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs sealed at rest (default ${KEY_FILE_ENV})"
+    "--key-file", type=path_argument, metavar="FILE", help=f"the key-encryption key of jobs encrypted at rest (default ${KEY_FILE_ENV})"
 )
 ADDRESS_FLAGS = [
     flag("--state-dir", type=path_argument, help="the job's state directory (one job per directory)"),

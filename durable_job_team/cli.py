@@ -127,7 +127,7 @@ def delete(store: Store) -> dict:
 
 
 def shred(store: AdminStore) -> dict:
-    """Destroy a sealed job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
+    """Destroy an encrypted job's data key: its content unreadable for good, its ids, hashes, chain and signatures kept."""
     need_job_id(store)
     if store.shared:
         return part("store").shred_job(store)
@@ -153,7 +153,7 @@ def shred_key(store: AdminStore, journal: Journal, job: Job, who: str) -> dict:
     with journal.transaction():
         row = data_key_row(journal)
         if row is None:
-            raise UsageError(f"job {job['jobId']} is not sealed at rest: it has no data key to shred (delete the job instead)")
+            raise UsageError(f"job {job['jobId']} is not encrypted at rest: it has no data key to shred (delete the job instead)")
         if row["shredded_utc"]:
             return {
                 "act": "shred",
@@ -199,7 +199,7 @@ def rewrap(journal: Journal, job_id: str, old: Kek, new: Kek) -> str:
     """One job's data key rewrapped under `new` (in the caller's transaction); what was done."""
     row = data_key_row(journal)
     if row is None:
-        raise UsageError(f"job {job_id} is not sealed at rest: it has no data key to rewrap")
+        raise UsageError(f"job {job_id} is not encrypted at rest: it has no data key to rewrap")
     if row["shredded_utc"]:
         return "shredded: no key to rewrap"
     if row["kek_id"] == new.id:
@@ -695,7 +695,7 @@ def usage(
 
 def dir_usage(store: Store, cutoff: str) -> dict:
     """A state directory's job for `usage`: {jobId, owner, model, calls: [{at, usage}]}, read from what stays clear
-    without the key (job.json, each call's time and usage_json), so a job sealed at rest, or shredded, counts as any
+    without the key (job.json, each call's time and usage_json), so a job encrypted at rest, or shredded, counts as any
     other; one whose record or journal cannot be read at all adds nothing and says why (`unreadable`)."""
     journal = None
     try:
@@ -725,7 +725,7 @@ def prune(
     dry_run: bool = False,
     program: str | None = None,
     from_env: bool = False,
-    shred_sealed: bool = False,
+    shred_encrypted: bool = False,
     keys: Keys | None = None,
 ) -> dict:
     """Remove what finished jobs no longer need: LangGraph's checkpoint history of each job decided or cancelled more
@@ -734,7 +734,7 @@ def prune(
     Kept: the job record, the journal, the drafts, the results and decision as the chained history records them,
     the receipt and its signature, and (in the prune record) the last checkpoint values and the checkpoints' sha256,
     so inspect, jobs and verify still answer. A job is first marked, then pruned, then the mark finished: a kill
-    leaves it whole (unmarked) or marked, and the next prune finishes it. `shred_sealed`: each such job sealed at rest is
+    leaves it whole (unmarked) or marked, and the next prune finishes it. `shred_encrypted`: each such job encrypted at rest is
     shredded too, once pruned (its data key destroyed: see shred), in place of keeping its content.
     """
     if bool(store) == bool(roots):
@@ -751,13 +751,13 @@ def prune(
     with prune_candidates(store, list(roots), program, from_env, keys) as jobs_here:
         for one in jobs_here:
             try:  # each job's connections go back to the lister's pool once it is done: a few, however many jobs
-                row = prune_row(one, set(phases), cutoff, shred_sealed)
+                row = prune_row(one, set(phases), cutoff, shred_encrypted)
                 if row is None:
                     continue
                 if not dry_run and row["state"] != "pruned":
                     row["freedBytes"] = prune_job(one)
                     row["state"] = "pruned"
-                if shred_sealed and one.sealer() is not None:
+                if shred_encrypted and one.cipher() is not None:
                     row["state"] += ", would shred" if dry_run else ", shredded"
                     if not dry_run:
                         shred(one)
@@ -796,14 +796,14 @@ def prune_candidates(store: str | None, roots: list, program: str | None, from_e
 
 def prune_row(store: AdminStore, phases: set, cutoff: str, shred: bool = False) -> dict | None:
     """The job's line in prune's output when it is to be pruned (finished in one of phases before cutoff), else None;
-    with `shred`, a pruned job sealed at rest and not yet shredded too (a shredded job: None, nothing left to read)."""
-    sealer = store.sealer()
-    if sealer is not None and sealer.why == "shredded":
+    with `shred`, a pruned job encrypted at rest and not yet shredded too (a shredded job: None, nothing left to read)."""
+    cipher = store.cipher()
+    if cipher is not None and cipher.why == "shredded":
         return None
     receipt = strict_json((store.read_receipt() or b"{}").decode("utf-8"))
     outcome = receipt.get("outcome") or ("decided" if receipt.get("final") else "cancelled" if receipt.get("cancel") else None)
     ended = (receipt.get("final") or {}).get("decidedAtUtc") or (receipt.get("cancel") or {}).get("cancelledAtUtc") or ""
-    to_shred = shred and sealer is not None
+    to_shred = shred and cipher is not None
     pruned = store.pruned_record()
     done = pruned is not None and pruned.get("prunedUtc")
     if outcome not in phases or not ended or ended > cutoff or (done and not to_shred):
@@ -887,10 +887,10 @@ def text_jobs(out: dict, store) -> list:
 
 
 def text_migrate(out: dict, store) -> list:
-    """What this run changed (the schema, each role granted, the jobs adopted, sealing turned on), and what it found
+    """What this run changed (the schema, each role granted, the jobs adopted, encryption turned on), and what it found
     already so: a rerun that changed nothing says so, and never that it granted what a role already had."""
     at = f" (at {out['latestMigration']})" if out.get("latestMigration") else ""
-    did = out["changed"] or out.get("granted") or out.get("grantedWorkers") or out.get("adopted") or out.get("sealingTurnedOn")
+    did = out["changed"] or out.get("granted") or out.get("grantedWorkers") or out.get("adopted") or out.get("encryptionTurnedOn")
     return [
         f"migrate: store {out['store']} schema {out['schema']}: "
         + (f"brought up to date{at}" if out["changed"] else f"already up to date{at}" + ("" if did else "; nothing to do")),
@@ -899,7 +899,7 @@ def text_migrate(out: dict, store) -> list:
         *(f"  {role} already had use of it: nothing changed" for role in out.get("alreadyGranted") or []),
         *(f"  {role} already had use of it as a worker: nothing changed" for role in out.get("alreadyGrantedWorkers") or []),
         *([f"  {counted(out['adopted'], 'job')} of the administrator's now owned by {out['owner']}"] if out.get("owner") else []),
-        *sealing_words(out),
+        *encryption_words(out),
         *(
             [
                 f"  every role may still {' and '.join(out['publicMay'])} in its database: as its owner, run "
@@ -911,16 +911,16 @@ def text_migrate(out: dict, store) -> list:
     ]
 
 
-def sealing_words(out: dict) -> list:
-    """migrate's words for sealing at rest: turned on by this run, or on since a date (a store without it: none)."""
-    mark = out.get("sealedAtRest")
+def encryption_words(out: dict) -> list:
+    """migrate's words for encryption at rest: turned on by this run, or on since a date (a store without it: none)."""
+    mark = out.get("encryptedAtRest")
     if not mark:
         return []
-    if out.get("sealingTurnedOn"):
+    if out.get("encryptionTurnedOn"):
         return [
-            f"  sealing at rest turned on (key {mark['kekId']}): every new job will now be sealed; jobs sealed before stay as they were"
+            f"  encryption at rest turned on (key {mark['kekId']}): every new job will now be encrypted; jobs started before stay as they were"
         ]
-    return [f"  sealing at rest is on (key {mark['kekId']}, since {mark['since']}): every new job is sealed"]
+    return [f"  encryption at rest is on (key {mark['kekId']}, since {mark['since']}): every new job is encrypted"]
 
 
 def text_work(out: dict, store) -> list:
@@ -1042,12 +1042,12 @@ def store_url_from(args, command: str) -> Store:
 
 
 def cmd_shred(args) -> dict:
-    """Destroy a sealed job's data key: its content unreadable for good; its ids, hashes, chain and signatures remain."""
+    """Destroy an encrypted job's data key: its content unreadable for good; its ids, hashes, chain and signatures remain."""
     return shred(store_from(args))
 
 
 def cmd_rotate_key(args) -> dict:
-    """Rewrap sealed jobs' data keys under a new key-encryption key (the current one given as usual); content untouched."""
+    """Rewrap encrypted jobs' data keys under a new key-encryption key (the current one given as usual); content untouched."""
     return rotate_key(store_from(args), args.new_key_file)
 
 
@@ -1105,7 +1105,7 @@ def cmd_prune(args) -> dict:
         program=args.program,
         from_env=not args.store,
         phases=args.phases or PRUNE_PHASES,
-        **flags_of(args, "older_than", "dry_run", "shred_sealed", "keys"),
+        **flags_of(args, "older_than", "dry_run", "shred_encrypted", "keys"),
     )
 
 
@@ -1331,9 +1331,9 @@ COMMANDS = {  # the team's commands, as durable_job.COMMANDS holds the core's
             flag("--dry-run", action="store_true", help="print what would go and the bytes it frees; change nothing"),
             flag(
                 "--shred",
-                dest="shred_sealed",
+                dest="shred_encrypted",
                 action="store_true",
-                help="also shred each job sealed at rest: its content destroyed for good (see shred)",
+                help="also shred each job encrypted at rest: its content destroyed for good (see shred)",
             ),
             KEY_FLAG,
         ],

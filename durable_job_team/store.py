@@ -43,7 +43,9 @@ from durable_job import (
     BusyError,
     CheckpointRows,
     CheckpointState,
+    Cipher,
     Dialect,
+    EncryptedError,
     Holder,
     Item,
     Job,
@@ -55,8 +57,6 @@ from durable_job import (
     Manifest,
     ManifestError,
     RowUnchanged,
-    SealedError,
-    Sealer,
     SealError,
     Secrets,
     StateError,
@@ -76,13 +76,16 @@ from durable_job import (
     crash_point,
     decode_checkpoint,
     default_program,
-    is_sealed,
+    encrypted_document,
+    encrypted_pruned,
+    encrypted_source,
+    is_encrypted,
     job_writes,
     keep_data_key,
     kept_sources,
     keyed_sources,
     may_by_rule,
-    new_sealer,
+    new_cipher,
     now_utc,
     opened_checkpoint,
     opened_document,
@@ -95,9 +98,6 @@ from durable_job import (
     read_checkpoint,
     redact,
     rotated_refusal,
-    sealed_document,
-    sealed_pruned,
-    sealed_source,
     sha256_hex,
     source_failure,
     strict_json,
@@ -590,7 +590,7 @@ class PgCheckpointRows(CheckpointRows):
 
     def __init__(self, journal: PgJournal, where: str, threads: list[str]):
         self.journal, self.where = journal, where
-        self.sealer = lambda: journal.sealer  # for a sealed value: the journal's, found when first needed
+        self.cipher = lambda: journal.cipher  # for an encrypted value: the journal's, found when first needed
         self.latest_of: dict[str, tuple[str, dict]] = {}
         self.writes_of: dict[tuple[str, str], list] = {}
         if threads:
@@ -620,7 +620,7 @@ class PgCheckpointRows(CheckpointRows):
                 ns=LangGraphRows.namespace,
             ):
                 if LangGraphRows.holds_value(blob):
-                    value = decode_checkpoint(*opened_checkpoint(self.sealer, blob["type"], bytes(blob["blob"])), self.where)
+                    value = decode_checkpoint(*opened_checkpoint(self.cipher, blob["type"], bytes(blob["blob"])), self.where)
                     self.latest_of[blob["thread_id"]][1][blob["channel"]] = plain_value(value, blob["channel"], self.where)
         latest = [(thread, cid) for thread, (cid, _) in self.latest_of.items()]
         for w in self.journal.rows(
@@ -634,7 +634,7 @@ class PgCheckpointRows(CheckpointRows):
             ns=LangGraphRows.namespace,
             channels=list(LangGraphRows.saved_channels),
         ):
-            saved = (w["channel"], *opened_checkpoint(self.sealer, w["type"], w["blob"]))
+            saved = (w["channel"], *opened_checkpoint(self.cipher, w["type"], w["blob"]))
             self.writes_of.setdefault((w["thread_id"], w["checkpoint_id"]), []).append(saved)
 
     def latest(self, thread_id: str) -> tuple[str, dict] | None:
@@ -764,7 +764,7 @@ class PgLock:
             if store.pool.principal is None:  # every connection of the pool logs in with the store's URL: one role
                 store.pool.principal = journal.rows("SELECT session_user AS me")[0]["me"]
             # a start or submit takes the lock only once its own row is sealed (seal_job): one that found the job
-            # sealed meanwhile and took it here would hold it from the sealer, then give up, and neither would run
+            # sealed meanwhile and took it here would hold it from the command sealing it, then give up, and neither would run
             if self.command in ("start", "submit"):
                 store.writer = store.writer_of(None)  # its job's own writer is made when its row is (seal_job)
             else:
@@ -915,7 +915,7 @@ class PgRunStore(Store):
         """The same store, naming another job: its reads go through this store's read connection, which
         closing this store closes (so a caller that opened one store has one thing to close)."""
         other = self.named_store(job_id)
-        other.reader = self.db().for_job(job_id, sealer_of=other.sealer)
+        other.reader = self.db().for_job(job_id, cipher_of=other.cipher)
         return other
 
     def named_store(self, job_id: str) -> Self:
@@ -1049,7 +1049,7 @@ class PgRunStore(Store):
             return self.writer
         if self.reader is None:
             conn = self.work_connection(f"durable_job read {os.getpid()}")
-            self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, sealer_of=self.sealer)
+            self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, cipher_of=self.cipher)
         return self.reader
 
     def writer_of(self, job: Job | None) -> PgJournal:
@@ -1057,7 +1057,7 @@ class PgRunStore(Store):
         (job None: a start's, which writes only the job's row until seal_job makes the job's own)."""
         writes = Writes() if job is None else job_writes(job, lambda: self.people(job))
         conn = self.work_connection(f"durable_job journal {os.getpid()}")
-        parts = {"principal": self.pool.principal or "", "secrets": self.secrets, "sealer_of": self.sealer, "writes": writes}
+        parts = {"principal": self.pool.principal or "", "secrets": self.secrets, "cipher_of": self.cipher, "writes": writes}
         return PgJournal(conn, self.job_id, self.failure, owns=False, **parts)
 
     def schema_state(self, db: PgJournal) -> tuple[set, int | None]:
@@ -1130,27 +1130,27 @@ class PgRunStore(Store):
 
     def stored_copies(self, job: Job, unread: bool = False) -> tuple[Manifest, dict[str, str]]:
         """The manifest and source texts the job row holds, each checked against its sha256 (unread: verify without the
-        job's key leaves those sealed at rest to its `content` check)."""
+        job's key leaves those encrypted at rest to its `content` check)."""
         if self.row is None:
             self.load_job()  # reads the row, or refuses naming the job
         row = cast(dict, self.row)
         raw = bytes(row["manifest"])
-        if is_sealed(raw.decode("latin-1")):  # a job sealed at rest since issue 43: its manifest holds its sources' sha256
+        if is_encrypted(raw.decode("latin-1")):  # a job encrypted at rest since issue 43: its manifest holds its sources' sha256
             if unread:  # verify without the key: left to the `content` check, as its sources are
                 return cast(Manifest, None), {}
-            sealer = self.sealer()
-            if sealer is None:
-                raise SealedError(
-                    f"job {self.job_id}'s manifest is sealed at rest, and its data key is not kept: restore the store from a backup"
+            cipher = self.cipher()
+            if cipher is None:
+                raise EncryptedError(
+                    f"job {self.job_id}'s manifest is encrypted at rest, and its data key is not kept: restore the store from a backup"
                 )
-            raw = sealer.open(raw.decode("ascii"), "jobs", self.job_id, "manifest").encode("utf-8")
+            raw = cipher.decrypt(raw.decode("ascii"), "jobs", self.job_id, "manifest").encode("utf-8")
         if sha256_hex(raw) != job["manifestSha256"] or row["manifest_sha256"] != job["manifestSha256"]:
             raise SealError(
                 f"Manifest bytes changed: the store's copy of job {self.job_id}'s manifest has sha256 {sha256_hex(raw)}, "
                 f"the job sealed {job['manifestSha256']}; restore the store from a backup, or {NEW_STORE_JOB}"
             )
         manifest = parse_manifest(raw, f"of job {self.job_id} in the store")
-        check_job_matches_manifest(job, manifest, self.sealer() if keyed_sources(job) else None)
+        check_job_matches_manifest(job, manifest, self.cipher() if keyed_sources(job) else None)
         stored = [bytes.fromhex(h) for h in row["sources"] or []]
         if len(stored) != len(manifest["items"]):
             raise source_failure(
@@ -1159,8 +1159,8 @@ class PgRunStore(Store):
             )
         pairs: Iterator[tuple[Item, bytes]] = zip(manifest["items"], stored)
         if unread:  # verify without the key: the sources it cannot read are left to the `content` check
-            pairs = ((item, data) for item, data in pairs if not is_sealed(bytes(data).decode("latin-1")))
-        opened = [(item, opened_source(self.sealer, self.job_id, item["id"], data)) for item, data in pairs]
+            pairs = ((item, data) for item, data in pairs if not is_encrypted(bytes(data).decode("latin-1")))
+        opened = [(item, opened_source(self.cipher, self.job_id, item["id"], data)) for item, data in pairs]
         texts = {item["id"]: check_source_bytes(item, data) for item, data in opened}
         return manifest, texts
 
@@ -1168,12 +1168,12 @@ class PgRunStore(Store):
         need_psycopg()
 
     def sealing_rights(self, writer: PgJournal, job: Job) -> dict:
-        """Whether writer may seal job here (a person or the administrator), with what sealing it needs to know: whether
-        the id was a deleted job's, the store's sealing row and current key, and whether this key file was rotated out."""
+        """Whether writer may seal job here (a person or the administrator), with what encryption it needs to know: whether
+        the id was a deleted job's, the store's encryption mark (its durable_job.sealing row) and current key, and whether this key file was rotated out."""
         kek = self.keys.kek()
-        rights = writer.rows(  # the schema is whole (ensure_schema): its sealing row (m015), its rotated-out keys (m019) with it
+        rights = writer.rows(  # the schema is whole (ensure_schema): its encryption mark (m015), its rotated-out keys (m019) with it
             "SELECT durable_job.is_kind('person') OR durable_job.is_admin() AS may, durable_job.tombstoned({p.job}) AS gone, "
-            "(SELECT s.since_utc FROM durable_job.sealing s) AS sealing_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
+            "(SELECT s.since_utc FROM durable_job.sealing s) AS encryption_since, (SELECT s.kek_id FROM durable_job.sealing s) AS current, "
             "(SELECT r.retired_utc FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS retired, "
             "(SELECT r.replaced_by FROM durable_job.retired_keys r WHERE r.kek_id = {p.kek}) AS replaced_by",
             job=job["jobId"],
@@ -1189,7 +1189,7 @@ class PgRunStore(Store):
 
     def seal_job(self, job: Job, manifest_bytes: bytes, sources: dict) -> Job:
         """Insert the job row once (manifest and source bytes with it, its reviewers, its lock row), then lock it; the
-        record as kept. A job sealed at rest keeps its manifest sealed, as its sources, and its sources' digests keyed
+        record as kept. A job encrypted at rest keeps its manifest encrypted, as its sources, and its sources' digests keyed
         (keyed_source): nothing in clear confirms a guess of a source.
 
         The database makes the sealing role the job's owner. A jobId is store-wide: one another role holds
@@ -1204,12 +1204,12 @@ class PgRunStore(Store):
                 f"never its owner (four eyes); name other roles, or leave reviewers out for the owner to decide"
             )
         rights = self.sealing_rights(writer, job)
-        sealer, wrapped = self.start_sealing(job, rights)
-        data = [sealed_source(sealer, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
+        cipher, wrapped = self.start_encryption(job, rights)
+        data = [encrypted_source(cipher, job["jobId"], item["id"], sources[item["id"]]) for item in manifest["items"]]
         kept = manifest_bytes
-        if sealer is not None:
-            job = cast(Job, {**job, "sources": kept_sources(manifest, sealer)})
-            kept = sealer.seal(manifest_bytes.decode("utf-8"), "jobs", job["jobId"], "manifest").encode("ascii")
+        if cipher is not None:
+            job = cast(Job, {**job, "sources": kept_sources(manifest, cipher)})
+            kept = cipher.encrypt(manifest_bytes.decode("utf-8"), "jobs", job["jobId"], "manifest").encode("ascii")
         if rights["gone"]:
             raise taken_error(self.job_id)  # a deleted job's id stays taken (and the database refuses its row anyway)
         writer = self.writer = self.writer_of(job)  # the job's own writer, its links and notifications: its chain begins here
@@ -1239,9 +1239,9 @@ class PgRunStore(Store):
                 writer.conn.execute(
                     "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
                 )
-                if sealer is not None:  # the data key before the first link: every record of the job is sealed
+                if cipher is not None:  # the data key before the first link: every record of the job is encrypted
                     keep_data_key(writer, cast(Kek, self.keys.kek()), cast(str, wrapped))
-                self.sealing = [sealer]  # its data key (or that it has none) is known: not read again this command (nor by writer)
+                self.cipher_found = [cipher]  # its data key (or that it has none) is known: not read again this command (nor by writer)
                 # the chain's first link, in the seal's commit, after no other: a link references its job's row (m005),
                 # which this transaction has just inserted
                 append_link(writer, "seal", "jobs", job["jobId"], job, head={"seq": 0, "sha256": GENESIS})
@@ -1322,7 +1322,7 @@ class PgRunStore(Store):
         lock, for the job it locked (writer_of): `writes` are that job's already."""
         if self.writer is None:
             raise StateError(f"Job {self.job_id}: the journal is written only under the job's lock; run the command again")
-        self.sealer(self.writer)  # read once a command, on the writer's connection, before the run's first write
+        self.cipher(self.writer)  # read once a command, on the writer's connection, before the run's first write
         return self.writer
 
     def read_journal(self, unread: set | None = None) -> PgJournal:
@@ -1330,14 +1330,14 @@ class PgRunStore(Store):
         that every read of the command adds to it."""
         if unread is not None and self.writer is None:
             conn = self.work_connection(f"durable_job read {os.getpid()}")
-            self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, sealer_of=self.sealer, unread=unread)
+            self.reader = PgJournal(conn, self.job_id, self.failure, owns=False, secrets=self.secrets, cipher_of=self.cipher, unread=unread)
         return self.db()
 
-    sealing: list | None = None  # [the job's Sealer, or None when it is not sealed at rest], once read
+    cipher_found: list | None = None  # [the job's Cipher, or None when it is not encrypted at rest], once read
 
-    def sealer(self, journal: Journal | None = None) -> Sealer | None:
-        """The job's Sealer (None: not sealed at rest), from its data_keys row, read once a command."""
-        if self.sealing is None:
+    def cipher(self, journal: Journal | None = None) -> Cipher | None:
+        """The job's Cipher (None: not encrypted at rest), from its data_keys row, read once a command."""
+        if self.cipher_found is None:
             db = cast(PgJournal, journal or self.db())
             made = self.pool.schema_ready or db.rows("SELECT to_regclass('durable_job.data_keys') IS NOT NULL AS made")[0]["made"]
             row = (
@@ -1350,8 +1350,8 @@ class PgRunStore(Store):
             )
             live = row is not None and not row.get("shredded_utc")
             kek = self.keys.kek() if live else None
-            sealer = Sealer.of_row(self.job_id, row, kek, self.public)
-            if sealer is not None and sealer.why == "wrong-key":  # which of the two keys a rotation left behind (m019)
+            cipher = Cipher.of_row(self.job_id, row, kek, self.public)
+            if cipher is not None and cipher.why == "wrong-key":  # which of the two keys a rotation left behind (m019)
                 retired = db.rows(
                     "SELECT kek_id, retired_utc, replaced_by FROM durable_job.retired_keys WHERE kek_id IN ({p.job_key}, {p.mine})",
                     job_key=cast(dict, row)["kek_id"],
@@ -1359,35 +1359,35 @@ class PgRunStore(Store):
                 )
                 rewrap = command_line(self.program, "rotate-key", [*self.store_address(), "--new-key-file", "CURRENT_KEY_FILE"])
                 refusal = rotated_refusal(self.job_id, cast(dict, row)["kek_id"], cast(Kek, kek), {r["kek_id"]: r for r in retired}, rewrap)
-                sealer = Sealer(self.job_id, None, str(refusal), "wrong-key")
-            self.sealing = [sealer]
-        return self.sealing[0]
+                cipher = Cipher(self.job_id, None, str(refusal), "wrong-key")
+            self.cipher_found = [cipher]
+        return self.cipher_found[0]
 
-    def start_sealing(self, job: Job, keys: dict) -> tuple[Sealer | None, str | None]:
-        """A new job's Sealer and its wrapped data key when a key is given (or the store seals every job, since
-        `sealing_since`, its `sealing` row: then refused without one), before anything of the job is written; a key
-        rotated out (`retired`, m019), or other than the `current` one a sealing store names, is refused (the database
+    def start_encryption(self, job: Job, keys: dict) -> tuple[Cipher | None, str | None]:
+        """A new job's Cipher and its wrapped data key when a key is given (or the store encrypts every job, since
+        `encryption_since`, its `sealing` row: then refused without one), before anything of the job is written; a key
+        rotated out (`retired`, m019), or other than the `current` one an encrypting store names, is refused (the database
         refuses its data key anyway: m019_current_key)."""
         kek = self.keys.kek()
-        if kek is None and keys["sealing_since"] is not None:
-            raise SealedError(f"the store {self.public} seals every new job at rest (since {keys['sealing_since']}): {KEY_FIX}")
+        if kek is None and keys["encryption_since"] is not None:
+            raise EncryptedError(f"the store {self.public} encrypts every new job at rest (since {keys['encryption_since']}): {KEY_FIX}")
         if kek is None:
             return None, None
         current = keys["current"] or keys["replaced_by"]
         if keys["retired"] is not None:
-            raise SealedError(
+            raise EncryptedError(
                 f"{kek.where} is key-encryption key {kek.id}, and this key was rotated out at {keys['retired']} in the store "
                 f"{self.public}; use the current key file ({current or 'the one rotate-key took'}: the --new-key-file of the last "
                 f"rotate-key) as {KEY_FILE_ENV} or --key-file; nothing of job {job['jobId']} was written"
             )
         if keys["current"] is not None and kek.id != keys["current"]:
-            raise SealedError(
+            raise EncryptedError(
                 f"{kek.where} is key-encryption key {kek.id}, not the store {self.public}'s current key {keys['current']}: a new job "
-                f"is sealed only under the current key; use the current key file as {KEY_FILE_ENV} or --key-file; nothing of job "
+                f"is encrypted only under the current key; use the current key file as {KEY_FILE_ENV} or --key-file; nothing of job "
                 f"{job['jobId']} was written"
             )
-        sealer, wrapped = new_sealer(kek, job["jobId"])
-        return sealer, wrapped
+        cipher, wrapped = new_cipher(kek, job["jobId"])
+        return cipher, wrapped
 
     # -- checkpoints -----------------------------------------------------------
 
@@ -1470,7 +1470,7 @@ class PgRunStore(Store):
                 end), in that round trip's one implicit transaction, behind this write's own lock check."""
                 return self.checked(super().put_writes, *a, deferred=True, **kw)
 
-        return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.sealer()))
+        return LockedSaver(conn, pipe=pipe, serde=checkpoint_serializer(self.cipher()))
 
     def slot_wait_since(self) -> str | None:
         if self.row is not None and "slot_wait_since" in self.row:  # read with the job's row (a listing's page)
@@ -1480,12 +1480,12 @@ class PgRunStore(Store):
 
     def pruned_record(self) -> dict | None:
         if self.row is not None and "pruned" in self.row:  # read with the job's row (a listing's page)
-            return opened_pruned(self.sealer, strict_json(self.row["pruned"])) if self.row["pruned"] else None
+            return opened_pruned(self.cipher, strict_json(self.row["pruned"])) if self.row["pruned"] else None
         db = self.db()
         if db.rows("SELECT to_regclass('durable_job.prunes') IS NOT NULL AS made")[0]["made"] is False:
             return None
         row = db.row("SELECT record_json FROM durable_job.prunes WHERE job_id = {p.job_id}")
-        return None if row is None else opened_pruned(self.sealer, strict_json(row["record_json"]))
+        return None if row is None else opened_pruned(self.cipher, strict_json(row["record_json"]))
 
     def read_checkpoint(self, job: Job) -> CheckpointState:
         db = self.db()
@@ -1533,7 +1533,7 @@ class PgRunStore(Store):
         self.journal().change(
             "INSERT INTO durable_job.receipts (job_id, receipt_json, written_utc, principal) "
             "VALUES ({p.job_id}, {p.receipt}, {p.stamp}, {p.principal}) ON CONFLICT (job_id) DO NOTHING",  # written once, never over
-            receipt=sealed_document(self.sealer(), receipt, text, "receipts"),
+            receipt=encrypted_document(self.cipher(), receipt, text, "receipts"),
             stamp=now_utc(),
         )
 
@@ -1542,7 +1542,7 @@ class PgRunStore(Store):
         if db.rows("SELECT to_regclass('durable_job.receipts') IS NOT NULL AS made")[0]["made"] is False:
             return None
         row = db.row("SELECT receipt_json FROM durable_job.receipts WHERE job_id = {p.job_id}")
-        return None if row is None else opened_document(self.sealer, row["receipt_json"].encode("utf-8"), "receipts")
+        return None if row is None else opened_document(self.cipher, row["receipt_json"].encode("utf-8"), "receipts")
 
 
 def refuse_while_held(store: PgRunStore, db: PgJournal) -> None:
@@ -1668,7 +1668,7 @@ class PgStore(PgRunStore, AdminStore):
         self.journal().change(
             "INSERT INTO durable_job.prunes (job_id, record_json) VALUES ({p.job_id}, {p.record}) "
             "ON CONFLICT (job_id) DO UPDATE SET record_json = EXCLUDED.record_json",
-            record=json.dumps(sealed_pruned(self.sealer(), record), sort_keys=True),
+            record=json.dumps(encrypted_pruned(self.cipher(), record), sort_keys=True),
         )
 
     def drop_checkpoints(self, job: Job) -> None:
@@ -1749,7 +1749,7 @@ STORE_GRANTS = (
     "GRANT DELETE ON durable_job.calls TO {role}",
     "GRANT INSERT, UPDATE, DELETE ON durable_job.holds TO {role}",  # a run's refusal on its job (m013_holds)
     "GRANT INSERT, UPDATE ON durable_job.outbox TO {role}",  # notifications; a sender marks them delivered (m014_outbox)
-    "GRANT INSERT ON durable_job.data_keys TO {role}",  # a sealed job's data key, added as it is sealed (m015_sealed)
+    "GRANT INSERT ON durable_job.data_keys TO {role}",  # an encrypted job's data key, added as the job is sealed (m015_sealed)
     "GRANT UPDATE (sign_count) ON durable_job.passkeys TO {role}",  # its own passkey's counter, upward (m022_passkey_origin)
     "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA durable_job TO {role}",
     "GRANT EXECUTE ON FUNCTION durable_job.tombstoned(text) TO {role}",
@@ -1877,7 +1877,7 @@ def migrate_schema(
         granted, already = granted_roles(target, db, grant, "person")
         granted_workers, already_workers = granted_roles(target, db, grant_worker, "worker")
         latest = db.rows("SELECT max(name) AS name FROM durable_job._migrations")[0]["name"]
-        sealing = mark_sealing(target, db)
+        encryption = mark_encryption(target, db)
         adopted = 0
         if owner:
             with db.transaction():
@@ -1896,20 +1896,20 @@ def migrate_schema(
         "alreadyGrantedWorkers": already_workers,
         "adopted": adopted,
         **({"owner": owner} if owner else {}),
-        **sealing,
+        **encryption,
         "database": database,
         "publicMay": public,
     }
 
 
-def mark_sealing(store: PgStore, db: PgJournal) -> dict:
-    """A migrate run with a key-encryption key: the store seals every new job from now on (its mark: the key's id, never
+def mark_encryption(store: PgStore, db: PgJournal) -> dict:
+    """A migrate run with a key-encryption key: the store encrypts every new job from now on (its mark: the key's id, never
     the key); without one, what the store says of itself."""
     kek, turned_on = store.keys.kek(), 0
     if kek is not None:
         if not db.rows("SELECT durable_job.is_admin() AS admin")[0]["admin"]:
             raise StateError(
-                f"turning sealing at rest on is the store's administrator's (the owner of schema durable_job in {store.public})"
+                f"turning encryption at rest on is the store's administrator's (the owner of schema durable_job in {store.public})"
             )
         with db.transaction():
             turned_on = db.change(
@@ -1919,8 +1919,8 @@ def mark_sealing(store: PgStore, db: PgJournal) -> dict:
             )
     marked = db.row("SELECT kek_id, since_utc FROM durable_job.sealing")
     return {
-        "sealedAtRest": None if marked is None else {"kekId": marked["kek_id"], "since": marked["since_utc"]},
-        "sealingTurnedOn": bool(turned_on),
+        "encryptedAtRest": None if marked is None else {"kekId": marked["kek_id"], "since": marked["since_utc"]},
+        "encryptionTurnedOn": bool(turned_on),
     }
 
 
@@ -2031,7 +2031,7 @@ def rotate_keys(store: PgStore, old: Kek, new: Kek) -> dict:
             )
             counts["rewrapped"] += 1
         db.change("UPDATE durable_job.sealing SET kek_id = {p.kek}", kek=new.id)
-        if old.id != new.id:  # the old key seals no new job from now on (m019_current_key); a key rotated back in is current again
+        if old.id != new.id:  # the old key encrypts no new job from now on (m019_current_key); a key rotated back in is current again
             db.change("DELETE FROM durable_job.retired_keys WHERE kek_id = {p.kek}", kek=new.id)
             db.change(
                 "INSERT INTO durable_job.retired_keys (kek_id, retired_utc, replaced_by) VALUES ({p.kek}, {p.at}, {p.new}) "
@@ -2127,7 +2127,7 @@ PAGE_FILTERS = {
 class LoadedCheckpointRows(CheckpointRows):
     """One thread's latest checkpoint as a listing's statement read it, as read_checkpoint asks for it (no more reads)."""
 
-    def __init__(self, where: str, row: dict, sealer_of=None):
+    def __init__(self, where: str, row: dict, cipher_of=None):
         self.where, self.found = where, None
         if row["checkpoint_id"] is None:
             return
@@ -2136,11 +2136,11 @@ class LoadedCheckpointRows(CheckpointRows):
         values = {key: inline[key] for key in STATE_KEYS if key in inline}
         for blob in row["blobs"] or []:
             if LangGraphRows.holds_value(blob):
-                value = decode_checkpoint(*opened_checkpoint(sealer_of, blob["type"], bytes.fromhex(blob["blob"])), where)
+                value = decode_checkpoint(*opened_checkpoint(cipher_of, blob["type"], bytes.fromhex(blob["blob"])), where)
                 values[blob["channel"]] = plain_value(value, blob["channel"], where)
         self.found = (row["checkpoint_id"], values)
         self.saved = [
-            (w["channel"], *opened_checkpoint(sealer_of, w["type"], None if w["blob"] is None else bytes.fromhex(w["blob"])))
+            (w["channel"], *opened_checkpoint(cipher_of, w["type"], None if w["blob"] is None else bytes.fromhex(w["blob"])))
             for w in row["writes"] or []
         ]
 
@@ -2151,18 +2151,18 @@ class LoadedCheckpointRows(CheckpointRows):
         return self.saved if self.found else []
 
 
-def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None, sealer_of=None) -> CheckpointState:
+def listed_checkpoint(row: dict, where: str, job: Job, decision: dict | None, cipher_of=None) -> CheckpointState:
     """A listed job's checkpoint: a finished one's is its decision row and the results it decided (its FIGURES are
     counted from them, as before the decision: issue 45), never a receipt's JSON nor the rest of its checkpoint (the
     statement reads only its results channel: not reading every finished job's whole checkpoint took a 10,000-job
     listing from 2.8 s to 1.8 s); a pruned one's, what prune kept; any other's, its latest checkpoint as read."""
     if row["pruned"]:
-        return pruned_checkpoint(opened_pruned(sealer_of, strict_json(row["pruned"])))
+        return pruned_checkpoint(opened_pruned(cipher_of, strict_json(row["pruned"])))
     if row["finished"]:
-        latest = LoadedCheckpointRows(where, row, sealer_of).latest(job["threadId"])
+        latest = LoadedCheckpointRows(where, row, cipher_of).latest(job["threadId"])
         values = {"results": latest[1].get("results") or []} if latest else {}
         return {"values": {**values, **({"final": decision} if decision else {})}, "waiting": False, "savedDecision": None}
-    return read_checkpoint(LoadedCheckpointRows(where, row, sealer_of), job["threadId"])
+    return read_checkpoint(LoadedCheckpointRows(where, row, cipher_of), job["threadId"])
 
 
 def store_page(
@@ -2171,7 +2171,7 @@ def store_page(
     """One page of a store's jobs, oldest first, from one statement: (its key (createdAtUtc, jobId), its store, its
     Snapshot as read_snapshot reads it, or the StateError that made it unreadable). `filters` names PAGE_FILTERS,
     whose values `params` holds; `limit` None: every job. The caller closes the lister's connection."""
-    db = lister.db().for_job(lister.job_id, opens=False)  # each row's sealed values are its own job's: opened below, with that job's key
+    db = lister.db().for_job(lister.job_id, opens=False)  # each row's encrypted values are its own job's: opened below, with that job's key
     where = "".join(f" AND {PAGE_FILTERS[name]}" for name in filters)
     try:
         rows = db.rows(
@@ -2201,7 +2201,7 @@ def store_page(
                 store,
                 job,
                 store.db(),
-                with_decision(listed_checkpoint(row, where_kept, job, decision or None, store.sealer), decision or None),
+                with_decision(listed_checkpoint(row, where_kept, job, decision or None, store.cipher), decision or None),
                 row["calls"] or [],
                 json.loads(row["cancel"]) if row["cancel"] else None,
                 draft or None,
@@ -2211,22 +2211,22 @@ def store_page(
             )
         except StateError as exc:
             snapshot = exc
-        except SealedError as exc:  # listed all the same, by its ids, with why its content is not shown
+        except EncryptedError as exc:  # listed all the same, by its ids, with why its content is not shown
             snapshot = StateError(str(exc))
         page.append(((row["created_utc"], row["job_id"]), store, snapshot))
     return page
 
 
 def opened_row(row: dict, store: PgStore) -> dict:
-    """A listing's row with its job's sealed values opened with that job's key (a job not sealed: the row as it is)."""
+    """A listing's row with its job's encrypted values opened with that job's key (a job not encrypted: the row as it is)."""
 
     def opened(value, table: str, key: str, column: str):
-        if not is_sealed(value):
+        if not is_encrypted(value):
             return value
-        sealer = store.sealer()
-        if sealer is None:
-            raise SealedError(f"job {store.job_id} holds sealed values but no data key: restore the store from a backup")
-        return sealer.open(value, table, key, column)
+        cipher = store.cipher()
+        if cipher is None:
+            raise EncryptedError(f"job {store.job_id} holds encrypted values but no data key: restore the store from a backup")
+        return cipher.decrypt(value, table, key, column)
 
     row = dict(row)
     row["cancel"] = opened(row["cancel"], "outcomes", "cancel", "record_json")

@@ -719,11 +719,11 @@ MUTANTS = [
         ["tests/test_lasting.py::test_prune_of_a_state_directory_frees_its_checkpoints_and_keeps_it_answerable"],
     ),
     Mutant(
-        "rotated-out-key-seals",
-        "sealed at rest: a new job is sealed only under the store's current key; a rotated-out one is refused at submit and start",
+        "rotated-out-key-encrypts",
+        "encryption at rest: a new job is encrypted only under the store's current key; a rotated-out one is refused at submit and start",
         '        if keys["retired"] is not None:\n',
         '        if keys["retired"] is not None and False:\n',
-        ["tests/test_keys_and_scale.py::test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
+        ["tests/test_keys_and_scale.py::test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix"],
         path=STORE_PY,
     ),
     # --- receipts (issue 43) ----------------------------------------------------------------------------------------

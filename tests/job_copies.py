@@ -2,7 +2,7 @@
 decided through the program's own write path, then its rows copied table by table and column by column as the program
 wrote them, each copy's jobId and threadId substituted in every text column (its job record, journal and chain name
 it). A copy is a listed, finished job exactly like the original; its chain names it, so `verify` of a copy is not
-what a caller measures. A job sealed at rest is not copied (its data key is bound to its jobId)."""
+what a caller measures. A job encrypted at rest is not copied (its data key is bound to its jobId)."""
 
 JOB_TABLES = ("jobs", "job_locks", "calls", "call_events", "drafts", "outcomes", "decisions", "receipts", "links")
 THREAD_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")

@@ -1,5 +1,5 @@
 """Objects built whole (issue 46): a Journal receives what it works with (its job, principal, secrets, the writes of
-its job's chain and notifications, how to find its Sealer, whether it opens sealed values, verify's unread set) when
+its job's chain and notifications, how to find its Cipher, whether it opens encrypted values, verify's unread set) when
 it is made, and nothing outside its own class's methods sets an attribute of one afterwards. The Store interface is
 two: what a job's run needs (RunStore, in the engine) and administration (AdminStore, below the engine's mark), both
 implemented by the state directory's store and by a team's PostgreSQL store.
@@ -135,18 +135,18 @@ def prefetch(ctx):
     journal = ctx.store.journal()
     journal.chained, journal.notices = ctx.journal.chained, ctx.journal.notices
 
-def verify_sealed(store):
+def verify_encrypted(store):
     journal = store.read_journal()
     if journal is not None:
         journal.unread = set()
 
 def shred_key(store, journal: "Journal", job):
-    journal.sealer, journal.chained = None, chained(job)
+    journal.cipher, journal.chained = None, chained(job)
 
 class PgStore:
     def db(self):
-        self.writer.sealer_of = self.sealer
-        self.reader.sealer_of = self.sealer
+        self.writer.cipher_of = self.cipher
+        self.reader.cipher_of = self.cipher
 
 def store_page(lister):
     db = lister.db()
@@ -169,12 +169,12 @@ def test_nothing_sets_an_attribute_of_a_journal_outside_its_own_class():
     transaction, the chain's head and results it remembers, its claims, a writer's lock) is set by its own methods."""
     modules = sources()
     attributes = journal_only(modules)
-    assert {"writes", "chained", "notices", "sealer_of", "opens", "unread", "head", "lock_pid"} <= attributes
+    assert {"writes", "chained", "notices", "cipher_of", "opens", "unread", "head", "lock_pid"} <= attributes
     assert pokes(modules, attributes) == []
 
 
 def test_a_journal_is_made_with_what_it_works_with():
-    """The collaborators are constructor parameters, and the sealer is found through the one given (never set)."""
+    """The collaborators are constructor parameters, and the cipher is found through the one given (never set)."""
     secrets, unread = dj.Secrets(), set()
     writes = dj.Writes(True, None)
     journal = dj.SqliteJournal(
@@ -182,7 +182,7 @@ def test_a_journal_is_made_with_what_it_works_with():
         principal="ana",
         secrets=secrets,
         writes=writes,
-        sealer_of=lambda j: None,
+        cipher_of=lambda j: None,
         opens=False,
         unread=unread,
     )
@@ -195,7 +195,7 @@ def test_a_journal_is_made_with_what_it_works_with():
             False,
             unread,
         )
-        assert journal.sealer is None and journal.notices is None
+        assert journal.cipher is None and journal.notices is None
     finally:
         journal.close()
 

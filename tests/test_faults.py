@@ -220,7 +220,7 @@ CRASH_CASES = [(point, "abandon") for point in CRASH_TABLE] + [("before-ledger",
 
 
 PRUNE_POINTS = {"after-prune-mark", "after-prune-delete"}  # a prune killed there: tests/test_lasting.py, both backends
-SHRED_POINTS = {"before-shred", "in-shred", "after-shred"}  # a shred killed there: tests/test_sealed.py
+SHRED_POINTS = {"before-shred", "in-shred", "after-shred"}  # a shred killed there: tests/test_encrypted.py
 # the writer's call killed there (a real SIGKILL, openai mode, both backends): tests/test_writer.py
 WRITER_POINTS = {"writer-after-pending", "writer-before-ledger", "writer-after-ledger", "after-write"}
 FORK_POINTS = {"after-fork-seal", "after-fork-record", "after-reuse"}  # a fork's: tests/test_fork.py kills it at each

@@ -342,13 +342,13 @@ def test_a_drafting_fork_sends_the_writer_again_only_when_what_it_reads_changed(
     assert new.run("verify").ok()["ok"] is True
 
 
-def test_answers_sealed_at_rest_are_reused_only_with_the_key_and_stay_sealed_in_the_fork(tmp_path, ws, provider):
+def test_answers_encrypted_at_rest_are_reused_only_with_the_key_and_stay_encrypted_in_the_fork(tmp_path, ws, provider):
     key = new_key_file(tmp_path)
     ws.env["DURABLE_JOB_KEY_FILE"] = key
     old = held_job(ws, provider)
     new = revised(tmp_path, old)
     del new.env["DURABLE_JOB_KEY_FILE"]
-    fork(new, old).held("sealed at rest")
+    fork(new, old).held("encrypted at rest")
     assert not new.has_job() and len(provider.requests()) == 3
     new.env["DURABLE_JOB_KEY_FILE"] = key
     out = fork(new, old).ok()
@@ -493,10 +493,10 @@ def test_a_reused_answer_or_the_fork_record_rewritten_in_the_fork_fails_its_veri
     assert "outcomes row fork does not fit" in failed["chain"] if table == "outcomes" else "calls row" in failed["chain"]
 
 
-def test_a_sealed_stores_fork_reuses_answers_with_the_key_and_its_dump_holds_none_of_them(pg_server, tmp_path, provider):
-    from test_sealed import sealed_store
+def test_an_encrypted_stores_fork_reuses_answers_with_the_key_and_its_dump_holds_none_of_them(pg_server, tmp_path, provider):
+    from test_encrypted import encrypted_store
 
-    url, key = sealed_store(pg_server, tmp_path)
+    url, key = encrypted_store(pg_server, tmp_path)
     old = Workspace(tmp_path / "job", store=url)
     old.env["DURABLE_JOB_KEY_FILE"] = key
     held_job(old, provider)

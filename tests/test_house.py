@@ -277,3 +277,57 @@ def test_no_function_of_the_program_is_longer_than_80_lines():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
                 long.append((os.path.basename(path), node.name, node.end_lineno - node.lineno + 1))
     assert len(files) == 7 and long == []  # the core, __init__, cli, notify, store, web, workers
+
+
+# One word, one meaning (issue 46): "seal" is a sha256 pin (a manifest's pins, the `seal` command, sealing a job,
+# SealError); encryption at rest is "encrypt". Its old names, which mean encryption under "seal":
+OLD_ENCRYPTION_NAMES = re.compile(
+    r"\b[Ss]eal(?:ed|ing) at rest\b|\bSealer\b|\bsealer\w*|\w*_sealer\b|\bSealedError\b|\bSealedSerializer\b|\bis_sealed\b"
+    r"|\bSEALED_(?:PREFIX|CHECKPOINT_TAG|DOCUMENT|KEYS|TABLES?|SIGNATURES)\b|\bsealingTurnedOn\b|\b(?:start|mark)_sealing\b"
+    r"|\bsealing_(?:since|words)\b|\b(?:shred|verify|start)_sealed\b|\bsealed_(?:document|source|pruned|checkpoint)\b"
+    r"|\bjournal\.sealed\(|\bself\.sealing\b|sealedAtRest"
+)
+# where a released format keeps an old name byte for byte: the document field's constant, and a line that says so
+KEEPS_AN_OLD_NAME = ('ENCRYPTED_DOCUMENT_FIELD = "sealedAtRest"', "old name")
+
+
+def old_encryption_names(text: str) -> list:
+    """(line number, the old name) of each name that means encryption under "seal", outside the lines that keep one."""
+    return [
+        (n, m.group(0))
+        for n, line in enumerate(text.splitlines(), 1)
+        if not any(kept in line for kept in KEEPS_AN_OLD_NAME)
+        for m in OLD_ENCRYPTION_NAMES.finditer(line)
+    ]
+
+
+def test_seal_means_a_pin_and_encryption_at_rest_is_called_encrypt_wherever_a_person_or_a_reader_meets_it():
+    """The code, the team's package (its templates too), the docs and the tests never say "seal" for encryption; the
+    released bytes keep their names (a receipt's field, the ciphertext's prefix and tag, the associated data)."""
+    repo = os.path.dirname(os.path.abspath(PROGRAM))
+    paths = [PROGRAM, os.path.join(repo, "README.md"), os.path.join(repo, "conftest.py")]
+    for folder, ext in (("durable_job_team", ".py"), ("durable_job_team/templates", ".html"), ("docs", ".md"), ("tests", ".py")):
+        paths += [os.path.join(repo, folder, f) for f in sorted(os.listdir(os.path.join(repo, folder))) if f.endswith(ext)]
+    found = {}
+    for path in paths:
+        if os.path.basename(path) != "test_house.py":  # this file names the old names to find them
+            with open(path, encoding="utf-8") as fh:
+                found.update({f"{os.path.relpath(path, repo)}:{n}": name for n, name in old_encryption_names(fh.read())})
+    assert found == {}, f"encryption at rest is called 'encrypt' ('seal' is a sha256 pin): {found}"
+    # the check finds each shape the code had, and leaves the pinning meaning alone
+    before = "\n".join(
+        [
+            "class Sealer:",  # an old name
+            '    raise SealedError(f"job {j} is sealed at rest")',  # old names
+            "sealer_of=self.sealer",  # old names
+            "if is_sealed(v):",  # an old name
+            'out["sealingTurnedOn"]',  # an old name
+        ]
+    )
+    assert [n for n, _ in old_encryption_names(before)] == [1, 2, 2, 3, 3, 4, 5]
+    assert old_encryption_names('raise SealError("Engine changed: job J was sealed by engine E")\nsealed_manifest(job)') == []
+    import durable_job as dj
+
+    released = ("sealedAtRest", "dj-enc:v1:", "dj-enc-v1+")  # the field's old name, the prefix, the tag: kept
+    assert released == (dj.ENCRYPTED_DOCUMENT_FIELD, dj.ENCRYPTED_PREFIX, dj.ENCRYPTED_CHECKPOINT_TAG)
+    assert dj.Cipher("j", None).bound("t", "r", "c") == dj.canonical(["durable_job sealed value", "j", "t", "r", "c"])

@@ -1,4 +1,4 @@
-"""Keys and scale (issue 43): a rotated-out key seals no new job, a key file others may read is refused, and the
+"""Keys and scale (issue 43): a rotated-out key encrypts no new job, a key file others may read is refused, and the
 commands that walk a store's jobs keep a bounded number of connections however many jobs it holds.
 
 Real PostgreSQL roles with passwords, real `submit`, `start`, `rotate-key` and `work` processes; for the scale
@@ -11,18 +11,18 @@ import subprocess
 import sys
 
 import pytest
+from test_encrypted import encrypted_store
 from test_holds import work
-from test_sealed import sealed_store
 
 from conftest import BOILER, PROGRAM, Workspace, admin_url, clean_env, new_key_file, sql
 
 
-def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix(pg_server, tmp_path):
-    """The issue's repro: after `rotate-key --new-key-file kek-2`, alice's submit with the old key file sealed a job
+def test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix(pg_server, tmp_path):
+    """The issue's repro: after `rotate-key --new-key-file kek-2`, alice's submit with the old key file encrypted a job
     under the key the runbook then destroys. Now submit and start are refused naming the fix, before anything is written;
     a job still left under the old key (a row restored from a backup) is held by the worker that holds the current
     key, with a message saying which key it is under and how its administrator rewraps it; `work` exits 2."""
-    url, old = sealed_store(pg_server, tmp_path)
+    url, old = encrypted_store(pg_server, tmp_path)
     alice = Workspace(tmp_path / "alice", store=url)
     alice.env["DURABLE_JOB_KEY_FILE"] = old
     alice.write_manifest(sources={"alpha": BOILER}, jobId="left")
@@ -40,14 +40,14 @@ def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with
     late.env["DURABLE_JOB_KEY_FILE"] = old
     late.write_manifest(sources={"alpha": BOILER}, jobId="late")
     for command in (["submit", "--manifest", late.manifest], ["start", "--manifest", late.manifest]):
-        line = late.run(*command).held("SealedError", "this key was rotated out at " + at, "use the current key file", rotated["kekId"])
+        line = late.run(*command).held("EncryptedError", "this key was rotated out at " + at, "use the current key file", rotated["kekId"])
         assert before[0] in line and "nothing of job late was written" in line
     assert sql(admin, "SELECT count(*) FROM durable_job.jobs WHERE job_id = 'late'") == [(0,)]
     stranger = new_key_file(tmp_path, "someone-elses")  # a key never the store's: not its current one either
     late.run("submit", "--manifest", late.manifest, env={"DURABLE_JOB_KEY_FILE": stranger}).held(
-        "SealedError", "not the store", "current key " + rotated["kekId"]
+        "EncryptedError", "not the store", "current key " + rotated["kekId"]
     )
-    late.run("submit", "--manifest", late.manifest, env={"DURABLE_JOB_KEY_FILE": new}).ok()  # the current key seals it
+    late.run("submit", "--manifest", late.manifest, env={"DURABLE_JOB_KEY_FILE": new}).ok()  # the current key encrypts it
 
     # a job left under the old key (its data key as a backup from before the rotation holds it)
     sql(admin, "UPDATE durable_job.data_keys SET kek_id = %s, wrapped = %s WHERE job_id = 'left'", before)
@@ -76,7 +76,7 @@ def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with
 
 
 def test_a_worker_with_the_rotated_out_key_is_told_to_use_the_current_one_and_exits_2(pg_server, tmp_path):
-    url, old = sealed_store(pg_server, tmp_path)
+    url, old = encrypted_store(pg_server, tmp_path)
     alice = Workspace(tmp_path / "alice", store=url)
     alice.env["DURABLE_JOB_KEY_FILE"] = old
     alice.write_manifest(sources={"alpha": BOILER}, jobId="rotated")
@@ -102,7 +102,7 @@ def test_a_key_file_others_may_read_is_refused_with_the_chmod_that_fixes_it(tmp_
         assert ws.start(env={"DURABLE_JOB_KEY_FILE": key}).ok()["interrupt"]
         return
     ws.start(env={"DURABLE_JOB_KEY_FILE": key}).held(
-        "SealedError", f"key file {key} (DURABLE_JOB_KEY_FILE) is readable by others (mode {mode:04o}); run: chmod 600 {key}"
+        "EncryptedError", f"key file {key} (DURABLE_JOB_KEY_FILE) is readable by others (mode {mode:04o}); run: chmod 600 {key}"
     )
     assert not ws.has_job()  # refused before anything was written
     ws.run("start", "--manifest", ws.manifest, "--key-file", key).held(

@@ -311,19 +311,19 @@ def test_usage_sums_a_stores_calls_by_owner_model_and_day_for_what_a_role_may_se
     assert local["total"]["tokens"] == journal_tokens(dirs) and local["groups"][0]["model"] == "fake-structural-1"
 
 
-def test_usage_over_a_folder_counts_the_jobs_sealed_or_shredded_without_their_key_and_names_one_it_cannot_read(tmp_path):
-    """A person sums their folder of jobs with no key at hand: a job sealed at rest and a shredded one count as any other
+def test_usage_over_a_folder_counts_the_jobs_encrypted_or_shredded_without_their_key_and_names_one_it_cannot_read(tmp_path):
+    """A person sums their folder of jobs with no key at hand: a job encrypted at rest and a shredded one count as any other
     (token counts stay clear, as the contract says); a job whose record is damaged is named, not counted, and the sum
-    is still printed (on main the first sealed or shredded directory stopped it with a SealedError)."""
+    is still printed (on main the first encrypted or shredded directory stopped it with an EncryptedError)."""
     key = new_key_file(tmp_path)
     desk = tmp_path / "desk"
-    plain, sealed, shredded, damaged = (Workspace(desk / name) for name in ("plain", "sealed", "shredded", "damaged"))
-    for w in (plain, sealed, shredded, damaged):
+    plain, encrypted, shredded, damaged = (Workspace(desk / name) for name in ("plain", "encrypted", "shredded", "damaged"))
+    for w in (plain, encrypted, shredded, damaged):
         w.write_manifest(sources={"alpha": ALPHA})
         if w is not plain:
             w.env["DURABLE_JOB_KEY_FILE"] = key
         w.start().ok()
-    spent = [journal_tokens(w) for w in (plain, sealed, shredded)]  # read before the shred, from the journal's own rows
+    spent = [journal_tokens(w) for w in (plain, encrypted, shredded)]  # read before the shred, from the journal's own rows
     shredded.run("shred").ok()
     with open(os.path.join(damaged.state, "job.json"), "w") as fh:
         fh.write("{")
@@ -352,16 +352,16 @@ def test_jobs_without_the_key_names_an_unreadable_job_s_owner_from_what_stays_cl
     assert row["phase"] == "unreadable" and row["owner"] == mine.principal() and row["mode"] == "fake" and row["createdAtUtc"]
 
     store = new_store(pg_server, "alice")
-    assert Workspace(tmp_path / "admin").run("migrate", "--store", admin_url(store), "--key-file", key, state=False).ok()["sealedAtRest"]
+    assert Workspace(tmp_path / "admin").run("migrate", "--store", admin_url(store), "--key-file", key, state=False).ok()["encryptedAtRest"]
     alice = desk(tmp_path, store, "alice")
     alice.env["DURABLE_JOB_KEY_FILE"] = key
-    started(alice, "sealed-1", reviewers=["bob"])
+    started(alice, "encrypted-1", reviewers=["bob"])
     for role in ("alice", "bob"):  # the owner and the reviewer, each at a desk without the key
         w = desk(tmp_path / "nokey", store, role)
         [row] = listed(w)["jobs"]
         assert row["phase"] == "unreadable" and row["owner"] == "alice" and row["reviewers"] == ["bob"], row
         text = w.run("jobs", "--store", w.store, "--text").stdout
-        line = next(line for line in text.splitlines() if line.startswith("sealed-1"))
+        line = next(line for line in text.splitlines() if line.startswith("encrypted-1"))
         assert line.split()[1:4] == ["unreadable", "alice", "bob"], text
 
 

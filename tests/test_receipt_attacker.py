@@ -3,7 +3,7 @@ by field, and the person who checks it has nothing but the file and bob's public
 --allowed-signers F`, no job). The decision's signed record covers the job's facts the receipt repeats (its seals, its
 items' statuses, its calls' endpoints and tokens), so an edit of any fails; what a receipt adds after the act is
 held by --strict to what the signed record implies; a receipt signed before the facts were covered still verifies,
-under the old rules. And a store that seals its jobs keeps no plain digest of a source a reader could confirm a guess
+under the old rules. And a store that encrypts its jobs keeps no plain digest of a source a reader could confirm a guess
 against.
 
 Real ed25519 keys made by ssh-keygen, every command a real process of the program, a real PostgreSQL store.
@@ -154,9 +154,9 @@ def test_a_receipt_signed_before_still_verifies_and_strict_fails_only_what_its_r
         assert out["ok"] and next(iter(edit)) in checks(out)["not covered"]["detail"]
 
 
-def test_a_sealed_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_with_the_key(pg_server, tmp_path):
+def test_an_encrypted_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_with_the_key(pg_server, tmp_path):
     """Item 11c: a short or templated source ("yes") is confirmed by hashing guesses against a sha256 kept in clear. A
-    store that seals its jobs keeps its manifest sealed, as its sources, and the job record's source digests keyed
+    store that encrypts its jobs keeps its manifest encrypted, as its sources, and the job record's source digests keyed
     under the job's data key: neither a role's every readable row nor the administrator's dump holds a source's sha256,
     and the job verifies as before, with the key and without it."""
     url = new_store(pg_server)
@@ -191,5 +191,5 @@ def test_a_sealed_store_keeps_no_plain_digest_of_a_source_and_its_job_verifies_w
     bare = Workspace(tmp_path / "job", store=url)
     bare.env = {k: v for k, v in ws.env.items() if k != "DURABLE_JOB_KEY_FILE"}
     unread = {c["name"]: c for c in bare.run("verify").ok()["checks"]}
-    assert unread["seals"]["ok"] and "sealed at rest, not read" in unread["seals"]["detail"]
-    bare.run("inspect").held("SealedError", "is sealed at rest and no key is given")
+    assert unread["seals"]["ok"] and "encrypted at rest, not read" in unread["seals"]["detail"]
+    bare.run("inspect").held("EncryptedError", "is encrypted at rest and no key is given")

@@ -71,16 +71,16 @@ def test_serve_notify_with_a_url_naming_no_role_refuses_at_start_naming_the_role
 # -- migrate ----------------------------------------------------------------------------------------------------------
 
 
-def test_migrate_says_in_words_that_every_new_job_will_now_be_sealed_and_whose_jobs_it_adopted(pg_server, tmp_path):
+def test_migrate_says_in_words_that_every_new_job_will_now_be_encrypted_and_whose_jobs_it_adopted(pg_server, tmp_path):
     url = new_store(pg_server)
     key = new_key_file(tmp_path)
     admin = admin_url(url)
     first = run(tmp_path, "migrate", "--store", admin, "--key-file", key, "--text")
     assert first.returncode == 0, first.stderr
-    assert "every new job will now be sealed" in first.stdout, first.stdout
+    assert "every new job will now be encrypted" in first.stdout, first.stdout
     again = run(tmp_path, "migrate", "--store", admin, "--key-file", key, "--text")
-    assert "already up to date" in again.stdout and "sealing at rest is on" in again.stdout
-    assert "every new job is sealed" in again.stdout and "will now be sealed" not in again.stdout
+    assert "already up to date" in again.stdout and "encryption at rest is on" in again.stdout
+    assert "every new job is encrypted" in again.stdout and "will now be encrypted" not in again.stdout
     adopted = run(tmp_path, "migrate", "--store", admin, "--owner", "alice", "--text")
     assert "0 jobs of the administrator's now owned by alice" in adopted.stdout, adopted.stdout
 

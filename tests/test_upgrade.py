@@ -1,7 +1,7 @@
-"""An upgrade (issue 43): a job the release before sealed at rest keeps verifying under this one.
+"""An upgrade (issue 43): a job the release before encrypted at rest keeps verifying under this one.
 
-The release before (d71a186, from this repository's own history) kept a sealed job's manifest plain and its sources'
-digests as their plain sha256; this one keeps both sealed and keyed. The journey runs the old program as a team did
+The release before (d71a186, from this repository's own history) kept an encrypted job's manifest plain and its sources'
+digests as their plain sha256; this one keeps both encrypted and keyed. The journey runs the old program as a team did
 (its own files, in a process of its own, on a real PostgreSQL store with real roles), then upgrades the store with
 this program and goes on with the same job: read, checked, decided and its receipt verified, its record never rewritten.
 """
@@ -16,7 +16,7 @@ import pytest
 from conftest import PROGRAM, REPO, Workspace, admin_url, as_role, new_key_file, new_store, sql, store_rows
 from durable_job_team import store as store_module
 
-OLD_RELEASE = "d71a186"  # the last release whose sealed jobs kept plain digests (before keyed_source)
+OLD_RELEASE = "d71a186"  # the last release whose encrypted jobs kept plain digests (before keyed_source)
 KEYED = "hmac-sha256:"  # durable_job.KEYED_PREFIX, spelled out: the test must see a changed prefix, not share it
 
 
@@ -60,7 +60,7 @@ def migrations(url: str) -> list:
     return [name for (name,) in sql(admin_url(url), "SELECT name FROM durable_job._migrations ORDER BY name")]
 
 
-def test_a_job_the_release_before_sealed_at_rest_keeps_verifying_after_the_upgrade(tmp_path, pg_server):
+def test_a_job_the_release_before_encrypted_at_rest_keeps_verifying_after_the_upgrade(tmp_path, pg_server):
     old = Old(old_release(tmp_path))
     store = new_store(pg_server, empty=True)  # an empty database: its owner (the administrator) sets it up
     key = new_key_file(tmp_path)
@@ -75,7 +75,8 @@ def test_a_job_the_release_before_sealed_at_rest_keeps_verifying_after_the_upgra
     banner = old.run(admin, "--version", state=False).stdout
     assert f"({old.program})" in banner and "m017_changed_one.sql" in banner and "m019_current_key" not in banner
     set_up = old.run(admin, "migrate", "--store", store, "--grant", "alice", "--grant", "bob", "--key-file", key).ok()
-    assert set_up["journalMigrations"] == 17 and set_up["sealedAtRest"]["kekId"].startswith("kek-")
+    old_mark = set_up["sealedAtRest"]  # the release before's migrate said it under its old name
+    assert set_up["journalMigrations"] == 17 and old_mark["kekId"].startswith("kek-")
     assert migrations(store)[-1] == "m017_changed_one"
     started = old.run(alice, "start", "--manifest", alice.manifest).ok()
     assert started["interrupt"] and started["final"] is None  # at review: bob decides
@@ -84,11 +85,13 @@ def test_a_job_the_release_before_sealed_at_rest_keeps_verifying_after_the_upgra
     assert record["codeSha256"] == sha256_file(old.program) != sha256_file(PROGRAM)
     plain = {item["id"]: item["sha256"] for item in alice.manifest_dict(reviewers=["bob"])["items"]}
     assert record["sources"] == plain  # the release before kept the sources' plain sha256
-    assert bytes(before[1]).startswith(b"{") and all(bytes(s).startswith(b"dj-enc:") for s in before[2])  # plain manifest, sealed sources
+    assert bytes(before[1]).startswith(b"{") and all(
+        bytes(s).startswith(b"dj-enc:") for s in before[2]
+    )  # plain manifest, encrypted sources
 
     # the upgrade: this program migrates the store as its administrator
     upgraded = admin.run("migrate", "--store", store).ok()
-    assert upgraded["changed"] is True and upgraded["sealedAtRest"]["kekId"] == set_up["sealedAtRest"]["kekId"]
+    assert upgraded["changed"] is True and upgraded["encryptedAtRest"]["kekId"] == old_mark["kekId"]
     assert migrations(store)[-1] == store_module.PG_SETUP_MIGRATIONS[-1] != "m017_changed_one"
 
     # the old job, read and checked by this program with the key: its plain digests accepted, its record as it was
@@ -131,7 +134,7 @@ def test_a_job_the_release_before_sealed_at_rest_keeps_verifying_after_the_upgra
     after = job_row(store, "before-upgrade")
     assert after[0] == before[0] and bytes(after[1]) == bytes(before[1])  # the job record was never rewritten
 
-    # a new job this program starts on the upgraded store keeps its manifest sealed and its sources' digests keyed
+    # a new job this program starts on the upgraded store keeps its manifest encrypted and its sources' digests keyed
     alice.write_manifest(jobId="after-upgrade", reviewers=["bob"])
     alice.start().ok()
     new_record, new_manifest, _ = job_row(store, "after-upgrade")

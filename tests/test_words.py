@@ -88,7 +88,7 @@ def test_figures_leave_the_sentence_s_full_stop_out(tmp_path, provider):
     assert "9 March: nowhere" in shown and "Sat: quote" in shown, shown
 
 
-def test_a_sealed_job_s_key_words_and_a_shredded_job_in_jobs(tmp_path):
+def test_an_encrypted_job_s_key_words_and_a_shredded_job_in_jobs(tmp_path):
     ws = Workspace(tmp_path / "job")
     ws.write_manifest()
     ws.env["DURABLE_JOB_KEY_FILE"] = new_key_file(tmp_path)

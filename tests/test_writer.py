@@ -459,10 +459,10 @@ def test_a_kill_at_each_point_around_the_writers_call_sends_nothing_twice_and_th
     assert ws.run("verify").ok()["ok"] is True
 
 
-def test_a_sealed_jobs_writer_retry_keeps_its_draft_answer_sealed_and_verifies_with_the_key(tmp_path, provider):
-    """A job sealed at rest: the retried draft answer (kept in its drafts row's change) is in none of the state's bytes
+def test_an_encrypted_jobs_writer_retry_keeps_its_draft_answer_encrypted_and_verifies_with_the_key(tmp_path, provider):
+    """A job encrypted at rest: the retried draft answer (kept in its drafts row's change) is in none of the state's bytes
     in clear; with the key inspect shows it, and verify checks it; without the key verify passes with its warning."""
-    from test_sealed import file_bytes, new_key_file
+    from test_encrypted import file_bytes, new_key_file
 
     ws = asking_provider(tmp_path, provider, UNKNOWN)
     key = new_key_file(tmp_path)

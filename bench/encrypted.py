@@ -1,10 +1,10 @@
-"""`make bench`, sealed at rest (issue 36): a whole fake job, sealed at rest against the same job not sealed, same run.
+"""`make bench`, encrypted at rest (issue 36): a whole fake job, encrypted at rest against the same job not encrypted, same run.
 
 A whole job is what a person runs, each command its own process as at a terminal: `start` (three items, to the review),
-`inspect`, `decide`, then `verify`, in a new state directory each time. Sealed: DURABLE_JOB_KEY_FILE names a
+`inspect`, `decide`, then `verify`, in a new state directory each time. Encrypted: DURABLE_JOB_KEY_FILE names a
 key-encryption key, so the job's data key is made and wrapped, and every content value, checkpoint and the receipt
 is written and read as AES-GCM ciphertext. The two kinds run interleaved (ROUNDS each, after one warm-up of each)
-and the medians are compared. Target: sealed <= 1.15x not sealed. BENCH_SEALED_ROUNDS sets the rounds (default 7).
+and the medians are compared. Target: encrypted <= 1.15x not encrypted. BENCH_ENCRYPTED_ROUNDS sets the rounds (default 7).
 """
 
 import hashlib
@@ -18,7 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROGRAM = os.path.join(os.path.dirname(HERE), "durable_job.py")
-ROUNDS = int(os.environ.get("BENCH_SEALED_ROUNDS", "7"))
+ROUNDS = int(os.environ.get("BENCH_ENCRYPTED_ROUNDS", "7"))
 TARGET = 1.15
 SOURCES = {
     "alpha": "The new boiler saves roughly 8 percent of gas a year.\nIt is serviced on Saturday at 07:00 for $1,200.\n",
@@ -36,7 +36,7 @@ def workspace(root: str) -> str:
         items.append({"id": item_id, "path": f"{item_id}.txt", "sha256": hashlib.sha256(text.encode()).hexdigest()})
     manifest = {
         "schemaVersion": 1,
-        "jobId": "bench-sealed",
+        "jobId": "bench-encrypted",
         "approved": True,
         "approvedBy": "owner@example.test",
         "mode": "fake",
@@ -76,23 +76,23 @@ def whole_job(root: str, key: str | None) -> float:
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="bench-sealed-") as top:
+    with tempfile.TemporaryDirectory(prefix="bench-encrypted-") as top:
         key = os.path.join(top, "kek")
         with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
             fh.write(os.urandom(32))
-        times: dict[str, list] = {"plain": [], "sealed": []}
+        times: dict[str, list] = {"plain": [], "encrypted": []}
         for n in range(ROUNDS + 1):
-            for kind in ("plain", "sealed") if n % 2 else ("sealed", "plain"):
+            for kind in ("plain", "encrypted") if n % 2 else ("encrypted", "plain"):
                 root = os.path.join(top, f"{kind}-{n}")
                 os.makedirs(root)
-                seconds = whole_job(root, key if kind == "sealed" else None)
+                seconds = whole_job(root, key if kind == "encrypted" else None)
                 if n:  # the first round warms the disk cache and the interpreter's bytecode
                     times[kind].append(seconds)
-        plain, sealed = statistics.median(times["plain"]), statistics.median(times["sealed"])
-        ratio = sealed / plain
-        print("sealed at rest: a whole fake job (start of 3 items, inspect, decide, verify; each its own process), same run")
-        print(f"  not sealed  median {plain * 1000:7.0f} ms over {ROUNDS} jobs")
-        print(f"  sealed      median {sealed * 1000:7.0f} ms over {ROUNDS} jobs")
+        plain, encrypted = statistics.median(times["plain"]), statistics.median(times["encrypted"])
+        ratio = encrypted / plain
+        print("encrypted at rest: a whole fake job (start of 3 items, inspect, decide, verify; each its own process), same run")
+        print(f"  not encrypted  median {plain * 1000:7.0f} ms over {ROUNDS} jobs")
+        print(f"  encrypted      median {encrypted * 1000:7.0f} ms over {ROUNDS} jobs")
         print(f"  ratio {ratio:.3f}x (target <= {TARGET}x): {'ok' if ratio <= TARGET else 'OVER'}")
         return 0 if ratio <= TARGET else 1
 
