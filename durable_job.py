@@ -3583,9 +3583,17 @@ class Journal(abc.ABC):
                 self.send(sql, names, [values[name] for name in names])
                 return [], -1
             rows, changed = self.execute(sql, names, [values[name] for name in names])
+        return self.opened_rows(template, rows), changed
+
+    def rows_together(self, *reads: tuple[str, dict]) -> list[list[dict]]:
+        """Several reads' rows, in order (each a template and its params); a backend may send them in one round trip."""
+        return [self.rows(template, **params) for template, params in reads]
+
+    def opened_rows(self, template: str, rows: list[dict]) -> list[dict]:
+        """Rows read by `template`, each sealed value opened (see opened)."""
         if rows and self.opens and any(is_sealed(v) for row in rows for v in row.values()):
-            rows = [self.opened(template, row) for row in rows]
-        return rows, changed
+            return [self.opened(template, row) for row in rows]
+        return rows
 
     def sealed(self, table: str, row, column: str, value):
         """A content value as this journal writes it: sealed to its place when the job is sealed at rest."""
@@ -3865,7 +3873,7 @@ def new_sealer(kek: Kek, job_id: str) -> tuple[Sealer, str]:
 
 
 def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
-    journal.change(
+    journal.write(  # its answer unread: a store's writer sends it with the seal's other statements
         "INSERT INTO {data_keys} ({job_col}kek_id, wrapped, created_utc) VALUES ({job_val}{p.kek}, {p.wrapped}, {p.at})",
         kek=kek.id,
         wrapped=wrapped,
@@ -4180,11 +4188,14 @@ def find_call(journal: Journal, key: str) -> CallRow | None:
     return cast("CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}operation_key = {p.key}", key=key))
 
 
+CALL_ROWS = "SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"  # every call, in creation order
+
+
 def call_rows(journal: Journal | None) -> list[CallRow]:
     """Every call, in creation order."""
     if journal is None or not journal.has_table("calls"):
         return []
-    return cast("list[CallRow]", journal.rows("SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"))
+    return cast("list[CallRow]", journal.rows(CALL_ROWS))
 
 
 # A call's usage as the provider reported it (calls.usage_json), under the names outputs show: {input, output, total}.
@@ -4781,11 +4792,18 @@ def call_events(journal: Journal | None) -> list[dict]:
     ]
 
 
+LATEST_DRAFT = "SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1"
+OUTCOME = "SELECT record_json FROM {outcomes} WHERE {scope}kind = {p.kind}"
+
+
 def latest_draft(journal: Journal | None) -> tuple[int, list] | None:
     """The latest revised draft (version, results), or None when the results were never revised."""
     if journal is None or not journal.has_table("drafts"):
         return None
-    row = journal.row("SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1")
+    return draft_of(journal.row(LATEST_DRAFT))
+
+
+def draft_of(row: dict | None) -> tuple[int, list] | None:
     return None if row is None else (row["version"], json.loads(row["results_json"]))
 
 
@@ -4849,8 +4867,17 @@ def journal_outcome(journal: Journal | None, kind: str):
     """The terminal outcome of this kind the journal records (a cancel), else None."""
     if journal is None or not journal.has_table("outcomes"):
         return None
-    row = journal.row("SELECT record_json FROM {outcomes} WHERE {scope}kind = {p.kind}", kind=kind)
+    row = journal.row(OUTCOME, kind=kind)
     return json.loads(row["record_json"]) if row else None
+
+
+def standing_rows(journal: Journal | None) -> tuple[tuple[int, list] | None, list[CallRow], dict | None]:
+    """latest_draft, call_rows and journal_outcome(journal, "cancel"): what a run's answer reads of where the job stands,
+    in one round trip where the journal can (rows_together)."""
+    if journal is None or not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
+        return latest_draft(journal), call_rows(journal), journal_outcome(journal, "cancel")
+    drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}))
+    return draft_of(drafts[0] if drafts else None), cast("list[CallRow]", calls), json.loads(cancel[0]["record_json"]) if cancel else None
 
 
 def record_cancel(journal: Journal, record: dict) -> None:
@@ -9393,9 +9420,10 @@ def need_job_id(store: Store) -> None:
 def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
     values = state.values
-    draft, results = current_draft(ctx.journal, values.get("results") or [])
+    latest, calls, cancel = standing_rows(ctx.journal)
+    draft, results = latest or (1, list(values.get("results") or []))  # current_draft's
     written = current_written(ctx.journal, values.get("draft"))
-    waiting = ctx.review(checkpoint_of(state)) == "awaiting-review"
+    waiting = review_state(checkpoint_of(state), calls, cancel) == "awaiting-review"  # ctx.review's
     out = {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
@@ -9406,11 +9434,11 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
         else [],
     }
     failing = waiting and any(r.get("status") == "failed" for r in results)
-    failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
+    failed = failed_items(ctx.store, results, calls, ctx.manifest) if failing else []
     if failed:
         out["failedItems"] = failed
     elif waiting and written is not None and written.get("status") == "failed":
-        command = draft_retry_command(ctx.store, call_rows(ctx.journal), ctx.manifest, ctx.job, written)
+        command = draft_retry_command(ctx.store, calls, ctx.manifest, ctx.job, written)
         out["draftFailed"] = {"reason": written.get("reason"), **({"retryCommand": command} if command else {})}
     nowhere = figure_counts([r for r in results if r.get("status") == "validated"])["nowhere"]
     if nowhere:  # inspect names each; start and resume say how many
