@@ -3585,8 +3585,9 @@ class Journal(abc.ABC):
             rows, changed = self.execute(sql, names, [values[name] for name in names])
         return self.opened_rows(template, rows), changed
 
-    def rows_together(self, *reads: tuple[str, dict]) -> list[list[dict]]:
-        """Several reads' rows, in order (each a template and its params); a backend may send them in one round trip."""
+    def rows_together(self, *reads: tuple[str, dict], last: bool = False) -> list[list[dict]]:
+        """Several reads' rows, in order (each a template and its params); a backend may send them in one round trip.
+        `last`: the command sends nothing more it needs answered together (a run's answer, read as its command ends)."""
         return [self.rows(template, **params) for template, params in reads]
 
     def opened_rows(self, template: str, rows: list[dict]) -> list[dict]:
@@ -4873,10 +4874,10 @@ def journal_outcome(journal: Journal | None, kind: str):
 
 def standing_rows(journal: Journal | None) -> tuple[tuple[int, list] | None, list[CallRow], dict | None]:
     """latest_draft, call_rows and journal_outcome(journal, "cancel"): what a run's answer reads of where the job stands,
-    in one round trip where the journal can (rows_together)."""
+    as its command's last reads, in one round trip where the journal can (rows_together)."""
     if journal is None or not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
         return latest_draft(journal), call_rows(journal), journal_outcome(journal, "cancel")
-    drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}))
+    drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}), last=True)
     return draft_of(drafts[0] if drafts else None), cast("list[CallRow]", calls), json.loads(cancel[0]["record_json"]) if cancel else None
 
 

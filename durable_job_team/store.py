@@ -476,8 +476,9 @@ class PgJournal(Journal):
         except Exception as exc:
             raise self.failed(exc) from None
 
-    def rows_together(self, *reads: tuple[str, dict]) -> list[list[dict]]:
-        """Pipelined (a writer under the job's lock), the reads sent together and their answers awaited once."""
+    def rows_together(self, *reads: tuple[str, dict], last: bool = False) -> list[list[dict]]:
+        """Pipelined (a writer under the job's lock), the reads sent together and their answers awaited once; `last`: with
+        the pipeline's end (its Sync), so the lock's end sends none of its own (what follows, if anything, is not pipelined)."""
         if self.pipe is None:
             return super().rows_together(*reads)
         with self.guard:
@@ -487,7 +488,11 @@ class PgJournal(Journal):
                     sql, names = self.dialect.render(template)
                     values = {**params, "job_id": self.job_id, "principal": self.principal}
                     cursors.append(self.conn.execute(sql, {name: values[name] for name in names} or None))
-                self.pipe.sync()
+                if last:
+                    unpipe, self.pipe, self.unpipe = cast(Callable[[], Any], self.unpipe), None, None
+                    unpipe()
+                else:
+                    self.pipe.sync()
                 found = [cursor.fetchall() if cursor.description else [] for cursor in cursors]
             except Exception as exc:
                 raise self.failed(exc) from None
