@@ -769,27 +769,28 @@ def insert_job_row(writer: PgJournal, job: Job, kept: bytes, data: list, reviewe
     fails (SQLSTATE ROW_UNCHANGED, m017_changed_one) unless the job's row is new, which aborts the seal's transaction.
     The bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when the session runs
     with standard_conforming_strings off, and the store would keep other bytes."""
-    try:
-        writer.conn.execute(
-            "WITH made AS (INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, "
-            "created_utc, reviewers, owner) VALUES (%s, %s, %s, %b, %s, %b, %s, %s, session_user) ON CONFLICT (job_id) DO NOTHING "
-            "RETURNING 1) SELECT durable_job.changed_one((SELECT pg_catalog.count(*) FROM made))",
-            (
-                job["jobId"],
-                job["threadId"],
-                json.dumps(job, indent=2) + "\n",
-                kept,
-                job["manifestSha256"],
-                data,
-                job["createdAtUtc"],
-                reviewers,
-            ),
-        )
-        # its own statement: the lock row's policy reads the job's row, which a statement's own CTE would not show it
-        writer.conn.execute("INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"]))
-    except Exception as exc:
-        raise writer.failed(exc) from None
-    writer.writing = True
+    row = {
+        "job": job["jobId"],
+        "thread": job["threadId"],
+        "record": json.dumps(job, indent=2) + "\n",
+        "manifest": kept,
+        "digest": job["manifestSha256"],
+        "sources": data,
+        "created": job["createdAtUtc"],
+        "reviewers": reviewers,
+    }
+    writer.send(
+        "WITH made AS (INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, "
+        "created_utc, reviewers, owner) VALUES (%(job)s, %(thread)s, %(record)s, %(manifest)b, %(digest)s, %(sources)b, "
+        "%(created)s, %(reviewers)s, session_user) ON CONFLICT (job_id) DO NOTHING RETURNING 1) "
+        "SELECT durable_job.changed_one((SELECT pg_catalog.count(*) FROM made))",
+        list(row),
+        list(row.values()),
+    )
+    # its own statement: the lock row's policy reads the job's row, which a statement's own CTE would not show it
+    writer.send(
+        "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%(job)s, %(thread)s)", ["job", "thread"], [row["job"], row["thread"]]
+    )
 
 
 class PgLock:
