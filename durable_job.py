@@ -5569,8 +5569,9 @@ class Store(abc.ABC):
         (or given back) after. synced=False (a run of the items): its commits do not wait for the disk (see run_graph)."""
 
     @abc.abstractmethod
-    def checkpointer(self, conn):
-        """LangGraph's saver on that connection."""
+    def checkpointer(self, conn, fresh: bool = False):
+        """LangGraph's saver on that connection; `fresh`: the run's thread has no checkpoint yet (run_graph's), so a
+        backend may answer LangGraph's first read of it without reading."""
 
     @abc.abstractmethod
     def read_checkpoint(self, job: Job) -> CheckpointState:
@@ -5789,8 +5790,8 @@ class StateDirRunStore(Store):
         finally:
             conn.close()
 
-    def checkpointer(self, conn):
-        """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's)."""
+    def checkpointer(self, conn, fresh: bool = False):
+        """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's); its reads are local."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         saver = SqliteSaver(conn, serde=checkpoint_serializer(self.sealer()))
@@ -6151,9 +6152,10 @@ def job_graph():
     return graph.compile()
 
 
-def build_graph(ctx: Context, checkpoints):
-    """The job's graph for one run: job_graph with this run's checkpointer (invoke it with context=ctx)."""
-    return job_graph().copy({"checkpointer": ctx.store.checkpointer(checkpoints)})
+def build_graph(ctx: Context, checkpoints, fresh: bool = False):
+    """The job's graph for one run: job_graph with this run's checkpointer (invoke it with context=ctx); `fresh`: see
+    run_graph."""
+    return job_graph().copy({"checkpointer": ctx.store.checkpointer(checkpoints, fresh)})
 
 
 def awaiting_review(journal: Journal) -> None:
@@ -6349,7 +6351,7 @@ def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
 def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
     from langgraph.types import Command
 
-    app = build_graph(ctx, checkpoints)
+    app = build_graph(ctx, checkpoints, fresh and resume_value is None)
     config = ctx.config()
     try:
         if resume_value is not None:

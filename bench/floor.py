@@ -72,10 +72,10 @@ Targets (the floor issue; a MISS is reported, not failed: exit 0 unless --strict
   already about 0.7x DBOS, and a store job waits for the disk as often as DBOS does (six synchronous commits, each
   call's pending and completed: a start's seal goes to the disk with the first pending row), so what remains over
   DBOS is about 8 ms of Python CPU a job (the journal's rows, links and events, validation, the seal, a client a
-  call and its deadline's thread, LangGraph's checkpoints in the saver's threads) and 23 round trips to the server
+  call and its deadline's thread, LangGraph's checkpoints in the saver's threads) and 22 round trips to the server
   (libpq's trace: before the run, the job's row read, the seal's rights, the seal, the lock; each call's read,
-  pending and completed; the saver's read and six writes; the review's draft read and the answer's one read; the
-  lock's end), 32 at 701139f; tests/test_store.py counts them for a 2-item job
+  pending and completed; the saver's six writes (a new thread's first read answered without one); the review's
+  draft read and the answer's one read; the lock's end), 32 at 701139f; tests/test_store.py counts them (2 items)
 * a whole job as a process no slower than --before REV's (median wall-time ratio <= 1.0x; only with --before; the
   CPU and minimum ratios beside it are steadier when other work shares the machine, which the run notes from the
   load average)

@@ -1451,10 +1451,11 @@ class PgRunStore(Store):
             self.checkpoint_modes = None
             self.pool.give(kind, conn)
 
-    def checkpointer(self, conn):
+    def checkpointer(self, conn, fresh: bool = False):
         """PostgresSaver (autocommit, dict rows, prepare_threshold=0) whose every write is refused once the job's lock is
         gone: on a connection in pipeline mode, the lock's check goes out first in the same implicit transaction as the
-        saver's statements (one round trip; a lost lock aborts them all); else it is checked just before."""
+        saver's statements (one round trip; a lost lock aborts them all); else it is checked just before. `fresh`: a new
+        thread's (run_graph), whose first read, LangGraph's as its run begins, finds no checkpoint without a round trip."""
         from langgraph.checkpoint.postgres import PostgresSaver
 
         if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
@@ -1471,6 +1472,13 @@ class PgRunStore(Store):
         class LockedSaver(PostgresSaver):
             fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
             deferring = False  # under fencing: a task's writes, queued to go out with the checkpoint that follows them
+            unread = fresh  # a new thread: nothing to read yet
+
+            def get_tuple(self, config):
+                if self.unread:
+                    self.unread = False
+                    return None
+                return super().get_tuple(config)
 
             def checked(self, write, *a, deferred: bool = False, **kw):
                 journal = store.journal()
