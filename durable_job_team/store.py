@@ -1472,11 +1472,11 @@ class PgRunStore(Store):
         class LockedSaver(PostgresSaver):
             fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
             deferring = False  # under fencing: a task's writes, queued to go out with the checkpoint that follows them
-            unread = fresh  # a new thread: nothing to read yet
+            nothing_saved = fresh  # a new thread's: LangGraph's first read finds nothing (no round trip to find it)
 
             def get_tuple(self, config):
-                if self.unread:
-                    self.unread = False
+                if self.nothing_saved:
+                    self.nothing_saved = False
                     return None
                 return super().get_tuple(config)
 
