@@ -3592,9 +3592,18 @@ class Journal(abc.ABC):
                 self.send(sql, names, [values[name] for name in names])
                 return [], -1
             rows, changed = self.execute(sql, names, [values[name] for name in names])
+        return self.opened_rows(template, rows), changed
+
+    def rows_together(self, *reads: tuple[str, dict], last: bool = False) -> list[list[dict]]:
+        """Several reads' rows, in order (each a template and its params); a backend may send them in one round trip.
+        `last`: the command sends nothing more it needs answered together (a run's answer, read as its command ends)."""
+        return [self.rows(template, **params) for template, params in reads]
+
+    def opened_rows(self, template: str, rows: list[dict]) -> list[dict]:
+        """Rows read by `template`, each encrypted value opened (see opened)."""
         if rows and self.opens and any(is_encrypted(v) for row in rows for v in row.values()):
-            rows = [self.opened(template, row) for row in rows]
-        return rows, changed
+            return [self.opened(template, row) for row in rows]
+        return rows
 
     def encrypted(self, table: str, row, column: str, value):
         """A content value as this journal writes it: encrypted to its place when the job is encrypted at rest."""
@@ -3874,7 +3883,7 @@ def new_cipher(kek: Kek, job_id: str) -> tuple[Cipher, str]:
 
 
 def keep_data_key(journal: Journal, kek: Kek, wrapped: str) -> None:
-    journal.change(
+    journal.write(  # its answer unread: a store's writer sends it with the seal's other statements
         "INSERT INTO {data_keys} ({job_col}kek_id, wrapped, created_utc) VALUES ({job_val}{p.kek}, {p.wrapped}, {p.at})",
         kek=kek.id,
         wrapped=wrapped,
@@ -4189,11 +4198,14 @@ def find_call(journal: Journal, key: str) -> CallRow | None:
     return cast("CallRow | None", journal.row("SELECT * FROM {calls} WHERE {scope}operation_key = {p.key}", key=key))
 
 
+CALL_ROWS = "SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"  # every call, in creation order
+
+
 def call_rows(journal: Journal | None) -> list[CallRow]:
     """Every call, in creation order."""
     if journal is None or not journal.has_table("calls"):
         return []
-    return cast("list[CallRow]", journal.rows("SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"))
+    return cast("list[CallRow]", journal.rows(CALL_ROWS))
 
 
 # A call's usage as the provider reported it (calls.usage_json), under the names outputs show: {input, output, total}.
@@ -4790,11 +4802,18 @@ def call_events(journal: Journal | None) -> list[dict]:
     ]
 
 
+LATEST_DRAFT = "SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1"
+OUTCOME = "SELECT record_json FROM {outcomes} WHERE {scope}kind = {p.kind}"
+
+
 def latest_draft(journal: Journal | None) -> tuple[int, list] | None:
     """The latest revised draft (version, results), or None when the results were never revised."""
     if journal is None or not journal.has_table("drafts"):
         return None
-    row = journal.row("SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1")
+    return draft_of(journal.row(LATEST_DRAFT))
+
+
+def draft_of(row: dict | None) -> tuple[int, list] | None:
     return None if row is None else (row["version"], json.loads(row["results_json"]))
 
 
@@ -4858,8 +4877,17 @@ def journal_outcome(journal: Journal | None, kind: str):
     """The terminal outcome of this kind the journal records (a cancel), else None."""
     if journal is None or not journal.has_table("outcomes"):
         return None
-    row = journal.row("SELECT record_json FROM {outcomes} WHERE {scope}kind = {p.kind}", kind=kind)
+    row = journal.row(OUTCOME, kind=kind)
     return json.loads(row["record_json"]) if row else None
+
+
+def standing_rows(journal: Journal | None) -> tuple[tuple[int, list] | None, list[CallRow], dict | None]:
+    """latest_draft, call_rows and journal_outcome(journal, "cancel"): what a run's answer reads of where the job stands,
+    as its command's last reads, in one round trip where the journal can (rows_together)."""
+    if journal is None or not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
+        return latest_draft(journal), call_rows(journal), journal_outcome(journal, "cancel")
+    drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}), last=True)
+    return draft_of(drafts[0] if drafts else None), cast("list[CallRow]", calls), json.loads(cancel[0]["record_json"]) if cancel else None
 
 
 def record_cancel(journal: Journal, record: dict) -> None:
@@ -5550,8 +5578,9 @@ class Store(abc.ABC):
         (or given back) after. synced=False (a run of the items): its commits do not wait for the disk (see run_graph)."""
 
     @abc.abstractmethod
-    def checkpointer(self, conn):
-        """LangGraph's saver on that connection."""
+    def checkpointer(self, conn, fresh: bool = False):
+        """LangGraph's saver on that connection; `fresh`: the run's thread has no checkpoint yet (run_graph's), so a
+        backend may answer LangGraph's first read of it without reading."""
 
     @abc.abstractmethod
     def read_checkpoint(self, job: Job) -> CheckpointState:
@@ -5770,8 +5799,8 @@ class StateDirRunStore(Store):
         finally:
             conn.close()
 
-    def checkpointer(self, conn):
-        """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's)."""
+    def checkpointer(self, conn, fresh: bool = False):
+        """LangGraph's SqliteSaver over the checkpoints' file (its two tables beside the journal's); its reads are local."""
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         saver = SqliteSaver(conn, serde=checkpoint_serializer(self.cipher()))
@@ -6132,9 +6161,10 @@ def job_graph():
     return graph.compile()
 
 
-def build_graph(ctx: Context, checkpoints):
-    """The job's graph for one run: job_graph with this run's checkpointer (invoke it with context=ctx)."""
-    return job_graph().copy({"checkpointer": ctx.store.checkpointer(checkpoints)})
+def build_graph(ctx: Context, checkpoints, fresh: bool = False):
+    """The job's graph for one run: job_graph with this run's checkpointer (invoke it with context=ctx); `fresh`: see
+    run_graph."""
+    return job_graph().copy({"checkpointer": ctx.store.checkpointer(checkpoints, fresh)})
 
 
 def awaiting_review(journal: Journal) -> None:
@@ -6330,7 +6360,7 @@ def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
 def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
     from langgraph.types import Command
 
-    app = build_graph(ctx, checkpoints)
+    app = build_graph(ctx, checkpoints, fresh and resume_value is None)
     config = ctx.config()
     try:
         if resume_value is not None:
@@ -9402,9 +9432,10 @@ def need_job_id(store: Store) -> None:
 def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
     values = state.values
-    draft, results = current_draft(ctx.journal, values.get("results") or [])
+    latest, calls, cancel = standing_rows(ctx.journal)
+    draft, results = latest or (1, list(values.get("results") or []))  # current_draft's
     written = current_written(ctx.journal, values.get("draft"))
-    waiting = ctx.review(checkpoint_of(state)) == "awaiting-review"
+    waiting = review_state(checkpoint_of(state), calls, cancel) == "awaiting-review"  # ctx.review's
     out = {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
@@ -9415,11 +9446,11 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
         else [],
     }
     failing = waiting and any(r.get("status") == "failed" for r in results)
-    failed = failed_items(ctx.store, results, call_rows(ctx.journal), ctx.manifest) if failing else []  # the calls read only then
+    failed = failed_items(ctx.store, results, calls, ctx.manifest) if failing else []
     if failed:
         out["failedItems"] = failed
     elif waiting and written is not None and written.get("status") == "failed":
-        command = draft_retry_command(ctx.store, call_rows(ctx.journal), ctx.manifest, ctx.job, written)
+        command = draft_retry_command(ctx.store, calls, ctx.manifest, ctx.job, written)
         out["draftFailed"] = {"reason": written.get("reason"), **({"retryCommand": command} if command else {})}
     nowhere = figure_counts([r for r in results if r.get("status") == "validated"])["nowhere"]
     if nowhere:  # inspect names each; start and resume say how many

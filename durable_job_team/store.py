@@ -476,6 +476,28 @@ class PgJournal(Journal):
         except Exception as exc:
             raise self.failed(exc) from None
 
+    def rows_together(self, *reads: tuple[str, dict], last: bool = False) -> list[list[dict]]:
+        """Pipelined (a writer under the job's lock), the reads sent together and their answers awaited once; `last`: with
+        the pipeline's end (its Sync), so the lock's end sends none of its own (what follows, if anything, is not pipelined)."""
+        if self.pipe is None:
+            return super().rows_together(*reads)
+        with self.guard:
+            cursors = []
+            try:
+                for template, params in reads:
+                    sql, names = self.dialect.render(template)
+                    values = {**params, "job_id": self.job_id, "principal": self.principal}
+                    cursors.append(self.conn.execute(sql, {name: values[name] for name in names} or None))
+                if last:
+                    unpipe, self.pipe, self.unpipe = cast(Callable[[], Any], self.unpipe), None, None
+                    unpipe()
+                else:
+                    self.pipe.sync()
+                found = [cursor.fetchall() if cursor.description else [] for cursor in cursors]
+            except Exception as exc:
+                raise self.failed(exc) from None
+        return [self.opened_rows(template, rows) for (template, _), rows in zip(reads, found)]
+
     def send(self, sql: str, names: list, values: list) -> None:
         """Queued when pipelined (see the note above), else run at once."""
         if self.pipe is None:
@@ -572,13 +594,15 @@ class PgJournal(Journal):
 
 
 def flush_queued(pipe, exc_type, exc, tb) -> bool:
-    """A saver's queued writes (put_writes) sent as its pipeline ends: refused, raised when the run ended well; when it
-    failed, that failure is the one told (the queued writes, behind their lock's check, are aborted with it)."""
+    """A saver's queued writes (put_writes) sent as its pipeline ends: after a run that ended well, by the pipeline's own
+    end (its one round trip), which raises their refusal; after one that failed, here, so that failure is the one told
+    (the queued writes, behind their lock's check, are aborted with it) and psycopg logs nothing beside it."""
+    if exc_type is None:
+        return False
     try:
         pipe.sync()
     except need_psycopg().Error:
-        if exc_type is None:
-            raise
+        pass
     return False
 
 
@@ -689,14 +713,15 @@ class PgConnections:
         self.schema_ready = False  # once a command found the store's schema whole, it stays so for this process
         self.principal: str | None = None  # the role its connections log in as (session_user), once read
 
-    def take(self, kind: str, name: str):
-        """An idle connection of `kind` that still answers, named `name` (what holders and pg_stat_activity show), or None."""
+    def take(self, kind: str, name: str, *, named: bool = True):
+        """An idle connection of `kind` that still answers, named `name` (what holders and pg_stat_activity show), or None;
+        `named` False: the caller names it in its own first round trip (PgLock.take), so it is only pinged if need be."""
         with self.guard:
             conn = self.idle.pop(kind, None)
         if conn is None:
             return None
         try:
-            if conn.info.parameter_status("application_name") == name.encode():
+            if conn.info.parameter_status("application_name") == name or not named:
                 if self.heard_from(conn):  # else nothing came while it was idle: it answers as it did (no round trip)
                     conn.execute("SELECT 1")
             else:
@@ -737,6 +762,35 @@ class PgConnections:
             idle, self.idle = self.idle, {}
         for conn in idle.values():
             self.discard(conn)
+
+
+def insert_job_row(writer: PgJournal, job: Job, kept: bytes, data: list, reviewers: list) -> None:
+    """A new job's row and its lock's row, sent with the seal's other statements (no round trip of their own): the first
+    fails (SQLSTATE ROW_UNCHANGED, m017_changed_one) unless the job's row is new, which aborts the seal's transaction.
+    The bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when the session runs
+    with standard_conforming_strings off, and the store would keep other bytes."""
+    row = {
+        "job": job["jobId"],
+        "thread": job["threadId"],
+        "record": json.dumps(job, indent=2) + "\n",
+        "manifest": kept,
+        "digest": job["manifestSha256"],
+        "sources": data,
+        "created": job["createdAtUtc"],
+        "reviewers": reviewers,
+    }
+    writer.send(
+        "WITH made AS (INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, "
+        "created_utc, reviewers, owner) VALUES (%(job)s, %(thread)s, %(record)s, %(manifest)b, %(digest)s, %(sources)b, "
+        "%(created)s, %(reviewers)s, session_user) ON CONFLICT (job_id) DO NOTHING RETURNING 1) "
+        "SELECT durable_job.changed_one((SELECT pg_catalog.count(*) FROM made))",
+        list(row),
+        list(row.values()),
+    )
+    # its own statement: the lock row's policy reads the job's row, which a statement's own CTE would not show it
+    writer.send(
+        "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%(job)s, %(thread)s)", ["job", "thread"], [row["job"], row["thread"]]
+    )
 
 
 class PgLock:
@@ -782,13 +836,16 @@ class PgLock:
         import psycopg
 
         store, writer = self.store, cast(PgJournal, self.store.writer)
-        self.conn = conn = store.pooled("lock", holder_name(self.command))
+        name = holder_name(self.command)
+        self.conn = conn = store.pooled("lock", name, named=False)
         conn.prepare_threshold = None  # nothing prepared, so its ROLLBACK needs no DEALLOCATE ALL after it (a round trip)
         failure: psycopg.Error | None = None
         try:
-            with conn.pipeline():  # one round trip: the lock, where the job's chain ends under it, and the WAL's end
+            with conn.pipeline():  # one round trip: the holder's name, the lock, where the job's chain ends under it, the WAL's end
                 try:
                     conn.execute("BEGIN")
+                    if conn.info.parameter_status("application_name") != name:  # a pooled one: named for the lock's transaction
+                        conn.execute("SELECT pg_catalog.set_config('application_name', %s, true)", (name,))
                     locked = conn.execute(
                         "SELECT pg_backend_pid() AS pid, pg_current_xact_id()::text AS xid8, "
                         "pg_catalog.pg_current_wal_insert_lsn()::text AS lsn FROM durable_job.job_locks "
@@ -824,6 +881,8 @@ class PgLock:
             )
         head = {"seq": 0, "sha256": GENESIS} if last is None else {"seq": int(last["seq"]), "sha256": last["link_sha256"]}
         writer.locked(row["pid"], row["xid8"], head, since_seal=self.command == "start")
+        if head["seq"] == 1:  # a chain of its seal's link alone (a start's job): no item's result is linked yet
+            writer.keep_results_linked({})
         if self.command == "start":  # a start's seal committed without waiting for the disk (seal_job): where it ends
             self.seal_lsn = row["lsn"]
 
@@ -1024,9 +1083,9 @@ class PgRunStore(Store):
 
     owns_pool = True  # a store open_store made closes the pool; a store it named gives its connection back to it
 
-    def pooled(self, kind: str, name: str):
-        """A connection of `kind` (see PgConnections) from the pool, or a new one."""
-        conn = self.pool.take(kind, name)
+    def pooled(self, kind: str, name: str, *, named: bool = True):
+        """A connection of `kind` (see PgConnections) from the pool (`named`: see PgConnections.take), or a new one."""
+        conn = self.pool.take(kind, name, named=named)
         return conn if conn is not None else self.connect(name, writer=kind in ("work", "lock"), reader=kind == "work")
 
     def work_connection(self, name: str):
@@ -1215,42 +1274,23 @@ class PgRunStore(Store):
         writer = self.writer = self.writer_of(job)  # the job's own writer, its links and notifications: its chain begins here
         writer.pipelined()  # the seal's statements go out together, and the lock's run keeps the mode (PgLock.take)
         lock = cast(PgLock, self.locks)
-        with writer.transaction():
-            if lock.command == "start":  # flushed by the run's first synchronous commit, or by the lock's end (PgLock)
-                writer.send("SET LOCAL synchronous_commit TO off", [], [])
-            # the bytes go in binary format (%b): psycopg's text form of a bytea array is escaped twice when
-            # the session runs with standard_conforming_strings off, and the store would keep other bytes
-            cursor = writer.conn.execute(
-                "INSERT INTO durable_job.jobs (job_id, thread_id, record_json, manifest, manifest_sha256, sources, created_utc, "
-                "reviewers, owner) VALUES (%s, %s, %s, %b, %s, %b, %s, %s, session_user) ON CONFLICT (job_id) DO NOTHING",
-                (
-                    job["jobId"],
-                    job["threadId"],
-                    json.dumps(job, indent=2) + "\n",
-                    kept,
-                    job["manifestSha256"],
-                    data,
-                    job["createdAtUtc"],
-                    reviewers,
-                ),
-            )
-            cast(Any, writer.pipe).sync()  # its answer: whether the row is new
-            if cursor.rowcount == 1:
-                writer.conn.execute(
-                    "INSERT INTO durable_job.job_locks (job_id, thread_id) VALUES (%s, %s)", (job["jobId"], job["threadId"])
-                )
+        try:
+            with writer.transaction():
+                if lock.command == "start":  # flushed by the run's first synchronous commit, or by the lock's end (PgLock)
+                    writer.send("SET LOCAL synchronous_commit TO off", [], [])
+                insert_job_row(writer, job, kept, data, reviewers)  # queued: a row not new aborts what follows it
+                self.cipher_found = [cipher]  # its data key (or that it has none) is known: not read again this command (nor by writer)
                 if cipher is not None:  # the data key before the first link: every record of the job is encrypted
                     keep_data_key(writer, cast(Kek, self.keys.kek()), cast(str, wrapped))
-                self.cipher_found = [cipher]  # its data key (or that it has none) is known: not read again this command (nor by writer)
                 # the chain's first link, in the seal's commit, after no other: a link references its job's row (m005),
-                # which this transaction has just inserted
+                # which this transaction inserts
                 append_link(writer, "seal", "jobs", job["jobId"], job, head={"seq": 0, "sha256": GENESIS})
-        if cursor.rowcount != 1:
+        except RowUnchanged:  # the job's row was there already (the COMMIT was a ROLLBACK)
             if not self.has_job(writer):
-                raise taken_error(self.job_id)
+                raise taken_error(self.job_id) from None
             raise BusyError(
                 f"Job {self.job_id} busy: another durable_job command (start) sealed it in {self.public} meanwhile; run `{self.suggest('resume')}`"
-            )
+            ) from None
         self.row = {
             "record_json": json.dumps(job),
             "manifest": kept,
@@ -1411,10 +1451,11 @@ class PgRunStore(Store):
             self.checkpoint_modes = None
             self.pool.give(kind, conn)
 
-    def checkpointer(self, conn):
+    def checkpointer(self, conn, fresh: bool = False):
         """PostgresSaver (autocommit, dict rows, prepare_threshold=0) whose every write is refused once the job's lock is
         gone: on a connection in pipeline mode, the lock's check goes out first in the same implicit transaction as the
-        saver's statements (one round trip; a lost lock aborts them all); else it is checked just before."""
+        saver's statements (one round trip; a lost lock aborts them all); else it is checked just before. `fresh`: a new
+        thread's (run_graph), whose first read, LangGraph's as its run begins, finds no checkpoint without a round trip."""
         from langgraph.checkpoint.postgres import PostgresSaver
 
         if len(PostgresSaver.MIGRATIONS) - 1 != CHECKPOINT_MIGRATION:
@@ -1431,6 +1472,13 @@ class PgRunStore(Store):
         class LockedSaver(PostgresSaver):
             fencing = threading.Lock()  # a write and its check go out together, whichever thread writes
             deferring = False  # under fencing: a task's writes, queued to go out with the checkpoint that follows them
+            nothing_saved = fresh  # a new thread's: LangGraph's first read finds nothing (no round trip to find it)
+
+            def get_tuple(self, config):
+                if self.nothing_saved:
+                    self.nothing_saved = False
+                    return None
+                return super().get_tuple(config)
 
             def checked(self, write, *a, deferred: bool = False, **kw):
                 journal = store.journal()

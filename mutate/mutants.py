@@ -430,8 +430,8 @@ MUTANTS = [
     Mutant(
         "calls-listed-by-key",
         "journal: calls are listed in creation order",
-        'journal.rows("SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}")',
-        'journal.rows("SELECT * FROM {calls}{where} ORDER BY operation_key")',
+        'CALL_ROWS = "SELECT * FROM {calls}{where} ORDER BY created_utc, {row_order}"',
+        'CALL_ROWS = "SELECT * FROM {calls}{where} ORDER BY operation_key"',
         [f"{G}::test_status_lists_calls_in_the_order_they_were_made_whatever_their_keys"],
     ),
     Mutant(

@@ -5,6 +5,7 @@ moving machines, six first starts on an empty database, a role without CREATE, t
 holder dies or loses its connection, passwords, jobs listings, addressing and the read path's imports.
 """
 
+import itertools
 import json
 import os
 import re
@@ -710,3 +711,49 @@ def test_a_script_that_closes_its_one_store_leaves_no_connection_behind(store_ur
         wait_for(lambda: left() == [], timeout=5)
     except AssertionError:
         raise AssertionError(left()) from None
+
+
+def round_trips(trace: str) -> int:
+    """Round trips in a libpq trace: each turn from what the client sends (F) to what the server answers (B)."""
+    sides = [line.split("\t", 1)[0] for line in trace.splitlines() if line[:2] in ("F\t", "B\t")]
+    return sum(1 for before, now in itertools.pairwise(sides) if before == "F" and now == "B")
+
+
+def test_a_store_opened_once_starts_a_job_in_few_round_trips_and_renames_no_connection(store_url, tmp_path):
+    """A caller of the command API keeps its store open (a worker does). A later start takes its connections back as
+    they are: its work and checkpoint connections, named as before, get no statement renaming them; the lock's
+    connection is named for the lock's transaction (set_config local: the holder `status` names) in the lock's own
+    round trip; and the whole start stays within its round trips, counted from libpq's trace of each connection."""
+    import psycopg
+
+    import durable_job as dj
+
+    ws = Workspace(tmp_path, store=store_url)
+    manifests = []
+    for n in range(2):
+        ws.write_manifest(jobId=f"trips-{n}")
+        manifests.append(shutil.copy(ws.manifest, os.path.join(os.path.dirname(ws.manifest), f"trips-{n}.json")))
+    traced = {}
+    with dj.open_store(store=store_url) as store:
+        began = dj.now_utc()[:19]  # the second of the first lock's holder name (holder_name)
+        assert dj.start(store, str(manifests[0]))["interrupt"]
+        wait_for(lambda: dj.now_utc()[:19] != began, timeout=5)  # so the next lock's holder has another name
+        for kind, conn in dict(store.pool.idle).items():
+            fh = open(tmp_path / f"{kind}.trace", "w")
+            conn.pgconn.trace(fh.fileno())
+            conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+            traced[kind] = (conn, fh)
+        assert set(traced) == {"work", "lock", "checkpoints unsynced"}
+        assert dj.start(store, str(manifests[1]))["interrupt"]
+        for conn, fh in traced.values():
+            conn.pgconn.untrace()
+            fh.close()
+    trace = {kind: (tmp_path / f"{kind}.trace").read_text() for kind in traced}
+    assert "application_name" not in trace["work"] + trace["checkpoints unsynced"]
+    assert trace["lock"].count("set_config('application_name'") == 1
+    lock_turn = trace["lock"].split("\nB\t")[0]  # what the lock's connection sent before its first answer
+    assert "set_config('application_name', $1, true)" in lock_turn and "FOR UPDATE NOWAIT" in lock_turn
+    trips = {kind: round_trips(text) for kind, text in trace.items()}
+    # 2 items: the lock and its end; the seal's checks, the seal, 3 a call, the review's reads; the saver's writes (18;
+    # 30 at 701139f)
+    assert trips["lock"] == 2 and trips["work"] <= 11 and trips["checkpoints unsynced"] <= 5, trips
