@@ -55,12 +55,6 @@ def journaled(ws) -> list:
     return ws.calls() if made else []
 
 
-def release(provider) -> None:
-    """The provider finishes the responses it held (behaviour "kept-held")."""
-    with open(provider.log + ".release", "w"):
-        pass
-
-
 def submitted(ws) -> list:
     """The calls submitted and not yet answered: pending, with the response id the provider answered the POST with."""
     return [r for r in journaled(ws) if r["status"] == "pending" and r["response_id"]]
@@ -119,7 +113,7 @@ def test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_
         kill_group(run)
     status = ws.run("status").ok()
     assert status["phase"] == "ready" and status["calls"][0][2] == "pending" and "resume" in status["next"]
-    release(provider)
+    provider.release()
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["validated"]
     [done] = ws.calls()
@@ -179,7 +173,7 @@ def test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it(ws, 
     row = left_submitted(ws, provider, "did not come back", "run resume")
     assert ws.run("status").ok()["phase"] == "ready"
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "error"]
-    release(provider)
+    provider.release()
     assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
     assert posts(provider) == {row["operation_key"]: 1}
     assert ws.run("verify").ok()["ok"] is True
@@ -288,7 +282,7 @@ def test_a_worker_killed_after_the_id_is_committed_leaves_the_job_for_the_next_w
     finally:
         kill_group(first)
     assert ws.run("status").ok()["phase"] == "ready"
-    release(provider)
+    provider.release()
     second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["counts"] == {"awaiting-review": 1}
@@ -414,7 +408,7 @@ def test_a_kill_at_each_commit_of_a_kept_call_never_sends_it_twice_and_resume_se
 
 def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws, provider):
     row = left_submitted(ws, provider)
-    release(provider)
+    provider.release()
     key = row["operation_key"]
     out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "b", "--reason", "k").ok()
     assert out["reconciliation"]["fromProvider"] == {"found": 1, "responseId": row["response_id"]}

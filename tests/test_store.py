@@ -188,20 +188,14 @@ def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty
 
 
 def held_openai_job(ws, provider):
-    """A start whose first call is out, answered only once the test calls `answer(provider)`: after what it does meanwhile
-    (a wait of its own would have to outlast the test's commands however loaded the machine, and end no sooner)."""
+    """A start whose first call is out, answered only once the test calls `provider.release()`: after what it does
+    meanwhile (a slow answer would have to outlast the test's commands however loaded the machine, and end no sooner)."""
     openai_workspace(ws, provider)
     ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "60"
     provider.behave("held")
     proc = ws.popen("start", "--manifest", ws.manifest)
     wait_for(lambda: ws.has_job() and ws.db_rows(), timeout=60)
     return proc
-
-
-def answer(provider) -> None:
-    """The provider answers the held call, and every call after it at once."""
-    with open(provider.log + ".release", "w"):
-        pass
 
 
 def test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job(ws_store, provider, pg_server):
@@ -218,7 +212,7 @@ def test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job(ws_sto
         assert "drain first" in held and f"pid {proc.pid}" in held and "role alice" in held
         assert pg_server.sql("durable", "SELECT count(*) FROM durable_job._migrations WHERE name = 'm007_notify'", db=db).strip() == "0"
     finally:
-        answer(provider)
+        provider.release()
         assert proc.wait(timeout=60) == 0  # the job goes on to its review
     pg_server.sql("durable", "DROP FUNCTION durable_job.notify_change() CASCADE", db=db)  # nor its objects made
     migrated = ws.run("migrate", "--store", admin, state=False).ok()
@@ -251,7 +245,7 @@ def test_a_dropped_lock_connection_ends_the_run_with_a_hold(ws_store, provider, 
     psql_rows(
         pg_server, ws.store, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'durable_job start %'"
     )
-    answer(provider)
+    provider.release()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()
@@ -273,7 +267,7 @@ def test_a_lost_lock_refuses_the_answer_that_arrives_after_it(ws_store, provider
         "AND application_name NOT LIKE 'durable_job start journal %'",
     )
     assert killed.split() == ["t"]  # the lock's connection alone
-    answer(provider)
+    provider.release()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()
@@ -301,7 +295,7 @@ def test_an_answer_for_a_call_changed_meanwhile_is_refused_whole_though_nothing_
         "UPDATE durable_job.calls SET status = 'abandoned', reconciliation_json = '{}' WHERE status = 'pending' RETURNING 1",
     )
     assert changed.split() == ["1"]
-    answer(provider)
+    provider.release()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()
