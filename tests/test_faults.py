@@ -860,6 +860,20 @@ def api_keys(api) -> dict:
     return {} if api is None else {"api": api}
 
 
+@pytest.fixture(scope="module")
+def openai_baselines(tmp_path_factory):
+    """The uninterrupted run of each provider API, made once for the module: its results depend on neither the backend
+    nor maxConcurrentCalls, so the six random-kill journeys share two (made as each API is first asked for)."""
+    made: dict = {}
+
+    def baseline(api=None) -> tuple[dict, float]:
+        if api not in made:
+            made[api] = openai_baseline(tmp_path_factory.mktemp(f"baseline-{api or 'responses'}"), api)
+        return made[api]
+
+    return baseline
+
+
 def openai_baseline(root, api=None) -> tuple[dict, float]:
     """An uninterrupted openai-mode run with the same latency: its results and how long start took."""
     os.makedirs(root, exist_ok=True)
@@ -890,7 +904,7 @@ def openai_baseline(root, api=None) -> tuple[dict, float]:
         "store-chat-maxConcurrentCalls-3",
     ],
 )
-def test_random_kills_over_real_http(tmp_path, request, concurrency, backend, api):
+def test_random_kills_over_real_http(tmp_path, request, openai_baselines, concurrency, backend, api):
     """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies.
 
     In a store every job shares one database, as a team's jobs do. Chat Completions (api chat) is killed as the
@@ -900,7 +914,7 @@ def test_random_kills_over_real_http(tmp_path, request, concurrency, backend, ap
     seed = int(os.environ.get("DURABLE_JOB_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"\ncrash-fuzz seed={seed} (rerun with DURABLE_JOB_FUZZ_SEED={seed})", flush=True)
     began = time.monotonic()
-    baseline, duration = openai_baseline(tmp_path / "baseline", api)
+    baseline, duration = openai_baselines(api)
     workers = max(1, min(jobs, (os.cpu_count() or 2)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [
