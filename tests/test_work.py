@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from conftest import PROGRAM, Workspace, as_role, clean_env, kill_group, wait_for
@@ -116,11 +117,24 @@ def test_a_job_needing_a_person_is_skipped_and_a_running_one_names_its_worker(tm
 
 def test_sigterm_mid_call_lets_the_call_finish_sends_nothing_new_and_exits(tmp_path, store_url, provider):
     (w,) = submit_jobs(tmp_path, store_url, 1, provider, items=("alpha", "beta"))
-    provider.behave("slow:2")
+    provider.behave("held")  # the call in flight is answered once the worker has said it takes no new job
     proc = worker(store_url, env=w.env)  # polling: only the signal ends it
+    said: list = []
+
+    def read_stderr():
+        for line in proc.stderr:
+            said.append(line)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     wait_for(lambda: len(provider.requests()) >= 1, timeout=60)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    wait_for(lambda: any("SIGTERM: taking no new job" in line for line in said), timeout=30)
+    provider.release()
+    out = proc.stdout.read()
+    proc.wait(timeout=30)
+    reader.join(timeout=30)
+    err = "".join(said)
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert summary["stopped"] is True and summary["runs"][0]["to"] == "ready" and "WorkerStopping" in summary["runs"][0]["hold"]
