@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, kill_group, wait_for
+from conftest import PROGRAM, Workspace, as_role, clean_env, kill_group, run_inprocess, wait_for
 
 
 def job_workspace(tmp_path, store: str, n: int, provider=None, items=("alpha",)) -> Workspace:
@@ -47,11 +47,8 @@ def worker(store, *flags, env=None) -> subprocess.Popen:
 
 
 def phases(store) -> dict:
-    out = subprocess.run(
-        [sys.executable, PROGRAM, "jobs", "--store", store, "--json"], capture_output=True, text=True, env=clean_env(), timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return {j["jobId"]: j["phase"] for j in json.loads(out.stdout)["jobs"]}
+    """Each job's phase as `jobs --store URL --json` lists them (a look at the result: run in this process)."""
+    return {j["jobId"]: j["phase"] for j in run_inprocess(["jobs", "--store", store, "--json"], clean_env(), os.getcwd()).ok()["jobs"]}
 
 
 def sent_keys(provider) -> list:
