@@ -3,10 +3,12 @@
 Every test recovers the way the README's runbook tells a person to (status → reconcile a pending row →
 resume → decide) and then checks the end state against an uninterrupted run. Model calls are counted by
 observers the program does not control: in fake mode a wrapper that loads durable_job.py unchanged and
-logs every call into the fake provider (plus the journal's call_events), in openai mode the loopback
-server's own request log.
+logs every call into the fake provider (plus the journal's call_events) — a launcher for a command that is
+to crash or race, the same wrapper in this process for any other — in openai mode the loopback server's own
+request log.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -125,7 +127,44 @@ class Observer:
         return [r for r in records if event is None or r["event"] == event]
 
     def run(self, ws: Workspace, *args, env=None, **kw):
+        """A command watched as it runs: in a process of its own when it is to crash at a named point or wait at a barrier
+        (or the workspace runs no command in this process); otherwise in this process (conftest.run_inprocess), with the
+        same watch on durable_job.fake_call for as long as it runs (the module is the program, loaded unchanged)."""
+        if ws.inprocess and not env and not kw:
+            with self.watching():
+                return ws.run(*args)
         return ws.run(*args, env=self.env(**(env or {})), program=self.program, **kw)
+
+    @contextlib.contextmanager
+    def watching(self):
+        """Every fake-provider call durable_job makes meanwhile in this process, logged as the launcher logs it."""
+        real_fake_call = durable_job.fake_call
+
+        def note(record):
+            with open(self.log, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+        def observed_fake_call(job, item, source, prompt, instructions):
+            key = durable_job._OPERATION_KEY.get()  # as the launcher reads it: fake_call is not given its key
+            note({"event": "request", "key": key, "item": item["id"], "pid": os.getpid()})
+            output_text, response_id, request_id, usage = real_fake_call(job, item, source, prompt, instructions)
+            note(
+                {
+                    "event": "answer",
+                    "key": key,
+                    "item": item["id"],
+                    "outputText": output_text,
+                    "responseId": response_id,
+                    "requestId": request_id,
+                }
+            )
+            return output_text, response_id, request_id, usage
+
+        durable_job.fake_call = observed_fake_call
+        try:
+            yield
+        finally:
+            durable_job.fake_call = real_fake_call
 
 
 ###############################################################################
