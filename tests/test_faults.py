@@ -983,9 +983,10 @@ def test_random_kills_over_real_http(tmp_path, request, openai_baselines, concur
 ###############################################################################
 
 
-def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120) -> list:
+def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120, last=None) -> list:
     """Launch every command at one instant (a file barrier after start-up); return
-    [(args, code, stdout, stderr, seconds from the go signal to exit)] in launch order."""
+    [(args, code, stdout, stderr, seconds from the go signal to exit)] in launch order. `last`, when given, is called
+    once every command but one has ended (a provider holding the one left's calls answers them then)."""
     barrier = os.path.join(ws.root, f"barrier-{time.monotonic_ns()}")
     os.makedirs(barrier)
     procs = [ws.popen(*args, program=obs.program, env=obs.env(FAULTS_BARRIER=barrier, **(env or {}))) for args in commands]
@@ -997,6 +998,8 @@ def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120) ->
         for n, p in enumerate(procs):
             if n not in ended and p.poll() is not None:
                 ended[n] = time.monotonic() - go
+                if last is not None and len(ended) == len(procs) - 1:
+                    last()
         assert time.monotonic() - go < timeout, "a racing command hung"
         time.sleep(0.002)
     out = []
@@ -1024,9 +1027,9 @@ def split_race(results: list):
 @pytest.mark.parametrize("n", [2, 8])
 def test_race_start_start_on_a_fresh_dir(ws, provider, tmp_path, n):
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6")
+    provider.behave("held")  # the winner's calls are answered once every other start has ended
     obs = Observer(tmp_path)
-    results = race(ws, obs, [("start", "--manifest", ws.manifest)] * n)
+    results = race(ws, obs, [("start", "--manifest", ws.manifest)] * n, last=provider.release)
     winner, busy = split_race(results)
     # a state directory's start seals under the run lock; a store's commits the job's row and then takes its lock, so
     # on a loaded machine another start may take it in between and continue the job the first one sealed (which is then
@@ -1048,11 +1051,12 @@ def test_race_start_start_on_a_fresh_dir(ws, provider, tmp_path, n):
 def test_race_start_start_when_the_seal_is_already_visible(ws, provider, tmp_path):
     """The losers may find job.json already sealed: then they continue as resume, which is busy too."""
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6")
+    provider.behave("held")  # the first start's calls are answered once the race is over: it holds the job till then
     obs = Observer(tmp_path)
     first = ws.popen("start", "--manifest", ws.manifest)
     wait_for(lambda: os.path.exists(os.path.join(ws.state, "job.json")), timeout=30)
     results = race(ws, obs, [("start", "--manifest", ws.manifest)] * 4)
+    provider.release()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     for _args, code, stdout, stderr, _seconds in results:
@@ -1066,7 +1070,7 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
     """A start that found no job.json, then lost the CPU while another start sealed one, is refused as busy
     (not told the directory "holds no job.json"), and no work is duplicated."""
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6")
+    provider.behave("held")  # the first start's calls are answered once the late one was refused: it holds the job till then
     obs = Observer(tmp_path)
     folder = os.path.join(ws.root, "pause")
     os.makedirs(folder)
@@ -1079,6 +1083,7 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
     open(os.path.join(folder, "go"), "w").close()
     out, err = late.communicate(timeout=60)
     assert_held(late.returncode, out, err, *BUSY)
+    provider.release()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     log = provider.requests()
@@ -1089,10 +1094,10 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
 @BOTH
 def test_race_resume_resume(ws, provider, tmp_path):
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6", sequence=["429-quota"])  # the first call is refused: the job stops with work left
+    provider.behave("held", sequence=["429-quota"])  # the first call is refused: the job stops with work left
     ws.start().held("ProviderError", "rejected")
     obs = Observer(tmp_path)
-    results = race(ws, obs, [("resume",)] * 4)
+    results = race(ws, obs, [("resume",)] * 4, last=provider.release)  # the winner's calls answered once the rest ended
     winner, busy = split_race(results)
     assert winner[1] == 0 and len(json.loads(winner[2])["interrupt"]) == 1
     log = provider.requests()
