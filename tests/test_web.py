@@ -18,6 +18,7 @@ import pytest
 
 from conftest import (
     PROGRAM,
+    RUN_PROGRAM,
     Workspace,
     as_role,
     clean_env,
@@ -35,14 +36,17 @@ from conftest import (
 
 
 class Serve:
-    """A real `serve` subprocess on a free loopback port: the address it printed, its output, and a way to stop it."""
+    """A real `serve` subprocess on a free loopback port: the address it printed, its output, and a way to stop it.
+
+    Started as `python tests/run_program.py PROGRAM serve …` (the script run, its compiled code kept between runs: a
+    serve started as `python PROGRAM` compiled durable_job.py twice, 0.44 against 0.20 s to its address)."""
 
     def __init__(self, cwd, *args, env=None, program=None):
         full_env = clean_env()
         full_env.pop("PGPASSFILE", None)  # serve knows no password but the ones people type
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, program or PROGRAM, "serve", "--port", "0", *args],
+            [sys.executable, RUN_PROGRAM, program or PROGRAM, "serve", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
