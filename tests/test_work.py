@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, kill_group, run_inprocess, wait_for
+from conftest import PROGRAM, RUN_PROGRAM, Workspace, as_role, clean_env, kill_group, run_inprocess, wait_for
 
 
 def job_workspace(tmp_path, store: str, n: int, provider=None, items=("alpha",)) -> Workspace:
@@ -39,10 +39,11 @@ def submit_jobs(tmp_path, store, count, provider=None, items=("alpha",)) -> list
 
 
 def worker(store, *flags, env=None) -> subprocess.Popen:
-    """A `work` process, logged in as the store's worker role (it runs any runnable job, and does nothing else)."""
+    """A `work` process, logged in as the store's worker role (it runs any runnable job, and does nothing else); started
+    through tests/run_program.py, its compiled code kept between runs (a script run compiled the file twice)."""
     full = clean_env()
     full.update(env or {})
-    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store, "worker"), *flags]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "work", "--store", as_role(store, "worker"), *flags]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
 
 
