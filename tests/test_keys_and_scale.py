@@ -14,7 +14,7 @@ import pytest
 from test_holds import work
 from test_sealed import sealed_store
 
-from conftest import BOILER, PROGRAM, Workspace, admin_url, clean_env, new_key_file, sql
+from conftest import BOILER, PROGRAM, RUN_PROGRAM, Workspace, admin_url, clean_env, new_key_file, sql
 
 
 def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix(pg_server, tmp_path):
@@ -168,7 +168,7 @@ def most_connections(server, argv: list, env=None) -> tuple[subprocess.Completed
     sampler.start()
     try:
         proc = subprocess.run(
-            [sys.executable, PROGRAM, *argv], capture_output=True, text=True, env={**clean_env(), **(env or {})}, timeout=300
+            [sys.executable, RUN_PROGRAM, PROGRAM, *argv], capture_output=True, text=True, env={**clean_env(), **(env or {})}, timeout=300
         )
     finally:
         done.set()

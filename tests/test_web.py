@@ -347,7 +347,9 @@ def test_a_cross_site_post_carries_no_session(tmp_path, serving):
 
 def test_serve_refuses_what_would_expose_passwords_or_cannot_listen(tmp_path):
     def held(*args):
-        proc = subprocess.run([sys.executable, PROGRAM, "serve", *args], capture_output=True, text=True, env=clean_env(), timeout=60)
+        proc = subprocess.run(
+            [sys.executable, RUN_PROGRAM, PROGRAM, "serve", *args], capture_output=True, text=True, env=clean_env(), timeout=60
+        )
         assert proc.returncode == 2 and proc.stderr.startswith("HOLD: ") and "Traceback" not in proc.stderr, proc.stderr
         return proc.stderr
 
