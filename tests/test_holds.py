@@ -14,7 +14,20 @@ import test_web
 from test_web import live_state, sign_in
 from test_work import job_workspace, phases
 
-from conftest import FAKE_KEY, PROGRAM, Provider, Workspace, admin_url, as_role, clean_env, free_port, refused, run_inprocess, sql
+from conftest import (
+    FAKE_KEY,
+    PROGRAM,
+    RUN_PROGRAM,
+    Provider,
+    Workspace,
+    admin_url,
+    as_role,
+    clean_env,
+    free_port,
+    refused,
+    run_inprocess,
+    sql,
+)
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -61,7 +74,7 @@ def test_a_state_directory_run_that_is_refused_says_so_on_the_job_until_its_owne
 def work(store: str, *flags, env=None) -> subprocess.CompletedProcess:
     """One `work --until-idle` process as the store's worker role, to its end."""
     full = {**clean_env(), **(env or {})}
-    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store, "worker"), "--until-idle", *flags]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "work", "--store", as_role(store, "worker"), "--until-idle", *flags]
     return subprocess.run(argv, capture_output=True, text=True, env=full, timeout=120)
 
 
@@ -109,7 +122,7 @@ def test_a_workers_hold_shows_on_the_job_and_keeps_the_workers_off_it_until_rele
     again = work_here(store_url, provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))  # even with the right address: held until released
     assert again.code == 0 and again.json["runs"] == [] and "claimed" not in again.stderr
     worker_release = subprocess.run(
-        [sys.executable, PROGRAM, "release", "--store", as_role(store_url, "worker"), "--job", "job-00"],
+        [sys.executable, RUN_PROGRAM, PROGRAM, "release", "--store", as_role(store_url, "worker"), "--job", "job-00"],
         capture_output=True,
         text=True,
         env=clean_env(),

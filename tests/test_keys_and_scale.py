@@ -60,7 +60,7 @@ def test_a_rotated_out_key_seals_no_new_job_and_a_job_left_under_it_is_held_with
     assert "if the key was rotated (rotate-key), DURABLE_JOB_KEY_FILE must name the new key file" not in message  # it does
     assert "HOLD: JobError: work held 1 job" in first.stderr
     held = subprocess.run(
-        [sys.executable, PROGRAM, "jobs", "--store", url, "--held", "--json"], capture_output=True, text=True, env=clean_env()
+        [sys.executable, RUN_PROGRAM, PROGRAM, "jobs", "--store", url, "--held", "--json"], capture_output=True, text=True, env=clean_env()
     )
     listed = json.loads(held.stdout)["jobs"]
     assert [j["jobId"] for j in listed] == ["left"] and "rotated out at" in listed[0]["hold"]["message"]

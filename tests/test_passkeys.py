@@ -179,7 +179,9 @@ def test_a_role_registers_passkeys_only_for_itself(tmp_path, pg_server):
         changed = psql("bob", sql)
         assert changed.returncode != 0 and ("history" in changed.stderr or "permission denied" in changed.stderr), changed.stderr
     assert psql("carol", "SELECT count(*) FROM durable_job.passkeys").stdout.strip() == "1"
-    listed = subprocess.run([sys.executable, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env())
+    listed = subprocess.run(
+        [sys.executable, RUN_PROGRAM, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env()
+    )
     assert listed.returncode == 0 and "\nbob cred-1-AAAAAAAAAAAA localhost http://localhost " in listed.stdout
     assert listed.stdout.startswith("# durable-job")
 

@@ -19,6 +19,7 @@ from conftest import (
     ALPHA,
     BOTH,
     PROGRAM,
+    RUN_PROGRAM,
     Workspace,
     allowed_signers,
     as_role,
@@ -275,7 +276,7 @@ def test_a_worker_killed_after_the_id_is_committed_leaves_the_job_for_the_next_w
     assert ws.run("submit", "--manifest", ws.manifest, "--store", store_url, state=False).ok()["phase"] == "not-started"
     provider.behave("kept-held")
     env = {**clean_env(), **ws.env}
-    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store_url, "worker"), "--until-idle"]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "work", "--store", as_role(store_url, "worker"), "--until-idle"]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         [row] = wait_for(lambda: submitted(ws), timeout=60)
