@@ -650,7 +650,6 @@ SLOW_FIRST = (
     "test_work.py::test_sigterm_mid_call",
     "test_web.py::test_a_reviewer_follows_and_decides_a_job_from_a_phone",
     "test_passkeys.py::test_a_passkey_that_never_answers",
-    "test_next_step.py::test_a_call_in_flight_is_running_with_its_holder",
     "test_web_attacker.py::test_a_body_over_a_mebibyte_or_trickled_in",
     "test_docs.py::test_the_readmes_first_job_runs_as_printed",
     "test_work.py::test_a_job_needing_a_person_is_skipped",
@@ -669,11 +668,10 @@ LAST = ("test_tools.py::test_the_type_checker_catches",)
 
 
 # Journeys that mostly wait on the clock (a minute's rate limit, an idle sign-out, a slow receiver, a trickled body, a
-# passkey that never answers, a provider's Retry-After, an answer trickled past its deadline, a migrate waiting for a
-# drained store, a page's reconcile waiting out a held job's busy wait): 3-90 s each of wall time for a few seconds of
-# CPU. Marked `waits`; `make test` (scripts/test.sh) runs them in a pytest process of their own beside the rest, so
-# their waiting overlaps the rest's work instead of idling one of the two workers (`pytest` alone still runs them with
-# the rest).
+# passkey that never answers, a provider's Retry-After, an answer trickled past its deadline, a page's reconcile waiting
+# out a held job's busy wait): 3-90 s each of wall time for a few seconds of CPU. Marked `waits`; `make test`
+# (scripts/test.sh) runs them in a pytest process of their own beside the rest, so their waiting overlaps the rest's
+# work instead of idling one of the two workers (`pytest` alone still runs them with the rest).
 WAITS = (
     "test_limits.py::test_eight_workers_under_one_shared_limit",
     "test_web_hostile.py::test_a_page_kept_busy_by_the_store_keeps_no_one_signed_in",
@@ -682,11 +680,9 @@ WAITS = (
     "test_limits.py::test_a_worker_told_to_stop_ends_its_wait",
     "test_web_attacker.py::test_a_body_over_a_mebibyte_or_trickled_in",
     "test_passkeys.py::test_a_passkey_that_never_answers",
-    "test_next_step.py::test_a_call_in_flight_is_running_with_its_holder",
     "test_rate_limits.py::test_a_three_item_job_rate_limited_three_times",
     "test_rate_limits.py::test_each_way_a_provider_says_how_long_to_wait",
     "test_openai_http.py::test_an_answer_that_trickles_in_is_cut_at_the_deadline",
-    "test_store.py::test_an_upgrade_waits_for_a_drained_store",
     "test_phone_reconcile.py::test_a_reconcile_from_the_page_waits_for_the_command_holding_the_job",
 )
 
@@ -853,6 +849,12 @@ class Provider:
             return []
         with open(self.log) as fh:  # a line the server is still writing (no newline yet) is not a request logged yet
             return [json.loads(line) for line in fh if line.endswith("\n") and line.strip()]
+
+    def release(self) -> None:
+        """The server answers every call it holds (behaviour "held") and finishes every response it keeps in progress
+        (behaviour "kept-held"): those now, and any later one at once."""
+        with open(self.log + ".release", "w"):
+            pass
 
     def response_file(self, logged: dict, path: str) -> str:
         """The --response-file a person writes from one line of this server's log, for an answer that never arrived."""

@@ -6,7 +6,8 @@ the response `queued` and its id; GET /v1/responses/{id} returns it, `in_progres
 usage) once KEPT_SECONDS have passed; POST /v1/responses/{id}/cancel cancels one still running. Every request is logged
 (its method and path too), so a test counts the POSTs of each operation key. The behaviour of the POST decides the
 response's course: "ok" (or "kept-slow:N": completed after N seconds), "kept-held" (in progress until the test makes
-the file `<log>.release`), "kept-fail" (ends failed), "kept-lost" (the provider loses it: 404 thereafter).
+the file `<log>.release`), "kept-fail" (ends failed), "kept-lost" (the provider loses it: 404 thereafter). A call not
+kept that behaves "held" is answered once that file is made: after whatever the test does while the call is out.
 
 Stored chat completions, likewise: a POST /v1/chat/completions with store=true keeps the completion with its metadata,
 and GET /v1/chat/completions?metadata[KEY]=VALUE lists those carrying it. "stored-hang" stores the completion and never
@@ -229,6 +230,7 @@ class Handler(BaseHTTPRequestHandler):
                     "trickle",
                     "echo-key-escaped",
                     "echo-key-split",
+                    "held",
                 )
                 or behaviour.startswith(("slow:", "answer:"))
             )
@@ -335,6 +337,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.start_kept(behaviour, seq, rid, fields, text, out)
         if behaviour.startswith("slow:"):
             time.sleep(float(behaviour.split(":", 1)[1]))
+        if behaviour == "held":  # answered once the test makes the file `<log>.release`: after what it does meanwhile
+            while not os.path.exists(self.server.log_path + ".release") and not self.server.stopping.wait(0.01):
+                pass
         if behaviour in ERROR_CODES:
             return self.send_error_json(int(behaviour), seq, f"test server error {behaviour}")
         if behaviour == "429-quota":  # the account's quota is exhausted: a refusal, never a wait

@@ -12,7 +12,8 @@ What stays as in a script run: sys.argv (sys.argv[0] is PROGRAM, so the commands
 it as `python PROGRAM`), sys.path[0] (PROGRAM's folder, where its durable_job_team/ is found), the module
 `durable_job` that runs main() (a script run's first lines import the file by that name and call its main(), as here,
 so its extensions reach the same module), signals, exit codes and output.
-The tests that start `python durable_job.py` themselves (a worker, serve, notify) keep the script run as it is.
+The tests that start `python durable_job.py` themselves (notify, a few workers) keep the script run as it is;
+test_web's Serve (every test's `serve`) and test_work's worker() start it through this file.
 """
 
 import hashlib

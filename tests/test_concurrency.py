@@ -128,7 +128,7 @@ def test_when_parallel_calls_fail_differently_the_hold_line_names_the_uncertain_
 
 def test_killed_while_parallel_calls_are_in_flight_then_recovered(ws, provider):
     """SIGKILL with three requests at the server: every row is pending; the provider's log completes them; no resend."""
-    provider.behave("slow:2")
+    provider.behave("held")  # the server logs each request and its answer as it arrives, and answers none here
     provider.server.handle_error = lambda request, client_address: None  # the killed client's sockets are gone
     openai_workspace(ws, provider, sources=THREE, maxConcurrentCalls=3)
     proc = ws.popen("start", "--manifest", ws.manifest)
@@ -139,7 +139,6 @@ def test_killed_while_parallel_calls_are_in_flight_then_recovered(ws, provider):
     assert sorted(c[2] for c in status["calls"]) == ["pending"] * 3 and status["phase"] == "uncertain-call"
     ws.run("resume").held("UNCERTAIN_CALL")
 
-    time.sleep(2.2)  # the server finishes writing its answers to its own log
     logged = {r["client_request_id"]: r for r in provider.requests()}
     for key, item, *_ in status["calls"]:
         answer = os.path.join(ws.root, f"{item}.json")

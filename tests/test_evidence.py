@@ -48,9 +48,10 @@ def test_a_signed_decision_verifies_with_the_deciders_key_at_its_own_time_and_wi
             assert fh.read() == signature["armored"]
     # an entry that expired after the signature was made still verifies: the signature is checked at its own time
     signed_at = datetime.strptime(final["decidedAtUtc"][:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    later = (signed_at + timedelta(seconds=2)).strftime("%Y%m%d%H%M%SZ")
-    while datetime.now(UTC) <= signed_at + timedelta(seconds=3):
-        time.sleep(0.2)
+    # (valid before the second after the one it was signed in: verify-time names whole seconds; expired once that is past)
+    later = (signed_at + timedelta(seconds=1)).strftime("%Y%m%d%H%M%SZ")
+    while datetime.now(UTC) <= signed_at + timedelta(seconds=2):
+        time.sleep(0.05)
     expired_since = allowed_signers(tmp_path, "expired-since", (me, dana, f',valid-before="{later}"'))
     assert signatures(ws.run("verify", "--allowed-signers", expired_since).ok())["ok"]
     for name, entry, why in (

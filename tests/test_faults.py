@@ -3,10 +3,12 @@
 Every test recovers the way the README's runbook tells a person to (status → reconcile a pending row →
 resume → decide) and then checks the end state against an uninterrupted run. Model calls are counted by
 observers the program does not control: in fake mode a wrapper that loads durable_job.py unchanged and
-logs every call into the fake provider (plus the journal's call_events), in openai mode the loopback
-server's own request log.
+logs every call into the fake provider (plus the journal's call_events) — a launcher for a command that is
+to crash or race, the same wrapper in this process for any other — in openai mode the loopback server's own
+request log.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -125,7 +127,44 @@ class Observer:
         return [r for r in records if event is None or r["event"] == event]
 
     def run(self, ws: Workspace, *args, env=None, **kw):
+        """A command watched as it runs: in a process of its own when it is to crash at a named point or wait at a barrier
+        (or the workspace runs no command in this process); otherwise in this process (conftest.run_inprocess), with the
+        same watch on durable_job.fake_call for as long as it runs (the module is the program, loaded unchanged)."""
+        if ws.inprocess and not env and not kw:
+            with self.watching():
+                return ws.run(*args)
         return ws.run(*args, env=self.env(**(env or {})), program=self.program, **kw)
+
+    @contextlib.contextmanager
+    def watching(self):
+        """Every fake-provider call durable_job makes meanwhile in this process, logged as the launcher logs it."""
+        real_fake_call = durable_job.fake_call
+
+        def note(record):
+            with open(self.log, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+
+        def observed_fake_call(job, item, source, prompt, instructions):
+            key = durable_job._OPERATION_KEY.get()  # as the launcher reads it: fake_call is not given its key
+            note({"event": "request", "key": key, "item": item["id"], "pid": os.getpid()})
+            output_text, response_id, request_id, usage = real_fake_call(job, item, source, prompt, instructions)
+            note(
+                {
+                    "event": "answer",
+                    "key": key,
+                    "item": item["id"],
+                    "outputText": output_text,
+                    "responseId": response_id,
+                    "requestId": request_id,
+                }
+            )
+            return output_text, response_id, request_id, usage
+
+        durable_job.fake_call = observed_fake_call
+        try:
+            yield
+        finally:
+            durable_job.fake_call = real_fake_call
 
 
 ###############################################################################
@@ -860,6 +899,20 @@ def api_keys(api) -> dict:
     return {} if api is None else {"api": api}
 
 
+@pytest.fixture(scope="module")
+def openai_baselines(tmp_path_factory):
+    """The uninterrupted run of each provider API, made once for the module: its results depend on neither the backend
+    nor maxConcurrentCalls, so the six random-kill journeys share two (made as each API is first asked for)."""
+    made: dict = {}
+
+    def baseline(api=None) -> tuple[dict, float]:
+        if api not in made:
+            made[api] = openai_baseline(tmp_path_factory.mktemp(f"baseline-{api or 'responses'}"), api)
+        return made[api]
+
+    return baseline
+
+
 def openai_baseline(root, api=None) -> tuple[dict, float]:
     """An uninterrupted openai-mode run with the same latency: its results and how long start took."""
     os.makedirs(root, exist_ok=True)
@@ -890,7 +943,7 @@ def openai_baseline(root, api=None) -> tuple[dict, float]:
         "store-chat-maxConcurrentCalls-3",
     ],
 )
-def test_random_kills_over_real_http(tmp_path, request, concurrency, backend, api):
+def test_random_kills_over_real_http(tmp_path, request, openai_baselines, concurrency, backend, api):
     """Results never depend on prompts' progress lines here, so one baseline serves both concurrencies.
 
     In a store every job shares one database, as a team's jobs do. Chat Completions (api chat) is killed as the
@@ -900,7 +953,7 @@ def test_random_kills_over_real_http(tmp_path, request, concurrency, backend, ap
     seed = int(os.environ.get("DURABLE_JOB_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
     print(f"\ncrash-fuzz seed={seed} (rerun with DURABLE_JOB_FUZZ_SEED={seed})", flush=True)
     began = time.monotonic()
-    baseline, duration = openai_baseline(tmp_path / "baseline", api)
+    baseline, duration = openai_baselines(api)
     workers = max(1, min(jobs, (os.cpu_count() or 2)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [
@@ -930,9 +983,10 @@ def test_random_kills_over_real_http(tmp_path, request, concurrency, backend, ap
 ###############################################################################
 
 
-def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120) -> list:
+def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120, last=None) -> list:
     """Launch every command at one instant (a file barrier after start-up); return
-    [(args, code, stdout, stderr, seconds from the go signal to exit)] in launch order."""
+    [(args, code, stdout, stderr, seconds from the go signal to exit)] in launch order. `last`, when given, is called
+    once every command but one has ended (a provider holding the one left's calls answers them then)."""
     barrier = os.path.join(ws.root, f"barrier-{time.monotonic_ns()}")
     os.makedirs(barrier)
     procs = [ws.popen(*args, program=obs.program, env=obs.env(FAULTS_BARRIER=barrier, **(env or {}))) for args in commands]
@@ -944,6 +998,8 @@ def race(ws: Workspace, obs: Observer, commands: list, env=None, timeout=120) ->
         for n, p in enumerate(procs):
             if n not in ended and p.poll() is not None:
                 ended[n] = time.monotonic() - go
+                if last is not None and len(ended) == len(procs) - 1:
+                    last()
         assert time.monotonic() - go < timeout, "a racing command hung"
         time.sleep(0.002)
     out = []
@@ -971,9 +1027,9 @@ def split_race(results: list):
 @pytest.mark.parametrize("n", [2, 8])
 def test_race_start_start_on_a_fresh_dir(ws, provider, tmp_path, n):
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6")
+    provider.behave("held")  # the winner's calls are answered once every other start has ended
     obs = Observer(tmp_path)
-    results = race(ws, obs, [("start", "--manifest", ws.manifest)] * n)
+    results = race(ws, obs, [("start", "--manifest", ws.manifest)] * n, last=provider.release)
     winner, busy = split_race(results)
     # a state directory's start seals under the run lock; a store's commits the job's row and then takes its lock, so
     # on a loaded machine another start may take it in between and continue the job the first one sealed (which is then
@@ -995,11 +1051,12 @@ def test_race_start_start_on_a_fresh_dir(ws, provider, tmp_path, n):
 def test_race_start_start_when_the_seal_is_already_visible(ws, provider, tmp_path):
     """The losers may find job.json already sealed: then they continue as resume, which is busy too."""
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6")
+    provider.behave("held")  # the first start's calls are answered once the race is over: it holds the job till then
     obs = Observer(tmp_path)
     first = ws.popen("start", "--manifest", ws.manifest)
     wait_for(lambda: os.path.exists(os.path.join(ws.state, "job.json")), timeout=30)
     results = race(ws, obs, [("start", "--manifest", ws.manifest)] * 4)
+    provider.release()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     for _args, code, stdout, stderr, _seconds in results:
@@ -1013,7 +1070,7 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
     """A start that found no job.json, then lost the CPU while another start sealed one, is refused as busy
     (not told the directory "holds no job.json"), and no work is duplicated."""
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6")
+    provider.behave("held")  # the first start's calls are answered once the late one was refused: it holds the job till then
     obs = Observer(tmp_path)
     folder = os.path.join(ws.root, "pause")
     os.makedirs(folder)
@@ -1026,6 +1083,7 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
     open(os.path.join(folder, "go"), "w").close()
     out, err = late.communicate(timeout=60)
     assert_held(late.returncode, out, err, *BUSY)
+    provider.release()
     out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     log = provider.requests()
@@ -1036,10 +1094,10 @@ def test_start_preempted_between_its_checks_while_another_start_seals(ws, provid
 @BOTH
 def test_race_resume_resume(ws, provider, tmp_path):
     openai_workspace(ws, provider)
-    provider.behave("slow:0.6", sequence=["429-quota"])  # the first call is refused: the job stops with work left
+    provider.behave("held", sequence=["429-quota"])  # the first call is refused: the job stops with work left
     ws.start().held("ProviderError", "rejected")
     obs = Observer(tmp_path)
-    results = race(ws, obs, [("resume",)] * 4)
+    results = race(ws, obs, [("resume",)] * 4, last=provider.release)  # the winner's calls answered once the rest ended
     winner, busy = split_race(results)
     assert winner[1] == 0 and len(json.loads(winner[2])["interrupt"]) == 1
     log = provider.requests()

@@ -6,6 +6,7 @@ still said "not started ... resume".
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -13,7 +14,20 @@ import test_web
 from test_web import live_state, sign_in
 from test_work import job_workspace, phases
 
-from conftest import FAKE_KEY, PROGRAM, Provider, Workspace, admin_url, as_role, clean_env, free_port, refused, sql
+from conftest import (
+    FAKE_KEY,
+    PROGRAM,
+    RUN_PROGRAM,
+    Provider,
+    Workspace,
+    admin_url,
+    as_role,
+    clean_env,
+    free_port,
+    refused,
+    run_inprocess,
+    sql,
+)
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -60,8 +74,13 @@ def test_a_state_directory_run_that_is_refused_says_so_on_the_job_until_its_owne
 def work(store: str, *flags, env=None) -> subprocess.CompletedProcess:
     """One `work --until-idle` process as the store's worker role, to its end."""
     full = {**clean_env(), **(env or {})}
-    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store, "worker"), "--until-idle", *flags]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "work", "--store", as_role(store, "worker"), "--until-idle", *flags]
     return subprocess.run(argv, capture_output=True, text=True, env=full, timeout=120)
+
+
+def work_here(store: str, env: dict):
+    """`work --until-idle` as the store's worker role, run in this process: for a look at its result only."""
+    return run_inprocess(["work", "--store", as_role(store, "worker"), "--until-idle"], {**clean_env(), **env}, os.getcwd())
 
 
 def test_a_workers_hold_shows_on_the_job_and_keeps_the_workers_off_it_until_released(tmp_path, store_url, provider, serving):
@@ -86,17 +105,10 @@ def test_a_workers_hold_shows_on_the_job_and_keeps_the_workers_off_it_until_rele
     hold = hold_of(status)
     assert hold["by"] == "worker" and "seals its provider" in hold["message"] and "release --store" in hold["fix"]
     assert status["phase"] == "not-started" and status["next"].startswith("held by worker at ")
-    listed = {
-        j["jobId"]: j
-        for j in json.loads(subprocess.check_output([sys.executable, PROGRAM, "jobs", "--store", store_url, "--json"], env=clean_env()))[
-            "jobs"
-        ]
-    }
+    listed = {j["jobId"]: j for j in w.run("jobs", "--store", store_url, "--json", state=False).ok()["jobs"]}
     assert listed["job-00"]["hold"] == hold
-    held = subprocess.run(
-        [sys.executable, PROGRAM, "jobs", "--store", store_url, "--held", "--json"], capture_output=True, text=True, env=clean_env()
-    )
-    assert [j["jobId"] for j in json.loads(held.stdout)["jobs"]] == ["job-00"]
+    held = w.run("jobs", "--store", store_url, "--held", "--json", state=False).ok()
+    assert [j["jobId"] for j in held["jobs"]] == ["job-00"]
 
     web = serving(tmp_path, "--store", store_url)  # the page and the API say it too, to whoever may see the job
     alice = sign_in(web, "alice")
@@ -107,10 +119,10 @@ def test_a_workers_hold_shows_on_the_job_and_keeps_the_workers_off_it_until_rele
     assert "Held by worker" in alice.get("/").text
     assert sign_in(web, "carol").get("/api/jobs?held=1").json() == {"jobs": []}
 
-    again = work(store_url, env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))  # even with the right address: held until released
-    assert again.returncode == 0 and json.loads(again.stdout)["runs"] == [] and "claimed" not in again.stderr
+    again = work_here(store_url, provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))  # even with the right address: held until released
+    assert again.code == 0 and again.json["runs"] == [] and "claimed" not in again.stderr
     worker_release = subprocess.run(
-        [sys.executable, PROGRAM, "release", "--store", as_role(store_url, "worker"), "--job", "job-00"],
+        [sys.executable, RUN_PROGRAM, PROGRAM, "release", "--store", as_role(store_url, "worker"), "--job", "job-00"],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -120,8 +132,7 @@ def test_a_workers_hold_shows_on_the_job_and_keeps_the_workers_off_it_until_rele
 
     released = w.run("release", "--job", "job-00").ok()  # alice, its owner
     assert released["released"] == hold and released["hold"] is None
-    done = work(store_url, env=provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5"))
-    assert done.returncode == 0, done.stderr
+    work_here(store_url, provider.env(DURABLE_JOB_OPENAI_TIMEOUT="5")).ok()
     assert phases(store_url) == {"job-00": "awaiting-review"} and w.run("status", "--job", "job-00").ok()["hold"] is None
 
 

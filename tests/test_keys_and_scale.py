@@ -14,7 +14,7 @@ import pytest
 from test_encrypted import encrypted_store
 from test_holds import work
 
-from conftest import BOILER, PROGRAM, Workspace, admin_url, clean_env, new_key_file, sql
+from conftest import BOILER, PROGRAM, RUN_PROGRAM, Workspace, admin_url, clean_env, new_key_file, sql
 
 
 def test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_with_the_true_fix(pg_server, tmp_path):
@@ -60,7 +60,7 @@ def test_a_rotated_out_key_encrypts_no_new_job_and_a_job_left_under_it_is_held_w
     assert "if the key was rotated (rotate-key), DURABLE_JOB_KEY_FILE must name the new key file" not in message  # it does
     assert "HOLD: JobError: work held 1 job" in first.stderr
     held = subprocess.run(
-        [sys.executable, PROGRAM, "jobs", "--store", url, "--held", "--json"], capture_output=True, text=True, env=clean_env()
+        [sys.executable, RUN_PROGRAM, PROGRAM, "jobs", "--store", url, "--held", "--json"], capture_output=True, text=True, env=clean_env()
     )
     listed = json.loads(held.stdout)["jobs"]
     assert [j["jobId"] for j in listed] == ["left"] and "rotated out at" in listed[0]["hold"]["message"]
@@ -168,7 +168,7 @@ def most_connections(server, argv: list, env=None) -> tuple[subprocess.Completed
     sampler.start()
     try:
         proc = subprocess.run(
-            [sys.executable, PROGRAM, *argv], capture_output=True, text=True, env={**clean_env(), **(env or {})}, timeout=300
+            [sys.executable, RUN_PROGRAM, PROGRAM, *argv], capture_output=True, text=True, env={**clean_env(), **(env or {})}, timeout=300
         )
     finally:
         done.set()

@@ -215,7 +215,7 @@ def test_a_state_directory_paces_its_calls_by_the_limit_in_its_environment(tmp_p
     run = ws.popen("start", "--manifest", ws.manifest, env={"DURABLE_JOB_REQUESTS_PER_MINUTE": "1"})
     try:
         wait_for(lambda: len(provider.requests()) == 1 and ws.db_rows()[-1:] and ws.db_rows()[-1][2] == "completed", timeout=60)
-        time.sleep(2)  # the second item's call waits for its slot
+        wait_for(lambda: "waitsForSlot" in ws.run("status").ok(), timeout=60)  # the second item's call waits for its slot
         assert run.poll() is None and len(provider.requests()) == 1
         assert [r[2] for r in ws.db_rows()] == ["completed"]  # nothing pending while it waits
         [dispatch] = [e for e in ws.events(ws.db_rows()[0][0]) if e["event"] == "dispatch"]

@@ -19,7 +19,7 @@ import uuid
 import pytest
 from receiver import Receiver
 
-from conftest import PROGRAM, Workspace, admin_url, as_role, clean_env, free_port, refused, sql, wait_for
+from conftest import PROGRAM, RUN_PROGRAM, Workspace, admin_url, as_role, clean_env, free_port, refused, sql, wait_for
 
 SECRET = b"hook-secret-" + b"0utb0x" * 4
 PHISH = "https://phish.example/login"
@@ -37,7 +37,7 @@ def notify_config(tmp_path, port: int, name: str = "notify.json") -> str:
 
 def notify(store: str, config: str, *more) -> subprocess.CompletedProcess:
     """One `notify` pass as the store's worker role."""
-    argv = [sys.executable, PROGRAM, "notify", "--store", as_role(store, "worker"), "--notify", config, *more]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "notify", "--store", as_role(store, "worker"), "--notify", config, *more]
     return subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=120)
 
 
@@ -314,7 +314,7 @@ def test_a_secret_file_its_group_or_others_may_open_is_refused_with_the_chmod_th
     secret.chmod(mode)
     folder = tmp_path / f"dir-{uuid.uuid4().hex[:6]}"
     folder.mkdir()
-    argv = [sys.executable, PROGRAM, "notify", "--notify", config, "--state-dir", str(folder)]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "notify", "--notify", config, "--state-dir", str(folder)]
     done = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=60)
     if mode & 0o077:
         assert done.returncode == 2 and done.stdout == ""

@@ -10,7 +10,7 @@ import sys
 import test_web
 from test_web import phone_signs_in, store_counts, text_of
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, new_store, wait_for
+from conftest import PROGRAM, RUN_PROGRAM, Workspace, as_role, clean_env, new_store, wait_for
 
 serving = test_web.serving  # the fixture that starts serves and stops them after each test
 
@@ -179,7 +179,9 @@ def test_a_role_registers_passkeys_only_for_itself(tmp_path, pg_server):
         changed = psql("bob", sql)
         assert changed.returncode != 0 and ("history" in changed.stderr or "permission denied" in changed.stderr), changed.stderr
     assert psql("carol", "SELECT count(*) FROM durable_job.passkeys").stdout.strip() == "1"
-    listed = subprocess.run([sys.executable, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env())
+    listed = subprocess.run(
+        [sys.executable, RUN_PROGRAM, PROGRAM, "passkeys", "--store", store], capture_output=True, text=True, env=clean_env()
+    )
     assert listed.returncode == 0 and "\nbob cred-1-AAAAAAAAAAAA localhost http://localhost " in listed.stdout
     assert listed.stdout.startswith("# durable-job")
 
@@ -321,7 +323,9 @@ def test_serve_refuses_a_passkey_wait_out_of_range_in_one_line(tmp_path):
     import subprocess
 
     def held(*args) -> str:
-        proc = subprocess.run([sys.executable, PROGRAM, "serve", *args], capture_output=True, text=True, env=clean_env(), timeout=60)
+        proc = subprocess.run(
+            [sys.executable, RUN_PROGRAM, PROGRAM, "serve", *args], capture_output=True, text=True, env=clean_env(), timeout=60
+        )
         assert proc.returncode == 2 and proc.stderr.startswith("HOLD: ") and proc.stderr.count("\n") == 1, proc.stderr
         assert "Traceback" not in proc.stderr and "unrecognized" not in proc.stderr, proc.stderr
         return proc.stderr

@@ -19,6 +19,7 @@ from conftest import (
     ALPHA,
     BOTH,
     PROGRAM,
+    RUN_PROGRAM,
     Workspace,
     allowed_signers,
     as_role,
@@ -53,12 +54,6 @@ def journaled(ws) -> list:
     """The job's calls, none before the run made its journal (a state directory's) or sealed its job (a store's)."""
     made = ws.has_job() if ws.store is not None else os.path.exists(os.path.join(ws.state, "effects.sqlite"))
     return ws.calls() if made else []
-
-
-def release(provider) -> None:
-    """The provider finishes the responses it held (behaviour "kept-held")."""
-    with open(provider.log + ".release", "w"):
-        pass
 
 
 def submitted(ws) -> list:
@@ -119,7 +114,7 @@ def test_a_run_killed_after_the_id_is_committed_is_completed_by_resume_from_the_
         kill_group(run)
     status = ws.run("status").ok()
     assert status["phase"] == "ready" and status["calls"][0][2] == "pending" and "resume" in status["next"]
-    release(provider)
+    provider.release()
     out = ws.run("resume").ok()
     assert [r["status"] for r in out["results"]] == ["validated"]
     [done] = ws.calls()
@@ -179,7 +174,7 @@ def test_an_answer_not_back_in_time_stays_submitted_and_resume_retrieves_it(ws, 
     row = left_submitted(ws, provider, "did not come back", "run resume")
     assert ws.run("status").ok()["phase"] == "ready"
     assert [e["event"] for e in ws.events(row["operation_key"])] == ["dispatch", "submitted", "error"]
-    release(provider)
+    provider.release()
     assert [r["status"] for r in ws.run("resume").ok()["results"]] == ["validated"]
     assert posts(provider) == {row["operation_key"]: 1}
     assert ws.run("verify").ok()["ok"] is True
@@ -281,14 +276,14 @@ def test_a_worker_killed_after_the_id_is_committed_leaves_the_job_for_the_next_w
     assert ws.run("submit", "--manifest", ws.manifest, "--store", store_url, state=False).ok()["phase"] == "not-started"
     provider.behave("kept-held")
     env = {**clean_env(), **ws.env}
-    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store_url, "worker"), "--until-idle"]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "work", "--store", as_role(store_url, "worker"), "--until-idle"]
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         [row] = wait_for(lambda: submitted(ws), timeout=60)
     finally:
         kill_group(first)
     assert ws.run("status").ok()["phase"] == "ready"
-    release(provider)
+    provider.release()
     second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout)["counts"] == {"awaiting-review": 1}
@@ -414,7 +409,7 @@ def test_a_kill_at_each_commit_of_a_kept_call_never_sends_it_twice_and_resume_se
 
 def test_reconcile_from_provider_takes_a_submitted_responses_answer_by_its_id(ws, provider):
     row = left_submitted(ws, provider)
-    release(provider)
+    provider.release()
     key = row["operation_key"]
     out = ws.run("reconcile", "--operation-key", key, "--action", "complete", "--from-provider", "--reviewer", "b", "--reason", "k").ok()
     assert out["reconciliation"]["fromProvider"] == {"found": 1, "responseId": row["response_id"]}

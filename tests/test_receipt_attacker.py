@@ -49,7 +49,7 @@ FACTS = (
 def bobs(tmp_path_factory) -> dict:
     """Bob's signed reject of a state directory's job, and what checking it needs: {receipt, signers, key, root}."""
     root = tmp_path_factory.mktemp("bobs")
-    ws = Workspace(root / "job", inprocess=False)
+    ws = Workspace(root / "job")
     ws.write_manifest()
     bob = make_key(root, "bob")
     ws.start().ok()
@@ -64,9 +64,7 @@ def verify_alone(tmp_path, receipt: dict, signers: str, *flags: str):
     """verify --receipt FILE --allowed-signers F by someone with nothing but the file and the public key."""
     path = tmp_path / "sent-receipt.json"
     path.write_text(json.dumps(receipt, indent=2))
-    return Workspace(tmp_path / "elsewhere", inprocess=False).run(
-        "verify", "--receipt", str(path), "--allowed-signers", signers, *flags, state=False
-    )
+    return Workspace(tmp_path / "elsewhere").run("verify", "--receipt", str(path), "--allowed-signers", signers, *flags, state=False)
 
 
 def checks(report: dict) -> dict:

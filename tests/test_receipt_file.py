@@ -16,7 +16,6 @@ from conftest import BOTH, NEW_RECEIPT_UNSIGNED, Workspace, allowed_signers, mak
 
 def signed_receipt_file(ws: Workspace, tmp_path) -> tuple[str, str, dict]:
     """Bob decides reject, signed; `inspect --receipt` writes the job's receipt to a file. (file, allowed_signers, receipt)"""
-    ws.inprocess = False
     bob = make_key(tmp_path, "bob")
     ws.start().ok()
     ws.run("decide", "--decision", "reject", "--reviewer", "Bob Reviewer", "--reason", "the quote is wrong", "--sign-key", bob).ok()
@@ -42,9 +41,7 @@ def verify_alone(tmp_path, receipt, signers):
     """verify --receipt FILE --allowed-signers F by someone with nothing but the file and the public key."""
     path = tmp_path / "sent-receipt.json"
     path.write_text(json.dumps(receipt, indent=2))
-    return Workspace(tmp_path / "elsewhere", inprocess=False).run(
-        "verify", "--receipt", str(path), "--allowed-signers", signers, state=False
-    )
+    return Workspace(tmp_path / "elsewhere").run("verify", "--receipt", str(path), "--allowed-signers", signers, state=False)
 
 
 def checks(report: dict) -> dict:
@@ -55,7 +52,7 @@ def checks(report: dict) -> dict:
 def test_a_receipt_alone_says_which_decision_it_verified_and_which_fields_no_signature_covers(ws, tmp_path):
     path, signers, receipt = signed_receipt_file(ws, tmp_path)
     final = receipt["final"]
-    report = Workspace(tmp_path / "elsewhere", inprocess=False).run("verify", "--receipt", path, "--allowed-signers", signers, state=False)
+    report = Workspace(tmp_path / "elsewhere").run("verify", "--receipt", path, "--allowed-signers", signers, state=False)
     out = report.ok()
     said = f"decision reject by {ws.principal()} (Bob Reviewer) at {final['decidedAtUtc']}, results sha256 {final['resultsSha256']}"
     assert out["ok"] is True and out["verified"] == [said]
@@ -72,9 +69,7 @@ def test_a_receipt_alone_says_which_decision_it_verified_and_which_fields_no_sig
     assert ", final.signature.namespace," in uncovered["detail"] and "writtenAtUtc" not in tied["detail"]
     assert (
         "warn not covered: not covered by the signature"
-        in Workspace(tmp_path / "elsewhere", inprocess=False)
-        .run("verify", "--receipt", path, "--allowed-signers", signers, "--text", state=False)
-        .stdout
+        in Workspace(tmp_path / "elsewhere").run("verify", "--receipt", path, "--allowed-signers", signers, "--text", state=False).stdout
     )
 
 
@@ -158,7 +153,6 @@ def test_an_edit_the_signature_covers_fails_it_and_a_broken_receipt_is_one_hold_
 
 @BOTH
 def test_a_signed_cancel_alone_is_checked_the_same_way(ws, tmp_path):
-    ws.inprocess = False
     dana = make_key(tmp_path, "dana")
     assert ws.start(env={"DURABLE_JOB_FAKE_CRASH": "after-pending"}).code == 94
     ws.run("cancel", "--reviewer", "Dana", "--reason", "wrong sources", "--sign-key", dana).ok()
@@ -178,7 +172,6 @@ def test_a_signed_cancel_alone_is_checked_the_same_way(ws, tmp_path):
 
 @BOTH
 def test_inspect_writes_the_receipt_only_once_there_is_one_and_never_over_another_file(ws, tmp_path):
-    ws.inprocess = False
     target = str(tmp_path / "out" / "receipt.json")
     os.makedirs(os.path.dirname(target))
     ws.start().ok()
@@ -198,11 +191,7 @@ def test_inspect_writes_the_receipt_only_once_there_is_one_and_never_over_anothe
     # with the job, the file is bound by its sha256 to the job's history; alone, by the decision's signature
     assert checks(ws.run("verify", "--receipt", target).ok())["kept receipt"]["ok"]
     signers = allowed_signers(tmp_path, "signers", (ws.principal(), dana, ""))
-    assert (
-        Workspace(tmp_path / "elsewhere", inprocess=False)
-        .run("verify", "--receipt", target, "--allowed-signers", signers, state=False)
-        .ok()["ok"]
-    )
+    assert Workspace(tmp_path / "elsewhere").run("verify", "--receipt", target, "--allowed-signers", signers, state=False).ok()["ok"]
     # never over anything else: a manifest, another job's receipt, or another receipt of this job (kept evidence)
     other = dict(ws.receipt(), jobId="other-job")
     differs = dict(ws.receipt(), writtenAtUtc="2026-01-01T00:00:00Z")

@@ -19,6 +19,7 @@ from test_notify import notify_config
 
 from conftest import (
     PROGRAM,
+    RUN_PROGRAM,
     Workspace,
     admin_url,
     as_role,
@@ -37,7 +38,12 @@ serving = test_web.serving  # the fixture that starts serves and stops them afte
 def run(cwd, *args, env=None, timeout=60) -> subprocess.CompletedProcess:
     """One command as a person types it, in a process of its own."""
     return subprocess.run(
-        [sys.executable, PROGRAM, *args], capture_output=True, text=True, env={**clean_env(), **(env or {})}, cwd=str(cwd), timeout=timeout
+        [sys.executable, RUN_PROGRAM, PROGRAM, *args],
+        capture_output=True,
+        text=True,
+        env={**clean_env(), **(env or {})},
+        cwd=str(cwd),
+        timeout=timeout,
     )
 
 

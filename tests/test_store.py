@@ -188,10 +188,12 @@ def test_a_start_that_finds_the_store_half_set_up_by_another_seals_its_job(empty
     assert ws.run("status").ok()["phase"] == "awaiting-review"
 
 
-def slow_openai_job(ws, provider, seconds=30):
+def held_openai_job(ws, provider):
+    """A start whose first call is out, answered only once the test calls `provider.release()`: after what it does
+    meanwhile (a slow answer would have to outlast the test's commands however loaded the machine, and end no sooner)."""
     openai_workspace(ws, provider)
-    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = str(seconds + 30)  # the call outlasts the test's commands, however loaded the machine
-    provider.behave(f"slow:{seconds}")
+    ws.env["DURABLE_JOB_OPENAI_TIMEOUT"] = "60"
+    provider.behave("held")
     proc = ws.popen("start", "--manifest", ws.manifest)
     wait_for(lambda: ws.has_job() and ws.db_rows(), timeout=60)
     return proc
@@ -199,7 +201,7 @@ def slow_openai_job(ws, provider, seconds=30):
 
 def test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job(ws_store, provider, pg_server):
     ws = ws_store
-    proc = slow_openai_job(ws, provider, seconds=3)
+    proc = held_openai_job(ws, provider)
     admin = as_role(ws.store, "durable")
     db = admin.rsplit("/", 1)[1]
     # as if this store were one migration behind the program: the next release's migration not yet recorded
@@ -211,7 +213,8 @@ def test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job(ws_sto
         assert "drain first" in held and f"pid {proc.pid}" in held and "role alice" in held
         assert pg_server.sql("durable", "SELECT count(*) FROM durable_job._migrations WHERE name = 'm007_notify'", db=db).strip() == "0"
     finally:
-        assert proc.wait(timeout=60) == 0  # the job goes on to its review meanwhile
+        provider.release()
+        assert proc.wait(timeout=60) == 0  # the job goes on to its review
     pg_server.sql("durable", "DROP FUNCTION durable_job.notify_change() CASCADE", db=db)  # nor its objects made
     migrated = ws.run("migrate", "--store", admin, state=False).ok()
     assert migrated["changed"] is True
@@ -220,7 +223,7 @@ def test_an_upgrade_waits_for_a_drained_store_migrate_naming_the_held_job(ws_sto
 
 def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
     ws = ws_store
-    proc = slow_openai_job(ws, provider)
+    proc = held_openai_job(ws, provider)  # never answered: killed
     try:
         began = time.monotonic()
         status = ws.run("status").ok()
@@ -239,10 +242,11 @@ def test_a_killed_holder_frees_the_lock_readers_never_wait(ws_store, provider):
 
 def test_a_dropped_lock_connection_ends_the_run_with_a_hold(ws_store, provider, pg_server):
     ws = ws_store
-    proc = slow_openai_job(ws, provider, seconds=3)
+    proc = held_openai_job(ws, provider)
     psql_rows(
         pg_server, ws.store, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'durable_job start %'"
     )
+    provider.release()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()
@@ -256,7 +260,7 @@ def test_a_lost_lock_refuses_the_answer_that_arrives_after_it(ws_store, provider
     """Only the lock's connection dropped (the journal's own stays up): the statement that checks the lock goes out first
     in the answer's transaction and aborts it, so nothing of the answer is written and the call stays pending."""
     ws = ws_store
-    proc = slow_openai_job(ws, provider, seconds=3)
+    proc = held_openai_job(ws, provider)
     killed = psql_rows(
         pg_server,
         ws.store,
@@ -264,6 +268,7 @@ def test_a_lost_lock_refuses_the_answer_that_arrives_after_it(ws_store, provider
         "AND application_name NOT LIKE 'durable_job start journal %'",
     )
     assert killed.split() == ["t"]  # the lock's connection alone
+    provider.release()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()
@@ -284,13 +289,14 @@ def test_an_answer_for_a_call_changed_meanwhile_is_refused_whole_though_nothing_
     the call is out (by the store's administrator, as a reconcile would): the answer's transaction is aborted whole, so
     no completed event, no outcome link and no result is written, and the one HOLD says the call is not pending."""
     ws = ws_store
-    proc = slow_openai_job(ws, provider, seconds=3)
+    proc = held_openai_job(ws, provider)
     changed = psql_rows(
         pg_server,
         ws.store,
         "UPDATE durable_job.calls SET status = 'abandoned', reconciliation_json = '{}' WHERE status = 'pending' RETURNING 1",
     )
     assert changed.split() == ["1"]
+    provider.release()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and out == ""
     lines = err.strip().splitlines()

@@ -9,9 +9,10 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-from conftest import PROGRAM, Workspace, as_role, clean_env, kill_group, wait_for
+from conftest import PROGRAM, RUN_PROGRAM, Workspace, as_role, clean_env, kill_group, run_inprocess, wait_for
 
 
 def job_workspace(tmp_path, store: str, n: int, provider=None, items=("alpha",)) -> Workspace:
@@ -38,19 +39,17 @@ def submit_jobs(tmp_path, store, count, provider=None, items=("alpha",)) -> list
 
 
 def worker(store, *flags, env=None) -> subprocess.Popen:
-    """A `work` process, logged in as the store's worker role (it runs any runnable job, and does nothing else)."""
+    """A `work` process, logged in as the store's worker role (it runs any runnable job, and does nothing else); started
+    through tests/run_program.py, its compiled code kept between runs (a script run compiled the file twice)."""
     full = clean_env()
     full.update(env or {})
-    argv = [sys.executable, PROGRAM, "work", "--store", as_role(store, "worker"), *flags]
+    argv = [sys.executable, RUN_PROGRAM, PROGRAM, "work", "--store", as_role(store, "worker"), *flags]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full)
 
 
 def phases(store) -> dict:
-    out = subprocess.run(
-        [sys.executable, PROGRAM, "jobs", "--store", store, "--json"], capture_output=True, text=True, env=clean_env(), timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    return {j["jobId"]: j["phase"] for j in json.loads(out.stdout)["jobs"]}
+    """Each job's phase as `jobs --store URL --json` lists them (a look at the result: run in this process)."""
+    return {j["jobId"]: j["phase"] for j in run_inprocess(["jobs", "--store", store, "--json"], clean_env(), os.getcwd()).ok()["jobs"]}
 
 
 def sent_keys(provider) -> list:
@@ -116,11 +115,24 @@ def test_a_job_needing_a_person_is_skipped_and_a_running_one_names_its_worker(tm
 
 def test_sigterm_mid_call_lets_the_call_finish_sends_nothing_new_and_exits(tmp_path, store_url, provider):
     (w,) = submit_jobs(tmp_path, store_url, 1, provider, items=("alpha", "beta"))
-    provider.behave("slow:2")
+    provider.behave("held")  # the call in flight is answered once the worker has said it takes no new job
     proc = worker(store_url, env=w.env)  # polling: only the signal ends it
+    said: list = []
+
+    def read_stderr():
+        for line in proc.stderr:
+            said.append(line)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     wait_for(lambda: len(provider.requests()) >= 1, timeout=60)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    wait_for(lambda: any("SIGTERM: taking no new job" in line for line in said), timeout=30)
+    provider.release()
+    out = proc.stdout.read()
+    proc.wait(timeout=30)
+    reader.join(timeout=30)
+    err = "".join(said)
     assert proc.returncode == 0, err
     summary = json.loads(out)
     assert summary["stopped"] is True and summary["runs"][0]["to"] == "ready" and "WorkerStopping" in summary["runs"][0]["hold"]
