@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
@@ -107,6 +108,11 @@ def page_words(text: str) -> str:
     for cli_way, page_way in PAGE_WAYS:
         text = cli_way.sub(page_way, text)
     return text
+
+
+class PasskeyRefusal(WebRefusal):
+    """A form's passkey signature refused before its act (signed_by_passkey): 409 its challenge not asked for here or
+    used already, 400 not an answer, 403 a passkey not the person's."""
 
 
 def act_refusal(exc: durable_job.JobError) -> WebRefusal:
@@ -436,14 +442,17 @@ class WebSite:
 
     # -- acting ----------------------------------------------------------------
 
-    def act(self, person: WebPerson, job_id: str, command: str, fields: dict) -> dict:
-        """One act through the command API, as the person; a second tap of it waits for the first (the job's lock)."""
+    def act(self, person: WebPerson, job_id: str, command: str, fields: dict, signed: Callable[[], dict] | None = None) -> dict:
+        """One act through the command API, as the person; a second tap of it waits for the first (the job's lock).
+        signed: the act's passkey fields, taken under that lock (its challenge used once): a second tap of a signed act
+        finds the challenge used only after the first tap's act has ended, recorded or refused."""
         if command not in WEB_ACTS:
             raise WebRefusal(400, f"no act {command!r} here")
         with self.locks_lock:
             lock = self.act_locks.setdefault(job_id, threading.Lock())
         deadline = time.monotonic() + WEB_BUSY_SECONDS
         with lock:
+            fields = {**fields, **(signed() if signed is not None else {})}
             while True:
                 store = person.act_store(job_id)
                 try:
@@ -1205,13 +1214,18 @@ async def form_fields(request: Request, names: tuple) -> dict:
     return {n: str(form.get(n) or "") for n in names}
 
 
-async def act_and_return(site: WebSite, request: Request, person: WebPerson, command: str, fields: dict) -> Response:
-    """A form's act, then back to the job's page, which shows what was recorded or why it was refused."""
+async def act_and_return(
+    site: WebSite, request: Request, person: WebPerson, command: str, fields: dict, signed: Callable[[], dict] | None = None
+) -> Response:
+    """A form's act, then back to the job's page, which shows what was recorded or why it was refused (signed: see
+    WebSite.act; its refusal is raised to the caller, as a refused signature is before any act)."""
     job_id = request.path_params["job_id"]
     here = f"/jobs/{quote_path(job_id)}"
     try:
-        out = await run_in_threadpool(site.act, person, job_id, command, fields)
+        out = await run_in_threadpool(site.act, person, job_id, command, fields, signed)
         person.flash[job_id] = {"text": act_said(command, out, site.label), "cls": ""}
+    except PasskeyRefusal:
+        raise
     except durable_job.JobError as exc:
         refusal = act_refusal(exc)
         if refusal.status_code == 404:
@@ -1325,30 +1339,25 @@ async def resume_form(site: WebSite, request: Request, person: WebPerson) -> Res
     return await act_and_return(site, request, person, "resume", {})
 
 
-REPEAT_TAP_CHECKS, REPEAT_TAP_PAUSE = 20, 0.1  # a second tap looks for the first one's record for up to 2 s
-
-
 async def reconcile_form(site: WebSite, request: Request, person: WebPerson) -> Response:
     """Settle an uncertain call from the page, signed with the person's passkey when the page's script signed it. The
-    same signed form sent twice (a second tap) is answered by the first record, as the command answers a repeat."""
+    same signed form sent twice (a second tap) is answered by the first record, as the command answers a repeat: the
+    second finds the challenge used only once the first tap's act has ended (WebSite.act takes it under the job's lock)."""
     f = await form_fields(request, (*RECONCILE_FIELDS, "challenge", "passkey"))
     fields = reconcile_fields(f)
     try:
-        signed = signed_by_passkey(site, request, person, "reconcile", f)
-    except WebRefusal as used:
+        return await act_and_return(
+            site, request, person, "reconcile", fields, signed=lambda: signed_by_passkey(site, request, person, "reconcile", f)
+        )
+    except PasskeyRefusal as used:
         if used.status_code != 409:
             raise
         job_id = request.path_params["job_id"]
-        for _ in range(REPEAT_TAP_CHECKS):  # the first tap may still be recording (its lock held): its record, once there
-            out = await run_in_threadpool(site.act, person, job_id, "reconcile", {**fields, "prepare": True})
-            if out.get("existing"):
-                break
-            await asyncio.sleep(REPEAT_TAP_PAUSE)
-        else:
+        out = await run_in_threadpool(site.act, person, job_id, "reconcile", {**fields, "prepare": True})
+        if not out.get("existing"):  # the first tap's act recorded nothing (or there was none): this one is refused
             raise
         person.flash[job_id] = {"text": act_said("reconcile", out, site.label), "cls": ""}
         return RedirectResponse(f"/jobs/{quote_path(job_id)}", status_code=303)
-    return await act_and_return(site, request, person, "reconcile", {**fields, **signed})
 
 
 # -- passkeys: a person registers this device's, and it signs their decision or cancel -------------------------------
@@ -1374,16 +1383,16 @@ def signed_by_passkey(site: WebSite, request: Request, person: WebPerson, comman
     job_id = request.path_params["job_id"]
     prepared = person.prepared.pop(f.get("challenge") or "", None)
     if prepared is None or prepared["jobId"] != job_id or prepared["command"] != command:
-        raise WebRefusal(409, "This passkey signature was not asked for here, or was already used: nothing was recorded; tap again")
+        raise PasskeyRefusal(409, "This passkey signature was not asked for here, or was already used: nothing was recorded; tap again")
     try:
         assertion = durable_job.strict_json(f.get("passkey") or "")
     except ValueError:
-        raise WebRefusal(400, "the passkey's answer is not JSON: nothing was recorded; tap again") from None
+        raise PasskeyRefusal(400, "the passkey's answer is not JSON: nothing was recorded; tap again") from None
     if not isinstance(assertion, dict):
-        raise WebRefusal(400, "the passkey's answer is not an object: nothing was recorded; tap again")
+        raise PasskeyRefusal(400, "the passkey's answer is not an object: nothing was recorded; tap again")
     key = next((k for k in prepared["keys"] if k["credentialId"] == assertion.get("credentialId")), None)
     if key is None:
-        raise WebRefusal(403, f"That passkey is not registered for {person.principal}: nothing was recorded")
+        raise PasskeyRefusal(403, f"That passkey is not registered for {person.principal}: nothing was recorded")
 
     def count(credential_id: str, n: int) -> bool:  # the new sign counter, claimed where the key is kept (page_signature)
         return site.count_passkey(person, credential_id, n)
