@@ -4819,7 +4819,12 @@ def draft_of(row: dict | None) -> tuple[int, list] | None:
 
 def current_draft(journal: Journal | None, model_results: list) -> tuple[int, list]:
     """The results under review: the latest revised draft, else the model's (draft 1)."""
-    return latest_draft(journal) or (1, list(model_results))
+    return draft_under_review(latest_draft(journal), model_results)
+
+
+def draft_under_review(latest: tuple[int, list] | None, model_results: list) -> tuple[int, list]:
+    """current_draft from the latest revised draft already read (latest_draft's answer)."""
+    return latest or (1, list(model_results))
 
 
 def current_written(journal: Journal | None, written: dict | None) -> dict | None:
@@ -9433,7 +9438,7 @@ def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
     """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
     values = state.values
     latest, calls, cancel = standing_rows(ctx.journal)
-    draft, results = latest or (1, list(values.get("results") or []))  # current_draft's
+    draft, results = draft_under_review(latest, values.get("results") or [])
     written = current_written(ctx.journal, values.get("draft"))
     waiting = review_state(checkpoint_of(state), calls, cancel) == "awaiting-review"  # ctx.review's
     out = {
