@@ -4830,16 +4830,27 @@ def draft_under_review(latest: tuple[int, list] | None, model_results: list) -> 
 def current_written(journal: Journal | None, written: dict | None) -> dict | None:
     """A drafting job's draft answer under review: the latest writer's retry (its drafts row), else the graph's. A job
     with no draft answer (one that does not draft, or not yet at its review) has no writer's retry: nothing is read."""
-    if written is None:
-        return None
-    rows = [r for r in draft_rows(journal) if r["item_id"] == WRITER_ID]
+    return None if written is None else written_under_review(draft_rows(journal), written)
+
+
+def written_under_review(drafts: list[dict], written: dict | None) -> dict | None:
+    """current_written from the job's drafts rows already read (draft_rows' answer)."""
+    rows = [r for r in drafts if r["item_id"] == WRITER_ID] if written is not None else []
     return json.loads(rows[-1]["change_json"])["draft"] if rows else written
+
+
+def latest_of(drafts: list[dict]) -> tuple[int, list] | None:
+    """latest_draft from the job's drafts rows already read (draft_rows' answer, in version order)."""
+    return draft_of(drafts[-1] if drafts else None)
+
+
+DRAFT_ROWS = "SELECT * FROM {drafts}{where} ORDER BY version"
 
 
 def draft_rows(journal: Journal | None) -> list[dict]:
     if journal is None or not journal.has_table("drafts"):
         return []
-    return journal.rows("SELECT * FROM {drafts}{where} ORDER BY version")
+    return journal.rows(DRAFT_ROWS)
 
 
 def draft_history(journal: Journal | None) -> list:
@@ -4893,6 +4904,24 @@ def standing_rows(journal: Journal | None) -> tuple[tuple[int, list] | None, lis
         return latest_draft(journal), call_rows(journal), journal_outcome(journal, "cancel")
     drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}), last=True)
     return draft_of(drafts[0] if drafts else None), cast("list[CallRow]", calls), json.loads(cancel[0]["record_json"]) if cancel else None
+
+
+class JobRows:
+    """What a command reads of where its job stands in the journal: every call (call_rows), every draft (draft_rows)
+    and the cancel record (journal_outcome's). Read once under the job's lock (job_rows, Context.rows) and passed down."""
+
+    def __init__(self, calls: list[CallRow], drafts: list[dict], cancel: dict | None):
+        self.calls = calls
+        self.drafts = drafts
+        self.cancel = cancel
+
+
+def job_rows(journal: Journal) -> JobRows:
+    """The job's calls, drafts and cancel record, in one round trip where the journal can (rows_together)."""
+    if not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
+        return JobRows(call_rows(journal), draft_rows(journal), journal_outcome(journal, "cancel"))
+    calls, drafts, cancel = journal.rows_together((CALL_ROWS, {}), (DRAFT_ROWS, {}), (OUTCOME, {"kind": "cancel"}))
+    return JobRows(cast("list[CallRow]", calls), drafts, json.loads(cancel[0]["record_json"]) if cancel else None)
 
 
 def record_cancel(journal: Journal, record: dict) -> None:
@@ -5941,6 +5970,7 @@ class Context:
         self.concurrency = manifest.get("maxConcurrentCalls", 1) if manifest else 1
         self.progress = sys.stderr.isatty()
         self.standing: CheckpointState | None = None  # where the job stands, read once (checkpoint) until a run writes
+        self.found: JobRows | None = None  # and the journal's rows of it, read once (rows) until a run may write them
 
     def config(self) -> dict:
         return {"configurable": {"thread_id": self.job["threadId"]}}
@@ -5961,8 +5991,33 @@ class Context:
             self.standing = with_decision(self.store.read_checkpoint(self.job), journal_decision(self.journal))
         return self.standing
 
+    def rows(self) -> JobRows:
+        """The job's calls, drafts and cancel record (job_rows): read once a command, under its lock, and passed to every
+        check, a decision's record, the review's node, the receipt and the answer. Read again only after a run of the graph
+        that may call the model (run_graph forgets them). Nothing else changes them behind the command: the lock keeps out
+        every other writer, and no trigger writes those tables (a state directory's journal has none; a store's triggers
+        write no journal table: test_no_trigger_writes_a_jobs_journal). A command that writes one of them itself (a
+        reconcile, a revise, a retry, a cancel) reads what it needs after that write from its journal, not from here."""
+        if self.found is None:
+            self.found = job_rows(self.journal)
+        return self.found
+
+    def drafts(self) -> list[dict]:
+        """The job's drafts rows: as the command read them (rows) while they stand, else read (draft_rows), not kept."""
+        return self.found.drafts if self.found is not None else draft_rows(self.journal)
+
+    def forget_rows(self, decision: bool) -> None:
+        """Before and after a run of the graph: the rows are read again when next asked, unless the run is a decision's.
+        That run resumes the review node, which writes nothing of the journal (it reads the drafts, and its interrupt
+        returns the decision), and LangGraph's writes of the checkpoint fire no trigger that writes one: the rows the
+        command read stand. Any other run may write calls as it goes, and its review reads the drafts afresh."""
+        if not decision:
+            self.found = None
+
     def review(self, checkpoint: CheckpointState | None = None) -> str:
-        return review_state(checkpoint or self.checkpoint(), call_rows(self.journal), journal_outcome(self.journal, "cancel"))
+        checkpoint = checkpoint or self.checkpoint()
+        rows = self.rows()
+        return review_state(checkpoint, rows.calls, rows.cancel)
 
 
 def with_decision(checkpoint: CheckpointState, decision: dict | None) -> CheckpointState:
@@ -6131,8 +6186,9 @@ def accept_step(state, runtime) -> dict:
 
     ctx: Context = runtime.context
     crash_point("before-review", ctx.job)
-    draft, results = current_draft(ctx.journal, state["results"])
-    bundle = review_bundle(ctx.job, results, draft, current_written(ctx.journal, state.get("draft")))
+    drafts = ctx.drafts()  # a decision's run: as its command read them; any other run's: read now
+    draft, results = draft_under_review(latest_of(drafts), state["results"])
+    bundle = review_bundle(ctx.job, results, draft, written_under_review(drafts, state.get("draft")))
     decision = interrupt(bundle)
     return {"final": {**bundle, **decision}}
 
@@ -6355,11 +6411,13 @@ def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
     has no checkpoint yet and is not read for one.
     """
     traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision_run": resume_value is not None}
+    ctx.forget_rows(resume_value is not None)
     try:
         with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
             return invoke_graph(ctx, checkpoints, resume_value, fresh)
     finally:
         ctx.standing = None  # the run wrote (or may have, before it failed): the next check reads where the job stands now
+        ctx.forget_rows(resume_value is not None)
 
 
 def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
@@ -7096,7 +7154,7 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
         )
     refuse_if_decision_saved(checkpoint, ctx.store, command)
     if state == "pending":
-        pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
+        pending = [r for r in ctx.rows().calls if r["status"] == "pending"]
         uncertain = uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"])
         if checkpoint["waiting"]:  # a retry's call: its answer may yet become the next draft
             raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain}")
@@ -7111,7 +7169,7 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
 
 def refuse_if_retry_pending(ctx: Context) -> None:
     """At review no graph node calls the model, so a retry's pending call would pass a resume unseen: stop on it."""
-    pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
+    pending = [r for r in ctx.rows().calls if r["status"] == "pending"]
     if pending and ctx.checkpoint()["waiting"]:
         raise UncertainCall(uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"]))
 
@@ -8187,13 +8245,14 @@ ACT_FACT_KEYS = ("owner", "threadId", "manifestPath", "manifestSha256", *PROGRAM
 ACT_RESULT_KEYS = ("statuses", "endpoints", "tokens")  # the job's results and calls as they stand at the act
 
 
-def act_facts(job: Job, results: list, journal: Journal | None, tokens: bool) -> dict:
-    """The job's seals, its results' statuses and its calls' endpoints (and tokens, when `tokens`), for an act's record."""
+def act_facts(job: Job, results: list, journal: Journal | None, tokens: bool, calls: list[CallRow] | None = None) -> dict:
+    """The job's seals, its results' statuses and its calls' endpoints (and tokens, when `tokens`), for an act's record;
+    `calls`: the job's calls as the caller read them (else read)."""
     facts: dict[str, Any] = {k: job.get(k) for k in ACT_FACT_KEYS if k in job or k not in PROGRAM_KEYS}
     facts["statuses"] = {r["itemId"]: r["status"] for r in results}
     facts["endpoints"] = call_endpoints(journal)
     if tokens:
-        facts["tokens"] = job_tokens(call_rows(journal))
+        facts["tokens"] = job_tokens(call_rows(journal) if calls is None else calls)
     return facts
 
 
@@ -8223,17 +8282,22 @@ def receipt_fields(
     return fields
 
 
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None, values: dict | None = None) -> dict:
+def write_receipt(
+    ctx: Context, final: dict | None, kind: str, extra: dict | None = None, values: dict | None = None, rows: JobRows | None = None
+) -> dict:
     """Write the receipt for a terminal outcome (decided or cancelled); `values`: the thread's, when the caller's run
-    of the graph returned them (else read)."""
+    of the graph returned them (else read); `rows`: the job's calls and drafts, when the caller read them and wrote
+    neither since (Context.rows; else read)."""
     values = ctx.checkpoint()["values"] if values is None else values
-    draft, results = current_draft(ctx.journal, (values.get("results") or []))
+    drafts = draft_rows(ctx.journal) if rows is None else rows.drafts
+    draft, results = draft_under_review(latest_of(drafts), values.get("results") or [])
     cancel = (extra or {}).get("cancel")
     fields = receipt_fields(
-        ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), current_written(ctx.journal, values.get("draft"))
+        ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), written_under_review(drafts, values.get("draft"))
     )
     receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc(), "schemaVersion": RECEIPT_SCHEMA}
-    receipt["tokens"] = job_tokens(call_rows(ctx.journal))  # what the job's calls used, as the provider reported it
+    calls = call_rows(ctx.journal) if rows is None else rows.calls
+    receipt["tokens"] = job_tokens(calls)  # what the job's calls used, as the provider reported it
     if ctx.journal.chained:  # the history it ends, and the next link binds the receipt and the checkpoint rows under it
         with ctx.journal.transaction():
             receipt["chainHead"] = chain_head(ctx.journal)
@@ -9434,12 +9498,17 @@ def need_job_id(store: Store) -> None:
         raise UsageError(f"--store needs --job JOB_ID (list the store's jobs with `{store.program} jobs --store URL`)")
 
 
-def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
-    """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
+def run_output(ctx: Context, state, existing: bool | None = None, rows: JobRows | None = None) -> dict:
+    """The start/resume/decide document: {jobId, index, results, final, interrupt}; `rows`: the job's calls, drafts and
+    cancel, when the caller read them and wrote none since (Context.rows; else read, as the command's last reads)."""
     values = state.values
-    latest, calls, cancel = standing_rows(ctx.journal)
+    if rows is None:
+        latest, calls, cancel = standing_rows(ctx.journal)
+        written = current_written(ctx.journal, values.get("draft"))
+    else:
+        latest, calls, cancel = latest_of(rows.drafts), rows.calls, rows.cancel
+        written = written_under_review(rows.drafts, values.get("draft"))
     draft, results = draft_under_review(latest, values.get("results") or [])
-    written = current_written(ctx.journal, values.get("draft"))
     waiting = review_state(checkpoint_of(state), calls, cancel) == "awaiting-review"  # ctx.review's
     out = {
         "jobId": ctx.job["jobId"],
@@ -10220,7 +10289,8 @@ def record_decision(
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
-        written = current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))
+        rows = ctx.rows()  # read under the lock (open_job's review); the decision writes no call, draft or cancel
+        written = written_under_review(rows.drafts, ctx.checkpoint()["values"].get("draft"))
         digest = results_sha256(results, written)
         refuse_stale(bound, digest, "decide")
         failed = [r for r in results if r["status"] != "validated"]
@@ -10246,7 +10316,7 @@ def record_decision(
         }
         if claims is not None:  # what the person checked, claim by claim: signed, and repeated in the receipt
             value["checked"] = claims
-        value.update(act_facts(ctx.job, results, ctx.journal, tokens=True))  # signed with the person's words
+        value.update(act_facts(ctx.job, results, ctx.journal, tokens=True, calls=rows.calls))  # signed with the person's words
         head = chain_head(ctx.journal)
         if prepare:
             return passkey_request("decision", ctx.job["jobId"], value, head)
@@ -10260,13 +10330,13 @@ def record_decision(
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
         if final:
-            write_receipt(ctx, final, "decided", values=final_state.values)
+            write_receipt(ctx, final, "decided", values=final_state.values, rows=rows)
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
             raise DecisionError(
                 f"Your decision was not recorded: the job holds {final.get('decision')!r} by {by_whom(final, ctx.store)} "
                 f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{ctx.store.suggest('inspect')}`"
             )
-        return run_output(ctx, final_state)
+        return run_output(ctx, final_state, rows=rows)
 
 
 def refuse_stale(bound: str | None, digest: str, command: str) -> None:
@@ -10314,9 +10384,9 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
     if checked is not None:
         said["checked"] = checked_record(
             checked,
-            current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1],
+            draft_under_review(latest_of(ctx.rows().drafts), checkpoint["values"].get("results") or [])[1],
             final.get("resultsSha256"),
-            current_written(ctx.journal, checkpoint["values"].get("draft")),
+            written_under_review(ctx.rows().drafts, checkpoint["values"].get("draft")),
             asked_of(ctx.manifest) is not None,
         )
     differs = [
@@ -10332,7 +10402,7 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
     return {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
-        "results": [result_brief(r) for r in current_draft(ctx.journal, values.get("results") or [])[1]],
+        "results": [result_brief(r) for r in draft_under_review(latest_of(ctx.rows().drafts), values.get("results") or [])[1]],
         "final": final,
         "interrupt": [],
         "existing": True,
@@ -10344,7 +10414,7 @@ def review_draft(ctx: Context, reviewer: str, reason: str, command: str) -> tupl
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
     checkpoint = waiting_checkpoint(ctx, command)
-    return current_draft(ctx.journal, checkpoint["values"]["results"])
+    return draft_under_review(latest_of(ctx.rows().drafts), checkpoint["values"]["results"])
 
 
 def item_position(results: list, item_id: str) -> int:

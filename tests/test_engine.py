@@ -199,3 +199,70 @@ def test_decide_reads_where_its_job_stands_once(ws, monkeypatch):
     decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "read once").ok()
     assert decided["final"]["decision"] == "accept" and ws.receipt()["final"]["reason"] == "read once"
     assert reads == [ws.job_id()]
+
+
+def reads_during(ws, request, monkeypatch, run) -> dict:
+    """How many times run() read the job's `calls` and `drafts` tables, as the database saw it: a state directory's
+    SQLite connections traced (sqlite3's set_trace_callback on each the command opens), a store's statements counted by
+    the server (pg_stat_statements, this database only: the top-level statements the command sent)."""
+    tables = ("calls", "drafts")
+    if not ws.store:
+        import re
+        import sqlite3
+
+        sent: list = []
+        connect = sqlite3.connect
+
+        def traced(*args, **kw):
+            conn = connect(*args, **kw)
+            conn.set_trace_callback(sent.append)
+            return conn
+
+        monkeypatch.setattr(sqlite3, "connect", traced)
+        run()
+        monkeypatch.undo()
+        reads = [s for s in sent if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+        return {t: sum(bool(re.search(rf"\bFROM\s+{t}\b", s, re.I)) for s in reads) for t in tables}
+    import psycopg
+
+    pg_server = request.getfixturevalue("pg_server")
+    name = ws.store.rsplit("/", 1)[1].split("?")[0]
+    pg_server.sql("postgres", "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db=name)
+    pg_server.sql("postgres", "SELECT pg_stat_statements_reset()", db=name)
+    run()
+    with psycopg.connect(ws.store, autocommit=True) as conn:
+        return {
+            t: int(
+                conn.execute(
+                    "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                    "WHERE d.datname = current_database() AND s.query ~* '^\\s*(SELECT|WITH)' AND s.query ~ %s",
+                    (rf"\mdurable_job\.{t}\M",),
+                ).fetchone()[0]
+            )
+            for t in tables
+        }
+
+
+@BOTH
+def test_decide_reads_its_jobs_calls_and_drafts_once(ws, request, monkeypatch):
+    """One read of the job's calls and of its drafts a decide, under the job's lock, passed down to every check, to the
+    decision's record, the review's node, the receipt and the answer: the decision writes neither table (nor does any
+    trigger its rows fire: test_no_trigger_writes_a_jobs_calls_or_drafts). It binds the revised draft all the same."""
+    assert ws.start().ok()["interrupt"]
+    summary = os.path.join(ws.root, "summary.txt")
+    with open(summary, "w") as fh:
+        fh.write("Alpha needs the owner's review.\n")
+    revised = ws.run("revise", "--item", "alpha", "--summary-file", summary, "--reviewer", "rita", "--reason", "shorter").ok()
+    digest = revised["resultsSha256"]
+    decided: dict = {}
+
+    def decide():
+        decided.update(
+            ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "read once", "--results-sha256", digest).ok()
+        )
+
+    reads = reads_during(ws, request, monkeypatch, decide)
+    assert decided["final"]["draftVersion"] == 2 and decided["final"]["resultsSha256"] == digest
+    receipt = ws.receipt()
+    assert receipt["draftVersion"] == 2 and receipt["resultsSha256"] == digest and receipt["final"]["reason"] == "read once"
+    assert reads == {"calls": 1, "drafts": 1}  # on 1.7.0: calls 5 and drafts 4 (a state directory)
