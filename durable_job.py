@@ -6006,12 +6006,17 @@ class Context:
         """The job's drafts rows: as the command read them (rows) while they stand, else read (draft_rows), not kept."""
         return self.found.drafts if self.found is not None else draft_rows(self.journal)
 
-    def forget_rows(self, decision: bool) -> None:
-        """Before and after a run of the graph: the rows are read again when next asked, unless the run is a decision's.
-        That run resumes the review node, which writes nothing of the journal (it reads the drafts, and its interrupt
-        returns the decision), and LangGraph's writes of the checkpoint fire no trigger that writes one: the rows the
-        command read stand. Any other run may write calls as it goes, and its review reads the drafts afresh."""
-        if not decision:
+    def rows_kept(self) -> JobRows | None:
+        """The rows as the command read them, while they stand (no run since that may have written them), else None."""
+        return self.found
+
+    def forget_rows(self, at_review: bool) -> None:
+        """Before and after a run of the graph: the rows are read again when next asked, unless the run resumes the review
+        node (a decision's run, or a resume's of a thread waiting there). That node writes nothing of the journal (it
+        reads the drafts, and its interrupt returns the decision or waits again), and LangGraph's writes of the
+        checkpoint fire no trigger that writes one: the rows the command read stand. Any other run may write calls as
+        it goes, and its review reads the drafts afresh."""
+        if not at_review:
             self.found = None
 
     def review(self, checkpoint: CheckpointState | None = None) -> str:
@@ -6411,13 +6416,14 @@ def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
     has no checkpoint yet and is not read for one.
     """
     traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision_run": resume_value is not None}
-    ctx.forget_rows(resume_value is not None)
+    at_review = resume_value is not None or (not fresh and ctx.checkpoint()["waiting"])  # no node but the review's runs
+    ctx.forget_rows(at_review)
     try:
         with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
             return invoke_graph(ctx, checkpoints, resume_value, fresh)
     finally:
         ctx.standing = None  # the run wrote (or may have, before it failed): the next check reads where the job stands now
-        ctx.forget_rows(resume_value is not None)
+        ctx.forget_rows(at_review)
 
 
 def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
@@ -9632,9 +9638,9 @@ def resume(
             on_claim()
         refuse_if_retry_pending(ctx)
         state = run_graph(ctx, resume_value=unrecorded_decision(ctx))
-        if state.values.get("final") and not ctx.store.has_receipt():
-            write_receipt(ctx, state.values["final"], "decided")  # a crash after the decision, before its receipt
-        return run_output(ctx, state, existing=existing)
+        if state.values.get("final") and not ctx.store.has_receipt():  # a crash after the decision, before its receipt
+            write_receipt(ctx, state.values["final"], "decided", rows=ctx.rows_kept())
+        return run_output(ctx, state, existing=existing, rows=ctx.rows_kept())
 
 
 def paced(store: Store, run, *, stop: threading.Event | None = None, say=None, again=None) -> dict:

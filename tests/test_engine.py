@@ -245,8 +245,8 @@ def reads_during(ws, request, monkeypatch, run) -> dict:
 
 @BOTH
 def test_decide_reads_its_jobs_calls_and_drafts_once(ws, request, monkeypatch):
-    """One read of the job's calls and of its drafts a decide, under the job's lock, passed down to every check, to the
-    decision's record, the review's node, the receipt and the answer: the decision writes neither table (nor does any
+    """One read of the job's calls and of its drafts a decide (and a resume at review), under the job's lock, passed
+    down to every check, to the decision's record, the review's node, the receipt and the answer: the decision writes neither table (nor does any
     trigger its rows fire: test_no_trigger_writes_a_jobs_journal). It binds the revised draft all the same, and its
     receipt is the one verify expects from the saved rows."""
     assert ws.start().ok()["interrupt"]
@@ -255,6 +255,10 @@ def test_decide_reads_its_jobs_calls_and_drafts_once(ws, request, monkeypatch):
         fh.write("Alpha needs the owner's review.\n")
     revised = ws.run("revise", "--item", "alpha", "--summary-file", summary, "--reviewer", "rita", "--reason", "shorter").ok()
     digest = revised["resultsSha256"]
+    resumed: dict = {}
+    reads = reads_during(ws, request, monkeypatch, lambda: resumed.update(ws.run("resume").ok()))
+    assert resumed["interrupt"][0]["draftVersion"] == 2 and resumed["interrupt"][0]["resultsSha256"] == digest
+    assert reads == {"calls": 1, "drafts": 1}  # a resume at review runs the review's node alone; on 1.7.0: 3 and 2
     decided: dict = {}
 
     def decide():
