@@ -324,3 +324,20 @@ def test_no_trigger_writes_a_jobs_journal(ws):
     assert writes == FUNCTION_WRITES
     assert not set().union(*writes.values()) & set(dj.Dialect.TABLES)
     assert sql(admin, "SELECT rulename FROM pg_rules WHERE schemaname = 'durable_job'") == []
+
+
+@BOTH
+def test_a_resume_answers_from_the_calls_its_own_run_made(ws):
+    """A run that may call the model writes calls as it goes: the rows its command read under the lock before it are
+    read again after it (Context.forget_rows), so a resume's answer names each failed item's attempts as its run left
+    them. A start killed once it sealed its job (no call made) is resumed; each item's one allowed attempt fails, and
+    the answer offers no retry (the rows kept from before the run would offer one for each)."""
+    ws.write_manifest(maxAttemptsPerItem=1)
+    invalid = {"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}
+    assert ws.start(env={**invalid, "DURABLE_JOB_FAKE_CRASH": "after-seal"}).code == dj.CRASH_POINTS["after-seal"]
+    assert ws.run("status").ok()["calls"] == []
+    resumed = ws.run("resume", env=invalid).ok()
+    assert [r["status"] for r in resumed["results"]] == ["failed", "failed"] and resumed["interrupt"]
+    failed = resumed["failedItems"]
+    assert [f["itemId"] for f in failed] == ["alpha", "beta"]
+    assert all("retryCommand" not in f and "maxAttemptsPerItem" in f["retryRefused"] for f in failed), failed
