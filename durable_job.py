@@ -9632,7 +9632,7 @@ def resume(
     """
     need_job_id(store)
     with open_job(store, command, calls_model=True, stop=stop, holds=True) as ctx:
-        if runnable_only and (ctx.review() != "before-review" or latest_rejected(call_rows(ctx.journal))):
+        if runnable_only and (ctx.review() != "before-review" or latest_rejected(ctx.rows().calls)):
             return None  # it moved since it was listed (another worker, a person): under the lock, it is not runnable
         if on_claim is not None:
             on_claim()
@@ -10801,7 +10801,8 @@ def cancel(
                 f"Final decision already recorded ({checkpoint['values']['final'].get('decision')}); a decided job cannot be cancelled"
             )
         refuse_if_decision_saved(checkpoint, ctx.store, "cancel")
-        earlier = journal_outcome(ctx.journal, "cancel")
+        rows = ctx.rows()  # as its review read them: nothing is written before the cancel's row
+        earlier = rows.cancel
         if earlier and ctx.store.has_receipt():
             raise DecisionError(f"Job already cancelled by {by_whom(earlier, ctx.store)} at {earlier['cancelledAtUtc']}; nothing more runs")
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
@@ -10812,9 +10813,11 @@ def cancel(
             "principal": ctx.store.principal(),
             "reason": reason,
             "cancelledAtUtc": now_utc(),
-            "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
+            "pendingCalls": [r["operation_key"] for r in rows.calls if r["status"] == "pending"],
             # what the receipt repeats of the job, signed with the cancel (tokens not: its pending calls settle later)
-            **act_facts(ctx.job, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], ctx.journal, tokens=False),
+            **act_facts(
+                ctx.job, draft_under_review(latest_of(rows.drafts), checkpoint["values"].get("results") or [])[1], ctx.journal, tokens=False
+            ),
         }
         head = chain_head(ctx.journal)
         if prepare:
