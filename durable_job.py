@@ -4853,7 +4853,8 @@ def draft_rows(journal: Journal | None) -> list[dict]:
     return journal.rows(DRAFT_ROWS)
 
 
-def draft_history(journal: Journal | None) -> list:
+def draft_history(journal: Journal | None, drafts: list[dict] | None = None) -> list:
+    """Each revised draft as outputs show it; `drafts`: the job's drafts rows when the caller read them (else read)."""
     return [
         {
             "version": r["version"],
@@ -4866,7 +4867,7 @@ def draft_history(journal: Journal | None) -> list:
             "change": json.loads(r["change_json"]),
             "createdUtc": r["created_utc"],
         }
-        for r in draft_rows(journal)
+        for r in (draft_rows(journal) if drafts is None else drafts)
     ]
 
 
@@ -6793,6 +6794,7 @@ class Snapshot:
         holder: Holder | None,
         has_receipt: bool,
         hold: dict | None = None,
+        drafts: list[dict] | None = None,
     ):
         self.store = store
         self.hold = hold and {**hold, "fix": hold_fix(store)}  # a run's refusal recorded on the job (journal_hold), or None
@@ -6811,7 +6813,9 @@ class Snapshot:
         self.model_results = list(self.values.get("results") or [])
         self.draft, self.results = draft
         self.model_written = self.values.get("draft")  # a job that drafts: the writer's draft (its answer), else None
-        self.written = current_written(journal, self.model_written)  # the one under review: a writer's retry's, else that
+        self.drafts = drafts  # every drafts row, when the reader read them all (read_snapshot's every_draft), else None
+        # the one under review: a writer's retry's, else that
+        self.written = current_written(journal, self.model_written) if drafts is None else written_under_review(drafts, self.model_written)
         self.has_receipt = has_receipt
 
     def close(self) -> None:
@@ -6819,13 +6823,15 @@ class Snapshot:
             self.journal.close()
 
 
-def read_snapshot(store: Store) -> Snapshot:
-    """Read a job's saved state without the lock and without langgraph."""
+def read_snapshot(store: Store, every_draft: bool = False) -> Snapshot:
+    """Read a job's saved state without the lock and without langgraph; every_draft: every drafts row read, once (for a
+    reader that shows their history: inspect), else the latest alone."""
     job = store.load_job()
     holder = store.holder()  # before the reads: a run that ends meanwhile is then seen ended, not the other way round
     journal = store.read_journal()
     try:
         checkpoint = with_decision(store.read_checkpoint(job), journal_decision(journal))
+        drafts = draft_rows(journal) if every_draft else None
         return make_snapshot(
             store,
             job,
@@ -6833,10 +6839,11 @@ def read_snapshot(store: Store) -> Snapshot:
             checkpoint,
             call_rows(journal),
             journal_outcome(journal, "cancel"),
-            latest_draft(journal),
+            latest_draft(journal) if drafts is None else latest_of(drafts),
             holder,
             store.has_receipt(),
             journal_hold(journal),
+            drafts,
         )
     except BaseException:
         if journal is not None:
@@ -6855,12 +6862,14 @@ def make_snapshot(
     holder: Holder | None,
     has_receipt: bool,
     hold: dict | None = None,
+    drafts: list[dict] | None = None,
 ) -> Snapshot:
-    """A Snapshot from what was read; the results under review are the latest draft once the job is at review."""
+    """A Snapshot from what was read; the results under review are the latest draft once the job is at review.
+    drafts: every drafts row, when the reader read them all (read_snapshot's every_draft)."""
     model_results = list(checkpoint["values"].get("results") or [])
     at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
     draft = (revised or (1, model_results)) if at_review else (1, model_results)
-    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt, hold)
+    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt, hold, drafts)
 
 
 def in_flight(snap: Snapshot) -> list:
@@ -9875,7 +9884,7 @@ def inspect(store: Store, *, html: str | None = None, prices: str | None = None,
     receipt: a file to write the job's receipt to (`receiptFile`), for `verify --receipt FILE` on another machine."""
     need_job_id(store)
     priced = read_prices(prices) if prices else None
-    snap = read_snapshot(store)
+    snap = read_snapshot(store, every_draft=True)
     try:
         out = inspect_document(snap, priced)
         if html:
@@ -9980,7 +9989,7 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
         out["answer"] = answer
     where_it_stands(snap, out)
     out["draftVersion"] = snap.draft
-    out["drafts"] = draft_history(snap.journal)
+    out["drafts"] = draft_history(snap.journal, snap.drafts)
     calls = out["calls"] = call_summaries(snap)
     if snap.job.get("forkedFrom"):  # a fork: its old job, and how many answers it reused and calls it made itself
         reused = sum(1 for c in calls if "reused" in c)

@@ -245,10 +245,11 @@ def reads_during(ws, request, monkeypatch, run) -> dict:
 
 @BOTH
 def test_decide_reads_its_jobs_calls_and_drafts_once(ws, request, monkeypatch):
-    """One read of the job's calls and of its drafts a decide (and a resume at review), under the job's lock, passed
-    down to every check, to the decision's record, the review's node, the receipt and the answer: the decision writes neither table (nor does any
-    trigger its rows fire: test_no_trigger_writes_a_jobs_journal). It binds the revised draft all the same, and its
-    receipt is the one verify expects from the saved rows."""
+    """One read of the job's calls and of its drafts a command: a decide reads them under the job's lock and passes
+    them down to every check, the decision's record, the review's node, the receipt and the answer (the decision
+    writes neither table, nor does any trigger its rows fire: test_no_trigger_writes_a_jobs_journal), and binds the
+    revised draft all the same, its receipt the one verify expects from the saved rows. A resume at review, whose run
+    is the review's node alone, and an inspect (the latest draft and the history) read them once too."""
     assert ws.start().ok()["interrupt"]
     summary = os.path.join(ws.root, "summary.txt")
     with open(summary, "w") as fh:
@@ -259,6 +260,10 @@ def test_decide_reads_its_jobs_calls_and_drafts_once(ws, request, monkeypatch):
     reads = reads_during(ws, request, monkeypatch, lambda: resumed.update(ws.run("resume").ok()))
     assert resumed["interrupt"][0]["draftVersion"] == 2 and resumed["interrupt"][0]["resultsSha256"] == digest
     assert reads == {"calls": 1, "drafts": 1}  # a resume at review runs the review's node alone; on 1.7.0: 3 and 2
+    inspected: dict = {}
+    reads = reads_during(ws, request, monkeypatch, lambda: inspected.update(ws.run("inspect").ok()))
+    assert inspected["draftVersion"] == 2 and [d["version"] for d in inspected["drafts"]] == [2]
+    assert reads == {"calls": 1, "drafts": 1}  # the latest draft and the history from one read; on 1.7.0: 1 and 2
     decided: dict = {}
 
     def decide():
