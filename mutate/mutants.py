@@ -995,4 +995,11 @@ MUTANTS = [
         "    at_review = resume_value is not None or not fresh",
         [f"{ENGINE}::test_a_resume_answers_from_the_calls_its_own_run_made"],
     ),
+    Mutant(
+        "inspect-reads-drafts-twice",
+        "inspect: the latest draft, the draft answer and the history from one read of the drafts",
+        "    snap = read_snapshot(store, every_draft=True)\n",
+        "    snap = read_snapshot(store)\n",
+        [f"{ENGINE}::test_decide_reads_its_jobs_calls_and_drafts_once"],
+    ),
 ]
