@@ -4830,19 +4830,31 @@ def draft_under_review(latest: tuple[int, list] | None, model_results: list) -> 
 def current_written(journal: Journal | None, written: dict | None) -> dict | None:
     """A drafting job's draft answer under review: the latest writer's retry (its drafts row), else the graph's. A job
     with no draft answer (one that does not draft, or not yet at its review) has no writer's retry: nothing is read."""
-    if written is None:
-        return None
-    rows = [r for r in draft_rows(journal) if r["item_id"] == WRITER_ID]
+    return None if written is None else written_under_review(draft_rows(journal), written)
+
+
+def written_under_review(drafts: list[dict], written: dict | None) -> dict | None:
+    """current_written from the job's drafts rows already read (draft_rows' answer)."""
+    rows = [r for r in drafts if r["item_id"] == WRITER_ID] if written is not None else []
     return json.loads(rows[-1]["change_json"])["draft"] if rows else written
+
+
+def latest_of(drafts: list[dict]) -> tuple[int, list] | None:
+    """latest_draft from the job's drafts rows already read (draft_rows' answer, in version order)."""
+    return draft_of(drafts[-1] if drafts else None)
+
+
+DRAFT_ROWS = "SELECT * FROM {drafts}{where} ORDER BY version"
 
 
 def draft_rows(journal: Journal | None) -> list[dict]:
     if journal is None or not journal.has_table("drafts"):
         return []
-    return journal.rows("SELECT * FROM {drafts}{where} ORDER BY version")
+    return journal.rows(DRAFT_ROWS)
 
 
-def draft_history(journal: Journal | None) -> list:
+def draft_history(journal: Journal | None, drafts: list[dict] | None = None) -> list:
+    """Each revised draft as outputs show it; `drafts`: the job's drafts rows when the caller read them (else read)."""
     return [
         {
             "version": r["version"],
@@ -4855,7 +4867,7 @@ def draft_history(journal: Journal | None) -> list:
             "change": json.loads(r["change_json"]),
             "createdUtc": r["created_utc"],
         }
-        for r in draft_rows(journal)
+        for r in (draft_rows(journal) if drafts is None else drafts)
     ]
 
 
@@ -4893,6 +4905,24 @@ def standing_rows(journal: Journal | None) -> tuple[tuple[int, list] | None, lis
         return latest_draft(journal), call_rows(journal), journal_outcome(journal, "cancel")
     drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}), last=True)
     return draft_of(drafts[0] if drafts else None), cast("list[CallRow]", calls), json.loads(cancel[0]["record_json"]) if cancel else None
+
+
+class JobRows:
+    """What a command reads of where its job stands in the journal: every call (call_rows), every draft (draft_rows)
+    and the cancel record (journal_outcome's). Read once under the job's lock (job_rows, Context.rows) and passed down."""
+
+    def __init__(self, calls: list[CallRow], drafts: list[dict], cancel: dict | None):
+        self.calls = calls
+        self.drafts = drafts
+        self.cancel = cancel
+
+
+def job_rows(journal: Journal) -> JobRows:
+    """The job's calls, drafts and cancel record, in one round trip where the journal can (rows_together)."""
+    if not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
+        return JobRows(call_rows(journal), draft_rows(journal), journal_outcome(journal, "cancel"))
+    calls, drafts, cancel = journal.rows_together((CALL_ROWS, {}), (DRAFT_ROWS, {}), (OUTCOME, {"kind": "cancel"}))
+    return JobRows(cast("list[CallRow]", calls), drafts, json.loads(cancel[0]["record_json"]) if cancel else None)
 
 
 def record_cancel(journal: Journal, record: dict) -> None:
@@ -5941,6 +5971,7 @@ class Context:
         self.concurrency = manifest.get("maxConcurrentCalls", 1) if manifest else 1
         self.progress = sys.stderr.isatty()
         self.standing: CheckpointState | None = None  # where the job stands, read once (checkpoint) until a run writes
+        self.found: JobRows | None = None  # and the journal's rows of it, read once (rows) until a run may write them
 
     def config(self) -> dict:
         return {"configurable": {"thread_id": self.job["threadId"]}}
@@ -5961,8 +5992,38 @@ class Context:
             self.standing = with_decision(self.store.read_checkpoint(self.job), journal_decision(self.journal))
         return self.standing
 
+    def rows(self) -> JobRows:
+        """The job's calls, drafts and cancel record (job_rows): read once a command, under its lock, and passed to every
+        check, a decision's record, the review's node, the receipt and the answer. Read again only after a run of the graph
+        that may call the model (run_graph forgets them). Nothing else changes them behind the command: the lock keeps out
+        every other writer, and no trigger writes those tables (a state directory's journal has none; a store's triggers
+        write no journal table: test_no_trigger_writes_a_jobs_journal). A command that writes one of them itself (a
+        reconcile, a revise, a retry, a cancel) reads what it needs after that write from its journal, not from here."""
+        if self.found is None:
+            self.found = job_rows(self.journal)
+        return self.found
+
+    def drafts(self) -> list[dict]:
+        """The job's drafts rows: as the command read them (rows) while they stand, else read (draft_rows), not kept."""
+        return self.found.drafts if self.found is not None else draft_rows(self.journal)
+
+    def rows_kept(self) -> JobRows | None:
+        """The rows as the command read them, while they stand (no run since that may have written them), else None."""
+        return self.found
+
+    def forget_rows(self, at_review: bool) -> None:
+        """Before and after a run of the graph: the rows are read again when next asked, unless the run resumes the review
+        node (a decision's run, or a resume's of a thread waiting there). That node writes nothing of the journal (it
+        reads the drafts, and its interrupt returns the decision or waits again), and LangGraph's writes of the
+        checkpoint fire no trigger that writes one: the rows the command read stand. Any other run may write calls as
+        it goes, and its review reads the drafts afresh."""
+        if not at_review:
+            self.found = None
+
     def review(self, checkpoint: CheckpointState | None = None) -> str:
-        return review_state(checkpoint or self.checkpoint(), call_rows(self.journal), journal_outcome(self.journal, "cancel"))
+        checkpoint = checkpoint or self.checkpoint()
+        rows = self.rows()
+        return review_state(checkpoint, rows.calls, rows.cancel)
 
 
 def with_decision(checkpoint: CheckpointState, decision: dict | None) -> CheckpointState:
@@ -6131,8 +6192,9 @@ def accept_step(state, runtime) -> dict:
 
     ctx: Context = runtime.context
     crash_point("before-review", ctx.job)
-    draft, results = current_draft(ctx.journal, state["results"])
-    bundle = review_bundle(ctx.job, results, draft, current_written(ctx.journal, state.get("draft")))
+    drafts = ctx.drafts()  # a decision's run: as its command read them; any other run's: read now
+    draft, results = draft_under_review(latest_of(drafts), state["results"])
+    bundle = review_bundle(ctx.job, results, draft, written_under_review(drafts, state.get("draft")))
     decision = interrupt(bundle)
     return {"final": {**bundle, **decision}}
 
@@ -6355,11 +6417,14 @@ def run_graph(ctx: Context, resume_value=None, *, fresh: bool = False):
     has no checkpoint yet and is not read for one.
     """
     traced = {"durable_job.job_id": ctx.job["jobId"], "durable_job.decision_run": resume_value is not None}
+    at_review = resume_value is not None or (not fresh and ctx.checkpoint()["waiting"])  # no node but the review's runs
+    ctx.forget_rows(at_review)
     try:
         with ctx.store.checkpoint_connection(synced=resume_value is not None) as checkpoints, span("durable_job run", traced):
             return invoke_graph(ctx, checkpoints, resume_value, fresh)
     finally:
         ctx.standing = None  # the run wrote (or may have, before it failed): the next check reads where the job stands now
+        ctx.forget_rows(at_review)
 
 
 def invoke_graph(ctx: Context, checkpoints, resume_value, fresh: bool = False):
@@ -6729,6 +6794,7 @@ class Snapshot:
         holder: Holder | None,
         has_receipt: bool,
         hold: dict | None = None,
+        drafts: list[dict] | None = None,
     ):
         self.store = store
         self.hold = hold and {**hold, "fix": hold_fix(store)}  # a run's refusal recorded on the job (journal_hold), or None
@@ -6747,7 +6813,9 @@ class Snapshot:
         self.model_results = list(self.values.get("results") or [])
         self.draft, self.results = draft
         self.model_written = self.values.get("draft")  # a job that drafts: the writer's draft (its answer), else None
-        self.written = current_written(journal, self.model_written)  # the one under review: a writer's retry's, else that
+        self.drafts = drafts  # every drafts row, when the reader read them all (read_snapshot's every_draft), else None
+        # the one under review: a writer's retry's, else that
+        self.written = current_written(journal, self.model_written) if drafts is None else written_under_review(drafts, self.model_written)
         self.has_receipt = has_receipt
 
     def close(self) -> None:
@@ -6755,13 +6823,15 @@ class Snapshot:
             self.journal.close()
 
 
-def read_snapshot(store: Store) -> Snapshot:
-    """Read a job's saved state without the lock and without langgraph."""
+def read_snapshot(store: Store, every_draft: bool = False) -> Snapshot:
+    """Read a job's saved state without the lock and without langgraph; every_draft: every drafts row read, once (for a
+    reader that shows their history: inspect), else the latest alone."""
     job = store.load_job()
     holder = store.holder()  # before the reads: a run that ends meanwhile is then seen ended, not the other way round
     journal = store.read_journal()
     try:
         checkpoint = with_decision(store.read_checkpoint(job), journal_decision(journal))
+        drafts = draft_rows(journal) if every_draft else None
         return make_snapshot(
             store,
             job,
@@ -6769,10 +6839,11 @@ def read_snapshot(store: Store) -> Snapshot:
             checkpoint,
             call_rows(journal),
             journal_outcome(journal, "cancel"),
-            latest_draft(journal),
+            latest_draft(journal) if drafts is None else latest_of(drafts),
             holder,
             store.has_receipt(),
             journal_hold(journal),
+            drafts,
         )
     except BaseException:
         if journal is not None:
@@ -6791,12 +6862,14 @@ def make_snapshot(
     holder: Holder | None,
     has_receipt: bool,
     hold: dict | None = None,
+    drafts: list[dict] | None = None,
 ) -> Snapshot:
-    """A Snapshot from what was read; the results under review are the latest draft once the job is at review."""
+    """A Snapshot from what was read; the results under review are the latest draft once the job is at review.
+    drafts: every drafts row, when the reader read them all (read_snapshot's every_draft)."""
     model_results = list(checkpoint["values"].get("results") or [])
     at_review = checkpoint["waiting"] or checkpoint["savedDecision"] or checkpoint["values"].get("final")  # cancelled at review too
     draft = (revised or (1, model_results)) if at_review else (1, model_results)
-    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt, hold)
+    return Snapshot(store, job, journal, checkpoint, calls, cancel, draft, holder, has_receipt, hold, drafts)
 
 
 def in_flight(snap: Snapshot) -> list:
@@ -7096,7 +7169,7 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
         )
     refuse_if_decision_saved(checkpoint, ctx.store, command)
     if state == "pending":
-        pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
+        pending = [r for r in ctx.rows().calls if r["status"] == "pending"]
         uncertain = uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"])
         if checkpoint["waiting"]:  # a retry's call: its answer may yet become the next draft
             raise UncertainCall(f"Cannot {command} now: a retried call has no recorded outcome. {uncertain}")
@@ -7111,7 +7184,7 @@ def waiting_checkpoint(ctx: Context, command: str) -> CheckpointState:
 
 def refuse_if_retry_pending(ctx: Context) -> None:
     """At review no graph node calls the model, so a retry's pending call would pass a resume unseen: stop on it."""
-    pending = [r for r in call_rows(ctx.journal) if r["status"] == "pending"]
+    pending = [r for r in ctx.rows().calls if r["status"] == "pending"]
     if pending and ctx.checkpoint()["waiting"]:
         raise UncertainCall(uncertain_message(ctx.store, pending[0]["item_id"], pending[0]["operation_key"]))
 
@@ -8187,13 +8260,14 @@ ACT_FACT_KEYS = ("owner", "threadId", "manifestPath", "manifestSha256", *PROGRAM
 ACT_RESULT_KEYS = ("statuses", "endpoints", "tokens")  # the job's results and calls as they stand at the act
 
 
-def act_facts(job: Job, results: list, journal: Journal | None, tokens: bool) -> dict:
-    """The job's seals, its results' statuses and its calls' endpoints (and tokens, when `tokens`), for an act's record."""
+def act_facts(job: Job, results: list, journal: Journal | None, tokens: bool, calls: list[CallRow] | None = None) -> dict:
+    """The job's seals, its results' statuses and its calls' endpoints (and tokens, when `tokens`), for an act's record;
+    `calls`: the job's calls as the caller read them (else read)."""
     facts: dict[str, Any] = {k: job.get(k) for k in ACT_FACT_KEYS if k in job or k not in PROGRAM_KEYS}
     facts["statuses"] = {r["itemId"]: r["status"] for r in results}
     facts["endpoints"] = call_endpoints(journal)
     if tokens:
-        facts["tokens"] = job_tokens(call_rows(journal))
+        facts["tokens"] = job_tokens(call_rows(journal) if calls is None else calls)
     return facts
 
 
@@ -8223,17 +8297,22 @@ def receipt_fields(
     return fields
 
 
-def write_receipt(ctx: Context, final: dict | None, kind: str, extra: dict | None = None, values: dict | None = None) -> dict:
+def write_receipt(
+    ctx: Context, final: dict | None, kind: str, extra: dict | None = None, values: dict | None = None, rows: JobRows | None = None
+) -> dict:
     """Write the receipt for a terminal outcome (decided or cancelled); `values`: the thread's, when the caller's run
-    of the graph returned them (else read)."""
+    of the graph returned them (else read); `rows`: the job's calls and drafts, when the caller read them and wrote
+    neither since (Context.rows; else read)."""
     values = ctx.checkpoint()["values"] if values is None else values
-    draft, results = current_draft(ctx.journal, (values.get("results") or []))
+    drafts = draft_rows(ctx.journal) if rows is None else rows.drafts
+    draft, results = draft_under_review(latest_of(drafts), values.get("results") or [])
     cancel = (extra or {}).get("cancel")
     fields = receipt_fields(
-        ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), current_written(ctx.journal, values.get("draft"))
+        ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), written_under_review(drafts, values.get("draft"))
     )
     receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc(), "schemaVersion": RECEIPT_SCHEMA}
-    receipt["tokens"] = job_tokens(call_rows(ctx.journal))  # what the job's calls used, as the provider reported it
+    calls = call_rows(ctx.journal) if rows is None else rows.calls
+    receipt["tokens"] = job_tokens(calls)  # what the job's calls used, as the provider reported it
     if ctx.journal.chained:  # the history it ends, and the next link binds the receipt and the checkpoint rows under it
         with ctx.journal.transaction():
             receipt["chainHead"] = chain_head(ctx.journal)
@@ -9434,12 +9513,17 @@ def need_job_id(store: Store) -> None:
         raise UsageError(f"--store needs --job JOB_ID (list the store's jobs with `{store.program} jobs --store URL`)")
 
 
-def run_output(ctx: Context, state, existing: bool | None = None) -> dict:
-    """The start/resume/decide document: {jobId, index, results, final, interrupt}."""
+def run_output(ctx: Context, state, existing: bool | None = None, rows: JobRows | None = None) -> dict:
+    """The start/resume/decide document: {jobId, index, results, final, interrupt}; `rows`: the job's calls, drafts and
+    cancel, when the caller read them and wrote none since (Context.rows; else read, as the command's last reads)."""
     values = state.values
-    latest, calls, cancel = standing_rows(ctx.journal)
+    if rows is None:
+        latest, calls, cancel = standing_rows(ctx.journal)
+        written = current_written(ctx.journal, values.get("draft"))
+    else:
+        latest, calls, cancel = latest_of(rows.drafts), rows.calls, rows.cancel
+        written = written_under_review(rows.drafts, values.get("draft"))
     draft, results = draft_under_review(latest, values.get("results") or [])
-    written = current_written(ctx.journal, values.get("draft"))
     waiting = review_state(checkpoint_of(state), calls, cancel) == "awaiting-review"  # ctx.review's
     out = {
         "jobId": ctx.job["jobId"],
@@ -9557,15 +9641,15 @@ def resume(
     """
     need_job_id(store)
     with open_job(store, command, calls_model=True, stop=stop, holds=True) as ctx:
-        if runnable_only and (ctx.review() != "before-review" or latest_rejected(call_rows(ctx.journal))):
+        if runnable_only and (ctx.review() != "before-review" or latest_rejected(ctx.rows().calls)):
             return None  # it moved since it was listed (another worker, a person): under the lock, it is not runnable
         if on_claim is not None:
             on_claim()
         refuse_if_retry_pending(ctx)
         state = run_graph(ctx, resume_value=unrecorded_decision(ctx))
-        if state.values.get("final") and not ctx.store.has_receipt():
-            write_receipt(ctx, state.values["final"], "decided")  # a crash after the decision, before its receipt
-        return run_output(ctx, state, existing=existing)
+        if state.values.get("final") and not ctx.store.has_receipt():  # a crash after the decision, before its receipt
+            write_receipt(ctx, state.values["final"], "decided", rows=ctx.rows_kept())
+        return run_output(ctx, state, existing=existing, rows=ctx.rows_kept())
 
 
 def paced(store: Store, run, *, stop: threading.Event | None = None, say=None, again=None) -> dict:
@@ -9800,7 +9884,7 @@ def inspect(store: Store, *, html: str | None = None, prices: str | None = None,
     receipt: a file to write the job's receipt to (`receiptFile`), for `verify --receipt FILE` on another machine."""
     need_job_id(store)
     priced = read_prices(prices) if prices else None
-    snap = read_snapshot(store)
+    snap = read_snapshot(store, every_draft=True)
     try:
         out = inspect_document(snap, priced)
         if html:
@@ -9905,7 +9989,7 @@ def inspect_document(snap: Snapshot, priced: dict | None = None) -> dict:
         out["answer"] = answer
     where_it_stands(snap, out)
     out["draftVersion"] = snap.draft
-    out["drafts"] = draft_history(snap.journal)
+    out["drafts"] = draft_history(snap.journal, snap.drafts)
     calls = out["calls"] = call_summaries(snap)
     if snap.job.get("forkedFrom"):  # a fork: its old job, and how many answers it reused and calls it made itself
         reused = sum(1 for c in calls if "reused" in c)
@@ -10220,7 +10304,8 @@ def record_decision(
         if repeated is not None:
             return repeated
         draft, results = review_draft(ctx, reviewer, reason, "decide")
-        written = current_written(ctx.journal, ctx.checkpoint()["values"].get("draft"))
+        rows = ctx.rows()  # read under the lock (open_job's review); the decision writes no call, draft or cancel
+        written = written_under_review(rows.drafts, ctx.checkpoint()["values"].get("draft"))
         digest = results_sha256(results, written)
         refuse_stale(bound, digest, "decide")
         failed = [r for r in results if r["status"] != "validated"]
@@ -10246,7 +10331,7 @@ def record_decision(
         }
         if claims is not None:  # what the person checked, claim by claim: signed, and repeated in the receipt
             value["checked"] = claims
-        value.update(act_facts(ctx.job, results, ctx.journal, tokens=True))  # signed with the person's words
+        value.update(act_facts(ctx.job, results, ctx.journal, tokens=True, calls=rows.calls))  # signed with the person's words
         head = chain_head(ctx.journal)
         if prepare:
             return passkey_request("decision", ctx.job["jobId"], value, head)
@@ -10260,13 +10345,13 @@ def record_decision(
         crash_point("after-decide", ctx.job)
         final = final_state.values.get("final") or {}
         if final:
-            write_receipt(ctx, final, "decided", values=final_state.values)
+            write_receipt(ctx, final, "decided", values=final_state.values, rows=rows)
         if any(final.get(k) != v for k, v in value.items()):  # the thread recorded another decision than this one
             raise DecisionError(
                 f"Your decision was not recorded: the job holds {final.get('decision')!r} by {by_whom(final, ctx.store)} "
                 f"at {final.get('decidedAtUtc')} instead (an earlier decide had saved it); see `{ctx.store.suggest('inspect')}`"
             )
-        return run_output(ctx, final_state)
+        return run_output(ctx, final_state, rows=rows)
 
 
 def refuse_stale(bound: str | None, digest: str, command: str) -> None:
@@ -10314,9 +10399,9 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
     if checked is not None:
         said["checked"] = checked_record(
             checked,
-            current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1],
+            draft_under_review(latest_of(ctx.rows().drafts), checkpoint["values"].get("results") or [])[1],
             final.get("resultsSha256"),
-            current_written(ctx.journal, checkpoint["values"].get("draft")),
+            written_under_review(ctx.rows().drafts, checkpoint["values"].get("draft")),
             asked_of(ctx.manifest) is not None,
         )
     differs = [
@@ -10332,7 +10417,7 @@ def repeated_decision(ctx: Context, decision: str, reviewer: str, reason: str, b
     return {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
-        "results": [result_brief(r) for r in current_draft(ctx.journal, values.get("results") or [])[1]],
+        "results": [result_brief(r) for r in draft_under_review(latest_of(ctx.rows().drafts), values.get("results") or [])[1]],
         "final": final,
         "interrupt": [],
         "existing": True,
@@ -10344,7 +10429,7 @@ def review_draft(ctx: Context, reviewer: str, reason: str, command: str) -> tupl
     need_text(reviewer, "--reviewer")
     need_text(reason, "--reason")
     checkpoint = waiting_checkpoint(ctx, command)
-    return current_draft(ctx.journal, checkpoint["values"]["results"])
+    return draft_under_review(latest_of(ctx.rows().drafts), checkpoint["values"]["results"])
 
 
 def item_position(results: list, item_id: str) -> int:
@@ -10725,7 +10810,8 @@ def cancel(
                 f"Final decision already recorded ({checkpoint['values']['final'].get('decision')}); a decided job cannot be cancelled"
             )
         refuse_if_decision_saved(checkpoint, ctx.store, "cancel")
-        earlier = journal_outcome(ctx.journal, "cancel")
+        rows = ctx.rows()  # as its review read them: nothing is written before the cancel's row
+        earlier = rows.cancel
         if earlier and ctx.store.has_receipt():
             raise DecisionError(f"Job already cancelled by {by_whom(earlier, ctx.store)} at {earlier['cancelledAtUtc']}; nothing more runs")
         if earlier:  # a crash between the cancel and its receipt: finish that cancel, record nothing new
@@ -10736,9 +10822,11 @@ def cancel(
             "principal": ctx.store.principal(),
             "reason": reason,
             "cancelledAtUtc": now_utc(),
-            "pendingCalls": [r["operation_key"] for r in call_rows(ctx.journal) if r["status"] == "pending"],
+            "pendingCalls": [r["operation_key"] for r in rows.calls if r["status"] == "pending"],
             # what the receipt repeats of the job, signed with the cancel (tokens not: its pending calls settle later)
-            **act_facts(ctx.job, current_draft(ctx.journal, checkpoint["values"].get("results") or [])[1], ctx.journal, tokens=False),
+            **act_facts(
+                ctx.job, draft_under_review(latest_of(rows.drafts), checkpoint["values"].get("results") or [])[1], ctx.journal, tokens=False
+            ),
         }
         head = chain_head(ctx.journal)
         if prepare:

@@ -966,4 +966,40 @@ MUTANTS = [
         "    return True\n",
         ["tests/test_traces.py::test_a_call_never_sent_and_no_endpoint_at_all"],
     ),
+    # --- issue 46: a command reads its job's calls, drafts and cancel once, and again only after a run may write them ---
+    Mutant(
+        "job-rows-read-per-check",
+        "decide/resume: the job's calls, drafts and cancel are read once a command, under its lock",
+        "        if self.found is None:\n            self.found = job_rows(self.journal)\n        return self.found\n",
+        "        return job_rows(self.journal)\n",
+        [f"{ENGINE}::test_decide_reads_its_jobs_calls_and_drafts_once"],
+    ),
+    Mutant(
+        "decision-run-rereads-rows",
+        "decide/resume: a run that resumes the review node alone keeps the rows its command read",
+        '    at_review = resume_value is not None or (not fresh and ctx.checkpoint()["waiting"])',
+        "    at_review = False",
+        [f"{ENGINE}::test_decide_reads_its_jobs_calls_and_drafts_once"],
+    ),
+    Mutant(
+        "run-keeps-rows-it-wrote",
+        "resume: the rows read before a run that may call the model are read again after it",
+        "        if not at_review:\n            self.found = None\n",
+        "        if False:\n            self.found = None\n",
+        [f"{ENGINE}::test_a_resume_answers_from_the_calls_its_own_run_made"],
+    ),
+    Mutant(
+        "any-resume-kept-as-at-review",
+        "resume: only a run of a thread waiting at review (the review's node alone) keeps the rows read before it",
+        '    at_review = resume_value is not None or (not fresh and ctx.checkpoint()["waiting"])',
+        "    at_review = resume_value is not None or not fresh",
+        [f"{ENGINE}::test_a_resume_answers_from_the_calls_its_own_run_made"],
+    ),
+    Mutant(
+        "inspect-reads-drafts-twice",
+        "inspect: the latest draft, the draft answer and the history from one read of the drafts",
+        "    snap = read_snapshot(store, every_draft=True)\n",
+        "    snap = read_snapshot(store)\n",
+        [f"{ENGINE}::test_decide_reads_its_jobs_calls_and_drafts_once"],
+    ),
 ]

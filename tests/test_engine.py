@@ -8,13 +8,16 @@ run as its own process on a state directory and on a real PostgreSQL store.
 """
 
 import ast
+import contextlib
 import os
+import re
+import sqlite3
 import subprocess
 
 import pytest
 
 import durable_job as dj
-from conftest import BOTH, ENGINE_MARK, PROGRAM, STORE_PY, copy_house, engine_digest, through_mark
+from conftest import BOTH, ENGINE_MARK, PROGRAM, STORE_PY, admin_url, copy_house, engine_digest, sql, through_mark
 
 
 def release(root, edits: dict) -> str:
@@ -199,3 +202,147 @@ def test_decide_reads_where_its_job_stands_once(ws, monkeypatch):
     decided = ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "read once").ok()
     assert decided["final"]["decision"] == "accept" and ws.receipt()["final"]["reason"] == "read once"
     assert reads == [ws.job_id()]
+
+
+def reads_during(ws, request, monkeypatch, run) -> dict:
+    """How many times run() read the job's `calls` and `drafts` tables, as the database saw it: a state directory's
+    SQLite connections traced (sqlite3's set_trace_callback on each the command opens), a store's statements counted by
+    the server (pg_stat_statements, this database only: the top-level statements the command sent)."""
+    tables = ("calls", "drafts")
+    if not ws.store:
+        sent: list = []
+        connect = sqlite3.connect
+
+        def traced(*args, **kw):
+            conn = connect(*args, **kw)
+            conn.set_trace_callback(sent.append)
+            return conn
+
+        with monkeypatch.context() as patch:
+            patch.setattr(sqlite3, "connect", traced)
+            run()
+        reads = [s for s in sent if s.lstrip().upper().startswith(("SELECT", "WITH"))]
+        return {t: sum(bool(re.search(rf"\bFROM\s+{t}\b", s, re.I)) for s in reads) for t in tables}
+    import psycopg
+
+    pg_server = request.getfixturevalue("pg_server")
+    name = ws.store.rsplit("/", 1)[1].split("?")[0]
+    pg_server.sql("postgres", "CREATE EXTENSION IF NOT EXISTS pg_stat_statements", db=name)
+    pg_server.sql("postgres", "SELECT pg_stat_statements_reset()", db=name)
+    run()
+    with psycopg.connect(ws.store, autocommit=True) as conn:
+        return {
+            t: int(
+                conn.execute(
+                    "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                    "WHERE d.datname = current_database() AND s.query ~* '^\\s*(SELECT|WITH)' AND s.query ~ %s",
+                    (rf"\mdurable_job\.{t}\M",),
+                ).fetchone()[0]
+            )
+            for t in tables
+        }
+
+
+@BOTH
+def test_decide_reads_its_jobs_calls_and_drafts_once(ws, request, monkeypatch):
+    """One read of the job's calls and of its drafts a command: a decide reads them under the job's lock and passes
+    them down to every check, the decision's record, the review's node, the receipt and the answer (the decision
+    writes neither table, nor does any trigger its rows fire: test_no_trigger_writes_a_jobs_journal), and binds the
+    revised draft all the same, its receipt the one verify expects from the saved rows. A resume at review, whose run
+    is the review's node alone, and an inspect (the latest draft and the history) read them once too."""
+    assert ws.start().ok()["interrupt"]
+    summary = os.path.join(ws.root, "summary.txt")
+    with open(summary, "w") as fh:
+        fh.write("Alpha needs the owner's review.\n")
+    revised = ws.run("revise", "--item", "alpha", "--summary-file", summary, "--reviewer", "rita", "--reason", "shorter").ok()
+    digest = revised["resultsSha256"]
+    resumed: dict = {}
+    reads = reads_during(ws, request, monkeypatch, lambda: resumed.update(ws.run("resume").ok()))
+    assert resumed["interrupt"][0]["draftVersion"] == 2 and resumed["interrupt"][0]["resultsSha256"] == digest
+    assert reads == {"calls": 1, "drafts": 1}  # a resume at review runs the review's node alone; on 1.7.0: 3 and 2
+    inspected: dict = {}
+    reads = reads_during(ws, request, monkeypatch, lambda: inspected.update(ws.run("inspect").ok()))
+    assert inspected["draftVersion"] == 2 and [d["version"] for d in inspected["drafts"]] == [2]
+    assert reads == {"calls": 1, "drafts": 1}  # the latest draft and the history from one read; on 1.7.0: 1 and 2
+    decided: dict = {}
+
+    def decide():
+        decided.update(
+            ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "read once", "--results-sha256", digest).ok()
+        )
+
+    reads = reads_during(ws, request, monkeypatch, decide)
+    assert decided["final"]["draftVersion"] == 2 and decided["final"]["resultsSha256"] == digest
+    receipt = ws.receipt()
+    assert receipt["draftVersion"] == 2 and receipt["resultsSha256"] == digest and receipt["final"]["reason"] == "read once"
+    assert reads == {"calls": 1, "drafts": 1}  # on 1.7.0: calls 5 and drafts 4, on both
+    assert ws.run("verify").code == 0
+
+
+# What a function of the store's schema writes: an INSERT, UPDATE or DELETE naming a table (its string literals aside;
+# an INSERT's ON CONFLICT DO UPDATE writes the table the INSERT names).
+WRITES = re.compile(r"\b(?:INSERT\s+INTO|(?<!DO )UPDATE|DELETE\s+FROM)\s+(?:ONLY\s+)?(?:durable_job\.)?(\w+)", re.I)
+# The functions of a set-up store that write anything, and what: the job's finished mark (m008's finish_job, as a
+# receipt is written), a call's slot and a job's wait for one under the store's limits (m025's take_slot).
+# None writes a journal table.
+FUNCTION_WRITES = {"finish_job": {"jobs"}, "take_slot": {"slots", "slot_waits"}}
+
+
+@BOTH
+def test_no_trigger_writes_a_jobs_journal(ws):
+    """What lets a command read its job's calls, drafts and cancel once (Context.rows) and pass them past its own writes
+    of other tables (a decision's row, its link and notification, the checkpoint, the receipt): nothing but a statement
+    naming a journal table writes one. A state directory's files hold no trigger. A store's triggers check a row (and
+    refuse it), stamp the row being written (its principal and time: a command that writes calls or drafts reads them
+    again after), notify listeners, and mark the job finished when its receipt is written; no function of its schema
+    writes a journal table, none runs SQL it builds (EXECUTE), and no rule rewrites a statement. A new trigger or
+    function that writes one fails here: the commands that pass rows past their writes would then read them again."""
+    assert ws.start().ok()["interrupt"]
+    assert ws.run("decide", "--decision", "accept", "--reviewer", "r", "--reason", "x").ok()["final"]
+    if not ws.store:
+        files = [os.path.join(ws.state, name) for name in sorted(os.listdir(ws.state)) if name.endswith(".sqlite")]
+        tables = set()
+        for path in files:
+            with contextlib.closing(sqlite3.connect(path)) as conn:
+                assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall() == [], path
+                tables |= {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"calls", "drafts", "outcomes", "checkpoints", "writes"} <= tables  # the journal's and LangGraph's, all looked at
+        return
+    admin = admin_url(ws.store)
+    functions = sql(
+        admin,
+        "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'durable_job'",
+    )
+    triggers = sql(
+        admin,
+        "SELECT c.relname, p.proname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON "
+        "n.oid = c.relnamespace JOIN pg_proc p ON p.oid = t.tgfoid WHERE n.nspname = 'durable_job' AND NOT t.tgisinternal",
+    )
+    assert ("calls", "call_change") in triggers and ("receipts", "finish_job") in triggers  # the walk finds them
+    writes = {}
+    for name, source in functions:
+        code = re.sub(r"'(?:[^']|'')*'", "''", re.sub(r"--[^\n]*", "", source))  # its strings and comments aside
+        assert not re.search(r"\bEXECUTE\b", code, re.I), name
+        found = set(WRITES.findall(code))
+        if found:
+            writes[name] = found
+    assert writes == FUNCTION_WRITES
+    assert not set().union(*writes.values()) & set(dj.Dialect.TABLES)
+    assert sql(admin, "SELECT rulename FROM pg_rules WHERE schemaname = 'durable_job'") == []
+
+
+@BOTH
+def test_a_resume_answers_from_the_calls_its_own_run_made(ws):
+    """A run that may call the model writes calls as it goes: the rows its command read under the lock before it are
+    read again after it (Context.forget_rows), so a resume's answer names each failed item's attempts as its run left
+    them. A start killed once it sealed its job (no call made) is resumed; each item's one allowed attempt fails, and
+    the answer offers no retry (the rows kept from before the run would offer one for each)."""
+    ws.write_manifest(maxAttemptsPerItem=1)
+    invalid = {"DURABLE_JOB_FAKE_OUTPUT": "invalid-citation"}
+    assert ws.start(env={**invalid, "DURABLE_JOB_FAKE_CRASH": "after-seal"}).code == dj.CRASH_POINTS["after-seal"]
+    assert ws.run("status").ok()["calls"] == []
+    resumed = ws.run("resume", env=invalid).ok()
+    assert [r["status"] for r in resumed["results"]] == ["failed", "failed"] and resumed["interrupt"]
+    failed = resumed["failedItems"]
+    assert [f["itemId"] for f in failed] == ["alpha", "beta"]
+    assert all("retryCommand" not in f and "maxAttemptsPerItem" in f["retryRefused"] for f in failed), failed
