@@ -6468,7 +6468,7 @@ class RanState:
 # 13. Where a job stands: open_job, snapshots, phase and next
 ###############################################################################
 
-__version__ = "1.7.0"  # the release (pyproject.toml reads it); outside the engine, so a release alone strands no job
+__version__ = "1.8.0"  # the release (pyproject.toml reads it); outside the engine, so a release alone strands no job
 
 FINISHING = ("cancelled", "decided", "deciding")  # review states in which no model call can happen
 WRITER_LABEL = "the draft"  # the writer's call as a person reads it, wherever ids are printed (its journal id is WRITER_ID)
