@@ -12213,8 +12213,33 @@ class VersionAction(argparse.Action):
         parser.exit(0)
 
 
+def terminal_columns() -> int:
+    """The terminal's width as shutil.get_terminal_size reads it: COLUMNS, else stdout's terminal, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class HoldFormatter(argparse.HelpFormatter):
+    """argparse's help layout at the width argparse gives it (the terminal's, less 2), read without shutil: argparse
+    makes a formatter for each flag it adds, and its first import of shutil (with bz2 and lzma) was 1.7 ms a command."""
+
+    def __init__(self, prog):
+        super().__init__(prog, width=terminal_columns() - 2)
+
+
 class HoldParser(argparse.ArgumentParser):
     """argparse that refuses bad flags with the project's one-line HOLD instead of exit 2 + usage."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"formatter_class": HoldFormatter, **kwargs})
 
     def error(self, message):
         command = self.prog.partition(" ")[2]  # a subcommand's parser is named "<program> <command>"
@@ -12223,9 +12248,9 @@ class HoldParser(argparse.ArgumentParser):
 
 def build_parser(commands: dict, only: str | None = None, team: Team | None = None) -> argparse.ArgumentParser:
     """The CLI parser: one subcommand per row of `commands` (COMMANDS, and the team's when its package is loaded);
-    flags are never abbreviated. Given `only` (the command on the line), only that subcommand gets its flags: the
-    others are named, with their help line, for `--help` and for an error's list (building every command's flags was
-    about a sixth of a `status`)."""
+    flags are never abbreviated. Given `only` (the command on the line), only that subcommand is built: the others
+    are named, with their help line, for `--help` and for an error's list when the line names no command (building
+    every command's flags was about a sixth of a `status`, and a parser for each command's name a tenth more)."""
     parser = HoldParser(
         prog="durable-job" if program_name() == "durable-job" else "durable_job.py", description=__doc__.split("\n")[0], allow_abbrev=False
     )
@@ -12233,11 +12258,12 @@ def build_parser(commands: dict, only: str | None = None, team: Team | None = No
         "--version", action=VersionAction, team=team, help="print the program's version, sha256 and dependency versions, then exit"
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=HoldParser, metavar="COMMAND")
-    for name, command in commands.items():
+    for name in [only] if only is not None else commands:
+        command = commands[name]
         about = command.run.__doc__.strip().split("\n")[0]
         p = sub.add_parser(name, help=about, description=about, allow_abbrev=False)
-        if only is not None and name != only:
-            continue
+        if only is None:
+            continue  # named, for --help and an error's list
         if command.state_dir:  # a job command: its job is named by --state-dir, or --store (or DURABLE_JOB_STORE) and --job
             for names, options in ADDRESS_FLAGS:
                 p.add_argument(*names, **options)
