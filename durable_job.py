@@ -12219,11 +12219,11 @@ def terminal_columns() -> int:
         columns = int(os.environ.get("COLUMNS", ""))
     except ValueError:
         columns = 0
-    if columns > 0:
-        return columns
+    if columns > 0 or sys.__stdout__ is None:
+        return columns if columns > 0 else 80
     try:
         return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
-    except (AttributeError, ValueError, OSError):
+    except (ValueError, OSError):  # no terminal, or a closed stdout
         return 80
 
 
