@@ -4802,7 +4802,6 @@ def call_events(journal: Journal | None) -> list[dict]:
     ]
 
 
-LATEST_DRAFT = "SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1"
 OUTCOME = "SELECT record_json FROM {outcomes} WHERE {scope}kind = {p.kind}"
 
 
@@ -4810,7 +4809,7 @@ def latest_draft(journal: Journal | None) -> tuple[int, list] | None:
     """The latest revised draft (version, results), or None when the results were never revised."""
     if journal is None or not journal.has_table("drafts"):
         return None
-    return draft_of(journal.row(LATEST_DRAFT))
+    return draft_of(journal.row("SELECT version, results_json FROM {drafts}{where} ORDER BY version DESC LIMIT 1"))
 
 
 def draft_of(row: dict | None) -> tuple[int, list] | None:
@@ -4898,15 +4897,6 @@ def journal_outcome(journal: Journal | None, kind: str):
     return json.loads(row["record_json"]) if row else None
 
 
-def standing_rows(journal: Journal | None) -> tuple[tuple[int, list] | None, list[CallRow], dict | None]:
-    """latest_draft, call_rows and journal_outcome(journal, "cancel"): what a run's answer reads of where the job stands,
-    as its command's last reads, in one round trip where the journal can (rows_together)."""
-    if journal is None or not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
-        return latest_draft(journal), call_rows(journal), journal_outcome(journal, "cancel")
-    drafts, calls, cancel = journal.rows_together((LATEST_DRAFT, {}), (CALL_ROWS, {}), (OUTCOME, {"kind": "cancel"}), last=True)
-    return draft_of(drafts[0] if drafts else None), cast("list[CallRow]", calls), json.loads(cancel[0]["record_json"]) if cancel else None
-
-
 class JobRows:
     """What a command reads of where its job stands in the journal: every call (call_rows), every draft (draft_rows)
     and the cancel record (journal_outcome's). Read once under the job's lock (job_rows, Context.rows) and passed down."""
@@ -4917,11 +4907,12 @@ class JobRows:
         self.cancel = cancel
 
 
-def job_rows(journal: Journal) -> JobRows:
-    """The job's calls, drafts and cancel record, in one round trip where the journal can (rows_together)."""
+def job_rows(journal: Journal, last: bool = False) -> JobRows:
+    """The job's calls, drafts and cancel record, in one round trip where the journal can (rows_together); `last`: the
+    command's last reads (a run's answer, as its command ends: see rows_together)."""
     if not all(journal.has_table(t) for t in ("drafts", "calls", "outcomes")):
         return JobRows(call_rows(journal), draft_rows(journal), journal_outcome(journal, "cancel"))
-    calls, drafts, cancel = journal.rows_together((CALL_ROWS, {}), (DRAFT_ROWS, {}), (OUTCOME, {"kind": "cancel"}))
+    calls, drafts, cancel = journal.rows_together((CALL_ROWS, {}), (DRAFT_ROWS, {}), (OUTCOME, {"kind": "cancel"}), last=last)
     return JobRows(cast("list[CallRow]", calls), drafts, json.loads(cancel[0]["record_json"]) if cancel else None)
 
 
@@ -8304,15 +8295,15 @@ def write_receipt(
     of the graph returned them (else read); `rows`: the job's calls and drafts, when the caller read them and wrote
     neither since (Context.rows; else read)."""
     values = ctx.checkpoint()["values"] if values is None else values
-    drafts = draft_rows(ctx.journal) if rows is None else rows.drafts
+    rows = job_rows(ctx.journal) if rows is None else rows
+    drafts = rows.drafts
     draft, results = draft_under_review(latest_of(drafts), values.get("results") or [])
     cancel = (extra or {}).get("cancel")
     fields = receipt_fields(
         ctx.job, final, cancel, draft, results, call_endpoints(ctx.journal), written_under_review(drafts, values.get("draft"))
     )
     receipt = {**fields, "outcome": kind, **(extra or {}), "writtenAtUtc": now_utc(), "schemaVersion": RECEIPT_SCHEMA}
-    calls = call_rows(ctx.journal) if rows is None else rows.calls
-    receipt["tokens"] = job_tokens(calls)  # what the job's calls used, as the provider reported it
+    receipt["tokens"] = job_tokens(rows.calls)  # what the job's calls used, as the provider reported it
     if ctx.journal.chained:  # the history it ends, and the next link binds the receipt and the checkpoint rows under it
         with ctx.journal.transaction():
             receipt["chainHead"] = chain_head(ctx.journal)
@@ -9517,14 +9508,11 @@ def run_output(ctx: Context, state, existing: bool | None = None, rows: JobRows 
     """The start/resume/decide document: {jobId, index, results, final, interrupt}; `rows`: the job's calls, drafts and
     cancel, when the caller read them and wrote none since (Context.rows; else read, as the command's last reads)."""
     values = state.values
-    if rows is None:
-        latest, calls, cancel = standing_rows(ctx.journal)
-        written = current_written(ctx.journal, values.get("draft"))
-    else:
-        latest, calls, cancel = latest_of(rows.drafts), rows.calls, rows.cancel
-        written = written_under_review(rows.drafts, values.get("draft"))
-    draft, results = draft_under_review(latest, values.get("results") or [])
-    waiting = review_state(checkpoint_of(state), calls, cancel) == "awaiting-review"  # ctx.review's
+    rows = job_rows(ctx.journal, last=True) if rows is None else rows
+    calls = rows.calls
+    written = written_under_review(rows.drafts, values.get("draft"))
+    draft, results = draft_under_review(latest_of(rows.drafts), values.get("results") or [])
+    waiting = review_state(checkpoint_of(state), calls, rows.cancel) == "awaiting-review"  # ctx.review's
     out = {
         "jobId": ctx.job["jobId"],
         "index": values.get("index", 0),
