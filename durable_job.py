@@ -3585,14 +3585,20 @@ class Journal(abc.ABC):
                 raise RowUnchanged("the row to change is not as this act found it")
 
     def run(self, template: str, params: dict, *, answer: bool = True) -> tuple[list[dict], int]:
-        sql, names = self.dialect.render(template)
-        values = {**params, "job_id": self.job_id, "principal": self.principal}
+        sql, names, values = self.statement(template, params)
         with self.guard:
             if not answer:
-                self.send(sql, names, [values[name] for name in names])
+                self.send(sql, names, values)
                 return [], -1
-            rows, changed = self.execute(sql, names, [values[name] for name in names])
+            rows, changed = self.execute(sql, names, values)
         return self.opened_rows(template, rows), changed
+
+    def statement(self, template: str, params: dict) -> tuple[str, list, list]:
+        """A template as this journal sends it: its dialect's SQL, its parameters' names and their values (the job's id
+        and the principal given to every statement)."""
+        sql, names = self.dialect.render(template)
+        values = {**params, "job_id": self.job_id, "principal": self.principal}
+        return sql, names, [values[name] for name in names]
 
     def rows_together(self, *reads: tuple[str, dict], last: bool = False) -> list[list[dict]]:
         """Several reads' rows, in order (each a template and its params); a backend may send them in one round trip.

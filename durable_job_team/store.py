@@ -485,9 +485,8 @@ class PgJournal(Journal):
             cursors = []
             try:
                 for template, params in reads:
-                    sql, names = self.dialect.render(template)
-                    values = {**params, "job_id": self.job_id, "principal": self.principal}
-                    cursors.append(self.conn.execute(sql, {name: values[name] for name in names} or None))
+                    sql, names, values = self.statement(template, params)
+                    cursors.append(self.conn.execute(sql, dict(zip(names, values)) if names else None))
                 if last:
                     unpipe, self.pipe, self.unpipe = cast(Callable[[], Any], self.unpipe), None, None
                     unpipe()
