@@ -898,8 +898,9 @@ _NEAR_TWELVE: dict = {}
 
 def near_twelve(source):
     """Exact substrings of source that are 8-13 characters once stripped, bare or with the whitespace around
-    them: the quotes on both sides of the 12-character rule, and padded up to it. Drawn evenly by
-    (stripped length, padded) so that each side is really generated."""
+    them: the quotes on both sides of the 12-character rule, and padded up to it. Drawn by (stripped length, padded),
+    each 12-character kind as often as the four shorter lengths together, so that each side is really generated (drawn
+    evenly, a run of 900 examples once saw no bare 12-character quote decide a proposal)."""
     if source not in _NEAR_TWELVE:
         buckets: dict = {}
         for i in range(len(source)):
@@ -911,7 +912,8 @@ def near_twelve(source):
     buckets = _NEAR_TWELVE[source]
     if not buckets:
         return st.just(source)
-    return st.sampled_from(sorted(buckets)).flatmap(lambda k: st.sampled_from(buckets[k]))
+    weighted = [k for k in sorted(buckets) for _ in range(4 if k[0] == 12 else 1)]
+    return st.sampled_from(weighted).flatmap(lambda k: st.sampled_from(buckets[k]))
 
 
 def quote_lengths(raw):
